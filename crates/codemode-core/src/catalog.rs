@@ -1,0 +1,185 @@
+//! Tool definitions and catalog entries (SPEC §7, §11).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// Where a tool comes from, in catalog order (SPEC §11): core → plugin → MCP → client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolSource {
+    /// Core tools of the host (ids `openclaw:core:<name>`).
+    Openclaw,
+    /// Bundled or external plugin tools (ids `plugin:<plugin-id>:<name>`).
+    Plugin,
+    /// Tools of upstream MCP servers (ids `mcp:<server>:<name>`); never in the guest's `tools.*` views.
+    Mcp,
+    /// Tools provided by the client for the current run (ids `client:<owner>:<name>`).
+    Client,
+}
+
+impl ToolSource {
+    /// The wire spelling, also the first segment of catalog ids.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolSource::Openclaw => "openclaw",
+            ToolSource::Plugin => "plugin",
+            ToolSource::Mcp => "mcp",
+            ToolSource::Client => "client",
+        }
+    }
+
+    /// Whether tools of this source are trusted local code whose output schemas may enable hints and
+    /// contracts (SPEC D6): core and plugin tools are; MCP and client tools are not.
+    pub fn is_trusted(self) -> bool {
+        matches!(self, ToolSource::Openclaw | ToolSource::Plugin)
+    }
+}
+
+impl fmt::Display for ToolSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a host declares about one tool it can run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDefinition {
+    /// The tool's name as the model would see it in direct mode (e.g. `web_search`).
+    pub name: String,
+    /// A short human label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// What the tool does.
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the input object.
+    #[serde(default = "empty_object_schema")]
+    pub parameters: Value,
+    /// JSON Schema of the result's `details` value (SPEC §8); only honoured for trusted sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Where the tool comes from.
+    pub source: ToolSource,
+    /// The owner: `core` for core tools, the plugin id, the MCP server name, or the client name.
+    pub owner: String,
+    /// The tool has no side effects, so repeating a call is harmless (like MCP's `readOnlyHint` with
+    /// `idempotentHint`). A resuming process may re-issue such a call if the original was lost, and
+    /// `restartSafe` cells may call it (SPEC R1).
+    #[serde(default)]
+    pub read_only: bool,
+    /// The tool stays model-visible in code mode and never enters `ALL_TOOLS` (SPEC §1, V6).
+    #[serde(default)]
+    pub direct_only: bool,
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({ "type": "object", "properties": {} })
+}
+
+impl ToolDefinition {
+    /// A definition with an empty object input schema.
+    pub fn new(source: ToolSource, owner: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            label: None,
+            description: String::new(),
+            parameters: empty_object_schema(),
+            output_schema: None,
+            source,
+            owner: owner.into(),
+            read_only: false,
+            direct_only: false,
+        }
+    }
+
+    /// Sets the description.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Sets the label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Sets the input schema.
+    pub fn with_parameters(mut self, schema: Value) -> Self {
+        self.parameters = schema;
+        self
+    }
+
+    /// Sets the output schema.
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Marks the tool read-only / idempotent.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    /// The catalog id `<source>:<owner>:<name>` (SPEC §11).
+    pub fn id(&self) -> String {
+        format!("{}:{}:{}", self.source, self.owner, self.name)
+    }
+}
+
+/// A compact catalog entry as the guest sees it in `ALL_TOOLS` and `tools.search` (SPEC §7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCatalogEntry {
+    /// Exact catalog id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Human label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Description.
+    pub description: String,
+    /// Source.
+    pub source: ToolSource,
+    /// Owner (plugin id, server name, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_name: Option<String>,
+    /// Compact input hint, e.g. `{query: string, count?: number}`.
+    pub input: String,
+    /// Compact declared-output hint (trusted tools with a closed output schema only, SPEC §8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+/// A catalog entry with its full schemas, as returned by `tools.describe` (SPEC §7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCatalogEntryWithSchema {
+    /// The compact entry.
+    #[serde(flatten)]
+    pub entry: ToolCatalogEntry,
+    /// Full input schema.
+    pub parameters: Value,
+    /// Full output schema (trusted tools only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_follow_source_owner_name() {
+        let d = ToolDefinition::new(ToolSource::Plugin, "demo", "demo_echo");
+        assert_eq!(d.id(), "plugin:demo:demo_echo");
+        let d = ToolDefinition::new(ToolSource::Openclaw, "core", "exec");
+        assert_eq!(d.id(), "openclaw:core:exec");
+        assert!(ToolSource::Plugin.is_trusted() && !ToolSource::Mcp.is_trusted());
+        assert!(ToolSource::Openclaw < ToolSource::Plugin && ToolSource::Mcp < ToolSource::Client);
+    }
+}

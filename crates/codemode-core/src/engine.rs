@@ -1,0 +1,325 @@
+//! The engine contract (DESIGN §3–§4): how the runtime drives a JavaScript engine.
+//!
+//! A [`GuestEngine`] prepares a [`GuestInstance`] for one program. The runtime then calls
+//! [`GuestInstance::drive`] repeatedly: each call delivers settled bridge requests, runs the guest until
+//! it is quiescent (no runnable jobs), and reports the state of the cell plus the new bridge requests and
+//! output items. A quiescent instance can be turned into a [`Snapshot`] and later restored — by the same
+//! process ([`SnapshotBody::Live`]: the VM stays in memory) or by any process with the same engine build
+//! ([`SnapshotBody::Serialized`]). The runtime treats both alike; only stores tell them apart.
+//!
+//! Engines never see tools, policy or MCP: a bridge request is an opaque `(id, kind, payload)`.
+
+use crate::error::CodeModeErrorCode;
+use crate::result::CodeModeOutput;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::time::Instant;
+
+/// Opaque id of one bridge request, unique within a run (ids are never reused).
+pub type RequestId = u64;
+
+/// What the guest asks the host for. The payload shape depends on the kind (see `codemode-bridge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// `tools.search(query, {limit})` → `{query, limit?}`.
+    Search,
+    /// `tools.describe(id)` → `{id}`.
+    Describe,
+    /// A catalog tool call → `{id, input, mode: "raw" | "value"}`.
+    Call,
+    /// `yield_control(reason?)` → `{reason?}`.
+    Yield,
+}
+
+impl RequestKind {
+    /// The wire spelling used between the prelude and the host.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Search => "search",
+            RequestKind::Describe => "describe",
+            RequestKind::Call => "call",
+            RequestKind::Yield => "yield",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "search" => Some(RequestKind::Search),
+            "describe" => Some(RequestKind::Describe),
+            "call" => Some(RequestKind::Call),
+            "yield" => Some(RequestKind::Yield),
+            _ => None,
+        }
+    }
+
+    /// Whether requests of this kind run a tool and so count against `maxPendingToolCalls`.
+    pub fn is_tool_call(self) -> bool {
+        matches!(self, RequestKind::Call)
+    }
+}
+
+/// One request from the guest, queued by the host primitive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BridgeRequest {
+    /// Request id.
+    pub id: RequestId,
+    /// Kind.
+    pub kind: RequestKind,
+    /// JSON payload, already checked and sanitised by the bridge adapter.
+    pub payload: Value,
+}
+
+/// An error handed to the guest as plain data; the prelude throws it as a plain `Error` (SPEC B7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestError {
+    /// `Error.name` in the guest, e.g. `"ToolError"`.
+    pub name: String,
+    /// `Error.message`.
+    pub message: String,
+    /// `Error.code`, e.g. `"nested_tool_failed"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl GuestError {
+    /// A guest error with a code.
+    pub fn new(name: &str, message: impl Into<String>, code: Option<CodeModeErrorCode>) -> Self {
+        Self { name: name.to_string(), message: message.into(), code: code.map(|c| c.as_str().to_string()) }
+    }
+}
+
+/// The settled outcome of one request, to be delivered into the guest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The request it settles.
+    pub id: RequestId,
+    /// Resolve with a value, or reject with an error.
+    pub outcome: Result<Value, GuestError>,
+}
+
+/// A program ready to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuestProgram {
+    /// JavaScript source (TypeScript already transformed), the body of an async function.
+    pub code: String,
+    /// Per-run data for the prelude's `boot` (catalog views, limits, …), see `codemode-bridge`.
+    pub boot: Value,
+}
+
+/// Limits that bound what the guest and the bridge may consume. Each exists to stop a specific abuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestLimits {
+    /// Guest heap limit (`memoryLimitBytes`): stops memory bombs from exhausting the host.
+    pub memory_limit_bytes: u64,
+    /// Guest stack budget: deep recursion becomes a catchable `RangeError` instead of a crash.
+    pub max_stack_bytes: u64,
+    /// Largest JSON message from guest to host (one request payload or output item): stops one call
+    /// from copying an arbitrarily large string into host memory.
+    pub max_message_bytes: u64,
+    /// Largest JSON value delivered from host to guest (one tool result): stops a tool from blowing
+    /// the guest heap in one step.
+    pub max_delivery_bytes: u64,
+    /// Deepest JSON nesting accepted in either direction: stops stack exhaustion in parsers and
+    /// serializers on both sides.
+    pub max_json_depth: u32,
+    /// Most requests of any kind that may be outstanding at once: stops a loop of un-awaited calls
+    /// from growing the host's request queue without bound. Tool calls are further bounded by
+    /// `maxPendingToolCalls` in the runtime.
+    pub max_outstanding_requests: u32,
+}
+
+impl Default for GuestLimits {
+    fn default() -> Self {
+        Self {
+            memory_limit_bytes: 64 << 20,
+            max_stack_bytes: 512 << 10,
+            max_message_bytes: 4 << 20,
+            max_delivery_bytes: 16 << 20,
+            max_json_depth: 128,
+            max_outstanding_requests: 1024,
+        }
+    }
+}
+
+/// Input of one [`GuestInstance::drive`] step.
+#[derive(Debug, Clone)]
+pub struct DriveInput {
+    /// Settled requests to deliver before running jobs.
+    pub deliveries: Vec<Delivery>,
+    /// When the guest must stop running; still busy at this instant means `timeout`.
+    pub deadline: Instant,
+    /// Bytes of output this step may still produce before `output_limit_exceeded`.
+    pub output_budget: u64,
+}
+
+/// A guest-level failure of the cell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestFailure {
+    /// The code, when the failure has one (`timeout`, `memory_limit_exceeded`, …); `None` for a plain
+    /// uncaught exception.
+    pub code: Option<CodeModeErrorCode>,
+    /// The message (for exceptions, `Name: message` plus a short stack).
+    pub message: String,
+}
+
+/// State of the cell after a drive step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DriveOutcome {
+    /// The cell's promise is fulfilled with this JSON-safe value. Un-awaited requests may still be
+    /// outstanding; the runtime finishes them before it reports `completed`.
+    Completed(Value),
+    /// The cell failed; the instance must not be driven again.
+    Failed(GuestFailure),
+    /// The cell waits on outstanding requests.
+    Pending,
+}
+
+/// What a drive step produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriveReport {
+    /// The cell's state.
+    pub outcome: DriveOutcome,
+    /// Requests issued during this step, in issue order.
+    pub requests: Vec<BridgeRequest>,
+    /// Output items produced during this step, in guest call order.
+    pub output: Vec<CodeModeOutput>,
+}
+
+/// An engine-level failure (not a guest exception).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The engine cannot run here (missing module, failed load).
+    #[error("runtime unavailable: {0}")]
+    Unavailable(String),
+    /// A snapshot could not be restored.
+    #[error("snapshot restore failed: {0}")]
+    Restore(String),
+    /// The engine cannot snapshot this instance.
+    #[error("snapshot failed: {0}")]
+    Snapshot(String),
+    /// Anything else (a trap, a broken invariant).
+    #[error("engine failure: {0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    /// The SPEC §16 code for this failure.
+    pub fn code(&self) -> CodeModeErrorCode {
+        match self {
+            EngineError::Unavailable(_) => CodeModeErrorCode::RuntimeUnavailable,
+            EngineError::Restore(_) => CodeModeErrorCode::SnapshotRestoreFailed,
+            EngineError::Snapshot(_) | EngineError::Internal(_) => CodeModeErrorCode::InternalError,
+        }
+    }
+}
+
+/// A JavaScript engine.
+pub trait GuestEngine: Send + Sync + 'static {
+    /// The engine's name (`"quickjs-wasi"`, `"quickjs"`, …).
+    fn name(&self) -> &str;
+
+    /// Whether snapshots of this engine are serialized bytes that can leave the process.
+    fn serializes_snapshots(&self) -> bool;
+
+    /// Prepares an instance for `program`. No guest code runs until the first
+    /// [`GuestInstance::drive`].
+    fn start(
+        &self,
+        program: &GuestProgram,
+        limits: &GuestLimits,
+    ) -> Result<Box<dyn GuestInstance>, EngineError>;
+
+    /// Restores an instance from a snapshot taken by this engine.
+    ///
+    /// A snapshot of another engine or engine build fails with [`EngineError::Restore`].
+    fn restore(
+        &self,
+        snapshot: Snapshot,
+        limits: &GuestLimits,
+    ) -> Result<Box<dyn GuestInstance>, EngineError>;
+}
+
+/// One running program.
+pub trait GuestInstance: Send {
+    /// Delivers `input.deliveries`, then runs the guest until it is quiescent, fails, or the deadline
+    /// passes (→ [`DriveOutcome::Failed`] with `timeout`).
+    fn drive(&mut self, input: DriveInput) -> Result<DriveReport, EngineError>;
+
+    /// Turns the quiescent instance into a snapshot.
+    fn snapshot(self: Box<Self>) -> Result<Snapshot, EngineError>;
+}
+
+/// A suspended instance.
+pub struct Snapshot {
+    /// Name of the engine that took it.
+    pub engine: String,
+    /// The state.
+    pub body: SnapshotBody,
+}
+
+/// The state of a suspended instance.
+pub enum SnapshotBody {
+    /// Self-contained bytes (a versioned engine format); may be stored anywhere.
+    Serialized(Vec<u8>),
+    /// A VM kept alive in this process; only an in-memory store can hold it.
+    Live {
+        /// Bytes the VM uses, by the engine's own accounting (checked against `maxSnapshotBytes`).
+        size_bytes: u64,
+        /// The instance itself.
+        instance: Box<dyn GuestInstance>,
+    },
+}
+
+impl Snapshot {
+    /// Size counted against `maxSnapshotBytes`.
+    pub fn size_bytes(&self) -> u64 {
+        match &self.body {
+            SnapshotBody::Serialized(b) => b.len() as u64,
+            SnapshotBody::Live { size_bytes, .. } => *size_bytes,
+        }
+    }
+
+    /// Whether the snapshot can leave the process.
+    pub fn is_serialized(&self) -> bool {
+        matches!(self.body, SnapshotBody::Serialized(_))
+    }
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.body {
+            SnapshotBody::Serialized(_) => "serialized",
+            SnapshotBody::Live { .. } => "live",
+        };
+        f.debug_struct("Snapshot")
+            .field("engine", &self.engine)
+            .field("kind", &kind)
+            .field("size_bytes", &self.size_bytes())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_kinds_round_trip() {
+        for k in [RequestKind::Search, RequestKind::Describe, RequestKind::Call, RequestKind::Yield] {
+            assert_eq!(RequestKind::parse(k.as_str()), Some(k));
+        }
+        assert!(RequestKind::Call.is_tool_call() && !RequestKind::Search.is_tool_call());
+        assert_eq!(RequestKind::parse("exec"), None);
+    }
+
+    #[test]
+    fn engine_error_codes() {
+        assert_eq!(EngineError::Unavailable("x".into()).code(), CodeModeErrorCode::RuntimeUnavailable);
+        assert_eq!(EngineError::Restore("x".into()).code(), CodeModeErrorCode::SnapshotRestoreFailed);
+    }
+}

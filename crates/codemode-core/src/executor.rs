@@ -1,0 +1,93 @@
+//! The tool execution contract (SPEC §12): every nested call reaches the host through a
+//! [`ToolExecutor`], the host's normal execution path with its hooks, approvals and audit.
+
+use crate::catalog::ToolDefinition;
+use crate::engine::RequestId;
+use crate::scope::{RunContext, RunId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// One nested call, with the context it must preserve (SPEC P1–P9).
+#[derive(Debug, Clone)]
+pub struct NestedToolCall {
+    /// The code-mode run making the call.
+    pub run_id: RunId,
+    /// The bridge request id (unique within the run).
+    pub request_id: RequestId,
+    /// The exact catalog id.
+    pub tool_id: String,
+    /// The tool's definition.
+    pub tool: Arc<ToolDefinition>,
+    /// The input object (JSON-safe, sanitised).
+    pub input: Value,
+    /// The caller's context (agent, session, sender, channel, model).
+    pub context: RunContext,
+}
+
+/// A tool's successful result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    /// The JSON-compatible `details` value: what `tools.callValue` returns and what an output schema
+    /// describes (SPEC D1).
+    pub details: Value,
+    /// Rendered content blocks (e.g. `[{type: "text", text}]`), part of the raw `tools.call` result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<Value>,
+}
+
+impl ToolResult {
+    /// A result whose content is the compact JSON text of `details`.
+    pub fn from_details(details: Value) -> Self {
+        let text = serde_json::to_string(&details).unwrap_or_default();
+        Self { details, content: vec![serde_json::json!({ "type": "text", "text": text })] }
+    }
+}
+
+/// Why a nested call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorKind {
+    /// The tool ran and reported an error.
+    Failed,
+    /// Policy, a hook or an approval refused the call.
+    Denied,
+    /// The input did not satisfy the tool's schema.
+    InvalidInput,
+    /// The call was cancelled (abort, shutdown).
+    Cancelled,
+    /// The tool's result broke its declared output contract (SPEC D4).
+    OutputContract,
+    /// The host could not run the tool (upstream down, crashed, timed out).
+    Unavailable,
+}
+
+/// A nested call's failure, delivered to the guest as a plain `Error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{message}")]
+pub struct ToolError {
+    /// What kind of failure.
+    pub kind: ToolErrorKind,
+    /// A message for the guest (and the model).
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool-reported failure.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self { kind: ToolErrorKind::Failed, message: message.into() }
+    }
+
+    /// A failure of the given kind.
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+/// Runs nested tool calls on the host's normal path.
+#[async_trait::async_trait]
+pub trait ToolExecutor: Send + Sync {
+    /// Runs one call. Dropping the future cancels the call.
+    async fn call(&self, call: NestedToolCall) -> Result<ToolResult, ToolError>;
+}

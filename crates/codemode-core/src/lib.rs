@@ -1,0 +1,49 @@
+//! # codemode-core
+//!
+//! The bottom layer of codemode: plain types and traits, no engine, no I/O, no async runtime.
+//!
+//! Everything the other crates agree on lives here:
+//! - [`config`]: the `tools.codeMode` configuration (SPEC §3) with its clamps;
+//! - [`input`] and [`result`]: the wire shapes of the model-visible `exec` / `wait` tools (SPEC §5);
+//! - [`error`]: the error codes of SPEC §16;
+//! - [`telemetry`]: the counters of SPEC §17;
+//! - [`catalog`]: catalog entries and tool definitions (SPEC §7, §11);
+//! - [`scope`]: run identity and scope checks (SPEC §6);
+//! - [`engine`]: the [`GuestEngine`](engine::GuestEngine) / [`GuestInstance`](engine::GuestInstance)
+//!   contract that every JavaScript engine implements (DESIGN §4);
+//! - [`store`]: the [`SnapshotStore`](store::SnapshotStore) contract for suspended runs (DESIGN §6);
+//! - [`executor`]: the [`ToolExecutor`](executor::ToolExecutor) contract through which every nested
+//!   tool call reaches the host (SPEC §12);
+//! - [`namespace`]: the (for now minimal) [`NamespaceRegistry`](namespace::NamespaceRegistry) contract
+//!   (SPEC §10).
+//!
+//! Layering (DESIGN §2): every other codemode crate may depend on this one; this one depends on
+//! nothing of codemode.
+#![forbid(unsafe_code)]
+
+pub mod catalog;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod executor;
+pub mod input;
+pub mod namespace;
+pub mod result;
+pub mod scope;
+pub mod store;
+pub mod telemetry;
+
+pub use catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};
+pub use config::{CodeModeConfig, ConfigError, Language};
+pub use engine::{
+    BridgeRequest, Delivery, DriveInput, DriveOutcome, DriveReport, EngineError, GuestEngine,
+    GuestError, GuestFailure, GuestInstance, GuestLimits, GuestProgram, RequestId, RequestKind,
+    Snapshot, SnapshotBody,
+};
+pub use error::{CodeModeError, CodeModeErrorCode};
+pub use executor::{NestedToolCall, ToolError, ToolExecutor, ToolResult};
+pub use input::{CodeModeExecInput, CodeModeWaitInput, ExecRequest};
+pub use result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, WaitReason};
+pub use scope::{RunContext, RunId, RunScope};
+pub use store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+pub use telemetry::CodeModeTelemetry;

@@ -1,0 +1,149 @@
+//! The snapshot store contract (DESIGN §6, SPEC §6).
+//!
+//! A store keeps [`SuspendedRun`]s between an `exec` that returned `waiting` and the `wait` that
+//! resumes it. Implementations live in `codemode-snapshot` (memory, directory).
+
+use crate::engine::{Delivery, RequestId, RequestKind, Snapshot};
+use crate::error::{CodeModeError, CodeModeErrorCode};
+use crate::result::WaitReason;
+use crate::scope::{MSG_BUSY, MSG_TOO_MANY, MSG_UNAVAILABLE, RunId, RunScope, ScopeMismatch};
+use crate::telemetry::CodeModeTelemetry;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// At most this many runs may be suspended at once per process (SPEC §6).
+pub const MAX_SUSPENDED_RUNS: usize = 64;
+
+/// A bridge request that was still outstanding when the run suspended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingRequest {
+    /// The request id.
+    pub id: RequestId,
+    /// Its kind.
+    pub kind: RequestKind,
+    /// The nested tool's catalog id (tool calls only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_id: Option<String>,
+    /// The request payload (needed to re-issue a read-only call in another process).
+    pub payload: Value,
+    /// The tool is read-only/idempotent, so a resuming process may re-issue it.
+    #[serde(default)]
+    pub read_only: bool,
+    /// When the request was issued (Unix milliseconds).
+    pub issued_at_ms: u64,
+}
+
+/// Everything a suspended run needs to be resumed.
+#[derive(Debug)]
+pub struct SuspendedRun {
+    /// The run.
+    pub run_id: RunId,
+    /// Who may resume it.
+    pub scope: RunScope,
+    /// The VM state.
+    pub snapshot: Snapshot,
+    /// Why it suspended.
+    pub reason: WaitReason,
+    /// Requests still outstanding.
+    pub pending: Vec<PendingRequest>,
+    /// Requests already settled but not yet delivered into the VM.
+    pub ready: Vec<Delivery>,
+    /// The cell was declared `restartSafe`.
+    pub restart_safe: bool,
+    /// Counters so far.
+    pub telemetry: CodeModeTelemetry,
+    /// When the run was first suspended (Unix milliseconds).
+    pub created_at_ms: u64,
+    /// When it stops being resumable (Unix milliseconds).
+    pub expires_at_ms: u64,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The per-process cap of suspended runs is reached.
+    #[error("{MSG_TOO_MANY}")]
+    TooMany,
+    /// Unknown, expired or removed run.
+    #[error("{MSG_UNAVAILABLE}")]
+    Unavailable,
+    /// The caller is in another scope.
+    #[error("{}", .0.message())]
+    WrongScope(ScopeMismatch),
+    /// Another `wait` holds the run.
+    #[error("{MSG_BUSY}")]
+    Busy,
+    /// This store cannot hold a live (in-process) snapshot.
+    #[error("this snapshot store keeps only serialized snapshots; engine `{0}` keeps live VMs (use the memory store)")]
+    LiveNotSupported(String),
+    /// The stored data could not be read back.
+    #[error("stored run is corrupt: {0}")]
+    Corrupt(String),
+    /// An I/O failure.
+    #[error("snapshot store I/O failed: {0}")]
+    Io(String),
+}
+
+impl StoreError {
+    /// The `failed` error this store error becomes.
+    pub fn to_code_mode_error(&self) -> CodeModeError {
+        match self {
+            StoreError::TooMany => CodeModeError::uncoded(MSG_TOO_MANY),
+            StoreError::Unavailable | StoreError::Busy | StoreError::WrongScope(_) => {
+                CodeModeError::new(CodeModeErrorCode::InvalidInput, self.to_string())
+            }
+            StoreError::Corrupt(_) => CodeModeError::new(CodeModeErrorCode::SnapshotRestoreFailed, self.to_string()),
+            StoreError::LiveNotSupported(_) | StoreError::Io(_) => {
+                CodeModeError::new(CodeModeErrorCode::InternalError, self.to_string())
+            }
+        }
+    }
+}
+
+/// Keeps suspended runs.
+///
+/// Lifecycle: [`put`](Self::put) after a suspension; [`checkout`](Self::checkout) at the start of a
+/// `wait` (the run stays reserved, so a second concurrent `wait` gets [`StoreError::Busy`]); then either
+/// `put` again (the run suspended again) or [`remove`](Self::remove) (it settled or failed).
+#[async_trait::async_trait]
+pub trait SnapshotStore: Send + Sync {
+    /// A short name for logs (`"memory"`, `"directory"`).
+    fn name(&self) -> &str;
+
+    /// Whether live (non-serialized) snapshots can be stored.
+    fn accepts_live(&self) -> bool;
+
+    /// Stores a suspended run. A run that is not currently checked out counts against
+    /// [`MAX_SUSPENDED_RUNS`] ([`StoreError::TooMany`]).
+    async fn put(&self, run: SuspendedRun) -> Result<(), StoreError>;
+
+    /// Takes a run out for resumption, after checking expiry and scope.
+    async fn checkout(&self, run_id: &RunId, scope: &RunScope) -> Result<SuspendedRun, StoreError>;
+
+    /// Deletes a run (or releases its checkout). Returns whether anything was removed.
+    async fn remove(&self, run_id: &RunId) -> bool;
+
+    /// Deletes expired runs and returns their ids.
+    async fn purge_expired(&self) -> Vec<RunId>;
+
+    /// Number of runs held (suspended or checked out).
+    async fn len(&self) -> usize;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_spec_messages() {
+        let e = StoreError::TooMany.to_code_mode_error();
+        assert_eq!(e.message, "too many suspended code mode runs.");
+        assert_eq!(e.code, None);
+        let e = StoreError::Unavailable.to_code_mode_error();
+        assert_eq!((e.code, e.message.as_str()), (Some(CodeModeErrorCode::InvalidInput), MSG_UNAVAILABLE));
+        let e = StoreError::WrongScope(ScopeMismatch::Session).to_code_mode_error();
+        assert_eq!(e.message, "code mode run belongs to a different session.");
+        assert_eq!(StoreError::Busy.to_code_mode_error().code, Some(CodeModeErrorCode::InvalidInput));
+    }
+}

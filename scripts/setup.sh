@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the build and the tests need that cargo cannot fetch. Idempotent: a second run
+# installs nothing and takes a second. Safe to run as root (CI) or with sudo available.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else
+    log "need root to run: $*"; return 1; fi
+}
+
+# 1. Debian packages: clang-16 + lld-16 + wasi-libc + the wasm32 compiler runtime build the QuickJS-ng guest
+#    module of the default engine (crates/codemode-engine-wasi).
+debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages present: ${debs[*]}"
+fi
