@@ -1,0 +1,257 @@
+//! The JSON-safe value adapter, host side (SPEC §7, B6).
+//!
+//! Every value crossing the bridge is JSON text. Going into the host it is parsed here under a size and
+//! depth limit; going into the guest it is serialized here under the same kind of limits. In both
+//! directions the keys `__proto__`, `constructor` and `prototype` are dropped, so data can never be used
+//! to smuggle prototype changes through naive merges in guest code or in tools written in JavaScript.
+//! (The guest half of the adapter, in the prelude, turns cycles, BigInt, functions, symbols and binary
+//! data into plain JSON first.)
+
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
+use std::io;
+
+/// Keys that are dropped from every object crossing the bridge.
+pub const FORBIDDEN_KEYS: [&str; 3] = ["__proto__", "constructor", "prototype"];
+
+/// Why a value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdapterError {
+    /// The JSON text is larger than allowed.
+    #[error("value of {size} bytes exceeds the bridge limit of {limit} bytes")]
+    TooLarge {
+        /// Size seen (for serialization: the limit plus one).
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The value nests deeper than allowed.
+    #[error("value nests deeper than {limit} levels")]
+    TooDeep {
+        /// The limit.
+        limit: u32,
+    },
+    /// The text is not JSON.
+    #[error("not valid JSON: {0}")]
+    Invalid(String),
+}
+
+/// Whether `key` is dropped at the bridge.
+pub fn is_forbidden_key(key: &str) -> bool {
+    FORBIDDEN_KEYS.contains(&key)
+}
+
+/// Nesting depth of a value: scalars are 0, `[]` is 1, `[[1]]` is 2. Iterative, so any depth is safe.
+pub fn depth(value: &Value) -> usize {
+    let mut max = 0;
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(items) => {
+                max = max.max(d + 1);
+                stack.extend(items.iter().map(|x| (x, d + 1)));
+            }
+            Value::Object(map) => {
+                max = max.max(d + 1);
+                stack.extend(map.values().map(|x| (x, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Removes forbidden keys everywhere in `value`; returns how many were removed.
+///
+/// Recursive: call it only on values whose [`depth`] is already bounded.
+pub fn sanitize(value: &mut Value) -> usize {
+    match value {
+        Value::Array(items) => items.iter_mut().map(sanitize).sum(),
+        Value::Object(map) => {
+            let mut removed = 0;
+            for key in FORBIDDEN_KEYS {
+                if map.shift_remove(key).is_some() {
+                    removed += 1;
+                }
+            }
+            removed + map.values_mut().map(sanitize).sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
+/// Parses JSON text coming from the guest: size limit, depth limit, forbidden keys dropped.
+pub fn parse_guest_json(text: &str, max_bytes: u64, max_depth: u32) -> Result<Value, AdapterError> {
+    let size = text.len() as u64;
+    if size > max_bytes {
+        return Err(AdapterError::TooLarge { size, limit: max_bytes });
+    }
+    let mut value: Value = serde_json::from_str(text).map_err(|e| {
+        if e.to_string().contains("recursion limit") {
+            AdapterError::TooDeep { limit: max_depth }
+        } else {
+            AdapterError::Invalid(e.to_string())
+        }
+    })?;
+    if depth(&value) > max_depth as usize {
+        return Err(AdapterError::TooDeep { limit: max_depth });
+    }
+    sanitize(&mut value);
+    Ok(value)
+}
+
+/// Serializes a host value for the guest: depth limit, size limit (checked while writing, so an
+/// oversized value is never fully copied), forbidden keys dropped.
+pub fn encode_for_guest(value: &Value, max_bytes: u64, max_depth: u32) -> Result<String, AdapterError> {
+    if depth(value) > max_depth as usize {
+        return Err(AdapterError::TooDeep { limit: max_depth });
+    }
+    let mut w = LimitedWriter { buf: Vec::new(), limit: max_bytes as usize };
+    match serde_json::to_writer(&mut w, &Sanitized(value)) {
+        Ok(()) => Ok(String::from_utf8(w.buf).map_err(|e| AdapterError::Invalid(e.to_string()))?),
+        Err(e) if e.is_io() => Err(AdapterError::TooLarge { size: max_bytes.saturating_add(1), limit: max_bytes }),
+        Err(e) => Err(AdapterError::Invalid(e.to_string())),
+    }
+}
+
+struct LimitedWriter {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl io::Write for LimitedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            return Err(io::Error::other("bridge size limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Serializes a value without its forbidden keys.
+struct Sanitized<'a>(&'a Value);
+
+impl Serialize for Sanitized<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&Sanitized(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(map) => {
+                let kept = map.iter().filter(|(k, _)| !is_forbidden_key(k));
+                let mut m = s.serialize_map(None)?;
+                for (k, v) in kept {
+                    m.serialize_entry(k, &Sanitized(v))?;
+                }
+                m.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn forbidden_keys_are_dropped_both_ways() {
+        let v = parse_guest_json(
+            r#"{"__proto__": {"polluted": 1}, "a": {"constructor": {"prototype": {"x": 1}}, "b": 2}}"#,
+            1 << 20,
+            64,
+        )
+        .unwrap();
+        assert_eq!(v, json!({"a": {"b": 2}}));
+        let out = encode_for_guest(&json!({"__proto__": 1, "k": [{"prototype": 2, "z": 3}]}), 1 << 20, 64).unwrap();
+        assert_eq!(out, r#"{"k":[{"z":3}]}"#);
+    }
+
+    #[test]
+    fn limits() {
+        assert_eq!(
+            parse_guest_json("[1,2,3]", 3, 64),
+            Err(AdapterError::TooLarge { size: 7, limit: 3 })
+        );
+        let deep = "[".repeat(10) + &"]".repeat(10);
+        assert_eq!(parse_guest_json(&deep, 1 << 20, 9), Err(AdapterError::TooDeep { limit: 9 }));
+        assert!(parse_guest_json(&deep, 1 << 20, 10).is_ok());
+        let very_deep = "[".repeat(5000) + &"]".repeat(5000);
+        assert_eq!(parse_guest_json(&very_deep, 1 << 20, 100), Err(AdapterError::TooDeep { limit: 100 }));
+        assert!(matches!(parse_guest_json("{", 10, 10), Err(AdapterError::Invalid(_))));
+        let big = json!("x".repeat(100));
+        assert!(matches!(encode_for_guest(&big, 50, 10), Err(AdapterError::TooLarge { .. })));
+        let mut nested = json!(1);
+        for _ in 0..20 {
+            nested = json!([nested]);
+        }
+        assert_eq!(encode_for_guest(&nested, 1 << 20, 19), Err(AdapterError::TooDeep { limit: 19 }));
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            (-1e12f64..1e12).prop_map(|f| json!(f)),
+            "[a-z_\\u{e9}\\u{1F600}\"\\\\]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(6, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec(
+                    (prop_oneof!["[a-z]{1,6}", Just("__proto__".to_string()), Just("constructor".to_string())], inner),
+                    0..6
+                )
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip_preserves_sanitized_values(v in arb_json()) {
+            let text = encode_for_guest(&v, 1 << 24, 64).unwrap();
+            let back = parse_guest_json(&text, 1 << 24, 64).unwrap();
+            let mut expected = v.clone();
+            sanitize(&mut expected);
+            prop_assert_eq!(&back, &expected);
+            // Sanitizing is idempotent and leaves nothing forbidden behind.
+            let mut again = back.clone();
+            prop_assert_eq!(sanitize(&mut again), 0);
+        }
+
+        #[test]
+        fn size_limit_is_exact(v in arb_json()) {
+            let text = encode_for_guest(&v, 1 << 24, 64).unwrap();
+            let n = text.len() as u64;
+            prop_assert!(encode_for_guest(&v, n, 64).is_ok());
+            prop_assert!(parse_guest_json(&text, n, 64).is_ok());
+            if n > 0 {
+                let too_large_encode = matches!(encode_for_guest(&v, n - 1, 64), Err(AdapterError::TooLarge { .. }));
+                let too_large_parse = matches!(parse_guest_json(&text, n - 1, 64), Err(AdapterError::TooLarge { .. }));
+                prop_assert!(too_large_encode);
+                prop_assert!(too_large_parse);
+            }
+        }
+
+        #[test]
+        fn depth_limit_is_exact(v in arb_json()) {
+            let d = depth(&v) as u32;
+            prop_assert!(encode_for_guest(&v, 1 << 24, d).is_ok());
+            if d > 0 {
+                prop_assert_eq!(encode_for_guest(&v, 1 << 24, d - 1), Err(AdapterError::TooDeep { limit: d - 1 }));
+            }
+        }
+    }
+}

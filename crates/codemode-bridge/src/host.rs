@@ -1,0 +1,295 @@
+//! The host half of the bridge: what happens when the guest calls the host primitive, and how
+//! settled requests are encoded for delivery. Shared by every engine, so the protocol's rules (ids,
+//! limits, output accounting) are implemented exactly once.
+
+use crate::adapter::{encode_for_guest, parse_guest_json};
+use codemode_core::engine::{BridgeRequest, Delivery, GuestFailure, GuestLimits, RequestId, RequestKind};
+use codemode_core::error::CodeModeErrorCode;
+use codemode_core::result::CodeModeOutput;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The part of the bridge state that must survive a snapshot (ids are unique per run, so the next id
+/// and the outstanding set travel with the VM).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BridgeState {
+    /// The next request id to hand out.
+    pub next_id: RequestId,
+    /// Requests issued and not yet delivered.
+    pub outstanding: BTreeMap<RequestId, RequestKind>,
+}
+
+/// What the host primitive answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostCallResult {
+    /// A request was queued under this id (> 0).
+    Request(RequestId),
+    /// A synchronous output item was accepted (the primitive returns 0).
+    Accepted,
+    /// The request is refused; throw a catchable error of this name and message in the guest.
+    Throw {
+        /// Error constructor name (`TypeError`, `RangeError`, `Error`).
+        name: &'static str,
+        /// Message.
+        message: String,
+    },
+    /// A limit was hit that ends the cell: the engine must interrupt the guest (uncatchably) and report
+    /// [`BridgeHost::fatal`]. The guest additionally sees a thrown error until the interrupt lands.
+    Fatal,
+}
+
+/// The engine-independent bridge state machine behind the host primitive.
+#[derive(Debug)]
+pub struct BridgeHost {
+    limits: GuestLimits,
+    state: BridgeState,
+    requests: Vec<BridgeRequest>,
+    output: Vec<CodeModeOutput>,
+    output_used: u64,
+    output_budget: u64,
+    fatal: Option<GuestFailure>,
+}
+
+impl BridgeHost {
+    /// A fresh bridge for a new run.
+    pub fn new(limits: GuestLimits) -> Self {
+        Self::with_state(limits, BridgeState { next_id: 1, outstanding: BTreeMap::new() })
+    }
+
+    /// A bridge restored from a snapshot.
+    pub fn with_state(limits: GuestLimits, state: BridgeState) -> Self {
+        let state = BridgeState { next_id: state.next_id.max(1), ..state };
+        Self {
+            limits,
+            state,
+            requests: Vec::new(),
+            output: Vec::new(),
+            output_used: 0,
+            output_budget: u64::MAX,
+            fatal: None,
+        }
+    }
+
+    /// The state to put into a snapshot.
+    pub fn state(&self) -> &BridgeState {
+        &self.state
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &GuestLimits {
+        &self.limits
+    }
+
+    /// Starts a drive step with `output_budget` bytes of output allowed.
+    pub fn begin_drive(&mut self, output_budget: u64) {
+        self.output_budget = output_budget;
+        self.output_used = 0;
+    }
+
+    /// The failure that ends the cell, if a fatal limit was hit.
+    pub fn fatal(&self) -> Option<&GuestFailure> {
+        self.fatal.as_ref()
+    }
+
+    /// Number of outstanding requests.
+    pub fn outstanding(&self) -> usize {
+        self.state.outstanding.len()
+    }
+
+    /// Handles one call of the host primitive `host(kind, payload)`.
+    pub fn host_call(&mut self, kind: &str, payload: &str) -> HostCallResult {
+        if self.fatal.is_some() {
+            return HostCallResult::Fatal;
+        }
+        match kind {
+            "text" => {
+                let item = CodeModeOutput::Text { text: payload.to_string() };
+                self.push_output(item, payload.len() as u64)
+            }
+            "json" => {
+                let cost = payload.len() as u64;
+                if self.output_used.saturating_add(cost) > self.output_budget {
+                    return self.output_overflow(cost);
+                }
+                match parse_guest_json(payload, self.limits.max_message_bytes, self.limits.max_json_depth) {
+                    Ok(value) => {
+                        let cost = CodeModeOutput::Json { value: value.clone() }.cost() as u64;
+                        self.push_output(CodeModeOutput::Json { value }, cost)
+                    }
+                    Err(e) => HostCallResult::Throw { name: "RangeError", message: format!("json(): {e}") },
+                }
+            }
+            _ => {
+                let Some(kind) = RequestKind::parse(kind) else {
+                    return HostCallResult::Throw { name: "TypeError", message: format!("unknown bridge request `{kind}`") };
+                };
+                if self.state.outstanding.len() >= self.limits.max_outstanding_requests as usize {
+                    self.fatal = Some(GuestFailure {
+                        code: Some(CodeModeErrorCode::TooManyPendingToolCalls),
+                        message: format!(
+                            "too many outstanding bridge requests (limit {}); await results before issuing more",
+                            self.limits.max_outstanding_requests
+                        ),
+                    });
+                    return HostCallResult::Fatal;
+                }
+                let payload = match parse_guest_json(payload, self.limits.max_message_bytes, self.limits.max_json_depth) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return HostCallResult::Throw { name: "RangeError", message: format!("{}: {e}", kind.as_str()) };
+                    }
+                };
+                let id = self.state.next_id;
+                self.state.next_id += 1;
+                self.state.outstanding.insert(id, kind);
+                self.requests.push(BridgeRequest { id, kind, payload });
+                HostCallResult::Request(id)
+            }
+        }
+    }
+
+    fn push_output(&mut self, item: CodeModeOutput, cost: u64) -> HostCallResult {
+        if self.output_used.saturating_add(cost) > self.output_budget {
+            return self.output_overflow(cost);
+        }
+        self.output_used += cost;
+        self.output.push(item);
+        HostCallResult::Accepted
+    }
+
+    fn output_overflow(&mut self, cost: u64) -> HostCallResult {
+        self.fatal = Some(GuestFailure {
+            code: Some(CodeModeErrorCode::OutputLimitExceeded),
+            message: format!(
+                "output limit exceeded: an item of {cost} bytes does not fit in the {} bytes left of maxOutputBytes",
+                self.output_budget.saturating_sub(self.output_used)
+            ),
+        });
+        HostCallResult::Fatal
+    }
+
+    /// Records a fatal failure found by the engine itself.
+    pub fn set_fatal(&mut self, failure: GuestFailure) {
+        if self.fatal.is_none() {
+            self.fatal = Some(failure);
+        }
+    }
+
+    /// Prepares a delivery: `Some((ok, json))` to pass to the guest's settle function, or `None` when
+    /// the id is not outstanding (never issued, or already delivered — a result is never delivered
+    /// twice). A result too large or too deep for the bridge becomes an error delivery.
+    pub fn prepare_delivery(&mut self, delivery: &Delivery) -> Option<(bool, String)> {
+        self.state.outstanding.remove(&delivery.id)?;
+        let limits = self.limits;
+        let encoded = match &delivery.outcome {
+            Ok(value) => match encode_for_guest(value, limits.max_delivery_bytes, limits.max_json_depth) {
+                Ok(json) => (true, json),
+                Err(e) => (false, error_json("RangeError", &format!("result refused by the bridge: {e}"), Some("nested_tool_failed"))),
+            },
+            Err(err) => {
+                let v = serde_json::json!({ "name": err.name, "message": err.message, "code": err.code });
+                match encode_for_guest(&v, limits.max_delivery_bytes, limits.max_json_depth) {
+                    Ok(json) => (false, json),
+                    Err(_) => (false, error_json(&err.name, "error message too large for the bridge", err.code.as_deref())),
+                }
+            }
+        };
+        Some(encoded)
+    }
+
+    /// Ends a drive step: the requests and output items it produced.
+    pub fn finish_drive(&mut self) -> (Vec<BridgeRequest>, Vec<CodeModeOutput>) {
+        (std::mem::take(&mut self.requests), std::mem::take(&mut self.output))
+    }
+
+    /// Bytes of output produced in this drive step.
+    pub fn output_used(&self) -> u64 {
+        self.output_used
+    }
+}
+
+fn error_json(name: &str, message: &str, code: Option<&str>) -> String {
+    serde_json::json!({ "name": name, "message": message, "code": code }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codemode_core::engine::GuestError;
+    use serde_json::json;
+
+    fn host() -> BridgeHost {
+        BridgeHost::new(GuestLimits { max_outstanding_requests: 3, max_message_bytes: 64, ..GuestLimits::default() })
+    }
+
+    #[test]
+    fn requests_get_increasing_ids_and_are_delivered_once() {
+        let mut h = host();
+        h.begin_drive(1000);
+        assert_eq!(h.host_call("search", r#"{"query":"x"}"#), HostCallResult::Request(1));
+        assert_eq!(h.host_call("call", r#"{"id":"a","input":{"__proto__":{"p":1}}}"#), HostCallResult::Request(2));
+        let (reqs, out) = h.finish_drive();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[1].payload, json!({"id": "a", "input": {}}));
+        assert!(out.is_empty());
+        assert_eq!(h.outstanding(), 2);
+        let d = Delivery { id: 2, outcome: Ok(json!({"v": 1})) };
+        assert_eq!(h.prepare_delivery(&d), Some((true, r#"{"v":1}"#.to_string())));
+        assert_eq!(h.prepare_delivery(&d), None, "never delivered twice");
+        assert_eq!(h.prepare_delivery(&Delivery { id: 99, outcome: Ok(json!(1)) }), None);
+        let err = Delivery { id: 1, outcome: Err(GuestError::new("ToolError", "boom", Some(CodeModeErrorCode::NestedToolFailed))) };
+        let (ok, text) = h.prepare_delivery(&err).unwrap();
+        assert!(!ok);
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()["code"], "nested_tool_failed");
+        assert_eq!(h.state().next_id, 3);
+    }
+
+    #[test]
+    fn output_budget_is_fatal() {
+        let mut h = host();
+        h.begin_drive(10);
+        assert_eq!(h.host_call("text", "hello"), HostCallResult::Accepted);
+        assert_eq!(h.host_call("json", "[1,2]"), HostCallResult::Accepted);
+        assert_eq!(h.host_call("text", "toolong"), HostCallResult::Fatal);
+        assert_eq!(h.fatal().unwrap().code, Some(CodeModeErrorCode::OutputLimitExceeded));
+        assert_eq!(h.host_call("search", "{}"), HostCallResult::Fatal, "nothing more after a fatal");
+        let (_, out) = h.finish_drive();
+        assert_eq!(out.len(), 2, "items that fit are kept in order");
+    }
+
+    #[test]
+    fn refusals() {
+        let mut h = host();
+        h.begin_drive(1000);
+        assert!(matches!(h.host_call("exec", "{}"), HostCallResult::Throw { name: "TypeError", .. }));
+        assert!(matches!(h.host_call("call", &format!("\"{}\"", "x".repeat(100))), HostCallResult::Throw { name: "RangeError", .. }));
+        for _ in 0..3 {
+            assert!(matches!(h.host_call("search", "{}"), HostCallResult::Request(_)));
+        }
+        assert_eq!(h.host_call("search", "{}"), HostCallResult::Fatal);
+        assert_eq!(h.fatal().unwrap().code, Some(CodeModeErrorCode::TooManyPendingToolCalls));
+    }
+
+    #[test]
+    fn oversized_results_become_errors() {
+        let mut h = BridgeHost::new(GuestLimits { max_delivery_bytes: 16, ..GuestLimits::default() });
+        h.begin_drive(1000);
+        let HostCallResult::Request(id) = h.host_call("call", "{}") else { panic!() };
+        let (ok, text) = h.prepare_delivery(&Delivery { id, outcome: Ok(json!("x".repeat(100))) }).unwrap();
+        assert!(!ok);
+        assert!(text.contains("exceeds the bridge limit"), "{text}");
+    }
+
+    #[test]
+    fn state_survives_restore() {
+        let mut h = host();
+        h.begin_drive(100);
+        h.host_call("call", "{}");
+        let state = h.state().clone();
+        let mut h2 = BridgeHost::with_state(*h.limits(), state);
+        assert_eq!(h2.outstanding(), 1);
+        h2.begin_drive(100);
+        assert_eq!(h2.host_call("call", "{}"), HostCallResult::Request(2));
+    }
+}

@@ -1,0 +1,370 @@
+// codemode guest prelude (DESIGN §3). Evaluated once per VM, before any guest code, as a classic
+// script. Its completion value is `install(host)`, which the engine calls with the one host primitive:
+//
+//   host(kind: string, payload: string) -> number
+//     kind "text" | "json": synchronous output; returns 0.
+//     any other kind: queues a request; returns its id (> 0).
+//     Throws a plain error when the host refuses the request.
+//
+// `install` returns the engine's private handle { boot, run, settle, poll }. Neither `host` nor the
+// handle is reachable from guest code. Every builtin used here is captured now, so guest code that
+// patches globals or prototypes later cannot change how results are delivered or serialized.
+(function () {
+  "use strict";
+  const G = globalThis;
+  const ObjectCtor = Object;
+  const defineProperty = Object.defineProperty;
+  const freeze = Object.freeze;
+  const isFrozen = Object.isFrozen;
+  const objectKeys = Object.keys;
+  const create = Object.create;
+  const isArray = Array.isArray;
+  const apply = Reflect.apply;
+  const stringify = JSON.stringify;
+  const parse = JSON.parse;
+  const PromiseCtor = Promise;
+  const promiseThen = Promise.prototype.then;
+  const promiseResolve = Promise.resolve.bind(Promise);
+  const promiseReject = Promise.reject.bind(Promise);
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const RangeErrorCtor = RangeError;
+  const MapCtor = Map;
+  const SetCtor = Set;
+  const WeakMapCtor = WeakMap;
+  const mapGet = Map.prototype.get;
+  const mapSet = Map.prototype.set;
+  const mapDelete = Map.prototype.delete;
+  const mapForEach = Map.prototype.forEach;
+  const setHas = Set.prototype.has;
+  const setAdd = Set.prototype.add;
+  const setDelete = Set.prototype.delete;
+  const setForEach = Set.prototype.forEach;
+  const weakGet = WeakMap.prototype.get;
+  const weakSet = WeakMap.prototype.set;
+  const weakHas = WeakMap.prototype.has;
+  const StringCtor = String;
+  const numberIsFinite = Number.isFinite;
+  const symbolToString = Symbol.prototype.toString;
+  const isView = ArrayBuffer.isView;
+  const ArrayBufferCtor = ArrayBuffer;
+  const stringSplit = String.prototype.split;
+  const arrayJoin = Array.prototype.join;
+  const arraySort = Array.prototype.sort;
+  const stringStartsWith = String.prototype.startsWith;
+  const stringEndsWith = String.prototype.endsWith;
+
+  const RESERVED = [
+    "tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require",
+  ];
+
+  function deepFreeze(v) {
+    if (v !== null && typeof v === "object" && !isFrozen(v)) {
+      freeze(v);
+      const ks = objectKeys(v);
+      for (let i = 0; i < ks.length; i++) deepFreeze(v[ks[i]]);
+    }
+    return v;
+  }
+
+  function lock(name, value) {
+    defineProperty(G, name, { value, writable: false, enumerable: false, configurable: false });
+  }
+
+  return function install(host) {
+    const pending = new MapCtor(); // request id -> [resolve, reject]
+    const hostErrors = new WeakMapCtor(); // errors made from host failures -> code
+    let maxDepth = 128;
+    let booted = false;
+    let started = false;
+    let state; // undefined while the cell runs; then "1" + valueJson or "0" + failureJson
+
+    // ---- JSON-safe adapter (SPEC §7 O3/O4): cycles, BigInt, functions, symbols, binary -------------
+    function toSafe(v, depth, ancestors) {
+      switch (typeof v) {
+        case "string":
+        case "boolean":
+          return v;
+        case "number":
+          return numberIsFinite(v) ? v : null;
+        case "bigint":
+          return StringCtor(v);
+        case "undefined":
+          return undefined;
+        case "function":
+          return "[Function" + (typeof v.name === "string" && v.name ? ": " + v.name : "") + "]";
+        case "symbol":
+          return apply(symbolToString, v, []);
+      }
+      if (v === null) return null;
+      if (depth >= maxDepth) throw new RangeErrorCtor("value nests deeper than " + maxDepth + " levels");
+      if (apply(setHas, ancestors, [v])) return "[Circular]";
+      if (typeof v.toJSON === "function") {
+        apply(setAdd, ancestors, [v]);
+        try {
+          return toSafe(v.toJSON(), depth + 1, ancestors);
+        } finally {
+          apply(setDelete, ancestors, [v]);
+        }
+      }
+      if (v instanceof ArrayBufferCtor || isView(v)) {
+        const ctorName = v.constructor && typeof v.constructor.name === "string" ? v.constructor.name : "binary";
+        return "[" + ctorName + " of " + v.byteLength + " bytes: binary values are not supported]";
+      }
+      apply(setAdd, ancestors, [v]);
+      try {
+        if (isArray(v)) {
+          const out = [];
+          const n = v.length;
+          for (let i = 0; i < n; i++) {
+            const x = toSafe(v[i], depth + 1, ancestors);
+            defineProperty(out, i, { value: x === undefined ? null : x, writable: true, enumerable: true, configurable: true });
+          }
+          return out;
+        }
+        const out = create(null);
+        if (v instanceof ErrorCtor) {
+          out.name = safeString(v.name, "Error");
+          out.message = safeString(v.message, "");
+          if (v.code !== undefined) out.code = toSafe(v.code, depth + 1, ancestors);
+          return out;
+        }
+        if (v instanceof MapCtor) {
+          apply(mapForEach, v, [(value, key) => {
+            const x = toSafe(value, depth + 1, ancestors);
+            if (x !== undefined) out[typeof key === "string" ? key : toText(key)] = x;
+          }]);
+          return out;
+        }
+        if (v instanceof SetCtor) {
+          const arr = [];
+          let i = 0;
+          apply(setForEach, v, [(value) => {
+            const x = toSafe(value, depth + 1, ancestors);
+            defineProperty(arr, i++, { value: x === undefined ? null : x, writable: true, enumerable: true, configurable: true });
+          }]);
+          return arr;
+        }
+        const ks = objectKeys(v);
+        for (let i = 0; i < ks.length; i++) {
+          const k = ks[i];
+          const x = toSafe(v[k], depth + 1, ancestors);
+          if (x !== undefined) out[k] = x;
+        }
+        return out;
+      } finally {
+        apply(setDelete, ancestors, [v]);
+      }
+    }
+
+    function toJson(v) {
+      const s = stringify(toSafe(v, 0, new SetCtor()));
+      return s === undefined ? "null" : s;
+    }
+
+    function safeString(v, fallback) {
+      try {
+        return v === undefined ? fallback : StringCtor(v);
+      } catch (_) {
+        return fallback;
+      }
+    }
+
+    function toText(v) {
+      if (typeof v === "string") return v;
+      if (v === undefined) return "undefined";
+      if (typeof v === "symbol") return apply(symbolToString, v, []);
+      if (typeof v === "bigint") return StringCtor(v) + "n";
+      if (typeof v !== "object" && typeof v !== "function") return StringCtor(v);
+      if (v instanceof ErrorCtor) return safeString(v.name, "Error") + ": " + safeString(v.message, "");
+      return toJson(v);
+    }
+
+    // ---- requests -----------------------------------------------------------------------------------
+    function request(kind, payload) {
+      const id = host(kind, toJson(payload));
+      return new PromiseCtor((resolve, reject) => {
+        apply(mapSet, pending, [id, [resolve, reject]]);
+      });
+    }
+
+    function hostError(e) {
+      const err = new ErrorCtor(typeof e.message === "string" ? e.message : "host error");
+      defineProperty(err, "name", { value: typeof e.name === "string" ? e.name : "Error", writable: true, enumerable: false, configurable: true });
+      if (typeof e.code === "string") {
+        defineProperty(err, "code", { value: e.code, writable: true, enumerable: true, configurable: true });
+      }
+      apply(weakSet, hostErrors, [err, typeof e.code === "string" ? e.code : null]);
+      return err;
+    }
+
+    function settle(id, ok, json) {
+      const entry = apply(mapGet, pending, [id]);
+      if (entry === undefined) return false;
+      apply(mapDelete, pending, [id]);
+      const value = parse(json);
+      if (ok) entry[0](value);
+      else entry[1](hostError(value));
+      return true;
+    }
+
+    // ---- output ---------------------------------------------------------------------------------------
+    function text(value) {
+      host("text", toText(value));
+    }
+    function json(value) {
+      host("json", toJson(value));
+    }
+    function log() {
+      const parts = [];
+      for (let i = 0; i < arguments.length; i++) parts[i] = toText(arguments[i]);
+      host("text", apply(arrayJoin, parts, [" "]));
+    }
+    const consoleObj = freeze({ log, info: log, warn: log, error: log, debug: log });
+
+    function yield_control(reason) {
+      return apply(promiseThen, request("yield", { reason: reason === undefined ? null : StringCtor(reason) }), [() => undefined]);
+    }
+
+    function require(name) {
+      throw new ErrorCtor("module access denied: require(" + safeString(name, "") + ") is not available in code mode");
+    }
+
+    // ---- boot: per-run data (catalog views, API files) -----------------------------------------------
+    function boot(dataJson) {
+      if (booted) throw new ErrorCtor("already booted");
+      booted = true;
+      const data = parse(dataJson);
+      if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
+
+      const allTools = deepFreeze(isArray(data.tools) ? data.tools : []);
+      const tools = create(null);
+      tools.search = function search(query, options) {
+        const payload = { query: safeString(query, "") };
+        if (options !== undefined && options !== null && options.limit !== undefined) payload.limit = options.limit;
+        return request("search", payload);
+      };
+      tools.describe = function describe(id) {
+        return request("describe", { id: safeString(id, "") });
+      };
+      tools.call = function call(id, input) {
+        return request("call", { id: safeString(id, ""), input: input === undefined ? {} : input, mode: "raw" });
+      };
+      tools.callValue = function callValue(id, input) {
+        return request("call", { id: safeString(id, ""), input: input === undefined ? {} : input, mode: "value" });
+      };
+      const conveniences = isArray(data.conveniences) ? data.conveniences : [];
+      for (let i = 0; i < conveniences.length; i++) {
+        const name = conveniences[i][0];
+        const id = conveniences[i][1];
+        // K3: never shadow a helper (the host already filters; this is a second guard).
+        if (name in tools) continue;
+        const fn = function (input) {
+          return request("call", { id, input: input === undefined ? {} : input, mode: "value" });
+        };
+        defineProperty(fn, "name", { value: name });
+        tools[name] = fn;
+      }
+      freeze(tools);
+
+      const files = data.apiFiles && typeof data.apiFiles === "object" ? data.apiFiles : {};
+      const paths = apply(arraySort, objectKeys(files), []);
+      const API = freeze({
+        list(prefix) {
+          const p = prefix === undefined || prefix === null ? "" : safeString(prefix, "");
+          const out = [];
+          for (let i = 0; i < paths.length; i++) {
+            const path = paths[i];
+            if (p === "" || path === p || apply(stringStartsWith, path, [apply(stringEndsWith, p, ["/"]) ? p : p + "/"])) {
+              out[out.length] = { path, bytes: files[path].length };
+            }
+          }
+          return promiseResolve(out);
+        },
+        read(path) {
+          const p = safeString(path, "");
+          const segs = apply(stringSplit, p, ["/"]);
+          for (let i = 0; i < segs.length; i++) {
+            if (segs[i] === "." || segs[i] === ".." || segs[i] === "") {
+              return promiseReject(new TypeErrorCtor("API.read: invalid path `" + p + "`"));
+            }
+          }
+          if (!apply(ObjectCtor.prototype.hasOwnProperty, files, [p])) {
+            return promiseReject(new ErrorCtor("API.read: no such file `" + p + "`"));
+          }
+          return promiseResolve(files[p]);
+        },
+      });
+
+      lock("ALL_TOOLS", allTools);
+      lock("tools", tools);
+      lock("MCP", deepFreeze(data.mcp && typeof data.mcp === "object" ? data.mcp : {}));
+      lock("API", API);
+      lock("namespaces", deepFreeze({}));
+      lock("text", text);
+      lock("json", json);
+      lock("yield_control", yield_control);
+      lock("console", consoleObj);
+      lock("require", require);
+    }
+
+    // ---- running the cell -----------------------------------------------------------------------------
+    function failure(e) {
+      const out = { name: "Error", message: "", stack: "", code: null };
+      if (e !== null && (typeof e === "object" || typeof e === "function")) {
+        if (apply(weakHas, hostErrors, [e])) out.code = apply(weakGet, hostErrors, [e]);
+        out.name = safeString(e.name, "Error");
+        out.message = safeString(e.message, "");
+        try {
+          if (typeof e.stack === "string") out.stack = e.stack;
+        } catch (_) {}
+        if (out.message === "" && out.name === "Error" && !(e instanceof ErrorCtor)) {
+          out.name = "Uncaught";
+          try {
+            out.message = toText(e);
+          } catch (_) {
+            out.message = "[object]";
+          }
+        }
+      } else {
+        out.name = "Uncaught";
+        out.message = safeString(typeof e === "symbol" ? apply(symbolToString, e, []) : e, "");
+      }
+      return "0" + stringify(out);
+    }
+
+    function run(fn) {
+      if (started) throw new ErrorCtor("already started");
+      started = true;
+      if (typeof fn !== "function") {
+        state = failure(new TypeErrorCtor("the cell did not compile to a function"));
+        return;
+      }
+      let p;
+      try {
+        p = fn();
+      } catch (e) {
+        state = failure(e);
+        return;
+      }
+      apply(promiseThen, p, [
+        (v) => {
+          try {
+            state = "1" + toJson(v === undefined ? null : v);
+          } catch (e) {
+            state = failure(e);
+          }
+        },
+        (e) => {
+          state = failure(e);
+        },
+      ]);
+    }
+
+    function poll() {
+      return state;
+    }
+
+    return { boot, run, settle, poll, reserved: RESERVED };
+  };
+})();
