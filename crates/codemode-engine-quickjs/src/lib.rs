@@ -1,0 +1,334 @@
+//! # codemode-engine-quickjs
+//!
+//! A [`GuestEngine`] over native QuickJS-ng through `rquickjs`: the fastest start (no WebAssembly), and
+//! weaker isolation than the default `quickjs-wasi` engine (QuickJS's C code runs in the host process).
+//! It is the differential reference of the conformance suite.
+//!
+//! Each instance lives on its own worker thread (with a known stack size, so QuickJS's stack limit is
+//! meaningful); the runtime talks to it over a channel. A suspended run keeps its VM alive: its
+//! snapshot is [`SnapshotBody::Live`], sized by QuickJS's memory accounting, and cannot leave the
+//! process (only the in-memory store accepts it).
+//!
+//! Limits: QuickJS's memory limit (a memory bomb is a catchable `out of memory`), its stack limit
+//! (deep recursion is a catchable `RangeError`), and an interrupt handler that stops the guest at the
+//! drive deadline or when the bridge records a fatal limit (both uncatchable). There is no module
+//! loader, no `std`/`os`, no `console` from QuickJS (the prelude provides its own), no timers, no I/O.
+//!
+//! Layering (DESIGN §2): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
+//! policy or MCP.
+#![forbid(unsafe_code)]
+
+use codemode_bridge::driver::{GuestVm, VmFault, drive, failure_from_parts};
+use codemode_bridge::{BridgeHost, CELL_FILENAME, HostCallResult, PRELUDE, PRELUDE_FILENAME};
+use codemode_core::engine::{
+    DriveInput, DriveReport, EngineError, GuestEngine, GuestInstance, GuestLimits, GuestProgram, RequestId,
+    Snapshot, SnapshotBody,
+};
+use rquickjs::context::EvalOptions;
+use rquickjs::{CatchResultExt, Context, Ctx, Exception, Function, Object, Persistent, Runtime, Value};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Instant;
+
+/// The engine's name, as used by `runtime` in the config and `--engine` on the command line.
+pub const ENGINE_NAME: &str = "quickjs";
+
+/// Extra stack for the worker thread beyond the guest's stack budget: host code (serde, the bridge)
+/// runs on the same thread.
+const WORKER_STACK_HEADROOM: usize = 2 << 20;
+
+/// The native QuickJS engine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuickJsEngine;
+
+impl QuickJsEngine {
+    /// Creates the engine.
+    pub fn new() -> Self {
+        QuickJsEngine
+    }
+}
+
+impl GuestEngine for QuickJsEngine {
+    fn name(&self) -> &str {
+        ENGINE_NAME
+    }
+
+    fn serializes_snapshots(&self) -> bool {
+        false
+    }
+
+    fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
+        let boot = serde_json::to_string(&program.boot).map_err(|e| EngineError::Internal(e.to_string()))?;
+        let instance = NativeInstance::spawn(codemode_bridge::wrap_code(&program.code), boot, *limits)?;
+        Ok(Box::new(instance))
+    }
+
+    fn restore(&self, snapshot: Snapshot, _limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
+        if snapshot.engine != ENGINE_NAME {
+            return Err(EngineError::Restore(format!(
+                "snapshot was taken by engine `{}`, not `{ENGINE_NAME}`",
+                snapshot.engine
+            )));
+        }
+        match snapshot.body {
+            SnapshotBody::Live { instance, .. } => Ok(instance),
+            SnapshotBody::Serialized(_) => Err(EngineError::Restore(
+                "the native quickjs engine keeps live VMs only and cannot restore serialized snapshots".into(),
+            )),
+        }
+    }
+}
+
+enum Command {
+    Drive(DriveInput, mpsc::Sender<Result<DriveReport, EngineError>>),
+    MemoryUsed(mpsc::Sender<u64>),
+}
+
+/// A VM on its worker thread. Dropping it ends the thread and frees the VM.
+struct NativeInstance {
+    tx: mpsc::Sender<Command>,
+}
+
+fn worker_died() -> EngineError {
+    EngineError::Internal("the quickjs worker thread stopped unexpectedly".into())
+}
+
+impl NativeInstance {
+    fn spawn(wrapped: String, boot: String, limits: GuestLimits) -> Result<Self, EngineError> {
+        let (tx, rx) = mpsc::channel::<Command>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), EngineError>>();
+        let stack = usize::try_from(limits.max_stack_bytes).unwrap_or(usize::MAX / 2).saturating_add(WORKER_STACK_HEADROOM);
+        std::thread::Builder::new()
+            .name("codemode-quickjs".into())
+            .stack_size(stack)
+            .spawn(move || {
+                let mut vm = match Vm::new(limits, boot) {
+                    Ok(vm) => {
+                        let _ = ready_tx.send(Ok(()));
+                        vm
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let mut unstarted = Some(wrapped);
+                while let Ok(cmd) = rx.recv() {
+                    match cmd {
+                        Command::Drive(input, reply) => {
+                            let _ = reply.send(drive(&mut vm, &mut unstarted, input));
+                        }
+                        Command::MemoryUsed(reply) => {
+                            vm.rt.run_gc();
+                            let _ = reply.send(vm.rt.memory_usage().memory_used_size.max(0) as u64);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| EngineError::Unavailable(format!("cannot start a worker thread: {e}")))?;
+        ready_rx.recv().map_err(|_| worker_died())??;
+        Ok(NativeInstance { tx })
+    }
+}
+
+impl GuestInstance for NativeInstance {
+    fn drive(&mut self, input: DriveInput) -> Result<DriveReport, EngineError> {
+        let (reply_tx, reply_rx) = mpsc::channel();
+        self.tx.send(Command::Drive(input, reply_tx)).map_err(|_| worker_died())?;
+        reply_rx.recv().map_err(|_| worker_died())?
+    }
+
+    fn snapshot(self: Box<Self>) -> Result<Snapshot, EngineError> {
+        let (reply_tx, reply_rx) = mpsc::channel();
+        self.tx.send(Command::MemoryUsed(reply_tx)).map_err(|_| worker_died())?;
+        let size_bytes = reply_rx.recv().map_err(|_| worker_died())?;
+        Ok(Snapshot { engine: ENGINE_NAME.to_string(), body: SnapshotBody::Live { size_bytes, instance: self } })
+    }
+}
+
+/// Deadline and fatal flags read by QuickJS's interrupt handler.
+struct Interrupt {
+    epoch: Instant,
+    deadline_ns: AtomicU64,
+    fatal: AtomicBool,
+    fired: AtomicBool,
+}
+
+impl Interrupt {
+    fn should_stop(&self) -> bool {
+        let now = self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let stop = self.fatal.load(Ordering::Relaxed) || now >= self.deadline_ns.load(Ordering::Relaxed);
+        if stop {
+            self.fired.store(true, Ordering::Relaxed);
+        }
+        stop
+    }
+}
+
+struct Vm {
+    rt: Runtime,
+    ctx: Context,
+    api: Persistent<Object<'static>>,
+    bridge: Arc<Mutex<BridgeHost>>,
+    interrupt: Arc<Interrupt>,
+    boot: Option<String>,
+}
+
+fn eval_options(filename: &str) -> EvalOptions {
+    let mut opts = EvalOptions::default();
+    opts.global = true;
+    opts.strict = false;
+    opts.filename = Some(filename.to_string());
+    opts
+}
+
+fn unavailable(what: &str) -> impl Fn(rquickjs::Error) -> EngineError + '_ {
+    move |e| EngineError::Unavailable(format!("{what}: {e}"))
+}
+
+impl Vm {
+    fn new(limits: GuestLimits, boot: String) -> Result<Self, EngineError> {
+        let rt = Runtime::new().map_err(unavailable("cannot create a QuickJS runtime"))?;
+        rt.set_memory_limit(usize::try_from(limits.memory_limit_bytes).unwrap_or(usize::MAX));
+        rt.set_max_stack_size(usize::try_from(limits.max_stack_bytes).unwrap_or(usize::MAX));
+        let interrupt = Arc::new(Interrupt {
+            epoch: Instant::now(),
+            deadline_ns: AtomicU64::new(u64::MAX),
+            fatal: AtomicBool::new(false),
+            fired: AtomicBool::new(false),
+        });
+        let handler_state = interrupt.clone();
+        rt.set_interrupt_handler(Some(Box::new(move || handler_state.should_stop())));
+        let ctx = Context::full(&rt).map_err(unavailable("cannot create a QuickJS context"))?;
+        let bridge = Arc::new(Mutex::new(BridgeHost::new(limits)));
+        let api = ctx.with(|ctx| -> Result<Persistent<Object<'static>>, EngineError> {
+            let installed = (|| -> rquickjs::Result<Object<'_>> {
+                let install: Function<'_> = ctx.eval_with_options(PRELUDE, eval_options(PRELUDE_FILENAME))?;
+                let host = host_function(&ctx, bridge.clone(), interrupt.clone())?;
+                install.call((host,))
+            })();
+            let api = installed
+                .catch(&ctx)
+                .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))?;
+            Ok(Persistent::save(&ctx, api))
+        })?;
+        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: Some(boot) })
+    }
+
+    /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.
+    fn fault(&self, ctx: &Ctx<'_>, err: rquickjs::Error) -> VmFault {
+        if self.interrupt.fired.load(Ordering::Relaxed) {
+            // Clear the uncatchable exception so the context stays consistent.
+            let _ = ctx.catch();
+            return VmFault::Interrupted;
+        }
+        match err {
+            rquickjs::Error::Exception => exception_fault(&ctx.catch()),
+            other => VmFault::Engine(EngineError::Internal(other.to_string())),
+        }
+    }
+
+    fn call_api(&mut self, name: &str, args: impl for<'js> FnOnce(&Ctx<'js>, Function<'js>) -> rquickjs::Result<Value<'js>>) -> Result<Option<String>, VmFault> {
+        let api = self.api.clone();
+        self.ctx.with(|ctx| {
+            let result = api.restore(&ctx).and_then(|api| api.get::<_, Function<'_>>(name)).and_then(|f| args(&ctx, f));
+            match result {
+                Ok(v) => Ok(v.as_string().and_then(|s| s.to_string().ok())),
+                Err(e) => Err(self.fault(&ctx, e)),
+            }
+        })
+    }
+}
+
+fn exception_fault(value: &Value<'_>) -> VmFault {
+    let get = |key: &str| -> String {
+        value
+            .as_object()
+            .and_then(|o| o.get::<_, Value<'_>>(key).ok())
+            .and_then(|v| v.as_string().and_then(|s| s.to_string().ok()))
+            .unwrap_or_default()
+    };
+    let (name, message) = if value.is_object() {
+        (get("name"), get("message"))
+    } else {
+        ("Uncaught".to_string(), value.as_string().and_then(|s| s.to_string().ok()).unwrap_or_else(|| format!("{value:?}")))
+    };
+    VmFault::Failure(failure_from_parts(&name, &message, &get("stack"), None))
+}
+
+fn host_function<'js>(ctx: &Ctx<'js>, bridge: Arc<Mutex<BridgeHost>>, interrupt: Arc<Interrupt>) -> rquickjs::Result<Function<'js>> {
+    Function::new(ctx.clone(), move |ctx: Ctx<'js>, kind: String, payload: String| -> rquickjs::Result<f64> {
+        let answer = match bridge.lock() {
+            Ok(mut b) => b.host_call(&kind, &payload),
+            Err(_) => HostCallResult::Fatal,
+        };
+        match answer {
+            HostCallResult::Request(id) => Ok(id as f64),
+            HostCallResult::Accepted => Ok(0.0),
+            HostCallResult::Throw { name, message } => Err(match name {
+                "TypeError" => Exception::throw_type(&ctx, &message),
+                "RangeError" => Exception::throw_range(&ctx, &message),
+                _ => Exception::throw_message(&ctx, &message),
+            }),
+            HostCallResult::Fatal => {
+                interrupt.fatal.store(true, Ordering::Relaxed);
+                Err(Exception::throw_internal(&ctx, "a code mode limit was reached; the cell is being stopped"))
+            }
+        }
+    })
+}
+
+impl GuestVm for Vm {
+    fn set_deadline(&mut self, deadline: Instant) {
+        let ns = deadline.saturating_duration_since(self.interrupt.epoch).as_nanos().min(u64::MAX as u128) as u64;
+        self.interrupt.deadline_ns.store(ns, Ordering::Relaxed);
+        self.interrupt.fired.store(false, Ordering::Relaxed);
+    }
+
+    fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
+        let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
+        self.call_api("boot", |_, f| f.call((boot,)))?;
+        let api = self.api.clone();
+        let wrapped = wrapped.to_string();
+        self.ctx.with(|ctx| {
+            let result = ctx
+                .eval_with_options::<Value<'_>, _>(wrapped, eval_options(CELL_FILENAME))
+                .and_then(|cell| api.restore(&ctx)?.get::<_, Function<'_>>("run")?.call::<_, Value<'_>>((cell,)));
+            result.map(|_| ()).map_err(|e| self.fault(&ctx, e))
+        })
+    }
+
+    fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
+        let json = json.to_string();
+        self.call_api("settle", |_, f| f.call((id as f64, ok, json))).map(|_| ())
+    }
+
+    fn run_jobs(&mut self) -> Result<(), VmFault> {
+        loop {
+            match self.rt.execute_pending_job() {
+                Ok(true) => continue,
+                Ok(false) => return Ok(()),
+                Err(job) => {
+                    if self.interrupt.fired.load(Ordering::Relaxed) {
+                        job.0.with(|ctx| {
+                            let _ = ctx.catch();
+                        });
+                        return Err(VmFault::Interrupted);
+                    }
+                    return Err(job.0.with(|ctx| exception_fault(&ctx.catch())));
+                }
+            }
+        }
+    }
+
+    fn poll(&mut self) -> Result<Option<String>, VmFault> {
+        self.call_api("poll", |_, f| f.call(()))
+    }
+
+    fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R {
+        match self.bridge.lock() {
+            Ok(mut b) => f(&mut b),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+}
