@@ -1,0 +1,257 @@
+//! # codemode-catalog
+//!
+//! The run-scoped hidden catalog (SPEC §7, §11): the effective tool list turned into entries with
+//! stable ids `<source>:<owner>:<name>`, in source order (core → plugin → MCP → client), without the
+//! control tools. It serves the guest's views — `ALL_TOOLS` (no MCP, no direct-only tools),
+//! `tools.search` (BM25), `tools.describe` (full schemas on demand) and the convenience functions
+//! `tools.<safeName>` (only for unambiguous names that shadow no helper) — and resolves the exact id of
+//! every nested call.
+//!
+//! Layering (DESIGN §2): depends on `codemode-core` (types) and `codemode-bridge` (reserved names);
+//! engine-agnostic.
+#![forbid(unsafe_code)]
+
+pub mod hints;
+pub mod names;
+pub mod search;
+
+use codemode_core::catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};
+use search::{DocFields, SearchIndex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Names of Tool Search control tools, never catalogued (SPEC §11, T1, V12).
+pub const TOOL_SEARCH_CONTROL_TOOLS: [&str; 4] = ["tool_search_code", "tool_search", "tool_describe", "tool_call"];
+
+/// The owner of codemode's own control tools (`exec`, `wait`), never catalogued (SPEC B9, V15).
+pub const CODEMODE_OWNER: &str = "codemode";
+
+/// Whether a tool is a control tool that must never enter the catalog.
+pub fn is_control_tool(def: &ToolDefinition) -> bool {
+    TOOL_SEARCH_CONTROL_TOOLS.contains(&def.name.as_str()) || def.owner == CODEMODE_OWNER
+}
+
+/// One catalogued tool.
+#[derive(Debug, Clone)]
+pub struct CatalogTool {
+    /// The exact id.
+    pub id: String,
+    /// The definition.
+    pub def: Arc<ToolDefinition>,
+    /// The compact entry the guest sees.
+    pub entry: ToolCatalogEntry,
+    /// Whether the tool is in the guest's `ALL_TOOLS` / `tools.*` views (not MCP, not direct-only).
+    pub guest_visible: bool,
+}
+
+/// The run-scoped catalog.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    tools: Vec<CatalogTool>,
+    by_id: HashMap<String, usize>,
+    guest: Vec<usize>,
+    conveniences: Vec<(String, String)>,
+    index: SearchIndex,
+    dropped: Vec<String>,
+}
+
+impl Catalog {
+    /// Builds the catalog from the effective (already policy-filtered) tool list.
+    ///
+    /// Tools are ordered by source (stable within a source); control tools are left out; a second
+    /// tool with an id already taken is left out and reported by [`Catalog::dropped`].
+    pub fn build(defs: impl IntoIterator<Item = ToolDefinition>) -> Self {
+        let mut defs: Vec<ToolDefinition> = defs.into_iter().filter(|d| !is_control_tool(d)).collect();
+        defs.sort_by_key(|d| d.source);
+        let mut cat = Catalog::default();
+        for def in defs {
+            let id = def.id();
+            if cat.by_id.contains_key(&id) {
+                cat.dropped.push(id);
+                continue;
+            }
+            let guest_visible = def.source != ToolSource::Mcp && !def.direct_only;
+            let output = if def.source.is_trusted() { def.output_schema.as_ref().and_then(hints::output_hint) } else { None };
+            let entry = ToolCatalogEntry {
+                id: id.clone(),
+                name: def.name.clone(),
+                label: def.label.clone(),
+                description: def.description.clone(),
+                source: def.source,
+                source_name: Some(def.owner.clone()),
+                input: hints::hint(&def.parameters),
+                output,
+            };
+            cat.by_id.insert(id.clone(), cat.tools.len());
+            if guest_visible {
+                cat.guest.push(cat.tools.len());
+            }
+            cat.tools.push(CatalogTool { id, def: Arc::new(def), entry, guest_visible });
+        }
+        cat.index = SearchIndex::build(cat.guest.iter().map(|&i| {
+            let t = &cat.tools[i];
+            DocFields {
+                name: &t.def.name,
+                id: &t.id,
+                label: t.def.label.as_deref(),
+                description: &t.def.description,
+                owner: &t.def.owner,
+            }
+        }));
+        let mut by_safe: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for &i in &cat.guest {
+            let t = &cat.tools[i];
+            by_safe.entry(names::safe_name(&t.def.name)).or_default().push(&t.id);
+        }
+        cat.conveniences = by_safe
+            .into_iter()
+            .filter(|(name, ids)| ids.len() == 1 && !name.is_empty() && !names::is_reserved(name))
+            .map(|(name, ids)| (name, ids[0].to_string()))
+            .collect();
+        cat
+    }
+
+    /// Every catalogued tool, in catalog order (MCP and direct-only tools included).
+    pub fn tools(&self) -> &[CatalogTool] {
+        &self.tools
+    }
+
+    /// Number of catalogued tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether the catalog is empty.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// Catalogued tools per source.
+    pub fn count_by_source(&self) -> BTreeMap<String, u32> {
+        let mut m = BTreeMap::new();
+        for t in &self.tools {
+            *m.entry(t.def.source.as_str().to_string()).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// Ids left out because another tool already had them.
+    pub fn dropped(&self) -> &[String] {
+        &self.dropped
+    }
+
+    /// Any catalogued tool by exact id (MCP included).
+    pub fn get(&self, id: &str) -> Option<&CatalogTool> {
+        self.by_id.get(id).map(|&i| &self.tools[i])
+    }
+
+    /// A tool in the guest's views by exact id: what `tools.call` / `tools.describe` accept. MCP and
+    /// direct-only tools, and ids that are not catalogued (unknown or denied alike), give `None`.
+    pub fn guest_tool(&self, id: &str) -> Option<&CatalogTool> {
+        self.get(id).filter(|t| t.guest_visible)
+    }
+
+    /// `ALL_TOOLS`.
+    pub fn all_tools(&self) -> Vec<ToolCatalogEntry> {
+        self.guest.iter().map(|&i| self.tools[i].entry.clone()).collect()
+    }
+
+    /// `(safeName, id)` pairs of the convenience functions.
+    pub fn conveniences(&self) -> &[(String, String)] {
+        &self.conveniences
+    }
+
+    /// `tools.search(query, {limit})`: best matches first.
+    pub fn search(&self, query: &str, limit: usize) -> Vec<ToolCatalogEntry> {
+        self.index.search(query, limit).into_iter().map(|k| self.tools[self.guest[k]].entry.clone()).collect()
+    }
+
+    /// `tools.describe(id)`: the entry with its full schemas (the output schema only for trusted
+    /// sources, SPEC D6).
+    pub fn describe(&self, id: &str) -> Option<ToolCatalogEntryWithSchema> {
+        self.guest_tool(id).map(|t| ToolCatalogEntryWithSchema {
+            entry: t.entry.clone(),
+            parameters: t.def.parameters.clone(),
+            output_schema: if t.def.source.is_trusted() { t.def.output_schema.clone() } else { None },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn def(source: ToolSource, owner: &str, name: &str) -> ToolDefinition {
+        ToolDefinition::new(source, owner, name).with_description(format!("The {name} tool."))
+    }
+
+    #[test]
+    fn order_ids_and_views() {
+        let mut direct = def(ToolSource::Openclaw, "core", "computer");
+        direct.direct_only = true;
+        let cat = Catalog::build([
+            def(ToolSource::Client, "app", "select_file"),
+            def(ToolSource::Mcp, "github", "create_issue"),
+            def(ToolSource::Plugin, "demo", "demo_echo"),
+            def(ToolSource::Openclaw, "core", "exec"),
+            def(ToolSource::Openclaw, "core", "tool_search"),
+            def(ToolSource::Openclaw, CODEMODE_OWNER, "wait"),
+            direct,
+            def(ToolSource::Plugin, "demo", "demo_echo"),
+        ]);
+        let ids: Vec<&str> = cat.tools().iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "openclaw:core:exec",
+                "openclaw:core:computer",
+                "plugin:demo:demo_echo",
+                "mcp:github:create_issue",
+                "client:app:select_file"
+            ]
+        );
+        assert_eq!(cat.dropped(), ["plugin:demo:demo_echo"]);
+        let all: Vec<String> = cat.all_tools().into_iter().map(|e| e.id).collect();
+        assert_eq!(all, ["openclaw:core:exec", "plugin:demo:demo_echo", "client:app:select_file"], "V5/V6/E10");
+        assert!(cat.guest_tool("mcp:github:create_issue").is_none());
+        assert!(cat.get("mcp:github:create_issue").is_some(), "MCP entries stay in the run catalog");
+        assert!(cat.describe("openclaw:core:computer").is_none());
+        assert_eq!(cat.count_by_source().get("plugin"), Some(&1));
+    }
+
+    #[test]
+    fn k1_to_k5_convenience_names() {
+        let cat = Catalog::build([
+            def(ToolSource::Openclaw, "core", "exec"),
+            def(ToolSource::Plugin, "a", "web-search"),
+            def(ToolSource::Plugin, "b", "web_search"),
+            def(ToolSource::Plugin, "a", "search"),
+            def(ToolSource::Plugin, "a", "callValue"),
+            def(ToolSource::Plugin, "a", "__proto__"),
+            def(ToolSource::Plugin, "a", "constructor"),
+            def(ToolSource::Plugin, "a", "then"),
+            def(ToolSource::Mcp, "gh", "list_repos"),
+            def(ToolSource::Plugin, "a", "demo_echo"),
+        ]);
+        let names: Vec<&str> = cat.conveniences().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["demo_echo", "exec"]);
+        assert_eq!(cat.conveniences()[1].1, "openclaw:core:exec");
+        // The colliding and reserved tools stay callable by id.
+        assert!(cat.guest_tool("plugin:a:search").is_some());
+        assert!(cat.guest_tool("plugin:a:__proto__").is_some());
+    }
+
+    #[test]
+    fn describe_and_output_hints_only_for_trusted_sources() {
+        let schema = json!({"type": "object", "additionalProperties": false, "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
+        let trusted = def(ToolSource::Plugin, "p", "t").with_output_schema(schema.clone());
+        let untrusted = def(ToolSource::Client, "c", "u").with_output_schema(schema);
+        let cat = Catalog::build([trusted, untrusted]);
+        assert_eq!(cat.get("plugin:p:t").unwrap().entry.output.as_deref(), Some("{ok: boolean}"));
+        assert_eq!(cat.get("client:c:u").unwrap().entry.output, None);
+        assert!(cat.describe("plugin:p:t").unwrap().output_schema.is_some());
+        assert!(cat.describe("client:c:u").unwrap().output_schema.is_none());
+        assert!(cat.describe("plugin:p:nope").is_none());
+    }
+}
