@@ -50,7 +50,15 @@ pub trait GuestVm {
     fn poll(&mut self) -> Result<Option<String>, VmFault>;
     /// Gives access to the bridge host.
     fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R;
+    /// Whether the guest heap refused an allocation during this drive step. Used to tell QuickJS's
+    /// last-resort out-of-memory signal (it throws `null` when it cannot even allocate the error
+    /// object) from a plain `throw null`.
+    fn memory_refused(&mut self) -> bool;
 }
+
+/// Message of a `memory_limit_exceeded` failure whose error object could not be allocated.
+pub const OUT_OF_MEMORY_MESSAGE: &str =
+    "InternalError: out of memory (the guest heap reached memoryLimitBytes)";
 
 /// Runs one drive step. `unstarted` holds the wrapped cell source until the first step starts it.
 pub fn drive<V: GuestVm>(
@@ -70,15 +78,31 @@ pub fn drive<V: GuestVm>(
             code: Some(CodeModeErrorCode::Timeout),
             message: TIMEOUT_MESSAGE.to_string(),
         }),
-        (None, Err(VmFault::Failure(f))) => DriveOutcome::Failed(f),
+        (None, Err(VmFault::Failure(f))) => DriveOutcome::Failed(refine_null_throw(vm, f)),
         (None, Ok(None)) => DriveOutcome::Pending,
         (None, Ok(Some(state))) => {
             let (budget, limits) = vm.with_bridge(|b| (input.output_budget.saturating_sub(b.output_used()), *b.limits()));
-            parse_state(&state, budget, limits.max_json_depth)
+            match parse_state(&state, budget, limits.max_json_depth) {
+                DriveOutcome::Failed(f) => DriveOutcome::Failed(refine_null_throw(vm, f)),
+                other => other,
+            }
         }
     };
     Ok(DriveReport { outcome, requests, output })
 }
+
+/// QuickJS throws `null` when it runs out of memory while creating the error object; after a refused
+/// allocation, an uncaught `null` is an out-of-memory failure.
+fn refine_null_throw<V: GuestVm>(vm: &mut V, f: GuestFailure) -> GuestFailure {
+    if f.code.is_none() && f.message == NULL_THROWN && vm.memory_refused() {
+        GuestFailure { code: Some(CodeModeErrorCode::MemoryLimitExceeded), message: OUT_OF_MEMORY_MESSAGE.to_string() }
+    } else {
+        f
+    }
+}
+
+/// How an uncaught `null` is reported (see [`failure_from_parts`]).
+const NULL_THROWN: &str = "Uncaught: null";
 
 fn step<V: GuestVm>(vm: &mut V, unstarted: &mut Option<String>, input: &DriveInput) -> Result<Option<String>, VmFault> {
     if let Some(code) = unstarted.take() {
@@ -154,15 +178,29 @@ pub fn failure_from_parts(name: &str, message: &str, stack: &str, code: Option<&
         }
     });
     let mut text = if message.is_empty() { name.to_string() } else { format!("{name}: {message}") };
-    let frames: Vec<&str> = stack.lines().map(str::trim).filter(|l| !l.is_empty()).take(MAX_STACK_LINES).collect();
-    if !frames.is_empty() {
+    for frame in guest_frames(stack) {
         text.push('\n');
-        text.push_str(&frames.join("\n"));
+        text.push_str(&frame);
     }
     if text.chars().count() > MAX_FAILURE_CHARS {
         text = text.chars().take(MAX_FAILURE_CHARS).collect::<String>() + "…";
     }
     GuestFailure { code, message: text }
+}
+
+/// The stack frames worth showing the model: the cell's own (prelude frames are hidden), at most
+/// [`MAX_STACK_LINES`], with runs of identical frames (deep recursion) collapsed into one line.
+fn guest_frames(stack: &str) -> Vec<String> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for line in stack.lines().map(str::trim).filter(|l| !l.is_empty() && !l.contains(crate::PRELUDE_FILENAME)) {
+        let full = out.len() == MAX_STACK_LINES;
+        match out.last_mut() {
+            Some((last, n)) if last == line => *n += 1,
+            _ if full => break,
+            _ => out.push((line.to_string(), 1)),
+        }
+    }
+    out.into_iter().map(|(l, n)| if n > 1 { format!("{l} (repeated {n} times)") } else { l }).collect()
 }
 
 /// Whether an error is QuickJS's out-of-memory error.
@@ -171,8 +209,9 @@ pub fn is_out_of_memory(name: &str, message: &str) -> bool {
 }
 
 /// Whether an error comes from a module guard (static/dynamic import, `require`).
+/// QuickJS's own message when `import()` finds no module loader (there is none in code mode).
 pub fn is_module_denial(message: &str) -> bool {
-    message.starts_with(crate::MODULE_DENIED_PREFIX)
+    message.starts_with(crate::MODULE_DENIED_PREFIX) || message.starts_with("could not load module")
 }
 
 #[cfg(test)]
@@ -198,6 +237,10 @@ mod tests {
         let f = classify_failure(r#"{"name":"ToolError","message":"boom","code":"nested_tool_failed","stack":"at a\n at b\n"}"#);
         assert_eq!(f.code, Some(CodeModeErrorCode::NestedToolFailed));
         assert_eq!(f.message, "ToolError: boom\nat a\nat b");
+        let f = failure_from_parts("RangeError", "deep", "at f (<cell>:1)\nat f (<cell>:1)\nat f (<cell>:1)\nat g (<cell>:2)\nat run (<codemode-prelude>:9)", None);
+        assert_eq!(f.message, "RangeError: deep\nat f (<cell>:1) (repeated 3 times)\nat g (<cell>:2)");
+        let f = classify_failure(r#"{"name":"ReferenceError","message":"could not load module 'fs'"}"#);
+        assert_eq!(f.code, Some(CodeModeErrorCode::ModuleAccessDenied));
         let f = classify_failure(r#"{"name":"TypeError","message":"x is not a function","code":"made_up"}"#);
         assert_eq!(f.code, None);
         let long = "y".repeat(5000);

@@ -106,8 +106,9 @@ pub struct Delivery {
 pub struct GuestProgram {
     /// JavaScript source (TypeScript already transformed), the body of an async function.
     pub code: String,
-    /// Per-run data for the prelude's `boot` (catalog views, limits, …), see `codemode-bridge`.
-    pub boot: Value,
+    /// Per-run data for the prelude's `boot` (catalog views, limits, …) as JSON text, see
+    /// `codemode-bridge`. Shared, because it is the same for every run over one catalog.
+    pub boot: std::sync::Arc<str>,
 }
 
 /// Limits that bound what the guest and the bridge may consume. Each exists to stop a specific abuse.
@@ -140,7 +141,7 @@ impl Default for GuestLimits {
             max_stack_bytes: 512 << 10,
             max_message_bytes: 4 << 20,
             max_delivery_bytes: 16 << 20,
-            max_json_depth: 128,
+            max_json_depth: 64,
             max_outstanding_requests: 1024,
         }
     }

@@ -9,14 +9,18 @@
 //! snapshot is [`SnapshotBody::Live`], sized by QuickJS's memory accounting, and cannot leave the
 //! process (only the in-memory store accepts it).
 //!
-//! Limits: QuickJS's memory limit (a memory bomb is a catchable `out of memory`), its stack limit
+//! Limits: a guest heap limit enforced by the engine's allocator (a memory bomb is a catchable
+//! `out of memory`, and the engine knows when the limit was hit even if QuickJS cannot allocate the
+//! error object), QuickJS's stack limit
 //! (deep recursion is a catchable `RangeError`), and an interrupt handler that stops the guest at the
 //! drive deadline or when the bridge records a fatal limit (both uncatchable). There is no module
 //! loader, no `std`/`os`, no `console` from QuickJS (the prelude provides its own), no timers, no I/O.
 //!
 //! Layering (DESIGN §2): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
 //! policy or MCP.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+mod alloc;
 
 use codemode_bridge::driver::{GuestVm, VmFault, drive, failure_from_parts};
 use codemode_bridge::{BridgeHost, CELL_FILENAME, HostCallResult, PRELUDE, PRELUDE_FILENAME};
@@ -36,6 +40,9 @@ pub const ENGINE_NAME: &str = "quickjs";
 /// Extra stack for the worker thread beyond the guest's stack budget: host code (serde, the bridge)
 /// runs on the same thread.
 const WORKER_STACK_HEADROOM: usize = 2 << 20;
+
+/// How far above the allocator's limit QuickJS's own memory limit sits (a second line of defence).
+const BACKSTOP_SLACK: usize = 1 << 20;
 
 /// The native QuickJS engine.
 #[derive(Debug, Clone, Copy, Default)]
@@ -58,8 +65,8 @@ impl GuestEngine for QuickJsEngine {
     }
 
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
-        let boot = serde_json::to_string(&program.boot).map_err(|e| EngineError::Internal(e.to_string()))?;
-        let instance = NativeInstance::spawn(codemode_bridge::wrap_code(&program.code), boot, *limits)?;
+        let instance =
+            NativeInstance::spawn(codemode_bridge::wrap_code(&program.code), program.boot.to_string(), *limits)?;
         Ok(Box::new(instance))
     }
 
@@ -165,13 +172,17 @@ impl Interrupt {
     }
 }
 
+/// Field order matters: the prelude handle must be released before the context and the runtime
+/// (QuickJS asserts that no object outlives its runtime).
 struct Vm {
-    rt: Runtime,
-    ctx: Context,
     api: Persistent<Object<'static>>,
+    ctx: Context,
+    rt: Runtime,
     bridge: Arc<Mutex<BridgeHost>>,
     interrupt: Arc<Interrupt>,
     boot: Option<String>,
+    /// Set by the allocator when it refuses an allocation; cleared at every drive step.
+    refused: Arc<AtomicBool>,
 }
 
 fn eval_options(filename: &str) -> EvalOptions {
@@ -188,8 +199,12 @@ fn unavailable(what: &str) -> impl Fn(rquickjs::Error) -> EngineError + '_ {
 
 impl Vm {
     fn new(limits: GuestLimits, boot: String) -> Result<Self, EngineError> {
-        let rt = Runtime::new().map_err(unavailable("cannot create a QuickJS runtime"))?;
-        rt.set_memory_limit(usize::try_from(limits.memory_limit_bytes).unwrap_or(usize::MAX));
+        let heap_limit = usize::try_from(limits.memory_limit_bytes).unwrap_or(usize::MAX);
+        let refused = Arc::new(AtomicBool::new(false));
+        let rt = Runtime::new_with_alloc(alloc::GuardedAllocator::new(heap_limit, refused.clone()))
+            .map_err(unavailable("cannot create a QuickJS runtime"))?;
+        // QuickJS's own limit stays as a backstop, a little above the allocator's.
+        rt.set_memory_limit(heap_limit.saturating_add(BACKSTOP_SLACK));
         rt.set_max_stack_size(usize::try_from(limits.max_stack_bytes).unwrap_or(usize::MAX));
         let interrupt = Arc::new(Interrupt {
             epoch: Instant::now(),
@@ -212,7 +227,7 @@ impl Vm {
                 .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))?;
             Ok(Persistent::save(&ctx, api))
         })?;
-        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: Some(boot) })
+        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: Some(boot), refused })
     }
 
     /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.
@@ -251,7 +266,14 @@ fn exception_fault(value: &Value<'_>) -> VmFault {
     let (name, message) = if value.is_object() {
         (get("name"), get("message"))
     } else {
-        ("Uncaught".to_string(), value.as_string().and_then(|s| s.to_string().ok()).unwrap_or_else(|| format!("{value:?}")))
+        let text = if value.is_null() {
+            "null".to_string()
+        } else if value.is_undefined() {
+            "undefined".to_string()
+        } else {
+            value.as_string().and_then(|s| s.to_string().ok()).unwrap_or_else(|| format!("{:?}", value.type_of()))
+        };
+        ("Uncaught".to_string(), text)
     };
     VmFault::Failure(failure_from_parts(&name, &message, &get("stack"), None))
 }
@@ -283,6 +305,7 @@ impl GuestVm for Vm {
         let ns = deadline.saturating_duration_since(self.interrupt.epoch).as_nanos().min(u64::MAX as u128) as u64;
         self.interrupt.deadline_ns.store(ns, Ordering::Relaxed);
         self.interrupt.fired.store(false, Ordering::Relaxed);
+        self.refused.store(false, Ordering::Relaxed);
     }
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
@@ -323,6 +346,10 @@ impl GuestVm for Vm {
 
     fn poll(&mut self) -> Result<Option<String>, VmFault> {
         self.call_api("poll", |_, f| f.call(()))
+    }
+
+    fn memory_refused(&mut self) -> bool {
+        self.refused.load(Ordering::Relaxed)
     }
 
     fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R {

@@ -1,0 +1,264 @@
+//! # codemode
+//!
+//! Code mode for LLM agents. Instead of hundreds of tool schemas, the model sees two tools, `exec`
+//! and `wait`. It writes a short JavaScript program; the program runs in a sandbox that treats it as
+//! hostile, and every real tool is a function reachable only through a narrow JSON bridge. A program
+//! waiting on slow tools is suspended as a VM snapshot and resumed later by `wait`.
+//!
+//! This is the facade and runtime crate: [`CodeMode::exec`] / [`CodeMode::wait`] implement SPEC §5–§6
+//! over a [`GuestEngine`] chosen by name ([`Engines`]), a catalog of tools ([`LocalTools`] and/or the
+//! host's own [`ToolExecutor`]), [`ToolHook`]s, and a [`SnapshotStore`].
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, RunContext};
+//! let cm = CodeMode::builder(CodeModeConfig::enabled())
+//!     .engine_name("quickjs")
+//!     .local_tools(codemode::demo::demo_tools())
+//!     .build();
+//! let ctx = RunContext::session("s1");
+//! let result = cm.exec(&ctx, &CodeModeExecInput::code("return 1 + 1")).await;
+//! assert_eq!(result.status(), "completed");
+//! # }
+//! ```
+//!
+//! Layering (DESIGN §2): the top library layer. Depends on core, bridge, catalog, snapshot and — by
+//! Cargo feature — the engines.
+#![forbid(unsafe_code)]
+
+pub mod config_file;
+pub mod demo;
+mod runtime;
+pub mod tools;
+pub mod typescript;
+
+pub use codemode_catalog::Catalog;
+pub use codemode_core::{
+    CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
+    CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
+    ToolDefinition, ToolExecutor, ToolSource,
+};
+pub use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolResult};
+pub use codemode_snapshot::{Clock, ManualClock, MemorySnapshotStore, SystemClock};
+pub use runtime::{MSG_STALLED, guest_limits};
+pub use tools::{FnTool, LocalTools, Tool, ToolHook};
+
+use runtime::Inner;
+use std::sync::Arc;
+
+/// The engines compiled into this build, selected by name (DESIGN §2).
+#[derive(Debug, Clone, Copy)]
+pub struct Engines;
+
+impl Engines {
+    /// Every engine name codemode knows, compiled in or not.
+    pub const KNOWN: [&'static str; 2] = ["quickjs-wasi", "quickjs"];
+
+    /// The engine called `name`, or `None` when it is not compiled into this build. A `None` makes
+    /// runs fail closed with `runtime_unavailable`; there is never a silent switch to another engine.
+    pub fn by_name(name: &str) -> Option<Arc<dyn GuestEngine>> {
+        match name {
+            #[cfg(feature = "engine-quickjs")]
+            codemode_engine_quickjs::ENGINE_NAME => Some(Arc::new(codemode_engine_quickjs::QuickJsEngine::new())),
+            _ => None,
+        }
+    }
+
+    /// Names of the engines compiled into this build.
+    pub fn compiled() -> Vec<&'static str> {
+        Self::KNOWN.into_iter().filter(|n| Self::by_name(n).is_some()).collect()
+    }
+}
+
+/// Routes nested calls: local tools by id, everything else to the host's executor.
+struct Router {
+    local: LocalTools,
+    local_ids: std::collections::HashSet<String>,
+    host: Option<Arc<dyn ToolExecutor>>,
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for Router {
+    async fn call(&self, call: NestedToolCall) -> Result<ToolResult, ToolError> {
+        match &self.host {
+            Some(host) if !self.local_ids.contains(&call.tool_id) => host.call(call).await,
+            _ => self.local.call(call).await,
+        }
+    }
+}
+
+/// Builds a [`CodeMode`].
+pub struct CodeModeBuilder {
+    config: CodeModeConfig,
+    engine: Option<Option<Arc<dyn GuestEngine>>>,
+    local: LocalTools,
+    definitions: Vec<ToolDefinition>,
+    executor: Option<Arc<dyn ToolExecutor>>,
+    hooks: Vec<Arc<dyn ToolHook>>,
+    store: Option<Arc<dyn SnapshotStore>>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl CodeModeBuilder {
+    /// Uses this engine instance (instead of resolving `config.runtime`).
+    pub fn engine(mut self, engine: Arc<dyn GuestEngine>) -> Self {
+        self.engine = Some(Some(engine));
+        self
+    }
+
+    /// Uses the engine of this name; an unknown or not compiled name makes runs fail closed.
+    pub fn engine_name(mut self, name: &str) -> Self {
+        self.config.runtime = name.to_string();
+        self.engine = Some(Engines::by_name(name));
+        self
+    }
+
+    /// Adds host tools implemented in Rust (their definitions join the catalog, calls go to them).
+    pub fn local_tools(mut self, tools: LocalTools) -> Self {
+        self.local.extend(&tools);
+        self
+    }
+
+    /// Adds definitions of tools run by the host's own executor (see [`Self::executor`]).
+    pub fn tool_definitions(mut self, defs: impl IntoIterator<Item = ToolDefinition>) -> Self {
+        self.definitions.extend(defs);
+        self
+    }
+
+    /// The host's executor for tools added with [`Self::tool_definitions`].
+    pub fn executor(mut self, executor: Arc<dyn ToolExecutor>) -> Self {
+        self.executor = Some(executor);
+        self
+    }
+
+    /// Adds a hook that sees every nested call.
+    pub fn hook(mut self, hook: Arc<dyn ToolHook>) -> Self {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// Uses this snapshot store (default: a new [`MemorySnapshotStore`]).
+    pub fn store(mut self, store: Arc<dyn SnapshotStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Uses this clock for expiry times (share it with the store; tests use a
+    /// [`ManualClock`](codemode_snapshot::ManualClock)).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Builds the runtime.
+    pub fn build(self) -> CodeMode {
+        let engine = self.engine.unwrap_or_else(|| Engines::by_name(&self.config.runtime));
+        let mut defs = self.local.definitions();
+        let local_ids = defs.iter().map(ToolDefinition::id).collect();
+        defs.extend(self.definitions);
+        let catalog = Catalog::build(defs);
+        for id in catalog.dropped() {
+            tracing::warn!(%id, "a second tool with the same catalog id was left out");
+        }
+        let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
+        let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        CodeMode { inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)) }
+    }
+}
+
+/// The code-mode runtime: `exec` and `wait` (SPEC §5).
+///
+/// Cheap to clone; clones share suspended runs.
+#[derive(Clone)]
+pub struct CodeMode {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CodeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeMode")
+            .field("engine", &self.engine_name())
+            .field("catalog_size", &self.inner.catalog.catalog.len())
+            .field("store", &self.inner.store.name())
+            .finish()
+    }
+}
+
+impl CodeMode {
+    /// Starts building a runtime with `config`.
+    pub fn builder(config: CodeModeConfig) -> CodeModeBuilder {
+        CodeModeBuilder {
+            config,
+            engine: None,
+            local: LocalTools::new(),
+            definitions: Vec::new(),
+            executor: None,
+            hooks: Vec::new(),
+            store: None,
+            clock: None,
+        }
+    }
+
+    /// Runs one cell (SPEC §5.1). Never panics on hostile input; every problem is a `failed` result.
+    pub async fn exec(&self, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
+        self.inner.exec(ctx, input).await
+    }
+
+    /// Resumes a suspended run (SPEC §5.3).
+    pub async fn wait(&self, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
+        self.inner.wait(ctx, input).await
+    }
+
+    /// `exec` from raw tool arguments (hostile JSON).
+    pub async fn exec_json(&self, ctx: &RunContext, args: &serde_json::Value) -> CodeModeResult {
+        match CodeModeExecInput::from_json(args) {
+            Ok(input) => self.exec(ctx, &input).await,
+            Err(e) => CodeModeResult::failed(e, Vec::new(), CodeModeTelemetry::default()),
+        }
+    }
+
+    /// `wait` from raw tool arguments (hostile JSON).
+    pub async fn wait_json(&self, ctx: &RunContext, args: &serde_json::Value) -> CodeModeResult {
+        match CodeModeWaitInput::from_json(args) {
+            Ok(input) => self.wait(ctx, &input).await,
+            Err(e) => CodeModeResult::failed(e, Vec::new(), CodeModeTelemetry::default()),
+        }
+    }
+
+    /// Aborts a run (SPEC §6 `aborted`): its snapshot is deleted and its nested calls stop. Returns
+    /// whether there was anything to abort.
+    pub async fn abort(&self, run_id: &RunId) -> bool {
+        self.inner.abort(run_id).await
+    }
+
+    /// Deletes expired suspended runs now (they are also swept at every `exec` / `wait`).
+    pub async fn sweep(&self) {
+        self.inner.sweep().await;
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &CodeModeConfig {
+        &self.inner.config
+    }
+
+    /// The engine's name (or the configured name when it is not available).
+    pub fn engine_name(&self) -> &str {
+        self.inner.engine.as_ref().map(|e| e.name()).unwrap_or(&self.inner.config.runtime)
+    }
+
+    /// Whether the configured engine is available (otherwise every run fails closed).
+    pub fn engine_available(&self) -> bool {
+        self.inner.engine.is_some()
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog.catalog
+    }
+
+    /// The snapshot store.
+    pub fn store(&self) -> &Arc<dyn SnapshotStore> {
+        &self.inner.store
+    }
+}

@@ -1,0 +1,724 @@
+//! The exec/wait run state machine (SPEC §5–§6, DESIGN §5).
+//!
+//! One `exec` or `wait` call drives the guest in steps. After each step the runtime answers the new
+//! bridge requests: catalog lookups at once, tool calls by spawning them on the host's executor. Ready
+//! answers are delivered in the same call (auto-drain). The call ends when
+//! - the cell's value is final and no nested call is in flight → `completed`;
+//! - the cell failed, or the guest was still busy at the deadline (`timeout`) → `failed`;
+//! - the guest called `yield_control()` → `waiting` / `yield`;
+//! - the guest is idle on nested calls at the deadline → `waiting` / `pending_tools`: the VM is
+//!   snapshotted and stored, the nested calls keep running, and `wait` collects them.
+
+use crate::tools::{ToolHook, run_hooked};
+use codemode_bridge::BootData;
+use codemode_bridge::modules::find_module_access;
+use codemode_catalog::Catalog;
+use codemode_core::config::{CodeModeConfig, Language};
+use codemode_core::engine::{
+    BridgeRequest, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure, GuestInstance,
+    GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot,
+};
+use codemode_core::error::{CodeModeError, CodeModeErrorCode};
+use codemode_core::executor::{NestedToolCall, ToolExecutor};
+use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
+use codemode_core::result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, WaitReason, json_len};
+use codemode_core::scope::{RunContext, RunId};
+use codemode_core::store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
+use codemode_snapshot::Clock;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+/// Message of the failure when a cell awaits something that nothing will ever settle.
+pub const MSG_STALLED: &str = "the cell is waiting on a promise that nothing will settle (no nested calls are in flight)";
+
+fn new_run_id() -> RunId {
+    RunId::from_generated(format!("cm_{}", uuid::Uuid::new_v4().simple()))
+}
+
+/// Guest limits derived from the config.
+pub fn guest_limits(config: &CodeModeConfig) -> GuestLimits {
+    let base = GuestLimits::default();
+    GuestLimits {
+        memory_limit_bytes: config.memory_limit_bytes,
+        max_delivery_bytes: base.max_delivery_bytes.min(config.memory_limit_bytes / 2),
+        max_outstanding_requests: base.max_outstanding_requests.max(2 * config.max_pending_tool_calls as u32),
+        ..base
+    }
+}
+
+/// The nested calls of one run that are still executing on the host.
+struct NestedCalls {
+    tx: mpsc::UnboundedSender<Delivery>,
+    rx: mpsc::UnboundedReceiver<Delivery>,
+    running: HashMap<RequestId, AbortHandle>,
+}
+
+impl NestedCalls {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        NestedCalls { tx, rx, running: HashMap::new() }
+    }
+
+    fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    fn spawn(&mut self, id: RequestId, fut: impl std::future::Future<Output = Result<Value, GuestError>> + Send + 'static) {
+        let tx = self.tx.clone();
+        let handle = tokio::spawn(async move {
+            let outcome = fut.await;
+            let _ = tx.send(Delivery { id, outcome });
+        });
+        self.running.insert(id, handle.abort_handle());
+    }
+
+    fn try_next(&mut self) -> Option<Delivery> {
+        let d = self.rx.try_recv().ok()?;
+        self.running.remove(&d.id);
+        Some(d)
+    }
+
+    async fn next_until(&mut self, deadline: Instant) -> Option<Delivery> {
+        let d = tokio::time::timeout_at(deadline.into(), self.rx.recv()).await.ok()??;
+        self.running.remove(&d.id);
+        Some(d)
+    }
+}
+
+impl Drop for NestedCalls {
+    fn drop(&mut self) {
+        for (_, h) in self.running.drain() {
+            h.abort();
+        }
+    }
+}
+
+/// Process-local state of a suspended run: what cannot be serialized.
+struct Inflight {
+    context: RunContext,
+    catalog: Arc<Catalog>,
+    calls: NestedCalls,
+}
+
+/// The catalog of a run plus its cached boot data.
+pub(crate) struct RunCatalog {
+    pub(crate) catalog: Arc<Catalog>,
+    boot: Arc<str>,
+}
+
+impl RunCatalog {
+    pub(crate) fn new(catalog: Catalog, limits: &GuestLimits) -> Self {
+        let boot = BootData {
+            tools: catalog.all_tools(),
+            conveniences: catalog.conveniences().to_vec(),
+            max_depth: limits.max_json_depth,
+            api_files: BTreeMap::new(),
+        };
+        let boot = serde_json::to_string(&boot).unwrap_or_else(|_| "{}".to_string());
+        RunCatalog { catalog: Arc::new(catalog), boot: boot.into() }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: CodeModeConfig,
+    pub(crate) engine: Option<Arc<dyn GuestEngine>>,
+    pub(crate) catalog: RunCatalog,
+    pub(crate) executor: Arc<dyn ToolExecutor>,
+    pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
+    pub(crate) store: Arc<dyn SnapshotStore>,
+    pub(crate) limits: GuestLimits,
+    pub(crate) clock: Arc<dyn Clock>,
+    inflight: Mutex<HashMap<RunId, Inflight>>,
+}
+
+/// One run while an `exec` or `wait` call holds it.
+struct Run {
+    id: RunId,
+    context: RunContext,
+    catalog: Arc<Catalog>,
+    restart_safe: bool,
+    telemetry: CodeModeTelemetry,
+    pending: BTreeMap<RequestId, PendingRequest>,
+    ready: Vec<Delivery>,
+    calls: NestedCalls,
+    created_at_ms: u64,
+    stored: bool,
+}
+
+/// Budget and output of one `exec` / `wait` call.
+struct Call {
+    started: Instant,
+    deadline: Instant,
+    output: Vec<CodeModeOutput>,
+    output_used: u64,
+}
+
+impl Call {
+    fn new(timeout_ms: u64) -> Self {
+        let started = Instant::now();
+        Call { started, deadline: started + Duration::from_millis(timeout_ms), output: Vec::new(), output_used: 0 }
+    }
+}
+
+impl Run {
+    fn accept(&mut self, d: Delivery) {
+        if let Some(p) = self.pending.remove(&d.id) {
+            if p.kind == RequestKind::Call && d.outcome.is_err() {
+                self.telemetry.failed_call_count += 1;
+            }
+        }
+        self.ready.push(d);
+    }
+
+    fn collect_finished(&mut self) {
+        while let Some(d) = self.calls.try_next() {
+            self.accept(d);
+        }
+    }
+
+    fn pending_tool_calls(&self, now: u64) -> Vec<CodeModePendingToolCall> {
+        self.pending
+            .values()
+            .filter(|p| p.kind == RequestKind::Call)
+            .map(|p| CodeModePendingToolCall {
+                request_id: p.id,
+                kind: p.kind.as_str().to_string(),
+                tool_id: p.tool_id.clone().unwrap_or_default(),
+                elapsed_ms: now.saturating_sub(p.issued_at_ms),
+            })
+            .collect()
+    }
+}
+
+fn failure_error(f: GuestFailure) -> CodeModeError {
+    CodeModeError { code: f.code, message: f.message }
+}
+
+fn guest_error(code: CodeModeErrorCode, message: impl Into<String>) -> GuestError {
+    GuestError::new("Error", message, Some(code))
+}
+
+/// The refusal for an id that is not in the guest's views. Unknown, denied, MCP and direct-only ids
+/// all get exactly this answer, so a guessed id reveals nothing. Calls fail as nested calls, lookups
+/// (`describe`) as bad input.
+fn unknown_tool(id: &str, code: CodeModeErrorCode) -> GuestError {
+    guest_error(code, format!("unknown tool id `{id}`; use tools.search(query) or ALL_TOOLS to find catalog ids"))
+}
+
+impl Inner {
+    pub(crate) fn new(
+        config: CodeModeConfig,
+        engine: Option<Arc<dyn GuestEngine>>,
+        catalog: Catalog,
+        executor: Arc<dyn ToolExecutor>,
+        hooks: Vec<Arc<dyn ToolHook>>,
+        store: Arc<dyn SnapshotStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let limits = guest_limits(&config);
+        let catalog = RunCatalog::new(catalog, &limits);
+        Inner { config, engine, catalog, executor, hooks, store, limits, clock, inflight: Mutex::new(HashMap::new()) }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn inflight(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Inflight>> {
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn engine(&self) -> Result<&Arc<dyn GuestEngine>, CodeModeError> {
+        self.engine.as_ref().ok_or_else(|| {
+            CodeModeError::new(
+                CodeModeErrorCode::RuntimeUnavailable,
+                format!(
+                    "code mode runtime `{}` is not available in this build (compiled engines: {}); failing closed",
+                    self.config.runtime,
+                    crate::Engines::compiled().join(", ")
+                ),
+            )
+        })
+    }
+
+    fn base_telemetry(&self) -> CodeModeTelemetry {
+        CodeModeTelemetry {
+            engine: self.engine.as_ref().map(|e| e.name().to_string()).unwrap_or_else(|| self.config.runtime.clone()),
+            catalog_size: self.catalog.catalog.len() as u32,
+            catalog_by_source: self.catalog.catalog.count_by_source(),
+            ..CodeModeTelemetry::default()
+        }
+    }
+
+    /// Drops expired runs and stops their nested calls.
+    pub(crate) async fn sweep(&self) {
+        let expired = self.store.purge_expired().await;
+        if !expired.is_empty() {
+            let mut inflight = self.inflight();
+            for id in &expired {
+                inflight.remove(id);
+            }
+            tracing::debug!(count = expired.len(), "expired suspended code mode runs");
+        }
+    }
+
+    pub(crate) async fn abort(&self, run_id: &RunId) -> bool {
+        let local = self.inflight().remove(run_id).is_some();
+        self.store.remove(run_id).await || local
+    }
+
+    pub(crate) async fn exec(&self, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
+        let call = Call::new(self.config.timeout_ms);
+        let mut telemetry = self.base_telemetry();
+        telemetry.exec_count = 1;
+        let early = |err: CodeModeError, mut telemetry: CodeModeTelemetry| {
+            telemetry.duration_ms = call.started.elapsed().as_millis() as u64;
+            CodeModeResult::failed(err, Vec::new(), telemetry)
+        };
+        if !self.config.enabled {
+            return early(
+                CodeModeError::new(CodeModeErrorCode::InvalidConfig, "code mode is disabled (tools.codeMode.enabled is not true)"),
+                telemetry,
+            );
+        }
+        let engine = match self.engine() {
+            Ok(e) => e.clone(),
+            Err(e) => return early(e, telemetry),
+        };
+        let req = match input.validate(&self.config) {
+            Ok(r) => r,
+            Err(e) => return early(e, telemetry),
+        };
+        let code = match req.language {
+            Language::Javascript => req.code,
+            Language::Typescript => match crate::typescript::transpile(&req.code) {
+                Ok(js) => js,
+                Err(e) => return early(e, telemetry),
+            },
+        };
+        if let Some(found) = find_module_access(&code) {
+            return early(CodeModeError::new(CodeModeErrorCode::ModuleAccessDenied, found.message()), telemetry);
+        }
+        self.sweep().await;
+        let program = GuestProgram { code, boot: self.catalog.boot.clone() };
+        let limits = self.limits;
+        let started = tokio::task::spawn_blocking(move || engine.start(&program, &limits)).await;
+        let instance = match started {
+            Ok(Ok(i)) => i,
+            Ok(Err(e)) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
+            Err(e) => return early(CodeModeError::new(CodeModeErrorCode::InternalError, format!("engine start panicked: {e}")), telemetry),
+        };
+        let run = Run {
+            id: new_run_id(),
+            context: ctx.clone(),
+            catalog: self.catalog.catalog.clone(),
+            restart_safe: req.restart_safe,
+            telemetry,
+            pending: BTreeMap::new(),
+            ready: Vec::new(),
+            calls: NestedCalls::new(),
+            created_at_ms: self.now_ms(),
+            stored: false,
+        };
+        self.drive_loop(run, instance, call).await
+    }
+
+    pub(crate) async fn wait(&self, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
+        let call = Call::new(self.config.timeout_ms);
+        let lookup_failure = |err: CodeModeError| {
+            let mut t = self.base_telemetry();
+            t.duration_ms = call.started.elapsed().as_millis() as u64;
+            CodeModeResult::failed(err, Vec::new(), t)
+        };
+        let run_id = match RunId::parse(&input.run_id) {
+            Ok(id) => id,
+            Err(e) => return lookup_failure(e),
+        };
+        let engine = match self.engine() {
+            Ok(e) => e.clone(),
+            Err(e) => return lookup_failure(e),
+        };
+        self.sweep().await;
+        let suspended = match self.store.checkout(&run_id, &ctx.scope).await {
+            Ok(s) => s,
+            Err(e) => return lookup_failure(e.to_code_mode_error()),
+        };
+        let local = self.inflight().remove(&run_id);
+        let resumed_elsewhere = local.is_none();
+        let (context, catalog, calls) = match local {
+            Some(l) => (l.context, l.catalog, l.calls),
+            None => (ctx.clone(), self.catalog.catalog.clone(), NestedCalls::new()),
+        };
+        let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, .. } = suspended;
+        telemetry.wait_count += 1;
+        let mut run = Run {
+            id: run_id,
+            context,
+            catalog,
+            restart_safe,
+            telemetry,
+            pending: pending.into_iter().map(|p| (p.id, p)).collect(),
+            ready,
+            calls,
+            created_at_ms,
+            stored: true,
+        };
+        if resumed_elsewhere {
+            if let Err(e) = self.reissue_lost_calls(&mut run) {
+                return self.fail(run, call, e).await;
+            }
+        }
+        let yields: Vec<RequestId> = run.pending.values().filter(|p| p.kind == RequestKind::Yield).map(|p| p.id).collect();
+        for id in yields {
+            run.accept(Delivery { id, outcome: Ok(Value::Null) });
+        }
+        run.collect_finished();
+        if run.ready.is_empty() {
+            if run.calls.running() == 0 {
+                let err = CodeModeError::new(CodeModeErrorCode::InternalError, MSG_STALLED);
+                return self.fail(run, call, err).await;
+            }
+            match run.calls.next_until(call.deadline).await {
+                Some(d) => run.accept(d),
+                // Nothing settled in time: the stored snapshot is still exact, keep it as it is.
+                None => return self.store_suspended(run, snapshot, call, WaitReason::PendingTools).await,
+            }
+        }
+        let limits = self.limits;
+        let restored = tokio::task::spawn_blocking(move || engine.restore(snapshot, &limits)).await;
+        let instance = match restored {
+            Ok(Ok(i)) => i,
+            Ok(Err(e)) => {
+                run.telemetry.record_snapshot(SnapshotEventKind::RestoreFailed, None);
+                return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await;
+            }
+            Err(e) => {
+                let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("restore panicked: {e}"));
+                return self.fail(run, call, err).await;
+            }
+        };
+        run.telemetry.record_snapshot(SnapshotEventKind::Restored, None);
+        self.drive_loop(run, instance, call).await
+    }
+
+    /// After a resume in a process that did not issue them, outstanding calls are gone. Read-only
+    /// tools are issued again; any other tool fails the run, since its side effect may or may not
+    /// have happened. A result is never delivered twice: the old call's result died with its process.
+    fn reissue_lost_calls(&self, run: &mut Run) -> Result<(), CodeModeError> {
+        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind == RequestKind::Call).cloned().collect();
+        if let Some(p) = lost.iter().find(|p| !p.read_only) {
+            return Err(CodeModeError::new(
+                CodeModeErrorCode::NestedToolFailed,
+                format!(
+                    "nested call to `{}` was still running when the process that suspended this run ended; the tool is not \
+                     read-only, so it is not repeated (its side effect may or may not have happened)",
+                    p.tool_id.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+        for p in lost {
+            self.spawn_call(run, p.id, &p.payload)?;
+        }
+        Ok(())
+    }
+
+    async fn drive_loop(&self, mut run: Run, mut instance: Box<dyn GuestInstance>, mut call: Call) -> CodeModeResult {
+        let max_out = self.config.max_output_bytes;
+        let mut completed: Option<Value> = None;
+        loop {
+            let input = DriveInput {
+                deliveries: std::mem::take(&mut run.ready),
+                deadline: call.deadline,
+                output_budget: max_out.saturating_sub(call.output_used),
+            };
+            let stepped = tokio::task::spawn_blocking(move || {
+                let r = instance.drive(input);
+                (instance, r)
+            })
+            .await;
+            let report = match stepped {
+                Ok((i, Ok(report))) => {
+                    instance = i;
+                    report
+                }
+                Ok((_, Err(e))) => return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await,
+                Err(e) => {
+                    let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("engine panicked: {e}"));
+                    return self.fail(run, call, err).await;
+                }
+            };
+            for item in report.output {
+                call.output_used += item.cost() as u64;
+                call.output.push(item);
+            }
+            match report.outcome {
+                DriveOutcome::Failed(f) => return self.fail(run, call, failure_error(f)).await,
+                DriveOutcome::Completed(v) => completed = Some(v),
+                DriveOutcome::Pending => {}
+            }
+            let mut yielded = false;
+            for req in report.requests {
+                match self.handle_request(&mut run, req) {
+                    Ok(y) => yielded |= y,
+                    Err(e) => return self.fail(run, call, e).await,
+                }
+            }
+            run.collect_finished();
+            if completed.is_some() && run.calls.running() == 0 && run.ready.is_empty() {
+                let value = completed.take().unwrap_or(Value::Null);
+                return self.complete(run, call, value).await;
+            }
+            if yielded {
+                return self.suspend(run, instance, call, WaitReason::Yield).await;
+            }
+            if !run.ready.is_empty() {
+                if Instant::now() < call.deadline {
+                    continue;
+                }
+                return self.suspend(run, instance, call, WaitReason::PendingTools).await;
+            }
+            if run.calls.running() == 0 {
+                return self.fail(run, call, CodeModeError::uncoded(MSG_STALLED)).await;
+            }
+            match run.calls.next_until(call.deadline).await {
+                Some(d) => {
+                    run.accept(d);
+                    run.collect_finished();
+                }
+                None => return self.suspend(run, instance, call, WaitReason::PendingTools).await,
+            }
+        }
+    }
+
+    /// Answers one bridge request. Returns whether it was a yield.
+    fn handle_request(&self, run: &mut Run, req: BridgeRequest) -> Result<bool, CodeModeError> {
+        let str_field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        match req.kind {
+            RequestKind::Search => {
+                run.telemetry.search_count += 1;
+                let query = str_field(&req.payload, "query");
+                let max = self.config.max_search_limit;
+                let limit = match req.payload.get("limit").and_then(Value::as_f64) {
+                    Some(n) if n.is_finite() => (n.max(1.0) as u64).min(max),
+                    _ => self.config.search_default_limit,
+                };
+                let hits = run.catalog.search(&query, limit as usize);
+                run.ready.push(Delivery { id: req.id, outcome: Ok(json!(hits)) });
+            }
+            RequestKind::Describe => {
+                run.telemetry.describe_count += 1;
+                let id = str_field(&req.payload, "id");
+                let outcome = match run.catalog.describe(&id) {
+                    Some(d) => Ok(json!(d)),
+                    None => Err(unknown_tool(&id, CodeModeErrorCode::InvalidInput)),
+                };
+                run.ready.push(Delivery { id: req.id, outcome });
+            }
+            RequestKind::Call => {
+                let tool_id = str_field(&req.payload, "id");
+                run.telemetry.record_call(&tool_id);
+                let refusal = match run.catalog.guest_tool(&tool_id) {
+                    None => Some(unknown_tool(&tool_id, CodeModeErrorCode::NestedToolFailed)),
+                    Some(t) if run.restart_safe && !t.def.read_only => Some(guest_error(
+                        CodeModeErrorCode::NestedToolFailed,
+                        format!("`{tool_id}` has side effects; a restartSafe cell may only call read-only tools"),
+                    )),
+                    Some(_) => None,
+                };
+                if let Some(err) = refusal {
+                    run.telemetry.failed_call_count += 1;
+                    run.ready.push(Delivery { id: req.id, outcome: Err(err) });
+                    return Ok(false);
+                }
+                if run.calls.running() >= self.config.max_pending_tool_calls as usize {
+                    run.telemetry.limit_failures.pending_calls += 1;
+                    return Err(CodeModeError::new(
+                        CodeModeErrorCode::TooManyPendingToolCalls,
+                        format!(
+                            "too many nested tool calls in flight at once (maxPendingToolCalls is {}); await some before \
+                             starting more",
+                            self.config.max_pending_tool_calls
+                        ),
+                    ));
+                }
+                self.spawn_call(run, req.id, &req.payload)?;
+            }
+            RequestKind::Yield => {
+                run.pending.insert(
+                    req.id,
+                    PendingRequest {
+                        id: req.id,
+                        kind: RequestKind::Yield,
+                        tool_id: None,
+                        payload: req.payload,
+                        read_only: true,
+                        issued_at_ms: self.now_ms(),
+                    },
+                );
+                return Ok(true);
+            }
+            _ => {
+                run.ready.push(Delivery {
+                    id: req.id,
+                    outcome: Err(guest_error(CodeModeErrorCode::InvalidInput, "unsupported bridge request")),
+                });
+            }
+        }
+        Ok(false)
+    }
+
+    /// Starts a nested call of a catalog tool on the host's executor.
+    fn spawn_call(&self, run: &mut Run, id: RequestId, payload: &Value) -> Result<(), CodeModeError> {
+        let tool_id = payload.get("id").and_then(Value::as_str).unwrap_or("");
+        let Some(tool) = run.catalog.guest_tool(tool_id) else {
+            run.ready.push(Delivery { id, outcome: Err(unknown_tool(tool_id, CodeModeErrorCode::NestedToolFailed)) });
+            return Ok(());
+        };
+        let raw = payload.get("mode").and_then(Value::as_str) == Some("raw");
+        let input = payload.get("input").cloned().unwrap_or_else(|| json!({}));
+        run.pending.insert(
+            id,
+            PendingRequest {
+                id,
+                kind: RequestKind::Call,
+                tool_id: Some(tool.id.clone()),
+                payload: payload.clone(),
+                read_only: tool.def.read_only,
+                issued_at_ms: self.now_ms(),
+            },
+        );
+        let nested = NestedToolCall {
+            run_id: run.id.clone(),
+            request_id: id,
+            tool_id: tool.id.clone(),
+            tool: tool.def.clone(),
+            input,
+            context: run.context.clone(),
+        };
+        let executor = self.executor.clone();
+        let hooks = self.hooks.clone();
+        let tool_id = tool.id.clone();
+        run.calls.spawn(id, async move {
+            match run_hooked(&hooks, executor.as_ref(), nested).await {
+                Ok(r) if raw => Ok(json!({ "details": r.details, "content": r.content })),
+                Ok(r) => Ok(r.details),
+                Err(e) => Err(GuestError {
+                    name: "ToolError".to_string(),
+                    message: format!("{tool_id}: {}", e.message),
+                    code: Some(CodeModeErrorCode::NestedToolFailed.as_str().to_string()),
+                }),
+            }
+        });
+        Ok(())
+    }
+
+    async fn complete(&self, mut run: Run, mut call: Call, value: Value) -> CodeModeResult {
+        let value_len = json_len(&value) as u64;
+        if call.output_used + value_len > self.config.max_output_bytes {
+            let err = CodeModeError::new(
+                CodeModeErrorCode::OutputLimitExceeded,
+                format!(
+                    "output limit exceeded: output and return value take {} bytes; maxOutputBytes is {}",
+                    call.output_used + value_len,
+                    self.config.max_output_bytes
+                ),
+            );
+            return self.fail(run, call, err).await;
+        }
+        self.release(&mut run).await;
+        run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
+    }
+
+    async fn fail(&self, mut run: Run, call: Call, err: CodeModeError) -> CodeModeResult {
+        let limits = &mut run.telemetry.limit_failures;
+        match err.code {
+            Some(CodeModeErrorCode::Timeout) => limits.timeout += 1,
+            Some(CodeModeErrorCode::MemoryLimitExceeded) => limits.memory += 1,
+            Some(CodeModeErrorCode::OutputLimitExceeded) => limits.output += 1,
+            Some(CodeModeErrorCode::SnapshotLimitExceeded) => limits.snapshot += 1,
+            Some(CodeModeErrorCode::TooManyPendingToolCalls) if limits.pending_calls == 0 => limits.pending_calls += 1,
+            _ => {}
+        }
+        tracing::debug!(run = %run.id, code = ?err.code, "code mode run failed");
+        self.release(&mut run).await;
+        run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        CodeModeResult::failed(err, call.output, run.telemetry)
+    }
+
+    /// A settled run: its snapshot leaves the store at once and its nested calls stop.
+    async fn release(&self, run: &mut Run) {
+        for (_, h) in run.calls.running.drain() {
+            h.abort();
+        }
+        if run.stored && self.store.remove(&run.id).await {
+            run.telemetry.record_snapshot(SnapshotEventKind::Deleted, None);
+        }
+    }
+
+    async fn suspend(&self, mut run: Run, instance: Box<dyn GuestInstance>, call: Call, reason: WaitReason) -> CodeModeResult {
+        let taken = tokio::task::spawn_blocking(move || instance.snapshot()).await;
+        let snapshot = match taken {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await,
+            Err(e) => {
+                let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("snapshot panicked: {e}"));
+                return self.fail(run, call, err).await;
+            }
+        };
+        let size = snapshot.size_bytes();
+        if size > self.config.max_snapshot_bytes {
+            run.telemetry.record_snapshot(SnapshotEventKind::Rejected, Some(size));
+            let err = CodeModeError::new(
+                CodeModeErrorCode::SnapshotLimitExceeded,
+                format!("snapshot of {size} bytes exceeds maxSnapshotBytes ({})", self.config.max_snapshot_bytes),
+            );
+            return self.fail(run, call, err).await;
+        }
+        if !snapshot.is_serialized() && !self.store.accepts_live() {
+            let err = StoreError::LiveNotSupported(snapshot.engine.clone()).to_code_mode_error();
+            return self.fail(run, call, err).await;
+        }
+        run.telemetry.record_snapshot(SnapshotEventKind::Created, Some(size));
+        self.store_suspended(run, snapshot, call, reason).await
+    }
+
+    async fn store_suspended(&self, mut run: Run, snapshot: Snapshot, mut call: Call, reason: WaitReason) -> CodeModeResult {
+        let mut telemetry = run.telemetry.clone();
+        telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        let now = self.now_ms();
+        let suspended = SuspendedRun {
+            run_id: run.id.clone(),
+            scope: run.context.scope.clone(),
+            snapshot,
+            reason,
+            pending: run.pending.values().cloned().collect(),
+            ready: std::mem::take(&mut run.ready),
+            restart_safe: run.restart_safe,
+            telemetry: telemetry.clone(),
+            created_at_ms: run.created_at_ms,
+            expires_at_ms: now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000)),
+        };
+        let pending_tool_calls = run.pending_tool_calls(now);
+        if let Err(e) = self.store.put(suspended).await {
+            run.telemetry.record_snapshot(SnapshotEventKind::Rejected, None);
+            return self.fail(run, call, e.to_code_mode_error()).await;
+        }
+        run.telemetry = telemetry;
+        run.stored = true;
+        let Run { id, context, catalog, calls, telemetry, .. } = run;
+        self.inflight().insert(id.clone(), Inflight { context, catalog, calls });
+        CodeModeResult::Waiting {
+            run_id: id.to_string(),
+            reason,
+            pending_tool_calls,
+            output: std::mem::take(&mut call.output),
+            telemetry,
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! Generates the list of corpus cases (`cases/*.js`) as a macro, one test per case.
+use std::fmt::Write as _;
+use std::path::Path;
+
+fn main() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let p = e.path();
+                    (p.extension().is_some_and(|x| x == "js")).then(|| p.file_stem()?.to_str().map(str::to_string))?
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let mut out = String::new();
+    out.push_str("/// Every corpus case: `(name, source)`.\npub static CASES: &[(&str, &str)] = &[\n");
+    for n in &names {
+        let _ = writeln!(out, "    ({n:?}, include_str!({:?})),", dir.join(format!("{n}.js")).display().to_string());
+    }
+    out.push_str("];\n\n#[doc(hidden)]\n#[macro_export]\nmacro_rules! __for_each_case {\n    ($m:ident, $engine:expr) => {\n");
+    for n in &names {
+        let _ = writeln!(out, "        $crate::$m!({n}, $engine);");
+    }
+    out.push_str("    };\n}\n");
+    let dest = Path::new(&std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("cases.rs");
+    if let Err(e) = std::fs::write(&dest, out) {
+        println!("cargo:warning=cannot write {}: {e}", dest.display());
+    }
+}

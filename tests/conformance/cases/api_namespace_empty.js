@@ -1,0 +1,11 @@
+// V9 (shape only; MCP servers come later): API.list / API.read without files, and path guards.
+const listed = await API.list("mcp");
+const errors = [];
+for (const p of ["mcp/nope.d.ts", "../etc/passwd", "mcp/./x", ""]) {
+  try {
+    await API.read(p);
+  } catch (e) {
+    errors.push(e.message);
+  }
+}
+return { listed, errors, mcpKeys: Object.keys(MCP), namespaces: Object.keys(namespaces) };

@@ -1,0 +1,4 @@
+// @config {"memoryLimitBytes": 8388608}
+// V19: a bomb of small objects, where QuickJS cannot even allocate the error object, still fails with memory_limit_exceeded.
+const m = new Map();
+for (let i = 0; ; i++) m.set(i, { i, s: "v" + i });

@@ -1,0 +1,2 @@
+// A syntax error fails the run before anything runs.
+const x = ;

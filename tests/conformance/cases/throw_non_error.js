@@ -1,0 +1,2 @@
+// Throwing a non-Error value.
+throw { reason: "plain object", n: 1 };

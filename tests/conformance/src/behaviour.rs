@@ -1,0 +1,377 @@
+//! Engine-generic behaviour tests: what the corpus cannot express (several runs, stores, clocks,
+//! hooks, concurrency). Each function is one test; [`crate::conformance_suite!`] generates the
+//! `#[test]` wrappers. Checklist ids of SPEC are cited in the names' docs.
+
+use crate::{SESSION, config, ctx, harness, run_to_end};
+use codemode::{
+    CodeMode, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, GuestEngine, ManualClock,
+    MemorySnapshotStore, NestedToolCall, RunContext, RunId, ToolError, ToolErrorKind, ToolHook, ToolResult,
+};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+fn code(s: &str) -> CodeModeExecInput {
+    CodeModeExecInput::code(s)
+}
+
+fn expect_failed(r: &CodeModeResult, code: Option<CodeModeErrorCode>, message: &str) {
+    match r {
+        CodeModeResult::Failed { error, code: c, .. } => {
+            assert_eq!(*c, code, "unexpected code for `{error}`");
+            assert!(error.contains(message), "`{error}` does not contain `{message}`");
+        }
+        other => panic!("expected failed, got {}", other.to_json()),
+    }
+}
+
+fn completed_value(r: &CodeModeResult) -> &Value {
+    match r {
+        CodeModeResult::Completed { value, .. } => value,
+        other => panic!("expected completed, got {}", other.to_json()),
+    }
+}
+
+async fn yielded(cm: &CodeMode, ctx: &RunContext) -> String {
+    let r = cm.exec(ctx, &code("await yield_control('pause'); return 'resumed'")).await;
+    match r.run_id() {
+        Some(id) => id.to_string(),
+        None => panic!("expected waiting, got {}", r.to_json()),
+    }
+}
+
+/// V22, V26 (WF1, WF4): unknown, malformed and other-session run ids fail with `invalid_input` and
+/// the SPEC messages, without consuming the run.
+pub async fn wait_lookup_failures(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({})));
+    let c = ctx();
+    for bad in ["cm_doesnotexist", "../../etc/passwd", "", &"x".repeat(500)] {
+        let r = cm.wait(&c, &CodeModeWaitInput::new(bad)).await;
+        expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "code mode run is unavailable or expired.");
+    }
+    let r = cm.wait_json(&c, &json!({"runId": 42})).await;
+    expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "runId");
+    let id = yielded(&cm, &c).await;
+    let other = RunContext::session("someone-else");
+    let r = cm.wait(&other, &CodeModeWaitInput::new(&id)).await;
+    expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "code mode run belongs to a different session.");
+    let mut other_run = c.clone();
+    other_run.scope.agent_run_id = Some("another-agent-run".into());
+    let mut first_run = c.clone();
+    first_run.scope.agent_run_id = Some("agent-run-1".into());
+    let id2 = yielded(&cm, &first_run).await;
+    let r = cm.wait(&other_run, &CodeModeWaitInput::new(&id2)).await;
+    expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "belongs to a different agent run");
+    // The rightful owner still resumes both.
+    assert_eq!(completed_value(&cm.wait(&c, &CodeModeWaitInput::new(&id)).await), &json!("resumed"));
+    assert_eq!(completed_value(&cm.wait(&first_run, &CodeModeWaitInput::new(&id2)).await), &json!("resumed"));
+    // V21/E15: a settled run is gone.
+    let r = cm.wait(&c, &CodeModeWaitInput::new(&id)).await;
+    expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "unavailable or expired");
+    assert_eq!(cm.store().len().await, 0);
+}
+
+/// WF5: only one `wait` at a time per run.
+pub async fn wait_is_exclusive(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "timeoutMs": 300 })));
+    let c = ctx();
+    let r = cm.exec(&c, &code("const r = await tools.demo_sleep({ms: 1500}); return r.slept")).await;
+    let id = r.run_id().map(str::to_string).unwrap_or_else(|| panic!("expected waiting: {}", r.to_json()));
+    let input = CodeModeWaitInput::new(&id);
+    let (a, b) = tokio::join!(cm.wait(&c, &input), async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        cm.wait(&c, &input).await
+    });
+    assert_eq!(a.status(), "waiting", "{}", a.to_json());
+    expect_failed(&b, Some(CodeModeErrorCode::InvalidInput), "already being resumed");
+    let steps = {
+        let mut last = a;
+        for _ in 0..40 {
+            if last.status() != "waiting" {
+                break;
+            }
+            last = cm.wait(&c, &CodeModeWaitInput::new(&id)).await;
+        }
+        last
+    };
+    assert_eq!(completed_value(&steps), &json!(1500));
+}
+
+/// V25: the 65th concurrently suspended run is rejected with the SPEC message; the others survive.
+pub async fn sixty_fifth_suspension(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({})));
+    let c = ctx();
+    let mut ids = Vec::new();
+    for _ in 0..64 {
+        ids.push(yielded(&cm, &c).await);
+    }
+    let r = cm.exec(&c, &code("await yield_control(); return 1")).await;
+    expect_failed(&r, None, "too many suspended code mode runs.");
+    assert_eq!(cm.store().len().await, 64);
+    for id in &ids {
+        assert_eq!(completed_value(&cm.wait(&c, &CodeModeWaitInput::new(id)).await), &json!("resumed"));
+    }
+    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(yielded(&cm, &c).await.len(), ids[0].len(), "slots are free again");
+}
+
+/// WF2, E15: an expired run cannot be resumed and its state is gone.
+pub async fn expiry_cleans_up(engine: Arc<dyn GuestEngine>) {
+    let clock = ManualClock::at(1_000_000);
+    let store = Arc::new(MemorySnapshotStore::with_clock(Arc::new(clock.clone())));
+    let cm = CodeMode::builder(config(json!({ "snapshotTtlSeconds": 5 })))
+        .engine(engine)
+        .local_tools(codemode::demo::demo_tools())
+        .store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .build();
+    let c = ctx();
+    let id = yielded(&cm, &c).await;
+    clock.advance_ms(4_999);
+    let keep = yielded(&cm, &c).await;
+    clock.advance_ms(1);
+    let r = cm.wait(&c, &CodeModeWaitInput::new(&id)).await;
+    expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "code mode run is unavailable or expired.");
+    assert_eq!(store_len(&cm).await, 1, "only the younger run is left");
+    assert_eq!(completed_value(&cm.wait(&c, &CodeModeWaitInput::new(&keep)).await), &json!("resumed"));
+}
+
+async fn store_len(cm: &CodeMode) -> usize {
+    cm.store().len().await
+}
+
+/// WF3, E15: an aborted run is gone and its nested calls are stopped.
+pub async fn abort_cleans_up(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "timeoutMs": 200 })));
+    let c = ctx();
+    let r = cm.exec(&c, &code("await tools.demo_sleep({ms: 5000}); return 'never'")).await;
+    let id = r.run_id().map(str::to_string).unwrap_or_else(|| panic!("expected waiting: {}", r.to_json()));
+    let run_id = RunId::parse(&id).unwrap_or_else(|e| panic!("{e}"));
+    assert!(cm.abort(&run_id).await);
+    assert!(!cm.abort(&run_id).await, "nothing left to abort");
+    let r = cm.wait(&c, &CodeModeWaitInput::new(&id)).await;
+    expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "unavailable or expired");
+    assert_eq!(cm.store().len().await, 0);
+}
+
+/// V20: snapshot limits hold for suspended runs.
+pub async fn snapshot_limit(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "maxSnapshotBytes": 1024 })));
+    let r = cm.exec(&ctx(), &code("const big = 'y'.repeat(200000); await yield_control(); return big.length")).await;
+    expect_failed(&r, Some(CodeModeErrorCode::SnapshotLimitExceeded), "exceeds maxSnapshotBytes");
+    assert_eq!(r.telemetry().limit_failures.snapshot, 1);
+    assert_eq!(cm.store().len().await, 0);
+}
+
+/// V20: the output limit holds across a suspension: each result carries at most `maxOutputBytes`.
+pub async fn output_limit_across_suspension(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "maxOutputBytes": 1024 })));
+    let steps = run_to_end(
+        &cm,
+        &code("text('a'.repeat(800)); await yield_control(); text('b'.repeat(800)); await yield_control(); text('c'.repeat(2000)); return 1"),
+    )
+    .await;
+    assert_eq!(steps.len(), 3);
+    assert_eq!(steps[0].output().len(), 1);
+    assert_eq!(steps[1].output().len(), 1, "output after a restore is returned by that wait (E14)");
+    expect_failed(&steps[2], Some(CodeModeErrorCode::OutputLimitExceeded), "output limit exceeded");
+    assert_eq!(cm.store().len().await, 0);
+}
+
+/// E12–E14, V21: a nested call outlives the `exec` that started it; `wait` delivers its result into the
+/// restored VM, and output produced after the restore reaches the final result.
+pub async fn nested_calls_continue_after_exec(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "timeoutMs": 150 })));
+    let c = ctx();
+    let first = cm
+        .exec(&c, &code("text('before'); const r = await tools.demo_sleep({ms: 400}); text('after ' + r.slept); return r"))
+        .await;
+    let CodeModeResult::Waiting { run_id, reason, pending_tool_calls, output, .. } = &first else {
+        panic!("expected waiting, got {}", first.to_json());
+    };
+    assert_eq!(reason, &codemode_core::result::WaitReason::PendingTools);
+    assert_eq!(pending_tool_calls.len(), 1);
+    assert_eq!(pending_tool_calls[0].tool_id, "plugin:demo:demo_sleep");
+    assert_eq!(output.len(), 1);
+    // Sleep past the call's end without calling wait: the call ran on its own.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let done = cm.wait(&c, &CodeModeWaitInput::new(run_id)).await;
+    assert_eq!(completed_value(&done), &json!({"slept": 400}));
+    assert_eq!(done.output().len(), 1);
+    assert_eq!(done.telemetry().wait_count, 1);
+    assert_eq!(done.telemetry().call_count, 1);
+}
+
+/// V18, V19, V17 and the hostile list: every hostile cell fails with its code and the host keeps
+/// serving runs afterwards.
+pub async fn host_survives_hostile_cells(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "timeoutMs": 400, "memoryLimitBytes": 16777216, "maxOutputBytes": 4096 })));
+    let c = ctx();
+    let cases: [(&str, Option<CodeModeErrorCode>); 9] = [
+        ("while (true) {}", Some(CodeModeErrorCode::Timeout)),
+        ("await tools.demo_echo({}); for (;;) {}", Some(CodeModeErrorCode::Timeout)),
+        ("const a = []; for (;;) a.push('x'.repeat(1 << 16) + a.length)", Some(CodeModeErrorCode::MemoryLimitExceeded)),
+        ("const m = new Map(); for (let i = 0; ; i++) m.set(i, { i, s: 'v' + i })", Some(CodeModeErrorCode::MemoryLimitExceeded)),
+        ("function f(n) { return f(n + 1) + 1 } return f(0)", None),
+        ("text('x'.repeat(10 * 1024 * 1024))", Some(CodeModeErrorCode::OutputLimitExceeded)),
+        ("import fs from 'fs'", Some(CodeModeErrorCode::ModuleAccessDenied)),
+        ("return await import('fs')", Some(CodeModeErrorCode::ModuleAccessDenied)),
+        ("return require('child_process')", Some(CodeModeErrorCode::ModuleAccessDenied)),
+    ];
+    for (src, expected) in cases {
+        let r = cm.exec(&c, &code(src)).await;
+        assert_eq!(r.status(), "failed", "{src}: {}", r.to_json());
+        assert_eq!(r.error_code(), expected, "{src}: {}", r.to_json());
+        let ok = cm.exec(&c, &code("return [1, 2, 3].map((x) => x * 2)")).await;
+        assert_eq!(completed_value(&ok), &json!([2, 4, 6]), "host unharmed after `{src}`");
+    }
+    assert_eq!(cm.store().len().await, 0);
+}
+
+/// E15: a timeout discards the run's state and stops its nested calls.
+pub async fn timeout_cleans_up(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "timeoutMs": 200 })));
+    let c = ctx();
+    let r = cm.exec(&c, &code("tools.demo_sleep({ms: 5000}); while (true) {}")).await;
+    expect_failed(&r, Some(CodeModeErrorCode::Timeout), "timed out");
+    assert_eq!(r.telemetry().limit_failures.timeout, 1);
+    assert_eq!(cm.store().len().await, 0);
+}
+
+struct CountingHook {
+    before: AtomicU32,
+    after: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl ToolHook for CountingHook {
+    async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {
+        self.before.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(call.context.scope.session_id.as_deref(), Some(SESSION), "P2: session preserved");
+        if call.tool_id == "plugin:demo:demo_invoice_send" {
+            return Err(ToolError::new(ToolErrorKind::Denied, "approval denied by policy"));
+        }
+        if call.tool_id == "plugin:demo:demo_echo" {
+            call.input = json!({ "rewritten": true });
+        }
+        Ok(())
+    }
+
+    async fn after_tool_call(&self, _call: &NestedToolCall, outcome: &mut Result<ToolResult, ToolError>) {
+        self.after.fetch_add(1, Ordering::SeqCst);
+        if let Ok(r) = outcome {
+            if let Some(o) = r.details.as_object_mut() {
+                o.insert("audited".into(), json!(true));
+            }
+        }
+    }
+}
+
+/// V13, P6: hooks see every nested call, may deny or rewrite it, and see every result.
+pub async fn hooks_see_every_call(engine: Arc<dyn GuestEngine>) {
+    let hook = Arc::new(CountingHook { before: AtomicU32::new(0), after: AtomicU32::new(0) });
+    let cm = CodeMode::builder(config(json!({})))
+        .engine(engine)
+        .local_tools(codemode::demo::demo_tools())
+        .hook(hook.clone())
+        .build();
+    let r = cm
+        .exec(
+            &ctx(),
+            &code(
+                "const echo = await tools.demo_echo({ original: 1 });
+                 let denied;
+                 try { await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 1 }) } catch (e) { denied = e.message + ' / ' + e.code }
+                 return { echo, denied }",
+            ),
+        )
+        .await;
+    assert_eq!(
+        completed_value(&r),
+        &json!({ "echo": { "rewritten": true, "audited": true }, "denied": "plugin:demo:demo_invoice_send: approval denied by policy / nested_tool_failed" })
+    );
+    assert_eq!(hook.before.load(Ordering::SeqCst), 2);
+    assert_eq!(hook.after.load(Ordering::SeqCst), 2);
+    assert_eq!(r.telemetry().call_count, 2);
+    assert_eq!(r.telemetry().failed_call_count, 1);
+}
+
+/// Runs do not see each other: 12 concurrent cells with the same global names.
+pub async fn concurrent_runs_are_isolated(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({})));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let cm = cm.clone();
+        set.spawn(async move {
+            let src = format!(
+                "globalThis.mine = {i}; const r = await tools.demo_echo({{ i: {i} }}); await yield_control(); return [globalThis.mine, r.i]"
+            );
+            let steps = run_to_end(&cm, &code(&src)).await;
+            (i, steps.last().map(CodeModeResult::to_json))
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        let (i, last) = joined.unwrap_or_else(|e| panic!("{e}"));
+        let last = last.unwrap_or_default();
+        assert_eq!(last["value"], json!([i, i]), "{last}");
+    }
+}
+
+/// SPEC §17: telemetry counts searches, describes, calls and tool ids across exec and wait.
+pub async fn telemetry_counts(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({})));
+    let steps = run_to_end(
+        &cm,
+        &code(
+            "const [hit] = await tools.search('shipments');
+             await tools.describe(hit.id);
+             await tools.callValue(hit.id, {});
+             await yield_control();
+             await tools.demo_customer_get({ id: 'C-01' });
+             try { await tools.call('plugin:demo:nope', {}) } catch (e) {}
+             return 'ok'",
+        ),
+    )
+    .await;
+    let last = steps.last().map(|r| r.telemetry().clone()).unwrap_or_default();
+    assert_eq!((last.exec_count, last.wait_count), (1, 1));
+    assert_eq!((last.search_count, last.describe_count, last.call_count, last.failed_call_count), (1, 1, 3, 1));
+    assert_eq!(
+        last.nested_tool_ids,
+        ["plugin:demo:demo_shipping_list", "plugin:demo:demo_customer_get", "plugin:demo:nope"]
+    );
+    let kinds: Vec<_> = last.snapshot_events.iter().map(|e| e.event).collect();
+    use codemode_core::telemetry::SnapshotEventKind as K;
+    assert_eq!(kinds, [K::Created, K::Restored, K::Deleted]);
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __behaviour_tests {
+    ($engine:expr) => {
+        $crate::__behaviour_test!(wait_lookup_failures, $engine);
+        $crate::__behaviour_test!(wait_is_exclusive, $engine);
+        $crate::__behaviour_test!(sixty_fifth_suspension, $engine);
+        $crate::__behaviour_test!(expiry_cleans_up, $engine);
+        $crate::__behaviour_test!(abort_cleans_up, $engine);
+        $crate::__behaviour_test!(snapshot_limit, $engine);
+        $crate::__behaviour_test!(output_limit_across_suspension, $engine);
+        $crate::__behaviour_test!(nested_calls_continue_after_exec, $engine);
+        $crate::__behaviour_test!(host_survives_hostile_cells, $engine);
+        $crate::__behaviour_test!(timeout_cleans_up, $engine);
+        $crate::__behaviour_test!(hooks_see_every_call, $engine);
+        $crate::__behaviour_test!(concurrent_runs_are_isolated, $engine);
+        $crate::__behaviour_test!(telemetry_counts, $engine);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __behaviour_test {
+    ($name:ident, $engine:expr) => {
+        #[test]
+        fn $name() {
+            $crate::tokio_runtime().block_on($crate::behaviour::$name($engine));
+        }
+    };
+}
