@@ -21,7 +21,9 @@ fn main() {
     for n in &names {
         let _ = writeln!(out, "    ({n:?}, include_str!({:?})),", dir.join(format!("{n}.js")).display().to_string());
     }
-    out.push_str("];\n\n#[doc(hidden)]\n#[macro_export]\nmacro_rules! __for_each_case {\n    ($m:ident, $engine:expr) => {\n");
+    out.push_str(
+        "];\n\n#[doc(hidden)]\n#[macro_export]\nmacro_rules! __for_each_case {\n    ($m:ident, $engine:expr) => {\n",
+    );
     for n in &names {
         let _ = writeln!(out, "        $crate::$m!({n}, $engine);");
     }

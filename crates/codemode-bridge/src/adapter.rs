@@ -179,10 +179,7 @@ mod tests {
 
     #[test]
     fn limits() {
-        assert_eq!(
-            parse_guest_json("[1,2,3]", 3, 64),
-            Err(AdapterError::TooLarge { size: 7, limit: 3 })
-        );
+        assert_eq!(parse_guest_json("[1,2,3]", 3, 64), Err(AdapterError::TooLarge { size: 7, limit: 3 }));
         let deep = "[".repeat(10) + &"]".repeat(10);
         assert_eq!(parse_guest_json(&deep, 1 << 20, 9), Err(AdapterError::TooDeep { limit: 9 }));
         assert!(parse_guest_json(&deep, 1 << 20, 10).is_ok());

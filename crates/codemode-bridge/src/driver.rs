@@ -57,8 +57,7 @@ pub trait GuestVm {
 }
 
 /// Message of a `memory_limit_exceeded` failure whose error object could not be allocated.
-pub const OUT_OF_MEMORY_MESSAGE: &str =
-    "InternalError: out of memory (the guest heap reached memoryLimitBytes)";
+pub const OUT_OF_MEMORY_MESSAGE: &str = "InternalError: out of memory (the guest heap reached memoryLimitBytes)";
 
 /// Runs one drive step. `unstarted` holds the wrapped cell source until the first step starts it.
 pub fn drive<V: GuestVm>(
@@ -81,7 +80,8 @@ pub fn drive<V: GuestVm>(
         (None, Err(VmFault::Failure(f))) => DriveOutcome::Failed(refine_null_throw(vm, f)),
         (None, Ok(None)) => DriveOutcome::Pending,
         (None, Ok(Some(state))) => {
-            let (budget, limits) = vm.with_bridge(|b| (input.output_budget.saturating_sub(b.output_used()), *b.limits()));
+            let (budget, limits) =
+                vm.with_bridge(|b| (input.output_budget.saturating_sub(b.output_used()), *b.limits()));
             match parse_state(&state, budget, limits.max_json_depth) {
                 DriveOutcome::Failed(f) => DriveOutcome::Failed(refine_null_throw(vm, f)),
                 other => other,
@@ -131,7 +131,10 @@ pub fn parse_state(state: &str, output_budget: u64, max_depth: u32) -> DriveOutc
         }
         return match parse_guest_json(value_json, output_budget, max_depth) {
             Ok(v) => DriveOutcome::Completed(v),
-            Err(e) => DriveOutcome::Failed(GuestFailure { code: None, message: format!("the return value cannot cross the bridge: {e}") }),
+            Err(e) => DriveOutcome::Failed(GuestFailure {
+                code: None,
+                message: format!("the return value cannot cross the bridge: {e}"),
+            }),
         };
     }
     match state.strip_prefix('0') {
@@ -232,12 +235,21 @@ mod tests {
     fn failures_are_classified() {
         let f = classify_failure(r#"{"name":"InternalError","message":"out of memory","stack":""}"#);
         assert_eq!(f.code, Some(CodeModeErrorCode::MemoryLimitExceeded));
-        let f = classify_failure(r#"{"name":"Error","message":"module access denied: require(fs) is not available in code mode"}"#);
+        let f = classify_failure(
+            r#"{"name":"Error","message":"module access denied: require(fs) is not available in code mode"}"#,
+        );
         assert_eq!(f.code, Some(CodeModeErrorCode::ModuleAccessDenied));
-        let f = classify_failure(r#"{"name":"ToolError","message":"boom","code":"nested_tool_failed","stack":"at a\n at b\n"}"#);
+        let f = classify_failure(
+            r#"{"name":"ToolError","message":"boom","code":"nested_tool_failed","stack":"at a\n at b\n"}"#,
+        );
         assert_eq!(f.code, Some(CodeModeErrorCode::NestedToolFailed));
         assert_eq!(f.message, "ToolError: boom\nat a\nat b");
-        let f = failure_from_parts("RangeError", "deep", "at f (<cell>:1)\nat f (<cell>:1)\nat f (<cell>:1)\nat g (<cell>:2)\nat run (<codemode-prelude>:9)", None);
+        let f = failure_from_parts(
+            "RangeError",
+            "deep",
+            "at f (<cell>:1)\nat f (<cell>:1)\nat f (<cell>:1)\nat g (<cell>:2)\nat run (<codemode-prelude>:9)",
+            None,
+        );
         assert_eq!(f.message, "RangeError: deep\nat f (<cell>:1) (repeated 3 times)\nat g (<cell>:2)");
         let f = classify_failure(r#"{"name":"ReferenceError","message":"could not load module 'fs'"}"#);
         assert_eq!(f.code, Some(CodeModeErrorCode::ModuleAccessDenied));

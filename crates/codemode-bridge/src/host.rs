@@ -122,7 +122,10 @@ impl BridgeHost {
             }
             _ => {
                 let Some(kind) = RequestKind::parse(kind) else {
-                    return HostCallResult::Throw { name: "TypeError", message: format!("unknown bridge request `{kind}`") };
+                    return HostCallResult::Throw {
+                        name: "TypeError",
+                        message: format!("unknown bridge request `{kind}`"),
+                    };
                 };
                 if self.state.outstanding.len() >= self.limits.max_outstanding_requests as usize {
                     self.fatal = Some(GuestFailure {
@@ -134,10 +137,14 @@ impl BridgeHost {
                     });
                     return HostCallResult::Fatal;
                 }
-                let payload = match parse_guest_json(payload, self.limits.max_message_bytes, self.limits.max_json_depth) {
+                let payload = match parse_guest_json(payload, self.limits.max_message_bytes, self.limits.max_json_depth)
+                {
                     Ok(v) => v,
                     Err(e) => {
-                        return HostCallResult::Throw { name: "RangeError", message: format!("{}: {e}", kind.as_str()) };
+                        return HostCallResult::Throw {
+                            name: "RangeError",
+                            message: format!("{}: {e}", kind.as_str()),
+                        };
                     }
                 };
                 let id = self.state.next_id;
@@ -185,13 +192,18 @@ impl BridgeHost {
         let encoded = match &delivery.outcome {
             Ok(value) => match encode_for_guest(value, limits.max_delivery_bytes, limits.max_json_depth) {
                 Ok(json) => (true, json),
-                Err(e) => (false, error_json("RangeError", &format!("result refused by the bridge: {e}"), Some("nested_tool_failed"))),
+                Err(e) => (
+                    false,
+                    error_json("RangeError", &format!("result refused by the bridge: {e}"), Some("nested_tool_failed")),
+                ),
             },
             Err(err) => {
                 let v = serde_json::json!({ "name": err.name, "message": err.message, "code": err.code });
                 match encode_for_guest(&v, limits.max_delivery_bytes, limits.max_json_depth) {
                     Ok(json) => (false, json),
-                    Err(_) => (false, error_json(&err.name, "error message too large for the bridge", err.code.as_deref())),
+                    Err(_) => {
+                        (false, error_json(&err.name, "error message too large for the bridge", err.code.as_deref()))
+                    }
                 }
             }
         };
@@ -238,7 +250,10 @@ mod tests {
         assert_eq!(h.prepare_delivery(&d), Some((true, r#"{"v":1}"#.to_string())));
         assert_eq!(h.prepare_delivery(&d), None, "never delivered twice");
         assert_eq!(h.prepare_delivery(&Delivery { id: 99, outcome: Ok(json!(1)) }), None);
-        let err = Delivery { id: 1, outcome: Err(GuestError::new("ToolError", "boom", Some(CodeModeErrorCode::NestedToolFailed))) };
+        let err = Delivery {
+            id: 1,
+            outcome: Err(GuestError::new("ToolError", "boom", Some(CodeModeErrorCode::NestedToolFailed))),
+        };
         let (ok, text) = h.prepare_delivery(&err).unwrap();
         assert!(!ok);
         assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()["code"], "nested_tool_failed");
@@ -263,7 +278,10 @@ mod tests {
         let mut h = host();
         h.begin_drive(1000);
         assert!(matches!(h.host_call("exec", "{}"), HostCallResult::Throw { name: "TypeError", .. }));
-        assert!(matches!(h.host_call("call", &format!("\"{}\"", "x".repeat(100))), HostCallResult::Throw { name: "RangeError", .. }));
+        assert!(matches!(
+            h.host_call("call", &format!("\"{}\"", "x".repeat(100))),
+            HostCallResult::Throw { name: "RangeError", .. }
+        ));
         for _ in 0..3 {
             assert!(matches!(h.host_call("search", "{}"), HostCallResult::Request(_)));
         }

@@ -160,10 +160,8 @@ impl Scanner<'_> {
                     let line = self.line;
                     let word = self.read_ident();
                     let after_dot = prev == Prev::Dot;
-                    if !after_dot {
-                        if let Some(what) = self.classify(word) {
-                            return Some(ModuleFinding { what, line });
-                        }
+                    if !after_dot && let Some(what) = self.classify(word) {
+                        return Some(ModuleFinding { what, line });
                     }
                     prev = if !after_dot && REGEX_KEYWORDS.contains(&word) { Prev::ExprStart } else { Prev::Value };
                     last_word = if after_dot { "" } else { word };
@@ -225,7 +223,11 @@ impl Scanner<'_> {
         }
         // Only the words the scanner cares about matter; anything else is "".
         let word = &self.b[start..self.i];
-        ["import", "require", "if", "while", "for", "with"].into_iter().chain(REGEX_KEYWORDS).find(|k| k.as_bytes() == word).unwrap_or("")
+        ["import", "require", "if", "while", "for", "with"]
+            .into_iter()
+            .chain(REGEX_KEYWORDS)
+            .find(|k| k.as_bytes() == word)
+            .unwrap_or("")
     }
 
     fn skip_number(&mut self) {

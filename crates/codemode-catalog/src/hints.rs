@@ -26,11 +26,7 @@ pub fn output_hint(schema: &Value) -> Option<String> {
 }
 
 fn cap(s: String) -> String {
-    if s.chars().count() <= MAX_HINT_CHARS {
-        s
-    } else {
-        s.chars().take(MAX_HINT_CHARS - 1).collect::<String>() + "…"
-    }
+    if s.chars().count() <= MAX_HINT_CHARS { s } else { s.chars().take(MAX_HINT_CHARS - 1).collect::<String>() + "…" }
 }
 
 /// Whether every object layer of `schema` declares `additionalProperties: false` and every layer has
@@ -39,7 +35,9 @@ pub fn is_closed(schema: &Value, depth: usize) -> bool {
     if depth > 16 {
         return false;
     }
-    let Some(obj) = schema.as_object() else { return false };
+    let Some(obj) = schema.as_object() else {
+        return false;
+    };
     if let Some(alts) = obj.get("anyOf").or_else(|| obj.get("oneOf")).and_then(Value::as_array) {
         return !alts.is_empty() && alts.iter().all(|a| is_closed(a, depth + 1));
     }
@@ -108,8 +106,11 @@ fn render_object(obj: &serde_json::Map<String, Value>, depth: usize) -> String {
     if depth >= MAX_DEPTH {
         return "object".into();
     }
-    let required: Vec<&str> =
-        obj.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> = obj
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     let fields: Vec<String> = props
         .iter()
         .map(|(k, v)| {
@@ -180,7 +181,8 @@ mod tests {
         assert_eq!(output_hint(&closed).as_deref(), Some("{id: string, paid: boolean, tons: number}[]"));
         let open = json!({"type": "object", "properties": {"a": {"type": "string"}}});
         assert_eq!(output_hint(&open), None);
-        let nested_open = json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "object"}}});
+        let nested_open =
+            json!({"type": "object", "additionalProperties": false, "properties": {"a": {"type": "object"}}});
         assert_eq!(output_hint(&nested_open), None);
         assert_eq!(output_hint(&json!({})), None);
     }

@@ -71,7 +71,8 @@ impl Catalog {
                 continue;
             }
             let guest_visible = def.source != ToolSource::Mcp && !def.direct_only;
-            let output = if def.source.is_trusted() { def.output_schema.as_ref().and_then(hints::output_hint) } else { None };
+            let output =
+                if def.source.is_trusted() { def.output_schema.as_ref().and_then(hints::output_hint) } else { None };
             let entry = ToolCatalogEntry {
                 id: id.clone(),
                 name: def.name.clone(),

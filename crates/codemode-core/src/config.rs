@@ -211,17 +211,11 @@ impl CodeModeConfig {
         }
         let at = |key: &str| format!("{path}.{key}");
         if let Some(v) = obj.get("enabled") {
-            cfg.enabled = v
-                .as_bool()
-                .ok_or_else(|| ConfigError::new(at("enabled"), expected("a boolean", v)))?;
+            cfg.enabled = v.as_bool().ok_or_else(|| ConfigError::new(at("enabled"), expected("a boolean", v)))?;
         }
         if let Some(v) = obj.get("runtime") {
-            let s = v
-                .as_str()
-                .ok_or_else(|| ConfigError::new(at("runtime"), expected("a string", v)))?;
-            if s.is_empty()
-                || !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            {
+            let s = v.as_str().ok_or_else(|| ConfigError::new(at("runtime"), expected("a string", v)))?;
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
                 return Err(ConfigError::new(
                     at("runtime"),
                     format!("`{s}` is not an engine name (expected e.g. \"quickjs-wasi\")"),
@@ -233,17 +227,12 @@ impl CodeModeConfig {
             match v.as_str() {
                 Some("only") => {}
                 _ => {
-                    return Err(ConfigError::new(
-                        at("mode"),
-                        format!("the only supported mode is \"only\", got {v}"),
-                    ));
+                    return Err(ConfigError::new(at("mode"), format!("the only supported mode is \"only\", got {v}")));
                 }
             }
         }
         if let Some(v) = obj.get("languages") {
-            let items = v
-                .as_array()
-                .ok_or_else(|| ConfigError::new(at("languages"), expected("an array", v)))?;
+            let items = v.as_array().ok_or_else(|| ConfigError::new(at("languages"), expected("an array", v)))?;
             let mut langs = Vec::new();
             for (i, item) in items.iter().enumerate() {
                 let lang = item.as_str().and_then(Language::parse).ok_or_else(|| {
@@ -274,14 +263,12 @@ impl CodeModeConfig {
         cfg.memory_limit_bytes = num("memoryLimitBytes", MEMORY_LIMIT_BYTES, cfg.memory_limit_bytes)?;
         cfg.max_output_bytes = num("maxOutputBytes", MAX_OUTPUT_BYTES, cfg.max_output_bytes)?;
         cfg.max_snapshot_bytes = num("maxSnapshotBytes", MAX_SNAPSHOT_BYTES, cfg.max_snapshot_bytes)?;
-        cfg.max_pending_tool_calls =
-            num("maxPendingToolCalls", MAX_PENDING_TOOL_CALLS, cfg.max_pending_tool_calls)?;
-        cfg.snapshot_ttl_seconds =
-            num("snapshotTtlSeconds", SNAPSHOT_TTL_SECONDS, cfg.snapshot_ttl_seconds)?;
+        cfg.max_pending_tool_calls = num("maxPendingToolCalls", MAX_PENDING_TOOL_CALLS, cfg.max_pending_tool_calls)?;
+        cfg.snapshot_ttl_seconds = num("snapshotTtlSeconds", SNAPSHOT_TTL_SECONDS, cfg.snapshot_ttl_seconds)?;
         cfg.max_search_limit = num("maxSearchLimit", MAX_SEARCH_LIMIT, cfg.max_search_limit)?;
         let search_clamp = Clamp::new(1, cfg.max_search_limit);
-        cfg.search_default_limit = num("searchDefaultLimit", search_clamp, cfg.search_default_limit)?
-            .min(cfg.max_search_limit);
+        cfg.search_default_limit =
+            num("searchDefaultLimit", search_clamp, cfg.search_default_limit)?.min(cfg.max_search_limit);
         Ok(cfg)
     }
 
@@ -298,18 +285,13 @@ impl CodeModeConfig {
         let tools = match doc {
             Value::Object(obj) => obj.get("tools"),
             other => {
-                return Err(ConfigError::new(
-                    "(root)",
-                    format!("expected an object, got {}", type_name(other)),
-                ));
+                return Err(ConfigError::new("(root)", format!("expected an object, got {}", type_name(other))));
             }
         };
         match tools {
             None | Some(Value::Null) => Ok(Self::default()),
             Some(Value::Object(t)) => Self::from_value(t.get("codeMode"), "tools.codeMode"),
-            Some(other) => {
-                Err(ConfigError::new("tools", format!("expected an object, got {}", type_name(other))))
-            }
+            Some(other) => Err(ConfigError::new("tools", format!("expected an object, got {}", type_name(other)))),
         }
     }
 

@@ -229,20 +229,12 @@ pub trait GuestEngine: Send + Sync + 'static {
 
     /// Prepares an instance for `program`. No guest code runs until the first
     /// [`GuestInstance::drive`].
-    fn start(
-        &self,
-        program: &GuestProgram,
-        limits: &GuestLimits,
-    ) -> Result<Box<dyn GuestInstance>, EngineError>;
+    fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError>;
 
     /// Restores an instance from a snapshot taken by this engine.
     ///
     /// A snapshot of another engine or engine build fails with [`EngineError::Restore`].
-    fn restore(
-        &self,
-        snapshot: Snapshot,
-        limits: &GuestLimits,
-    ) -> Result<Box<dyn GuestInstance>, EngineError>;
+    fn restore(&self, snapshot: Snapshot, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError>;
 }
 
 /// One running program.

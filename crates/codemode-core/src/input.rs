@@ -168,17 +168,11 @@ mod tests {
     fn x3_command_alias_and_mismatch() {
         let input = CodeModeExecInput { command: Some("return 1".into()), ..Default::default() };
         assert_eq!(input.validate(&cfg()).unwrap().code, "return 1");
-        let same = CodeModeExecInput {
-            code: Some("return 1".into()),
-            command: Some("return 1".into()),
-            ..Default::default()
-        };
+        let same =
+            CodeModeExecInput { code: Some("return 1".into()), command: Some("return 1".into()), ..Default::default() };
         assert!(same.validate(&cfg()).is_ok());
-        let differ = CodeModeExecInput {
-            code: Some("return 1".into()),
-            command: Some("return 2".into()),
-            ..Default::default()
-        };
+        let differ =
+            CodeModeExecInput { code: Some("return 1".into()), command: Some("return 2".into()), ..Default::default() };
         assert_eq!(differ.validate(&cfg()).unwrap_err().code, Some(CodeModeErrorCode::InvalidInput));
     }
 
@@ -203,7 +197,10 @@ mod tests {
             assert_eq!(CodeModeExecInput::from_json(&bad).unwrap_err().code, Some(CodeModeErrorCode::InvalidInput));
         }
         let big = "x".repeat(MAX_CODE_BYTES + 1);
-        assert_eq!(CodeModeExecInput::code(big).validate(&cfg()).unwrap_err().code, Some(CodeModeErrorCode::InvalidInput));
+        assert_eq!(
+            CodeModeExecInput::code(big).validate(&cfg()).unwrap_err().code,
+            Some(CodeModeErrorCode::InvalidInput)
+        );
     }
 
     #[test]

@@ -203,11 +203,8 @@ mod tests {
         let back: CodeModeResult = serde_json::from_value(v).unwrap();
         assert_eq!(back, waiting);
 
-        let failed = CodeModeResult::failed(
-            CodeModeError::new(CodeModeErrorCode::Timeout, "too slow"),
-            vec![],
-            t.clone(),
-        );
+        let failed =
+            CodeModeResult::failed(CodeModeError::new(CodeModeErrorCode::Timeout, "too slow"), vec![], t.clone());
         let v = failed.to_json();
         assert_eq!(v["status"], "failed");
         assert_eq!(v["code"], "timeout");

@@ -128,7 +128,7 @@ pub trait SnapshotStore: Send + Sync {
     async fn purge_expired(&self) -> Vec<RunId>;
 
     /// Number of runs held (suspended or checked out).
-    async fn len(&self) -> usize;
+    async fn count(&self) -> usize;
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@ mod alloc;
 use codemode_bridge::driver::{GuestVm, VmFault, drive, failure_from_parts};
 use codemode_bridge::{BridgeHost, CELL_FILENAME, HostCallResult, PRELUDE, PRELUDE_FILENAME};
 use codemode_core::engine::{
-    DriveInput, DriveReport, EngineError, GuestEngine, GuestInstance, GuestLimits, GuestProgram, RequestId,
-    Snapshot, SnapshotBody,
+    DriveInput, DriveReport, EngineError, GuestEngine, GuestInstance, GuestLimits, GuestProgram, RequestId, Snapshot,
+    SnapshotBody,
 };
 use rquickjs::context::EvalOptions;
 use rquickjs::{CatchResultExt, Context, Ctx, Exception, Function, Object, Persistent, Runtime, Value};
@@ -104,7 +104,8 @@ impl NativeInstance {
     fn spawn(wrapped: String, boot: String, limits: GuestLimits) -> Result<Self, EngineError> {
         let (tx, rx) = mpsc::channel::<Command>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), EngineError>>();
-        let stack = usize::try_from(limits.max_stack_bytes).unwrap_or(usize::MAX / 2).saturating_add(WORKER_STACK_HEADROOM);
+        let stack =
+            usize::try_from(limits.max_stack_bytes).unwrap_or(usize::MAX / 2).saturating_add(WORKER_STACK_HEADROOM);
         std::thread::Builder::new()
             .name("codemode-quickjs".into())
             .stack_size(stack)
@@ -243,7 +244,11 @@ impl Vm {
         }
     }
 
-    fn call_api(&mut self, name: &str, args: impl for<'js> FnOnce(&Ctx<'js>, Function<'js>) -> rquickjs::Result<Value<'js>>) -> Result<Option<String>, VmFault> {
+    fn call_api(
+        &mut self,
+        name: &str,
+        args: impl for<'js> FnOnce(&Ctx<'js>, Function<'js>) -> rquickjs::Result<Value<'js>>,
+    ) -> Result<Option<String>, VmFault> {
         let api = self.api.clone();
         self.ctx.with(|ctx| {
             let result = api.restore(&ctx).and_then(|api| api.get::<_, Function<'_>>(name)).and_then(|f| args(&ctx, f));
@@ -278,7 +283,11 @@ fn exception_fault(value: &Value<'_>) -> VmFault {
     VmFault::Failure(failure_from_parts(&name, &message, &get("stack"), None))
 }
 
-fn host_function<'js>(ctx: &Ctx<'js>, bridge: Arc<Mutex<BridgeHost>>, interrupt: Arc<Interrupt>) -> rquickjs::Result<Function<'js>> {
+fn host_function<'js>(
+    ctx: &Ctx<'js>,
+    bridge: Arc<Mutex<BridgeHost>>,
+    interrupt: Arc<Interrupt>,
+) -> rquickjs::Result<Function<'js>> {
     Function::new(ctx.clone(), move |ctx: Ctx<'js>, kind: String, payload: String| -> rquickjs::Result<f64> {
         let answer = match bridge.lock() {
             Ok(mut b) => b.host_call(&kind, &payload),

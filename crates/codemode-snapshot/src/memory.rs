@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const CHECKOUT_GRACE_MS: u64 = 120_000;
 
 enum Slot {
-    Suspended(SuspendedRun),
+    Suspended(Box<SuspendedRun>),
     CheckedOut { scope: RunScope, expires_at_ms: u64 },
 }
 
@@ -92,7 +92,7 @@ impl SnapshotStore for MemorySnapshotStore {
                 return Err(StoreError::TooMany);
             }
         }
-        slots.insert(run.run_id.clone(), Slot::Suspended(run));
+        slots.insert(run.run_id.clone(), Slot::Suspended(Box::new(run)));
         Ok(())
     }
 
@@ -113,7 +113,7 @@ impl SnapshotStore for MemorySnapshotStore {
             Some(Slot::Suspended(run)) => {
                 let hold = Slot::CheckedOut { scope: run.scope.clone(), expires_at_ms: run.expires_at_ms };
                 slots.insert(run_id.clone(), hold);
-                Ok(run)
+                Ok(*run)
             }
             Some(held) => {
                 slots.insert(run_id.clone(), held);
@@ -132,7 +132,7 @@ impl SnapshotStore for MemorySnapshotStore {
         Self::purge_locked(&mut self.lock(), now)
     }
 
-    async fn len(&self) -> usize {
+    async fn count(&self) -> usize {
         self.lock().len()
     }
 }
@@ -181,7 +181,7 @@ mod tests {
         // Expired runs free their slots.
         clock.advance_ms(20_000);
         store.put(run("r64", "s", 40_000)).await.unwrap();
-        assert_eq!(store.len().await, 1);
+        assert_eq!(store.count().await, 1);
     }
 
     #[tokio::test]
@@ -202,7 +202,7 @@ mod tests {
         let e = store.checkout(&id("a"), &RunScope::session("s1")).await.unwrap_err();
         assert_eq!(e, StoreError::Unavailable);
         assert_eq!(e.to_string(), MSG_UNAVAILABLE);
-        assert_eq!(store.len().await, 0, "expired runs are deleted on lookup");
+        assert_eq!(store.count().await, 0, "expired runs are deleted on lookup");
     }
 
     #[tokio::test]
@@ -215,6 +215,6 @@ mod tests {
         assert!(!store.remove(&id("b")).await);
         clock.advance_ms(100);
         assert_eq!(store.purge_expired().await, vec![id("a")]);
-        assert_eq!(store.len().await, 0);
+        assert_eq!(store.count().await, 0);
     }
 }

@@ -21,18 +21,12 @@ pub const TOP_LEVEL_KEYS: [&str; 1] = ["tools"];
 pub const TOOLS_KEYS: [&str; 1] = ["codeMode"];
 
 /// A parsed configuration file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigFile {
     /// `tools.codeMode`, after defaults and clamps.
     pub code_mode: CodeModeConfig,
     /// Whether `tools.codeMode` was present at all.
     pub code_mode_present: bool,
-}
-
-impl Default for ConfigFile {
-    fn default() -> Self {
-        ConfigFile { code_mode: CodeModeConfig::default(), code_mode_present: false }
-    }
 }
 
 fn check_keys(obj: &serde_json::Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), ConfigError> {
@@ -61,7 +55,9 @@ impl ConfigFile {
                 out.code_mode_present = tools.contains_key("codeMode");
                 out.code_mode = CodeModeConfig::from_value(tools.get("codeMode"), "tools.codeMode")?;
             }
-            Some(other) => return Err(ConfigError::new("tools", format!("expected an object, got {}", type_name(other)))),
+            Some(other) => {
+                return Err(ConfigError::new("tools", format!("expected an object, got {}", type_name(other))));
+            }
         }
         Ok(out)
     }
@@ -87,7 +83,10 @@ mod tests {
         assert!(!f.code_mode.enabled && !f.code_mode_present);
         assert_eq!(ConfigFile::parse("{ tool: {} }").unwrap_err().path, "tool");
         assert_eq!(ConfigFile::parse("{ tools: { codemode: true } }").unwrap_err().path, "tools.codemode");
-        assert_eq!(ConfigFile::parse("{ tools: { codeMode: { enabled: 1 } } }").unwrap_err().path, "tools.codeMode.enabled");
+        assert_eq!(
+            ConfigFile::parse("{ tools: { codeMode: { enabled: 1 } } }").unwrap_err().path,
+            "tools.codeMode.enabled"
+        );
         assert_eq!(ConfigFile::parse("[]").unwrap_err().path, "(root)");
     }
 }

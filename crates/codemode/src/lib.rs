@@ -33,12 +33,12 @@ pub mod tools;
 pub mod typescript;
 
 pub use codemode_catalog::Catalog;
+pub use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolResult};
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
     ToolDefinition, ToolExecutor, ToolSource,
 };
-pub use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolResult};
 pub use codemode_snapshot::{Clock, ManualClock, MemorySnapshotStore, SystemClock};
 pub use runtime::{MSG_STALLED, guest_limits};
 pub use tools::{FnTool, LocalTools, Tool, ToolHook};

@@ -34,7 +34,8 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 /// Message of the failure when a cell awaits something that nothing will ever settle.
-pub const MSG_STALLED: &str = "the cell is waiting on a promise that nothing will settle (no nested calls are in flight)";
+pub const MSG_STALLED: &str =
+    "the cell is waiting on a promise that nothing will settle (no nested calls are in flight)";
 
 fn new_run_id() -> RunId {
     RunId::from_generated(format!("cm_{}", uuid::Uuid::new_v4().simple()))
@@ -68,7 +69,11 @@ impl NestedCalls {
         self.running.len()
     }
 
-    fn spawn(&mut self, id: RequestId, fut: impl std::future::Future<Output = Result<Value, GuestError>> + Send + 'static) {
+    fn spawn(
+        &mut self,
+        id: RequestId,
+        fut: impl std::future::Future<Output = Result<Value, GuestError>> + Send + 'static,
+    ) {
         let tx = self.tx.clone();
         let handle = tokio::spawn(async move {
             let outcome = fut.await;
@@ -167,10 +172,11 @@ impl Call {
 
 impl Run {
     fn accept(&mut self, d: Delivery) {
-        if let Some(p) = self.pending.remove(&d.id) {
-            if p.kind == RequestKind::Call && d.outcome.is_err() {
-                self.telemetry.failed_call_count += 1;
-            }
+        if let Some(p) = self.pending.remove(&d.id)
+            && p.kind == RequestKind::Call
+            && d.outcome.is_err()
+        {
+            self.telemetry.failed_call_count += 1;
         }
         self.ready.push(d);
     }
@@ -282,7 +288,10 @@ impl Inner {
         };
         if !self.config.enabled {
             return early(
-                CodeModeError::new(CodeModeErrorCode::InvalidConfig, "code mode is disabled (tools.codeMode.enabled is not true)"),
+                CodeModeError::new(
+                    CodeModeErrorCode::InvalidConfig,
+                    "code mode is disabled (tools.codeMode.enabled is not true)",
+                ),
                 telemetry,
             );
         }
@@ -311,7 +320,12 @@ impl Inner {
         let instance = match started {
             Ok(Ok(i)) => i,
             Ok(Err(e)) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
-            Err(e) => return early(CodeModeError::new(CodeModeErrorCode::InternalError, format!("engine start panicked: {e}")), telemetry),
+            Err(e) => {
+                return early(
+                    CodeModeError::new(CodeModeErrorCode::InternalError, format!("engine start panicked: {e}")),
+                    telemetry,
+                );
+            }
         };
         let run = Run {
             id: new_run_id(),
@@ -368,12 +382,11 @@ impl Inner {
             created_at_ms,
             stored: true,
         };
-        if resumed_elsewhere {
-            if let Err(e) = self.reissue_lost_calls(&mut run) {
-                return self.fail(run, call, e).await;
-            }
+        if resumed_elsewhere && let Err(e) = self.reissue_lost_calls(&mut run) {
+            return self.fail(run, call, e).await;
         }
-        let yields: Vec<RequestId> = run.pending.values().filter(|p| p.kind == RequestKind::Yield).map(|p| p.id).collect();
+        let yields: Vec<RequestId> =
+            run.pending.values().filter(|p| p.kind == RequestKind::Yield).map(|p| p.id).collect();
         for id in yields {
             run.accept(Delivery { id, outcome: Ok(Value::Null) });
         }
@@ -386,7 +399,9 @@ impl Inner {
             match run.calls.next_until(call.deadline).await {
                 Some(d) => run.accept(d),
                 // Nothing settled in time: the stored snapshot is still exact, keep it as it is.
-                None => return self.store_suspended(run, snapshot, call, WaitReason::PendingTools).await,
+                None => {
+                    return self.store_suspended(run, snapshot, call, WaitReason::PendingTools).await;
+                }
             }
         }
         let limits = self.limits;
@@ -446,7 +461,9 @@ impl Inner {
                     instance = i;
                     report
                 }
-                Ok((_, Err(e))) => return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await,
+                Ok((_, Err(e))) => {
+                    return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await;
+                }
                 Err(e) => {
                     let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("engine panicked: {e}"));
                     return self.fail(run, call, err).await;
@@ -490,7 +507,9 @@ impl Inner {
                     run.accept(d);
                     run.collect_finished();
                 }
-                None => return self.suspend(run, instance, call, WaitReason::PendingTools).await,
+                None => {
+                    return self.suspend(run, instance, call, WaitReason::PendingTools).await;
+                }
             }
         }
     }
@@ -661,11 +680,19 @@ impl Inner {
         }
     }
 
-    async fn suspend(&self, mut run: Run, instance: Box<dyn GuestInstance>, call: Call, reason: WaitReason) -> CodeModeResult {
+    async fn suspend(
+        &self,
+        mut run: Run,
+        instance: Box<dyn GuestInstance>,
+        call: Call,
+        reason: WaitReason,
+    ) -> CodeModeResult {
         let taken = tokio::task::spawn_blocking(move || instance.snapshot()).await;
         let snapshot = match taken {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await,
+            Ok(Err(e)) => {
+                return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await;
+            }
             Err(e) => {
                 let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("snapshot panicked: {e}"));
                 return self.fail(run, call, err).await;
@@ -688,7 +715,13 @@ impl Inner {
         self.store_suspended(run, snapshot, call, reason).await
     }
 
-    async fn store_suspended(&self, mut run: Run, snapshot: Snapshot, mut call: Call, reason: WaitReason) -> CodeModeResult {
+    async fn store_suspended(
+        &self,
+        mut run: Run,
+        snapshot: Snapshot,
+        mut call: Call,
+        reason: WaitReason,
+    ) -> CodeModeResult {
         let mut telemetry = run.telemetry.clone();
         telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         let now = self.now_ms();

@@ -68,7 +68,7 @@ pub async fn wait_lookup_failures(engine: Arc<dyn GuestEngine>) {
     // V21/E15: a settled run is gone.
     let r = cm.wait(&c, &CodeModeWaitInput::new(&id)).await;
     expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "unavailable or expired");
-    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(cm.store().count().await, 0);
 }
 
 /// WF5: only one `wait` at a time per run.
@@ -107,11 +107,11 @@ pub async fn sixty_fifth_suspension(engine: Arc<dyn GuestEngine>) {
     }
     let r = cm.exec(&c, &code("await yield_control(); return 1")).await;
     expect_failed(&r, None, "too many suspended code mode runs.");
-    assert_eq!(cm.store().len().await, 64);
+    assert_eq!(cm.store().count().await, 64);
     for id in &ids {
         assert_eq!(completed_value(&cm.wait(&c, &CodeModeWaitInput::new(id)).await), &json!("resumed"));
     }
-    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(cm.store().count().await, 0);
     assert_eq!(yielded(&cm, &c).await.len(), ids[0].len(), "slots are free again");
 }
 
@@ -137,7 +137,7 @@ pub async fn expiry_cleans_up(engine: Arc<dyn GuestEngine>) {
 }
 
 async fn store_len(cm: &CodeMode) -> usize {
-    cm.store().len().await
+    cm.store().count().await
 }
 
 /// WF3, E15: an aborted run is gone and its nested calls are stopped.
@@ -151,7 +151,7 @@ pub async fn abort_cleans_up(engine: Arc<dyn GuestEngine>) {
     assert!(!cm.abort(&run_id).await, "nothing left to abort");
     let r = cm.wait(&c, &CodeModeWaitInput::new(&id)).await;
     expect_failed(&r, Some(CodeModeErrorCode::InvalidInput), "unavailable or expired");
-    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(cm.store().count().await, 0);
 }
 
 /// V20: snapshot limits hold for suspended runs.
@@ -160,7 +160,7 @@ pub async fn snapshot_limit(engine: Arc<dyn GuestEngine>) {
     let r = cm.exec(&ctx(), &code("const big = 'y'.repeat(200000); await yield_control(); return big.length")).await;
     expect_failed(&r, Some(CodeModeErrorCode::SnapshotLimitExceeded), "exceeds maxSnapshotBytes");
     assert_eq!(r.telemetry().limit_failures.snapshot, 1);
-    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(cm.store().count().await, 0);
 }
 
 /// V20: the output limit holds across a suspension: each result carries at most `maxOutputBytes`.
@@ -175,7 +175,7 @@ pub async fn output_limit_across_suspension(engine: Arc<dyn GuestEngine>) {
     assert_eq!(steps[0].output().len(), 1);
     assert_eq!(steps[1].output().len(), 1, "output after a restore is returned by that wait (E14)");
     expect_failed(&steps[2], Some(CodeModeErrorCode::OutputLimitExceeded), "output limit exceeded");
-    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(cm.store().count().await, 0);
 }
 
 /// E12–E14, V21: a nested call outlives the `exec` that started it; `wait` delivers its result into the
@@ -184,7 +184,10 @@ pub async fn nested_calls_continue_after_exec(engine: Arc<dyn GuestEngine>) {
     let cm = harness(engine, config(json!({ "timeoutMs": 150 })));
     let c = ctx();
     let first = cm
-        .exec(&c, &code("text('before'); const r = await tools.demo_sleep({ms: 400}); text('after ' + r.slept); return r"))
+        .exec(
+            &c,
+            &code("text('before'); const r = await tools.demo_sleep({ms: 400}); text('after ' + r.slept); return r"),
+        )
         .await;
     let CodeModeResult::Waiting { run_id, reason, pending_tool_calls, output, .. } = &first else {
         panic!("expected waiting, got {}", first.to_json());
@@ -211,7 +214,10 @@ pub async fn host_survives_hostile_cells(engine: Arc<dyn GuestEngine>) {
         ("while (true) {}", Some(CodeModeErrorCode::Timeout)),
         ("await tools.demo_echo({}); for (;;) {}", Some(CodeModeErrorCode::Timeout)),
         ("const a = []; for (;;) a.push('x'.repeat(1 << 16) + a.length)", Some(CodeModeErrorCode::MemoryLimitExceeded)),
-        ("const m = new Map(); for (let i = 0; ; i++) m.set(i, { i, s: 'v' + i })", Some(CodeModeErrorCode::MemoryLimitExceeded)),
+        (
+            "const m = new Map(); for (let i = 0; ; i++) m.set(i, { i, s: 'v' + i })",
+            Some(CodeModeErrorCode::MemoryLimitExceeded),
+        ),
         ("function f(n) { return f(n + 1) + 1 } return f(0)", None),
         ("text('x'.repeat(10 * 1024 * 1024))", Some(CodeModeErrorCode::OutputLimitExceeded)),
         ("import fs from 'fs'", Some(CodeModeErrorCode::ModuleAccessDenied)),
@@ -225,7 +231,7 @@ pub async fn host_survives_hostile_cells(engine: Arc<dyn GuestEngine>) {
         let ok = cm.exec(&c, &code("return [1, 2, 3].map((x) => x * 2)")).await;
         assert_eq!(completed_value(&ok), &json!([2, 4, 6]), "host unharmed after `{src}`");
     }
-    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(cm.store().count().await, 0);
 }
 
 /// E15: a timeout discards the run's state and stops its nested calls.
@@ -235,7 +241,7 @@ pub async fn timeout_cleans_up(engine: Arc<dyn GuestEngine>) {
     let r = cm.exec(&c, &code("tools.demo_sleep({ms: 5000}); while (true) {}")).await;
     expect_failed(&r, Some(CodeModeErrorCode::Timeout), "timed out");
     assert_eq!(r.telemetry().limit_failures.timeout, 1);
-    assert_eq!(cm.store().len().await, 0);
+    assert_eq!(cm.store().count().await, 0);
 }
 
 struct CountingHook {
@@ -259,10 +265,10 @@ impl ToolHook for CountingHook {
 
     async fn after_tool_call(&self, _call: &NestedToolCall, outcome: &mut Result<ToolResult, ToolError>) {
         self.after.fetch_add(1, Ordering::SeqCst);
-        if let Ok(r) = outcome {
-            if let Some(o) = r.details.as_object_mut() {
-                o.insert("audited".into(), json!(true));
-            }
+        if let Ok(r) = outcome
+            && let Some(o) = r.details.as_object_mut()
+        {
+            o.insert("audited".into(), json!(true));
         }
     }
 }

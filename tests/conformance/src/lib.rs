@@ -27,7 +27,9 @@ mod tools;
 
 pub use tools::conformance_tools;
 
-use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, GuestEngine, RunContext};
+use codemode::{
+    CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, GuestEngine, RunContext,
+};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -80,7 +82,9 @@ pub async fn run_to_end(cm: &CodeMode, input: &CodeModeExecInput) -> Vec<CodeMod
     let ctx = ctx();
     let mut steps = vec![cm.exec(&ctx, input).await];
     while steps.len() <= MAX_STEPS {
-        let Some(run_id) = steps.last().and_then(|r| r.run_id()).map(str::to_string) else { break };
+        let Some(run_id) = steps.last().and_then(|r| r.run_id()).map(str::to_string) else {
+            break;
+        };
         steps.push(cm.wait(&ctx, &CodeModeWaitInput::new(run_id)).await);
     }
     steps

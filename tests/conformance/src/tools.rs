@@ -25,17 +25,23 @@ pub fn conformance_tools() -> LocalTools {
             Ok(ToolResult::from_details(v))
         },
     )));
-    tools.add(Arc::new(FnTool::new(def("conformance_big", "Returns a string of `bytes` x characters."), |input| async move {
-        let n = input.get("bytes").and_then(Value::as_u64).unwrap_or(0).min(64 << 20) as usize;
-        Ok(ToolResult { details: json!("x".repeat(n)), content: vec![] })
-    })));
-    tools.add(Arc::new(FnTool::new(def("conformance_deep", "Returns arrays nested `depth` levels deep."), |input| async move {
-        let depth = input.get("depth").and_then(Value::as_u64).unwrap_or(1).min(1_000);
-        let mut v = json!(0);
-        for _ in 0..depth {
-            v = json!([v]);
-        }
-        Ok(ToolResult { details: v, content: vec![] })
-    })));
+    tools.add(Arc::new(FnTool::new(
+        def("conformance_big", "Returns a string of `bytes` x characters."),
+        |input| async move {
+            let n = input.get("bytes").and_then(Value::as_u64).unwrap_or(0).min(64 << 20) as usize;
+            Ok(ToolResult { details: json!("x".repeat(n)), content: vec![] })
+        },
+    )));
+    tools.add(Arc::new(FnTool::new(
+        def("conformance_deep", "Returns arrays nested `depth` levels deep."),
+        |input| async move {
+            let depth = input.get("depth").and_then(Value::as_u64).unwrap_or(1).min(1_000);
+            let mut v = json!(0);
+            for _ in 0..depth {
+                v = json!([v]);
+            }
+            Ok(ToolResult { details: v, content: vec![] })
+        },
+    )));
     tools
 }

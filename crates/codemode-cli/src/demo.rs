@@ -1,0 +1,145 @@
+//! `codemode demo`: a short scripted showcase on the built-in demo catalog.
+
+use crate::{CommonArgs, build_runtime, load_config};
+use anyhow::Result;
+use codemode::{CodeMode, CodeModeExecInput, CodeModeOutput, CodeModeResult, CodeModeWaitInput, RunContext};
+use std::process::ExitCode;
+use std::time::Instant;
+
+struct Scene {
+    title: &'static str,
+    note: &'static str,
+    code: &'static str,
+    /// The scene shows a failure on purpose.
+    fails: bool,
+}
+
+const SCENES: [Scene; 6] = [
+    Scene {
+        title: "Search → call → filter, in one cell",
+        note: "The model never saw the shipping tool's schema: the cell finds it, calls it, and filters the result.",
+        code: r#"const [shipmentTool] = await tools.search("list shipments");
+const shipments = await tools.callValue(shipmentTool.id, {});
+return shipments.filter((s) => !s.paid && s.tons > 10).map((s) => s.id);"#,
+        fails: false,
+    },
+    Scene {
+        title: "Parallel fan-out and a join",
+        note: "Six nested calls at once with Promise.all; only the joined answer goes back to the model.",
+        code: r#"const unpaid = (await tools.demo_shipping_list({})).filter((s) => !s.paid);
+const ids = [...new Set(unpaid.map((s) => s.customerId))];
+const customers = await Promise.all(ids.map((id) => tools.demo_customer_get({ id })));
+const byId = Object.fromEntries(customers.map((c) => [c.id, c]));
+const owed = {};
+for (const s of unpaid) owed[byId[s.customerId].name] = (owed[byId[s.customerId].name] ?? 0) + s.tons;
+text(`${unpaid.length} unpaid shipments across ${ids.length} customers`);
+return owed;"#,
+        fails: false,
+    },
+    Scene {
+        title: "A slow tool: the run suspends, `wait` resumes it",
+        note: "demo_sleep outlives the exec call's time limit: exec returns `waiting`, the call keeps running, and `wait` delivers its result into the restored VM.",
+        code: r#"text("asking a slow tool…");
+const { slept } = await tools.demo_sleep({ ms: 900 });
+text(`back after ${slept} ms`);
+return { slept };"#,
+        fails: false,
+    },
+    Scene {
+        title: "Checkpoints with yield_control()",
+        note: "The cell hands control back to the model mid-way; its state survives the suspension.",
+        code: r#"let total = 0;
+for (const s of await tools.demo_shipping_list({})) total += s.tons;
+text(`total so far: ${total} t`);
+await yield_control("report progress");
+return { total, perShipment: total / 10 };"#,
+        fails: false,
+    },
+    Scene {
+        title: "Failures are plain errors",
+        note: "A failing tool throws an ordinary Error the cell can catch.",
+        code: r#"try {
+  await tools.demo_fail({ message: "warehouse offline" });
+} catch (e) {
+  return `${e.name}: ${e.message} (code ${e.code})`;
+}"#,
+        fails: false,
+    },
+    Scene {
+        title: "Hostile code hits limits, not the host",
+        note: "No modules, files, network or host objects: this cell is refused before it runs (and a busy loop would end as `timeout`).",
+        code: r#"const fs = await import("node:fs");
+return fs.readFileSync("/etc/passwd", "utf8");"#,
+        fails: true,
+    },
+];
+
+fn indent(s: &str, by: &str) -> String {
+    s.lines().map(|l| format!("{by}{l}")).collect::<Vec<_>>().join("\n")
+}
+
+fn show_result(step: &str, r: &CodeModeResult, ms: u128) {
+    let t = r.telemetry();
+    let counts = format!("{} search, {} describe, {} call", t.search_count, t.describe_count, t.call_count);
+    match r {
+        CodeModeResult::Completed { value, .. } => {
+            println!("  {step} → completed in {ms} ms ({counts})");
+            let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
+            println!("{}", indent(&pretty, "      "));
+        }
+        CodeModeResult::Waiting { reason, pending_tool_calls, .. } => {
+            let pending: Vec<&str> = pending_tool_calls.iter().map(|p| p.tool_id.as_str()).collect();
+            let reason =
+                serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            println!("  {step} → waiting ({reason}) after {ms} ms; pending: {pending:?}");
+        }
+        CodeModeResult::Failed { error, code, .. } => {
+            println!("  {step} → failed ({}) after {ms} ms: {error}", code.map(|c| c.as_str()).unwrap_or("uncaught"));
+        }
+    }
+    for item in r.output() {
+        match item {
+            CodeModeOutput::Text { text } => println!("      text: {text}"),
+            CodeModeOutput::Json { value } => println!("      json: {value}"),
+        }
+    }
+}
+
+async fn play(cm: &CodeMode, scene: &Scene, n: usize) -> bool {
+    println!("\n━━ {n}. {} ━━", scene.title);
+    println!("{}", indent(scene.note, "  "));
+    println!("{}", indent(scene.code, "  │ "));
+    let ctx = RunContext::session("demo");
+    let started = Instant::now();
+    let mut r = cm.exec(&ctx, &CodeModeExecInput::code(scene.code)).await;
+    show_result("exec", &r, started.elapsed().as_millis());
+    for _ in 0..20 {
+        let Some(id) = r.run_id().map(str::to_string) else {
+            break;
+        };
+        let started = Instant::now();
+        r = cm.wait(&ctx, &CodeModeWaitInput::new(id)).await;
+        show_result("wait", &r, started.elapsed().as_millis());
+    }
+    matches!(r, CodeModeResult::Completed { .. }) != scene.fails
+}
+
+pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
+    let mut config = load_config(&common)?;
+    // Short enough that the slow tool of scene 3 outlives one exec call.
+    config.timeout_ms = config.timeout_ms.min(500);
+    let cm = build_runtime(config)?;
+    println!(
+        "codemode demo — engine `{}`, {} demo tools, timeoutMs {}",
+        cm.engine_name(),
+        cm.catalog().len(),
+        cm.config().timeout_ms
+    );
+    println!("The model sees two tools, exec and wait. Everything below is what it would send as `exec` code.");
+    let mut ok = true;
+    for (i, scene) in SCENES.iter().enumerate() {
+        ok &= play(&cm, scene, i + 1).await;
+    }
+    println!();
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
