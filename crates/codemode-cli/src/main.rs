@@ -4,9 +4,12 @@
 //! stdout and the terminal:
 //!
 //! - `codemode run FILE|-`: run one cell against the demo catalog, calling `wait` until it ends;
-//! - `codemode demo`: a scripted showcase of code mode on the demo catalog.
+//! - `codemode demo`: a scripted showcase of code mode on the demo catalog;
+//! - `codemode exec FILE|-` / `codemode wait RUN_ID`: one `exec` or `wait` per process, with suspended
+//!   runs kept in a snapshot directory — a run suspended by one process resumes in another.
 //!
-//! Exit status: 0 when the cell completed, 1 when it failed, 2 for usage or configuration errors.
+//! Exit status: 0 when the cell completed (or, for `exec`/`wait`, is waiting), 1 when it failed, 2 for
+//! usage or configuration errors.
 //! Logs go to stderr (`RUST_LOG`, or `OPENCLAW_DEBUG_CODE_MODE=1` for debug logs); stdout carries only
 //! results.
 #![forbid(unsafe_code)]
@@ -68,6 +71,62 @@ enum Command {
         #[command(flatten)]
         common: CommonArgs,
     },
+    /// Start one cell and print its first result (possibly `waiting`, with a runId); suspended runs
+    /// are stored in the snapshot directory for `codemode wait`, in this or any other process.
+    Exec {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Language of the cell (default: from the file extension, else javascript).
+        #[arg(long, value_enum)]
+        language: Option<LanguageArg>,
+        /// The cell: a file path, or `-` to read stdin.
+        file: String,
+    },
+    /// Resume a suspended run from the snapshot directory and print its next result.
+    Wait {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The runId printed by `codemode exec` (or an earlier `wait`).
+        run_id: String,
+    },
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct StoreArgs {
+    /// Where suspended runs are kept (default: $XDG_STATE_HOME/codemode/runs, or
+    /// ~/.local/state/codemode/runs).
+    #[arg(long, value_name = "DIR", env = "CODEMODE_SNAPSHOT_DIR")]
+    snapshot_dir: Option<PathBuf>,
+    /// The session the run belongs to; `wait` must name the same one.
+    #[arg(long, default_value = "cli")]
+    session: String,
+}
+
+impl StoreArgs {
+    fn dir(&self) -> Result<PathBuf> {
+        if let Some(d) = &self.snapshot_dir {
+            return Ok(d.clone());
+        }
+        if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
+            return Ok(PathBuf::from(d).join("codemode").join("runs"));
+        }
+        match std::env::var_os("HOME") {
+            Some(h) => Ok(PathBuf::from(h).join(".local/state/codemode/runs")),
+            None => bail!("no snapshot directory: pass --snapshot-dir or set CODEMODE_SNAPSHOT_DIR"),
+        }
+    }
+
+    fn runtime(&self, common: &CommonArgs) -> Result<CodeMode> {
+        let config = load_config(common)?;
+        let dir = self.dir()?;
+        let store = codemode::DirectorySnapshotStore::new(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
+        build_runtime_with(config, Some(std::sync::Arc::new(store)))
+    }
 }
 
 fn init_tracing() {
@@ -102,7 +161,15 @@ pub(crate) fn load_config(common: &CommonArgs) -> Result<CodeModeConfig> {
 
 /// Builds the runtime over the demo catalog.
 pub(crate) fn build_runtime(config: CodeModeConfig) -> Result<CodeMode> {
-    let cm = CodeMode::builder(config).local_tools(codemode::demo::demo_tools()).build();
+    build_runtime_with(config, None)
+}
+
+fn build_runtime_with(config: CodeModeConfig, store: Option<std::sync::Arc<dyn codemode::SnapshotStore>>) -> Result<CodeMode> {
+    let mut builder = CodeMode::builder(config).local_tools(codemode::demo::demo_tools());
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    let cm = builder.build();
     if !cm.engine_available() {
         bail!(
             "engine `{}` is not available in this build (compiled engines: {})",
@@ -141,23 +208,41 @@ fn print_json(result: &CodeModeResult) {
 
 fn exit_for(result: &CodeModeResult) -> ExitCode {
     match result {
-        CodeModeResult::Completed { .. } => ExitCode::SUCCESS,
-        _ => ExitCode::from(1),
+        CodeModeResult::Failed { .. } => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
     }
 }
 
 /// Most `wait` calls `run` makes before giving up (each is bounded by `timeoutMs`).
 const MAX_WAITS: usize = 10_000;
 
+fn exec_input(language: Option<LanguageArg>, file: &str) -> Result<CodeModeExecInput> {
+    Ok(CodeModeExecInput {
+        code: Some(read_cell(file)?),
+        language: Some(language_of(language, file).to_string()),
+        ..CodeModeExecInput::default()
+    })
+}
+
+async fn exec(common: CommonArgs, store: StoreArgs, language: Option<LanguageArg>, file: String) -> Result<ExitCode> {
+    let cm = store.runtime(&common)?;
+    let input = exec_input(language, &file)?;
+    let result = cm.exec(&RunContext::session(store.session.clone()), &input).await;
+    print_json(&result);
+    Ok(exit_for(&result))
+}
+
+async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -> Result<ExitCode> {
+    let cm = store.runtime(&common)?;
+    let result = cm.wait(&RunContext::session(store.session.clone()), &CodeModeWaitInput::new(run_id)).await;
+    print_json(&result);
+    Ok(exit_for(&result))
+}
+
 async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, file: String) -> Result<ExitCode> {
     let config = load_config(&common)?;
     let cm = build_runtime(config)?;
-    let code = read_cell(&file)?;
-    let input = CodeModeExecInput {
-        code: Some(code),
-        language: Some(language_of(language, &file).to_string()),
-        ..CodeModeExecInput::default()
-    };
+    let input = exec_input(language, &file)?;
     let ctx = RunContext::session("cli");
     let mut result = cm.exec(&ctx, &input).await;
     for _ in 0..MAX_WAITS {
@@ -170,7 +255,10 @@ async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, fil
         result = cm.wait(&ctx, &CodeModeWaitInput::new(run_id)).await;
     }
     print_json(&result);
-    Ok(exit_for(&result))
+    Ok(match result {
+        CodeModeResult::Completed { .. } => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    })
 }
 
 fn main() -> ExitCode {
@@ -193,6 +281,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { common, language, steps, file } => run(common, language, steps, file).await,
             Command::Demo { common } => demo::run(common).await,
+            Command::Exec { common, store, language, file } => exec(common, store, language, file).await,
+            Command::Wait { common, store, run_id } => wait(common, store, run_id).await,
         }
     });
     match outcome {

@@ -13,7 +13,7 @@
 //! # async fn demo() {
 //! use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, RunContext};
 //! let cm = CodeMode::builder(CodeModeConfig::enabled())
-//!     .engine_name("quickjs")
+//!     .engine_name("quickjs-wasi")
 //!     .local_tools(codemode::demo::demo_tools())
 //!     .build();
 //! let ctx = RunContext::session("s1");
@@ -39,7 +39,7 @@ pub use codemode_core::{
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
     ToolDefinition, ToolExecutor, ToolSource,
 };
-pub use codemode_snapshot::{Clock, ManualClock, MemorySnapshotStore, SystemClock};
+pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
 pub use runtime::{MSG_STALLED, guest_limits};
 pub use tools::{FnTool, LocalTools, Tool, ToolHook};
 
@@ -58,6 +58,8 @@ impl Engines {
     /// runs fail closed with `runtime_unavailable`; there is never a silent switch to another engine.
     pub fn by_name(name: &str) -> Option<Arc<dyn GuestEngine>> {
         match name {
+            #[cfg(feature = "engine-wasi")]
+            codemode_engine_wasi::ENGINE_NAME => Some(Arc::new(codemode_engine_wasi::QuickJsWasiEngine::new())),
             #[cfg(feature = "engine-quickjs")]
             codemode_engine_quickjs::ENGINE_NAME => Some(Arc::new(codemode_engine_quickjs::QuickJsEngine::new())),
             _ => None,

@@ -17,7 +17,9 @@
 //! - `// @exec {json}`: extra `exec` input fields (e.g. `{"restartSafe": true}`);
 //! - `// @steps`: snapshot every result of the run (`exec` and each `wait`), not only the last;
 //! - `// @timing`: the run suspends on wall-clock time, so the number of `wait`s is not fixed:
-//!   `waitCount` and snapshot events are redacted.
+//!   `waitCount` and snapshot events are redacted;
+//! - `// @redact-error`: the failure message legitimately differs between engines (e.g. whether
+//!   QuickJS could still allocate the out-of-memory error object); only status and code are compared.
 //!
 //! Layering: a test-support crate on top of the `codemode` facade (built without engines).
 #![forbid(unsafe_code)]
@@ -101,6 +103,8 @@ pub struct CaseSpec {
     pub steps: bool,
     /// `@timing`.
     pub timing: bool,
+    /// `@redact-error`.
+    pub redact_error: bool,
 }
 
 /// Reads the directives at the top of a case.
@@ -120,6 +124,8 @@ pub fn parse_case(source: &str) -> CaseSpec {
             spec.steps = true;
         } else if line == "@timing" {
             spec.timing = true;
+        } else if line == "@redact-error" {
+            spec.redact_error = true;
         }
     }
     spec
@@ -148,7 +154,10 @@ pub fn run_case(name: &str, engine: Arc<dyn GuestEngine>) {
     } else {
         steps.last().map(CodeModeResult::to_json).unwrap_or(Value::Null)
     };
-    let value = redact(value, spec.timing);
+    let mut value = redact(value, spec.timing);
+    if spec.redact_error && let Some(e) = value.get_mut("error") {
+        *e = json!("[engine-specific message]");
+    }
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"));
     settings.set_prepend_module_to_snapshot(false);

@@ -1,0 +1,158 @@
+//! End-to-end tests of the `codemode` binary (the same build the tests run with).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_codemode"));
+    c.env_remove("CODEMODE_CONFIG").env_remove("CODEMODE_SNAPSHOT_DIR").env("RUST_LOG", "warn");
+    c
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("codemode-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn last_json(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {}", String::from_utf8_lossy(&out.stderr)));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
+
+fn run_stdin(args: &[&str], code: &str) -> Output {
+    let mut child = bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(code.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn run_completes_and_sets_exit_status() {
+    let out = run_stdin(&["run", "-"], "const s = await tools.demo_shipping_list({}); return s.filter((x) => !x.paid).length");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["value"], 6);
+    assert_eq!(v["telemetry"]["engine"], "quickjs-wasi", "the default engine");
+    let out = run_stdin(&["run", "--engine", "quickjs", "-"], "throw new Error('nope')");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(last_json(&out)["status"], "failed");
+}
+
+#[test]
+fn run_steps_prints_every_result() {
+    let dir = tempdir("steps");
+    let cell = write(&dir, "cell.js", "text('a'); await yield_control(); text('b'); return 2");
+    let out = bin().args(["run", "--steps"]).arg(&cell).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["status"], "waiting");
+    assert_eq!(lines[0]["reason"], "yield");
+    assert_eq!(lines[1]["value"], 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn usage_and_config_errors_exit_2() {
+    let dir = tempdir("usage");
+    let bad = write(&dir, "bad.json5", "{ tools: { codeMode: { enabled: true, timeout: 5 } } }");
+    let out = bin().args(["run", "--config"]).arg(&bad).arg("-").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tools.codeMode.timeout"), "{}", String::from_utf8_lossy(&out.stderr));
+    let disabled = write(&dir, "off.json5", "{ tools: { codeMode: { timeoutMs: 500 } } }");
+    let out = bin().args(["run", "--config"]).arg(&disabled).arg("-").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("disabled"));
+    let out = bin().args(["run", "--engine", "boa", "-"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not available"));
+    let out = bin().args(["run", "--no-such-flag"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn exec_then_wait(dir: &Path, config: &Path, code: &str) -> (Value, Value) {
+    let snaps = dir.join("runs");
+    let out = run_stdin(&["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "-"], code);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let first = last_json(&out);
+    let id = first["runId"].as_str().unwrap_or_else(|| panic!("expected waiting: {first}")).to_string();
+    let out = bin().args(["wait", "--config"]).arg(config).arg("--snapshot-dir").arg(&snaps).arg(&id).output().unwrap();
+    (first, last_json(&out))
+}
+
+#[test]
+fn exec_and_wait_resume_in_another_process() {
+    let dir = tempdir("xproc");
+    let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 300 } } }");
+    // State built before the suspension is used after it, in a different process.
+    let (first, second) = exec_then_wait(
+        &dir,
+        &config,
+        "const big = Array.from({length: 1000}, (_, i) => i * 2); const m = new Map([['k', big]]); text('pid-independent');
+         await yield_control('checkpoint');
+         return { sum: m.get('k').reduce((a, b) => a + b, 0), last: big[999] }",
+    );
+    assert_eq!(first["reason"], "yield");
+    assert_eq!(first["output"][0]["text"], "pid-independent");
+    assert_eq!(second["status"], "completed", "{second}");
+    assert_eq!(second["value"], json!({ "sum": 999000, "last": 1998 }));
+    assert_eq!(second["telemetry"]["waitCount"], 1);
+    // A read-only call that was in flight when the exec process exited is issued again.
+    let (first, second) = exec_then_wait(&dir, &config, "const r = await tools.demo_sleep({ ms: 700 }); return r.slept + 1");
+    assert_eq!(first["reason"], "pending_tools");
+    assert_eq!(first["pendingToolCalls"][0]["toolId"], "plugin:demo:demo_sleep");
+    let mut last = second;
+    for _ in 0..20 {
+        if last["status"] != "waiting" {
+            break;
+        }
+        let id = last["runId"].as_str().unwrap().to_string();
+        let out = bin().args(["wait", "--config"]).arg(&config).arg("--snapshot-dir").arg(dir.join("runs")).arg(&id).output().unwrap();
+        last = last_json(&out);
+    }
+    assert_eq!(last["value"], 701, "{last}");
+    // A side-effecting call in flight when the exec process exited is not repeated: the run fails
+    // and names the tool.
+    let (first, second) = exec_then_wait(
+        &dir,
+        &config,
+        "const [inv] = await Promise.all([tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 5 }), tools.demo_sleep({ ms: 700 })]); return inv",
+    );
+    assert_eq!(first["status"], "waiting");
+    assert_eq!(second["status"], "failed", "{second}");
+    assert_eq!(second["code"], "nested_tool_failed");
+    assert!(second["error"].as_str().unwrap().contains("plugin:demo:demo_invoice_send"), "{second}");
+    // Runs are scoped: another session cannot resume them.
+    let snaps = dir.join("runs");
+    let out = run_stdin(&["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "--session", "alice", "-"], "await yield_control(); return 1");
+    let id = last_json(&out)["runId"].as_str().unwrap().to_string();
+    let out = bin().args(["wait", "--session", "mallory", "--config"]).arg(&config).arg("--snapshot-dir").arg(&snaps).arg(&id).output().unwrap();
+    let v = last_json(&out);
+    assert_eq!(v["code"], "invalid_input");
+    assert_eq!(v["error"], "code mode run belongs to a different session.");
+    let out = bin().args(["wait", "--session", "alice", "--config"]).arg(&config).arg("--snapshot-dir").arg(&snaps).arg(&id).output().unwrap();
+    assert_eq!(last_json(&out)["value"], 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn demo_runs_to_completion() {
+    let out = bin().arg("demo").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("waiting (pending_tools)"), "{stdout}");
+    assert!(stdout.contains("module_access_denied"), "{stdout}");
+}

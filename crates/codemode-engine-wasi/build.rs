@@ -1,0 +1,200 @@
+//! Builds the guest module: QuickJS-ng's C sources (from the `rquickjs-sys` package in the cargo
+//! registry, never copied into this repository) plus our shim (`guest/shim.c`), compiled by Debian's
+//! `clang-16` for `wasm32-wasi` into a reactor module at `$OUT_DIR/codemode-guest.wasm`.
+//!
+//! One source transform is applied to the build's working copy of `quickjs.c` (in `$OUT_DIR`):
+//! QuickJS-ng switches its stack-overflow check off under `__wasi__`, which makes deep recursion trap
+//! the whole wasm instance. Both switches are turned back on, so deep recursion is a catchable
+//! `RangeError` (DESIGN §4).
+//!
+//! Environment overrides: `CODEMODE_WASI_CC` (compiler, default `clang-16`), `CODEMODE_WASI_SYSROOT`
+//! (default `/usr`), `CODEMODE_QUICKJS_SRC` (a directory with QuickJS-ng's sources).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The QuickJS-ng package the sources come from (pinned in the workspace manifest).
+const QJS_PACKAGE: &str = "rquickjs-sys";
+const QJS_VERSION: &str = "0.14.0";
+/// The C files of QuickJS-ng the guest needs (not quickjs-libc).
+const QJS_SOURCES: [&str; 4] = ["quickjs.c", "libregexp.c", "libunicode.c", "dtoa.c"];
+/// Bytes of the guest's linear-memory stack.
+const GUEST_STACK_BYTES: u32 = 1 << 20;
+
+const INSTALL_HINT: &str = "install Debian packages clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 (or run `scripts/setup.sh`, which does)";
+
+fn fail(msg: &str) -> ! {
+    eprintln!("error: codemode-engine-wasi: {msg}");
+    println!("cargo:warning=codemode-engine-wasi: {msg}");
+    std::process::exit(1);
+}
+
+/// The two places where QuickJS-ng disables its stack check under `__wasi__`, and their
+/// replacements. Each must match exactly once, or the build stops (the sources changed).
+const TRANSFORMS: [(&str, &str); 2] = [
+    (
+        "#ifdef __wasi__\n    rt->stack_size = 0;\n#endif",
+        "/* codemode: keep the default stack size under __wasi__ */",
+    ),
+    (
+        "#if defined(__wasi__)\n    rt->stack_limit = 0; /* no limit */\n#else",
+        "#if 0 /* codemode: the stack check stays on under __wasi__ */\n#else",
+    ),
+];
+
+fn find_quickjs_sources() -> PathBuf {
+    println!("cargo:rerun-if-env-changed=CODEMODE_QUICKJS_SRC");
+    if let Ok(dir) = std::env::var("CODEMODE_QUICKJS_SRC") {
+        return PathBuf::from(dir);
+    }
+    // Ask cargo where the pinned package lives (it is a dependency, so it is already downloaded).
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("Cargo.toml");
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline", "--manifest-path"])
+        .arg(&manifest)
+        .output();
+    if let Ok(out) = out
+        && out.status.success()
+    {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let needle = format!("\"name\":\"{QJS_PACKAGE}\",\"version\":\"{QJS_VERSION}\"");
+        if let Some(at) = text.find(&needle) {
+            let rest = &text[at..];
+            if let Some(m) = rest.find("\"manifest_path\":\"") {
+                let start = m + "\"manifest_path\":\"".len();
+                if let Some(end) = rest[start..].find('"') {
+                    let path = PathBuf::from(rest[start..start + end].replace("\\\\", "\\"));
+                    if let Some(dir) = path.parent() {
+                        return dir.join("quickjs");
+                    }
+                }
+            }
+        }
+    }
+    // Fallback: the default registry location.
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo"));
+    if let Ok(entries) = std::fs::read_dir(home.join("registry/src")) {
+        for e in entries.flatten() {
+            let dir = e.path().join(format!("{QJS_PACKAGE}-{QJS_VERSION}/quickjs"));
+            if dir.join("quickjs.c").is_file() {
+                return dir;
+            }
+        }
+    }
+    fail(&format!("cannot find the sources of {QJS_PACKAGE} {QJS_VERSION}; set CODEMODE_QUICKJS_SRC"));
+}
+
+fn check_compiler(cc: &str, sysroot: &Path) {
+    let ok = Command::new(cc).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        fail(&format!("`{cc}` not found: {INSTALL_HINT}"));
+    }
+    if !sysroot.join("include/wasm32-wasi/stdlib.h").is_file() || !sysroot.join("lib/wasm32-wasi/libc.a").is_file() {
+        fail(&format!("wasi-libc not found under {}: {INSTALL_HINT}", sysroot.display()));
+    }
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    match cmd.output() {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            eprintln!("{stderr}");
+            let hint = if stderr.contains("wasm-ld") || stderr.contains("libclang_rt") || stderr.contains("unable to execute") {
+                format!(" ({INSTALL_HINT})")
+            } else {
+                String::new()
+            };
+            fail(&format!("{what} failed{hint}"));
+        }
+        Err(e) => fail(&format!("{what}: cannot run the compiler: {e}; {INSTALL_HINT}")),
+    }
+}
+
+fn main() {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_else(|_| fail("OUT_DIR is not set")));
+    println!("cargo:rerun-if-changed=guest/shim.c");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CODEMODE_WASI_CC");
+    println!("cargo:rerun-if-env-changed=CODEMODE_WASI_SYSROOT");
+    let cc = std::env::var("CODEMODE_WASI_CC").unwrap_or_else(|_| "clang-16".into());
+    let sysroot = PathBuf::from(std::env::var("CODEMODE_WASI_SYSROOT").unwrap_or_else(|_| "/usr".into()));
+    check_compiler(&cc, &sysroot);
+
+    let src = find_quickjs_sources();
+    let work = out_dir.join("qjs");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap_or_else(|e| fail(&format!("cannot create {}: {e}", work.display())));
+    let entries = std::fs::read_dir(&src).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", src.display())));
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "c" || x == "h") {
+            let dest = work.join(e.file_name());
+            std::fs::copy(&p, &dest).unwrap_or_else(|err| fail(&format!("cannot copy {}: {err}", p.display())));
+        }
+    }
+    let qjs = work.join("quickjs.c");
+    let mut text = std::fs::read_to_string(&qjs).unwrap_or_else(|e| fail(&format!("cannot read quickjs.c: {e}")));
+    for (from, to) in TRANSFORMS {
+        let n = text.matches(from).count();
+        if n != 1 {
+            fail(&format!(
+                "the stack-check transform expects `{}` exactly once in quickjs.c, found it {n} times: the QuickJS-ng sources changed",
+                from.lines().next().unwrap_or(from)
+            ));
+        }
+        text = text.replace(from, to);
+    }
+    std::fs::write(&qjs, text).unwrap_or_else(|e| fail(&format!("cannot write quickjs.c: {e}")));
+
+    let target = "--target=wasm32-wasi";
+    let sysroot_arg = format!("--sysroot={}", sysroot.display());
+    let cflags = [
+        target,
+        sysroot_arg.as_str(),
+        "-O2",
+        "-D_GNU_SOURCE",
+        "-DFE_DOWNWARD=0",
+        "-DFE_UPWARD=0",
+        "-Wno-implicit-const-int-float-conversion",
+        "-Wno-unknown-warning-option",
+    ];
+    let shim = manifest_dir.join("guest/shim.c");
+    let units: Vec<PathBuf> = QJS_SOURCES.iter().map(|f| work.join(f)).chain(std::iter::once(shim)).collect();
+    let objects: Vec<PathBuf> = std::thread::scope(|scope| {
+        let handles: Vec<_> = units
+            .iter()
+            .map(|unit| {
+                let obj = out_dir.join(format!(
+                    "{}.o",
+                    unit.file_stem().and_then(|s| s.to_str()).unwrap_or("unit")
+                ));
+                let (cc, work, cflags) = (&cc, &work, &cflags);
+                scope.spawn(move || {
+                    let mut cmd = Command::new(cc);
+                    cmd.args(cflags.iter()).arg("-I").arg(work).arg("-c").arg(unit).arg("-o").arg(&obj);
+                    run(&mut cmd, &format!("compiling {}", unit.display()));
+                    obj
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| fail("a compile thread panicked"))).collect()
+    });
+    let wasm = out_dir.join("codemode-guest.wasm");
+    let mut link = Command::new(&cc);
+    link.args([target, sysroot_arg.as_str(), "-O2", "-mexec-model=reactor"])
+        .arg("-Wl,--export=__stack_pointer")
+        .arg(format!("-Wl,-z,stack-size={GUEST_STACK_BYTES}"))
+        .arg("-Wl,--stack-first")
+        .arg("-Wl,--strip-debug")
+        .args(&objects)
+        .arg("-o")
+        .arg(&wasm);
+    run(&mut link, "linking the guest module");
+    println!("cargo:rustc-env=CODEMODE_GUEST_WASM={}", wasm.display());
+    println!("cargo:rustc-env=CODEMODE_GUEST_STACK_BYTES={GUEST_STACK_BYTES}");
+}

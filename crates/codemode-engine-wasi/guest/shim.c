@@ -1,0 +1,335 @@
+// codemode guest shim: QuickJS-ng plus the guest ABI the host (src/guest.rs) drives.
+//
+// Everything the guest knows lives in linear memory (these statics, the QuickJS heap, the stack), so
+// a copy of memory plus the `__stack_pointer` global is a complete snapshot of a suspended run.
+//
+// Exports (all called with no other wasm call on the stack):
+//   cm_alloc(n) / cm_free(p)          buffers for host -> guest data
+//   cm_init(prelude, len)             once, before pre-initialization: runtime, context, prelude
+//   cm_configure(heap_limit, stack)   per instance: limits
+//   cm_seed(lo, hi)                   per run: Math.random seed
+//   cm_boot(json, len)                per run: the prelude's boot(data)
+//   cm_start(src, len)                per run: compile the wrapped cell and hand it to run()
+//   cm_settle(id, ok, json, len)      deliver one settled request
+//   cm_run_jobs()                     run pending jobs until none is left
+//   cm_poll()                         the cell's state
+//   cm_out_ptr() / cm_out_len()       the last state or failure (UTF-8 JSON)
+//   cm_scratch() / cm_scratch_len()   where the host writes error messages for host_call
+//   cm_refused() / cm_heap_used()     heap accounting
+// Status codes: 0 ok / pending, 1 guest exception or state available (see each function).
+//
+// Imports (module "codemode"):
+//   host_call(kind, kind_len, payload, payload_len) -> i64
+//       >= 0: request id or accepted; -1 TypeError, -2 RangeError, -3 Error (message in scratch),
+//       -4: fatal limit (the host stops the guest through should_interrupt).
+//   should_interrupt() -> i32         polled by QuickJS's interrupt handler
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "quickjs.h"
+
+#define IMPORT(name) __attribute__((import_module("codemode"), import_name(name)))
+#define EXPORT(name) __attribute__((export_name(name)))
+
+IMPORT("host_call")
+extern int64_t cm_host_call(const char *kind, uint32_t kind_len, const char *payload, uint32_t payload_len);
+IMPORT("should_interrupt")
+extern int32_t cm_should_interrupt(void);
+
+static JSRuntime *rt;
+static JSContext *ctx;
+static JSValue fn_boot, fn_run, fn_settle, fn_poll;
+static char *out_buf;
+static uint32_t out_len;
+static char scratch[1024];
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+// ---- guest heap: a hard limit with refusal tracking --------------------------------------------
+// Every block carries its size in an 8-byte header (QuickJS needs 8-byte alignment on wasm32).
+#define HDR 8
+static size_t heap_used;
+static size_t heap_limit = (size_t)-1;
+static int heap_refused;
+
+static int heap_fits(size_t extra) {
+    if (extra > heap_limit || heap_used > heap_limit - extra) {
+        heap_refused = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static void *h_malloc(void *opaque, size_t size) {
+    (void)opaque;
+    if (size == 0) size = 1;
+    if (size > (size_t)-1 - HDR || !heap_fits(size)) return NULL;
+    char *p = malloc(size + HDR);
+    if (!p) { heap_refused = 1; return NULL; }
+    *(size_t *)p = size;
+    heap_used += size;
+    return p + HDR;
+}
+
+static void *h_calloc(void *opaque, size_t count, size_t size) {
+    if (count != 0 && size > ((size_t)-1 - HDR) / count) { heap_refused = 1; return NULL; }
+    void *p = h_malloc(opaque, count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+
+static void h_free(void *opaque, void *ptr) {
+    (void)opaque;
+    if (!ptr) return;
+    char *p = (char *)ptr - HDR;
+    heap_used -= *(size_t *)p;
+    free(p);
+}
+
+static void *h_realloc(void *opaque, void *ptr, size_t size) {
+    if (!ptr) return h_malloc(opaque, size);
+    if (size == 0) { h_free(opaque, ptr); return NULL; }
+    char *p = (char *)ptr - HDR;
+    size_t old = *(size_t *)p;
+    if (size > (size_t)-1 - HDR) { heap_refused = 1; return NULL; }
+    if (size > old && !heap_fits(size - old)) return NULL;
+    char *q = realloc(p, size + HDR);
+    if (!q) { heap_refused = 1; return NULL; }
+    *(size_t *)q = size;
+    heap_used = heap_used - old + size;
+    return q + HDR;
+}
+
+static size_t h_usable(const void *ptr) {
+    return ptr ? *(const size_t *)((const char *)ptr - HDR) : 0;
+}
+
+static const JSMallocFunctions heap_functions = { h_calloc, h_malloc, h_free, h_realloc, h_usable };
+
+// ---- output --------------------------------------------------------------------------------------
+static void set_out(const char *s, size_t n) {
+    free(out_buf);
+    out_buf = malloc(n + 1);
+    if (!out_buf) { out_len = 0; return; }
+    memcpy(out_buf, s, n);
+    out_buf[n] = 0;
+    out_len = (uint32_t)n;
+}
+
+static const char OOM_FAILURE[] = "{\"name\":\"InternalError\",\"message\":\"out of memory\",\"stack\":\"\"}";
+
+// Describes the pending exception as {name, message, stack} JSON in out_buf; returns 1.
+static int set_out_exception(void) {
+    JSValue exc = JS_GetException(ctx);
+    JSValue obj = JS_NewObject(ctx);
+    int ok = !JS_IsException(obj);
+    if (ok) {
+        if (JS_IsObject(exc)) {
+            JS_SetPropertyStr(ctx, obj, "name", JS_GetPropertyStr(ctx, exc, "name"));
+            JS_SetPropertyStr(ctx, obj, "message", JS_GetPropertyStr(ctx, exc, "message"));
+            JS_SetPropertyStr(ctx, obj, "stack", JS_GetPropertyStr(ctx, exc, "stack"));
+        } else {
+            JS_SetPropertyStr(ctx, obj, "name", JS_NewString(ctx, "Uncaught"));
+            JS_SetPropertyStr(ctx, obj, "message", JS_ToString(ctx, exc));
+        }
+        // Anything thrown while describing the exception is dropped.
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        JSValue json = JS_JSONStringify(ctx, obj, JS_UNDEFINED, JS_UNDEFINED);
+        size_t n;
+        const char *s = JS_IsString(json) ? JS_ToCStringLen(ctx, &n, json) : NULL;
+        if (s) {
+            set_out(s, n);
+            JS_FreeCString(ctx, s);
+        } else {
+            ok = 0;
+        }
+        JS_FreeValue(ctx, json);
+    }
+    if (!ok) {
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        set_out(OOM_FAILURE, sizeof OOM_FAILURE - 1);
+    }
+    JS_FreeValue(ctx, obj);
+    JS_FreeValue(ctx, exc);
+    return 1;
+}
+
+// ---- host primitive -------------------------------------------------------------------------------
+static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    (void)this_val;
+    if (argc < 2) return JS_ThrowTypeError(c, "host(kind, payload)");
+    size_t kn, pn;
+    const char *kind = JS_ToCStringLen(c, &kn, argv[0]);
+    if (!kind) return JS_EXCEPTION;
+    const char *payload = JS_ToCStringLen(c, &pn, argv[1]);
+    if (!payload) { JS_FreeCString(c, kind); return JS_EXCEPTION; }
+    scratch[0] = 0;
+    int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)pn);
+    JS_FreeCString(c, kind);
+    JS_FreeCString(c, payload);
+    scratch[sizeof scratch - 1] = 0;
+    if (r >= 0) return JS_NewInt64(c, r);
+    switch (r) {
+    case -1: return JS_ThrowTypeError(c, "%s", scratch);
+    case -2: return JS_ThrowRangeError(c, "%s", scratch);
+    case -3: return JS_ThrowPlainError(c, "%s", scratch);
+    default: return JS_ThrowInternalError(c, "a code mode limit was reached; the cell is being stopped");
+    }
+}
+
+static int interrupt_handler(JSRuntime *r, void *opaque) {
+    (void)r;
+    (void)opaque;
+    return cm_should_interrupt() != 0;
+}
+
+// Math.random: xorshift64*, seeded by the host for every run (a pre-initialized image would otherwise
+// repeat the same sequence in every run).
+static JSValue js_random(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    (void)this_val;
+    (void)argc;
+    (void)argv;
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t x = rng_state * 0x2545F4914F6CDD1Dull;
+    return JS_NewFloat64(c, (double)(x >> 11) * (1.0 / 9007199254740992.0));
+}
+
+// ---- exports --------------------------------------------------------------------------------------
+EXPORT("cm_alloc") void *cm_alloc(uint32_t n) { return malloc(n ? n : 1); }
+EXPORT("cm_free") void cm_free(void *p) { free(p); }
+EXPORT("cm_out_ptr") const char *cm_out_ptr(void) { return out_buf; }
+EXPORT("cm_out_len") uint32_t cm_out_len(void) { return out_len; }
+EXPORT("cm_scratch") char *cm_scratch(void) { return scratch; }
+EXPORT("cm_scratch_len") uint32_t cm_scratch_len(void) { return (uint32_t)sizeof scratch; }
+EXPORT("cm_refused") int32_t cm_refused(void) { return heap_refused; }
+EXPORT("cm_clear_refused") void cm_clear_refused(void) { heap_refused = 0; }
+EXPORT("cm_heap_used") uint32_t cm_heap_used(void) { return (uint32_t)heap_used; }
+
+// Returns 0 on success, a negative step number on failure (out_buf may hold the exception).
+EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
+    rt = JS_NewRuntime2(&heap_functions, NULL);
+    if (!rt) return -1;
+    // QuickJS's default (1 MiB) would put the limit below address 0 of our 1 MiB stack; the host sets
+    // the real budget per instance with cm_configure.
+    JS_SetMaxStackSize(rt, 256 * 1024);
+    JS_SetInterruptHandler(rt, interrupt_handler, NULL);
+    ctx = JS_NewContext(rt);
+    if (!ctx) return -2;
+    JSValue global = JS_GetGlobalObject(ctx);
+    JSValue math = JS_GetPropertyStr(ctx, global, "Math");
+    JS_DefinePropertyValueStr(ctx, math, "random", JS_NewCFunction(ctx, js_random, "random", 0),
+                              JS_PROP_WRITABLE | JS_PROP_CONFIGURABLE);
+    JS_FreeValue(ctx, math);
+    JS_FreeValue(ctx, global);
+    // JS_Eval needs a NUL after the source.
+    char *src = malloc(len + 1);
+    if (!src) return -3;
+    memcpy(src, prelude, len);
+    src[len] = 0;
+    JSValue install = JS_Eval(ctx, src, len, "<codemode-prelude>", JS_EVAL_TYPE_GLOBAL);
+    free(src);
+    if (JS_IsException(install)) { set_out_exception(); return -4; }
+    JSValue host = JS_NewCFunction(ctx, js_host, "host", 2);
+    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 1, (JSValueConst *)&host);
+    JS_FreeValue(ctx, host);
+    JS_FreeValue(ctx, install);
+    if (JS_IsException(api)) { set_out_exception(); return -5; }
+    fn_boot = JS_GetPropertyStr(ctx, api, "boot");
+    fn_run = JS_GetPropertyStr(ctx, api, "run");
+    fn_settle = JS_GetPropertyStr(ctx, api, "settle");
+    fn_poll = JS_GetPropertyStr(ctx, api, "poll");
+    JS_FreeValue(ctx, api);
+    if (!JS_IsFunction(ctx, fn_boot) || !JS_IsFunction(ctx, fn_run) || !JS_IsFunction(ctx, fn_settle) ||
+        !JS_IsFunction(ctx, fn_poll))
+        return -6;
+    // Start the per-run life with a clean heap (the init garbage is not part of every snapshot).
+    JS_RunGC(rt);
+    return 0;
+}
+
+EXPORT("cm_configure") void cm_configure(uint32_t limit, uint32_t stack_size) {
+    heap_limit = limit ? limit : (size_t)-1;
+    // QuickJS's own limit is a backstop a little above ours.
+    JS_SetMemoryLimit(rt, limit ? (size_t)limit + (1u << 20) : 0);
+    JS_SetMaxStackSize(rt, stack_size);
+}
+
+EXPORT("cm_seed") void cm_seed(uint32_t lo, uint32_t hi) {
+    uint64_t s = ((uint64_t)hi << 32) | lo;
+    rng_state = s ? s : 0x9E3779B97F4A7C15ull;
+}
+
+static int call_fn(JSValueConst fn, int argc, JSValueConst *argv) {
+    JSValue r = JS_Call(ctx, fn, JS_UNDEFINED, argc, argv);
+    if (JS_IsException(r)) return set_out_exception();
+    JS_FreeValue(ctx, r);
+    return 0;
+}
+
+EXPORT("cm_boot") int32_t cm_boot(const char *json, uint32_t len) {
+    JSValue arg = JS_NewStringLen(ctx, json, len);
+    if (JS_IsException(arg)) return set_out_exception();
+    int r = call_fn(fn_boot, 1, (JSValueConst *)&arg);
+    JS_FreeValue(ctx, arg);
+    return r;
+}
+
+EXPORT("cm_start") int32_t cm_start(const char *code, uint32_t len) {
+    char *src = malloc(len + 1);
+    if (!src) {
+        set_out(OOM_FAILURE, sizeof OOM_FAILURE - 1);
+        return 1;
+    }
+    memcpy(src, code, len);
+    src[len] = 0;
+    JSValue cell = JS_Eval(ctx, src, len, "<cell>", JS_EVAL_TYPE_GLOBAL);
+    free(src);
+    if (JS_IsException(cell)) return set_out_exception();
+    int r = call_fn(fn_run, 1, (JSValueConst *)&cell);
+    JS_FreeValue(ctx, cell);
+    return r;
+}
+
+EXPORT("cm_settle") int32_t cm_settle(double id, int32_t ok, const char *json, uint32_t len) {
+    JSValue args[3];
+    args[0] = JS_NewFloat64(ctx, id);
+    args[1] = JS_NewBool(ctx, ok != 0);
+    args[2] = JS_NewStringLen(ctx, json, len);
+    if (JS_IsException(args[2])) return set_out_exception();
+    int r = call_fn(fn_settle, 3, args);
+    JS_FreeValue(ctx, args[2]);
+    return r;
+}
+
+EXPORT("cm_run_jobs") int32_t cm_run_jobs(void) {
+    for (;;) {
+        JSContext *c1;
+        int r = JS_ExecutePendingJob(rt, &c1);
+        if (r < 0) return set_out_exception();
+        if (r == 0) return 0;
+    }
+}
+
+// 0: the cell is still running; 1: its state is in out_buf; 2: exception (failure in out_buf).
+EXPORT("cm_poll") int32_t cm_poll(void) {
+    JSValue r = JS_Call(ctx, fn_poll, JS_UNDEFINED, 0, NULL);
+    if (JS_IsException(r)) {
+        set_out_exception();
+        return 2;
+    }
+    if (!JS_IsString(r)) {
+        JS_FreeValue(ctx, r);
+        return 0;
+    }
+    size_t n;
+    const char *s = JS_ToCStringLen(ctx, &n, r);
+    JS_FreeValue(ctx, r);
+    if (!s) {
+        set_out_exception();
+        return 2;
+    }
+    set_out(s, n);
+    JS_FreeCString(ctx, s);
+    return 1;
+}

@@ -1,0 +1,288 @@
+//! Loading the guest: pre-initialization (wasmtime-wizer bakes the QuickJS runtime, context and the
+//! bridge prelude into the module's data), compilation with Cranelift, and an on-disk cache of the
+//! compiled artifact so only the first run on a machine pays for them.
+
+use crate::host::{HostState, linker};
+use crate::pool::MAX_WASM_STACK;
+use codemode_core::engine::GuestLimits;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::{Config, Engine, InstancePre, Module, Store};
+
+/// The guest module built by build.rs (QuickJS-ng + shim), before pre-initialization.
+pub(crate) const GUEST_WASM: &[u8] = include_bytes!(env!("CODEMODE_GUEST_WASM"));
+
+/// Bumped whenever the pre-initialization or the snapshot layout changes in a way the module hash
+/// does not capture.
+const BUILD_FORMAT: &str = "codemode-quickjs-wasi/1";
+
+/// How often the epoch ticks; the wall-clock backstop has this granularity.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Everything needed to run guests; built once per process.
+pub(crate) struct Loaded {
+    pub(crate) engine: Engine,
+    pub(crate) pre: InstancePre<HostState>,
+    /// Linear memory of a fresh (pre-initialized) instance: the base snapshots are diffed against.
+    pub(crate) base: Arc<Vec<u8>>,
+    /// Identity of this engine build: hash of the guest module, the prelude and [`BUILD_FORMAT`].
+    pub(crate) build_id: String,
+    /// Exported mutable globals (the whole non-memory state of an instance).
+    pub(crate) mutable_globals: Vec<String>,
+}
+
+/// The identity of this engine build, as stored in snapshots.
+pub(crate) fn build_id() -> String {
+    let mut h = Sha256::new();
+    h.update(BUILD_FORMAT.as_bytes());
+    h.update((GUEST_WASM.len() as u64).to_le_bytes());
+    h.update(GUEST_WASM);
+    h.update(codemode_bridge::PRELUDE.as_bytes());
+    h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+fn engine_config() -> Config {
+    let mut c = Config::new();
+    c.epoch_interruption(true);
+    c.max_wasm_stack(MAX_WASM_STACK);
+    // Must be at least `max_wasm_stack` (wasmtime checks it even though no async call is made).
+    c.async_stack_size(MAX_WASM_STACK + (1 << 20));
+    c
+}
+
+/// Where compiled artifacts are cached: `$CODEMODE_CACHE_DIR`, else `$XDG_CACHE_HOME/codemode`, else
+/// `~/.cache/codemode`. `CODEMODE_NO_MODULE_CACHE=1` disables the cache.
+pub fn cache_dir() -> Option<PathBuf> {
+    if std::env::var("CODEMODE_NO_MODULE_CACHE").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    if let Some(d) = std::env::var_os("CODEMODE_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("codemode"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("codemode"))
+}
+
+fn artifact_path(dir: &Path, build_id: &str) -> PathBuf {
+    let target = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+    dir.join(format!("quickjs-wasi-{build_id}-{target}-wasmtime{}.cwasm", env!("CARGO_PKG_VERSION")))
+}
+
+fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
+    let bytes = std::fs::read(path).ok()?;
+    // SAFETY: `Module::deserialize` runs native code from the artifact, so the artifact must come from
+    // `Module::serialize` of a compatible engine. This file is written only by `store_cached` below,
+    // into the user's own cache directory (created with mode 0700), under a name keyed by the module
+    // hash, target and crate version; wasmtime additionally checks that the artifact matches this
+    // engine's version and configuration and returns an error (we then recompile) when it does not.
+    // Anyone able to write there could equally replace the `codemode` binary itself.
+    #[allow(unsafe_code)]
+    let module = unsafe { Module::deserialize(engine, &bytes) };
+    match module {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e, "ignoring an unusable cached guest module");
+            None
+        }
+    }
+}
+
+fn store_cached(module: &Module, path: &Path) {
+    let Some(dir) = path.parent() else { return };
+    let result = (|| -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        let bytes = module.serialize().map_err(|e| std::io::Error::other(e.to_string()))?;
+        let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("cwasm"), std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        tracing::warn!(path = %path.display(), error = %e, "cannot cache the compiled guest module");
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+/// Runs the shim's `cm_init` (QuickJS runtime, context, prelude) in an instrumented instance and lets
+/// wizer bake the resulting state into a new module.
+fn preinitialize(engine: &Engine) -> wasmtime::Result<Vec<u8>> {
+    let wizer = wasmtime_wizer::Wizer::new();
+    let (cx, instrumented) = wizer.instrument(GUEST_WASM)?;
+    let module = Module::new(engine, &instrumented)?;
+    let linker = linker(engine)?;
+    let mut store = Store::new(engine, HostState::new(GuestLimits::default()));
+    store.set_epoch_deadline(u64::MAX / 2);
+    let instance = linker.instantiate(&mut store, &module)?;
+    if let Some(init) = instance.get_func(&mut store, "_initialize") {
+        init.typed::<(), ()>(&store)?.call(&mut store, ())?;
+    }
+    let prelude = codemode_bridge::PRELUDE.as_bytes();
+    let alloc = instance.get_typed_func::<u32, u32>(&mut store, "cm_alloc")?;
+    let free = instance.get_typed_func::<u32, ()>(&mut store, "cm_free")?;
+    let init = instance.get_typed_func::<(u32, u32), i32>(&mut store, "cm_init")?;
+    let len = u32::try_from(prelude.len())?;
+    let ptr = alloc.call(&mut store, len)?;
+    let memory = instance.get_memory(&mut store, "memory").ok_or_else(|| wasmtime::format_err!("no memory export"))?;
+    memory.write(&mut store, ptr as usize, prelude)?;
+    let status = init.call(&mut store, (ptr, len))?;
+    free.call(&mut store, ptr)?;
+    if status != 0 {
+        let out_ptr = instance.get_typed_func::<(), u32>(&mut store, "cm_out_ptr")?.call(&mut store, ())? as usize;
+        let out_len = instance.get_typed_func::<(), u32>(&mut store, "cm_out_len")?.call(&mut store, ())? as usize;
+        let detail = memory
+            .data(&store)
+            .get(out_ptr..out_ptr + out_len)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        wasmtime::bail!("the guest failed to initialize (step {status}): {detail}");
+    }
+    let mut state = WizerState { store: &mut store, instance };
+    block_on(wizer.snapshot(&cx, &mut state))
+}
+
+/// What wizer reads out of the initialized instance.
+struct WizerState<'a> {
+    store: &'a mut Store<HostState>,
+    instance: wasmtime::Instance,
+}
+
+impl wasmtime_wizer::InstanceState for WizerState<'_> {
+    async fn global_get(&mut self, name: &str, _: wasmtime_wizer::ValType) -> wasmtime_wizer::SnapshotVal {
+        use wasmtime_wizer::SnapshotVal as S;
+        let value = self.instance.get_global(&mut *self.store, name).map(|g| g.get(&mut *self.store));
+        match value {
+            Some(wasmtime::Val::I32(x)) => S::I32(x),
+            Some(wasmtime::Val::I64(x)) => S::I64(x),
+            Some(wasmtime::Val::F32(x)) => S::F32(x),
+            Some(wasmtime::Val::F64(x)) => S::F64(x),
+            Some(wasmtime::Val::V128(x)) => S::V128(x.as_u128()),
+            // Wizer only asks for globals it found in the module; our guest has only numeric ones.
+            _ => S::I32(0),
+        }
+    }
+
+    async fn memory_contents(&mut self, name: &str, contents: impl FnOnce(&[u8]) + Send) {
+        match self.instance.get_memory(&mut *self.store, name) {
+            Some(m) => contents(m.data(&*self.store)),
+            None => contents(&[]),
+        }
+    }
+}
+
+/// Every mutable global must be exported, or a snapshot would silently miss state.
+fn mutable_globals(wasm: &[u8]) -> Result<Vec<String>, String> {
+    use wasmparser::{ExternalKind, Parser, Payload};
+    let mut imported_globals = 0u32;
+    let mut mutable: Vec<u32> = Vec::new();
+    let mut exported: std::collections::HashMap<u32, String> = std::collections::HashMap::new();
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.map_err(|e| e.to_string())? {
+            Payload::ImportSection(r) => {
+                for imp in r.into_imports() {
+                    if matches!(imp.map_err(|e| e.to_string())?.ty, wasmparser::TypeRef::Global(_)) {
+                        imported_globals += 1;
+                    }
+                }
+            }
+            Payload::GlobalSection(r) => {
+                for (i, g) in r.into_iter().enumerate() {
+                    if g.map_err(|e| e.to_string())?.ty.mutable {
+                        mutable.push(imported_globals + i as u32);
+                    }
+                }
+            }
+            Payload::ExportSection(r) => {
+                for e in r {
+                    let e = e.map_err(|e| e.to_string())?;
+                    if e.kind == ExternalKind::Global {
+                        exported.insert(e.index, e.name.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    mutable
+        .into_iter()
+        .map(|i| exported.get(&i).cloned().ok_or_else(|| format!("mutable global #{i} is not exported; snapshots would miss it")))
+        .collect()
+}
+
+/// Loads (or builds and caches) the pre-initialized guest.
+pub(crate) fn load() -> Result<Loaded, String> {
+    let engine = Engine::new(&engine_config()).map_err(|e| format!("cannot create the wasm engine: {e}"))?;
+    let build_id = build_id();
+    let cache = cache_dir().map(|d| artifact_path(&d, &build_id));
+    let module = match cache.as_deref().and_then(|p| load_cached(&engine, p)) {
+        Some(m) => m,
+        None => {
+            let started = std::time::Instant::now();
+            let wizened = preinitialize(&engine).map_err(|e| format!("cannot pre-initialize the guest: {e:#}"))?;
+            mutable_globals(&wizened)?;
+            let module = Module::new(&engine, &wizened).map_err(|e| format!("cannot compile the guest: {e:#}"))?;
+            tracing::info!(ms = started.elapsed().as_millis() as u64, "pre-initialized and compiled the quickjs-wasi guest");
+            if let Some(p) = &cache {
+                store_cached(&module, p);
+            }
+            module
+        }
+    };
+    let mutable_globals: Vec<String> = module
+        .exports()
+        .filter_map(|e| match e.ty() {
+            wasmtime::ExternType::Global(g) if g.mutability() == wasmtime::Mutability::Var => Some(e.name().to_string()),
+            _ => None,
+        })
+        .collect();
+    let linker = linker(&engine).map_err(|e| format!("cannot link the guest: {e:#}"))?;
+    let pre = linker.instantiate_pre(&module).map_err(|e| format!("the guest module needs imports this host does not provide: {e:#}"))?;
+    let mut store = Store::new(&engine, HostState::new(GuestLimits::default()));
+    store.set_epoch_deadline(u64::MAX / 2);
+    let instance = pre.instantiate(&mut store).map_err(|e| format!("cannot instantiate the guest: {e:#}"))?;
+    let memory = instance.get_memory(&mut store, "memory").ok_or("the guest exports no memory")?;
+    let base = Arc::new(memory.data(&store).to_vec());
+    start_ticker(engine.clone());
+    Ok(Loaded { engine, pre, base, build_id, mutable_globals })
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`], for the wall-clock backstop.
+fn start_ticker(engine: Engine) {
+    let weak = engine.weak();
+    drop(engine);
+    let spawned = std::thread::Builder::new().name("codemode-epoch".into()).spawn(move || {
+        while let Some(engine) = weak.upgrade() {
+            engine.increment_epoch();
+            drop(engine);
+            std::thread::sleep(EPOCH_TICK);
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the epoch ticker; only QuickJS's own interrupt stops busy guests");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_built_guest_exports_every_mutable_global() {
+        let globals = super::mutable_globals(super::GUEST_WASM).unwrap();
+        assert!(globals.contains(&"__stack_pointer".to_string()), "{globals:?}");
+    }
+}

@@ -1,0 +1,212 @@
+//! The serialized snapshot format of the `quickjs-wasi` engine (version 1).
+//!
+//! ```text
+//! magic        8 bytes   "CMWSNAP\x01"
+//! header_len   u32 LE
+//! header       JSON      {format, engine, build, memoryBytes, pageSize, globals, bridge}
+//! body_len     u32 LE
+//! body         zstd      (page index u32 LE, 4096 bytes of page)*  — only pages that differ from
+//!                        the pre-initialized image (zero pages past its end are omitted)
+//! digest       32 bytes  SHA-256 of everything before it
+//! ```
+//!
+//! A snapshot of another engine build (`build` differs) or format is refused, and so is any byte
+//! flipped or cut off (the digest). Restoring hostile bytes can at worst give the guest a strange
+//! memory: it still runs inside the wasm sandbox with every limit in force.
+
+use codemode_bridge::BridgeState;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+const MAGIC: &[u8; 8] = b"CMWSNAP\x01";
+/// The format version in the header.
+pub(crate) const FORMAT: u32 = 1;
+/// Granularity of the diff against the base image.
+pub(crate) const PAGE: usize = 4096;
+const DIGEST_LEN: usize = 32;
+/// zstd level: fast, and ~4x smaller than raw pages.
+const ZSTD_LEVEL: i32 = 3;
+/// Largest linear memory a snapshot may describe (wasm32's 4 GiB address space).
+const MAX_MEMORY: u64 = 1 << 32;
+
+/// A mutable global's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum GlobalValue {
+    /// An `i32`.
+    I32(i32),
+    /// An `i64`.
+    I64(i64),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Header {
+    pub(crate) format: u32,
+    pub(crate) engine: String,
+    pub(crate) build: String,
+    pub(crate) memory_bytes: u64,
+    pub(crate) page_size: u32,
+    pub(crate) globals: Vec<(String, GlobalValue)>,
+    pub(crate) bridge: BridgeState,
+}
+
+/// A decoded snapshot: the header and the pages that differ from the base image.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    pub(crate) header: Header,
+    pub(crate) pages: Vec<(u32, Vec<u8>)>,
+}
+
+fn page_differs(base: &[u8], memory: &[u8], i: usize) -> bool {
+    let start = i * PAGE;
+    let end = (start + PAGE).min(memory.len());
+    let page = &memory[start..end];
+    match base.get(start..end) {
+        Some(b) => b != page,
+        // Past the end of the base image, fresh memory is zeroed: only non-zero pages matter.
+        None => page.iter().any(|&x| x != 0),
+    }
+}
+
+/// Encodes `memory` (diffed against `base`) with its header.
+pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8]) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    for i in 0..memory.len().div_ceil(PAGE) {
+        if page_differs(base, memory, i) {
+            let start = i * PAGE;
+            let end = (start + PAGE).min(memory.len());
+            body.extend_from_slice(&(i as u32).to_le_bytes());
+            body.extend_from_slice(&memory[start..end]);
+            body.resize(body.len() + PAGE - (end - start), 0);
+        }
+    }
+    let body = zstd::bulk::compress(&body, ZSTD_LEVEL).map_err(|e| format!("compression failed: {e}"))?;
+    let header = serde_json::to_vec(header).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(8 + 8 + header.len() + body.len() + DIGEST_LEN);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&u32::try_from(header.len()).map_err(|e| e.to_string())?.to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&u32::try_from(body.len()).map_err(|e| e.to_string())?.to_le_bytes());
+    out.extend_from_slice(&body);
+    let digest = Sha256::digest(&out);
+    out.extend_from_slice(&digest);
+    Ok(out)
+}
+
+fn take<'a>(bytes: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], String> {
+    let end = at.checked_add(n).ok_or("length overflow")?;
+    let s = bytes.get(*at..end).ok_or("the snapshot is truncated")?;
+    *at = end;
+    Ok(s)
+}
+
+fn u32_at(bytes: &[u8], at: &mut usize) -> Result<u32, String> {
+    let s = take(bytes, at, 4)?;
+    Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// Decodes and checks a snapshot: magic, digest, format, engine, build, bounds of every page.
+pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str) -> Result<Decoded, String> {
+    if bytes.len() < MAGIC.len() + DIGEST_LEN || &bytes[..MAGIC.len()] != MAGIC {
+        return Err("not a quickjs-wasi snapshot (bad magic)".into());
+    }
+    let (content, digest) = bytes.split_at(bytes.len() - DIGEST_LEN);
+    if Sha256::digest(content).as_slice() != digest {
+        return Err("the snapshot is corrupt or truncated (digest mismatch)".into());
+    }
+    let mut at = MAGIC.len();
+    let header_len = u32_at(content, &mut at)? as usize;
+    let header: Header =
+        serde_json::from_slice(take(content, &mut at, header_len)?).map_err(|e| format!("bad snapshot header: {e}"))?;
+    if header.format != FORMAT {
+        return Err(format!("snapshot format {} is not supported (expected {FORMAT})", header.format));
+    }
+    if header.engine != engine {
+        return Err(format!("snapshot was taken by engine `{}`, not `{engine}`", header.engine));
+    }
+    if header.build != build {
+        return Err(format!(
+            "snapshot was taken by another build of the engine ({}; this build is {build})",
+            header.build
+        ));
+    }
+    if header.page_size as usize != PAGE || header.memory_bytes > MAX_MEMORY || header.memory_bytes % 65536 != 0 {
+        return Err("snapshot header has an impossible memory layout".into());
+    }
+    let body_len = u32_at(content, &mut at)? as usize;
+    let body = take(content, &mut at, body_len)?;
+    if at != content.len() {
+        return Err("trailing bytes after the snapshot body".into());
+    }
+    let pages_in_memory = header.memory_bytes as usize / PAGE;
+    let max_raw = pages_in_memory.saturating_mul(PAGE + 4);
+    let raw = zstd::bulk::decompress(body, max_raw).map_err(|e| format!("cannot decompress the snapshot: {e}"))?;
+    if raw.len() % (PAGE + 4) != 0 {
+        return Err("snapshot body has a partial page".into());
+    }
+    let mut pages = Vec::with_capacity(raw.len() / (PAGE + 4));
+    for rec in raw.chunks_exact(PAGE + 4) {
+        let index = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
+        if index as usize >= pages_in_memory {
+            return Err(format!("snapshot page {index} lies outside its memory"));
+        }
+        pages.push((index, rec[4..].to_vec()));
+    }
+    Ok(Decoded { header, pages })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(memory_bytes: u64) -> Header {
+        Header {
+            format: FORMAT,
+            engine: "quickjs-wasi".into(),
+            build: "b1".into(),
+            memory_bytes,
+            page_size: PAGE as u32,
+            globals: vec![("__stack_pointer".into(), GlobalValue::I32(1 << 20))],
+            bridge: BridgeState::default(),
+        }
+    }
+
+    #[test]
+    fn round_trip_stores_only_changed_pages() {
+        let base = vec![7u8; 65536 * 2];
+        let mut mem = base.clone();
+        mem.resize(65536 * 3, 0);
+        mem[5] = 1; // page 0
+        mem[65536 * 2 + 9000] = 3; // past the base image
+        let bytes = encode(&header(mem.len() as u64), &base, &mem).unwrap();
+        let d = decode(&bytes, "quickjs-wasi", "b1").unwrap();
+        let idx: Vec<u32> = d.pages.iter().map(|p| p.0).collect();
+        assert_eq!(idx, vec![0, 34]);
+        assert_eq!(d.header, header(mem.len() as u64));
+        let mut rebuilt = base.clone();
+        rebuilt.resize(mem.len(), 0);
+        for (i, page) in d.pages {
+            rebuilt[i as usize * PAGE..(i as usize + 1) * PAGE].copy_from_slice(&page);
+        }
+        assert_eq!(rebuilt, mem);
+    }
+
+    #[test]
+    fn tampered_truncated_and_foreign_snapshots_are_refused() {
+        let base = vec![0u8; 65536];
+        let mut mem = base.clone();
+        mem[100] = 42;
+        let bytes = encode(&header(65536), &base, &mem).unwrap();
+        for i in [0, 9, 20, bytes.len() / 2, bytes.len() - 1] {
+            let mut t = bytes.clone();
+            t[i] ^= 0x40;
+            assert!(decode(&t, "quickjs-wasi", "b1").is_err(), "flip at {i}");
+        }
+        for n in [0, 7, 40, bytes.len() - 1] {
+            assert!(decode(&bytes[..n], "quickjs-wasi", "b1").is_err(), "cut at {n}");
+        }
+        assert!(decode(&bytes, "quickjs-wasi", "b2").unwrap_err().contains("another build"));
+        assert!(decode(&bytes, "quickjs", "b1").unwrap_err().contains("engine"));
+    }
+}

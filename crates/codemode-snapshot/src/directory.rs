@@ -1,0 +1,343 @@
+//! The directory snapshot store: suspended runs as files, so `exec` and `wait` can be two processes
+//! (or two replicas sharing a volume).
+//!
+//! Layout: `<dir>/<run id>.run` holds a suspended run; while a `wait` holds it, it is renamed to
+//! `<run id>.lock` (an atomic rename, so two processes can never resume the same run). Files are
+//! written to a temporary name and renamed into place, so a crash never leaves a half-written run.
+//!
+//! File format: `CMRUN\x01`, a u32 LE length, the run's metadata as JSON (scope, pending requests,
+//! undelivered results, telemetry, expiry, engine), then the engine's serialized snapshot bytes. Live
+//! snapshots cannot be stored here ([`StoreError::LiveNotSupported`]).
+
+use crate::clock::{Clock, SystemClock};
+use codemode_core::engine::{Delivery, Snapshot, SnapshotBody};
+use codemode_core::result::WaitReason;
+use codemode_core::scope::{RunId, RunScope};
+use codemode_core::store::{MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+use codemode_core::telemetry::CodeModeTelemetry;
+use serde::{Deserialize, Serialize};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const MAGIC: &[u8; 6] = b"CMRUN\x01";
+/// Largest metadata block accepted when reading a run file (stops a corrupt length from allocating
+/// gigabytes).
+const MAX_META_BYTES: usize = 64 << 20;
+/// How long after its expiry a `.lock` file (a `wait` in progress, or one that crashed) is kept.
+const LOCK_GRACE_MS: u64 = 120_000;
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    run_id: RunId,
+    scope: RunScope,
+    engine: String,
+    reason: WaitReason,
+    pending: Vec<PendingRequest>,
+    ready: Vec<Delivery>,
+    restart_safe: bool,
+    telemetry: CodeModeTelemetry,
+    created_at_ms: u64,
+    expires_at_ms: u64,
+}
+
+/// Keeps suspended runs as files in one directory.
+///
+/// Limits: at most 64 runs held at once in the directory (SPEC §6), so suspended runs cannot fill a
+/// disk; each run file is deleted at its expiry, on completion, failure or abort.
+#[derive(Debug)]
+pub struct DirectorySnapshotStore {
+    dir: PathBuf,
+    clock: Arc<dyn Clock>,
+    max_runs: usize,
+}
+
+fn io(e: std::io::Error) -> StoreError {
+    StoreError::Io(e.to_string())
+}
+
+impl DirectorySnapshotStore {
+    /// A store in `dir` (created with owner-only permissions if missing).
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        Self::with_clock(dir, Arc::new(SystemClock))
+    }
+
+    /// A store with a given clock (tests).
+    pub fn with_clock(dir: impl Into<PathBuf>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+        }
+        Ok(Self { dir, clock, max_runs: MAX_SUSPENDED_RUNS })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, id: &RunId, ext: &str) -> PathBuf {
+        self.dir.join(format!("{id}.{ext}"))
+    }
+
+    fn run_files(&self) -> Vec<(RunId, PathBuf, bool)> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        rd.flatten()
+            .filter_map(|e| {
+                let p = e.path();
+                let ext = p.extension()?.to_str()?;
+                let locked = match ext {
+                    "run" => false,
+                    "lock" => true,
+                    _ => return None,
+                };
+                let id = RunId::parse(p.file_stem()?.to_str()?).ok()?;
+                Some((id, p, locked))
+            })
+            .collect()
+    }
+
+    fn encode(run: SuspendedRun) -> Result<Vec<u8>, StoreError> {
+        let SnapshotBody::Serialized(bytes) = run.snapshot.body else {
+            return Err(StoreError::LiveNotSupported(run.snapshot.engine));
+        };
+        let meta = Meta {
+            run_id: run.run_id,
+            scope: run.scope,
+            engine: run.snapshot.engine,
+            reason: run.reason,
+            pending: run.pending,
+            ready: run.ready,
+            restart_safe: run.restart_safe,
+            telemetry: run.telemetry,
+            created_at_ms: run.created_at_ms,
+            expires_at_ms: run.expires_at_ms,
+        };
+        let meta = serde_json::to_vec(&meta).map_err(|e| StoreError::Io(e.to_string()))?;
+        let mut out = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + bytes.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&u32::try_from(meta.len()).map_err(|e| StoreError::Io(e.to_string()))?.to_le_bytes());
+        out.extend_from_slice(&meta);
+        out.extend_from_slice(&bytes);
+        Ok(out)
+    }
+
+    fn decode_meta(bytes: &[u8]) -> Result<(Meta, usize), StoreError> {
+        let corrupt = |m: &str| StoreError::Corrupt(m.to_string());
+        if bytes.len() < MAGIC.len() + 4 || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(corrupt("not a codemode run file"));
+        }
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&bytes[MAGIC.len()..MAGIC.len() + 4]);
+        let len = u32::from_le_bytes(len) as usize;
+        let start = MAGIC.len() + 4;
+        if len > MAX_META_BYTES || start + len > bytes.len() {
+            return Err(corrupt("run file is truncated"));
+        }
+        let meta: Meta = serde_json::from_slice(&bytes[start..start + len]).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        Ok((meta, start + len))
+    }
+
+    fn read(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+        match std::fs::read(path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    fn write_atomically(&self, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        let tmp = self.dir.join(format!(
+            ".{}.{}.tmp",
+            dest.file_name().and_then(|n| n.to_str()).unwrap_or("run"),
+            std::process::id()
+        ));
+        let result = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, dest)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map_err(io)
+    }
+}
+
+#[async_trait::async_trait]
+impl SnapshotStore for DirectorySnapshotStore {
+    fn name(&self) -> &str {
+        "directory"
+    }
+
+    fn accepts_live(&self) -> bool {
+        false
+    }
+
+    async fn put(&self, run: SuspendedRun) -> Result<(), StoreError> {
+        let id = run.run_id.clone();
+        let lock = self.path(&id, "lock");
+        let resuspension = lock.exists();
+        if !resuspension {
+            self.purge_expired().await;
+            if self.run_files().len() >= self.max_runs {
+                return Err(StoreError::TooMany);
+            }
+        }
+        let bytes = Self::encode(run)?;
+        self.write_atomically(&self.path(&id, "run"), &bytes)?;
+        if resuspension {
+            let _ = std::fs::remove_file(&lock);
+        }
+        Ok(())
+    }
+
+    async fn checkout(&self, run_id: &RunId, scope: &RunScope) -> Result<SuspendedRun, StoreError> {
+        let now = self.clock.now_ms();
+        let run_path = self.path(run_id, "run");
+        let Some(bytes) = Self::read(&run_path)? else {
+            // Held by another wait? Then tell the owner it is busy (and others it is not theirs).
+            return match Self::read(&self.path(run_id, "lock"))? {
+                Some(b) => {
+                    let (meta, _) = Self::decode_meta(&b)?;
+                    meta.scope.check(scope).map_err(StoreError::WrongScope)?;
+                    Err(StoreError::Busy)
+                }
+                None => Err(StoreError::Unavailable),
+            };
+        };
+        let (meta, body_at) = Self::decode_meta(&bytes)?;
+        if meta.run_id != *run_id {
+            return Err(StoreError::Corrupt("run file names another run".into()));
+        }
+        if now >= meta.expires_at_ms {
+            let _ = std::fs::remove_file(&run_path);
+            return Err(StoreError::Unavailable);
+        }
+        meta.scope.check(scope).map_err(StoreError::WrongScope)?;
+        match std::fs::rename(&run_path, self.path(run_id, "lock")) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StoreError::Busy),
+            Err(e) => return Err(io(e)),
+        }
+        Ok(SuspendedRun {
+            run_id: meta.run_id,
+            scope: meta.scope,
+            snapshot: Snapshot { engine: meta.engine, body: SnapshotBody::Serialized(bytes[body_at..].to_vec()) },
+            reason: meta.reason,
+            pending: meta.pending,
+            ready: meta.ready,
+            restart_safe: meta.restart_safe,
+            telemetry: meta.telemetry,
+            created_at_ms: meta.created_at_ms,
+            expires_at_ms: meta.expires_at_ms,
+        })
+    }
+
+    async fn remove(&self, run_id: &RunId) -> bool {
+        let a = std::fs::remove_file(self.path(run_id, "run")).is_ok();
+        let b = std::fs::remove_file(self.path(run_id, "lock")).is_ok();
+        a || b
+    }
+
+    async fn purge_expired(&self) -> Vec<RunId> {
+        let now = self.clock.now_ms();
+        let mut gone = Vec::new();
+        for (id, path, locked) in self.run_files() {
+            let expired = match Self::read(&path) {
+                Ok(Some(bytes)) => match Self::decode_meta(&bytes) {
+                    Ok((meta, _)) => {
+                        let grace = if locked { LOCK_GRACE_MS } else { 0 };
+                        now >= meta.expires_at_ms.saturating_add(grace)
+                    }
+                    // Unreadable files are garbage.
+                    Err(_) => true,
+                },
+                _ => false,
+            };
+            if expired && std::fs::remove_file(&path).is_ok() {
+                gone.push(id);
+            }
+        }
+        gone
+    }
+
+    async fn count(&self) -> usize {
+        self.run_files().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use codemode_core::scope::ScopeMismatch;
+
+    fn run(id: &str, session: &str, expires_at_ms: u64, body: Vec<u8>) -> SuspendedRun {
+        SuspendedRun {
+            run_id: RunId::parse(id).unwrap(),
+            scope: RunScope::session(session),
+            snapshot: Snapshot { engine: "quickjs-wasi".into(), body: SnapshotBody::Serialized(body) },
+            reason: WaitReason::PendingTools,
+            pending: vec![],
+            ready: vec![Delivery { id: 3, outcome: Ok(serde_json::json!({"x": 1})) }],
+            restart_safe: true,
+            telemetry: CodeModeTelemetry { exec_count: 1, ..Default::default() },
+            created_at_ms: 1,
+            expires_at_ms,
+        }
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("codemode-dirstore-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[tokio::test]
+    async fn round_trip_lock_and_scope() {
+        let dir = tempdir("rt");
+        let clock = ManualClock::at(1000);
+        let store = DirectorySnapshotStore::with_clock(&dir, Arc::new(clock.clone())).unwrap();
+        store.put(run("r1", "s", 5000, vec![1, 2, 3])).await.unwrap();
+        let id = RunId::parse("r1").unwrap();
+        assert_eq!(store.checkout(&id, &RunScope::session("t")).await.unwrap_err(), StoreError::WrongScope(ScopeMismatch::Session));
+        let got = store.checkout(&id, &RunScope::session("s")).await.unwrap();
+        assert_eq!(got.ready.len(), 1);
+        assert!(got.restart_safe);
+        assert!(matches!(&got.snapshot.body, SnapshotBody::Serialized(b) if b == &vec![1, 2, 3]));
+        // Held: a second wait is busy, another session is refused, the slot still counts.
+        assert_eq!(store.checkout(&id, &RunScope::session("s")).await.unwrap_err(), StoreError::Busy);
+        assert_eq!(store.checkout(&id, &RunScope::session("t")).await.unwrap_err(), StoreError::WrongScope(ScopeMismatch::Session));
+        assert_eq!(store.count().await, 1);
+        // Re-suspension replaces the lock.
+        store.put(got).await.unwrap();
+        assert!(dir.join("r1.run").exists() && !dir.join("r1.lock").exists());
+        clock.advance_ms(4000);
+        assert_eq!(store.checkout(&id, &RunScope::session("s")).await.unwrap_err(), StoreError::Unavailable);
+        assert_eq!(store.count().await, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn refuses_live_snapshots_corrupt_files_and_the_65th_run() {
+        let dir = tempdir("limits");
+        let store = DirectorySnapshotStore::new(&dir).unwrap();
+        let far = u64::MAX / 2;
+        for i in 0..64 {
+            store.put(run(&format!("r{i}"), "s", far, vec![0])).await.unwrap();
+        }
+        assert_eq!(store.put(run("r64", "s", far, vec![0])).await.unwrap_err(), StoreError::TooMany);
+        assert!(store.remove(&RunId::parse("r0").unwrap()).await);
+        std::fs::write(dir.join("r1.run"), b"garbage").unwrap();
+        let e = store.checkout(&RunId::parse("r1").unwrap(), &RunScope::session("s")).await.unwrap_err();
+        assert!(matches!(e, StoreError::Corrupt(_)), "{e:?}");
+        assert_eq!(store.purge_expired().await, vec![RunId::parse("r1").unwrap()]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
