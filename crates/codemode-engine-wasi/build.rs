@@ -32,10 +32,7 @@ fn fail(msg: &str) -> ! {
 /// The two places where QuickJS-ng disables its stack check under `__wasi__`, and their
 /// replacements. Each must match exactly once, or the build stops (the sources changed).
 const TRANSFORMS: [(&str, &str); 2] = [
-    (
-        "#ifdef __wasi__\n    rt->stack_size = 0;\n#endif",
-        "/* codemode: keep the default stack size under __wasi__ */",
-    ),
+    ("#ifdef __wasi__\n    rt->stack_size = 0;\n#endif", "/* codemode: keep the default stack size under __wasi__ */"),
     (
         "#if defined(__wasi__)\n    rt->stack_limit = 0; /* no limit */\n#else",
         "#if 0 /* codemode: the stack check stays on under __wasi__ */\n#else",
@@ -103,11 +100,13 @@ fn run(cmd: &mut Command, what: &str) {
         Ok(o) => {
             let stderr = String::from_utf8_lossy(&o.stderr);
             eprintln!("{stderr}");
-            let hint = if stderr.contains("wasm-ld") || stderr.contains("libclang_rt") || stderr.contains("unable to execute") {
-                format!(" ({INSTALL_HINT})")
-            } else {
-                String::new()
-            };
+            let hint =
+                if stderr.contains("wasm-ld") || stderr.contains("libclang_rt") || stderr.contains("unable to execute")
+                {
+                    format!(" ({INSTALL_HINT})")
+                } else {
+                    String::new()
+                };
             fail(&format!("{what} failed{hint}"));
         }
         Err(e) => fail(&format!("{what}: cannot run the compiler: {e}; {INSTALL_HINT}")),
@@ -169,10 +168,7 @@ fn main() {
         let handles: Vec<_> = units
             .iter()
             .map(|unit| {
-                let obj = out_dir.join(format!(
-                    "{}.o",
-                    unit.file_stem().and_then(|s| s.to_str()).unwrap_or("unit")
-                ));
+                let obj = out_dir.join(format!("{}.o", unit.file_stem().and_then(|s| s.to_str()).unwrap_or("unit")));
                 let (cc, work, cflags) = (&cc, &work, &cflags);
                 scope.spawn(move || {
                     let mut cmd = Command::new(cc);

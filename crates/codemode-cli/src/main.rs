@@ -164,7 +164,10 @@ pub(crate) fn build_runtime(config: CodeModeConfig) -> Result<CodeMode> {
     build_runtime_with(config, None)
 }
 
-fn build_runtime_with(config: CodeModeConfig, store: Option<std::sync::Arc<dyn codemode::SnapshotStore>>) -> Result<CodeMode> {
+fn build_runtime_with(
+    config: CodeModeConfig,
+    store: Option<std::sync::Arc<dyn codemode::SnapshotStore>>,
+) -> Result<CodeMode> {
     let mut builder = CodeMode::builder(config).local_tools(codemode::demo::demo_tools());
     if let Some(store) = store {
         builder = builder.store(store);

@@ -27,19 +27,24 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 fn last_json(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {}", String::from_utf8_lossy(&out.stderr)));
+    let line =
+        stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {}", String::from_utf8_lossy(&out.stderr)));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
 }
 
 fn run_stdin(args: &[&str], code: &str) -> Output {
-    let mut child = bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child =
+        bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(code.as_bytes()).unwrap();
     child.wait_with_output().unwrap()
 }
 
 #[test]
 fn run_completes_and_sets_exit_status() {
-    let out = run_stdin(&["run", "-"], "const s = await tools.demo_shipping_list({}); return s.filter((x) => !x.paid).length");
+    let out = run_stdin(
+        &["run", "-"],
+        "const s = await tools.demo_shipping_list({}); return s.filter((x) => !x.paid).length",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v = last_json(&out);
     assert_eq!(v["status"], "completed");
@@ -56,7 +61,8 @@ fn run_steps_prints_every_result() {
     let cell = write(&dir, "cell.js", "text('a'); await yield_control(); text('b'); return 2");
     let out = bin().args(["run", "--steps"]).arg(&cell).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["status"], "waiting");
     assert_eq!(lines[0]["reason"], "yield");
@@ -70,7 +76,11 @@ fn usage_and_config_errors_exit_2() {
     let bad = write(&dir, "bad.json5", "{ tools: { codeMode: { enabled: true, timeout: 5 } } }");
     let out = bin().args(["run", "--config"]).arg(&bad).arg("-").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tools.codeMode.timeout"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tools.codeMode.timeout"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let disabled = write(&dir, "off.json5", "{ tools: { codeMode: { timeoutMs: 500 } } }");
     let out = bin().args(["run", "--config"]).arg(&disabled).arg("-").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -85,7 +95,10 @@ fn usage_and_config_errors_exit_2() {
 
 fn exec_then_wait(dir: &Path, config: &Path, code: &str) -> (Value, Value) {
     let snaps = dir.join("runs");
-    let out = run_stdin(&["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "-"], code);
+    let out = run_stdin(
+        &["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "-"],
+        code,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let first = last_json(&out);
     let id = first["runId"].as_str().unwrap_or_else(|| panic!("expected waiting: {first}")).to_string();
@@ -110,8 +123,13 @@ fn exec_and_wait_resume_in_another_process() {
     assert_eq!(second["status"], "completed", "{second}");
     assert_eq!(second["value"], json!({ "sum": 999000, "last": 1998 }));
     assert_eq!(second["telemetry"]["waitCount"], 1);
-    // A read-only call that was in flight when the exec process exited is issued again.
-    let (first, second) = exec_then_wait(&dir, &config, "const r = await tools.demo_sleep({ ms: 700 }); return r.slept + 1");
+    // A read-only call that was in flight when the exec process exited is issued again by the wait
+    // process (the second sleep starts ~250 ms in and is cut off by the 300 ms limit).
+    let (first, second) = exec_then_wait(
+        &dir,
+        &config,
+        "await tools.demo_sleep({ ms: 250 }); const r = await tools.demo_sleep({ ms: 200 }); return r.slept + 1",
+    );
     assert_eq!(first["reason"], "pending_tools");
     assert_eq!(first["pendingToolCalls"][0]["toolId"], "plugin:demo:demo_sleep");
     let mut last = second;
@@ -120,16 +138,24 @@ fn exec_and_wait_resume_in_another_process() {
             break;
         }
         let id = last["runId"].as_str().unwrap().to_string();
-        let out = bin().args(["wait", "--config"]).arg(&config).arg("--snapshot-dir").arg(dir.join("runs")).arg(&id).output().unwrap();
+        let out = bin()
+            .args(["wait", "--config"])
+            .arg(&config)
+            .arg("--snapshot-dir")
+            .arg(dir.join("runs"))
+            .arg(&id)
+            .output()
+            .unwrap();
         last = last_json(&out);
     }
-    assert_eq!(last["value"], 701, "{last}");
+    assert_eq!(last["value"], 201, "{last}");
+    assert_eq!(last["telemetry"]["callCount"], 2, "the re-issued call is not counted twice: {last}");
     // A side-effecting call in flight when the exec process exited is not repeated: the run fails
     // and names the tool.
     let (first, second) = exec_then_wait(
         &dir,
         &config,
-        "const [inv] = await Promise.all([tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 5 }), tools.demo_sleep({ ms: 700 })]); return inv",
+        "const inv = await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 5, delayMs: 700 }); return inv",
     );
     assert_eq!(first["status"], "waiting");
     assert_eq!(second["status"], "failed", "{second}");
@@ -137,13 +163,39 @@ fn exec_and_wait_resume_in_another_process() {
     assert!(second["error"].as_str().unwrap().contains("plugin:demo:demo_invoice_send"), "{second}");
     // Runs are scoped: another session cannot resume them.
     let snaps = dir.join("runs");
-    let out = run_stdin(&["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "--session", "alice", "-"], "await yield_control(); return 1");
+    let out = run_stdin(
+        &[
+            "exec",
+            "--config",
+            config.to_str().unwrap(),
+            "--snapshot-dir",
+            snaps.to_str().unwrap(),
+            "--session",
+            "alice",
+            "-",
+        ],
+        "await yield_control(); return 1",
+    );
     let id = last_json(&out)["runId"].as_str().unwrap().to_string();
-    let out = bin().args(["wait", "--session", "mallory", "--config"]).arg(&config).arg("--snapshot-dir").arg(&snaps).arg(&id).output().unwrap();
+    let out = bin()
+        .args(["wait", "--session", "mallory", "--config"])
+        .arg(&config)
+        .arg("--snapshot-dir")
+        .arg(&snaps)
+        .arg(&id)
+        .output()
+        .unwrap();
     let v = last_json(&out);
     assert_eq!(v["code"], "invalid_input");
     assert_eq!(v["error"], "code mode run belongs to a different session.");
-    let out = bin().args(["wait", "--session", "alice", "--config"]).arg(&config).arg("--snapshot-dir").arg(&snaps).arg(&id).output().unwrap();
+    let out = bin()
+        .args(["wait", "--session", "alice", "--config"])
+        .arg(&config)
+        .arg("--snapshot-dir")
+        .arg(&snaps)
+        .arg(&id)
+        .output()
+        .unwrap();
     assert_eq!(last_json(&out)["value"], 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

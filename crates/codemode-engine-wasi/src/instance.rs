@@ -5,8 +5,8 @@ use crate::host::HostState;
 use crate::module::{EPOCH_TICK, Loaded};
 use crate::snapshot::{self, GlobalValue, Header};
 use crate::{ENGINE_NAME, pool};
-use codemode_bridge::driver::{GuestVm, VmFault, classify_failure, drive};
 use codemode_bridge::BridgeHost;
+use codemode_bridge::driver::{GuestVm, VmFault, classify_failure, drive};
 use codemode_core::engine::{
     DriveInput, DriveReport, EngineError, GuestInstance, GuestLimits, RequestId, Snapshot, SnapshotBody,
 };
@@ -68,7 +68,9 @@ impl Vm {
         let memory =
             instance.get_memory(&mut store, "memory").ok_or_else(|| internal("the guest exports no memory"))?;
         store.data_mut().memory = Some(memory);
-        let get = |store: &mut Store<HostState>, name: &str| instance.get_func(&mut *store, name).ok_or_else(|| internal(format!("missing export {name}")));
+        let get = |store: &mut Store<HostState>, name: &str| {
+            instance.get_func(&mut *store, name).ok_or_else(|| internal(format!("missing export {name}")))
+        };
         macro_rules! typed {
             ($name:literal) => {
                 get(&mut store, $name)?.typed(&store).map_err(internal)?
@@ -141,7 +143,9 @@ impl Vm {
         let ptr = self.ex.out_ptr.call(&mut self.store, ()).map_err(|e| self.fault(e))? as usize;
         let len = self.ex.out_len.call(&mut self.store, ()).map_err(|e| self.fault(e))? as usize;
         let data = self.memory.data(&self.store);
-        let bytes = data.get(ptr..ptr.saturating_add(len)).ok_or_else(|| VmFault::Engine(internal("guest output out of bounds")))?;
+        let bytes = data
+            .get(ptr..ptr.saturating_add(len))
+            .ok_or_else(|| VmFault::Engine(internal("guest output out of bounds")))?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     }
 
@@ -168,7 +172,10 @@ impl Vm {
     pub(crate) fn snapshot(mut self) -> Result<Vec<u8>, EngineError> {
         let mut globals = Vec::new();
         for name in self.loaded.mutable_globals.clone() {
-            let g = self.instance.get_global(&mut self.store, &name).ok_or_else(|| internal(format!("global {name} vanished")))?;
+            let g = self
+                .instance
+                .get_global(&mut self.store, &name)
+                .ok_or_else(|| internal(format!("global {name} vanished")))?;
             let v = match g.get(&mut self.store) {
                 Val::I32(x) => GlobalValue::I32(x),
                 Val::I64(x) => GlobalValue::I64(x),
@@ -195,7 +202,9 @@ impl Vm {
         let want = decoded.header.memory_bytes;
         let have = vm.memory.data_size(&vm.store) as u64;
         if want < have {
-            return Err(EngineError::Restore("the snapshot's memory is smaller than the guest's initial memory".into()));
+            return Err(EngineError::Restore(
+                "the snapshot's memory is smaller than the guest's initial memory".into(),
+            ));
         }
         if want > have {
             vm.memory
@@ -205,7 +214,9 @@ impl Vm {
         let data = vm.memory.data_mut(&mut vm.store);
         for (index, page) in &decoded.pages {
             let start = *index as usize * snapshot::PAGE;
-            let dest = data.get_mut(start..start + snapshot::PAGE).ok_or_else(|| EngineError::Restore("page out of bounds".into()))?;
+            let dest = data
+                .get_mut(start..start + snapshot::PAGE)
+                .ok_or_else(|| EngineError::Restore("page out of bounds".into()))?;
             dest.copy_from_slice(page);
         }
         let expected: Vec<&String> = vm.loaded.mutable_globals.iter().collect();
@@ -217,7 +228,10 @@ impl Vm {
             return Err(EngineError::Restore("the snapshot's globals do not match the guest module".into()));
         }
         for (name, value) in &decoded.header.globals {
-            let g = vm.instance.get_global(&mut vm.store, name).ok_or_else(|| EngineError::Restore(format!("no global {name}")))?;
+            let g = vm
+                .instance
+                .get_global(&mut vm.store, name)
+                .ok_or_else(|| EngineError::Restore(format!("no global {name}")))?;
             let v = match *value {
                 GlobalValue::I32(x) => Val::I32(x),
                 GlobalValue::I64(x) => Val::I64(x),
@@ -252,7 +266,8 @@ impl GuestVm for Vm {
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
         let (ptr, len) = self.write(json.as_bytes())?;
-        let status = self.ex.settle.call(&mut self.store, (id as f64, i32::from(ok), ptr, len)).map_err(|e| self.fault(e))?;
+        let status =
+            self.ex.settle.call(&mut self.store, (id as f64, i32::from(ok), ptr, len)).map_err(|e| self.fault(e))?;
         self.free(ptr)?;
         self.status(status)
     }

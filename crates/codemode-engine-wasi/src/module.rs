@@ -101,7 +101,11 @@ fn store_cached(module: &Module, path: &Path) {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         }
         let bytes = module.serialize().map_err(|e| std::io::Error::other(e.to_string()))?;
-        let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("cwasm"), std::process::id()));
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("cwasm"),
+            std::process::id()
+        ));
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, path)
     })();
@@ -221,7 +225,12 @@ fn mutable_globals(wasm: &[u8]) -> Result<Vec<String>, String> {
     }
     mutable
         .into_iter()
-        .map(|i| exported.get(&i).cloned().ok_or_else(|| format!("mutable global #{i} is not exported; snapshots would miss it")))
+        .map(|i| {
+            exported
+                .get(&i)
+                .cloned()
+                .ok_or_else(|| format!("mutable global #{i} is not exported; snapshots would miss it"))
+        })
         .collect()
 }
 
@@ -237,7 +246,10 @@ pub(crate) fn load() -> Result<Loaded, String> {
             let wizened = preinitialize(&engine).map_err(|e| format!("cannot pre-initialize the guest: {e:#}"))?;
             mutable_globals(&wizened)?;
             let module = Module::new(&engine, &wizened).map_err(|e| format!("cannot compile the guest: {e:#}"))?;
-            tracing::info!(ms = started.elapsed().as_millis() as u64, "pre-initialized and compiled the quickjs-wasi guest");
+            tracing::info!(
+                ms = started.elapsed().as_millis() as u64,
+                "pre-initialized and compiled the quickjs-wasi guest"
+            );
             if let Some(p) = &cache {
                 store_cached(&module, p);
             }
@@ -247,12 +259,16 @@ pub(crate) fn load() -> Result<Loaded, String> {
     let mutable_globals: Vec<String> = module
         .exports()
         .filter_map(|e| match e.ty() {
-            wasmtime::ExternType::Global(g) if g.mutability() == wasmtime::Mutability::Var => Some(e.name().to_string()),
+            wasmtime::ExternType::Global(g) if g.mutability() == wasmtime::Mutability::Var => {
+                Some(e.name().to_string())
+            }
             _ => None,
         })
         .collect();
     let linker = linker(&engine).map_err(|e| format!("cannot link the guest: {e:#}"))?;
-    let pre = linker.instantiate_pre(&module).map_err(|e| format!("the guest module needs imports this host does not provide: {e:#}"))?;
+    let pre = linker
+        .instantiate_pre(&module)
+        .map_err(|e| format!("the guest module needs imports this host does not provide: {e:#}"))?;
     let mut store = Store::new(&engine, HostState::new(GuestLimits::default()));
     store.set_epoch_deadline(u64::MAX / 2);
     let instance = pre.instantiate(&mut store).map_err(|e| format!("cannot instantiate the guest: {e:#}"))?;

@@ -84,7 +84,12 @@ fn restore_in_a_fresh_runtime_matches_the_uninterrupted_run() {
     assert_eq!(out_a.len(), 4);
     // Every suspension stored a small diff snapshot, and nothing is left behind.
     for r in &steps_b[..3] {
-        let created = r.telemetry().snapshot_events.iter().rev().find(|e| e.event == codemode_core::telemetry::SnapshotEventKind::Created);
+        let created = r
+            .telemetry()
+            .snapshot_events
+            .iter()
+            .rev()
+            .find(|e| e.event == codemode_core::telemetry::SnapshotEventKind::Created);
         let bytes = created.and_then(|e| e.bytes).unwrap();
         assert!(bytes < 256 * 1024, "snapshot of {bytes} bytes");
     }
@@ -95,7 +100,10 @@ fn restore_in_a_fresh_runtime_matches_the_uninterrupted_run() {
 
 fn suspended_run_file(dir: &PathBuf) -> (CodeMode, String, PathBuf) {
     let cm = runtime_with_dir(dir);
-    let r = tokio_runtime().block_on(cm.exec(&RunContext::session("snap"), &CodeModeExecInput::code("const x = 41; await yield_control(); return x + 1")));
+    let r = tokio_runtime().block_on(cm.exec(
+        &RunContext::session("snap"),
+        &CodeModeExecInput::code("const x = 41; await yield_control(); return x + 1"),
+    ));
     let id = r.run_id().unwrap().to_string();
     let file = dir.join(format!("{id}.run"));
     assert!(file.exists());
@@ -131,9 +139,13 @@ fn damaged_snapshots_fail_with_snapshot_restore_failed() {
         std::fs::write(&file, bytes).unwrap();
         let r = wait(&cm, &id);
         assert_eq!(r.error_code(), Some(CodeModeErrorCode::SnapshotRestoreFailed), "{what}: {}", r.to_json());
-        assert!(!dir.join(format!("{id}.run")).exists() && !dir.join(format!("{id}.lock")).exists(), "{what}: state removed");
+        assert!(
+            !dir.join(format!("{id}.run")).exists() && !dir.join(format!("{id}.lock")).exists(),
+            "{what}: state removed"
+        );
         // The host is intact: a new run works.
-        let ok = tokio_runtime().block_on(cm.exec(&RunContext::session("snap"), &CodeModeExecInput::code("return 6 * 7")));
+        let ok =
+            tokio_runtime().block_on(cm.exec(&RunContext::session("snap"), &CodeModeExecInput::code("return 6 * 7")));
         assert_eq!(ok.to_json()["value"], json!(42), "{what}");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -144,9 +156,14 @@ fn snapshots_of_another_engine_or_build_are_refused() {
     let engine = QuickJsWasiEngine::new();
     let limits = GuestLimits::default();
     let boot: Arc<str> = Arc::from(r#"{"tools":[],"conveniences":[],"maxDepth":64}"#);
-    let mut instance = engine.start(&GuestProgram { code: "await yield_control(); return 1".into(), boot }, &limits).unwrap();
+    let mut instance =
+        engine.start(&GuestProgram { code: "await yield_control(); return 1".into(), boot }, &limits).unwrap();
     let report = instance
-        .drive(DriveInput { deliveries: vec![], deadline: Instant::now() + Duration::from_secs(5), output_budget: 1 << 16 })
+        .drive(DriveInput {
+            deliveries: vec![],
+            deadline: Instant::now() + Duration::from_secs(5),
+            output_budget: 1 << 16,
+        })
         .unwrap();
     assert_eq!(report.outcome, DriveOutcome::Pending);
     let snap = instance.snapshot().unwrap();
@@ -162,7 +179,9 @@ fn snapshots_of_another_engine_or_build_are_refused() {
     let e = engine.restore(Snapshot { engine: "quickjs-wasi".into(), body: SnapshotBody::Serialized(forged) }, &limits);
     assert!(matches!(e, Err(codemode_core::engine::EngineError::Restore(_))));
     // The genuine bytes still restore and finish.
-    let mut again = engine.restore(Snapshot { engine: "quickjs-wasi".into(), body: SnapshotBody::Serialized(bytes) }, &limits).unwrap();
+    let mut again = engine
+        .restore(Snapshot { engine: "quickjs-wasi".into(), body: SnapshotBody::Serialized(bytes) }, &limits)
+        .unwrap();
     let yield_id = report.requests[0].id;
     let done = again
         .drive(DriveInput {
@@ -178,10 +197,16 @@ fn snapshots_of_another_engine_or_build_are_refused() {
 fn a_runaway_guest_ends_only_its_own_run() {
     // A guest that fills its heap or outlives its time limit ends as a failed run; the engine keeps
     // serving other runs.
-    let cm = CodeMode::builder(config(json!({ "timeoutMs": 300 }))).engine(engine()).local_tools(codemode::demo::demo_tools()).build();
+    let cm = CodeMode::builder(config(json!({ "timeoutMs": 300 })))
+        .engine(engine())
+        .local_tools(codemode::demo::demo_tools())
+        .build();
     let ctx = RunContext::session("trap");
     let rt = tokio_runtime();
-    let r = rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code("const a = []; for (let i = 0; i < 1e9; i++) a.push(i); return a.length")));
+    let r = rt.block_on(cm.exec(
+        &ctx,
+        &CodeModeExecInput::code("const a = []; for (let i = 0; i < 1e9; i++) a.push(i); return a.length"),
+    ));
     assert_eq!(r.status(), "failed");
     let ok = rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code("return 'alive'")));
     assert_eq!(ok.to_json()["value"], json!("alive"));

@@ -138,7 +138,8 @@ impl DirectorySnapshotStore {
         if len > MAX_META_BYTES || start + len > bytes.len() {
             return Err(corrupt("run file is truncated"));
         }
-        let meta: Meta = serde_json::from_slice(&bytes[start..start + len]).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let meta: Meta =
+            serde_json::from_slice(&bytes[start..start + len]).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         Ok((meta, start + len))
     }
 
@@ -306,14 +307,20 @@ mod tests {
         let store = DirectorySnapshotStore::with_clock(&dir, Arc::new(clock.clone())).unwrap();
         store.put(run("r1", "s", 5000, vec![1, 2, 3])).await.unwrap();
         let id = RunId::parse("r1").unwrap();
-        assert_eq!(store.checkout(&id, &RunScope::session("t")).await.unwrap_err(), StoreError::WrongScope(ScopeMismatch::Session));
+        assert_eq!(
+            store.checkout(&id, &RunScope::session("t")).await.unwrap_err(),
+            StoreError::WrongScope(ScopeMismatch::Session)
+        );
         let got = store.checkout(&id, &RunScope::session("s")).await.unwrap();
         assert_eq!(got.ready.len(), 1);
         assert!(got.restart_safe);
         assert!(matches!(&got.snapshot.body, SnapshotBody::Serialized(b) if b == &vec![1, 2, 3]));
         // Held: a second wait is busy, another session is refused, the slot still counts.
         assert_eq!(store.checkout(&id, &RunScope::session("s")).await.unwrap_err(), StoreError::Busy);
-        assert_eq!(store.checkout(&id, &RunScope::session("t")).await.unwrap_err(), StoreError::WrongScope(ScopeMismatch::Session));
+        assert_eq!(
+            store.checkout(&id, &RunScope::session("t")).await.unwrap_err(),
+            StoreError::WrongScope(ScopeMismatch::Session)
+        );
         assert_eq!(store.count().await, 1);
         // Re-suspension replaces the lock.
         store.put(got).await.unwrap();

@@ -163,8 +163,11 @@ pub fn demo_tools() -> LocalTools {
         def(
             "demo_invoice_send",
             "Send invoice",
-            "Send an invoice for a shipment (a side effect: not read-only). Returns the invoice id.",
-            json!({ "type": "object", "properties": { "shipmentId": { "type": "string" }, "amount": { "type": "number" } }, "required": ["shipmentId", "amount"] }),
+            "Send an invoice for a shipment (a side effect: not read-only). Returns the invoice id. `delayMs` simulates a slow billing system.",
+            json!({ "type": "object", "properties": {
+                "shipmentId": { "type": "string" }, "amount": { "type": "number" },
+                "delayMs": { "type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS }
+            }, "required": ["shipmentId", "amount"] }),
         ),
         move |input| {
             let invoices = invoices.clone();
@@ -174,6 +177,10 @@ pub fn demo_tools() -> LocalTools {
                 let amount = input.get("amount").and_then(Value::as_f64).ok_or_else(|| invalid("`amount` (number) is required"))?;
                 if !SHIPMENTS.iter().any(|s| s.0 == shipment) {
                     return Err(ToolError::failed(format!("no shipment `{shipment}`")));
+                }
+                let delay = input.get("delayMs").and_then(Value::as_u64).unwrap_or(0).min(MAX_SLEEP_MS);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
                 }
                 let n = invoices.fetch_add(1, Ordering::SeqCst) + 1;
                 Ok(ToolResult::from_details(json!({ "invoiceId": format!("INV-{n:04}"), "shipmentId": shipment, "amount": amount, "status": "sent" })))

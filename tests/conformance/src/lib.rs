@@ -155,7 +155,9 @@ pub fn run_case(name: &str, engine: Arc<dyn GuestEngine>) {
         steps.last().map(CodeModeResult::to_json).unwrap_or(Value::Null)
     };
     let mut value = redact(value, spec.timing);
-    if spec.redact_error && let Some(e) = value.get_mut("error") {
+    if spec.redact_error
+        && let Some(e) = value.get_mut("error")
+    {
         *e = json!("[engine-specific message]");
     }
     let mut settings = insta::Settings::clone_current();
