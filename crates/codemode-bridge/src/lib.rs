@@ -9,7 +9,8 @@
 //! - [`adapter`]: the JSON-safe value adapter (size and depth limits, forbidden keys).
 //! - [`host`]: [`BridgeHost`], the host half of the primitive (request ids, limits, output buffer).
 //! - [`driver`]: the drive step every engine runs ([`drive`] over the [`GuestVm`] primitives).
-//! - [`modules`]: the static guard that rejects `import` / `require` before a cell runs (SPEC X6).
+//! - [`modules`]: the static guard that rejects `import` / `require` before a cell runs (SPEC X6);
+//! - [`workers`]: the big-stack threads all guest code runs on.
 //!
 //! Layering (DESIGN §2): depends on `codemode-core` only; engines depend on it. It never names an
 //! engine, a tool source, MCP or policy.
@@ -19,6 +20,7 @@ pub mod adapter;
 pub mod driver;
 pub mod host;
 pub mod modules;
+pub mod workers;
 
 pub use driver::{GuestVm, VmFault, drive};
 pub use host::{BridgeHost, BridgeState, HostCallResult};

@@ -6,7 +6,8 @@
 //! - `codemode run FILE|-`: run one cell against the demo catalog, calling `wait` until it ends;
 //! - `codemode demo`: a scripted showcase of code mode on the demo catalog;
 //! - `codemode exec FILE|-` / `codemode wait RUN_ID`: one `exec` or `wait` per process, with suspended
-//!   runs kept in a snapshot directory — a run suspended by one process resumes in another.
+//!   runs kept in a snapshot directory — a run suspended by one process resumes in another;
+//! - `codemode bench`: latency, snapshot size and cold start of every compiled engine.
 //!
 //! Exit status: 0 when the cell completed (or, for `exec`/`wait`, is waiting), 1 when it failed, 2 for
 //! usage or configuration errors.
@@ -14,6 +15,7 @@
 //! results.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod demo;
 
 use anyhow::{Context as _, Result, bail};
@@ -83,6 +85,18 @@ enum Command {
         language: Option<LanguageArg>,
         /// The cell: a file path, or `-` to read stdin.
         file: String,
+    },
+    /// Measure latency, snapshot size and cold start of every compiled engine (or those named).
+    Bench {
+        /// Engines to measure (repeatable; default: all compiled).
+        #[arg(long = "engine", value_name = "NAME")]
+        engines: Vec<String>,
+        /// Samples per latency.
+        #[arg(long, default_value_t = 200)]
+        samples: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Resume a suspended run from the snapshot directory and print its next result.
     Wait {
@@ -286,6 +300,7 @@ fn main() -> ExitCode {
             Command::Demo { common } => demo::run(common).await,
             Command::Exec { common, store, language, file } => exec(common, store, language, file).await,
             Command::Wait { common, store, run_id } => wait(common, store, run_id).await,
+            Command::Bench { engines, samples, json } => bench::run(engines, samples, json).await,
         }
     });
     match outcome {

@@ -38,6 +38,11 @@ pub struct ToolResult {
 }
 
 impl ToolResult {
+    /// A result with only `details`; a raw `tools.call` shows it as one text block of its JSON.
+    pub fn value(details: Value) -> Self {
+        Self { details, content: Vec::new() }
+    }
+
     /// A result whose content is the compact JSON text of `details`.
     pub fn from_details(details: Value) -> Self {
         let text = serde_json::to_string(&details).unwrap_or_default();

@@ -4,8 +4,9 @@
 //! weaker isolation than the default `quickjs-wasi` engine (QuickJS's C code runs in the host process).
 //! It is the differential reference of the conformance suite.
 //!
-//! Each instance lives on its own worker thread (with a known stack size, so QuickJS's stack limit is
-//! meaningful); the runtime talks to it over a channel. A suspended run keeps its VM alive: its
+//! Guest code runs on the shared worker threads of `codemode-bridge` (with a known stack size, so
+//! QuickJS's stack limit is meaningful). The bridge prelude is compiled to QuickJS bytecode once per
+//! process, so a new VM only loads it. A suspended run keeps its VM alive: its
 //! snapshot is [`SnapshotBody::Live`], sized by QuickJS's memory accounting, and cannot leave the
 //! process (only the in-memory store accepts it).
 //!
@@ -23,23 +24,21 @@
 mod alloc;
 
 use codemode_bridge::driver::{GuestVm, VmFault, drive, failure_from_parts};
-use codemode_bridge::{BridgeHost, CELL_FILENAME, HostCallResult, PRELUDE, PRELUDE_FILENAME};
+use codemode_bridge::{BridgeHost, CELL_FILENAME, HostCallResult, PRELUDE, PRELUDE_FILENAME, workers};
 use codemode_core::engine::{
     DriveInput, DriveReport, EngineError, GuestEngine, GuestInstance, GuestLimits, GuestProgram, RequestId, Snapshot,
     SnapshotBody,
 };
 use rquickjs::context::EvalOptions;
-use rquickjs::{CatchResultExt, Context, Ctx, Exception, Function, Object, Persistent, Runtime, Value};
+use rquickjs::{
+    CatchResultExt, Context, Ctx, Exception, Function, Module, Object, Persistent, Runtime, Value, WriteOptions,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// The engine's name, as used by `runtime` in the config and `--engine` on the command line.
 pub const ENGINE_NAME: &str = "quickjs";
-
-/// Extra stack for the worker thread beyond the guest's stack budget: host code (serde, the bridge)
-/// runs on the same thread.
-const WORKER_STACK_HEADROOM: usize = 2 << 20;
 
 /// How far above the allocator's limit QuickJS's own memory limit sits (a second line of defence).
 const BACKSTOP_SLACK: usize = 1 << 20;
@@ -86,70 +85,78 @@ impl GuestEngine for QuickJsEngine {
     }
 }
 
-enum Command {
-    Drive(DriveInput, mpsc::Sender<Result<DriveReport, EngineError>>),
-    MemoryUsed(mpsc::Sender<u64>),
-}
-
-/// A VM on its worker thread. Dropping it ends the thread and frees the VM.
+/// A VM; guest code runs on a [`workers`] thread (inline when the caller is one).
 struct NativeInstance {
-    tx: mpsc::Sender<Command>,
+    vm: Option<Box<Vm>>,
+    unstarted: Option<String>,
 }
 
-fn worker_died() -> EngineError {
-    EngineError::Internal("the quickjs worker thread stopped unexpectedly".into())
+fn gone() -> EngineError {
+    EngineError::Internal("the quickjs instance is gone after an earlier failure".into())
 }
 
 impl NativeInstance {
     fn spawn(wrapped: String, boot: String, limits: GuestLimits) -> Result<Self, EngineError> {
-        let (tx, rx) = mpsc::channel::<Command>();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), EngineError>>();
-        let stack =
-            usize::try_from(limits.max_stack_bytes).unwrap_or(usize::MAX / 2).saturating_add(WORKER_STACK_HEADROOM);
-        std::thread::Builder::new()
-            .name("codemode-quickjs".into())
-            .stack_size(stack)
-            .spawn(move || {
-                let mut vm = match Vm::new(limits, boot) {
-                    Ok(vm) => {
-                        let _ = ready_tx.send(Ok(()));
-                        vm
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let mut unstarted = Some(wrapped);
-                while let Ok(cmd) = rx.recv() {
-                    match cmd {
-                        Command::Drive(input, reply) => {
-                            let _ = reply.send(drive(&mut vm, &mut unstarted, input));
-                        }
-                        Command::MemoryUsed(reply) => {
-                            vm.rt.run_gc();
-                            let _ = reply.send(vm.rt.memory_usage().memory_used_size.max(0) as u64);
-                        }
-                    }
-                }
-            })
-            .map_err(|e| EngineError::Unavailable(format!("cannot start a worker thread: {e}")))?;
-        ready_rx.recv().map_err(|_| worker_died())??;
-        Ok(NativeInstance { tx })
+        let mut vm = match take_warm(&limits) {
+            Some(vm) => vm,
+            None => workers::run(move || Vm::new(limits)).map_err(EngineError::Internal)??,
+        };
+        refill_warm(limits);
+        vm.boot = Some(boot);
+        Ok(NativeInstance { vm: Some(Box::new(vm)), unstarted: Some(wrapped) })
     }
+}
+
+/// Fresh VMs (runtime, context and prelude ready; no guest code ever ran in them) kept per limits, so
+/// a new run does not wait for QuickJS to set up (~0.2 ms). Refilled in the background.
+const WARM_TARGET: usize = 2;
+
+fn warm() -> &'static Mutex<Vec<(GuestLimits, Vm)>> {
+    static WARM: OnceLock<Mutex<Vec<(GuestLimits, Vm)>>> = OnceLock::new();
+    WARM.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn take_warm(limits: &GuestLimits) -> Option<Vm> {
+    let mut pool = warm().lock().unwrap_or_else(|p| p.into_inner());
+    let at = pool.iter().position(|(l, _)| l == limits)?;
+    Some(pool.swap_remove(at).1)
+}
+
+fn refill_warm(limits: GuestLimits) {
+    let _ = workers::spawn(move || {
+        let have = warm().lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|(l, _)| *l == limits).count();
+        if have >= WARM_TARGET {
+            return;
+        }
+        if let Ok(vm) = Vm::new(limits) {
+            let mut pool = warm().lock().unwrap_or_else(|p| p.into_inner());
+            // Keep the pool small across all limit sets: drop the oldest entries first.
+            if pool.len() >= 4 * WARM_TARGET {
+                pool.remove(0);
+            }
+            pool.push((limits, vm));
+        }
+    });
 }
 
 impl GuestInstance for NativeInstance {
     fn drive(&mut self, input: DriveInput) -> Result<DriveReport, EngineError> {
-        let (reply_tx, reply_rx) = mpsc::channel();
-        self.tx.send(Command::Drive(input, reply_tx)).map_err(|_| worker_died())?;
-        reply_rx.recv().map_err(|_| worker_died())?
+        let mut vm = self.vm.take().ok_or_else(gone)?;
+        let mut unstarted = self.unstarted.take();
+        let (vm, unstarted, report) = workers::run(move || {
+            let report = drive(&mut *vm, &mut unstarted, input);
+            (vm, unstarted, report)
+        })
+        .map_err(EngineError::Internal)?;
+        self.vm = Some(vm);
+        self.unstarted = unstarted;
+        report
     }
 
     fn snapshot(self: Box<Self>) -> Result<Snapshot, EngineError> {
-        let (reply_tx, reply_rx) = mpsc::channel();
-        self.tx.send(Command::MemoryUsed(reply_tx)).map_err(|_| worker_died())?;
-        let size_bytes = reply_rx.recv().map_err(|_| worker_died())?;
+        let vm = self.vm.as_ref().ok_or_else(gone)?;
+        vm.rt.run_gc();
+        let size_bytes = vm.rt.memory_usage().memory_used_size.max(0) as u64;
         Ok(Snapshot { engine: ENGINE_NAME.to_string(), body: SnapshotBody::Live { size_bytes, instance: self } })
     }
 }
@@ -173,6 +180,8 @@ impl Interrupt {
     }
 }
 
+/// The whole VM (runtime, context, prelude handle) moves between worker threads as one value.
+///
 /// Field order matters: the prelude handle must be released before the context and the runtime
 /// (QuickJS asserts that no object outlives its runtime).
 struct Vm {
@@ -186,6 +195,14 @@ struct Vm {
     refused: Arc<AtomicBool>,
 }
 
+// SAFETY: with rquickjs's `parallel` feature the runtime and context are `Send` and every access
+// takes the runtime's lock; QuickJS itself has no thread affinity beyond the stack top, which
+// rquickjs refreshes at each lock. `Persistent` is `!Send` only because on its own it could be used
+// without that lock; here it is owned by the same `Vm` as its runtime, only ever used inside
+// `ctx.with` (under the lock), and the whole `Vm` moves between threads as one value, never shared.
+#[allow(unsafe_code)]
+unsafe impl Send for Vm {}
+
 fn eval_options(filename: &str) -> EvalOptions {
     let mut opts = EvalOptions::default();
     opts.global = true;
@@ -194,12 +211,32 @@ fn eval_options(filename: &str) -> EvalOptions {
     opts
 }
 
+/// The prelude as QuickJS module bytecode (`export default install`), compiled once per process.
+fn prelude_bytecode() -> Result<&'static [u8], EngineError> {
+    static BYTES: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+    let compiled = BYTES.get_or_init(|| {
+        let rt = Runtime::new().map_err(|e| e.to_string())?;
+        let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
+        ctx.with(|ctx| {
+            let source = format!("export default {PRELUDE}");
+            Module::declare(ctx.clone(), PRELUDE_FILENAME, source)
+                .and_then(|m| m.write(WriteOptions::default()))
+                .catch(&ctx)
+                .map_err(|e| e.to_string())
+        })
+    });
+    match compiled {
+        Ok(bytes) => Ok(bytes.as_slice()),
+        Err(e) => Err(EngineError::Unavailable(format!("the guest prelude does not compile: {e}"))),
+    }
+}
+
 fn unavailable(what: &str) -> impl Fn(rquickjs::Error) -> EngineError + '_ {
     move |e| EngineError::Unavailable(format!("{what}: {e}"))
 }
 
 impl Vm {
-    fn new(limits: GuestLimits, boot: String) -> Result<Self, EngineError> {
+    fn new(limits: GuestLimits) -> Result<Self, EngineError> {
         let heap_limit = usize::try_from(limits.memory_limit_bytes).unwrap_or(usize::MAX);
         let refused = Arc::new(AtomicBool::new(false));
         let rt = Runtime::new_with_alloc(alloc::GuardedAllocator::new(heap_limit, refused.clone()))
@@ -217,9 +254,17 @@ impl Vm {
         rt.set_interrupt_handler(Some(Box::new(move || handler_state.should_stop())));
         let ctx = Context::full(&rt).map_err(unavailable("cannot create a QuickJS context"))?;
         let bridge = Arc::new(Mutex::new(BridgeHost::new(limits)));
+        let bytecode = prelude_bytecode()?;
         let api = ctx.with(|ctx| -> Result<Persistent<Object<'static>>, EngineError> {
             let installed = (|| -> rquickjs::Result<Object<'_>> {
-                let install: Function<'_> = ctx.eval_with_options(PRELUDE, eval_options(PRELUDE_FILENAME))?;
+                // SAFETY: the bytes were produced by `Module::write` of this same QuickJS build in this
+                // process (see `prelude_bytecode`), from our own prelude source, and live for the rest
+                // of the process (`JS_READ_OBJ_ROM_DATA` keeps pointing into them).
+                #[allow(unsafe_code)]
+                let module = unsafe { Module::load(ctx.clone(), bytecode) }?;
+                let (module, done) = module.eval()?;
+                done.finish::<()>()?;
+                let install: Function<'_> = module.namespace()?.get("default")?;
                 let host = host_function(&ctx, bridge.clone(), interrupt.clone())?;
                 install.call((host,))
             })();
@@ -228,7 +273,7 @@ impl Vm {
                 .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))?;
             Ok(Persistent::save(&ctx, api))
         })?;
-        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: Some(boot), refused })
+        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused })
     }
 
     /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.

@@ -1,10 +1,10 @@
 //! One guest instance: a wasmtime store over the pre-initialized module, driven through the shim's
 //! exports, snapshotted as a diff of its linear memory.
 
+use crate::ENGINE_NAME;
 use crate::host::HostState;
 use crate::module::{EPOCH_TICK, Loaded};
 use crate::snapshot::{self, GlobalValue, Header};
-use crate::{ENGINE_NAME, pool};
 use codemode_bridge::BridgeHost;
 use codemode_bridge::driver::{GuestVm, VmFault, classify_failure, drive};
 use codemode_core::engine::{
@@ -197,7 +197,8 @@ impl Vm {
 
     /// Rebuilds an instance from snapshot bytes.
     pub(crate) fn restore(loaded: Arc<Loaded>, bytes: &[u8], limits: GuestLimits) -> Result<Self, EngineError> {
-        let decoded = snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id).map_err(EngineError::Restore)?;
+        let decoded =
+            snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, &loaded.base).map_err(EngineError::Restore)?;
         let mut vm = Vm::new(loaded, limits)?;
         let want = decoded.header.memory_bytes;
         let have = vm.memory.data_size(&vm.store) as u64;
@@ -298,8 +299,8 @@ impl GuestVm for Vm {
     }
 }
 
-/// A [`GuestInstance`] of the `quickjs-wasi` engine. Guest code always runs on a worker thread of
-/// [`pool`].
+/// A [`GuestInstance`] of the `quickjs-wasi` engine. Guest code always runs on a worker thread
+/// ([`codemode_bridge::workers`]), inline when the caller already is one.
 pub(crate) struct WasiInstance {
     vm: Option<Box<Vm>>,
     unstarted: Option<String>,
@@ -320,7 +321,7 @@ impl GuestInstance for WasiInstance {
     fn drive(&mut self, input: DriveInput) -> Result<DriveReport, EngineError> {
         let mut vm = self.vm.take().ok_or_else(|| internal("the guest instance is gone after an earlier failure"))?;
         let mut unstarted = self.unstarted.take();
-        let (vm, unstarted, report) = pool::run(move || {
+        let (vm, unstarted, report) = codemode_bridge::workers::run(move || {
             let report = drive(&mut *vm, &mut unstarted, input);
             (vm, unstarted, report)
         })

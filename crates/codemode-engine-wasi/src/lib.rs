@@ -26,7 +26,6 @@
 mod host;
 mod instance;
 mod module;
-mod pool;
 mod snapshot;
 
 pub use module::cache_dir;

@@ -5,8 +5,10 @@
 //! header_len   u32 LE
 //! header       JSON      {format, engine, build, memoryBytes, pageSize, globals, bridge}
 //! body_len     u32 LE
-//! body         zstd      (page index u32 LE, 4096 bytes of page)*  — only pages that differ from
-//!                        the pre-initialized image (zero pages past its end are omitted)
+//! body         zstd      (page index u32 LE, 4096 bytes)*  — only pages that differ from the
+//!                        pre-initialized image: XOR-ed with the image's page (so a page with a few
+//!                        changed words is nearly all zeros and compresses to almost nothing), or
+//!                        as they are past the image's end (zero pages there are omitted)
 //! digest       32 bytes  SHA-256 of everything before it
 //! ```
 //!
@@ -69,6 +71,17 @@ fn page_differs(base: &[u8], memory: &[u8], i: usize) -> bool {
     }
 }
 
+/// XORs `page` with the base image's page `index` (pages past the image are XOR-ed with zeros, i.e.
+/// kept as they are). Applying it twice gives the page back.
+pub(crate) fn xor_base(base: &[u8], index: usize, page: &mut [u8]) {
+    let start = index * PAGE;
+    if let Some(b) = base.get(start..(start + page.len()).min(base.len())) {
+        for (p, b) in page.iter_mut().zip(b) {
+            *p ^= *b;
+        }
+    }
+}
+
 /// Encodes `memory` (diffed against `base`) with its header.
 pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8]) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
@@ -77,8 +90,10 @@ pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8]) -> Result<Vec<
             let start = i * PAGE;
             let end = (start + PAGE).min(memory.len());
             body.extend_from_slice(&(i as u32).to_le_bytes());
+            let at = body.len();
             body.extend_from_slice(&memory[start..end]);
-            body.resize(body.len() + PAGE - (end - start), 0);
+            body.resize(at + PAGE, 0);
+            xor_base(base, i, &mut body[at..]);
         }
     }
     let body = zstd::bulk::compress(&body, ZSTD_LEVEL).map_err(|e| format!("compression failed: {e}"))?;
@@ -106,8 +121,9 @@ fn u32_at(bytes: &[u8], at: &mut usize) -> Result<u32, String> {
     Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
-/// Decodes and checks a snapshot: magic, digest, format, engine, build, bounds of every page.
-pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str) -> Result<Decoded, String> {
+/// Decodes and checks a snapshot: magic, digest, format, engine, build, bounds of every page. Pages
+/// come back as the memory content (already XOR-ed back with `base`).
+pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Result<Decoded, String> {
     if bytes.len() < MAGIC.len() + DIGEST_LEN || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not a quickjs-wasi snapshot (bad magic)".into());
     }
@@ -131,7 +147,10 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str) -> Result<Decoded,
             header.build
         ));
     }
-    if header.page_size as usize != PAGE || header.memory_bytes > MAX_MEMORY || header.memory_bytes % 65536 != 0 {
+    if header.page_size as usize != PAGE
+        || header.memory_bytes > MAX_MEMORY
+        || !header.memory_bytes.is_multiple_of(65536)
+    {
         return Err("snapshot header has an impossible memory layout".into());
     }
     let body_len = u32_at(content, &mut at)? as usize;
@@ -142,7 +161,7 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str) -> Result<Decoded,
     let pages_in_memory = header.memory_bytes as usize / PAGE;
     let max_raw = pages_in_memory.saturating_mul(PAGE + 4);
     let raw = zstd::bulk::decompress(body, max_raw).map_err(|e| format!("cannot decompress the snapshot: {e}"))?;
-    if raw.len() % (PAGE + 4) != 0 {
+    if !raw.len().is_multiple_of(PAGE + 4) {
         return Err("snapshot body has a partial page".into());
     }
     let mut pages = Vec::with_capacity(raw.len() / (PAGE + 4));
@@ -151,7 +170,9 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str) -> Result<Decoded,
         if index as usize >= pages_in_memory {
             return Err(format!("snapshot page {index} lies outside its memory"));
         }
-        pages.push((index, rec[4..].to_vec()));
+        let mut page = rec[4..].to_vec();
+        xor_base(base, index as usize, &mut page);
+        pages.push((index, page));
     }
     Ok(Decoded { header, pages })
 }
@@ -180,7 +201,7 @@ mod tests {
         mem[5] = 1; // page 0
         mem[65536 * 2 + 9000] = 3; // past the base image
         let bytes = encode(&header(mem.len() as u64), &base, &mem).unwrap();
-        let d = decode(&bytes, "quickjs-wasi", "b1").unwrap();
+        let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         let idx: Vec<u32> = d.pages.iter().map(|p| p.0).collect();
         assert_eq!(idx, vec![0, 34]);
         assert_eq!(d.header, header(mem.len() as u64));
@@ -201,12 +222,12 @@ mod tests {
         for i in [0, 9, 20, bytes.len() / 2, bytes.len() - 1] {
             let mut t = bytes.clone();
             t[i] ^= 0x40;
-            assert!(decode(&t, "quickjs-wasi", "b1").is_err(), "flip at {i}");
+            assert!(decode(&t, "quickjs-wasi", "b1", &base).is_err(), "flip at {i}");
         }
         for n in [0, 7, 40, bytes.len() - 1] {
-            assert!(decode(&bytes[..n], "quickjs-wasi", "b1").is_err(), "cut at {n}");
+            assert!(decode(&bytes[..n], "quickjs-wasi", "b1", &base).is_err(), "cut at {n}");
         }
-        assert!(decode(&bytes, "quickjs-wasi", "b2").unwrap_err().contains("another build"));
-        assert!(decode(&bytes, "quickjs", "b1").unwrap_err().contains("engine"));
+        assert!(decode(&bytes, "quickjs-wasi", "b2", &base).unwrap_err().contains("another build"));
+        assert!(decode(&bytes, "quickjs", "b1", &base).unwrap_err().contains("engine"));
     }
 }

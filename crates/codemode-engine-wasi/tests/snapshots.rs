@@ -118,7 +118,8 @@ fn wait(cm: &CodeMode, id: &str) -> CodeModeResult {
 fn damaged_snapshots_fail_with_snapshot_restore_failed() {
     let dir = tempdir("damaged");
     // Flip a byte in the engine snapshot (past the store's metadata), truncate one, and empty one.
-    let damage: [(&str, fn(&mut Vec<u8>)); 3] = [
+    type Damage = fn(&mut Vec<u8>);
+    let damage: [(&str, Damage); 3] = [
         ("flip", |b| {
             let n = b.len();
             b[n - 100] ^= 0x5a;

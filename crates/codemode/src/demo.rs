@@ -90,7 +90,7 @@ pub fn demo_tools() -> LocalTools {
         )
         .with_output_schema(shipment_list_schema())
         .read_only(),
-        |_input| async { Ok(ToolResult::from_details(shipments())) },
+        |_input| async { Ok(ToolResult::value(shipments())) },
     )));
 
     tools.add(Arc::new(FnTool::new(
@@ -110,7 +110,7 @@ pub fn demo_tools() -> LocalTools {
             let id = input.get("id").and_then(Value::as_str).ok_or_else(|| invalid("`id` (string) is required"))?;
             let (id, name, email, tier) =
                 CUSTOMERS.iter().find(|c| c.0 == id).ok_or_else(|| ToolError::failed(format!("no customer `{id}`")))?;
-            Ok(ToolResult::from_details(json!({ "id": id, "name": name, "email": email, "tier": tier })))
+            Ok(ToolResult::value(json!({ "id": id, "name": name, "email": email, "tier": tier })))
         },
     )));
 
@@ -122,7 +122,7 @@ pub fn demo_tools() -> LocalTools {
             json!({ "type": "object", "additionalProperties": true }),
         )
         .read_only(),
-        |input| async move { Ok(ToolResult::from_details(input)) },
+        |input| async move { Ok(ToolResult::value(input)) },
     )));
 
     tools.add(Arc::new(FnTool::new(
@@ -140,7 +140,7 @@ pub fn demo_tools() -> LocalTools {
                 return Err(invalid(format!("`ms` must be at most {MAX_SLEEP_MS}")));
             }
             tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok(ToolResult::from_details(json!({ "slept": ms })))
+            Ok(ToolResult::value(json!({ "slept": ms })))
         },
     )));
 
@@ -183,7 +183,7 @@ pub fn demo_tools() -> LocalTools {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                 }
                 let n = invoices.fetch_add(1, Ordering::SeqCst) + 1;
-                Ok(ToolResult::from_details(json!({ "invoiceId": format!("INV-{n:04}"), "shipmentId": shipment, "amount": amount, "status": "sent" })))
+                Ok(ToolResult::value(json!({ "invoiceId": format!("INV-{n:04}"), "shipmentId": shipment, "amount": amount, "status": "sent" })))
             }
         },
     )));

@@ -26,6 +26,7 @@
 //! Cargo feature — the engines.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod config_file;
 pub mod demo;
 mod runtime;
@@ -203,13 +204,49 @@ impl CodeMode {
     }
 
     /// Runs one cell (SPEC §5.1). Never panics on hostile input; every problem is a `failed` result.
+    ///
+    /// The call runs on a guest worker thread (never on the async executor) and must be awaited
+    /// inside a tokio runtime, where nested calls that really wait are spawned.
     pub async fn exec(&self, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
-        self.inner.exec(ctx, input).await
+        let (ctx, input) = (ctx.clone(), input.clone());
+        self.on_worker(move |inner, rt| inner.exec(rt, &ctx, &input)).await
     }
 
-    /// Resumes a suspended run (SPEC §5.3).
+    /// Resumes a suspended run (SPEC §5.3). Runs like [`Self::exec`].
     pub async fn wait(&self, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
-        self.inner.wait(ctx, input).await
+        let (ctx, input) = (ctx.clone(), input.clone());
+        self.on_worker(move |inner, rt| inner.wait(rt, &ctx, &input)).await
+    }
+
+    async fn on_worker(
+        &self,
+        f: impl FnOnce(&Inner, &tokio::runtime::Handle) -> CodeModeResult + Send + 'static,
+    ) -> CodeModeResult {
+        let internal = |msg: String| {
+            CodeModeResult::failed(
+                CodeModeError::new(CodeModeErrorCode::InternalError, msg),
+                Vec::new(),
+                CodeModeTelemetry::default(),
+            )
+        };
+        let rt = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt,
+            Err(e) => return internal(format!("code mode must run inside a tokio runtime: {e}")),
+        };
+        let inner = self.inner.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = codemode_bridge::workers::spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&inner, &rt)));
+            let _ = tx.send(result.map_err(codemode_bridge::workers::panic_message));
+        });
+        if let Err(e) = spawned {
+            return internal(format!("cannot start a guest worker thread: {e}"));
+        }
+        match rx.await {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => internal(format!("code mode worker panicked: {panic}")),
+            Err(_) => internal("code mode worker stopped".into()),
+        }
     }
 
     /// `exec` from raw tool arguments (hostile JSON).

@@ -8,6 +8,12 @@
 //! - the guest called `yield_control()` → `waiting` / `yield`;
 //! - the guest is idle on nested calls at the deadline → `waiting` / `pending_tools`: the VM is
 //!   snapshotted and stored, the nested calls keep running, and `wait` collects them.
+//!
+//! Threads: a whole `exec` / `wait` call runs on one guest worker thread
+//! ([`codemode_bridge::workers`]), never on the async executor. Engines run guest code inline there,
+//! and a nested call's future is polled once inline: a tool that answers at once costs no thread
+//! switch. Only calls that really wait are spawned on the tokio runtime; their results come back
+//! through a channel.
 
 use crate::tools::{ToolHook, run_hooked};
 use codemode_bridge::BootData;
@@ -28,9 +34,11 @@ use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
 use codemode_snapshot::Clock;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
 /// Message of the failure when a cell awaits something that nothing will ever settle.
@@ -54,14 +62,14 @@ pub fn guest_limits(config: &CodeModeConfig) -> GuestLimits {
 
 /// The nested calls of one run that are still executing on the host.
 struct NestedCalls {
-    tx: mpsc::UnboundedSender<Delivery>,
-    rx: mpsc::UnboundedReceiver<Delivery>,
+    tx: mpsc::Sender<Delivery>,
+    rx: mpsc::Receiver<Delivery>,
     running: HashMap<RequestId, AbortHandle>,
 }
 
 impl NestedCalls {
     fn new() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel();
         NestedCalls { tx, rx, running: HashMap::new() }
     }
 
@@ -69,17 +77,29 @@ impl NestedCalls {
         self.running.len()
     }
 
-    fn spawn(
+    /// Starts a call: polled once inline (a call that is ready at once is returned without any thread
+    /// switch), otherwise handed to the tokio runtime, its result arriving on the channel later.
+    fn start(
         &mut self,
+        rt: &Handle,
         id: RequestId,
-        fut: impl std::future::Future<Output = Result<Value, GuestError>> + Send + 'static,
-    ) {
-        let tx = self.tx.clone();
-        let handle = tokio::spawn(async move {
-            let outcome = fut.await;
-            let _ = tx.send(Delivery { id, outcome });
-        });
-        self.running.insert(id, handle.abort_handle());
+        fut: impl Future<Output = Result<Value, GuestError>> + Send + 'static,
+    ) -> Option<Delivery> {
+        let mut fut = Box::pin(fut);
+        let _in_runtime = rt.enter();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(outcome) => Some(Delivery { id, outcome }),
+            Poll::Pending => {
+                let tx = self.tx.clone();
+                let handle = rt.spawn(async move {
+                    let outcome = fut.await;
+                    let _ = tx.send(Delivery { id, outcome });
+                });
+                self.running.insert(id, handle.abort_handle());
+                None
+            }
+        }
     }
 
     fn try_next(&mut self) -> Option<Delivery> {
@@ -88,18 +108,30 @@ impl NestedCalls {
         Some(d)
     }
 
-    async fn next_until(&mut self, deadline: Instant) -> Option<Delivery> {
-        let d = tokio::time::timeout_at(deadline.into(), self.rx.recv()).await.ok()??;
+    fn next_until(&mut self, deadline: Instant) -> Option<Delivery> {
+        let d = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
         self.running.remove(&d.id);
         Some(d)
+    }
+
+    fn abort_all(&mut self) {
+        for (_, h) in self.running.drain() {
+            h.abort();
+        }
     }
 }
 
 impl Drop for NestedCalls {
     fn drop(&mut self) {
-        for (_, h) in self.running.drain() {
-            h.abort();
-        }
+        self.abort_all();
+    }
+}
+
+/// Drops a finished instance on another worker: tearing a VM down takes ~0.1 ms that no caller needs
+/// to wait for.
+fn dispose(instance: Box<dyn GuestInstance>) {
+    if let Err(e) = codemode_bridge::workers::spawn(move || drop(instance)) {
+        tracing::debug!(error = %e, "disposing an instance inline");
     }
 }
 
@@ -201,6 +233,13 @@ impl Run {
     }
 }
 
+/// Drops a snapshot that will not be stored (a live one holds a whole VM) off the caller's path.
+fn discard(snapshot: Snapshot) {
+    if let codemode_core::engine::SnapshotBody::Live { instance, .. } = snapshot.body {
+        dispose(instance);
+    }
+}
+
 fn failure_error(f: GuestFailure) -> CodeModeError {
     CodeModeError { code: f.code, message: f.message }
 }
@@ -278,7 +317,7 @@ impl Inner {
         self.store.remove(run_id).await || local
     }
 
-    pub(crate) async fn exec(&self, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
+    pub(crate) fn exec(&self, rt: &Handle, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
         let call = Call::new(self.config.timeout_ms);
         let mut telemetry = self.base_telemetry();
         telemetry.exec_count = 1;
@@ -313,19 +352,11 @@ impl Inner {
         if let Some(found) = find_module_access(&code) {
             return early(CodeModeError::new(CodeModeErrorCode::ModuleAccessDenied, found.message()), telemetry);
         }
-        self.sweep().await;
+        rt.block_on(self.sweep());
         let program = GuestProgram { code, boot: self.catalog.boot.clone() };
-        let limits = self.limits;
-        let started = tokio::task::spawn_blocking(move || engine.start(&program, &limits)).await;
-        let instance = match started {
-            Ok(Ok(i)) => i,
-            Ok(Err(e)) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
-            Err(e) => {
-                return early(
-                    CodeModeError::new(CodeModeErrorCode::InternalError, format!("engine start panicked: {e}")),
-                    telemetry,
-                );
-            }
+        let instance = match engine.start(&program, &self.limits) {
+            Ok(i) => i,
+            Err(e) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
         };
         let run = Run {
             id: new_run_id(),
@@ -339,10 +370,10 @@ impl Inner {
             created_at_ms: self.now_ms(),
             stored: false,
         };
-        self.drive_loop(run, instance, call).await
+        self.drive_loop(rt, run, instance, call)
     }
 
-    pub(crate) async fn wait(&self, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
+    pub(crate) fn wait(&self, rt: &Handle, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
         let call = Call::new(self.config.timeout_ms);
         let lookup_failure = |err: CodeModeError| {
             let mut t = self.base_telemetry();
@@ -357,8 +388,8 @@ impl Inner {
             Ok(e) => e.clone(),
             Err(e) => return lookup_failure(e),
         };
-        self.sweep().await;
-        let suspended = match self.store.checkout(&run_id, &ctx.scope).await {
+        rt.block_on(self.sweep());
+        let suspended = match rt.block_on(self.store.checkout(&run_id, &ctx.scope)) {
             Ok(s) => s,
             Err(e) => return lookup_failure(e.to_code_mode_error()),
         };
@@ -382,8 +413,8 @@ impl Inner {
             created_at_ms,
             stored: true,
         };
-        if resumed_elsewhere && let Err(e) = self.reissue_lost_calls(&mut run) {
-            return self.fail(run, call, e).await;
+        if resumed_elsewhere && let Err(e) = self.reissue_lost_calls(rt, &mut run) {
+            return self.fail(rt, run, call, e);
         }
         let yields: Vec<RequestId> =
             run.pending.values().filter(|p| p.kind == RequestKind::Yield).map(|p| p.id).collect();
@@ -394,37 +425,29 @@ impl Inner {
         if run.ready.is_empty() {
             if run.calls.running() == 0 {
                 let err = CodeModeError::new(CodeModeErrorCode::InternalError, MSG_STALLED);
-                return self.fail(run, call, err).await;
+                return self.fail(rt, run, call, err);
             }
-            match run.calls.next_until(call.deadline).await {
+            match run.calls.next_until(call.deadline) {
                 Some(d) => run.accept(d),
                 // Nothing settled in time: the stored snapshot is still exact, keep it as it is.
-                None => {
-                    return self.store_suspended(run, snapshot, call, WaitReason::PendingTools).await;
-                }
+                None => return self.store_suspended(rt, run, snapshot, call, WaitReason::PendingTools),
             }
         }
-        let limits = self.limits;
-        let restored = tokio::task::spawn_blocking(move || engine.restore(snapshot, &limits)).await;
-        let instance = match restored {
-            Ok(Ok(i)) => i,
-            Ok(Err(e)) => {
-                run.telemetry.record_snapshot(SnapshotEventKind::RestoreFailed, None);
-                return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await;
-            }
+        let instance = match engine.restore(snapshot, &self.limits) {
+            Ok(i) => i,
             Err(e) => {
-                let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("restore panicked: {e}"));
-                return self.fail(run, call, err).await;
+                run.telemetry.record_snapshot(SnapshotEventKind::RestoreFailed, None);
+                return self.fail(rt, run, call, CodeModeError::new(e.code(), e.to_string()));
             }
         };
         run.telemetry.record_snapshot(SnapshotEventKind::Restored, None);
-        self.drive_loop(run, instance, call).await
+        self.drive_loop(rt, run, instance, call)
     }
 
     /// After a resume in a process that did not issue them, outstanding calls are gone. Read-only
     /// tools are issued again; any other tool fails the run, since its side effect may or may not
     /// have happened. A result is never delivered twice: the old call's result died with its process.
-    fn reissue_lost_calls(&self, run: &mut Run) -> Result<(), CodeModeError> {
+    fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
         let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind == RequestKind::Call).cloned().collect();
         if let Some(p) = lost.iter().find(|p| !p.read_only) {
             return Err(CodeModeError::new(
@@ -437,12 +460,18 @@ impl Inner {
             ));
         }
         for p in lost {
-            self.spawn_call(run, p.id, &p.payload)?;
+            self.spawn_call(rt, run, p.id, &p.payload)?;
         }
         Ok(())
     }
 
-    async fn drive_loop(&self, mut run: Run, mut instance: Box<dyn GuestInstance>, mut call: Call) -> CodeModeResult {
+    fn drive_loop(
+        &self,
+        rt: &Handle,
+        mut run: Run,
+        mut instance: Box<dyn GuestInstance>,
+        mut call: Call,
+    ) -> CodeModeResult {
         let max_out = self.config.max_output_bytes;
         let mut completed: Option<Value> = None;
         loop {
@@ -451,22 +480,11 @@ impl Inner {
                 deadline: call.deadline,
                 output_budget: max_out.saturating_sub(call.output_used),
             };
-            let stepped = tokio::task::spawn_blocking(move || {
-                let r = instance.drive(input);
-                (instance, r)
-            })
-            .await;
-            let report = match stepped {
-                Ok((i, Ok(report))) => {
-                    instance = i;
-                    report
-                }
-                Ok((_, Err(e))) => {
-                    return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await;
-                }
+            let report = match instance.drive(input) {
+                Ok(report) => report,
                 Err(e) => {
-                    let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("engine panicked: {e}"));
-                    return self.fail(run, call, err).await;
+                    dispose(instance);
+                    return self.fail(rt, run, call, CodeModeError::new(e.code(), e.to_string()));
                 }
             };
             for item in report.output {
@@ -474,48 +492,54 @@ impl Inner {
                 call.output.push(item);
             }
             match report.outcome {
-                DriveOutcome::Failed(f) => return self.fail(run, call, failure_error(f)).await,
+                DriveOutcome::Failed(f) => {
+                    dispose(instance);
+                    return self.fail(rt, run, call, failure_error(f));
+                }
                 DriveOutcome::Completed(v) => completed = Some(v),
                 DriveOutcome::Pending => {}
             }
             let mut yielded = false;
             for req in report.requests {
-                match self.handle_request(&mut run, req) {
+                match self.handle_request(rt, &mut run, req) {
                     Ok(y) => yielded |= y,
-                    Err(e) => return self.fail(run, call, e).await,
+                    Err(e) => {
+                        dispose(instance);
+                        return self.fail(rt, run, call, e);
+                    }
                 }
             }
             run.collect_finished();
             if completed.is_some() && run.calls.running() == 0 && run.ready.is_empty() {
+                dispose(instance);
                 let value = completed.take().unwrap_or(Value::Null);
-                return self.complete(run, call, value).await;
+                return self.complete(rt, run, call, value);
             }
             if yielded {
-                return self.suspend(run, instance, call, WaitReason::Yield).await;
+                return self.suspend(rt, run, instance, call, WaitReason::Yield);
             }
             if !run.ready.is_empty() {
                 if Instant::now() < call.deadline {
                     continue;
                 }
-                return self.suspend(run, instance, call, WaitReason::PendingTools).await;
+                return self.suspend(rt, run, instance, call, WaitReason::PendingTools);
             }
             if run.calls.running() == 0 {
-                return self.fail(run, call, CodeModeError::uncoded(MSG_STALLED)).await;
+                dispose(instance);
+                return self.fail(rt, run, call, CodeModeError::uncoded(MSG_STALLED));
             }
-            match run.calls.next_until(call.deadline).await {
+            match run.calls.next_until(call.deadline) {
                 Some(d) => {
                     run.accept(d);
                     run.collect_finished();
                 }
-                None => {
-                    return self.suspend(run, instance, call, WaitReason::PendingTools).await;
-                }
+                None => return self.suspend(rt, run, instance, call, WaitReason::PendingTools),
             }
         }
     }
 
     /// Answers one bridge request. Returns whether it was a yield.
-    fn handle_request(&self, run: &mut Run, req: BridgeRequest) -> Result<bool, CodeModeError> {
+    fn handle_request(&self, rt: &Handle, run: &mut Run, req: BridgeRequest) -> Result<bool, CodeModeError> {
         let str_field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         match req.kind {
             RequestKind::Search => {
@@ -565,7 +589,7 @@ impl Inner {
                         ),
                     ));
                 }
-                self.spawn_call(run, req.id, &req.payload)?;
+                self.spawn_call(rt, run, req.id, &req.payload)?;
             }
             RequestKind::Yield => {
                 run.pending.insert(
@@ -592,7 +616,7 @@ impl Inner {
     }
 
     /// Starts a nested call of a catalog tool on the host's executor.
-    fn spawn_call(&self, run: &mut Run, id: RequestId, payload: &Value) -> Result<(), CodeModeError> {
+    fn spawn_call(&self, rt: &Handle, run: &mut Run, id: RequestId, payload: &Value) -> Result<(), CodeModeError> {
         let tool_id = payload.get("id").and_then(Value::as_str).unwrap_or("");
         let Some(tool) = run.catalog.guest_tool(tool_id) else {
             run.ready.push(Delivery { id, outcome: Err(unknown_tool(tool_id, CodeModeErrorCode::NestedToolFailed)) });
@@ -622,9 +646,16 @@ impl Inner {
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
         let tool_id = tool.id.clone();
-        run.calls.spawn(id, async move {
+        let finished = run.calls.start(rt, id, async move {
             match run_hooked(&hooks, executor.as_ref(), nested).await {
-                Ok(r) if raw => Ok(json!({ "details": r.details, "content": r.content })),
+                Ok(r) if raw => {
+                    let content = if r.content.is_empty() {
+                        vec![json!({ "type": "text", "text": r.details.to_string() })]
+                    } else {
+                        r.content
+                    };
+                    Ok(json!({ "details": r.details, "content": content }))
+                }
                 Ok(r) => Ok(r.details),
                 Err(e) => Err(GuestError {
                     name: "ToolError".to_string(),
@@ -633,10 +664,13 @@ impl Inner {
                 }),
             }
         });
+        if let Some(d) = finished {
+            run.accept(d);
+        }
         Ok(())
     }
 
-    async fn complete(&self, mut run: Run, mut call: Call, value: Value) -> CodeModeResult {
+    fn complete(&self, rt: &Handle, mut run: Run, mut call: Call, value: Value) -> CodeModeResult {
         let value_len = json_len(&value) as u64;
         if call.output_used + value_len > self.config.max_output_bytes {
             let err = CodeModeError::new(
@@ -647,14 +681,14 @@ impl Inner {
                     self.config.max_output_bytes
                 ),
             );
-            return self.fail(run, call, err).await;
+            return self.fail(rt, run, call, err);
         }
-        self.release(&mut run).await;
+        self.release(rt, &mut run);
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
     }
 
-    async fn fail(&self, mut run: Run, call: Call, err: CodeModeError) -> CodeModeResult {
+    fn fail(&self, rt: &Handle, mut run: Run, call: Call, err: CodeModeError) -> CodeModeResult {
         let limits = &mut run.telemetry.limit_failures;
         match err.code {
             Some(CodeModeErrorCode::Timeout) => limits.timeout += 1,
@@ -665,38 +699,30 @@ impl Inner {
             _ => {}
         }
         tracing::debug!(run = %run.id, code = ?err.code, "code mode run failed");
-        self.release(&mut run).await;
+        self.release(rt, &mut run);
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         CodeModeResult::failed(err, call.output, run.telemetry)
     }
 
     /// A settled run: its snapshot leaves the store at once and its nested calls stop.
-    async fn release(&self, run: &mut Run) {
-        for (_, h) in run.calls.running.drain() {
-            h.abort();
-        }
-        if run.stored && self.store.remove(&run.id).await {
+    fn release(&self, rt: &Handle, run: &mut Run) {
+        run.calls.abort_all();
+        if run.stored && rt.block_on(self.store.remove(&run.id)) {
             run.telemetry.record_snapshot(SnapshotEventKind::Deleted, None);
         }
     }
 
-    async fn suspend(
+    fn suspend(
         &self,
+        rt: &Handle,
         mut run: Run,
         instance: Box<dyn GuestInstance>,
         call: Call,
         reason: WaitReason,
     ) -> CodeModeResult {
-        let taken = tokio::task::spawn_blocking(move || instance.snapshot()).await;
-        let snapshot = match taken {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                return self.fail(run, call, CodeModeError::new(e.code(), e.to_string())).await;
-            }
-            Err(e) => {
-                let err = CodeModeError::new(CodeModeErrorCode::InternalError, format!("snapshot panicked: {e}"));
-                return self.fail(run, call, err).await;
-            }
+        let snapshot = match instance.snapshot() {
+            Ok(s) => s,
+            Err(e) => return self.fail(rt, run, call, CodeModeError::new(e.code(), e.to_string())),
         };
         let size = snapshot.size_bytes();
         if size > self.config.max_snapshot_bytes {
@@ -705,18 +731,21 @@ impl Inner {
                 CodeModeErrorCode::SnapshotLimitExceeded,
                 format!("snapshot of {size} bytes exceeds maxSnapshotBytes ({})", self.config.max_snapshot_bytes),
             );
-            return self.fail(run, call, err).await;
+            discard(snapshot);
+            return self.fail(rt, run, call, err);
         }
         if !snapshot.is_serialized() && !self.store.accepts_live() {
             let err = StoreError::LiveNotSupported(snapshot.engine.clone()).to_code_mode_error();
-            return self.fail(run, call, err).await;
+            discard(snapshot);
+            return self.fail(rt, run, call, err);
         }
         run.telemetry.record_snapshot(SnapshotEventKind::Created, Some(size));
-        self.store_suspended(run, snapshot, call, reason).await
+        self.store_suspended(rt, run, snapshot, call, reason)
     }
 
-    async fn store_suspended(
+    fn store_suspended(
         &self,
+        rt: &Handle,
         mut run: Run,
         snapshot: Snapshot,
         mut call: Call,
@@ -738,9 +767,9 @@ impl Inner {
             expires_at_ms: now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000)),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
-        if let Err(e) = self.store.put(suspended).await {
+        if let Err(e) = rt.block_on(self.store.put(suspended)) {
             run.telemetry.record_snapshot(SnapshotEventKind::Rejected, None);
-            return self.fail(run, call, e.to_code_mode_error()).await;
+            return self.fail(rt, run, call, e.to_code_mode_error());
         }
         run.telemetry = telemetry;
         run.stored = true;

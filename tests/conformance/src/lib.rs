@@ -3,7 +3,7 @@
 //! The engine-generic conformance suite (DESIGN §7). Any [`GuestEngine`] — in this repository or
 //! outside it — proves itself with one macro call in an integration test:
 //!
-//! ```ignore
+//! ```text
 //! codemode_conformance::conformance_suite!(std::sync::Arc::new(my_engine::MyEngine::new()));
 //! ```
 //!

@@ -17,6 +17,9 @@
   const freeze = Object.freeze;
   const isFrozen = Object.isFrozen;
   const objectKeys = Object.keys;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const ObjectProto = Object.prototype;
+  const ArrayProto = Array.prototype;
   const create = Object.create;
   const isArray = Array.isArray;
   const apply = Reflect.apply;
@@ -157,8 +160,39 @@
       }
     }
 
+    // Plain data (primitives that JSON keeps as they are, arrays and ordinary objects without toJSON,
+    // no cycles, within the depth limit) serializes the same with or without toSafe: skip the copy.
+    function isPlain(v, depth) {
+      switch (typeof v) {
+        case "string":
+        case "boolean":
+          return true;
+        case "number":
+          return numberIsFinite(v);
+        case "object":
+          break;
+        default:
+          return false;
+      }
+      if (v === null) return true;
+      if (depth >= maxDepth) return false;
+      const proto = getPrototypeOf(v);
+      if (isArray(v)) {
+        if (proto !== ArrayProto) return false;
+        const n = v.length;
+        for (let i = 0; i < n; i++) if (!isPlain(v[i], depth + 1)) return false;
+        return true;
+      }
+      if (proto !== ObjectProto && proto !== null) return false;
+      if (typeof v.toJSON === "function") return false;
+      const ks = objectKeys(v);
+      for (let i = 0; i < ks.length; i++) if (!isPlain(v[ks[i]], depth + 1)) return false;
+      return true;
+    }
+
     function toJson(v) {
-      const s = stringify(toSafe(v, 0, new SetCtor()));
+      // A cyclic plain structure exceeds the depth limit in isPlain and takes the safe path.
+      const s = isPlain(v, 0) ? stringify(v) : stringify(toSafe(v, 0, new SetCtor()));
       return s === undefined ? "null" : s;
     }
 

@@ -1,0 +1,118 @@
+//! Worker threads on which guest code runs.
+//!
+//! Guest code must never run on an async executor's threads (SPEC B1: a busy guest must not stall
+//! the gateway), and it needs a known, large native stack: QuickJS's stack limit and wasmtime's
+//! `max_wasm_stack` both assume one, and host runtimes do not guarantee it (tokio's blocking threads
+//! have 2 MiB). Every `exec` / `wait` call therefore runs its whole drive loop on one of these
+//! threads, and engines run guest code inline when they are already on one ([`on_worker`]), so a
+//! nested call that completes at once costs no thread switch at all.
+//!
+//! Idle threads are kept for reuse; a busy pool grows, so one slow guest never delays another run.
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Native stack of a worker thread (reserved address space; pages are committed on use).
+pub const WORKER_STACK: usize = 16 << 20;
+/// Idle workers kept for reuse.
+const MAX_IDLE: usize = 16;
+/// An idle worker exits after this long without work.
+const IDLE_EXIT: Duration = Duration::from_secs(60);
+
+type Job = Box<dyn FnOnce() + Send>;
+
+thread_local! {
+    static ON_WORKER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the current thread is a worker thread (with a [`WORKER_STACK`] stack).
+pub fn on_worker() -> bool {
+    ON_WORKER.with(Cell::get)
+}
+
+fn idle() -> &'static Mutex<Vec<mpsc::Sender<Job>>> {
+    static IDLE: OnceLock<Mutex<Vec<mpsc::Sender<Job>>>> = OnceLock::new();
+    IDLE.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn worker(me: mpsc::Sender<Job>, jobs: mpsc::Receiver<Job>) {
+    ON_WORKER.with(|w| w.set(true));
+    while let Ok(job) = jobs.recv_timeout(IDLE_EXIT) {
+        job();
+        let mut idle = idle().lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() >= MAX_IDLE {
+            return;
+        }
+        idle.push(me.clone());
+    }
+}
+
+/// Runs `job` on a worker thread and returns at once.
+pub fn spawn(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    let mut job: Job = Box::new(job);
+    loop {
+        let candidate = idle().lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match candidate {
+            Some(w) => match w.send(job) {
+                Ok(()) => return Ok(()),
+                // That worker exited while idle; try another.
+                Err(mpsc::SendError(back)) => job = back,
+            },
+            None => {
+                let (tx, rx) = mpsc::channel::<Job>();
+                let me = tx.clone();
+                std::thread::Builder::new()
+                    .name("codemode-guest".into())
+                    .stack_size(WORKER_STACK)
+                    .spawn(move || worker(me, rx))?;
+                return tx.send(job).map_err(|_| std::io::Error::other("worker thread gone"));
+            }
+        }
+    }
+}
+
+/// Runs `f` on a worker thread and waits for its result: inline when already on one. `Err` carries
+/// a panic message or a failure to start a thread.
+pub fn run<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Result<R, String> {
+    if on_worker() {
+        return catch_unwind(AssertUnwindSafe(f)).map_err(panic_message);
+    }
+    let (tx, rx) = mpsc::sync_channel(1);
+    spawn(move || {
+        let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
+    })
+    .map_err(|e| format!("cannot start a guest worker thread: {e}"))?;
+    match rx.recv() {
+        Ok(r) => r.map_err(panic_message),
+        Err(_) => Err("guest worker thread stopped".into()),
+    }
+}
+
+/// The message of a caught panic.
+pub fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "guest worker panicked".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_jobs_inline_on_workers_and_survives_panics() {
+        assert!(!on_worker());
+        assert_eq!(run(on_worker), Ok(true));
+        assert_eq!(run(|| run(on_worker)), Ok(Ok(true)), "nested runs stay on the worker");
+        let e = run(|| -> u8 { panic!("boom") }).unwrap_err();
+        assert!(e.contains("boom"));
+        let handles: Vec<_> = (0..8).map(|i| std::thread::spawn(move || run(move || i * 2))).collect();
+        let sum: i32 = handles.into_iter().map(|h| h.join().unwrap().unwrap()).sum();
+        assert_eq!(sum, 56);
+    }
+}

@@ -1,0 +1,121 @@
+//! `codemode bench`: the runtime's benchmark scenarios (see `codemode::bench`) on every compiled
+//! engine, side by side, plus the snapshot size and the cold start of a whole `codemode run` process.
+
+use anyhow::{Context as _, Result};
+use codemode::bench;
+use serde_json::json;
+use std::io::Write as _;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
+    v.sort();
+    let p = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
+    (p(0.5), p(0.9))
+}
+
+fn cold_start(engine: &str, samples: usize) -> Result<Vec<Duration>> {
+    let exe = std::env::current_exe().context("cannot find the codemode executable")?;
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        let mut child = Command::new(&exe)
+            .args(["run", "--engine", engine, "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start codemode run")?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(bench::TRIVIAL.as_bytes())?;
+        }
+        let status = child.wait()?;
+        out.push(t.elapsed());
+        anyhow::ensure!(status.success(), "codemode run --engine {engine} failed");
+    }
+    Ok(out)
+}
+
+pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> Result<ExitCode> {
+    let engines = if engines.is_empty() {
+        codemode::Engines::compiled().iter().map(|s| s.to_string()).collect()
+    } else {
+        engines
+    };
+    let samples = samples.max(5);
+    let mut rows = Vec::new();
+    for engine in &engines {
+        let cm = bench::runtime(engine, 10_000);
+        anyhow::ensure!(cm.engine_available(), "engine `{engine}` is not compiled into this build");
+        // Warm-up: loads (or builds and caches) the engine and its first instance.
+        let warm = Instant::now();
+        bench::trivial(&cm).await;
+        let first = warm.elapsed();
+        let mut trivial = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            trivial.push(bench::trivial(&cm).await);
+        }
+        let mut nested = Vec::new();
+        for _ in 0..(samples / 20).max(5) {
+            nested.push(bench::nested(&cm).await);
+        }
+        let mut cycle = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            cycle.push(bench::suspend_resume(&cm).await);
+        }
+        let snapshot = bench::pending_snapshot_bytes(&bench::runtime(engine, 100)).await;
+        let cold = cold_start(engine, (samples / 20).max(5))?;
+        let (t50, t90) = stats(trivial);
+        let (n50, n90) = stats(nested);
+        let (c50, c90) = stats(cycle);
+        let (s50, s90) = stats(cold);
+        rows.push(json!({
+            "engine": engine,
+            "firstExecMs": first.as_secs_f64() * 1e3,
+            "execTrivialUs": { "p50": us(t50), "p90": us(t90) },
+            "nestedCallUs": { "p50": us(n50), "p90": us(n90) },
+            "suspendResumeUs": { "p50": us(c50), "p90": us(c90) },
+            "snapshotBytesOnePendingCall": snapshot,
+            "coldStartProcessMs": { "p50": s50.as_secs_f64() * 1e3, "p90": s90.as_secs_f64() * 1e3 },
+        }));
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("codemode bench — {samples} back-to-back samples per latency (median / p90), this machine, now");
+    println!(
+        "{:<14} {:>18} {:>18} {:>20} {:>14} {:>18}",
+        "engine", "exec 1+1 (µs)", "nested call (µs)", "suspend+resume (µs)", "snapshot (B)", "cold start (ms)"
+    );
+    for r in &rows {
+        let pair = |k: &str, s: f64| {
+            format!("{:.1} / {:.1}", r[k]["p50"].as_f64().unwrap_or(0.0) * s, r[k]["p90"].as_f64().unwrap_or(0.0) * s)
+        };
+        println!(
+            "{:<14} {:>18} {:>18} {:>20} {:>14} {:>18}",
+            r["engine"].as_str().unwrap_or(""),
+            pair("execTrivialUs", 1.0),
+            pair("nestedCallUs", 1.0),
+            pair("suspendResumeUs", 1.0),
+            r["snapshotBytesOnePendingCall"],
+            pair("coldStartProcessMs", 1.0),
+        );
+    }
+    println!(
+        "(first exec in this process, incl. engine load: {})",
+        rows.iter()
+            .map(|r| format!(
+                "{} {:.1} ms",
+                r["engine"].as_str().unwrap_or(""),
+                r["firstExecMs"].as_f64().unwrap_or(0.0)
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}

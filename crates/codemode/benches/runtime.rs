@@ -1,0 +1,63 @@
+//! Criterion benchmarks of the runtime, per engine: trivial exec latency, per-nested-call overhead,
+//! and a suspend + resume cycle. Run with
+//! `cargo bench -p codemode --features engine-wasi,engine-quickjs --bench runtime`.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use codemode::bench;
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::time::Duration;
+
+fn engines() -> Vec<&'static str> {
+    codemode::Engines::compiled()
+}
+
+fn bench_engines(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for engine in engines() {
+        let cm = bench::runtime(engine, 10_000);
+        // Load and warm the engine (module cache, first instance) outside the measurement.
+        rt.block_on(bench::trivial(&cm));
+        let mut g = c.benchmark_group(engine);
+        g.bench_function("exec_trivial", |b| {
+            b.iter_custom(|n| {
+                rt.block_on(async {
+                    let mut t = Duration::ZERO;
+                    for _ in 0..n {
+                        t += bench::trivial(&cm).await;
+                    }
+                    t
+                })
+            })
+        });
+        g.bench_function("nested_call", |b| {
+            b.iter_custom(|n| {
+                rt.block_on(async {
+                    let mut t = Duration::ZERO;
+                    for _ in 0..n {
+                        t += bench::nested(&cm).await;
+                    }
+                    t
+                })
+            })
+        });
+        g.bench_function("suspend_resume", |b| {
+            b.iter_custom(|n| {
+                rt.block_on(async {
+                    let mut t = Duration::ZERO;
+                    for _ in 0..n {
+                        t += bench::suspend_resume(&cm).await;
+                    }
+                    t
+                })
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(Duration::from_secs(4));
+    targets = bench_engines
+}
+criterion_main!(benches);

@@ -1,0 +1,82 @@
+//! Benchmark scenarios shared by the criterion benches (`benches/`) and `codemode bench`: the same
+//! cells, measured the same way, so numbers from both agree.
+
+use crate::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext};
+use std::time::{Duration, Instant};
+
+/// `return 1+1`: trivial exec latency, end to end.
+pub const TRIVIAL: &str = "return 1+1";
+
+/// Sequential nested calls in one cell (per-call overhead = time / [`NESTED_CALLS`]).
+pub const NESTED: &str =
+    "let s = 0; for (let i = 0; i < 1000; i++) { const r = await tools.demo_echo({ i }); s += r.i; } return s";
+/// Nested calls made by [`NESTED`].
+pub const NESTED_CALLS: u32 = 1000;
+
+/// A cell that suspends once (yield) and resumes: exec + wait.
+pub const SUSPEND_RESUME: &str = "const rows = [1, 2, 3]; await yield_control(); return rows.length";
+
+/// A cell suspended on one pending nested call (for the snapshot size).
+pub const PENDING_ONE_CALL: &str = "const r = await tools.demo_sleep({ ms: 400 }); return r.slept";
+
+/// The runtime the scenarios run on: the demo catalog, code mode enabled, `engine`.
+pub fn runtime(engine: &str, timeout_ms: u64) -> CodeMode {
+    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
+    CodeMode::builder(config).engine_name(engine).local_tools(crate::demo::demo_tools()).build()
+}
+
+fn ctx() -> RunContext {
+    RunContext::session("bench")
+}
+
+/// One trivial exec; panics if it does not complete (a benchmark of failures would be meaningless).
+pub async fn trivial(cm: &CodeMode) -> Duration {
+    let t = Instant::now();
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code(TRIVIAL)).await;
+    let d = t.elapsed();
+    expect_completed(&r);
+    d
+}
+
+/// The nested-call cell; returns the time per nested call.
+pub async fn nested(cm: &CodeMode) -> Duration {
+    let t = Instant::now();
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code(NESTED)).await;
+    let d = t.elapsed();
+    expect_completed(&r);
+    d / NESTED_CALLS
+}
+
+/// exec (suspends) + wait (resumes to the end).
+pub async fn suspend_resume(cm: &CodeMode) -> Duration {
+    let t = Instant::now();
+    let first = cm.exec(&ctx(), &CodeModeExecInput::code(SUSPEND_RESUME)).await;
+    let id = first.run_id().map(str::to_string).unwrap_or_else(|| panic!("expected waiting: {}", first.to_json()));
+    let done = cm.wait(&ctx(), &CodeModeWaitInput::new(id)).await;
+    let d = t.elapsed();
+    expect_completed(&done);
+    d
+}
+
+/// Bytes of the snapshot of a cell suspended on one pending call (`timeout_ms` must be below the
+/// call's 400 ms). The run is aborted afterwards.
+pub async fn pending_snapshot_bytes(cm: &CodeMode) -> u64 {
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code(PENDING_ONE_CALL)).await;
+    let bytes = r.telemetry().snapshot_events.last().and_then(|e| e.bytes).unwrap_or(0);
+    if let Some(id) = r.run_id().and_then(|id| crate::RunId::parse(id).ok()) {
+        cm.abort(&id).await;
+    }
+    bytes
+}
+
+fn expect_completed(r: &CodeModeResult) {
+    if !matches!(r, CodeModeResult::Completed { .. }) {
+        panic!("benchmark cell did not complete: {}", r.to_json());
+    }
+}
+
+/// Median of a sample (sorts it).
+pub fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
