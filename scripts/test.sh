@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test run: formatting, lints, every test of the workspace (one build, dev profile; the
+# end-to-end tests drive the `codemode` binary of that same build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CI="${CI:-1}"            # insta: never write snapshots, fail on any difference
+export INSTA_UPDATE=no
+echo "[test] cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "[test] cargo clippy" >&2
+cargo clippy --locked --workspace --all-targets -- -D warnings
+echo "[test] cargo test" >&2
+cargo test --locked --workspace
