@@ -92,11 +92,27 @@ fn render(schema: &Value, depth: usize) -> String {
         "object" => render_object(obj, depth),
         "array" => {
             let item = obj.get("items").map(|i| render(i, depth + 1)).unwrap_or_else(|| "any".into());
-            if item.contains('|') { format!("({item})[]") } else { format!("{item}[]") }
+            if top_level_union(&item) { format!("({item})[]") } else { format!("{item}[]") }
         }
         "integer" => "number".into(),
         other => other.to_string(),
     }))
+}
+
+/// Whether `|` appears outside any braces, brackets or parentheses (then `[]` needs parentheses).
+fn top_level_union(t: &str) -> bool {
+    let mut depth = 0i32;
+    let mut in_str = false;
+    for c in t.chars() {
+        match c {
+            '"' => in_str = !in_str,
+            '{' | '[' | '(' if !in_str => depth += 1,
+            '}' | ']' | ')' if !in_str => depth -= 1,
+            '|' if !in_str && depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 fn render_object(obj: &serde_json::Map<String, Value>, depth: usize) -> String {
@@ -163,6 +179,11 @@ mod tests {
             r#"{query: string, count?: number, mode?: "fast" | "slow", tags?: string[], "bad key"?: string | null}"#
         );
         assert_eq!(hint(&json!({})), "any");
+        assert_eq!(hint(&json!({"type": "array", "items": {"enum": ["a", "b"]}})), r#"("a" | "b")[]"#);
+        assert_eq!(
+            hint(&json!({"type": "array", "items": {"type": "object", "properties": {"s": {"enum": ["a", "b"]}}}})),
+            r#"{s?: "a" | "b"}[]"#
+        );
         assert_eq!(hint(&json!({"type": "object"})), "object");
         assert_eq!(hint(&json!({"type": "object", "properties": {}})), "{}");
         let deep = json!({"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"object","properties":{"c":{"type":"object","properties":{"d":{"type":"string"}}}}}}}}});

@@ -5,18 +5,24 @@
 //! control tools. It serves the guest's views — `ALL_TOOLS` (no MCP, no direct-only tools),
 //! `tools.search` (BM25), `tools.describe` (full schemas on demand) and the convenience functions
 //! `tools.<safeName>` (only for unambiguous names that shadow no helper) — and resolves the exact id of
-//! every nested call.
+//! every nested call. Also: the tool policy of SPEC §22 ([`policy`]), the quick index and the `exec`
+//! description ([`quick_index`]), declared output contracts (SPEC §8, [`OutputContract`]), and a
+//! fixture catalog of realistic tools ([`fixtures`]).
 //!
 //! Layering (DESIGN §2): depends on `codemode-core` (types) and `codemode-bridge` (reserved names);
 //! engine-agnostic.
 #![forbid(unsafe_code)]
 
+pub mod fixtures;
 pub mod hints;
 pub mod names;
+pub mod policy;
+pub mod quick_index;
 pub mod search;
 
 use codemode_core::catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};
 use search::{DocFields, SearchIndex};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -31,6 +37,32 @@ pub fn is_control_tool(def: &ToolDefinition) -> bool {
     TOOL_SEARCH_CONTROL_TOOLS.contains(&def.name.as_str()) || def.owner == CODEMODE_OWNER
 }
 
+/// A trusted tool's declared output contract (SPEC §8), compiled once when the catalog is built.
+pub enum OutputContract {
+    /// The schema compiled; results are validated against it.
+    Valid(Box<jsonschema::Validator>),
+    /// The schema is invalid: the tool cannot run (D4).
+    Invalid(String),
+}
+
+impl std::fmt::Debug for OutputContract {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OutputContract::Valid(_) => f.write_str("OutputContract::Valid"),
+            OutputContract::Invalid(e) => write!(f, "OutputContract::Invalid({e})"),
+        }
+    }
+}
+
+impl OutputContract {
+    fn compile(schema: &Value) -> Self {
+        match jsonschema::validator_for(schema) {
+            Ok(v) => OutputContract::Valid(Box::new(v)),
+            Err(e) => OutputContract::Invalid(e.to_string()),
+        }
+    }
+}
+
 /// One catalogued tool.
 #[derive(Debug, Clone)]
 pub struct CatalogTool {
@@ -42,6 +74,38 @@ pub struct CatalogTool {
     pub entry: ToolCatalogEntry,
     /// Whether the tool is in the guest's `ALL_TOOLS` / `tools.*` views (not MCP, not direct-only).
     pub guest_visible: bool,
+    /// The declared output contract (trusted sources with an `outputSchema` only).
+    pub contract: Option<Arc<OutputContract>>,
+}
+
+impl CatalogTool {
+    /// Whether the tool may run: a trusted tool with an invalid output schema may not (SPEC D4).
+    pub fn check_runnable(&self) -> Result<(), String> {
+        match self.contract.as_deref() {
+            Some(OutputContract::Invalid(e)) => {
+                Err(format!("`{}` declares an invalid output schema ({e}); the tool cannot run", self.id))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks a result's `details` against the declared output schema (SPEC D4). The error names the
+    /// first mismatch's location; the value itself must not be emitted.
+    pub fn check_output(&self, details: &Value) -> Result<(), String> {
+        match self.contract.as_deref() {
+            Some(OutputContract::Valid(v)) => match v.iter_errors(details).next() {
+                None => Ok(()),
+                // Only locations: the validator's message would quote the (withheld) value.
+                Some(e) => Err(format!(
+                    "the result does not match the tool's declared output schema: the value at `{}` violates `{}`",
+                    e.instance_path(),
+                    e.schema_path()
+                )),
+            },
+            Some(OutputContract::Invalid(e)) => Err(format!("`{}` declares an invalid output schema ({e})", self.id)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The run-scoped catalog.
@@ -62,7 +126,7 @@ impl Catalog {
     /// tool with an id already taken is left out and reported by [`Catalog::dropped`].
     pub fn build(defs: impl IntoIterator<Item = ToolDefinition>) -> Self {
         let mut defs: Vec<ToolDefinition> = defs.into_iter().filter(|d| !is_control_tool(d)).collect();
-        defs.sort_by_key(|d| d.source);
+        defs.sort_by_key(|d| (d.source, d.source == ToolSource::Plugin && d.external));
         let mut cat = Catalog::default();
         for def in defs {
             let id = def.id();
@@ -87,7 +151,11 @@ impl Catalog {
             if guest_visible {
                 cat.guest.push(cat.tools.len());
             }
-            cat.tools.push(CatalogTool { id, def: Arc::new(def), entry, guest_visible });
+            let contract = match (&def.output_schema, def.source.is_trusted()) {
+                (Some(schema), true) => Some(Arc::new(OutputContract::compile(schema))),
+                _ => None,
+            };
+            cat.tools.push(CatalogTool { id, def: Arc::new(def), entry, guest_visible, contract });
         }
         cat.index = SearchIndex::build(cat.guest.iter().map(|&i| {
             let t = &cat.tools[i];

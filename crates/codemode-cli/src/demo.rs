@@ -127,7 +127,7 @@ async fn play(cm: &CodeMode, scene: &Scene, n: usize) -> bool {
 pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     let mut config = load_config(&common)?;
     // Short enough that the slow tool of scene 3 outlives one exec call.
-    config.timeout_ms = config.timeout_ms.min(500);
+    config.code_mode.timeout_ms = config.code_mode.timeout_ms.min(500);
     let cm = build_runtime(config)?;
     println!(
         "codemode demo — engine `{}`, {} demo tools, timeoutMs {}",

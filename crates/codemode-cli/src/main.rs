@@ -7,6 +7,7 @@
 //! - `codemode demo`: a scripted showcase of code mode on the demo catalog;
 //! - `codemode exec FILE|-` / `codemode wait RUN_ID`: one `exec` or `wait` per process, with suspended
 //!   runs kept in a snapshot directory — a run suspended by one process resumes in another;
+//! - `codemode catalog`: the effective catalog after policy, the quick index, search, sizes;
 //! - `codemode bench`: latency, snapshot size and cold start of every compiled engine.
 //!
 //! Exit status: 0 when the cell completed (or, for `exec`/`wait`, is waiting), 1 when it failed, 2 for
@@ -16,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod catalog;
 mod demo;
 
 use anyhow::{Context as _, Result, bail};
@@ -86,6 +88,8 @@ enum Command {
         /// The cell: a file path, or `-` to read stdin.
         file: String,
     },
+    /// Show the effective catalog: ids, safe names, hints, what the policy removed, the quick index.
+    Catalog(catalog::CatalogArgs),
     /// Measure latency, snapshot size and cold start of every compiled engine (or those named).
     Bench {
         /// Engines to measure (repeatable; default: all compiled).
@@ -153,9 +157,9 @@ fn init_tracing() {
 
 /// Loads the code-mode config: the file's `tools.codeMode` when a file is given (which must enable
 /// code mode), else the defaults with code mode enabled.
-pub(crate) fn load_config(common: &CommonArgs) -> Result<CodeModeConfig> {
-    let mut config = match &common.config {
-        None => CodeModeConfig::enabled(),
+pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
+    let mut file = match &common.config {
+        None => ConfigFile { code_mode: CodeModeConfig::enabled(), ..ConfigFile::default() },
         Some(path) => {
             let file = ConfigFile::load(path)?;
             if !file.code_mode.enabled {
@@ -164,25 +168,26 @@ pub(crate) fn load_config(common: &CommonArgs) -> Result<CodeModeConfig> {
                     path.display()
                 );
             }
-            file.code_mode
+            file
         }
     };
     if let Some(engine) = &common.engine {
-        config.runtime = engine.clone();
+        file.code_mode.runtime = engine.clone();
     }
-    Ok(config)
+    Ok(file)
 }
 
 /// Builds the runtime over the demo catalog.
-pub(crate) fn build_runtime(config: CodeModeConfig) -> Result<CodeMode> {
+pub(crate) fn build_runtime(config: ConfigFile) -> Result<CodeMode> {
     build_runtime_with(config, None)
 }
 
 fn build_runtime_with(
-    config: CodeModeConfig,
+    config: ConfigFile,
     store: Option<std::sync::Arc<dyn codemode::SnapshotStore>>,
 ) -> Result<CodeMode> {
-    let mut builder = CodeMode::builder(config).local_tools(codemode::demo::demo_tools());
+    let mut builder =
+        CodeMode::builder(config.code_mode).policy(config.policy).local_tools(codemode::demo::demo_tools());
     if let Some(store) = store {
         builder = builder.store(store);
     }
@@ -301,6 +306,7 @@ fn main() -> ExitCode {
             Command::Exec { common, store, language, file } => exec(common, store, language, file).await,
             Command::Wait { common, store, run_id } => wait(common, store, run_id).await,
             Command::Bench { engines, samples, json } => bench::run(engines, samples, json).await,
+            Command::Catalog(args) => catalog::run(args),
         }
     });
     match outcome {

@@ -72,6 +72,10 @@ pub struct ToolDefinition {
     /// The tool stays model-visible in code mode and never enters `ALL_TOOLS` (SPEC §1, V6).
     #[serde(default)]
     pub direct_only: bool,
+    /// For plugin tools: the plugin is external (installed), not bundled. External plugin tools come
+    /// after bundled ones in the catalog (SPEC §11).
+    #[serde(default)]
+    pub external: bool,
 }
 
 fn empty_object_schema() -> Value {
@@ -91,6 +95,7 @@ impl ToolDefinition {
             owner: owner.into(),
             read_only: false,
             direct_only: false,
+            external: false,
         }
     }
 

@@ -8,25 +8,41 @@
 //! }
 //! ```
 //!
+//! Besides `tools.codeMode`, the tool policy of SPEC §22 is read: `tools.profile`, `tools.allow`,
+//! `tools.deny`, `tools.byProvider` and `agents.list[].tools.*` (see
+//! [`codemode_catalog::policy`]). `tools.loopDetection`, `tools.sandbox` and
+//! `agents.list[].tools.{loopDetection, elevated}` are accepted and shape-checked but not enforced by
+//! codemode (they belong to the host's agent loop).
+//!
 //! Unknown keys are rejected with an error naming their path, so a typo never silently changes
-//! behaviour.
+//! behaviour. (Agent entries may carry other host fields; only their `tools` object is checked.)
 
+use codemode_catalog::policy::ToolPolicy;
 use codemode_core::config::{CodeModeConfig, ConfigError, parse_json5, type_name};
 use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 1] = ["tools"];
+pub const TOP_LEVEL_KEYS: [&str; 2] = ["tools", "agents"];
 /// Keys accepted under `tools`.
-pub const TOOLS_KEYS: [&str; 1] = ["codeMode"];
+pub const TOOLS_KEYS: [&str; 7] = ["codeMode", "profile", "allow", "deny", "byProvider", "loopDetection", "sandbox"];
+/// Keys accepted under `agents`.
+pub const AGENTS_KEYS: [&str; 1] = ["list"];
+/// Keys accepted under `agents.list[].tools`.
+pub const AGENT_TOOLS_KEYS: [&str; 6] = ["profile", "allow", "deny", "byProvider", "loopDetection", "elevated"];
+/// Keys accepted under `tools.loopDetection`.
+pub const LOOP_DETECTION_KEYS: [&str; 6] =
+    ["enabled", "warningThreshold", "criticalThreshold", "globalCircuitBreakerThreshold", "historySize", "detectors"];
 
 /// A parsed configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConfigFile {
     /// `tools.codeMode`, after defaults and clamps.
     pub code_mode: CodeModeConfig,
     /// Whether `tools.codeMode` was present at all.
     pub code_mode_present: bool,
+    /// The tool policy (SPEC §22).
+    pub policy: ToolPolicy,
 }
 
 fn check_keys(obj: &serde_json::Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), ConfigError> {
@@ -37,6 +53,26 @@ fn check_keys(obj: &serde_json::Map<String, Value>, allowed: &[&str], path: &str
             Err(ConfigError::new(at, format!("unknown key `{k}` (known keys: {})", allowed.join(", "))))
         }
     }
+}
+
+fn expect_object<'a>(v: &'a Value, path: &str) -> Result<&'a serde_json::Map<String, Value>, ConfigError> {
+    v.as_object().ok_or_else(|| ConfigError::new(path, format!("expected an object, got {}", type_name(v))))
+}
+
+fn check_loop_detection(v: &Value, path: &str) -> Result<(), ConfigError> {
+    let obj = expect_object(v, path)?;
+    check_keys(obj, &LOOP_DETECTION_KEYS, path)?;
+    for (k, x) in obj {
+        let ok = match k.as_str() {
+            "enabled" => x.is_boolean(),
+            "detectors" => x.as_object().is_some_and(|d| d.values().all(Value::is_boolean)),
+            _ => x.as_u64().is_some(),
+        };
+        if !ok {
+            return Err(ConfigError::new(format!("{path}.{k}"), format!("unexpected {}", type_name(x))));
+        }
+    }
+    Ok(())
 }
 
 impl ConfigFile {
@@ -54,11 +90,31 @@ impl ConfigFile {
                 check_keys(tools, &TOOLS_KEYS, "tools")?;
                 out.code_mode_present = tools.contains_key("codeMode");
                 out.code_mode = CodeModeConfig::from_value(tools.get("codeMode"), "tools.codeMode")?;
+                if let Some(ld) = tools.get("loopDetection") {
+                    check_loop_detection(ld, "tools.loopDetection")?;
+                }
+                if let Some(sb) = tools.get("sandbox") {
+                    expect_object(sb, "tools.sandbox")?;
+                }
             }
             Some(other) => {
                 return Err(ConfigError::new("tools", format!("expected an object, got {}", type_name(other))));
             }
         }
+        if let Some(agents) = root.get("agents") {
+            let obj = expect_object(agents, "agents")?;
+            check_keys(obj, &AGENTS_KEYS, "agents")?;
+            for (i, agent) in obj.get("list").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                if let Some(tools) = agent.get("tools") {
+                    let path = format!("agents.list[{i}].tools");
+                    check_keys(expect_object(tools, &path)?, &AGENT_TOOLS_KEYS, &path)?;
+                    if let Some(ld) = tools.get("loopDetection") {
+                        check_loop_detection(ld, &format!("{path}.loopDetection"))?;
+                    }
+                }
+            }
+        }
+        out.policy = ToolPolicy::from_document(&doc)?;
         Ok(out)
     }
 
@@ -88,5 +144,25 @@ mod tests {
             "tools.codeMode.enabled"
         );
         assert_eq!(ConfigFile::parse("[]").unwrap_err().path, "(root)");
+    }
+
+    #[test]
+    fn policy_and_agents() {
+        let f = ConfigFile::parse(
+            "{ tools: { profile: 'coding', deny: ['group:runtime'], loopDetection: { enabled: true, historySize: 30, detectors: { pingPong: true } } },
+               agents: { list: [{ id: 'support', name: 'Support', tools: { profile: 'messaging', allow: ['slack'] } }] } }",
+        )
+        .unwrap();
+        assert_eq!(f.policy.global.deny, vec!["group:runtime".to_string()]);
+        assert!(f.policy.agents.contains_key("support"));
+        assert_eq!(
+            ConfigFile::parse("{ tools: { loopDetection: { enabled: 'yes' } } }").unwrap_err().path,
+            "tools.loopDetection.enabled"
+        );
+        assert_eq!(
+            ConfigFile::parse("{ agents: { list: [{ id: 'a', tools: { profil: 'x' } }] } }").unwrap_err().path,
+            "agents.list[0].tools.profil"
+        );
+        assert_eq!(ConfigFile::parse("{ tools: { profile: 'everything' } }").unwrap_err().path, "tools.profile");
     }
 }

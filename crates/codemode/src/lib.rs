@@ -30,10 +30,12 @@ pub mod bench;
 pub mod config_file;
 pub mod demo;
 mod runtime;
+pub mod surface;
 pub mod tools;
 pub mod typescript;
 
 pub use codemode_catalog::Catalog;
+pub use codemode_catalog::policy::{PolicyContext, ToolPolicy};
 pub use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolResult};
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
@@ -100,6 +102,7 @@ pub struct CodeModeBuilder {
     hooks: Vec<Arc<dyn ToolHook>>,
     store: Option<Arc<dyn SnapshotStore>>,
     clock: Option<Arc<dyn Clock>>,
+    policy: Option<ToolPolicy>,
 }
 
 impl CodeModeBuilder {
@@ -146,6 +149,14 @@ impl CodeModeBuilder {
         self
     }
 
+    /// Applies a tool policy (SPEC §22) to every tool before the catalog is built (for the default
+    /// policy context: no agent, provider or model). Build one runtime per agent/provider when their
+    /// policies differ.
+    pub fn policy(mut self, policy: ToolPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
     /// Uses this clock for expiry times (share it with the store; tests use a
     /// [`ManualClock`](codemode_snapshot::ManualClock)).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -159,6 +170,13 @@ impl CodeModeBuilder {
         let mut defs = self.local.definitions();
         let local_ids = defs.iter().map(ToolDefinition::id).collect();
         defs.extend(self.definitions);
+        if let Some(policy) = &self.policy {
+            let outcome = policy.apply(defs, codemode_catalog::policy::PolicyContext::default());
+            for w in &outcome.warnings {
+                tracing::warn!("{w}");
+            }
+            defs = outcome.kept;
+        }
         let catalog = Catalog::build(defs);
         for id in catalog.dropped() {
             tracing::warn!(%id, "a second tool with the same catalog id was left out");
@@ -200,6 +218,7 @@ impl CodeMode {
             hooks: Vec::new(),
             store: None,
             clock: None,
+            policy: None,
         }
     }
 

@@ -25,7 +25,7 @@ use codemode_core::engine::{
     GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot,
 };
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
-use codemode_core::executor::{NestedToolCall, ToolExecutor};
+use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
 use codemode_core::result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, WaitReason, json_len};
 use codemode_core::scope::{RunContext, RunId};
@@ -622,6 +622,11 @@ impl Inner {
             run.ready.push(Delivery { id, outcome: Err(unknown_tool(tool_id, CodeModeErrorCode::NestedToolFailed)) });
             return Ok(());
         };
+        if let Err(e) = tool.check_runnable() {
+            run.telemetry.failed_call_count += 1;
+            run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, e)) });
+            return Ok(());
+        }
         let raw = payload.get("mode").and_then(Value::as_str) == Some("raw");
         let input = payload.get("input").cloned().unwrap_or_else(|| json!({}));
         run.pending.insert(
@@ -646,8 +651,17 @@ impl Inner {
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
         let tool_id = tool.id.clone();
+        let contract = tool.clone();
         let finished = run.calls.start(rt, id, async move {
-            match run_hooked(&hooks, executor.as_ref(), nested).await {
+            // SPEC D4: the declared output contract is checked after the hooks, before the value
+            // reaches the guest; a mismatch fails the call and the value is never emitted.
+            let outcome = run_hooked(&hooks, executor.as_ref(), nested).await.and_then(|r| {
+                contract
+                    .check_output(&r.details)
+                    .map(|()| r)
+                    .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m))
+            });
+            match outcome {
                 Ok(r) if raw => {
                     let content = if r.content.is_empty() {
                         vec![json!({ "type": "text", "text": r.details.to_string() })]

@@ -1,0 +1,109 @@
+//! The quick index and the `exec` description (SPEC §5.1, A): what the model learns about the hidden
+//! catalog without seeing any schema.
+//!
+//! The index lists exact core and plugin catalog ids with compact input hints and, for trusted tools
+//! with a closed output schema, compact declared-output hints. Tools with declared outputs come first
+//! (they let one cell call a tool and use its fields); the rest follow in catalog order; lines are
+//! packed greedily under [`QUICK_INDEX_MAX_CHARS`]. MCP and client entries, descriptions and schemas
+//! never appear; `tools.search` finds everything else. The text is deterministic for a given catalog,
+//! so it is stable for prompt caching.
+
+use crate::Catalog;
+use codemode_core::catalog::ToolSource;
+
+/// Character budget of the quick index.
+pub const QUICK_INDEX_MAX_CHARS: usize = 3000;
+
+/// The rendered quick index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuickIndex {
+    /// The lines, joined by newlines.
+    pub text: String,
+    /// Catalog ids listed.
+    pub listed: Vec<String>,
+    /// Eligible ids that did not fit.
+    pub omitted: usize,
+}
+
+/// One index line: `id(input) → output`.
+pub fn line(id: &str, input: &str, output: Option<&str>) -> String {
+    match output {
+        Some(o) => format!("{id}({input}) → {o}"),
+        None => format!("{id}({input})"),
+    }
+}
+
+/// Builds the quick index of `catalog` under `max_chars`.
+pub fn quick_index(catalog: &Catalog, max_chars: usize) -> QuickIndex {
+    let eligible: Vec<_> = catalog
+        .tools()
+        .iter()
+        .filter(|t| t.guest_visible && matches!(t.def.source, ToolSource::Openclaw | ToolSource::Plugin))
+        .collect();
+    let (with_output, without): (Vec<&crate::CatalogTool>, Vec<&crate::CatalogTool>) =
+        eligible.iter().copied().partition(|t| t.entry.output.is_some());
+    let mut used = 0usize;
+    let mut lines = Vec::new();
+    let mut listed = Vec::new();
+    for t in with_output.into_iter().chain(without) {
+        let l = line(&t.id, &t.entry.input, t.entry.output.as_deref());
+        let cost = l.chars().count() + 1;
+        if used + cost > max_chars {
+            continue;
+        }
+        used += cost;
+        listed.push(t.id.clone());
+        lines.push(l);
+    }
+    let omitted = eligible.len() - listed.len();
+    QuickIndex { text: lines.join("\n"), listed, omitted }
+}
+
+/// A namespace's contribution to the `exec` description (SPEC §10 "Prompts").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespacePrompt {
+    /// Global name.
+    pub global_name: String,
+    /// Description.
+    pub description: String,
+    /// Optional prompt.
+    pub prompt: Option<String>,
+}
+
+/// The `exec` tool's description: how to use the guest API, the `API` hint when MCP servers are
+/// visible, each visible namespace's description and prompt, and the quick index.
+pub fn exec_description(catalog: &Catalog, namespaces: &[NamespacePrompt], mcp_servers: &[String]) -> String {
+    let mut s = String::from(
+        "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use tools: \
+         loops, joins, parallel calls (Promise.all) and transforms in one step. The code is the body of an async \
+         function: use await and return; the return value is the result. Tools are functions on `tools`: \
+         tools.search(query, {limit}) finds catalog entries, tools.describe(id) gives full schemas, \
+         tools.callValue(id, input) returns a tool's value, tools.call(id, input) its raw result, and \
+         tools.<name>(input) calls a tool by name. ALL_TOOLS lists the catalog. text(value) and json(value) add \
+         output. No imports, files, network or timers. If the result is `waiting`, call `wait` with its runId.",
+    );
+    if !mcp_servers.is_empty() {
+        s.push_str(&format!(
+            "\n\nMCP servers ({}): read their TypeScript declarations with API.list(\"mcp\") and \
+             API.read(\"mcp/<server>.d.ts\"), then call MCP.<server>.<tool>({{...}}) with one object argument; \
+             MCP.<server>.$api(tool) shows one tool's schema.",
+            mcp_servers.join(", ")
+        ));
+    }
+    for ns in namespaces {
+        s.push_str(&format!("\n\n{}: {}", ns.global_name, ns.description));
+        if let Some(p) = &ns.prompt {
+            s.push(' ');
+            s.push_str(p);
+        }
+    }
+    let index = quick_index(catalog, QUICK_INDEX_MAX_CHARS);
+    if !index.listed.is_empty() {
+        s.push_str("\n\nQuick index (exact ids; input → declared output):\n");
+        s.push_str(&index.text);
+        if index.omitted > 0 {
+            s.push_str(&format!("\n(+{} more: use tools.search)", index.omitted));
+        }
+    }
+    s
+}

@@ -1,0 +1,127 @@
+//! Catalog views, the quick index and the exec description on a fixture catalog of 200+ realistic
+//! tools (SPEC V5–V8, V12, D3–D6, K1–K5).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode_catalog::fixtures::realistic;
+use codemode_catalog::policy::{PolicyContext, ToolPolicy};
+use codemode_catalog::quick_index::{NamespacePrompt, QUICK_INDEX_MAX_CHARS, exec_description, quick_index};
+use codemode_catalog::{Catalog, OutputContract};
+use codemode_core::catalog::{ToolDefinition, ToolSource};
+use serde_json::json;
+
+#[test]
+fn fixture_has_every_source_and_is_deterministic() {
+    let a = realistic(224);
+    assert_eq!(a.len(), 224);
+    assert_eq!(realistic(224), a);
+    for s in [ToolSource::Openclaw, ToolSource::Plugin, ToolSource::Mcp, ToolSource::Client] {
+        assert!(a.iter().any(|t| t.source == s));
+    }
+    assert_eq!(realistic(1000).len(), 1000);
+}
+
+#[test]
+fn v5_v6_v12_views_and_order() {
+    let mut tools = realistic(224);
+    let mut computer = ToolDefinition::new(ToolSource::Openclaw, "core", "computer");
+    computer.direct_only = true;
+    tools.push(computer);
+    tools.push(ToolDefinition::new(ToolSource::Openclaw, "core", "tool_search"));
+    let cat = Catalog::build(tools.clone());
+    let all = cat.all_tools();
+    // V5: every eligible non-MCP tool; V6: no direct-only; V12: no Tool Search control tools.
+    let eligible =
+        tools.iter().filter(|t| t.source != ToolSource::Mcp && !t.direct_only && t.name != "tool_search").count();
+    assert_eq!(all.len(), eligible);
+    assert!(all.iter().all(|e| e.source != ToolSource::Mcp && e.name != "computer" && e.name != "tool_search"));
+    assert!(cat.get("mcp:figma:figma_get").is_some(), "MCP entries stay in the run catalog");
+    // Source order: core, bundled plugins, external plugins, MCP, client.
+    let order: Vec<(ToolSource, bool)> = cat.tools().iter().map(|t| (t.def.source, t.def.external)).collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted);
+    let first_external = cat.tools().iter().position(|t| t.def.external).unwrap();
+    assert_eq!(cat.tools()[first_external].id, "plugin:zendesk:zendesk_list");
+    // Ids are stable across equal tool sets built in another order.
+    let mut shuffled = tools.clone();
+    shuffled.reverse();
+    let again = Catalog::build(shuffled);
+    let ids = |c: &Catalog| c.tools().iter().map(|t| t.id.clone()).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(ids(&cat), ids(&again));
+}
+
+#[test]
+fn v7_denied_tools_are_absent() {
+    let policy =
+        ToolPolicy::from_document(&json!({"tools": {"deny": ["group:runtime", "github", "*_delete"]}})).unwrap();
+    let out = policy.apply(realistic(224), PolicyContext::default());
+    let cat = Catalog::build(out.kept);
+    let ids: Vec<String> = cat.all_tools().into_iter().map(|e| e.id).collect();
+    assert!(!ids.iter().any(|i| i == "openclaw:core:exec" || i.contains(":github:") || i.ends_with("_delete")));
+    assert!(cat.guest_tool("openclaw:core:exec").is_none(), "E11: not reachable by a guessed id");
+    assert!(ids.contains(&"openclaw:core:read".to_string()));
+}
+
+#[test]
+fn v8_search_ranks_and_describes() {
+    let cat = Catalog::build(realistic(224));
+    let hits: Vec<String> = cat.search("create jira ticket", 3).into_iter().map(|e| e.id).collect();
+    assert_eq!(hits[0], "plugin:jira:jira_create");
+    let hits: Vec<String> = cat.search("read a file", 2).into_iter().map(|e| e.id).collect();
+    assert_eq!(hits[0], "openclaw:core:read");
+    assert!(cat.search("figma", 5).is_empty(), "MCP tools are not searchable from tools.*");
+    let d = cat.describe("plugin:github:github_get").unwrap();
+    assert_eq!(d.parameters["required"], json!(["id"]));
+    assert!(d.output_schema.is_some());
+    assert!(cat.describe("client:postgres:postgres_get").unwrap().output_schema.is_none(), "D6: untrusted sources");
+}
+
+#[test]
+fn quick_index_snapshot() {
+    let cat = Catalog::build(realistic(224));
+    let index = quick_index(&cat, QUICK_INDEX_MAX_CHARS);
+    assert!(index.text.chars().count() <= QUICK_INDEX_MAX_CHARS);
+    // Declared-output tools come first.
+    assert!(index.text.lines().next().unwrap().contains(" → "));
+    assert!(!index.text.contains("mcp:") && !index.text.contains("client:"));
+    assert!(index.omitted > 0);
+    insta::assert_snapshot!(
+        "quick_index_224",
+        format!("listed {} / omitted {}\n{}", index.listed.len(), index.omitted, index.text)
+    );
+}
+
+#[test]
+fn exec_description_snapshot() {
+    let cat = Catalog::build(realistic(224));
+    let ns = [NamespacePrompt {
+        global_name: "Issues".into(),
+        description: "GitHub issue helpers.".into(),
+        prompt: Some("Use Issues.list(params).".into()),
+    }];
+    let text = exec_description(&cat, &ns, &["figma".to_string(), "sentry".to_string()]);
+    assert_eq!(
+        text,
+        exec_description(&Catalog::build(realistic(224)), &ns, &["figma".into(), "sentry".into()]),
+        "deterministic"
+    );
+    insta::assert_snapshot!("exec_description_224", text);
+}
+
+#[test]
+fn d4_output_contracts() {
+    let good = ToolDefinition::new(ToolSource::Plugin, "p", "good").with_output_schema(json!({"type": "object", "additionalProperties": false, "properties": {"n": {"type": "integer"}}, "required": ["n"]}));
+    let bad = ToolDefinition::new(ToolSource::Plugin, "p", "bad").with_output_schema(json!({"type": 12}));
+    let client = ToolDefinition::new(ToolSource::Client, "c", "loose").with_output_schema(json!({"type": 12}));
+    let cat = Catalog::build([good, bad, client]);
+    let g = cat.get("plugin:p:good").unwrap();
+    assert!(g.check_runnable().is_ok());
+    assert!(g.check_output(&json!({"n": 1})).is_ok());
+    let e = g.check_output(&json!({"n": "one-secret"})).unwrap_err();
+    assert!(e.contains("/n") && e.contains("/properties/n/type"), "{e}");
+    assert!(!e.contains("one-secret"), "the withheld value is not quoted: {e}");
+    let b = cat.get("plugin:p:bad").unwrap();
+    assert!(matches!(b.contract.as_deref(), Some(OutputContract::Invalid(_))));
+    assert!(b.check_runnable().unwrap_err().contains("cannot run"));
+    assert!(cat.get("client:c:loose").unwrap().contract.is_none(), "D6: untrusted metadata never becomes a contract");
+}

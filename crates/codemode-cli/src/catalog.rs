@@ -1,0 +1,165 @@
+//! `codemode catalog`: the effective catalog after policy — ids, sources, safe names, hints — what
+//! the policy removed and why, the quick index, search results, and (with `--measure`) the size of
+//! the model-visible tool list with code mode off and on.
+
+use anyhow::Result;
+use codemode::config_file::ConfigFile;
+use codemode::surface::{ActivationRequest, ModelTool, activate, mcp_servers};
+use codemode::{Catalog, CodeModeConfig, PolicyContext, ToolDefinition};
+use codemode_catalog::names::safe_name;
+use codemode_catalog::quick_index::{QUICK_INDEX_MAX_CHARS, quick_index};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Options of `codemode catalog`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct CatalogArgs {
+    /// Configuration file (its `tools.*` / `agents.*` policy is applied).
+    #[arg(long, value_name = "FILE", env = "CODEMODE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Rank the catalog for this query, as `tools.search` would.
+    #[arg(long, value_name = "QUERY")]
+    search: Option<String>,
+    /// Results of `--search`.
+    #[arg(long, default_value_t = 8)]
+    limit: usize,
+    /// Apply the policy of this agent (`agents.list[].id`).
+    #[arg(long)]
+    agent: Option<String>,
+    /// Apply `tools.byProvider` for this provider.
+    #[arg(long)]
+    provider: Option<String>,
+    /// ... and this model.
+    #[arg(long)]
+    model: Option<String>,
+    /// Add N tools of the realistic fixture catalog (core, plugin, MCP and client tools) to the demo
+    /// tools, e.g. to measure.
+    #[arg(long, value_name = "N")]
+    fixture: Option<usize>,
+    /// Report the model-visible tool-list size with code mode off and on, and search latency.
+    #[arg(long)]
+    measure: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn bytes_of(tools: &[ModelTool]) -> usize {
+    serde_json::to_string(tools).map(|s| s.len()).unwrap_or(0)
+}
+
+pub(crate) fn run(args: CatalogArgs) -> Result<ExitCode> {
+    let file = match &args.config {
+        Some(p) => ConfigFile::load(p)?,
+        None => ConfigFile { code_mode: CodeModeConfig::enabled(), ..ConfigFile::default() },
+    };
+    let mut tools: Vec<ToolDefinition> = codemode::demo::demo_tools().definitions();
+    if let Some(n) = args.fixture {
+        tools.extend(codemode_catalog::fixtures::realistic(n));
+    }
+    let cx = PolicyContext {
+        agent: args.agent.as_deref(),
+        provider: args.provider.as_deref(),
+        model: args.model.as_deref(),
+    };
+    let outcome = file.policy.apply(tools.clone(), cx);
+    let catalog = Catalog::build(outcome.kept.clone());
+    let index = quick_index(&catalog, QUICK_INDEX_MAX_CHARS);
+
+    let mut measure = serde_json::Value::Null;
+    if args.measure {
+        let direct: Vec<ModelTool> = outcome.kept.iter().map(ModelTool::direct).collect();
+        let config = CodeModeConfig { enabled: true, ..file.code_mode.clone() };
+        let req = ActivationRequest {
+            tools: tools.clone(),
+            policy_context: cx,
+            engine_available: true,
+            mcp_servers: mcp_servers(&outcome.kept),
+            ..ActivationRequest::default()
+        };
+        let on = activate(&config, &file.policy, req)?;
+        let (off_b, on_b) = (bytes_of(&direct), bytes_of(on.tools()));
+        let queries = ["list open issues", "send a message", "read file", "create invoice", "search calendar events"];
+        let mut samples: Vec<Duration> = Vec::new();
+        for i in 0..500 {
+            let q = queries[i % queries.len()];
+            let t = Instant::now();
+            std::hint::black_box(catalog.search(q, 8));
+            samples.push(t.elapsed());
+        }
+        samples.sort();
+        measure = json!({
+            "tools": outcome.kept.len(),
+            "directBytes": off_b,
+            "directTokensApprox": off_b / 4,
+            "codeModeBytes": on_b,
+            "codeModeTokensApprox": on_b / 4,
+            "reduction": if off_b > 0 { 1.0 - on_b as f64 / off_b as f64 } else { 0.0 },
+            "searchMedianUs": samples[samples.len() / 2].as_secs_f64() * 1e6,
+        });
+    }
+
+    let hits = args.search.as_deref().map(|q| catalog.search(q, args.limit.max(1)));
+    if args.json {
+        let entries: Vec<_> = catalog
+            .tools()
+            .iter()
+            .map(|t| json!({ "id": t.id, "source": t.def.source, "guestVisible": t.guest_visible, "safeName": safe_name(&t.def.name), "input": t.entry.input, "output": t.entry.output }))
+            .collect();
+        let removed: Vec<_> =
+            outcome.removed.iter().map(|(id, r)| json!({ "id": id, "reason": r.to_string() })).collect();
+        let out = json!({
+            "catalog": entries,
+            "conveniences": catalog.conveniences(),
+            "removed": removed,
+            "warnings": outcome.warnings,
+            "quickIndex": index.text,
+            "search": hits,
+            "measure": measure,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("catalog: {} tools ({} in ALL_TOOLS)", catalog.len(), catalog.all_tools().len());
+    for t in catalog.tools() {
+        let conv = catalog
+            .conveniences()
+            .iter()
+            .find(|(_, id)| *id == t.id)
+            .map(|(n, _)| format!("tools.{n}"))
+            .unwrap_or_else(|| "-".into());
+        let view = if t.guest_visible { "" } else { " [not in tools.*]" };
+        println!("  {:<48} {:<8} {:<28} {}{}", t.id, t.def.source.as_str(), conv, t.entry.input, view);
+    }
+    if !outcome.removed.is_empty() {
+        println!("\nremoved by policy:");
+        for (id, why) in &outcome.removed {
+            println!("  {id:<48} {why}");
+        }
+    }
+    for w in &outcome.warnings {
+        println!("\nwarning: {w}");
+    }
+    println!("\nquick index ({} listed, {} omitted):\n{}", index.listed.len(), index.omitted, index.text);
+    if let (Some(q), Some(hits)) = (&args.search, &hits) {
+        println!("\nsearch {q:?}:");
+        for h in hits {
+            println!("  {}  {}", h.id, h.description);
+        }
+    }
+    if !measure.is_null() {
+        println!(
+            "\nmodel-visible tool definitions for {} tools: direct {} bytes (~{} tokens), code mode {} bytes (~{} tokens): {:.1}% smaller; tools.search median {:.1} µs",
+            measure["tools"],
+            measure["directBytes"],
+            measure["directTokensApprox"],
+            measure["codeModeBytes"],
+            measure["codeModeTokensApprox"],
+            measure["reduction"].as_f64().unwrap_or(0.0) * 100.0,
+            measure["searchMedianUs"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
