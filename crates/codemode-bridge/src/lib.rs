@@ -72,4 +72,8 @@ pub struct BootData {
     /// Virtual files served by `API.list` / `API.read` (SPEC §9), path → content.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub api_files: BTreeMap<String, String>,
+    /// MCP servers for the `MCP` namespace: `{name, alias?, tools: [{name, alias?}], resources,
+    /// prompts}` each (see `codemode_catalog::mcp_api`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<serde_json::Value>,
 }

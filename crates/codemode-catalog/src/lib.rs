@@ -15,6 +15,7 @@
 
 pub mod fixtures;
 pub mod hints;
+pub mod mcp_api;
 pub mod names;
 pub mod policy;
 pub mod quick_index;

@@ -32,6 +32,11 @@ pub enum RequestKind {
     Call,
     /// `yield_control(reason?)` → `{reason?}`.
     Yield,
+    /// An MCP tool call `MCP.<server>.<tool>(input)` → `{server, tool, input}` (also
+    /// `resources.read` / `prompts.get`, under their reserved catalog names).
+    Mcp,
+    /// `MCP.<server>.$api(tool?, {schema?})` → `{server, tool?, schema}`, answered from the catalog.
+    McpApi,
 }
 
 impl RequestKind {
@@ -42,6 +47,8 @@ impl RequestKind {
             RequestKind::Describe => "describe",
             RequestKind::Call => "call",
             RequestKind::Yield => "yield",
+            RequestKind::Mcp => "mcp",
+            RequestKind::McpApi => "mcp_api",
         }
     }
 
@@ -52,13 +59,15 @@ impl RequestKind {
             "describe" => Some(RequestKind::Describe),
             "call" => Some(RequestKind::Call),
             "yield" => Some(RequestKind::Yield),
+            "mcp" => Some(RequestKind::Mcp),
+            "mcp_api" => Some(RequestKind::McpApi),
             _ => None,
         }
     }
 
     /// Whether requests of this kind run a tool and so count against `maxPendingToolCalls`.
     pub fn is_tool_call(self) -> bool {
-        matches!(self, RequestKind::Call)
+        matches!(self, RequestKind::Call | RequestKind::Mcp)
     }
 }
 
@@ -303,7 +312,14 @@ mod tests {
 
     #[test]
     fn request_kinds_round_trip() {
-        for k in [RequestKind::Search, RequestKind::Describe, RequestKind::Call, RequestKind::Yield] {
+        for k in [
+            RequestKind::Search,
+            RequestKind::Describe,
+            RequestKind::Call,
+            RequestKind::Yield,
+            RequestKind::Mcp,
+            RequestKind::McpApi,
+        ] {
             assert_eq!(RequestKind::parse(k.as_str()), Some(k));
         }
         assert!(RequestKind::Call.is_tool_call() && !RequestKind::Search.is_tool_call());

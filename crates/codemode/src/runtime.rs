@@ -18,7 +18,7 @@
 use crate::tools::{ToolHook, run_hooked};
 use codemode_bridge::BootData;
 use codemode_bridge::modules::find_module_access;
-use codemode_catalog::Catalog;
+use codemode_catalog::{Catalog, CatalogTool};
 use codemode_core::config::{CodeModeConfig, Language};
 use codemode_core::engine::{
     BridgeRequest, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure, GuestInstance,
@@ -150,11 +150,16 @@ pub(crate) struct RunCatalog {
 
 impl RunCatalog {
     pub(crate) fn new(catalog: Catalog, limits: &GuestLimits) -> Self {
+        let mcp = codemode_catalog::mcp_api::mcp_views(&catalog)
+            .iter()
+            .map(|v| serde_json::to_value(v).unwrap_or(Value::Null))
+            .collect();
         let boot = BootData {
             tools: catalog.all_tools(),
             conveniences: catalog.conveniences().to_vec(),
             max_depth: limits.max_json_depth,
-            api_files: BTreeMap::new(),
+            api_files: codemode_catalog::mcp_api::api_files(&catalog),
+            mcp,
         };
         let boot = serde_json::to_string(&boot).unwrap_or_else(|_| "{}".to_string());
         RunCatalog { catalog: Arc::new(catalog), boot: boot.into() }
@@ -230,6 +235,48 @@ impl Run {
                 elapsed_ms: now.saturating_sub(p.issued_at_ms),
             })
             .collect()
+    }
+}
+
+/// How a nested call's result reaches the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallMode {
+    /// `tools.callValue` / convenience functions / MCP: the `details` value.
+    Value,
+    /// `tools.call`: `{details, content}`.
+    Raw,
+}
+
+/// Finds the catalog tool a call request names: guest-visible tools for `tools.*`, MCP entries for
+/// `MCP.*`. The error carries the id for telemetry.
+fn resolve_tool(
+    catalog: &Catalog,
+    kind: RequestKind,
+    payload: &Value,
+) -> Result<(CatalogTool, CallMode), (String, GuestError)> {
+    let field = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or("");
+    if kind == RequestKind::Mcp {
+        let id = format!("mcp:{}:{}", field("server"), field("tool"));
+        return match catalog.get(&id).filter(|t| t.def.source == codemode_core::catalog::ToolSource::Mcp) {
+            Some(t) => Ok((t.clone(), CallMode::Value)),
+            None => {
+                let err = guest_error(
+                    CodeModeErrorCode::NestedToolFailed,
+                    format!(
+                        "unknown MCP tool `{}` of server `{}`; see API.list(\"mcp\")",
+                        field("tool"),
+                        field("server")
+                    ),
+                );
+                Err((id, err))
+            }
+        };
+    }
+    let id = field("id");
+    let mode = if field("mode") == "raw" { CallMode::Raw } else { CallMode::Value };
+    match catalog.guest_tool(id) {
+        Some(t) => Ok((t.clone(), mode)),
+        None => Err((id.to_string(), unknown_tool(id, CodeModeErrorCode::NestedToolFailed))),
     }
 }
 
@@ -342,6 +389,11 @@ impl Inner {
             Ok(r) => r,
             Err(e) => return early(e, telemetry),
         };
+        // Module patterns are refused before anything else (in TypeScript, before transpiling: an
+        // import inside the cell would otherwise surface as a syntax error).
+        if let Some(found) = find_module_access(&req.code) {
+            return early(CodeModeError::new(CodeModeErrorCode::ModuleAccessDenied, found.message()), telemetry);
+        }
         let code = match req.language {
             Language::Javascript => req.code,
             Language::Typescript => match crate::typescript::transpile(&req.code) {
@@ -349,9 +401,6 @@ impl Inner {
                 Err(e) => return early(e, telemetry),
             },
         };
-        if let Some(found) = find_module_access(&code) {
-            return early(CodeModeError::new(CodeModeErrorCode::ModuleAccessDenied, found.message()), telemetry);
-        }
         rt.block_on(self.sweep());
         let program = GuestProgram { code, boot: self.catalog.boot.clone() };
         let instance = match engine.start(&program, &self.limits) {
@@ -448,7 +497,7 @@ impl Inner {
     /// tools are issued again; any other tool fails the run, since its side effect may or may not
     /// have happened. A result is never delivered twice: the old call's result died with its process.
     fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
-        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind == RequestKind::Call).cloned().collect();
+        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind.is_tool_call()).cloned().collect();
         if let Some(p) = lost.iter().find(|p| !p.read_only) {
             return Err(CodeModeError::new(
                 CodeModeErrorCode::NestedToolFailed,
@@ -460,7 +509,13 @@ impl Inner {
             ));
         }
         for p in lost {
-            self.spawn_call(rt, run, p.id, &p.payload)?;
+            match resolve_tool(&run.catalog, p.kind, &p.payload) {
+                Ok((tool, mode)) => self.start_call(rt, run, p.id, p.kind, p.payload, tool, mode),
+                Err((_, err)) => {
+                    run.pending.remove(&p.id);
+                    run.ready.push(Delivery { id: p.id, outcome: Err(err) });
+                }
+            }
         }
         Ok(())
     }
@@ -562,20 +617,30 @@ impl Inner {
                 };
                 run.ready.push(Delivery { id: req.id, outcome });
             }
-            RequestKind::Call => {
-                let tool_id = str_field(&req.payload, "id");
-                run.telemetry.record_call(&tool_id);
-                let refusal = match run.catalog.guest_tool(&tool_id) {
-                    None => Some(unknown_tool(&tool_id, CodeModeErrorCode::NestedToolFailed)),
-                    Some(t) if run.restart_safe && !t.def.read_only => Some(guest_error(
-                        CodeModeErrorCode::NestedToolFailed,
-                        format!("`{tool_id}` has side effects; a restartSafe cell may only call read-only tools"),
-                    )),
-                    Some(_) => None,
+            RequestKind::Call | RequestKind::Mcp => {
+                let (tool, mode) = match resolve_tool(&run.catalog, req.kind, &req.payload) {
+                    Ok(found) => found,
+                    Err((tool_id, err)) => {
+                        run.telemetry.record_call(&tool_id);
+                        run.telemetry.failed_call_count += 1;
+                        run.ready.push(Delivery { id: req.id, outcome: Err(err) });
+                        return Ok(false);
+                    }
                 };
-                if let Some(err) = refusal {
+                run.telemetry.record_call(&tool.id);
+                let refusal = if let Err(e) = tool.check_runnable() {
+                    Some(e)
+                } else if run.restart_safe && !tool.def.read_only {
+                    Some(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", tool.id))
+                } else {
+                    None
+                };
+                if let Some(msg) = refusal {
                     run.telemetry.failed_call_count += 1;
-                    run.ready.push(Delivery { id: req.id, outcome: Err(err) });
+                    run.ready.push(Delivery {
+                        id: req.id,
+                        outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)),
+                    });
                     return Ok(false);
                 }
                 if run.calls.running() >= self.config.max_pending_tool_calls as usize {
@@ -589,7 +654,23 @@ impl Inner {
                         ),
                     ));
                 }
-                self.spawn_call(rt, run, req.id, &req.payload)?;
+                self.start_call(rt, run, req.id, req.kind, req.payload, tool, mode);
+            }
+            RequestKind::McpApi => {
+                let server = str_field(&req.payload, "server");
+                let tool = req.payload.get("tool").and_then(Value::as_str);
+                let schema = req.payload.get("schema").and_then(Value::as_bool).unwrap_or(false);
+                let outcome =
+                    codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool, schema).ok_or_else(|| {
+                        guest_error(
+                            CodeModeErrorCode::InvalidInput,
+                            format!(
+                                "unknown MCP server or tool `{server}{}`; see API.list(\"mcp\")",
+                                tool.map(|t| format!(".{t}")).unwrap_or_default()
+                            ),
+                        )
+                    });
+                run.ready.push(Delivery { id: req.id, outcome });
             }
             RequestKind::Yield => {
                 run.pending.insert(
@@ -616,26 +697,26 @@ impl Inner {
     }
 
     /// Starts a nested call of a catalog tool on the host's executor.
-    fn spawn_call(&self, rt: &Handle, run: &mut Run, id: RequestId, payload: &Value) -> Result<(), CodeModeError> {
-        let tool_id = payload.get("id").and_then(Value::as_str).unwrap_or("");
-        let Some(tool) = run.catalog.guest_tool(tool_id) else {
-            run.ready.push(Delivery { id, outcome: Err(unknown_tool(tool_id, CodeModeErrorCode::NestedToolFailed)) });
-            return Ok(());
-        };
-        if let Err(e) = tool.check_runnable() {
-            run.telemetry.failed_call_count += 1;
-            run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, e)) });
-            return Ok(());
-        }
-        let raw = payload.get("mode").and_then(Value::as_str) == Some("raw");
+    #[allow(clippy::too_many_arguments)]
+    fn start_call(
+        &self,
+        rt: &Handle,
+        run: &mut Run,
+        id: RequestId,
+        kind: RequestKind,
+        payload: Value,
+        tool: CatalogTool,
+        mode: CallMode,
+    ) {
+        let raw = mode == CallMode::Raw;
         let input = payload.get("input").cloned().unwrap_or_else(|| json!({}));
         run.pending.insert(
             id,
             PendingRequest {
                 id,
-                kind: RequestKind::Call,
+                kind,
                 tool_id: Some(tool.id.clone()),
-                payload: payload.clone(),
+                payload,
                 read_only: tool.def.read_only,
                 issued_at_ms: self.now_ms(),
             },
@@ -651,7 +732,7 @@ impl Inner {
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
         let tool_id = tool.id.clone();
-        let contract = tool.clone();
+        let contract = tool;
         let finished = run.calls.start(rt, id, async move {
             // SPEC D4: the declared output contract is checked after the hooks, before the value
             // reaches the guest; a mismatch fails the call and the value is never emitted.
@@ -681,7 +762,6 @@ impl Inner {
         if let Some(d) = finished {
             run.accept(d);
         }
-        Ok(())
     }
 
     fn complete(&self, rt: &Handle, mut run: Run, mut call: Call, value: Value) -> CodeModeResult {

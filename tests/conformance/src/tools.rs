@@ -43,5 +43,31 @@ pub fn conformance_tools() -> LocalTools {
             Ok(ToolResult { details: v, content: vec![] })
         },
     )));
+    // An MCP-shaped server served locally, so the `MCP` namespace is part of the engine-generic suite
+    // (real upstream servers are tested in codemode-mcp).
+    let mcp = |name: &str, desc: &str, params: Value| {
+        ToolDefinition::new(ToolSource::Mcp, "fake-mcp", name)
+            .with_description(desc)
+            .with_parameters(params)
+            .read_only()
+    };
+    tools.add(Arc::new(FnTool::new(
+        mcp("get-sum", "Returns the sum of two numbers", json!({"type": "object", "properties": {"a": {"type": "number", "description": "First number"}, "b": {"type": "number", "description": "Second number"}}, "required": ["a", "b"]})),
+        |input| async move {
+            let sum = input.get("a").and_then(Value::as_f64).unwrap_or(0.0) + input.get("b").and_then(Value::as_f64).unwrap_or(0.0);
+            Ok(ToolResult::value(json!({ "content": [{ "type": "text", "text": format!("The sum is {sum}") }], "structuredContent": { "sum": sum } })))
+        },
+    )));
+    tools.add(Arc::new(FnTool::new(
+        mcp(
+            "resources/read",
+            "Read a resource by URI.",
+            json!({"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}),
+        ),
+        |input| async move {
+            let uri = input.get("uri").and_then(Value::as_str).unwrap_or("").to_string();
+            Ok(ToolResult::value(json!({ "contents": [{ "uri": uri, "text": "memo contents" }] })))
+        },
+    )));
     tools
 }

@@ -330,9 +330,53 @@
         },
       });
 
+      // MCP namespace (SPEC §9): exact names always, camelCase aliases when the host gives one.
+      const mcpRoot = create(null);
+      const servers = isArray(data.mcp) ? data.mcp : [];
+      for (let i = 0; i < servers.length; i++) {
+        const server = servers[i];
+        const serverName = server.name;
+        const ns = create(null);
+        const mcpTools = isArray(server.tools) ? server.tools : [];
+        for (let j = 0; j < mcpTools.length; j++) {
+          const toolName = mcpTools[j].name;
+          const fn = function (input) {
+            return request("mcp", { server: serverName, tool: toolName, input: input === undefined ? {} : input });
+          };
+          defineProperty(fn, "name", { value: mcpTools[j].alias || toolName });
+          ns[toolName] = fn;
+          if (mcpTools[j].alias) ns[mcpTools[j].alias] = fn;
+        }
+        ns.$api = function $api(toolName, options) {
+          return request("mcp_api", {
+            server: serverName,
+            tool: toolName === undefined || toolName === null ? null : safeString(toolName, ""),
+            schema: !!(options && options.schema),
+          });
+        };
+        if (server.resources) {
+          ns.resources = freeze({
+            read(input) {
+              return request("mcp", { server: serverName, tool: "resources/read", input: input === undefined ? {} : input });
+            },
+          });
+        }
+        if (server.prompts) {
+          ns.prompts = freeze({
+            get(input) {
+              return request("mcp", { server: serverName, tool: "prompts/get", input: input === undefined ? {} : input });
+            },
+          });
+        }
+        freeze(ns);
+        mcpRoot[serverName] = ns;
+        if (server.alias) mcpRoot[server.alias] = ns;
+      }
+      freeze(mcpRoot);
+
       lock("ALL_TOOLS", allTools);
       lock("tools", tools);
-      lock("MCP", deepFreeze(data.mcp && typeof data.mcp === "object" ? data.mcp : {}));
+      lock("MCP", mcpRoot);
       lock("API", API);
       lock("namespaces", deepFreeze({}));
       lock("text", text);

@@ -1,0 +1,323 @@
+//! The guest's view of MCP servers (SPEC §9): the `MCP.<server>.<tool>()` namespace, its name mapping,
+//! the virtual `API` files (`mcp/index.d.ts`, `mcp/<server>.d.ts`) and `$api()` headers — all derived
+//! from the MCP entries of the run's catalog (ids `mcp:<server>:<tool>`).
+//!
+//! **Name mapping (M8).** Every tool is reachable under its exact MCP name
+//! (`MCP.everything["get-sum"]`); additionally it gets a camelCase alias (`getSum`: separators `-`,
+//! `_`, `.`, ` ` and `/` are dropped and the next letter upper-cased; a leading digit gets a `_`) when
+//! that alias is a new, unambiguous identifier: if two tools of a server map to the same alias, or an
+//! alias would shadow `$api`, `resources`, `prompts`, `then` or an object-internal key, neither gets
+//! the alias. Servers get the same treatment (`chrome-devtools` → `MCP.chromeDevtools`, always also
+//! `MCP["chrome-devtools"]`). The mapping is a pure function of the names, so it is deterministic.
+//!
+//! **Resources and prompts (M6).** A server that supports them contributes two catalog entries with
+//! the reserved names [`RESOURCES_READ`] and [`PROMPTS_GET`] (MCP tool names cannot contain `/`), so
+//! `MCP.<server>.resources.read()` and `.prompts.get()` are catalog calls like any other.
+
+use crate::Catalog;
+use crate::hints::hint;
+use codemode_core::catalog::ToolSource;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// Reserved catalog name of a server's `resources/read`.
+pub const RESOURCES_READ: &str = "resources/read";
+/// Reserved catalog name of a server's `prompts/get`.
+pub const PROMPTS_GET: &str = "prompts/get";
+
+const RESERVED: [&str; 8] =
+    ["$api", "resources", "prompts", "then", "__proto__", "constructor", "prototype", "toString"];
+
+/// The camelCase alias of an MCP name, if it differs from the name and is an identifier.
+pub fn js_alias(name: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.' | ' ' | '/') {
+            upper = !out.is_empty();
+            continue;
+        }
+        if !(c.is_ascii_alphanumeric() || c == '$') {
+            return None;
+        }
+        if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    (!out.is_empty() && out != name).then_some(out)
+}
+
+/// `(name, alias)` pairs where the alias is unambiguous among `names` and not reserved.
+fn aliases<'a>(names: impl Iterator<Item = &'a str> + Clone) -> BTreeMap<String, Option<String>> {
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    let all: Vec<&str> = names.clone().collect();
+    for n in &all {
+        if let Some(a) = js_alias(n) {
+            *count.entry(a).or_default() += 1;
+        }
+    }
+    all.iter()
+        .map(|n| {
+            let a = js_alias(n)
+                .filter(|a| count.get(a) == Some(&1) && !all.contains(&a.as_str()) && !RESERVED.contains(&a.as_str()));
+            (n.to_string(), a)
+        })
+        .collect()
+}
+
+/// One MCP tool as the guest sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpToolView {
+    /// The exact MCP name.
+    pub name: String,
+    /// The camelCase alias, when there is an unambiguous one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+}
+
+/// One MCP server as the guest sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerView {
+    /// The server's configured name.
+    pub name: String,
+    /// Its camelCase alias, when there is an unambiguous one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// Its tools, by name.
+    pub tools: Vec<McpToolView>,
+    /// `resources.read` is available.
+    pub resources: bool,
+    /// `prompts.get` is available.
+    pub prompts: bool,
+}
+
+/// The MCP servers of a catalog, in name order.
+pub fn mcp_views(catalog: &Catalog) -> Vec<McpServerView> {
+    let mut by_server: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for t in catalog.tools().iter().filter(|t| t.def.source == ToolSource::Mcp) {
+        by_server.entry(t.def.owner.as_str()).or_default().push(t.def.name.as_str());
+    }
+    let server_alias = aliases(by_server.keys().copied());
+    by_server
+        .iter()
+        .map(|(server, names)| {
+            let tools: Vec<&str> =
+                names.iter().copied().filter(|n| *n != RESOURCES_READ && *n != PROMPTS_GET).collect();
+            let tool_alias = aliases(tools.iter().copied());
+            McpServerView {
+                name: server.to_string(),
+                alias: server_alias.get(*server).cloned().flatten(),
+                tools: tools
+                    .iter()
+                    .map(|n| McpToolView { name: n.to_string(), alias: tool_alias.get(*n).cloned().flatten() })
+                    .collect(),
+                resources: names.contains(&RESOURCES_READ),
+                prompts: names.contains(&PROMPTS_GET),
+            }
+        })
+        .collect()
+}
+
+fn key(name: &str, alias: Option<&str>) -> String {
+    alias
+        .map(str::to_string)
+        .unwrap_or_else(|| if is_ident(name) { name.to_string() } else { format!("[{}]", Value::String(name.into())) })
+}
+
+fn is_ident(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
+fn member(parent: &str, name: &str, alias: Option<&str>) -> String {
+    let k = key(name, alias);
+    if k.starts_with('[') { format!("{parent}{k}") } else { format!("{parent}.{k}") }
+}
+
+fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value) {
+    let desc: Vec<&str> = description.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let props = params.get("properties").and_then(Value::as_object);
+    let param_docs: Vec<(String, String)> = props
+        .map(|p| {
+            p.iter()
+                .filter_map(|(k, v)| {
+                    v.get("description").and_then(Value::as_str).map(|d| (k.clone(), d.replace('\n', " ")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if desc.is_empty() && param_docs.is_empty() {
+        return;
+    }
+    out.push_str(&format!("{indent}/**\n"));
+    for l in desc {
+        out.push_str(&format!("{indent} * {}\n", l.replace("*/", "*\\/")));
+    }
+    for (k, d) in param_docs {
+        out.push_str(&format!("{indent} * @param {k} {}\n", d.replace("*/", "*\\/")));
+    }
+    out.push_str(&format!("{indent} */\n"));
+}
+
+/// `mcp/index.d.ts`: the shared result type and one line per visible server.
+pub fn render_index(views: &[McpServerView]) -> String {
+    let mut s = String::from(
+        "/** Result of every MCP tool call. */\ntype McpToolResult = {\n  content?: unknown[];\n  structuredContent?: unknown;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n/** Header returned by MCP.<server>.$api(). */\ntype McpApiHeader = {\n  server: string;\n  tools: { name: string; call: string; description: string; input: string; inputSchema?: unknown }[];\n};\n\n",
+    );
+    for v in views {
+        s.push_str(&format!(
+            "/** {} tool(s); read mcp/{}.d.ts */\ndeclare const {}: Record<string, (input?: object) => Promise<McpToolResult>>;\n",
+            v.tools.len(),
+            v.name,
+            member("MCP", &v.name, v.alias.as_deref())
+        ));
+    }
+    s
+}
+
+/// `mcp/<server>.d.ts`: every tool of one server with JSDoc from its description and parameter docs.
+pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
+    let ns = member("MCP", &view.name, view.alias.as_deref());
+    let mut s = format!(
+        "/** MCP server `{}`. Every function takes one object argument. */\ndeclare namespace {ns} {{\n",
+        view.name
+    );
+    s.push_str("  /** This API as data: one tool's header (and its JSON Schema with {schema: true}), or all. */\n");
+    s.push_str("  function $api(toolName?: string, options?: { schema?: boolean }): Promise<McpApiHeader>;\n");
+    for tool in &view.tools {
+        let Some(t) = catalog.get(&format!("mcp:{}:{}", view.name, tool.name)) else { continue };
+        s.push('\n');
+        doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters);
+        let input = hint(&t.def.parameters);
+        let fname = key(&tool.name, tool.alias.as_deref());
+        if fname.starts_with('[') {
+            s.push_str(&format!(
+                "  // call as {ns}{fname}(input)\n  const _{}: (input: {input}) => Promise<McpToolResult>;\n",
+                tool.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+            ));
+        } else {
+            s.push_str(&format!("  function {fname}(input: {input}): Promise<McpToolResult>;\n"));
+        }
+    }
+    if view.resources {
+        s.push_str("\n  /** Read a resource by URI. */\n  const resources: { read(input: { uri: string }): Promise<{ contents: unknown[] }> };\n");
+    }
+    if view.prompts {
+        s.push_str("\n  /** Get a prompt by name. */\n  const prompts: { get(input: { name: string; arguments?: Record<string, string> }): Promise<{ description?: string; messages: unknown[] }> };\n");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The virtual files of `API.list` / `API.read`: `mcp/index.d.ts` and one per server.
+pub fn api_files(catalog: &Catalog) -> BTreeMap<String, String> {
+    let views = mcp_views(catalog);
+    let mut files = BTreeMap::new();
+    if views.is_empty() {
+        return files;
+    }
+    files.insert("mcp/index.d.ts".to_string(), render_index(&views));
+    for v in &views {
+        files.insert(format!("mcp/{}.d.ts", v.name), render_server(catalog, v));
+    }
+    files
+}
+
+/// `MCP.<server>.$api(toolName?, {schema?})` (SPEC M5): headers of one tool or of all of a server's
+/// tools; `None` for an unknown server or tool.
+pub fn api_header(catalog: &Catalog, server: &str, tool: Option<&str>, schema: bool) -> Option<Value> {
+    let views = mcp_views(catalog);
+    let view = views.iter().find(|v| v.name == server)?;
+    let tools: Vec<&McpToolView> = match tool {
+        Some(name) => vec![view.tools.iter().find(|t| t.name == name || t.alias.as_deref() == Some(name))?],
+        None => view.tools.iter().collect(),
+    };
+    let ns = member("MCP", &view.name, view.alias.as_deref());
+    let entries: Vec<Value> = tools
+        .iter()
+        .filter_map(|t| {
+            let c = catalog.get(&format!("mcp:{}:{}", view.name, t.name))?;
+            let mut e = json!({
+                "name": t.name,
+                "call": format!("{}(input)", member(&ns, &t.name, t.alias.as_deref())),
+                "description": c.def.description,
+                "input": hint(&c.def.parameters),
+            });
+            if schema {
+                e["inputSchema"] = c.def.parameters.clone();
+            }
+            Some(e)
+        })
+        .collect();
+    Some(json!({ "server": view.name, "tools": entries }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codemode_core::catalog::ToolDefinition;
+
+    fn mcp(server: &str, name: &str) -> ToolDefinition {
+        ToolDefinition::new(ToolSource::Mcp, server, name)
+            .with_description(format!("Does {name}."))
+            .with_parameters(json!({"type": "object", "properties": {"a": {"type": "number", "description": "First"}}, "required": ["a"]}))
+    }
+
+    #[test]
+    fn aliases_are_deterministic_and_collision_safe() {
+        assert_eq!(js_alias("get-sum").as_deref(), Some("getSum"));
+        assert_eq!(js_alias("create_issue").as_deref(), Some("createIssue"));
+        assert_eq!(js_alias("chrome-devtools").as_deref(), Some("chromeDevtools"));
+        assert_eq!(js_alias("echo"), None);
+        assert_eq!(js_alias("2fa-check").as_deref(), Some("_2faCheck"));
+        assert_eq!(js_alias("weird!name"), None);
+        let cat = Catalog::build([
+            mcp("srv", "get-sum"),
+            mcp("srv", "get_sum"),
+            mcp("srv", "echo"),
+            mcp("srv", "read-file"),
+            mcp("srv", "readFile"),
+            mcp("srv", "$api"),
+            mcp("chrome-devtools", "take_snapshot"),
+            mcp("srv", RESOURCES_READ),
+        ]);
+        let views = mcp_views(&cat);
+        assert_eq!(views[0].name, "chrome-devtools");
+        assert_eq!(views[0].alias.as_deref(), Some("chromeDevtools"));
+        let srv = &views[1];
+        let alias = |n: &str| srv.tools.iter().find(|t| t.name == n).unwrap().alias.clone();
+        assert_eq!(alias("get-sum"), None, "two tools map to getSum: neither gets it");
+        assert_eq!(alias("get_sum"), None);
+        assert_eq!(alias("read-file"), None, "readFile is already a real tool name");
+        assert!(srv.resources && !srv.prompts);
+        assert!(!srv.tools.iter().any(|t| t.name == RESOURCES_READ));
+    }
+
+    #[test]
+    fn declarations_and_headers() {
+        let cat = Catalog::build([mcp("everything", "get-sum"), mcp("everything", "echo")]);
+        let files = api_files(&cat);
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["mcp/everything.d.ts", "mcp/index.d.ts"]);
+        let dts = &files["mcp/everything.d.ts"];
+        assert!(dts.contains("declare namespace MCP.everything {"), "{dts}");
+        assert!(dts.contains("function getSum(input: {a: number}): Promise<McpToolResult>;"), "{dts}");
+        assert!(dts.contains(" * @param a First"), "{dts}");
+        let h = api_header(&cat, "everything", Some("getSum"), true).unwrap();
+        assert_eq!(h["tools"][0]["name"], "get-sum");
+        assert_eq!(h["tools"][0]["call"], "MCP.everything.getSum(input)");
+        assert!(h["tools"][0]["inputSchema"].is_object());
+        assert!(api_header(&cat, "everything", None, false).unwrap()["tools"][0].get("inputSchema").is_none());
+        assert!(api_header(&cat, "nope", None, false).is_none());
+        assert!(api_files(&Catalog::build([])).is_empty());
+    }
+}
