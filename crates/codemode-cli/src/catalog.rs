@@ -50,7 +50,7 @@ fn bytes_of(tools: &[ModelTool]) -> usize {
     serde_json::to_string(tools).map(|s| s.len()).unwrap_or(0)
 }
 
-pub(crate) fn run(args: CatalogArgs) -> Result<ExitCode> {
+pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     let file = match &args.config {
         Some(p) => ConfigFile::load(p)?,
         None => ConfigFile { code_mode: CodeModeConfig::enabled(), ..ConfigFile::default() },
@@ -59,6 +59,14 @@ pub(crate) fn run(args: CatalogArgs) -> Result<ExitCode> {
     if let Some(n) = args.fixture {
         tools.extend(codemode_catalog::fixtures::realistic(n));
     }
+    let servers = match &file.mcp_servers {
+        Some(v) => codemode_mcp::config::parse_servers(v)?,
+        None => Vec::new(),
+    };
+    let hub = codemode_mcp::McpHub::connect(servers).await;
+    tools.extend(hub.tool_definitions());
+    let statuses = hub.statuses();
+    hub.shutdown().await;
     let cx = PolicyContext {
         agent: args.agent.as_deref(),
         provider: args.provider.as_deref(),
@@ -118,6 +126,7 @@ pub(crate) fn run(args: CatalogArgs) -> Result<ExitCode> {
             "quickIndex": index.text,
             "search": hits,
             "measure": measure,
+            "mcpServers": statuses,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
@@ -141,6 +150,9 @@ pub(crate) fn run(args: CatalogArgs) -> Result<ExitCode> {
     }
     for w in &outcome.warnings {
         println!("\nwarning: {w}");
+    }
+    for s in &statuses {
+        println!("\nMCP server {}: {} ({} tools){}", s.name, s.state, s.tools, s.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default());
     }
     println!("\nquick index ({} listed, {} omitted):\n{}", index.listed.len(), index.omitted, index.text);
     if let (Some(q), Some(hits)) = (&args.search, &hits) {

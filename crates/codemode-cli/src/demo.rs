@@ -128,7 +128,8 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     let mut config = load_config(&common)?;
     // Short enough that the slow tool of scene 3 outlives one exec call.
     config.code_mode.timeout_ms = config.code_mode.timeout_ms.min(500);
-    let cm = build_runtime(config)?;
+    let gw = build_runtime(config).await?;
+    let cm = gw.cm().clone();
     println!(
         "codemode demo — engine `{}`, {} demo tools, timeoutMs {}",
         cm.engine_name(),
@@ -141,5 +142,6 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
         ok &= play(&cm, scene, i + 1).await;
     }
     println!();
+    gw.close().await;
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -7,6 +7,7 @@
 //! - `codemode demo`: a scripted showcase of code mode on the demo catalog;
 //! - `codemode exec FILE|-` / `codemode wait RUN_ID`: one `exec` or `wait` per process, with suspended
 //!   runs kept in a snapshot directory — a run suspended by one process resumes in another;
+//! - `codemode serve`: an MCP server exposing `exec`/`wait` in front of upstream MCP servers;
 //! - `codemode catalog`: the effective catalog after policy, the quick index, search, sizes;
 //! - `codemode bench`: latency, snapshot size and cold start of every compiled engine.
 //!
@@ -19,6 +20,7 @@
 mod bench;
 mod catalog;
 mod demo;
+mod serve;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -26,6 +28,7 @@ use codemode::config_file::ConfigFile;
 use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::process::ExitCode;
 
 /// Exit status of a usage or configuration error.
@@ -88,6 +91,9 @@ enum Command {
         /// The cell: a file path, or `-` to read stdin.
         file: String,
     },
+    /// Serve `exec` and `wait` over MCP (stdio, or streamable HTTP with --http) in front of the
+    /// config's `mcpServers`.
+    Serve(serve::ServeArgs),
     /// Show the effective catalog: ids, safe names, hints, what the policy removed, the quick index.
     Catalog(catalog::CatalogArgs),
     /// Measure latency, snapshot size and cold start of every compiled engine (or those named).
@@ -138,12 +144,12 @@ impl StoreArgs {
         }
     }
 
-    fn runtime(&self, common: &CommonArgs) -> Result<CodeMode> {
+    async fn runtime(&self, common: &CommonArgs) -> Result<Gateway> {
         let config = load_config(common)?;
         let dir = self.dir()?;
         let store = codemode::DirectorySnapshotStore::new(&dir)
             .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
-        build_runtime_with(config, Some(std::sync::Arc::new(store)))
+        build_runtime_with(config, Some(Arc::new(store))).await
     }
 }
 
@@ -177,21 +183,15 @@ pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
     Ok(file)
 }
 
-/// Builds the runtime over the demo catalog.
-pub(crate) fn build_runtime(config: ConfigFile) -> Result<CodeMode> {
-    build_runtime_with(config, None)
+/// Builds the runtime over the demo catalog plus the config's MCP servers.
+pub(crate) async fn build_runtime(config: ConfigFile) -> Result<Gateway> {
+    build_runtime_with(config, None).await
 }
 
-fn build_runtime_with(
-    config: ConfigFile,
-    store: Option<std::sync::Arc<dyn codemode::SnapshotStore>>,
-) -> Result<CodeMode> {
-    let mut builder =
-        CodeMode::builder(config.code_mode).policy(config.policy).local_tools(codemode::demo::demo_tools());
-    if let Some(store) = store {
-        builder = builder.store(store);
-    }
-    let cm = builder.build();
+async fn build_runtime_with(config: ConfigFile, store: Option<Arc<dyn codemode::SnapshotStore>>) -> Result<Gateway> {
+    let gw = codemode_mcp::build_gateway(&config, codemode::demo::demo_tools(), store).await?;
+    report_servers(&gw);
+    let cm = gw.code_mode();
     if !cm.engine_available() {
         bail!(
             "engine `{}` is not available in this build (compiled engines: {})",
@@ -199,7 +199,29 @@ fn build_runtime_with(
             codemode::Engines::compiled().join(", ")
         );
     }
-    Ok(cm)
+    Ok(Gateway(gw))
+}
+
+/// Warns on stderr about upstream servers that did not connect.
+pub(crate) fn report_servers(gw: &codemode_mcp::server::Gateway) {
+    for s in gw.hub().statuses() {
+        if s.state == "failed" {
+            tracing::warn!(server = %s.name, error = s.error.as_deref().unwrap_or(""), "MCP server unavailable");
+        }
+    }
+}
+
+/// The gateway, shut down (upstream servers stopped) when dropped at the end of a command.
+pub(crate) struct Gateway(Arc<codemode_mcp::server::Gateway>);
+
+impl Gateway {
+    pub(crate) fn cm(&self) -> &CodeMode {
+        self.0.code_mode()
+    }
+
+    pub(crate) async fn close(self) {
+        self.0.shutdown().await;
+    }
 }
 
 fn read_cell(file: &str) -> Result<String> {
@@ -247,23 +269,26 @@ fn exec_input(language: Option<LanguageArg>, file: &str) -> Result<CodeModeExecI
 }
 
 async fn exec(common: CommonArgs, store: StoreArgs, language: Option<LanguageArg>, file: String) -> Result<ExitCode> {
-    let cm = store.runtime(&common)?;
+    let gw = store.runtime(&common).await?;
     let input = exec_input(language, &file)?;
-    let result = cm.exec(&RunContext::session(store.session.clone()), &input).await;
+    let result = gw.cm().exec(&RunContext::session(store.session.clone()), &input).await;
+    gw.close().await;
     print_json(&result);
     Ok(exit_for(&result))
 }
 
 async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -> Result<ExitCode> {
-    let cm = store.runtime(&common)?;
-    let result = cm.wait(&RunContext::session(store.session.clone()), &CodeModeWaitInput::new(run_id)).await;
+    let gw = store.runtime(&common).await?;
+    let result = gw.cm().wait(&RunContext::session(store.session.clone()), &CodeModeWaitInput::new(run_id)).await;
+    gw.close().await;
     print_json(&result);
     Ok(exit_for(&result))
 }
 
 async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, file: String) -> Result<ExitCode> {
     let config = load_config(&common)?;
-    let cm = build_runtime(config)?;
+    let gw = build_runtime(config).await?;
+    let cm = gw.cm().clone();
     let input = exec_input(language, &file)?;
     let ctx = RunContext::session("cli");
     let mut result = cm.exec(&ctx, &input).await;
@@ -276,6 +301,7 @@ async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, fil
         }
         result = cm.wait(&ctx, &CodeModeWaitInput::new(run_id)).await;
     }
+    gw.close().await;
     print_json(&result);
     Ok(match result {
         CodeModeResult::Completed { .. } => ExitCode::SUCCESS,
@@ -306,7 +332,8 @@ fn main() -> ExitCode {
             Command::Exec { common, store, language, file } => exec(common, store, language, file).await,
             Command::Wait { common, store, run_id } => wait(common, store, run_id).await,
             Command::Bench { engines, samples, json } => bench::run(engines, samples, json).await,
-            Command::Catalog(args) => catalog::run(args),
+            Command::Catalog(args) => catalog::run(args).await,
+            Command::Serve(args) => serve::run(args).await,
         }
     });
     match outcome {

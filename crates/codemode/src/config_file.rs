@@ -8,6 +8,9 @@
 //! }
 //! ```
 //!
+//! `mcpServers` (upstream MCP servers, the Claude Desktop / Cursor format) is kept for
+//! `codemode-mcp`, which parses it.
+//!
 //! Besides `tools.codeMode`, the tool policy of SPEC §22 is read: `tools.profile`, `tools.allow`,
 //! `tools.deny`, `tools.byProvider` and `agents.list[].tools.*` (see
 //! [`codemode_catalog::policy`]). `tools.loopDetection`, `tools.sandbox` and
@@ -23,7 +26,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 2] = ["tools", "agents"];
+pub const TOP_LEVEL_KEYS: [&str; 3] = ["tools", "agents", "mcpServers"];
 /// Keys accepted under `tools`.
 pub const TOOLS_KEYS: [&str; 7] = ["codeMode", "profile", "allow", "deny", "byProvider", "loopDetection", "sandbox"];
 /// Keys accepted under `agents`.
@@ -43,6 +46,8 @@ pub struct ConfigFile {
     pub code_mode_present: bool,
     /// The tool policy (SPEC §22).
     pub policy: ToolPolicy,
+    /// `mcpServers`, unparsed (an object; `codemode-mcp` reads it).
+    pub mcp_servers: Option<Value>,
 }
 
 fn check_keys(obj: &serde_json::Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), ConfigError> {
@@ -113,6 +118,10 @@ impl ConfigFile {
                     }
                 }
             }
+        }
+        if let Some(servers) = root.get("mcpServers") {
+            expect_object(servers, "mcpServers")?;
+            out.mcp_servers = Some(servers.clone());
         }
         out.policy = ToolPolicy::from_document(&doc)?;
         Ok(out)

@@ -168,6 +168,7 @@ impl CodeModeBuilder {
     pub fn build(self) -> CodeMode {
         let engine = self.engine.unwrap_or_else(|| Engines::by_name(&self.config.runtime));
         let mut defs = self.local.definitions();
+        let local_defs = defs.clone();
         let local_ids = defs.iter().map(ToolDefinition::id).collect();
         defs.extend(self.definitions);
         if let Some(policy) = &self.policy {
@@ -184,7 +185,8 @@ impl CodeModeBuilder {
         let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        CodeMode { inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)) }
+        let extra = Arc::new(BuildInputs { local_defs, policy: self.policy });
+        CodeMode { inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)), extra }
     }
 }
 
@@ -194,13 +196,20 @@ impl CodeModeBuilder {
 #[derive(Clone)]
 pub struct CodeMode {
     inner: Arc<Inner>,
+    extra: Arc<BuildInputs>,
+}
+
+/// What `set_host_tools` needs to rebuild the catalog.
+struct BuildInputs {
+    local_defs: Vec<ToolDefinition>,
+    policy: Option<ToolPolicy>,
 }
 
 impl std::fmt::Debug for CodeMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeMode")
             .field("engine", &self.engine_name())
-            .field("catalog_size", &self.inner.catalog.catalog.len())
+            .field("catalog_size", &self.inner.catalog().catalog.len())
             .field("store", &self.inner.store.name())
             .finish()
     }
@@ -310,9 +319,21 @@ impl CodeMode {
         self.inner.engine.is_some()
     }
 
-    /// The catalog.
-    pub fn catalog(&self) -> &Catalog {
-        &self.inner.catalog.catalog
+    /// The current catalog.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.inner.catalog().catalog.clone()
+    }
+
+    /// Replaces the host-executed tools (those of [`CodeModeBuilder::tool_definitions`]), e.g. when an
+    /// upstream server's tool list changed. Local tools and the policy stay; runs already started keep
+    /// the catalog they started with (ids are stable within a run).
+    pub fn set_host_tools(&self, defs: Vec<ToolDefinition>) {
+        let mut all = self.extra.local_defs.clone();
+        all.extend(defs);
+        if let Some(policy) = &self.extra.policy {
+            all = policy.apply(all, codemode_catalog::policy::PolicyContext::default()).kept;
+        }
+        self.inner.set_catalog(Catalog::build(all));
     }
 
     /// The snapshot store.

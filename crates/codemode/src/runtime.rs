@@ -169,7 +169,7 @@ impl RunCatalog {
 pub(crate) struct Inner {
     pub(crate) config: CodeModeConfig,
     pub(crate) engine: Option<Arc<dyn GuestEngine>>,
-    pub(crate) catalog: RunCatalog,
+    catalog: std::sync::RwLock<Arc<RunCatalog>>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
     pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
     pub(crate) store: Arc<dyn SnapshotStore>,
@@ -313,8 +313,19 @@ impl Inner {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let limits = guest_limits(&config);
-        let catalog = RunCatalog::new(catalog, &limits);
+        let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits)));
         Inner { config, engine, catalog, executor, hooks, store, limits, clock, inflight: Mutex::new(HashMap::new()) }
+    }
+
+    /// The current catalog (runs keep the one they started with).
+    pub(crate) fn catalog(&self) -> Arc<RunCatalog> {
+        self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the catalog for runs started from now on.
+    pub(crate) fn set_catalog(&self, catalog: Catalog) {
+        let next = Arc::new(RunCatalog::new(catalog, &self.limits));
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
     }
 
     fn now_ms(&self) -> u64 {
@@ -341,8 +352,8 @@ impl Inner {
     fn base_telemetry(&self) -> CodeModeTelemetry {
         CodeModeTelemetry {
             engine: self.engine.as_ref().map(|e| e.name().to_string()).unwrap_or_else(|| self.config.runtime.clone()),
-            catalog_size: self.catalog.catalog.len() as u32,
-            catalog_by_source: self.catalog.catalog.count_by_source(),
+            catalog_size: self.catalog().catalog.len() as u32,
+            catalog_by_source: self.catalog().catalog.count_by_source(),
             ..CodeModeTelemetry::default()
         }
     }
@@ -402,7 +413,8 @@ impl Inner {
             },
         };
         rt.block_on(self.sweep());
-        let program = GuestProgram { code, boot: self.catalog.boot.clone() };
+        let catalog = self.catalog();
+        let program = GuestProgram { code, boot: catalog.boot.clone() };
         let instance = match engine.start(&program, &self.limits) {
             Ok(i) => i,
             Err(e) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
@@ -410,7 +422,7 @@ impl Inner {
         let run = Run {
             id: new_run_id(),
             context: ctx.clone(),
-            catalog: self.catalog.catalog.clone(),
+            catalog: catalog.catalog.clone(),
             restart_safe: req.restart_safe,
             telemetry,
             pending: BTreeMap::new(),
@@ -446,7 +458,7 @@ impl Inner {
         let resumed_elsewhere = local.is_none();
         let (context, catalog, calls) = match local {
             Some(l) => (l.context, l.catalog, l.calls),
-            None => (ctx.clone(), self.catalog.catalog.clone(), NestedCalls::new()),
+            None => (ctx.clone(), self.catalog().catalog.clone(), NestedCalls::new()),
         };
         let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, .. } = suspended;
         telemetry.wait_count += 1;

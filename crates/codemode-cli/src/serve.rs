@@ -1,0 +1,83 @@
+//! `codemode serve`: an MCP server exposing `exec` and `wait` in front of the configured MCP servers.
+
+use crate::{CommonArgs, load_config, report_servers};
+use anyhow::{Context as _, Result, bail};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Options of `codemode serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (loopback addresses are
+    /// recommended; the Host and Origin headers are checked against the bound address).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Keep suspended runs in this directory (they survive a restart) instead of in memory.
+    #[arg(long, value_name = "DIR")]
+    snapshot_dir: Option<PathBuf>,
+    /// Also offer the built-in demo tools (`plugin:demo:*`).
+    #[arg(long)]
+    demo_tools: bool,
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
+    let file = load_config(&args.common)?;
+    let store: Option<Arc<dyn codemode::SnapshotStore>> = match &args.snapshot_dir {
+        Some(dir) => Some(Arc::new(
+            codemode::DirectorySnapshotStore::new(dir).map_err(|e| anyhow::anyhow!("snapshot directory {}: {e}", dir.display()))?,
+        )),
+        None => None,
+    };
+    let local = if args.demo_tools { codemode::demo::demo_tools() } else { codemode::LocalTools::new() };
+    let gw = codemode_mcp::build_gateway(&file, local, store).await?;
+    report_servers(&gw);
+    if !gw.code_mode().engine_available() {
+        gw.shutdown().await;
+        bail!("engine `{}` is not available in this build", gw.code_mode().engine_name());
+    }
+    let served = match args.http {
+        None => {
+            tracing::info!("serving MCP on stdio");
+            tokio::select! {
+                r = codemode_mcp::server::serve_stdio(gw.clone()) => r,
+                () = shutdown_signal() => Ok(()),
+            }
+        }
+        Some(addr) => {
+            if !addr.ip().is_loopback() {
+                tracing::warn!(%addr, "serving on a non-loopback address: anyone who can reach it can run code mode cells");
+            }
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            eprintln!("codemode: serving MCP at http://{}/mcp", listener.local_addr()?);
+            codemode_mcp::server::serve_http(gw.clone(), listener, shutdown_signal()).await
+        }
+    };
+    gw.shutdown().await;
+    served.map_err(|e| anyhow::anyhow!(e))?;
+    Ok(ExitCode::SUCCESS)
+}

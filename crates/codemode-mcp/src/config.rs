@@ -1,0 +1,236 @@
+//! `mcpServers`: upstream MCP servers, in the format Claude Desktop and Cursor use.
+//!
+//! ```json5
+//! {
+//!   mcpServers: {
+//!     everything: { command: "npx", args: ["-y", "@modelcontextprotocol/server-everything"] },
+//!     github: { url: "https://mcp.example.com/mcp", headers: { Authorization: "Bearer ${GITHUB_TOKEN}" } },
+//!     files: { command: "mcp-server-filesystem", args: ["${HOME}/docs"], env: { LOG: "${LOG_LEVEL:-warn}" },
+//!              deny: ["write_*"], timeoutMs: 30000 },
+//!   },
+//! }
+//! ```
+//!
+//! `${VAR}` and `${VAR:-default}` are expanded in `command`, `args`, `env`, `cwd`, `url` and `headers`
+//! (a variable that is unset and has no default is an error naming its path). Per server:
+//! `allow` / `deny` tool-name patterns (as in `tools.allow`), `timeoutMs` for each call (default
+//! 60 000), `startupTimeoutMs` for connecting and listing tools (default 20 000), `disabled`.
+
+use codemode_core::config::{ConfigError, type_name};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Default time limit of one call to an upstream server.
+pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+/// Default time limit for connecting to a server and listing its tools.
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 20_000;
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        /// Program.
+        command: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// Extra environment variables.
+        env: BTreeMap<String, String>,
+        /// Working directory.
+        cwd: Option<String>,
+    },
+    /// Streamable HTTP.
+    Http {
+        /// Endpoint URL.
+        url: String,
+        /// Extra request headers.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One configured upstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The server's name: the `<server>` of ids `mcp:<server>:<tool>` and of `MCP.<server>`.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// Tool-name patterns to keep (all when `None`).
+    pub allow: Option<Vec<String>>,
+    /// Tool-name patterns to drop (deny wins).
+    pub deny: Vec<String>,
+    /// Time limit of one call, ms: a hung server fails the call instead of hanging the cell.
+    pub timeout_ms: u64,
+    /// Time limit for connecting and listing tools, ms: a server that never answers is reported as
+    /// failed instead of delaying every run.
+    pub startup_timeout_ms: u64,
+    /// Configured but switched off.
+    pub disabled: bool,
+}
+
+const KEYS: [&str; 11] =
+    ["command", "args", "env", "cwd", "url", "headers", "allow", "deny", "timeoutMs", "startupTimeoutMs", "disabled"];
+
+/// Expands `${VAR}` and `${VAR:-default}` using `lookup`.
+pub fn expand(text: &str, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| ConfigError::new(path, "unterminated `${` in value"))?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(ConfigError::new(path, format!("`${{{inner}}}` is not a variable reference")));
+        }
+        match (lookup(name).filter(|v| !v.is_empty() || default.is_none()), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(ConfigError::new(path, format!("environment variable `{name}` is not set (use ${{{name}:-default}})")));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn string(v: &Value, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    let s = v.as_str().ok_or_else(|| ConfigError::new(path, format!("expected a string, got {}", type_name(v))))?;
+    expand(s, path, lookup)
+}
+
+fn string_map(v: &Value, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<BTreeMap<String, String>, ConfigError> {
+    let obj = v.as_object().ok_or_else(|| ConfigError::new(path, format!("expected an object, got {}", type_name(v))))?;
+    obj.iter().map(|(k, x)| Ok((k.clone(), string(x, &format!("{path}.{k}"), lookup)?))).collect()
+}
+
+fn patterns(v: &Value, path: &str) -> Result<Vec<String>, ConfigError> {
+    let items = v.as_array().ok_or_else(|| ConfigError::new(path, format!("expected an array, got {}", type_name(v))))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x.as_str().map(str::to_string).ok_or_else(|| ConfigError::new(format!("{path}[{i}]"), "expected a string")))
+        .collect()
+}
+
+/// Parses `mcpServers` with the process environment.
+pub fn parse_servers(value: &Value) -> Result<Vec<ServerConfig>, ConfigError> {
+    parse_servers_with(value, &|name| std::env::var(name).ok())
+}
+
+/// Parses `mcpServers` with a given variable lookup.
+pub fn parse_servers_with(value: &Value, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<ServerConfig>, ConfigError> {
+    let obj = value.as_object().ok_or_else(|| ConfigError::new("mcpServers", "expected an object of servers"))?;
+    let mut out = Vec::new();
+    for (name, spec) in obj {
+        let path = format!("mcpServers.{name}");
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(ConfigError::new(&path, "server names may use only letters, digits, `_` and `-`"));
+        }
+        let spec = spec.as_object().ok_or_else(|| ConfigError::new(&path, "expected an object"))?;
+        if let Some(k) = spec.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(ConfigError::new(format!("{path}.{k}"), format!("unknown key `{k}` (known keys: {})", KEYS.join(", "))));
+        }
+        let at = |k: &str| format!("{path}.{k}");
+        let transport = match (spec.get("command"), spec.get("url")) {
+            (Some(_), Some(_)) => return Err(ConfigError::new(&path, "give either `command` (stdio) or `url` (HTTP), not both")),
+            (Some(c), None) => Transport::Stdio {
+                command: string(c, &at("command"), lookup)?,
+                args: match spec.get("args") {
+                    None => Vec::new(),
+                    Some(a) => {
+                        let items = a.as_array().ok_or_else(|| ConfigError::new(at("args"), "expected an array of strings"))?;
+                        items.iter().enumerate().map(|(i, x)| string(x, &format!("{}[{i}]", at("args")), lookup)).collect::<Result<_, _>>()?
+                    }
+                },
+                env: spec.get("env").map(|e| string_map(e, &at("env"), lookup)).transpose()?.unwrap_or_default(),
+                cwd: spec.get("cwd").map(|c| string(c, &at("cwd"), lookup)).transpose()?,
+            },
+            (None, Some(u)) => {
+                let url = string(u, &at("url"), lookup)?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(ConfigError::new(at("url"), "expected an http:// or https:// URL"));
+                }
+                Transport::Http { url, headers: spec.get("headers").map(|h| string_map(h, &at("headers"), lookup)).transpose()?.unwrap_or_default() }
+            }
+            (None, None) => return Err(ConfigError::new(&path, "needs `command` (stdio) or `url` (streamable HTTP)")),
+        };
+        let number = |k: &str, default: u64| -> Result<u64, ConfigError> {
+            match spec.get(k) {
+                None => Ok(default),
+                Some(v) => v.as_u64().filter(|n| *n > 0).ok_or_else(|| ConfigError::new(at(k), "expected a positive integer")),
+            }
+        };
+        out.push(ServerConfig {
+            name: name.clone(),
+            transport,
+            allow: spec.get("allow").map(|a| patterns(a, &at("allow"))).transpose()?,
+            deny: spec.get("deny").map(|d| patterns(d, &at("deny"))).transpose()?.unwrap_or_default(),
+            timeout_ms: number("timeoutMs", DEFAULT_TIMEOUT_MS)?,
+            startup_timeout_ms: number("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)?,
+            disabled: match spec.get("disabled") {
+                None => false,
+                Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("disabled"), "expected a boolean"))?,
+            },
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "HOME" => Some("/home/u".into()),
+            "TOKEN" => Some("t0k".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn expansion() {
+        assert_eq!(expand("${HOME}/x", "p", &env).unwrap(), "/home/u/x");
+        assert_eq!(expand("a${MISSING:-dflt}b", "p", &env).unwrap(), "adfltb");
+        assert_eq!(expand("${EMPTY:-d}", "p", &env).unwrap(), "d");
+        assert_eq!(expand("${EMPTY}", "p", &env).unwrap(), "");
+        assert_eq!(expand("no vars $HOME", "p", &env).unwrap(), "no vars $HOME");
+        assert!(expand("${MISSING}", "p", &env).unwrap_err().message.contains("MISSING"));
+        assert!(expand("${HOME", "p", &env).is_err());
+        assert!(expand("${bad name}", "p", &env).is_err());
+    }
+
+    #[test]
+    fn servers() {
+        let v = json!({
+            "files": {"command": "fs-server", "args": ["${HOME}/docs"], "env": {"T": "${TOKEN}"}, "deny": ["write_*"], "timeoutMs": 5000},
+            "remote": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+        });
+        let s = parse_servers_with(&v, &env).unwrap();
+        assert_eq!(s[0].name, "files");
+        assert_eq!(s[0].transport, Transport::Stdio { command: "fs-server".into(), args: vec!["/home/u/docs".into()], env: [("T".to_string(), "t0k".to_string())].into(), cwd: None });
+        assert_eq!((s[0].timeout_ms, s[0].deny.clone()), (5000, vec!["write_*".to_string()]));
+        assert_eq!(s[1].transport, Transport::Http { url: "https://h/mcp".into(), headers: [("Authorization".to_string(), "Bearer t0k".to_string())].into() });
+        for (bad, path) in [
+            (json!({"x": {}}), "mcpServers.x"),
+            (json!({"x": {"command": "a", "url": "http://h"}}), "mcpServers.x"),
+            (json!({"x": {"command": "a", "argz": []}}), "mcpServers.x.argz"),
+            (json!({"x": {"command": 3}}), "mcpServers.x.command"),
+            (json!({"x": {"url": "ftp://h"}}), "mcpServers.x.url"),
+            (json!({"bad name": {"command": "a"}}), "mcpServers.bad name"),
+            (json!({"x": {"command": "a", "env": {"K": "${NOPE}"}}}), "mcpServers.x.env.K"),
+            (json!({"x": {"command": "a", "timeoutMs": 0}}), "mcpServers.x.timeoutMs"),
+        ] {
+            assert_eq!(parse_servers_with(&bad, &env).unwrap_err().path, path, "{bad}");
+        }
+    }
+}

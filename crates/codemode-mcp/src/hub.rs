@@ -1,0 +1,402 @@
+//! The upstream side: connections to the configured MCP servers, their tools as catalog entries
+//! (`mcp:<server>:<tool>`), and a [`ToolExecutor`] that runs `MCP.<server>.<tool>()` calls on them.
+//!
+//! Failure is contained per server: a server that cannot start, never answers, answers garbage, or
+//! crashes is recorded as failed (its tools leave the catalog; calls to it fail with a clear message
+//! that the guest sees as `nested_tool_failed`). Every request has a time limit, so no `exec` ever
+//! hangs on an upstream server; dropping a call cancels it upstream. Child processes are shut down
+//! (stdin closed, then SIGTERM, then killed) by [`McpHub::shutdown`], and killed if dropped.
+
+use crate::config::{ServerConfig, Transport};
+use codemode_catalog::mcp_api::{PROMPTS_GET, RESOURCES_READ};
+use codemode_catalog::policy::{PolicyContext, ToolPolicy};
+use codemode_core::catalog::{ToolDefinition, ToolSource};
+use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, Implementation,
+    ReadResourceRequestParams,
+};
+use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Longest graceful shutdown of one server before its process is killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+
+/// What the hub reports about one server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStatus {
+    /// Server name.
+    pub name: String,
+    /// `connected`, `failed` or `disabled`.
+    pub state: String,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Tools it contributes (after its allow/deny).
+    pub tools: usize,
+    /// Tools dropped by its allow/deny.
+    pub filtered: usize,
+}
+
+#[derive(Clone)]
+struct Handler {
+    server: String,
+    changed: mpsc::UnboundedSender<String>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
+        let _ = self.changed.send(self.server.clone());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
+    }
+}
+
+struct Live {
+    service: RunningService<RoleClient, Handler>,
+    peer: Peer<RoleClient>,
+}
+
+struct Server {
+    config: ServerConfig,
+    live: tokio::sync::Mutex<Option<Live>>,
+    peer: Mutex<Option<Peer<RoleClient>>>,
+    tools: Mutex<Vec<ToolDefinition>>,
+    status: Mutex<ServerStatus>,
+}
+
+/// The connections to every configured upstream server.
+pub struct McpHub {
+    servers: Vec<Arc<Server>>,
+    generation: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for McpHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpHub").field("servers", &self.statuses()).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn unavailable(msg: impl Into<String>) -> ToolError {
+    ToolError::new(ToolErrorKind::Unavailable, msg)
+}
+
+impl Server {
+    fn set_failed(&self, error: String) {
+        tracing::warn!(server = %self.config.name, %error, "MCP server failed");
+        *lock(&self.peer) = None;
+        lock(&self.tools).clear();
+        let mut st = lock(&self.status);
+        st.state = "failed".into();
+        st.error = Some(error);
+        st.tools = 0;
+    }
+
+    fn set_tools(&self, tools: Vec<rmcp::model::Tool>, resources: bool, prompts: bool) {
+        let name = &self.config.name;
+        let mut defs: Vec<ToolDefinition> = tools.into_iter().map(|t| tool_definition(name, t)).collect();
+        if resources {
+            defs.push(
+                ToolDefinition::new(ToolSource::Mcp, name.clone(), RESOURCES_READ)
+                    .with_description("Read a resource of this server by URI.")
+                    .with_parameters(json!({"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}))
+                    .read_only(),
+            );
+        }
+        if prompts {
+            defs.push(
+                ToolDefinition::new(ToolSource::Mcp, name.clone(), PROMPTS_GET)
+                    .with_description("Get a prompt of this server by name, with its arguments.")
+                    .with_parameters(json!({"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}}, "required": ["name"]}))
+                    .read_only(),
+            );
+        }
+        // The server's own allow/deny, as tool-name patterns.
+        let policy = ToolPolicy {
+            global: codemode_catalog::policy::PolicyLayer {
+                profile: None,
+                allow: self.config.allow.clone(),
+                deny: self.config.deny.clone(),
+            },
+            ..ToolPolicy::default()
+        };
+        let outcome = policy.apply(defs, PolicyContext::default());
+        let mut st = lock(&self.status);
+        st.state = "connected".into();
+        st.error = None;
+        st.tools = outcome.kept.len();
+        st.filtered = outcome.removed.len();
+        *lock(&self.tools) = outcome.kept;
+    }
+}
+
+/// An MCP tool as a catalog definition. MCP metadata is untrusted: its output schema is kept for
+/// `tools.describe`-style display only and never becomes a contract or a quick-index hint (SPEC D6).
+fn tool_definition(server: &str, t: rmcp::model::Tool) -> ToolDefinition {
+    let read_only = t.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
+    let mut def = ToolDefinition::new(ToolSource::Mcp, server, t.name.to_string())
+        .with_description(t.description.map(|d| d.to_string()).unwrap_or_default())
+        .with_parameters(Value::Object((*t.input_schema).clone()));
+    def.label = t.title.clone();
+    def.output_schema = t.output_schema.map(|s| Value::Object((*s).clone()));
+    def.read_only = read_only;
+    def
+}
+
+async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) -> Result<Live, String> {
+    let handler = Handler { server: config.name.clone(), changed };
+    let startup = Duration::from_millis(config.startup_timeout_ms);
+    let service = match &config.transport {
+        Transport::Stdio { command, args, env, cwd } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).envs(env).kill_on_drop(true);
+            if let Some(dir) = cwd {
+                cmd.current_dir(dir);
+            }
+            let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            if let Some(stderr) = stderr {
+                let server = config.name.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncBufReadExt;
+                    let mut lines = tokio::io::BufReader::new(stderr).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tracing::debug!(target: "codemode::mcp::stderr", %server, "{line}");
+                    }
+                });
+            }
+            tokio::time::timeout(startup, handler.serve(transport)).await
+        }
+        Transport::Http { url, headers } => {
+            let mut map = std::collections::HashMap::new();
+            for (k, v) in headers {
+                let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
+                let value = http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+                map.insert(name, value);
+            }
+            let cfg = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone())
+                .custom_headers(map);
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_config(cfg);
+            tokio::time::timeout(startup, handler.serve(transport)).await
+        }
+    };
+    let service = match service {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("initialization failed: {e}")),
+        Err(_) => return Err(format!("no answer to initialize within {} ms", config.startup_timeout_ms)),
+    };
+    let peer = service.peer().clone();
+    Ok(Live { service, peer })
+}
+
+async fn list(config: &ServerConfig, peer: &Peer<RoleClient>) -> Result<(Vec<rmcp::model::Tool>, bool, bool), String> {
+    let startup = Duration::from_millis(config.startup_timeout_ms);
+    let caps = peer.peer_info().map(|i| i.capabilities.clone());
+    let resources = caps.as_ref().is_some_and(|c| c.resources.is_some());
+    let prompts = caps.as_ref().is_some_and(|c| c.prompts.is_some());
+    let tools = if caps.as_ref().is_none_or(|c| c.tools.is_some()) {
+        match tokio::time::timeout(startup, peer.list_all_tools()).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return Err(format!("tools/list failed: {e}")),
+            Err(_) => return Err(format!("no answer to tools/list within {} ms", config.startup_timeout_ms)),
+        }
+    } else {
+        Vec::new()
+    };
+    Ok((tools, resources, prompts))
+}
+
+impl McpHub {
+    /// Connects to every configured server (in parallel, each within its startup time limit). Servers
+    /// that fail are recorded, never fatal.
+    pub async fn connect(configs: Vec<ServerConfig>) -> Arc<Self> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let servers: Vec<Arc<Server>> = configs
+            .into_iter()
+            .map(|config| {
+                let status = ServerStatus {
+                    name: config.name.clone(),
+                    state: if config.disabled { "disabled" } else { "connecting" }.into(),
+                    error: None,
+                    tools: 0,
+                    filtered: 0,
+                };
+                Arc::new(Server {
+                    config,
+                    live: tokio::sync::Mutex::new(None),
+                    peer: Mutex::new(None),
+                    tools: Mutex::new(Vec::new()),
+                    status: Mutex::new(status),
+                })
+            })
+            .collect();
+        let mut joins = tokio::task::JoinSet::new();
+        for s in servers.iter().filter(|s| !s.config.disabled).cloned() {
+            let tx = tx.clone();
+            joins.spawn(async move {
+                match connect(&s.config, tx).await {
+                    Ok(live) => match list(&s.config, &live.peer).await {
+                        Ok((tools, resources, prompts)) => {
+                            *lock(&s.peer) = Some(live.peer.clone());
+                            *s.live.lock().await = Some(live);
+                            s.set_tools(tools, resources, prompts);
+                        }
+                        Err(e) => {
+                            let _ = live.service.cancel().await;
+                            s.set_failed(e);
+                        }
+                    },
+                    Err(e) => s.set_failed(e),
+                }
+            });
+        }
+        while joins.join_next().await.is_some() {}
+        let hub = Arc::new(McpHub { servers, generation: Arc::new(AtomicU64::new(1)) });
+        // Tool-list changes: list the server's tools again and bump the generation.
+        let weak = Arc::downgrade(&hub);
+        tokio::spawn(async move {
+            while let Some(name) = rx.recv().await {
+                let Some(hub) = weak.upgrade() else { break };
+                hub.refresh(&name).await;
+            }
+        });
+        hub
+    }
+
+    /// Lists one server's tools again (after a `tools/list_changed` notification).
+    pub async fn refresh(&self, name: &str) {
+        let Some(server) = self.servers.iter().find(|s| s.config.name == name) else { return };
+        let peer = lock(&server.peer).clone();
+        let Some(peer) = peer else { return };
+        match list(&server.config, &peer).await {
+            Ok((tools, resources, prompts)) => server.set_tools(tools, resources, prompts),
+            Err(e) => server.set_failed(e),
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(server = name, "MCP tool list changed");
+    }
+
+    /// Increases whenever the set of upstream tools changes.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The catalog definitions of every connected server's tools (after each server's allow/deny).
+    pub fn tool_definitions(&self) -> Vec<ToolDefinition> {
+        self.servers.iter().flat_map(|s| lock(&s.tools).clone()).collect()
+    }
+
+    /// Names of the connected servers.
+    pub fn server_names(&self) -> Vec<String> {
+        self.servers.iter().filter(|s| lock(&s.peer).is_some()).map(|s| s.config.name.clone()).collect()
+    }
+
+    /// The state of every configured server.
+    pub fn statuses(&self) -> Vec<ServerStatus> {
+        self.servers.iter().map(|s| lock(&s.status).clone()).collect()
+    }
+
+    /// Closes every connection; child processes get their stdin closed, then SIGTERM, then are killed.
+    pub async fn shutdown(&self) {
+        let mut joins = tokio::task::JoinSet::new();
+        for s in &self.servers {
+            *lock(&s.peer) = None;
+            if let Some(live) = s.live.lock().await.take() {
+                joins.spawn(async move {
+                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, live.service.cancel()).await;
+                });
+            }
+        }
+        while joins.join_next().await.is_some() {}
+    }
+
+    async fn call_upstream(&self, server: &Arc<Server>, tool: &str, input: Value) -> Result<ToolResult, ToolError> {
+        let name = &server.config.name;
+        let peer = lock(&server.peer).clone().ok_or_else(|| {
+            let why = lock(&server.status).error.clone().unwrap_or_else(|| "not connected".into());
+            unavailable(format!("MCP server `{name}` is unavailable: {why}"))
+        })?;
+        let args = match input {
+            Value::Object(m) => m,
+            Value::Null => serde_json::Map::new(),
+            other => return Err(ToolError::new(ToolErrorKind::InvalidInput, format!("MCP tools take one object argument, got {other}"))),
+        };
+        let limit = Duration::from_millis(server.config.timeout_ms);
+        let result: Result<Value, ServiceError> = match tool {
+            RESOURCES_READ => {
+                let uri = args.get("uri").and_then(Value::as_str).unwrap_or("").to_string();
+                match tokio::time::timeout(limit, peer.read_resource(ReadResourceRequestParams::new(uri))).await {
+                    Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
+                    Err(_) => return Err(unavailable(format!("MCP server `{name}` did not answer within {} ms", server.config.timeout_ms))),
+                }
+            }
+            PROMPTS_GET => {
+                let prompt = args.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+                let mut params = GetPromptRequestParams::new(prompt);
+                if let Some(Value::Object(a)) = args.get("arguments") {
+                    params = params.with_arguments(a.clone());
+                }
+                match tokio::time::timeout(limit, peer.get_prompt(params)).await {
+                    Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
+                    Err(_) => return Err(unavailable(format!("MCP server `{name}` did not answer within {} ms", server.config.timeout_ms))),
+                }
+            }
+            _ => {
+                let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
+                match tokio::time::timeout(limit, peer.call_tool(params)).await {
+                    Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
+                    Err(_) => return Err(unavailable(format!("MCP server `{name}` did not answer within {} ms", server.config.timeout_ms))),
+                }
+            }
+        };
+        match result {
+            Ok(value) => {
+                let content = value.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+                Ok(ToolResult { details: mcp_result(value), content })
+            }
+            Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                server.set_failed(format!("the connection closed: {e}"));
+                self.generation.fetch_add(1, Ordering::SeqCst);
+                Err(unavailable(format!("MCP server `{name}` closed the connection ({e})")))
+            }
+            Err(ServiceError::McpError(e)) => Err(ToolError::failed(format!("MCP server `{name}`: {}", e.message))),
+            Err(e) => Err(unavailable(format!("MCP server `{name}`: {e}"))),
+        }
+    }
+}
+
+/// The `McpToolResult` shape of SPEC §9: `content`, `structuredContent`, `isError` and whatever else
+/// the server returned (`_meta` dropped).
+fn mcp_result(mut value: Value) -> Value {
+    if let Value::Object(m) = &mut value {
+        m.remove("_meta");
+    }
+    value
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for McpHub {
+    async fn call(&self, call: NestedToolCall) -> Result<ToolResult, ToolError> {
+        let server = self
+            .servers
+            .iter()
+            .find(|s| s.config.name == call.tool.owner)
+            .ok_or_else(|| unavailable(format!("no MCP server `{}`", call.tool.owner)))?;
+        self.call_upstream(server, &call.tool.name, call.input).await
+    }
+}

@@ -1,0 +1,49 @@
+//! # codemode-mcp
+//!
+//! MCP both ways, on the official Rust SDK (`rmcp`):
+//!
+//! - **Upstream** ([`config`], [`hub`]): the `mcpServers` of the config (stdio child processes or
+//!   streamable HTTP) become catalog entries `mcp:<server>:<tool>`, reachable from guest code only as
+//!   `MCP.<server>.<tool>({...})` (plus `resources.read`, `prompts.get`, `$api` and the virtual
+//!   `API` declaration files); [`McpHub`] is the executor that runs those calls upstream, with time
+//!   limits and per-server failure isolation.
+//! - **Downstream** ([`server`]): `codemode serve` exposes exactly two tools, `exec` and `wait`, to
+//!   any MCP client over stdio or streamable HTTP; every MCP session is its own run scope.
+//!
+//! Layering (DESIGN §2): above the `codemode` facade; below the CLI.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod hub;
+pub mod server;
+
+pub use hub::{McpHub, ServerStatus};
+
+use codemode::config_file::ConfigFile;
+use codemode::{CodeMode, LocalTools, SnapshotStore};
+use codemode_core::config::ConfigError;
+use std::sync::Arc;
+
+/// Connects the configured upstream servers and builds the code-mode runtime over them (plus
+/// `local` tools): the catalog holds the local tools and every connected server's tools, after the
+/// config's policy; nested MCP calls go to the hub.
+pub async fn build_gateway(
+    file: &ConfigFile,
+    local: LocalTools,
+    store: Option<Arc<dyn SnapshotStore>>,
+) -> Result<Arc<server::Gateway>, ConfigError> {
+    let servers = match &file.mcp_servers {
+        Some(v) => config::parse_servers(v)?,
+        None => Vec::new(),
+    };
+    let hub = McpHub::connect(servers).await;
+    let mut builder = CodeMode::builder(file.code_mode.clone())
+        .policy(file.policy.clone())
+        .local_tools(local)
+        .tool_definitions(hub.tool_definitions())
+        .executor(hub.clone());
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    Ok(server::Gateway::new(builder.build(), hub))
+}

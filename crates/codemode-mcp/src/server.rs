@@ -1,0 +1,220 @@
+//! The downstream side: an MCP server exposing exactly two tools, `exec` and `wait`, over stdio or
+//! streamable HTTP (`codemode serve`).
+//!
+//! Every MCP session is its own run scope: a `runId` from one session cannot be resumed from
+//! another. `exec`'s description carries the quick index of the catalog, the `API` hint for the
+//! upstream MCP servers, and (later) namespace prompts; when an upstream server's tool list changes,
+//! the catalog is rebuilt and clients are told with `notifications/tools/list_changed`.
+
+use crate::hub::McpHub;
+use codemode::surface::{EXEC, ModelTool, WAIT, exec_tool, wait_tool};
+use codemode::{CodeMode, CodeModeResult, RunContext};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The runtime behind the server: code mode over the upstream servers (and any local tools).
+pub struct Gateway {
+    cm: CodeMode,
+    hub: Arc<McpHub>,
+    applied: AtomicU64,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").field("cm", &self.cm).field("hub", &self.hub).finish()
+    }
+}
+
+impl Gateway {
+    /// A gateway over `cm` (built with the hub's tools as host tools and the hub as executor).
+    pub fn new(cm: CodeMode, hub: Arc<McpHub>) -> Arc<Self> {
+        let applied = AtomicU64::new(hub.generation());
+        Arc::new(Gateway { cm, hub, applied })
+    }
+
+    /// The code-mode runtime.
+    pub fn code_mode(&self) -> &CodeMode {
+        &self.cm
+    }
+
+    /// The upstream connections.
+    pub fn hub(&self) -> &Arc<McpHub> {
+        &self.hub
+    }
+
+    /// Applies upstream tool-list changes; returns whether anything changed.
+    pub fn sync(&self) -> bool {
+        let current = self.hub.generation();
+        if self.applied.swap(current, Ordering::SeqCst) == current {
+            return false;
+        }
+        self.cm.set_host_tools(self.hub.tool_definitions());
+        true
+    }
+
+    /// The model-visible tools: exactly `exec` and `wait`.
+    pub fn model_tools(&self) -> Vec<ModelTool> {
+        self.sync();
+        vec![exec_tool(&self.cm.catalog(), &[], &self.hub.server_names()), wait_tool()]
+    }
+
+    /// Runs `exec` or `wait` for a session.
+    pub async fn call(&self, session: &str, tool: &str, args: &Value) -> Option<CodeModeResult> {
+        self.sync();
+        let ctx = RunContext::session(session);
+        match tool {
+            EXEC => Some(self.cm.exec_json(&ctx, args).await),
+            WAIT => Some(self.cm.wait_json(&ctx, args).await),
+            _ => None,
+        }
+    }
+
+    /// Stops the upstream servers.
+    pub async fn shutdown(&self) {
+        self.hub.shutdown().await;
+    }
+}
+
+/// One MCP session of the server.
+#[derive(Clone)]
+pub struct ExecWaitServer {
+    gateway: Arc<Gateway>,
+    session: Arc<str>,
+}
+
+impl ExecWaitServer {
+    /// A handler with a fresh session id.
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        ExecWaitServer { gateway, session: format!("mcp-{}", uuid::Uuid::new_v4().simple()).into() }
+    }
+
+    /// This session's id (its run scope).
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+}
+
+fn rmcp_tool(t: ModelTool) -> Tool {
+    let schema = match t.input_schema {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    Tool::new(t.name, t.description, Arc::new(schema))
+}
+
+impl ServerHandler for ExecWaitServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Code mode: write a JavaScript program with the `exec` tool; it calls the real tools through `tools.*` and \
+                 `MCP.*`. Call `wait` with the runId when a result is `waiting`.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.gateway.model_tools().into_iter().map(rmcp_tool).collect()))
+    }
+
+    async fn call_tool(&self, request: CallToolRequestParams, cx: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+        let changed = self.gateway.sync();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let Some(result) = self.gateway.call(&self.session, &request.name, &args).await else {
+            return Err(ErrorData::invalid_params(format!("unknown tool `{}`: this server has `exec` and `wait`", request.name), None));
+        };
+        if changed {
+            let _ = cx.peer.notify_tool_list_changed().await;
+        }
+        let json = result.to_json();
+        let out = match result {
+            CodeModeResult::Failed { .. } => CallToolResult::structured_error(json),
+            _ => CallToolResult::structured(json),
+        };
+        Ok(out.into())
+    }
+}
+
+/// Serves one session over stdin/stdout until the client disconnects. Nothing but protocol
+/// messages is written to stdout.
+pub async fn serve_stdio(gateway: Arc<Gateway>) -> Result<(), String> {
+    let server = ExecWaitServer::new(gateway);
+    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
+    running.waiting().await.map_err(|e| format!("MCP session ended abnormally: {e}"))?;
+    Ok(())
+}
+
+/// Hosts and origins accepted by the HTTP server (DNS-rebinding protection): the bound address,
+/// and `localhost` forms of it for loopback binds.
+pub fn allowed_hosts_and_origins(addr: SocketAddr) -> (Vec<String>, Vec<String>) {
+    let port = addr.port();
+    let mut hosts = vec![addr.to_string(), addr.ip().to_string()];
+    let mut origins = vec![format!("http://{addr}")];
+    if addr.ip().is_loopback() {
+        for h in ["localhost", "127.0.0.1", "[::1]", "::1"] {
+            hosts.push(h.to_string());
+            hosts.push(format!("{h}:{port}"));
+        }
+        origins.push(format!("http://localhost:{port}"));
+        origins.push(format!("http://127.0.0.1:{port}"));
+    }
+    hosts.sort();
+    hosts.dedup();
+    (hosts, origins)
+}
+
+/// Serves streamable HTTP at `/mcp` on `listener` until `shutdown` resolves; every MCP session gets
+/// its own handler (and run scope).
+pub async fn serve_http(
+    gateway: Arc<Gateway>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let (hosts, origins) = allowed_hosts_and_origins(addr);
+    let ct = tokio_util::sync::CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .with_cancellation_token(ct.child_token());
+    let gw = gateway.clone();
+    let service: StreamableHttpService<ExecWaitServer, LocalSessionManager> =
+        StreamableHttpService::new(move || Ok(ExecWaitServer::new(gw.clone())), Default::default(), config);
+    let app = axum::Router::new().nest_service("/mcp", service);
+    tracing::info!(%addr, "serving MCP (streamable HTTP) at /mcp");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            ct.cancel();
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        let (hosts, origins) = allowed_hosts_and_origins("127.0.0.1:8765".parse().unwrap());
+        assert!(hosts.contains(&"localhost:8765".to_string()) && hosts.contains(&"127.0.0.1:8765".to_string()));
+        assert!(origins.contains(&"http://localhost:8765".to_string()));
+        let (hosts, _) = allowed_hosts_and_origins("10.1.2.3:80".parse().unwrap());
+        assert!(!hosts.iter().any(|h| h.starts_with("localhost")));
+    }
+}
