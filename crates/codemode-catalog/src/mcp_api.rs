@@ -197,9 +197,12 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
     for tool in &view.tools {
         let Some(t) = catalog.get(&format!("mcp:{}:{}", view.name, tool.name)) else { continue };
         s.push('\n');
+        let fname = key(&tool.name, tool.alias.as_deref());
+        if tool.alias.is_some() {
+            s.push_str(&format!("  // MCP tool {:?}: also {}\n", tool.name, member(&ns, &tool.name, None)));
+        }
         doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters);
         let input = hint(&t.def.parameters);
-        let fname = key(&tool.name, tool.alias.as_deref());
         if fname.starts_with('[') {
             s.push_str(&format!(
                 "  // call as {ns}{fname}(input)\n  const _{}: (input: {input}) => Promise<McpToolResult>;\n",

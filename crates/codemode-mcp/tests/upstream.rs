@@ -1,0 +1,222 @@
+//! End-to-end tests of the upstream side against real MCP servers nobody here wrote
+//! (`@modelcontextprotocol/server-everything`, installed by `scripts/setup.sh` into
+//! `tests/e2e/node_modules`), and against broken ones. SPEC §9 (M-items) and issue 5.
+
+use codemode::config_file::ConfigFile;
+use codemode::{CodeModeResult, LocalTools, RunContext};
+use codemode_mcp::build_gateway;
+use codemode_mcp::server::Gateway;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn e2e_bin(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/node_modules/.bin").join(name);
+    assert!(p.exists(), "{} is missing: run scripts/setup.sh (it installs the end-to-end MCP peers)", p.display());
+    p
+}
+
+fn config(servers: Value, code_mode: Value) -> ConfigFile {
+    let text = json!({ "tools": { "codeMode": code_mode }, "mcpServers": servers }).to_string();
+    match ConfigFile::parse(&text) {
+        Ok(c) => c,
+        Err(e) => panic!("config: {e}"),
+    }
+}
+
+async fn gateway(servers: Value) -> Arc<Gateway> {
+    let file = config(servers, json!({ "enabled": true, "runtime": "quickjs-wasi", "timeoutMs": 4000 }));
+    match build_gateway(&file, LocalTools::new(), None).await {
+        Ok(g) => g,
+        Err(e) => panic!("gateway: {e}"),
+    }
+}
+
+fn everything() -> Value {
+    json!({ "everything": { "command": e2e_bin("mcp-server-everything").to_string_lossy() } })
+}
+
+/// Runs a cell to its end, calling `wait` while it is waiting.
+async fn run(gw: &Gateway, session: &str, code: &str) -> Value {
+    let ctx = RunContext::session(session);
+    let mut result = gw.code_mode().exec_json(&ctx, &json!({ "code": code })).await;
+    for _ in 0..100 {
+        let CodeModeResult::Waiting { run_id, .. } = &result else { break };
+        let run_id = run_id.to_string();
+        result = gw.code_mode().wait_json(&ctx, &json!({ "runId": run_id })).await;
+    }
+    result.to_json()
+}
+
+fn completed(v: &Value) -> &Value {
+    assert_eq!(v["status"], "completed", "expected a completed run: {v:#}");
+    &v["value"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_server_through_the_mcp_namespace() {
+    let gw = gateway(everything()).await;
+    let statuses = gw.hub().statuses();
+    assert_eq!(statuses[0].state, "connected", "{statuses:?}");
+    assert!(statuses[0].tools >= 10, "{statuses:?}");
+
+    // M9: the virtual declaration files, from tool metadata, without a bridge call.
+    let v = run(
+        &gw,
+        "s",
+        r#"return { list: (await API.list()).map(f => f.path), index: await API.read("mcp/index.d.ts"),
+                   dts: await API.read("mcp/everything.d.ts") }"#,
+    )
+    .await;
+    let v = completed(&v);
+    let list: Vec<&str> = v["list"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    assert!(list.contains(&"mcp/index.d.ts") && list.contains(&"mcp/everything.d.ts"), "{list:?}");
+    let dts = v["dts"].as_str().unwrap_or_default();
+    for needle in ["echo", "\"get-sum\"", "getSum", "/**", "trigger-long-running-operation"] {
+        assert!(dts.contains(needle), "everything.d.ts lacks {needle}:\n{dts}");
+    }
+    assert!(v["index"].as_str().unwrap_or_default().contains("everything"));
+
+    // M1–M3: tool calls with the McpToolResult shape, by exact name and by alias.
+    let v = run(
+        &gw,
+        "s",
+        r#"
+        const echo = await MCP.everything.echo({ message: "hello from a cell" });
+        const sum = await MCP.everything["get-sum"]({ a: 2, b: 40 });
+        const sum2 = await MCP.everything.getSum({ a: 1, b: 1 });
+        const structured = await MCP.everything.getStructuredContent({ location: "New York" });
+        return { echo, sum, sum2, structured };
+        "#,
+    )
+    .await;
+    let v = completed(&v);
+    assert!(v["echo"]["content"][0]["text"].as_str().unwrap_or_default().contains("hello from a cell"), "{v:#}");
+    assert!(v["sum"]["content"][0]["text"].as_str().unwrap_or_default().contains("42"), "{v:#}");
+    assert!(v["sum2"]["content"][0]["text"].as_str().unwrap_or_default().contains('2'), "{v:#}");
+    assert!(v["structured"]["structuredContent"].is_object(), "structured content missing: {v:#}");
+    assert_ne!(v["echo"]["isError"], true);
+
+    // MCP tools are not reachable through tools.* (M7), and the calls are catalog calls (M4).
+    let v = run(
+        &gw,
+        "s",
+        r#"return { hits: (await tools.search("echo")).length, all: ALL_TOOLS.filter(t => t.id.startsWith("mcp:")).length,
+                   err: await tools.call("mcp:everything:echo", { message: "x" }).then(() => "reachable", e => String(e)) }"#,
+    )
+    .await;
+    let v = completed(&v);
+    assert_eq!(v["hits"], 0, "{v:#}");
+    assert_eq!(v["all"], 0, "{v:#}");
+    assert_ne!(v["err"], "reachable", "{v:#}");
+
+    // Resources and prompts where the server supports them (M6).
+    let v = run(
+        &gw,
+        "s",
+        r#"const p = await MCP.everything.prompts.get({ name: "simple-prompt" });
+           return { messages: p.messages.length }"#,
+    )
+    .await;
+    assert!(completed(&v)["messages"].as_u64().unwrap_or(0) >= 1, "{v:#}");
+
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_upstream_call_suspends_and_resumes() {
+    let gw = gateway(everything()).await;
+    let ctx = RunContext::session("long");
+    // `timeoutMs` is 4 s; the operation takes 6 s, so the first `exec` must come back `waiting`.
+    let code = r#"const r = await MCP.everything.triggerLongRunningOperation({ duration: 6, steps: 2 });
+                  text("done"); return r.content[0].text"#;
+    let first = gw.code_mode().exec_json(&ctx, &json!({ "code": code })).await.to_json();
+    assert_eq!(first["status"], "waiting", "{first:#}");
+    assert_eq!(first["reason"], "pending_tools", "{first:#}");
+    let run_id = first["runId"].as_str().unwrap_or_default().to_string();
+
+    // Another session cannot resume it.
+    let other = gw.code_mode().wait_json(&RunContext::session("intruder"), &json!({ "runId": run_id })).await.to_json();
+    assert_eq!(other["status"], "failed", "{other:#}");
+
+    let started = Instant::now();
+    let mut last = first;
+    while last["status"] == "waiting" && started.elapsed() < Duration::from_secs(60) {
+        last = gw.code_mode().wait_json(&ctx, &json!({ "runId": last["runId"] })).await.to_json();
+    }
+    let v = completed(&last);
+    assert!(v.as_str().unwrap_or_default().contains("Long running operation completed"), "{last:#}");
+    gw.shutdown().await;
+}
+
+async fn broken(servers: Value, expect: &str) {
+    let started = Instant::now();
+    let gw = gateway(servers).await;
+    let status = &gw.hub().statuses()[0];
+    assert_eq!(status.state, "failed", "{status:?}");
+    let error = status.error.clone().unwrap_or_default();
+    assert!(error.contains(expect), "error `{error}` should mention `{expect}`");
+    // The gateway still runs cells; a call to the failed server is a nested tool failure.
+    let v = run(&gw, "s", r#"return Object.keys(MCP).length"#).await;
+    assert_eq!(completed(&v), &json!(0));
+    let v = run(&gw, "s", r#"return await MCP.broken.anything({})"#).await;
+    assert_eq!(v["status"], "failed", "{v:#}");
+    assert!(started.elapsed() < Duration::from_secs(30), "a broken server must not hold the gateway up");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_upstream_command_does_not_exist() {
+    broken(json!({ "broken": { "command": "/nonexistent/codemode-no-such-server" } }), "cannot start").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_upstream_exits_at_once() {
+    broken(json!({ "broken": { "command": "sh", "args": ["-c", "exit 1"] } }), "initialization failed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_upstream_never_answers() {
+    broken(
+        json!({ "broken": { "command": "sh", "args": ["-c", "exec sleep 600"], "startupTimeoutMs": 1500 } }),
+        "no answer to initialize within 1500 ms",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_upstream_prints_garbage() {
+    broken(
+        json!({ "broken": { "command": "sh", "args": ["-c", "while true; do echo 'this is not JSON-RPC'; sleep 0.1; done"],
+                            "startupTimeoutMs": 3000 } }),
+        "",
+    )
+    .await;
+}
+
+/// A server that answers `initialize` and `tools/list` and then dies on the first call: the call
+/// fails with `nested_tool_failed`, the server is marked failed, and the gateway keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_crashing_mid_call() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/crash_on_call.js");
+    let gw = gateway(json!({ "flaky": { "command": "node", "args": [script.to_string_lossy()] } })).await;
+    assert_eq!(gw.hub().statuses()[0].state, "connected", "{:?}", gw.hub().statuses());
+    let v = run(&gw, "s", r#"return await MCP.flaky.boom({})"#).await;
+    assert_eq!(v["status"], "failed", "{v:#}");
+    assert_eq!(v["code"], "nested_tool_failed", "{v:#}");
+    assert_eq!(gw.hub().statuses()[0].state, "failed");
+    let v = run(&gw, "s", "return 1 + 1").await;
+    assert_eq!(completed(&v), &json!(2));
+    gw.shutdown().await;
+}
+
+/// A call to a server that hangs is bounded by the server's `timeoutMs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_hanging_call_times_out() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/crash_on_call.js");
+    let gw = gateway(json!({ "flaky": { "command": "node", "args": [script.to_string_lossy(), "--hang"], "timeoutMs": 1000 } })).await;
+    let v = run(&gw, "s", r#"try { await MCP.flaky.boom({}) } catch (e) { return String(e.message) }"#).await;
+    assert!(completed(&v).as_str().unwrap_or_default().contains("did not answer within 1000 ms"), "{v:#}");
+    gw.shutdown().await;
+}

@@ -1,0 +1,187 @@
+"""A real MCP client (Python's official `mcp` package) driving `codemode serve` (issue 5).
+
+Usage: client.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
+
+Checks, per transport:
+  - the server lists exactly two tools, `exec` and `wait`, with `exec`'s description carrying the
+    quick index and the `API` hint (SPEC §4, V1);
+  - a cell calling an upstream MCP tool (server-everything's `echo`) completes;
+  - a cell that calls a slow tool comes back `waiting` (`pending_tools`) and `wait` resumes it to the
+    final value (SPEC §6);
+  - a second MCP session cannot resume the first session's run (run scope = session);
+  - unknown tool names are protocol errors.
+Exit status 0 on success; an AssertionError (non-zero) names what failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+
+def result_json(res) -> dict:
+    """The CodeModeResult of an exec/wait call (structured content, or the text block)."""
+    if res.structured_content is not None:
+        return res.structured_content
+    return json.loads(res.content[0].text)
+
+
+@asynccontextmanager
+async def stdio_session(bin_path: str, config: str, snapdir: str):
+    params = StdioServerParameters(
+        command=bin_path,
+        args=["serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools"],
+        env={**os.environ, "RUST_LOG": "warn"},
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+class HttpServer:
+    """`codemode serve --http 127.0.0.1:0` as a child process; the bound URL is read from stderr."""
+
+    def __init__(self, bin_path: str, config: str, snapdir: str):
+        self.proc = subprocess.Popen(
+            [bin_path, "serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools", "--http", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.url = None
+        for line in self.proc.stderr:
+            m = re.search(r"serving MCP at (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        assert self.url, "codemode serve --http did not report its address"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            code = self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("codemode serve --http did not stop on SIGTERM")
+        assert code == 0, f"codemode serve --http exited with {code} after SIGTERM"
+        out = self.proc.stdout.read()
+        assert out == "", f"unexpected stdout from the HTTP server: {out!r}"
+
+
+@asynccontextmanager
+async def http_session(url: str):
+    async with streamable_http_client(url) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+async def check_surface(session: ClientSession) -> None:
+    tools = (await session.list_tools()).tools
+    names = sorted(t.name for t in tools)
+    assert names == ["exec", "wait"], f"model-visible tools should be exactly exec and wait, got {names}"
+    exec_tool = next(t for t in tools if t.name == "exec")
+    desc = exec_tool.description or ""
+    assert "plugin:demo:demo_sleep" in desc, "exec description lacks the quick index"
+    assert "API.read" in desc and "everything" in desc, "exec description lacks the MCP API hint"
+    lang = exec_tool.input_schema["properties"]["language"]
+    assert lang.get("enum") == ["javascript", "typescript"], f"language should be a flat enum: {lang}"
+
+
+async def check_upstream_call(session: ClientSession) -> None:
+    res = await session.call_tool(
+        "exec", {"code": 'const r = await MCP.everything.echo({message: "via codemode"}); return r.content[0].text'}
+    )
+    out = result_json(res)
+    assert out["status"] == "completed", out
+    assert "via codemode" in out["value"], out
+    assert "mcp:everything:echo" in out["telemetry"]["nestedToolIds"], out
+
+
+async def start_slow_run(session: ClientSession) -> str:
+    # timeoutMs is 1000 in the config; demo_sleep takes 2500 ms, so exec must return `waiting`.
+    res = await session.call_tool(
+        "exec", {"code": 'const r = await tools.demo_sleep({ms: 2500}); text("resumed"); return r.slept * 2'}
+    )
+    out = result_json(res)
+    assert out["status"] == "waiting", out
+    assert out["reason"] == "pending_tools", out
+    assert not res.is_error
+    return out["runId"]
+
+
+async def finish_run(session: ClientSession, run_id: str) -> None:
+    for _ in range(50):
+        res = await session.call_tool("wait", {"runId": run_id})
+        out = result_json(res)
+        if out["status"] != "waiting":
+            break
+    assert out["status"] == "completed", out
+    assert out["value"] == 5000, out
+    assert {"type": "text", "text": "resumed"} in out.get("output", []), out
+    # The run is gone once completed.
+    again = result_json(await session.call_tool("wait", {"runId": run_id}))
+    assert again["status"] == "failed", again
+
+
+async def check_foreign_session(session: ClientSession, run_id: str) -> None:
+    res = await session.call_tool("wait", {"runId": run_id})
+    out = result_json(res)
+    assert res.is_error, out
+    assert out["status"] == "failed", out
+    assert "belongs to a different session" in out["error"], out
+
+
+async def check_unknown_tool(session: ClientSession) -> None:
+    try:
+        res = await session.call_tool("tools.search", {})
+    except Exception as e:  # the SDK raises on a JSON-RPC error
+        assert "exec" in str(e) or "unknown" in str(e).lower(), e
+        return
+    assert res.is_error, f"calling an unknown tool should fail: {res}"
+
+
+async def main() -> None:
+    bin_path, config, snapdir, transport = sys.argv[1:5]
+    if transport == "stdio":
+        async with stdio_session(bin_path, config, snapdir) as a:
+            await check_surface(a)
+            await check_upstream_call(a)
+            run_id = await start_slow_run(a)
+            # A second session (a second server process sharing the snapshot directory) must not
+            # be able to resume it.
+            async with stdio_session(bin_path, config, snapdir) as b:
+                await check_foreign_session(b, run_id)
+            await finish_run(a, run_id)
+            await check_unknown_tool(a)
+    elif transport == "http":
+        server = HttpServer(bin_path, config, snapdir)
+        try:
+            async with http_session(server.url) as a:
+                await check_surface(a)
+                await check_upstream_call(a)
+                run_id = await start_slow_run(a)
+                async with http_session(server.url) as b:
+                    await check_foreign_session(b, run_id)
+                await finish_run(a, run_id)
+                await check_unknown_tool(a)
+        finally:
+            server.stop()
+    else:
+        raise SystemExit(f"unknown transport {transport!r}")
+    print(f"ok: {transport}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
