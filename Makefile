@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test bench fmt
+.PHONY: setup demo test bench bench-mcp fmt
 
 setup:
 	./scripts/setup.sh
@@ -18,6 +18,11 @@ test: setup
 bench: setup
 	$(CARGO) run --locked --release -p codemode-cli --bin codemode -- bench
 	$(CARGO) bench --locked -p codemode --features engine-wasi,engine-quickjs --bench runtime
+
+## MCP overhead and surface size: codemode serve vs the same upstream servers called directly.
+bench-mcp: setup
+	$(CARGO) build --locked --release -p codemode-cli --bin codemode
+	.venv/bin/python tests/e2e/measure.py $${CARGO_TARGET_DIR:-target}/release/codemode 200
 
 fmt:
 	$(CARGO) fmt --all

@@ -26,3 +26,24 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   log "Debian packages present: ${debs[*]}"
 fi
+
+# 2. End-to-end MCP peers nobody here wrote: the npm servers (server-everything, -filesystem, -memory)
+#    that codemode talks to upstream, pinned by tests/e2e/package-lock.json.
+if [ -f tests/e2e/node_modules/.package-lock.json ] && cmp -s tests/e2e/package-lock.json tests/e2e/node_modules/.stamp-lock; then
+  log "npm peers present (tests/e2e/node_modules)"
+else
+  command -v npm >/dev/null 2>&1 || { log "npm is missing: install Node.js (Debian: nodejs npm)"; exit 1; }
+  log "installing npm peers into tests/e2e/node_modules"
+  (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp tests/e2e/package-lock.json tests/e2e/node_modules/.stamp-lock
+fi
+
+# 3. Python's official MCP client (drives `codemode serve` in the end-to-end tests), in .venv.
+if [ -x .venv/bin/python ] && cmp -s tests/e2e/requirements.txt .venv/.stamp-requirements; then
+  log "python venv present (.venv)"
+else
+  log "creating .venv with tests/e2e/requirements.txt"
+  python3 -m venv .venv
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
+  cp tests/e2e/requirements.txt .venv/.stamp-requirements
+fi

@@ -152,7 +152,13 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         println!("\nwarning: {w}");
     }
     for s in &statuses {
-        println!("\nMCP server {}: {} ({} tools){}", s.name, s.state, s.tools, s.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default());
+        println!(
+            "\nMCP server {}: {} ({} tools){}",
+            s.name,
+            s.state,
+            s.tools,
+            s.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+        );
     }
     println!("\nquick index ({} listed, {} omitted):\n{}", index.listed.len(), index.omitted, index.text);
     if let (Some(q), Some(hits)) = (&args.search, &hits) {

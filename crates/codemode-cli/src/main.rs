@@ -28,8 +28,8 @@ use codemode::config_file::ConfigFile;
 use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// Exit status of a usage or configuration error.
 const EXIT_USAGE: u8 = 2;

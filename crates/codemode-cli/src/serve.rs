@@ -49,7 +49,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let file = load_config(&args.common)?;
     let store: Option<Arc<dyn codemode::SnapshotStore>> = match &args.snapshot_dir {
         Some(dir) => Some(Arc::new(
-            codemode::DirectorySnapshotStore::new(dir).map_err(|e| anyhow::anyhow!("snapshot directory {}: {e}", dir.display()))?,
+            codemode::DirectorySnapshotStore::new(dir)
+                .map_err(|e| anyhow::anyhow!("snapshot directory {}: {e}", dir.display()))?,
         )),
         None => None,
     };
@@ -72,7 +73,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
             if !addr.ip().is_loopback() {
                 tracing::warn!(%addr, "serving on a non-loopback address: anyone who can reach it can run code mode cells");
             }
-            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
             eprintln!("codemode: serving MCP at http://{}/mcp", listener.local_addr()?);
             codemode_mcp::server::serve_http(gw.clone(), listener, shutdown_signal()).await
         }

@@ -91,7 +91,10 @@ pub fn expand(text: &str, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(d),
             (None, None) => {
-                return Err(ConfigError::new(path, format!("environment variable `{name}` is not set (use ${{{name}:-default}})")));
+                return Err(ConfigError::new(
+                    path,
+                    format!("environment variable `{name}` is not set (use ${{{name}:-default}})"),
+                ));
             }
         }
         rest = &after[end + 1..];
@@ -105,17 +108,25 @@ fn string(v: &Value, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Res
     expand(s, path, lookup)
 }
 
-fn string_map(v: &Value, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<BTreeMap<String, String>, ConfigError> {
-    let obj = v.as_object().ok_or_else(|| ConfigError::new(path, format!("expected an object, got {}", type_name(v))))?;
+fn string_map(
+    v: &Value,
+    path: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let obj =
+        v.as_object().ok_or_else(|| ConfigError::new(path, format!("expected an object, got {}", type_name(v))))?;
     obj.iter().map(|(k, x)| Ok((k.clone(), string(x, &format!("{path}.{k}"), lookup)?))).collect()
 }
 
 fn patterns(v: &Value, path: &str) -> Result<Vec<String>, ConfigError> {
-    let items = v.as_array().ok_or_else(|| ConfigError::new(path, format!("expected an array, got {}", type_name(v))))?;
+    let items =
+        v.as_array().ok_or_else(|| ConfigError::new(path, format!("expected an array, got {}", type_name(v))))?;
     items
         .iter()
         .enumerate()
-        .map(|(i, x)| x.as_str().map(str::to_string).ok_or_else(|| ConfigError::new(format!("{path}[{i}]"), "expected a string")))
+        .map(|(i, x)| {
+            x.as_str().map(str::to_string).ok_or_else(|| ConfigError::new(format!("{path}[{i}]"), "expected a string"))
+        })
         .collect()
 }
 
@@ -125,7 +136,10 @@ pub fn parse_servers(value: &Value) -> Result<Vec<ServerConfig>, ConfigError> {
 }
 
 /// Parses `mcpServers` with a given variable lookup.
-pub fn parse_servers_with(value: &Value, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<ServerConfig>, ConfigError> {
+pub fn parse_servers_with(
+    value: &Value,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<ServerConfig>, ConfigError> {
     let obj = value.as_object().ok_or_else(|| ConfigError::new("mcpServers", "expected an object of servers"))?;
     let mut out = Vec::new();
     for (name, spec) in obj {
@@ -135,18 +149,28 @@ pub fn parse_servers_with(value: &Value, lookup: &dyn Fn(&str) -> Option<String>
         }
         let spec = spec.as_object().ok_or_else(|| ConfigError::new(&path, "expected an object"))?;
         if let Some(k) = spec.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(ConfigError::new(format!("{path}.{k}"), format!("unknown key `{k}` (known keys: {})", KEYS.join(", "))));
+            return Err(ConfigError::new(
+                format!("{path}.{k}"),
+                format!("unknown key `{k}` (known keys: {})", KEYS.join(", ")),
+            ));
         }
         let at = |k: &str| format!("{path}.{k}");
         let transport = match (spec.get("command"), spec.get("url")) {
-            (Some(_), Some(_)) => return Err(ConfigError::new(&path, "give either `command` (stdio) or `url` (HTTP), not both")),
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(&path, "give either `command` (stdio) or `url` (HTTP), not both"));
+            }
             (Some(c), None) => Transport::Stdio {
                 command: string(c, &at("command"), lookup)?,
                 args: match spec.get("args") {
                     None => Vec::new(),
                     Some(a) => {
-                        let items = a.as_array().ok_or_else(|| ConfigError::new(at("args"), "expected an array of strings"))?;
-                        items.iter().enumerate().map(|(i, x)| string(x, &format!("{}[{i}]", at("args")), lookup)).collect::<Result<_, _>>()?
+                        let items =
+                            a.as_array().ok_or_else(|| ConfigError::new(at("args"), "expected an array of strings"))?;
+                        items
+                            .iter()
+                            .enumerate()
+                            .map(|(i, x)| string(x, &format!("{}[{i}]", at("args")), lookup))
+                            .collect::<Result<_, _>>()?
                     }
                 },
                 env: spec.get("env").map(|e| string_map(e, &at("env"), lookup)).transpose()?.unwrap_or_default(),
@@ -157,14 +181,23 @@ pub fn parse_servers_with(value: &Value, lookup: &dyn Fn(&str) -> Option<String>
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(ConfigError::new(at("url"), "expected an http:// or https:// URL"));
                 }
-                Transport::Http { url, headers: spec.get("headers").map(|h| string_map(h, &at("headers"), lookup)).transpose()?.unwrap_or_default() }
+                Transport::Http {
+                    url,
+                    headers: spec
+                        .get("headers")
+                        .map(|h| string_map(h, &at("headers"), lookup))
+                        .transpose()?
+                        .unwrap_or_default(),
+                }
             }
             (None, None) => return Err(ConfigError::new(&path, "needs `command` (stdio) or `url` (streamable HTTP)")),
         };
         let number = |k: &str, default: u64| -> Result<u64, ConfigError> {
             match spec.get(k) {
                 None => Ok(default),
-                Some(v) => v.as_u64().filter(|n| *n > 0).ok_or_else(|| ConfigError::new(at(k), "expected a positive integer")),
+                Some(v) => {
+                    v.as_u64().filter(|n| *n > 0).ok_or_else(|| ConfigError::new(at(k), "expected a positive integer"))
+                }
             }
         };
         out.push(ServerConfig {
@@ -217,9 +250,23 @@ mod tests {
         });
         let s = parse_servers_with(&v, &env).unwrap();
         assert_eq!(s[0].name, "files");
-        assert_eq!(s[0].transport, Transport::Stdio { command: "fs-server".into(), args: vec!["/home/u/docs".into()], env: [("T".to_string(), "t0k".to_string())].into(), cwd: None });
+        assert_eq!(
+            s[0].transport,
+            Transport::Stdio {
+                command: "fs-server".into(),
+                args: vec!["/home/u/docs".into()],
+                env: [("T".to_string(), "t0k".to_string())].into(),
+                cwd: None
+            }
+        );
         assert_eq!((s[0].timeout_ms, s[0].deny.clone()), (5000, vec!["write_*".to_string()]));
-        assert_eq!(s[1].transport, Transport::Http { url: "https://h/mcp".into(), headers: [("Authorization".to_string(), "Bearer t0k".to_string())].into() });
+        assert_eq!(
+            s[1].transport,
+            Transport::Http {
+                url: "https://h/mcp".into(),
+                headers: [("Authorization".to_string(), "Bearer t0k".to_string())].into()
+            }
+        );
         for (bad, path) in [
             (json!({"x": {}}), "mcpServers.x"),
             (json!({"x": {"command": "a", "url": "http://h"}}), "mcpServers.x"),

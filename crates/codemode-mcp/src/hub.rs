@@ -78,6 +78,8 @@ struct Server {
 pub struct McpHub {
     servers: Vec<Arc<Server>>,
     generation: Arc<AtomicU64>,
+    /// Set by [`McpHub::shutdown`]: connections closing then are not failures.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for McpHub {
@@ -112,7 +114,9 @@ impl Server {
             defs.push(
                 ToolDefinition::new(ToolSource::Mcp, name.clone(), RESOURCES_READ)
                     .with_description("Read a resource of this server by URI.")
-                    .with_parameters(json!({"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}))
+                    .with_parameters(
+                        json!({"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}),
+                    )
                     .read_only(),
             );
         }
@@ -189,8 +193,9 @@ async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) 
                 let value = http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
                 map.insert(name, value);
             }
-            let cfg = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone())
-                .custom_headers(map);
+            let cfg =
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone())
+                    .custom_headers(map);
             let transport = rmcp::transport::StreamableHttpClientTransport::from_config(cfg);
             tokio::time::timeout(startup, handler.serve(transport)).await
         }
@@ -266,7 +271,7 @@ impl McpHub {
             });
         }
         while joins.join_next().await.is_some() {}
-        let hub = Arc::new(McpHub { servers, generation: Arc::new(AtomicU64::new(1)) });
+        let hub = Arc::new(McpHub { servers, generation: Arc::new(AtomicU64::new(1)), closing: Default::default() });
         // Tool-list changes: list the server's tools again and bump the generation.
         let weak = Arc::downgrade(&hub);
         tokio::spawn(async move {
@@ -280,10 +285,17 @@ impl McpHub {
 
     /// Lists one server's tools again (after a `tools/list_changed` notification).
     pub async fn refresh(&self, name: &str) {
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
         let Some(server) = self.servers.iter().find(|s| s.config.name == name) else { return };
         let peer = lock(&server.peer).clone();
         let Some(peer) = peer else { return };
-        match list(&server.config, &peer).await {
+        let listed = list(&server.config, &peer).await;
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        match listed {
             Ok((tools, resources, prompts)) => server.set_tools(tools, resources, prompts),
             Err(e) => server.set_failed(e),
         }
@@ -313,6 +325,7 @@ impl McpHub {
 
     /// Closes every connection; child processes get their stdin closed, then SIGTERM, then are killed.
     pub async fn shutdown(&self) {
+        self.closing.store(true, Ordering::SeqCst);
         let mut joins = tokio::task::JoinSet::new();
         for s in &self.servers {
             *lock(&s.peer) = None;
@@ -334,7 +347,12 @@ impl McpHub {
         let args = match input {
             Value::Object(m) => m,
             Value::Null => serde_json::Map::new(),
-            other => return Err(ToolError::new(ToolErrorKind::InvalidInput, format!("MCP tools take one object argument, got {other}"))),
+            other => {
+                return Err(ToolError::new(
+                    ToolErrorKind::InvalidInput,
+                    format!("MCP tools take one object argument, got {other}"),
+                ));
+            }
         };
         let limit = Duration::from_millis(server.config.timeout_ms);
         let result: Result<Value, ServiceError> = match tool {
@@ -342,7 +360,12 @@ impl McpHub {
                 let uri = args.get("uri").and_then(Value::as_str).unwrap_or("").to_string();
                 match tokio::time::timeout(limit, peer.read_resource(ReadResourceRequestParams::new(uri))).await {
                     Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
-                    Err(_) => return Err(unavailable(format!("MCP server `{name}` did not answer within {} ms", server.config.timeout_ms))),
+                    Err(_) => {
+                        return Err(unavailable(format!(
+                            "MCP server `{name}` did not answer within {} ms",
+                            server.config.timeout_ms
+                        )));
+                    }
                 }
             }
             PROMPTS_GET => {
@@ -353,14 +376,24 @@ impl McpHub {
                 }
                 match tokio::time::timeout(limit, peer.get_prompt(params)).await {
                     Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
-                    Err(_) => return Err(unavailable(format!("MCP server `{name}` did not answer within {} ms", server.config.timeout_ms))),
+                    Err(_) => {
+                        return Err(unavailable(format!(
+                            "MCP server `{name}` did not answer within {} ms",
+                            server.config.timeout_ms
+                        )));
+                    }
                 }
             }
             _ => {
                 let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
                 match tokio::time::timeout(limit, peer.call_tool(params)).await {
                     Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
-                    Err(_) => return Err(unavailable(format!("MCP server `{name}` did not answer within {} ms", server.config.timeout_ms))),
+                    Err(_) => {
+                        return Err(unavailable(format!(
+                            "MCP server `{name}` did not answer within {} ms",
+                            server.config.timeout_ms
+                        )));
+                    }
                 }
             }
         };

@@ -128,11 +128,18 @@ impl ServerHandler for ExecWaitServer {
         Ok(ListToolsResult::with_all_items(self.gateway.model_tools().into_iter().map(rmcp_tool).collect()))
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, cx: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let changed = self.gateway.sync();
         let args = Value::Object(request.arguments.unwrap_or_default());
         let Some(result) = self.gateway.call(&self.session, &request.name, &args).await else {
-            return Err(ErrorData::invalid_params(format!("unknown tool `{}`: this server has `exec` and `wait`", request.name), None));
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{}`: this server has `exec` and `wait`", request.name),
+                None,
+            ));
         };
         if changed {
             let _ = cx.peer.notify_tool_list_changed().await;
@@ -150,7 +157,8 @@ impl ServerHandler for ExecWaitServer {
 /// messages is written to stdout.
 pub async fn serve_stdio(gateway: Arc<Gateway>) -> Result<(), String> {
     let server = ExecWaitServer::new(gateway);
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
+    let running =
+        server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
     running.waiting().await.map_err(|e| format!("MCP session ended abnormally: {e}"))?;
     Ok(())
 }

@@ -215,7 +215,10 @@ async fn upstream_crashing_mid_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_hanging_call_times_out() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/crash_on_call.js");
-    let gw = gateway(json!({ "flaky": { "command": "node", "args": [script.to_string_lossy(), "--hang"], "timeoutMs": 1000 } })).await;
+    let gw = gateway(
+        json!({ "flaky": { "command": "node", "args": [script.to_string_lossy(), "--hang"], "timeoutMs": 1000 } }),
+    )
+    .await;
     let v = run(&gw, "s", r#"try { await MCP.flaky.boom({}) } catch (e) { return String(e.message) }"#).await;
     assert!(completed(&v).as_str().unwrap_or_default().contains("did not answer within 1000 ms"), "{v:#}");
     gw.shutdown().await;

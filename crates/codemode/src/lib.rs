@@ -186,7 +186,10 @@ impl CodeModeBuilder {
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let extra = Arc::new(BuildInputs { local_defs, policy: self.policy });
-        CodeMode { inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)), extra }
+        CodeMode {
+            inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)),
+            extra,
+        }
     }
 }
 
