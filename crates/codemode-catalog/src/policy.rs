@@ -118,6 +118,24 @@ pub struct PolicyContext<'a> {
     pub model: Option<&'a str>,
 }
 
+/// An owned [`PolicyContext`]: which agent, provider and model a runtime serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyTarget {
+    /// Agent id (`agents.list[].id`).
+    pub agent: Option<String>,
+    /// Model provider.
+    pub provider: Option<String>,
+    /// Model id.
+    pub model: Option<String>,
+}
+
+impl PolicyTarget {
+    /// The borrowed context for [`ToolPolicy::apply`].
+    pub fn context(&self) -> PolicyContext<'_> {
+        PolicyContext { agent: self.agent.as_deref(), provider: self.provider.as_deref(), model: self.model.as_deref() }
+    }
+}
+
 /// Why a tool was removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Removal {

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use codemode::config_file::ConfigFile;
 use codemode::surface::{ActivationRequest, ModelTool, activate, mcp_servers};
-use codemode::{Catalog, CodeModeConfig, PolicyContext, ToolDefinition};
+use codemode::{Catalog, CodeModeConfig, ToolDefinition};
 use codemode_catalog::names::safe_name;
 use codemode_catalog::quick_index::{QUICK_INDEX_MAX_CHARS, quick_index};
 use serde_json::json;
@@ -55,6 +55,12 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         Some(p) => ConfigFile::load(p)?,
         None => ConfigFile { code_mode: CodeModeConfig::enabled(), ..ConfigFile::default() },
     };
+    let target = codemode::PolicyTarget {
+        agent: args.agent.clone(),
+        provider: args.provider.clone(),
+        model: args.model.clone(),
+    };
+    codemode_mcp::check_target(&file, &target)?;
     let mut tools: Vec<ToolDefinition> = codemode::demo::demo_tools().definitions();
     if let Some(n) = args.fixture {
         tools.extend(codemode_catalog::fixtures::realistic(n));
@@ -67,11 +73,7 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     tools.extend(hub.tool_definitions());
     let statuses = hub.statuses();
     hub.shutdown().await;
-    let cx = PolicyContext {
-        agent: args.agent.as_deref(),
-        provider: args.provider.as_deref(),
-        model: args.model.as_deref(),
-    };
+    let cx = target.context();
     let outcome = file.policy.apply(tools.clone(), cx);
     let catalog = Catalog::build(outcome.kept.clone());
     let index = quick_index(&catalog, QUICK_INDEX_MAX_CHARS);

@@ -128,7 +128,7 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     let mut config = load_config(&common)?;
     // Short enough that the slow tool of scene 3 outlives one exec call.
     config.code_mode.timeout_ms = config.code_mode.timeout_ms.min(500);
-    let gw = build_runtime(config).await?;
+    let gw = build_runtime(config, &common).await?;
     let cm = gw.cm().clone();
     println!(
         "codemode demo — engine `{}`, {} demo tools, timeoutMs {}",

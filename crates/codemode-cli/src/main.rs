@@ -56,6 +56,22 @@ struct CommonArgs {
     /// Engine to use (overrides `tools.codeMode.runtime`).
     #[arg(long, value_name = "NAME")]
     engine: Option<String>,
+    /// Apply this agent's tool policy (`agents.list[].id` of the config).
+    #[arg(long, value_name = "ID")]
+    agent: Option<String>,
+    /// Apply `tools.byProvider` for this model provider ...
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+    /// ... and this model (`byProvider` keys `provider/model`).
+    #[arg(long, value_name = "ID", requires = "provider")]
+    model: Option<String>,
+}
+
+impl CommonArgs {
+    /// The policy target named by `--agent`, `--provider` and `--model`.
+    pub(crate) fn target(&self) -> codemode::PolicyTarget {
+        codemode::PolicyTarget { agent: self.agent.clone(), provider: self.provider.clone(), model: self.model.clone() }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,7 +165,7 @@ impl StoreArgs {
         let dir = self.dir()?;
         let store = codemode::DirectorySnapshotStore::new(&dir)
             .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
-        build_runtime_with(config, Some(Arc::new(store))).await
+        build_runtime_with(config, common, Some(Arc::new(store))).await
     }
 }
 
@@ -184,12 +200,16 @@ pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
 }
 
 /// Builds the runtime over the demo catalog plus the config's MCP servers.
-pub(crate) async fn build_runtime(config: ConfigFile) -> Result<Gateway> {
-    build_runtime_with(config, None).await
+pub(crate) async fn build_runtime(config: ConfigFile, common: &CommonArgs) -> Result<Gateway> {
+    build_runtime_with(config, common, None).await
 }
 
-async fn build_runtime_with(config: ConfigFile, store: Option<Arc<dyn codemode::SnapshotStore>>) -> Result<Gateway> {
-    let gw = codemode_mcp::build_gateway(&config, codemode::demo::demo_tools(), store).await?;
+async fn build_runtime_with(
+    config: ConfigFile,
+    common: &CommonArgs,
+    store: Option<Arc<dyn codemode::SnapshotStore>>,
+) -> Result<Gateway> {
+    let gw = codemode_mcp::build_gateway(&config, &common.target(), codemode::demo::demo_tools(), store).await?;
     report_servers(&gw);
     let cm = gw.code_mode();
     if !cm.engine_available() {
@@ -287,7 +307,7 @@ async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -> Result<Ex
 
 async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, file: String) -> Result<ExitCode> {
     let config = load_config(&common)?;
-    let gw = build_runtime(config).await?;
+    let gw = build_runtime(config, &common).await?;
     let cm = gw.cm().clone();
     let input = exec_input(language, &file)?;
     let ctx = RunContext::session("cli");

@@ -55,7 +55,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         None => None,
     };
     let local = if args.demo_tools { codemode::demo::demo_tools() } else { codemode::LocalTools::new() };
-    let gw = codemode_mcp::build_gateway(&file, local, store).await?;
+    let gw = codemode_mcp::build_gateway(&file, &args.common.target(), local, store).await?;
     report_servers(&gw);
     if !gw.code_mode().engine_available() {
         gw.shutdown().await;

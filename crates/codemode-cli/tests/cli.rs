@@ -208,3 +208,35 @@ fn demo_runs_to_completion() {
     assert!(stdout.contains("waiting (pending_tools)"), "{stdout}");
     assert!(stdout.contains("module_access_denied"), "{stdout}");
 }
+
+/// SPEC §22 per-agent overrides and `byProvider`, applied to the runtime's catalog by `--agent` /
+/// `--provider` / `--model`; a denied tool fails like an unknown one; an unknown agent is a usage error.
+#[test]
+fn agent_and_provider_policy_narrow_the_catalog() {
+    let dir = tempdir("agent-policy");
+    let config = write(
+        &dir,
+        "c.json5",
+        r#"{ tools: { codeMode: true, byProvider: { "acme/small": { deny: ["demo_sleep"] } } },
+             agents: { list: [{ id: "support", tools: { deny: ["demo_echo"] } }] } }"#,
+    );
+    let cfg = config.to_str().unwrap();
+    let probe = r#"return { echo: ALL_TOOLS.some(t => t.name === "demo_echo"), sleep: ALL_TOOLS.some(t => t.name === "demo_sleep"),
+                            call: await tools.callValue("plugin:demo:demo_echo", {}).then(() => "ok", e => e.message) }"#;
+
+    let out = run_stdin(&["run", "--config", cfg, "-"], probe);
+    assert_eq!(last_json(&out)["value"], json!({ "echo": true, "sleep": true, "call": "ok" }));
+
+    let out = run_stdin(&["run", "--config", cfg, "--agent", "support", "-"], probe);
+    let v = last_json(&out);
+    assert_eq!(v["value"]["echo"], false, "{v}");
+    assert_eq!(v["value"]["sleep"], true, "{v}");
+    assert!(v["value"]["call"].as_str().unwrap().contains("unknown tool id"), "{v}");
+
+    let out = run_stdin(&["run", "--config", cfg, "--provider", "acme", "--model", "small", "-"], probe);
+    assert_eq!(last_json(&out)["value"]["sleep"], false);
+
+    let out = run_stdin(&["run", "--config", cfg, "--agent", "nobody", "-"], "return 1");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown agent `nobody` (agents.list ids: support)"));
+}

@@ -20,18 +20,38 @@ pub mod server;
 pub use hub::{McpHub, ServerStatus};
 
 use codemode::config_file::ConfigFile;
-use codemode::{CodeMode, LocalTools, SnapshotStore};
+use codemode::{CodeMode, LocalTools, PolicyTarget, SnapshotStore};
 use codemode_core::config::ConfigError;
 use std::sync::Arc;
 
+/// Checks that `target` names an agent the config defines (a typo must not silently drop the
+/// agent's restrictions).
+pub fn check_target(file: &ConfigFile, target: &PolicyTarget) -> Result<(), ConfigError> {
+    match &target.agent {
+        Some(agent) if !file.policy.agents.contains_key(agent) => {
+            let known: Vec<&str> = file.policy.agents.keys().map(String::as_str).collect();
+            Err(ConfigError::new(
+                "agent",
+                format!(
+                    "unknown agent `{agent}` (agents.list ids: {})",
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Connects the configured upstream servers and builds the code-mode runtime over them (plus
 /// `local` tools): the catalog holds the local tools and every connected server's tools, after the
-/// config's policy; nested MCP calls go to the hub.
+/// config's policy for `target` (agent, provider, model); nested MCP calls go to the hub.
 pub async fn build_gateway(
     file: &ConfigFile,
+    target: &PolicyTarget,
     local: LocalTools,
     store: Option<Arc<dyn SnapshotStore>>,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
+    check_target(file, target)?;
     let servers = match &file.mcp_servers {
         Some(v) => config::parse_servers(v)?,
         None => Vec::new(),
@@ -39,6 +59,7 @@ pub async fn build_gateway(
     let hub = McpHub::connect(servers).await;
     let mut builder = CodeMode::builder(file.code_mode.clone())
         .policy(file.policy.clone())
+        .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())
         .executor(hub.clone());

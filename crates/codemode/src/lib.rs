@@ -35,7 +35,7 @@ pub mod tools;
 pub mod typescript;
 
 pub use codemode_catalog::Catalog;
-pub use codemode_catalog::policy::{PolicyContext, ToolPolicy};
+pub use codemode_catalog::policy::{PolicyContext, PolicyTarget, ToolPolicy};
 pub use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolResult};
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
@@ -103,6 +103,7 @@ pub struct CodeModeBuilder {
     store: Option<Arc<dyn SnapshotStore>>,
     clock: Option<Arc<dyn Clock>>,
     policy: Option<ToolPolicy>,
+    target: PolicyTarget,
 }
 
 impl CodeModeBuilder {
@@ -149,11 +150,18 @@ impl CodeModeBuilder {
         self
     }
 
-    /// Applies a tool policy (SPEC §22) to every tool before the catalog is built (for the default
-    /// policy context: no agent, provider or model). Build one runtime per agent/provider when their
-    /// policies differ.
+    /// Applies a tool policy (SPEC §22) to every tool before the catalog is built, for the agent,
+    /// provider and model set with [`Self::policy_target`] (none by default). Build one runtime per
+    /// agent/provider when their policies differ.
     pub fn policy(mut self, policy: ToolPolicy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// Selects the agent's overrides (`agents.list[].tools`) and the `tools.byProvider` entry the
+    /// policy applies.
+    pub fn policy_target(mut self, target: PolicyTarget) -> Self {
+        self.target = target;
         self
     }
 
@@ -172,7 +180,7 @@ impl CodeModeBuilder {
         let local_ids = defs.iter().map(ToolDefinition::id).collect();
         defs.extend(self.definitions);
         if let Some(policy) = &self.policy {
-            let outcome = policy.apply(defs, codemode_catalog::policy::PolicyContext::default());
+            let outcome = policy.apply(defs, self.target.context());
             for w in &outcome.warnings {
                 tracing::warn!("{w}");
             }
@@ -185,7 +193,7 @@ impl CodeModeBuilder {
         let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let extra = Arc::new(BuildInputs { local_defs, policy: self.policy });
+        let extra = Arc::new(BuildInputs { local_defs, policy: self.policy, target: self.target });
         CodeMode {
             inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)),
             extra,
@@ -206,6 +214,7 @@ pub struct CodeMode {
 struct BuildInputs {
     local_defs: Vec<ToolDefinition>,
     policy: Option<ToolPolicy>,
+    target: PolicyTarget,
 }
 
 impl std::fmt::Debug for CodeMode {
@@ -231,6 +240,7 @@ impl CodeMode {
             store: None,
             clock: None,
             policy: None,
+            target: PolicyTarget::default(),
         }
     }
 
@@ -334,7 +344,7 @@ impl CodeMode {
         let mut all = self.extra.local_defs.clone();
         all.extend(defs);
         if let Some(policy) = &self.extra.policy {
-            all = policy.apply(all, codemode_catalog::policy::PolicyContext::default()).kept;
+            all = policy.apply(all, self.extra.target.context()).kept;
         }
         self.inner.set_catalog(Catalog::build(all));
     }
