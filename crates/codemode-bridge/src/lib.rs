@@ -59,6 +59,11 @@ pub fn wrap_code(code: &str) -> String {
 }
 
 /// Per-run data the prelude's `boot` installs.
+///
+/// It goes to the guest as the JSON of [`BootData::to_guest_json`], in which the bulky parts
+/// (`ALL_TOOLS`, the `API` files, each MCP server's tool list) are JSON *text* that the prelude parses
+/// only when the cell first touches them: a run that never reads `ALL_TOOLS` or `MCP.x` does not pay
+/// for building them (with 200 catalog tools that was most of a trivial `exec`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootData {
@@ -76,4 +81,95 @@ pub struct BootData {
     /// prompts}` each (see `codemode_catalog::mcp_api`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp: Vec<serde_json::Value>,
+}
+
+impl BootData {
+    /// The boot argument of the prelude: a JSON head, a newline, then the bulky parts as JSON text
+    /// segments (`ALL_TOOLS`, the `API` files, each MCP server's tool list). The head gives each
+    /// segment's `[start, length]` in UTF-16 units (JS string indices) and `apiList` the `API.list`
+    /// entries. The guest slices a segment out and parses it only when the cell first needs it;
+    /// compact JSON never contains a raw newline, so the first one ends the head.
+    pub fn to_guest_json(&self) -> String {
+        let mut body = String::new();
+        let mut at = 0usize;
+        let mut segment = |text: String| -> serde_json::Value {
+            let units = text.encode_utf16().count();
+            let v = serde_json::json!([at, units]);
+            at += units;
+            body.push_str(&text);
+            v
+        };
+        let tools = segment(json_text(&self.tools));
+        let api_files = segment(json_text(&self.api_files));
+        let mcp: Vec<serde_json::Value> = self
+            .mcp
+            .iter()
+            .map(|server| {
+                let mut server = server.clone();
+                if let Some(obj) = server.as_object_mut() {
+                    let tools = obj.remove("tools").unwrap_or(serde_json::Value::Array(Vec::new()));
+                    obj.insert("tools".into(), segment(tools.to_string()));
+                }
+                server
+            })
+            .collect();
+        let api_list: Vec<serde_json::Value> =
+            self.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
+        let head = serde_json::json!({
+            "tools": tools,
+            "conveniences": self.conveniences,
+            "maxDepth": self.max_depth,
+            "apiFiles": api_files,
+            "apiList": api_list,
+            "mcp": mcp,
+        });
+        let mut out = head.to_string();
+        out.push('\n');
+        out.push_str(&body);
+        out
+    }
+}
+
+/// JSON text of a value (serializing plain data cannot fail; `null` if it somehow does).
+fn json_text<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// Slices a segment the way the prelude does: by UTF-16 indices.
+    fn slice(body: &str, seg: &Value) -> String {
+        let units: Vec<u16> = body.encode_utf16().collect();
+        let (start, len) = (seg[0].as_u64().unwrap() as usize, seg[1].as_u64().unwrap() as usize);
+        String::from_utf16(&units[start..start + len]).unwrap()
+    }
+
+    #[test]
+    fn guest_boot_segments_round_trip_with_non_ascii_text() {
+        let mut api_files = BTreeMap::new();
+        api_files.insert("mcp/x.d.ts".to_string(), "/** café → 𝄞 */\ndeclare namespace MCP.x {}\n".to_string());
+        let boot = BootData {
+            tools: vec![],
+            conveniences: vec![("demo_echo".into(), "plugin:demo:demo_echo".into())],
+            max_depth: 64,
+            api_files: api_files.clone(),
+            mcp: vec![
+                json!({ "name": "x", "tools": [{ "name": "über-tool", "alias": "überTool" }], "resources": false }),
+            ],
+        };
+        let text = boot.to_guest_json();
+        let (head, body) = text.split_once('\n').unwrap();
+        let head: Value = serde_json::from_str(head).unwrap();
+        assert_eq!(head["maxDepth"], 64);
+        assert_eq!(head["conveniences"], json!([["demo_echo", "plugin:demo:demo_echo"]]));
+        assert_eq!(serde_json::from_str::<Value>(&slice(body, &head["tools"])).unwrap(), json!([]));
+        let files: BTreeMap<String, String> = serde_json::from_str(&slice(body, &head["apiFiles"])).unwrap();
+        assert_eq!(files, api_files);
+        let tools: Value = serde_json::from_str(&slice(body, &head["mcp"][0]["tools"])).unwrap();
+        assert_eq!(tools, json!([{ "name": "über-tool", "alias": "überTool" }]));
+        assert_eq!(head["apiList"][0]["bytes"], api_files["mcp/x.d.ts"].len());
+    }
 }

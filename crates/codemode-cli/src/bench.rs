@@ -8,6 +8,9 @@ use std::io::Write as _;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+/// Fixture tools added for the "large catalog" exec row.
+const LARGE_CATALOG: usize = 200;
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -55,9 +58,14 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         let warm = Instant::now();
         bench::trivial(&cm).await;
         let first = warm.elapsed();
+        let big = bench::runtime_with_fixture(engine, 10_000, LARGE_CATALOG);
+        bench::trivial(&big).await;
+        // Interleaved, so machine noise hits both alike.
         let mut trivial = Vec::with_capacity(samples);
+        let mut trivial_big = Vec::with_capacity(samples);
         for _ in 0..samples {
             trivial.push(bench::trivial(&cm).await);
+            trivial_big.push(bench::trivial(&big).await);
         }
         let mut nested = Vec::new();
         for _ in 0..(samples / 20).max(5) {
@@ -70,6 +78,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         let snapshot = bench::pending_snapshot_bytes(&bench::runtime(engine, 100)).await;
         let cold = cold_start(engine, (samples / 20).max(5))?;
         let (t50, t90) = stats(trivial);
+        let (b50, b90) = stats(trivial_big);
         let (n50, n90) = stats(nested);
         let (c50, c90) = stats(cycle);
         let (s50, s90) = stats(cold);
@@ -77,6 +86,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             "engine": engine,
             "firstExecMs": first.as_secs_f64() * 1e3,
             "execTrivialUs": { "p50": us(t50), "p90": us(t90) },
+            "execTrivialLargeCatalogUs": { "p50": us(b50), "p90": us(b90) },
             "nestedCallUs": { "p50": us(n50), "p90": us(n90) },
             "suspendResumeUs": { "p50": us(c50), "p90": us(c90) },
             "snapshotBytesOnePendingCall": snapshot,
@@ -89,17 +99,24 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
     }
     println!("codemode bench — {samples} back-to-back samples per latency (median / p90), this machine, now");
     println!(
-        "{:<14} {:>18} {:>18} {:>20} {:>14} {:>18}",
-        "engine", "exec 1+1 (µs)", "nested call (µs)", "suspend+resume (µs)", "snapshot (B)", "cold start (ms)"
+        "{:<14} {:>18} {:>22} {:>18} {:>20} {:>14} {:>18}",
+        "engine",
+        "exec 1+1 (µs)",
+        "…with 200 more tools",
+        "nested call (µs)",
+        "suspend+resume (µs)",
+        "snapshot (B)",
+        "cold start (ms)"
     );
     for r in &rows {
         let pair = |k: &str, s: f64| {
             format!("{:.1} / {:.1}", r[k]["p50"].as_f64().unwrap_or(0.0) * s, r[k]["p90"].as_f64().unwrap_or(0.0) * s)
         };
         println!(
-            "{:<14} {:>18} {:>18} {:>20} {:>14} {:>18}",
+            "{:<14} {:>18} {:>22} {:>18} {:>20} {:>14} {:>18}",
             r["engine"].as_str().unwrap_or(""),
             pair("execTrivialUs", 1.0),
+            pair("execTrivialLargeCatalogUs", 1.0),
             pair("nestedCallUs", 1.0),
             pair("suspendResumeUs", 1.0),
             r["snapshotBytesOnePendingCall"],

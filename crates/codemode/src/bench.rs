@@ -25,6 +25,18 @@ pub fn runtime(engine: &str, timeout_ms: u64) -> CodeMode {
     CodeMode::builder(config).engine_name(engine).local_tools(crate::demo::demo_tools()).build()
 }
 
+/// [`runtime`] plus `extra` tools of the realistic fixture catalog (core, plugin, MCP and client
+/// tools; never called): measures what a larger catalog costs every run (its boot data, the `MCP`
+/// namespace and the `API` files).
+pub fn runtime_with_fixture(engine: &str, timeout_ms: u64, extra: usize) -> CodeMode {
+    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
+    CodeMode::builder(config)
+        .engine_name(engine)
+        .local_tools(crate::demo::demo_tools())
+        .tool_definitions(codemode_catalog::fixtures::realistic(extra))
+        .build()
+}
+
 fn ctx() -> RunContext {
     RunContext::session("bench")
 }

@@ -161,7 +161,7 @@ impl RunCatalog {
             api_files: codemode_catalog::mcp_api::api_files(&catalog),
             mcp,
         };
-        let boot = serde_json::to_string(&boot).unwrap_or_else(|_| "{}".to_string());
+        let boot = boot.to_guest_json();
         RunCatalog { catalog: Arc::new(catalog), boot: boot.into() }
     }
 }

@@ -52,7 +52,7 @@ pub fn conformance_tools() -> LocalTools {
             .read_only()
     };
     tools.add(Arc::new(FnTool::new(
-        mcp("get-sum", "Returns the sum of two numbers", json!({"type": "object", "properties": {"a": {"type": "number", "description": "First number"}, "b": {"type": "number", "description": "Second number"}}, "required": ["a", "b"]})),
+        mcp("get-sum", "Returns the sum of two numbers (a + b → “sum”, 𝄞)", json!({"type": "object", "properties": {"a": {"type": "number", "description": "First number"}, "b": {"type": "number", "description": "Second number"}}, "required": ["a", "b"]})),
         |input| async move {
             let sum = input.get("a").and_then(Value::as_f64).unwrap_or(0.0) + input.get("b").and_then(Value::as_f64).unwrap_or(0.0);
             Ok(ToolResult::value(json!({ "content": [{ "type": "text", "text": format!("The sum is {sum}") }], "structuredContent": { "sum": sum } })))

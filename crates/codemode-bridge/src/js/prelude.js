@@ -55,6 +55,8 @@
   const arrayJoin = Array.prototype.join;
   const arraySort = Array.prototype.sort;
   const stringStartsWith = String.prototype.startsWith;
+  const stringIndexOf = String.prototype.indexOf;
+  const stringSlice = String.prototype.slice;
   const stringEndsWith = String.prototype.endsWith;
 
   const RESERVED = [
@@ -268,10 +270,36 @@
     function boot(dataJson) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
-      const data = parse(dataJson);
+      const newline = apply(stringIndexOf, dataJson, ["\n"]);
+      const data = parse(newline < 0 ? dataJson : apply(stringSlice, dataJson, [0, newline]));
+      const body = newline < 0 ? "" : apply(stringSlice, dataJson, [newline + 1]);
+      // A segment of the body: [start, length] in string indices.
+      function segment(s) {
+        if (!isArray(s) || typeof s[0] !== "number" || typeof s[1] !== "number") return undefined;
+        return apply(stringSlice, body, [s[0], s[0] + s[1]]);
+      }
       if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
 
-      const allTools = deepFreeze(isArray(data.tools) ? data.tools : []);
+      // Bulky parts arrive as JSON text and are parsed on first use (see BootData::to_guest_json).
+      function lazyJson(textValue, fallback) {
+        let done = false;
+        let value;
+        return function () {
+          if (!done) {
+            let parsed;
+            try {
+              parsed = typeof textValue === "string" ? parse(textValue) : fallback;
+            } catch (_) {
+              parsed = fallback;
+            }
+            value = deepFreeze(parsed === null || typeof parsed !== "object" ? fallback : parsed);
+            done = true;
+            textValue = undefined;
+          }
+          return value;
+        };
+      }
+      const allTools = lazyJson(segment(data.tools), []);
       const tools = create(null);
       tools.search = function search(query, options) {
         const payload = { query: safeString(query, "") };
@@ -296,21 +324,21 @@
         const fn = function (input) {
           return request("call", { id, input: input === undefined ? {} : input, mode: "value" });
         };
-        defineProperty(fn, "name", { value: name });
+        // (no per-function `name`: defining it cost ~1 µs per catalog tool on every run)
         tools[name] = fn;
       }
       freeze(tools);
 
-      const files = data.apiFiles && typeof data.apiFiles === "object" ? data.apiFiles : {};
-      const paths = apply(arraySort, objectKeys(files), []);
+      const apiFiles = lazyJson(segment(data.apiFiles), {});
+      const apiList = isArray(data.apiList) ? data.apiList : [];
       const API = freeze({
         list(prefix) {
           const p = prefix === undefined || prefix === null ? "" : safeString(prefix, "");
           const out = [];
-          for (let i = 0; i < paths.length; i++) {
-            const path = paths[i];
+          for (let i = 0; i < apiList.length; i++) {
+            const path = apiList[i].path;
             if (p === "" || path === p || apply(stringStartsWith, path, [apply(stringEndsWith, p, ["/"]) ? p : p + "/"])) {
-              out[out.length] = { path, bytes: files[path].length };
+              out[out.length] = { path, bytes: apiList[i].bytes };
             }
           }
           return promiseResolve(out);
@@ -323,6 +351,7 @@
               return promiseReject(new TypeErrorCtor("API.read: invalid path `" + p + "`"));
             }
           }
+          const files = apiFiles();
           if (!apply(ObjectCtor.prototype.hasOwnProperty, files, [p])) {
             return promiseReject(new ErrorCtor("API.read: no such file `" + p + "`"));
           }
@@ -333,11 +362,18 @@
       // MCP namespace (SPEC §9): exact names always, camelCase aliases when the host gives one.
       const mcpRoot = create(null);
       const servers = isArray(data.mcp) ? data.mcp : [];
-      for (let i = 0; i < servers.length; i++) {
-        const server = servers[i];
+      // Each server's namespace object is built when the cell first reaches it.
+      function buildNamespace(server) {
         const serverName = server.name;
         const ns = create(null);
-        const mcpTools = isArray(server.tools) ? server.tools : [];
+        let mcpTools;
+        try {
+          const text = segment(server.tools);
+          mcpTools = typeof text === "string" ? parse(text) : [];
+        } catch (_) {
+          mcpTools = [];
+        }
+        if (!isArray(mcpTools)) mcpTools = [];
         for (let j = 0; j < mcpTools.length; j++) {
           const toolName = mcpTools[j].name;
           const fn = function (input) {
@@ -368,13 +404,23 @@
             },
           });
         }
-        freeze(ns);
-        mcpRoot[serverName] = ns;
-        if (server.alias) mcpRoot[server.alias] = ns;
+        return freeze(ns);
+      }
+      for (let i = 0; i < servers.length; i++) {
+        const server = servers[i];
+        let ns;
+        const get = function () {
+          if (ns === undefined) ns = buildNamespace(server);
+          return ns;
+        };
+        const keys = server.alias ? [server.name, server.alias] : [server.name];
+        for (let k = 0; k < keys.length; k++) {
+          defineProperty(mcpRoot, keys[k], { get, enumerable: true, configurable: false });
+        }
       }
       freeze(mcpRoot);
 
-      lock("ALL_TOOLS", allTools);
+      defineProperty(G, "ALL_TOOLS", { get: allTools, enumerable: false, configurable: false });
       lock("tools", tools);
       lock("MCP", mcpRoot);
       lock("API", API);
