@@ -354,7 +354,8 @@ impl ToolPolicy {
     }
 }
 
-fn string_list(v: &Value, path: &str) -> Result<Vec<String>, ConfigError> {
+/// An array of strings from config at `path` (errors name the path and the index).
+pub fn string_list(v: &Value, path: &str) -> Result<Vec<String>, ConfigError> {
     let items = v
         .as_array()
         .ok_or_else(|| ConfigError::new(path, format!("expected an array of strings, got {}", type_name(v))))?;

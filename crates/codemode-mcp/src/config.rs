@@ -16,6 +16,7 @@
 //! `allow` / `deny` tool-name patterns (as in `tools.allow`), `timeoutMs` for each call (default
 //! 60 000), `startupTimeoutMs` for connecting and listing tools (default 20 000), `disabled`.
 
+use codemode_catalog::policy::string_list;
 use codemode_core::config::{ConfigError, type_name};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -118,18 +119,6 @@ fn string_map(
     obj.iter().map(|(k, x)| Ok((k.clone(), string(x, &format!("{path}.{k}"), lookup)?))).collect()
 }
 
-fn patterns(v: &Value, path: &str) -> Result<Vec<String>, ConfigError> {
-    let items =
-        v.as_array().ok_or_else(|| ConfigError::new(path, format!("expected an array, got {}", type_name(v))))?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, x)| {
-            x.as_str().map(str::to_string).ok_or_else(|| ConfigError::new(format!("{path}[{i}]"), "expected a string"))
-        })
-        .collect()
-}
-
 /// Parses `mcpServers` with the process environment.
 pub fn parse_servers(value: &Value) -> Result<Vec<ServerConfig>, ConfigError> {
     parse_servers_with(value, &|name| std::env::var(name).ok())
@@ -203,8 +192,8 @@ pub fn parse_servers_with(
         out.push(ServerConfig {
             name: name.clone(),
             transport,
-            allow: spec.get("allow").map(|a| patterns(a, &at("allow"))).transpose()?,
-            deny: spec.get("deny").map(|d| patterns(d, &at("deny"))).transpose()?.unwrap_or_default(),
+            allow: spec.get("allow").map(|a| string_list(a, &at("allow"))).transpose()?,
+            deny: spec.get("deny").map(|d| string_list(d, &at("deny"))).transpose()?.unwrap_or_default(),
             timeout_ms: number("timeoutMs", DEFAULT_TIMEOUT_MS)?,
             startup_timeout_ms: number("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)?,
             disabled: match spec.get("disabled") {

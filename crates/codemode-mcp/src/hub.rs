@@ -355,18 +355,16 @@ impl McpHub {
             }
         };
         let limit = Duration::from_millis(server.config.timeout_ms);
+        let timed_out =
+            || unavailable(format!("MCP server `{name}` did not answer within {} ms", server.config.timeout_ms));
         let result: Result<Value, ServiceError> = match tool {
             RESOURCES_READ => {
                 let uri = args.get("uri").and_then(Value::as_str).unwrap_or("").to_string();
-                match tokio::time::timeout(limit, peer.read_resource(ReadResourceRequestParams::new(uri))).await {
-                    Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
-                    Err(_) => {
-                        return Err(unavailable(format!(
-                            "MCP server `{name}` did not answer within {} ms",
-                            server.config.timeout_ms
-                        )));
-                    }
-                }
+                as_json(
+                    tokio::time::timeout(limit, peer.read_resource(ReadResourceRequestParams::new(uri)))
+                        .await
+                        .map_err(|_| timed_out())?,
+                )
             }
             PROMPTS_GET => {
                 let prompt = args.get("name").and_then(Value::as_str).unwrap_or("").to_string();
@@ -374,27 +372,11 @@ impl McpHub {
                 if let Some(Value::Object(a)) = args.get("arguments") {
                     params = params.with_arguments(a.clone());
                 }
-                match tokio::time::timeout(limit, peer.get_prompt(params)).await {
-                    Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
-                    Err(_) => {
-                        return Err(unavailable(format!(
-                            "MCP server `{name}` did not answer within {} ms",
-                            server.config.timeout_ms
-                        )));
-                    }
-                }
+                as_json(tokio::time::timeout(limit, peer.get_prompt(params)).await.map_err(|_| timed_out())?)
             }
             _ => {
                 let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
-                match tokio::time::timeout(limit, peer.call_tool(params)).await {
-                    Ok(r) => r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
-                    Err(_) => {
-                        return Err(unavailable(format!(
-                            "MCP server `{name}` did not answer within {} ms",
-                            server.config.timeout_ms
-                        )));
-                    }
-                }
+                as_json(tokio::time::timeout(limit, peer.call_tool(params)).await.map_err(|_| timed_out())?)
             }
         };
         match result {
@@ -411,6 +393,11 @@ impl McpHub {
             Err(e) => Err(unavailable(format!("MCP server `{name}`: {e}"))),
         }
     }
+}
+
+/// An upstream answer as JSON.
+fn as_json<T: Serialize>(r: Result<T, ServiceError>) -> Result<Value, ServiceError> {
+    r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
 }
 
 /// The `McpToolResult` shape of SPEC §9: `content`, `structuredContent`, `isError` and whatever else
