@@ -9,6 +9,7 @@ Checks, per transport:
   - a cell that calls a slow tool comes back `waiting` (`pending_tools`) and `wait` resumes it to the
     final value (SPEC §6);
   - a second MCP session cannot resume the first session's run (run scope = session);
+  - (HTTP) a session that closes with a suspended run has that run aborted;
   - unknown tool names are protocol errors.
 Exit status 0 on success; an AssertionError (non-zero) names what failed.
 """
@@ -176,6 +177,16 @@ async def main() -> None:
                     await check_foreign_session(b, run_id)
                 await finish_run(a, run_id)
                 await check_unknown_tool(a)
+            # A session that closes with a suspended run: the run is aborted (its snapshot file
+            # leaves the directory store) instead of holding a slot until its TTL.
+            async with http_session(server.url) as c:
+                await start_slow_run(c)
+                assert len(os.listdir(snapdir)) == 1, os.listdir(snapdir)
+            for _ in range(100):
+                if not os.listdir(snapdir):
+                    break
+                await asyncio.sleep(0.1)
+            assert not os.listdir(snapdir), f"a closed session's run was kept: {os.listdir(snapdir)}"
         finally:
             server.stop()
     else:

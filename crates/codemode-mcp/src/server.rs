@@ -25,6 +25,9 @@ pub struct Gateway {
     cm: CodeMode,
     hub: Arc<McpHub>,
     applied: AtomicU64,
+    /// Set when the server stops: sessions closing then keep their runs (a directory store keeps
+    /// them across the restart).
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -37,7 +40,7 @@ impl Gateway {
     /// A gateway over `cm` (built with the hub's tools as host tools and the hub as executor).
     pub fn new(cm: CodeMode, hub: Arc<McpHub>) -> Arc<Self> {
         let applied = AtomicU64::new(hub.generation());
-        Arc::new(Gateway { cm, hub, applied })
+        Arc::new(Gateway { cm, hub, applied, stopping: Default::default() })
     }
 
     /// The code-mode runtime.
@@ -77,8 +80,14 @@ impl Gateway {
         }
     }
 
+    /// Marks the server as stopping: sessions that close from now on keep their suspended runs.
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
     /// Stops the upstream servers.
     pub async fn shutdown(&self) {
+        self.begin_shutdown();
         self.hub.shutdown().await;
     }
 }
@@ -88,12 +97,45 @@ impl Gateway {
 pub struct ExecWaitServer {
     gateway: Arc<Gateway>,
     session: Arc<str>,
+    _end: Option<Arc<SessionEnd>>,
+}
+
+/// Aborts a closed session's suspended runs when the last handle of its handler is dropped.
+struct SessionEnd {
+    gateway: Arc<Gateway>,
+    session: Arc<str>,
+}
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        if self.gateway.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let gateway = self.gateway.clone();
+        let ctx = RunContext::session(self.session.to_string());
+        rt.spawn(async move {
+            let n = gateway.cm.abort_scope(&ctx.scope).await;
+            if n > 0 {
+                tracing::info!(session = ?ctx.scope, runs = n, "MCP session closed: its suspended runs were aborted");
+            }
+        });
+    }
 }
 
 impl ExecWaitServer {
-    /// A handler with a fresh session id.
+    /// A handler with a fresh session id. Its suspended runs stay when the session ends (stdio: the
+    /// process ends with it, and a directory store keeps them).
     pub fn new(gateway: Arc<Gateway>) -> Self {
-        ExecWaitServer { gateway, session: format!("mcp-{}", uuid::Uuid::new_v4().simple()).into() }
+        ExecWaitServer { gateway, session: format!("mcp-{}", uuid::Uuid::new_v4().simple()).into(), _end: None }
+    }
+
+    /// A handler whose suspended runs are aborted when the session closes (streamable HTTP: nobody
+    /// else can resume them, and they would hold slots of the suspended-run cap until they expire).
+    pub fn aborting_on_close(gateway: Arc<Gateway>) -> Self {
+        let mut server = Self::new(gateway);
+        server._end = Some(Arc::new(SessionEnd { gateway: server.gateway.clone(), session: server.session.clone() }));
+        server
     }
 
     /// This session's id (its run scope).
@@ -183,7 +225,7 @@ pub fn allowed_hosts_and_origins(addr: SocketAddr) -> (Vec<String>, Vec<String>)
 }
 
 /// Serves streamable HTTP at `/mcp` on `listener` until `shutdown` resolves; every MCP session gets
-/// its own handler (and run scope).
+/// its own handler (and run scope), and its suspended runs are aborted when it closes.
 pub async fn serve_http(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
@@ -200,13 +242,17 @@ pub async fn serve_http(
         .with_allowed_origins(origins)
         .with_cancellation_token(ct.child_token());
     let gw = gateway.clone();
-    let service: StreamableHttpService<ExecWaitServer, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(ExecWaitServer::new(gw.clone())), Default::default(), config);
+    let service: StreamableHttpService<ExecWaitServer, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(ExecWaitServer::aborting_on_close(gw.clone())),
+        Default::default(),
+        config,
+    );
     let app = axum::Router::new().nest_service("/mcp", service);
     tracing::info!(%addr, "serving MCP (streamable HTTP) at /mcp");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            gateway.begin_shutdown();
             ct.cancel();
         })
         .await

@@ -312,6 +312,15 @@ impl CodeMode {
         self.inner.abort(run_id).await
     }
 
+    /// Aborts every suspended run of `scope` that this process started or resumed (their snapshots
+    /// leave the store and their nested calls are cancelled); returns how many. For hosts whose
+    /// sessions end (an MCP session closing): nobody can resume those runs any more, and they should
+    /// not hold slots of the 64-run cap until their TTL. Runs that only another process holds are
+    /// left to expire.
+    pub async fn abort_scope(&self, scope: &RunScope) -> usize {
+        self.inner.abort_scope(scope).await
+    }
+
     /// Deletes expired suspended runs now (they are also swept at every `exec` / `wait`).
     pub async fn sweep(&self) {
         self.inner.sweep().await;

@@ -375,6 +375,18 @@ impl Inner {
         self.store.remove(run_id).await || local
     }
 
+    pub(crate) async fn abort_scope(&self, scope: &codemode_core::RunScope) -> usize {
+        let ids: Vec<RunId> =
+            self.inflight().iter().filter(|(_, r)| r.context.scope == *scope).map(|(id, _)| id.clone()).collect();
+        let mut aborted = 0;
+        for id in ids {
+            if self.abort(&id).await {
+                aborted += 1;
+            }
+        }
+        aborted
+    }
+
     pub(crate) fn exec(&self, rt: &Handle, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
         let call = Call::new(self.config.timeout_ms);
         let mut telemetry = self.base_telemetry();
