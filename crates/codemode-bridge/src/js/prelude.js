@@ -53,7 +53,6 @@
   const ArrayBufferCtor = ArrayBuffer;
   const stringSplit = String.prototype.split;
   const arrayJoin = Array.prototype.join;
-  const arraySort = Array.prototype.sort;
   const stringStartsWith = String.prototype.startsWith;
   const stringIndexOf = String.prototype.indexOf;
   const stringSlice = String.prototype.slice;
@@ -324,7 +323,7 @@
         const fn = function (input) {
           return request("call", { id, input: input === undefined ? {} : input, mode: "value" });
         };
-        // (no per-function `name`: defining it cost ~1 µs per catalog tool on every run)
+        // No per-function `name`: defining one cost microseconds per catalog tool on every run.
         tools[name] = fn;
       }
       freeze(tools);
