@@ -35,9 +35,6 @@
   const MapCtor = Map;
   const SetCtor = Set;
   const WeakMapCtor = WeakMap;
-  const mapGet = Map.prototype.get;
-  const mapSet = Map.prototype.set;
-  const mapDelete = Map.prototype.delete;
   const mapForEach = Map.prototype.forEach;
   const setHas = Set.prototype.has;
   const setAdd = Set.prototype.add;
@@ -76,7 +73,10 @@
   }
 
   return function install(host) {
-    const pending = new MapCtor(); // request id -> [resolve, reject]
+    // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
+    // than a Map of pairs on the nested-call path).
+    const resolvers = create(null);
+    const rejecters = create(null);
     const hostErrors = new WeakMapCtor(); // errors made from host failures -> code
     let maxDepth = 128;
     let booted = false;
@@ -216,11 +216,23 @@
     }
 
     // ---- requests -----------------------------------------------------------------------------------
-    function request(kind, payload) {
-      const id = host(kind, toJson(payload));
+    function track(id) {
       return new PromiseCtor((resolve, reject) => {
-        apply(mapSet, pending, [id, [resolve, reject]]);
+        resolvers[id] = resolve;
+        rejecters[id] = reject;
       });
+    }
+
+    function request(kind, payload) {
+      return track(host(kind, toJson(payload)));
+    }
+
+    // A tool call, encoded without building and re-checking a wrapper object (the hot path).
+    const callValuePrefix = ',"mode":"value","input":';
+    const callRawPrefix = ',"mode":"raw","input":';
+    function callRequest(id, input, raw) {
+      const json = '{"id":' + stringify(id) + (raw ? callRawPrefix : callValuePrefix) + (input === undefined ? "{}" : toJson(input)) + "}";
+      return track(host("call", json));
     }
 
     function hostError(e) {
@@ -234,12 +246,14 @@
     }
 
     function settle(id, ok, json) {
-      const entry = apply(mapGet, pending, [id]);
-      if (entry === undefined) return false;
-      apply(mapDelete, pending, [id]);
+      const resolve = resolvers[id];
+      if (resolve === undefined) return false;
+      const reject = rejecters[id];
+      delete resolvers[id];
+      delete rejecters[id];
       const value = parse(json);
-      if (ok) entry[0](value);
-      else entry[1](hostError(value));
+      if (ok) resolve(value);
+      else reject(hostError(value));
       return true;
     }
 
@@ -309,10 +323,10 @@
         return request("describe", { id: safeString(id, "") });
       };
       tools.call = function call(id, input) {
-        return request("call", { id: safeString(id, ""), input: input === undefined ? {} : input, mode: "raw" });
+        return callRequest(safeString(id, ""), input, true);
       };
       tools.callValue = function callValue(id, input) {
-        return request("call", { id: safeString(id, ""), input: input === undefined ? {} : input, mode: "value" });
+        return callRequest(safeString(id, ""), input, false);
       };
       const conveniences = isArray(data.conveniences) ? data.conveniences : [];
       for (let i = 0; i < conveniences.length; i++) {
@@ -321,7 +335,7 @@
         // K3: never shadow a helper (the host already filters; this is a second guard).
         if (name in tools) continue;
         const fn = function (input) {
-          return request("call", { id, input: input === undefined ? {} : input, mode: "value" });
+          return callRequest(id, input, false);
         };
         // No per-function `name`: defining one cost microseconds per catalog tool on every run.
         tools[name] = fn;
