@@ -180,3 +180,14 @@ pub fn realistic(n: usize) -> Vec<ToolDefinition> {
     out.truncate(n);
     out
 }
+
+/// [`realistic`]`(n)` plus the two special cases activation and the catalog must handle: a direct-only
+/// core tool (`computer`) and a Tool Search control tool (`tool_search`).
+pub fn realistic_with_special_tools(n: usize) -> Vec<ToolDefinition> {
+    let mut tools = realistic(n);
+    let mut computer = ToolDefinition::new(ToolSource::Openclaw, "core", "computer");
+    computer.direct_only = true;
+    tools.push(computer);
+    tools.push(ToolDefinition::new(ToolSource::Openclaw, "core", "tool_search"));
+    tools
+}

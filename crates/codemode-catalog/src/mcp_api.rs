@@ -224,13 +224,17 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
 
 /// The virtual files of `API.list` / `API.read`: `mcp/index.d.ts` and one per server.
 pub fn api_files(catalog: &Catalog) -> BTreeMap<String, String> {
-    let views = mcp_views(catalog);
+    api_files_of(catalog, &mcp_views(catalog))
+}
+
+/// [`api_files`] for views already computed with [`mcp_views`].
+pub fn api_files_of(catalog: &Catalog, views: &[McpServerView]) -> BTreeMap<String, String> {
     let mut files = BTreeMap::new();
     if views.is_empty() {
         return files;
     }
-    files.insert("mcp/index.d.ts".to_string(), render_index(&views));
-    for v in &views {
+    files.insert("mcp/index.d.ts".to_string(), render_index(views));
+    for v in views {
         files.insert(format!("mcp/{}.d.ts", v.name), render_server(catalog, v));
     }
     files

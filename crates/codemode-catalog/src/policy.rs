@@ -55,24 +55,22 @@ pub enum Profile {
 
 impl Profile {
     fn parse(s: &str) -> Option<Self> {
-        match s {
-            "minimal" => Some(Profile::Minimal),
-            "coding" => Some(Profile::Coding),
-            "messaging" => Some(Profile::Messaging),
-            "full" => Some(Profile::Full),
-            _ => None,
+        [Profile::Minimal, Profile::Coding, Profile::Messaging, Profile::Full].into_iter().find(|p| p.name() == s)
+    }
+
+    /// The profile's name in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Minimal => "minimal",
+            Profile::Coding => "coding",
+            Profile::Messaging => "messaging",
+            Profile::Full => "full",
         }
     }
 
     /// The allow patterns of the profile; `None` for `full`.
     pub fn patterns(self) -> Option<Vec<String>> {
-        let name = match self {
-            Profile::Minimal => "minimal",
-            Profile::Coding => "coding",
-            Profile::Messaging => "messaging",
-            Profile::Full => return None,
-        };
-        PROFILES.iter().find(|(n, _)| *n == name).map(|(_, p)| p.iter().map(|s| s.to_string()).collect())
+        PROFILES.iter().find(|(n, _)| *n == self.name()).map(|(_, p)| p.iter().map(|s| s.to_string()).collect())
     }
 }
 
@@ -243,11 +241,21 @@ impl ToolPolicy {
             Some(m) => vec![format!("{p}/{m}"), p.to_string()],
             None => vec![p.to_string()],
         });
-        let provider_layer = provider_key.and_then(|keys| {
-            keys.into_iter().find_map(|k| {
-                agent.and_then(|a| a.by_provider.get(&k)).or_else(|| self.by_provider.get(&k)).map(|layer| (k, layer))
+        // The byProvider layer, its patterns expanded once: (key, profile, allow, deny).
+        let provider_layer = provider_key
+            .and_then(|keys| {
+                keys.into_iter().find_map(|k| {
+                    agent
+                        .and_then(|a| a.by_provider.get(&k))
+                        .or_else(|| self.by_provider.get(&k))
+                        .map(|layer| (k, layer))
+                })
             })
-        });
+            .map(|(key, layer)| {
+                let profile = layer.profile.and_then(Profile::patterns).map(|p| expand(&p, &core));
+                let allow = layer.allow.as_ref().map(|a| expand(a, &core));
+                (key, profile, allow, expand(&layer.deny, &core))
+            });
         let allow = agent.and_then(|a| a.layer.allow.clone()).or_else(|| self.global.allow.clone());
         let mut deny: Vec<String> = self.global.deny.clone();
         if let Some(a) = agent {
@@ -282,21 +290,12 @@ impl ToolPolicy {
                 if let Some(p) = &profile_patterns
                     && matches(p, &def).is_none()
                 {
-                    let name = match profile {
-                        Some(Profile::Minimal) => "minimal",
-                        Some(Profile::Coding) => "coding",
-                        Some(Profile::Messaging) => "messaging",
-                        _ => "full",
-                    };
-                    return Some(Removal::Profile(name.to_string()));
+                    return Some(Removal::Profile(profile.unwrap_or(Profile::Full).name().to_string()));
                 }
-                if let Some((key, layer)) = &provider_layer {
-                    let narrowed = layer
-                        .profile
-                        .and_then(Profile::patterns)
-                        .is_some_and(|p| matches(&expand(&p, &core), &def).is_none())
-                        || layer.allow.as_ref().is_some_and(|a| matches(&expand(a, &core), &def).is_none())
-                        || matches(&expand(&layer.deny, &core), &def).is_some();
+                if let Some((key, p_profile, p_allow, p_deny)) = &provider_layer {
+                    let narrowed = p_profile.as_ref().is_some_and(|p| matches(p, &def).is_none())
+                        || p_allow.as_ref().is_some_and(|a| matches(a, &def).is_none())
+                        || matches(p_deny, &def).is_some();
                     if narrowed {
                         return Some(Removal::ByProvider(key.clone()));
                     }

@@ -2,7 +2,7 @@
 //! tools (SPEC V5–V8, V12, D3–D6, K1–K5).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode_catalog::fixtures::realistic;
+use codemode_catalog::fixtures::{realistic, realistic_with_special_tools};
 use codemode_catalog::policy::{PolicyContext, ToolPolicy};
 use codemode_catalog::quick_index::{NamespacePrompt, QUICK_INDEX_MAX_CHARS, exec_description, quick_index};
 use codemode_catalog::{Catalog, OutputContract};
@@ -22,11 +22,7 @@ fn fixture_has_every_source_and_is_deterministic() {
 
 #[test]
 fn v5_v6_v12_views_and_order() {
-    let mut tools = realistic(224);
-    let mut computer = ToolDefinition::new(ToolSource::Openclaw, "core", "computer");
-    computer.direct_only = true;
-    tools.push(computer);
-    tools.push(ToolDefinition::new(ToolSource::Openclaw, "core", "tool_search"));
+    let tools = realistic_with_special_tools(224);
     let cat = Catalog::build(tools.clone());
     let all = cat.all_tools();
     // V5: every eligible non-MCP tool; V6: no direct-only; V12: no Tool Search control tools.

@@ -25,15 +25,8 @@ pub(crate) struct CatalogArgs {
     /// Results of `--search`.
     #[arg(long, default_value_t = 8)]
     limit: usize,
-    /// Apply the policy of this agent (`agents.list[].id`).
-    #[arg(long)]
-    agent: Option<String>,
-    /// Apply `tools.byProvider` for this provider.
-    #[arg(long)]
-    provider: Option<String>,
-    /// ... and this model.
-    #[arg(long)]
-    model: Option<String>,
+    #[command(flatten)]
+    policy: crate::PolicyArgs,
     /// Add N tools of the realistic fixture catalog (core, plugin, MCP and client tools) to the demo
     /// tools, e.g. to measure.
     #[arg(long, value_name = "N")]
@@ -55,21 +48,13 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         Some(p) => ConfigFile::load(p)?,
         None => ConfigFile { code_mode: CodeModeConfig::enabled(), ..ConfigFile::default() },
     };
-    let target = codemode::PolicyTarget {
-        agent: args.agent.clone(),
-        provider: args.provider.clone(),
-        model: args.model.clone(),
-    };
+    let target = args.policy.target();
     codemode_mcp::check_target(&file, &target)?;
     let mut tools: Vec<ToolDefinition> = codemode::demo::demo_tools().definitions();
     if let Some(n) = args.fixture {
         tools.extend(codemode_catalog::fixtures::realistic(n));
     }
-    let servers = match &file.mcp_servers {
-        Some(v) => codemode_mcp::config::parse_servers(v)?,
-        None => Vec::new(),
-    };
-    let hub = codemode_mcp::McpHub::connect(servers).await;
+    let hub = codemode_mcp::connect_servers(&file).await?;
     tools.extend(hub.tool_definitions());
     let statuses = hub.statuses();
     hub.shutdown().await;

@@ -56,6 +56,20 @@ struct CommonArgs {
     /// Engine to use (overrides `tools.codeMode.runtime`).
     #[arg(long, value_name = "NAME")]
     engine: Option<String>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+impl CommonArgs {
+    /// The policy target named by `--agent`, `--provider` and `--model`.
+    pub(crate) fn target(&self) -> codemode::PolicyTarget {
+        self.policy.target()
+    }
+}
+
+/// Which agent's overrides and which `tools.byProvider` entry the tool policy applies.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct PolicyArgs {
     /// Apply this agent's tool policy (`agents.list[].id` of the config).
     #[arg(long, value_name = "ID")]
     agent: Option<String>,
@@ -67,8 +81,8 @@ struct CommonArgs {
     model: Option<String>,
 }
 
-impl CommonArgs {
-    /// The policy target named by `--agent`, `--provider` and `--model`.
+impl PolicyArgs {
+    /// The policy target these options name.
     pub(crate) fn target(&self) -> codemode::PolicyTarget {
         codemode::PolicyTarget { agent: self.agent.clone(), provider: self.provider.clone(), model: self.model.clone() }
     }

@@ -42,6 +42,15 @@ pub fn check_target(file: &ConfigFile, target: &PolicyTarget) -> Result<(), Conf
     }
 }
 
+/// Parses the config's `mcpServers` and connects them (failures are per server, see [`McpHub`]).
+pub async fn connect_servers(file: &ConfigFile) -> Result<Arc<McpHub>, ConfigError> {
+    let servers = match &file.mcp_servers {
+        Some(v) => config::parse_servers(v)?,
+        None => Vec::new(),
+    };
+    Ok(McpHub::connect(servers).await)
+}
+
 /// Connects the configured upstream servers and builds the code-mode runtime over them (plus
 /// `local` tools): the catalog holds the local tools and every connected server's tools, after the
 /// config's policy for `target` (agent, provider, model); nested MCP calls go to the hub.
@@ -52,11 +61,7 @@ pub async fn build_gateway(
     store: Option<Arc<dyn SnapshotStore>>,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
     check_target(file, target)?;
-    let servers = match &file.mcp_servers {
-        Some(v) => config::parse_servers(v)?,
-        None => Vec::new(),
-    };
-    let hub = McpHub::connect(servers).await;
+    let hub = connect_servers(file).await?;
     let mut builder = CodeMode::builder(file.code_mode.clone())
         .policy(file.policy.clone())
         .policy_target(target.clone())

@@ -190,7 +190,8 @@ async fn broken_upstream_prints_garbage() {
     broken(
         json!({ "broken": { "command": "sh", "args": ["-c", "while true; do echo 'this is not JSON-RPC'; sleep 0.1; done"],
                             "startupTimeoutMs": 3000 } }),
-        "",
+        // Lines that are not JSON-RPC are skipped; the server never answers `initialize`.
+        "no answer to initialize within 3000 ms",
     )
     .await;
 }

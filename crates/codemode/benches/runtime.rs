@@ -11,6 +11,21 @@ fn engines() -> Vec<&'static str> {
     codemode::Engines::compiled()
 }
 
+/// Sum of `n` runs of a scenario (each returns its own measured time).
+fn repeat<F: std::future::Future<Output = Duration>>(
+    rt: &tokio::runtime::Runtime,
+    n: u64,
+    scenario: impl Fn() -> F,
+) -> Duration {
+    rt.block_on(async {
+        let mut t = Duration::ZERO;
+        for _ in 0..n {
+            t += scenario().await;
+        }
+        t
+    })
+}
+
 fn bench_engines(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for engine in engines() {
@@ -18,39 +33,9 @@ fn bench_engines(c: &mut Criterion) {
         // Load and warm the engine (module cache, first instance) outside the measurement.
         rt.block_on(bench::trivial(&cm));
         let mut g = c.benchmark_group(engine);
-        g.bench_function("exec_trivial", |b| {
-            b.iter_custom(|n| {
-                rt.block_on(async {
-                    let mut t = Duration::ZERO;
-                    for _ in 0..n {
-                        t += bench::trivial(&cm).await;
-                    }
-                    t
-                })
-            })
-        });
-        g.bench_function("nested_call", |b| {
-            b.iter_custom(|n| {
-                rt.block_on(async {
-                    let mut t = Duration::ZERO;
-                    for _ in 0..n {
-                        t += bench::nested(&cm).await;
-                    }
-                    t
-                })
-            })
-        });
-        g.bench_function("suspend_resume", |b| {
-            b.iter_custom(|n| {
-                rt.block_on(async {
-                    let mut t = Duration::ZERO;
-                    for _ in 0..n {
-                        t += bench::suspend_resume(&cm).await;
-                    }
-                    t
-                })
-            })
-        });
+        g.bench_function("exec_trivial", |b| b.iter_custom(|n| repeat(&rt, n, || bench::trivial(&cm))));
+        g.bench_function("nested_call", |b| b.iter_custom(|n| repeat(&rt, n, || bench::nested(&cm))));
+        g.bench_function("suspend_resume", |b| b.iter_custom(|n| repeat(&rt, n, || bench::suspend_resume(&cm))));
         g.finish();
     }
 }

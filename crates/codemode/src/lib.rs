@@ -175,25 +175,13 @@ impl CodeModeBuilder {
     /// Builds the runtime.
     pub fn build(self) -> CodeMode {
         let engine = self.engine.unwrap_or_else(|| Engines::by_name(&self.config.runtime));
-        let mut defs = self.local.definitions();
-        let local_defs = defs.clone();
-        let local_ids = defs.iter().map(ToolDefinition::id).collect();
-        defs.extend(self.definitions);
-        if let Some(policy) = &self.policy {
-            let outcome = policy.apply(defs, self.target.context());
-            for w in &outcome.warnings {
-                tracing::warn!("{w}");
-            }
-            defs = outcome.kept;
-        }
-        let catalog = Catalog::build(defs);
-        for id in catalog.dropped() {
-            tracing::warn!(%id, "a second tool with the same catalog id was left out");
-        }
+        let local_defs = self.local.definitions();
+        let local_ids = local_defs.iter().map(ToolDefinition::id).collect();
+        let extra = Arc::new(BuildInputs { local_defs, policy: self.policy, target: self.target });
+        let catalog = extra.catalog(self.definitions);
         let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let extra = Arc::new(BuildInputs { local_defs, policy: self.policy, target: self.target });
         CodeMode {
             inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)),
             extra,
@@ -210,11 +198,31 @@ pub struct CodeMode {
     extra: Arc<BuildInputs>,
 }
 
-/// What `set_host_tools` needs to rebuild the catalog.
+/// What building the catalog needs besides the host tools (kept for `set_host_tools`).
 struct BuildInputs {
     local_defs: Vec<ToolDefinition>,
     policy: Option<ToolPolicy>,
     target: PolicyTarget,
+}
+
+impl BuildInputs {
+    /// The catalog of the local tools plus `host` tools, after the policy for the target.
+    fn catalog(&self, host: Vec<ToolDefinition>) -> Catalog {
+        let mut defs = self.local_defs.clone();
+        defs.extend(host);
+        if let Some(policy) = &self.policy {
+            let outcome = policy.apply(defs, self.target.context());
+            for w in &outcome.warnings {
+                tracing::warn!("{w}");
+            }
+            defs = outcome.kept;
+        }
+        let catalog = Catalog::build(defs);
+        for id in catalog.dropped() {
+            tracing::warn!(%id, "a second tool with the same catalog id was left out");
+        }
+        catalog
+    }
 }
 
 impl std::fmt::Debug for CodeMode {
@@ -321,7 +329,7 @@ impl CodeMode {
         self.inner.abort_scope(scope).await
     }
 
-    /// Deletes expired suspended runs now (they are also swept at every `exec` / `wait`).
+    /// Deletes expired suspended runs now (`exec` / `wait` also sweep, at most once a second).
     pub async fn sweep(&self) {
         self.inner.sweep().await;
     }
@@ -350,12 +358,7 @@ impl CodeMode {
     /// upstream server's tool list changed. Local tools and the policy stay; runs already started keep
     /// the catalog they started with (ids are stable within a run).
     pub fn set_host_tools(&self, defs: Vec<ToolDefinition>) {
-        let mut all = self.extra.local_defs.clone();
-        all.extend(defs);
-        if let Some(policy) = &self.extra.policy {
-            all = policy.apply(all, self.extra.target.context()).kept;
-        }
-        self.inner.set_catalog(Catalog::build(all));
+        self.inner.set_catalog(self.extra.catalog(defs));
     }
 
     /// The snapshot store.

@@ -150,16 +150,13 @@ pub(crate) struct RunCatalog {
 
 impl RunCatalog {
     pub(crate) fn new(catalog: Catalog, limits: &GuestLimits) -> Self {
-        let mcp = codemode_catalog::mcp_api::mcp_views(&catalog)
-            .iter()
-            .map(|v| serde_json::to_value(v).unwrap_or(Value::Null))
-            .collect();
+        let views = codemode_catalog::mcp_api::mcp_views(&catalog);
         let boot = BootData {
             tools: catalog.all_tools(),
             conveniences: catalog.conveniences().to_vec(),
             max_depth: limits.max_json_depth,
-            api_files: codemode_catalog::mcp_api::api_files(&catalog),
-            mcp,
+            api_files: codemode_catalog::mcp_api::api_files_of(&catalog, &views),
+            mcp: views.iter().map(|v| serde_json::to_value(v).unwrap_or(Value::Null)).collect(),
         };
         let boot = boot.to_guest_json();
         RunCatalog { catalog: Arc::new(catalog), boot: boot.into() }
@@ -176,7 +173,14 @@ pub(crate) struct Inner {
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
     inflight: Mutex<HashMap<RunId, Inflight>>,
+    /// Clock time of the last automatic sweep (see [`SWEEP_INTERVAL_MS`]).
+    last_sweep_ms: std::sync::atomic::AtomicU64,
 }
+
+/// Shortest time between two automatic sweeps of the store at `exec` / `wait`. Sweeping a directory
+/// store reads every run file, which must not happen on every call; expiry itself does not depend on
+/// it (stores refuse expired runs at checkout and purge them before the capacity check of `put`).
+const SWEEP_INTERVAL_MS: u64 = 1_000;
 
 /// One run while an `exec` or `wait` call holds it.
 struct Run {
@@ -236,6 +240,16 @@ impl Run {
             })
             .collect()
     }
+}
+
+/// How [`Inner::drive_steps`] ended.
+enum StepsEnd {
+    /// The cell returned this value and nothing is outstanding.
+    Complete(Value),
+    /// The run fails.
+    Fail(CodeModeError),
+    /// The run is to be snapshotted and stored.
+    Suspend(WaitReason),
 }
 
 /// How a nested call's result reaches the guest.
@@ -314,7 +328,18 @@ impl Inner {
     ) -> Self {
         let limits = guest_limits(&config);
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits)));
-        Inner { config, engine, catalog, executor, hooks, store, limits, clock, inflight: Mutex::new(HashMap::new()) }
+        Inner {
+            config,
+            engine,
+            catalog,
+            executor,
+            hooks,
+            store,
+            limits,
+            clock,
+            inflight: Mutex::new(HashMap::new()),
+            last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// The current catalog (runs keep the one they started with).
@@ -350,15 +375,27 @@ impl Inner {
     }
 
     fn base_telemetry(&self) -> CodeModeTelemetry {
+        let catalog = self.catalog();
         CodeModeTelemetry {
             engine: self.engine.as_ref().map(|e| e.name().to_string()).unwrap_or_else(|| self.config.runtime.clone()),
-            catalog_size: self.catalog().catalog.len() as u32,
-            catalog_by_source: self.catalog().catalog.count_by_source(),
+            catalog_size: catalog.catalog.len() as u32,
+            catalog_by_source: catalog.catalog.count_by_source(),
             ..CodeModeTelemetry::default()
         }
     }
 
     /// Drops expired runs and stops their nested calls.
+    /// Sweeps unless the last automatic sweep was less than [`SWEEP_INTERVAL_MS`] ago.
+    async fn sweep_if_due(&self) {
+        use std::sync::atomic::Ordering;
+        let now = self.now_ms();
+        let last = self.last_sweep_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= SWEEP_INTERVAL_MS;
+        if due && self.last_sweep_ms.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            self.sweep().await;
+        }
+    }
+
     pub(crate) async fn sweep(&self) {
         let expired = self.store.purge_expired().await;
         if !expired.is_empty() {
@@ -424,7 +461,7 @@ impl Inner {
                 Err(e) => return early(e, telemetry),
             },
         };
-        rt.block_on(self.sweep());
+        rt.block_on(self.sweep_if_due());
         let catalog = self.catalog();
         let program = GuestProgram { code, boot: catalog.boot.clone() };
         let instance = match engine.start(&program, &self.limits) {
@@ -461,7 +498,7 @@ impl Inner {
             Ok(e) => e.clone(),
             Err(e) => return lookup_failure(e),
         };
-        rt.block_on(self.sweep());
+        rt.block_on(self.sweep_if_due());
         let suspended = match rt.block_on(self.store.checkout(&run_id, &ctx.scope)) {
             Ok(s) => s,
             Err(e) => return lookup_failure(e.to_code_mode_error()),
@@ -551,6 +588,21 @@ impl Inner {
         mut instance: Box<dyn GuestInstance>,
         mut call: Call,
     ) -> CodeModeResult {
+        match self.drive_steps(rt, &mut run, instance.as_mut(), &mut call) {
+            StepsEnd::Suspend(reason) => self.suspend(rt, run, instance, call, reason),
+            StepsEnd::Complete(value) => {
+                dispose(instance);
+                self.complete(rt, run, call, value)
+            }
+            StepsEnd::Fail(err) => {
+                dispose(instance);
+                self.fail(rt, run, call, err)
+            }
+        }
+    }
+
+    /// Drives the guest until it completes, fails, yields, or waits past the deadline.
+    fn drive_steps(&self, rt: &Handle, run: &mut Run, instance: &mut dyn GuestInstance, call: &mut Call) -> StepsEnd {
         let max_out = self.config.max_output_bytes;
         let mut completed: Option<Value> = None;
         loop {
@@ -561,58 +613,46 @@ impl Inner {
             };
             let report = match instance.drive(input) {
                 Ok(report) => report,
-                Err(e) => {
-                    dispose(instance);
-                    return self.fail(rt, run, call, CodeModeError::new(e.code(), e.to_string()));
-                }
+                Err(e) => return StepsEnd::Fail(CodeModeError::new(e.code(), e.to_string())),
             };
             for item in report.output {
                 call.output_used += item.cost() as u64;
                 call.output.push(item);
             }
             match report.outcome {
-                DriveOutcome::Failed(f) => {
-                    dispose(instance);
-                    return self.fail(rt, run, call, failure_error(f));
-                }
+                DriveOutcome::Failed(f) => return StepsEnd::Fail(failure_error(f)),
                 DriveOutcome::Completed(v) => completed = Some(v),
                 DriveOutcome::Pending => {}
             }
             let mut yielded = false;
             for req in report.requests {
-                match self.handle_request(rt, &mut run, req) {
+                match self.handle_request(rt, run, req) {
                     Ok(y) => yielded |= y,
-                    Err(e) => {
-                        dispose(instance);
-                        return self.fail(rt, run, call, e);
-                    }
+                    Err(e) => return StepsEnd::Fail(e),
                 }
             }
             run.collect_finished();
             if completed.is_some() && run.calls.running() == 0 && run.ready.is_empty() {
-                dispose(instance);
-                let value = completed.take().unwrap_or(Value::Null);
-                return self.complete(rt, run, call, value);
+                return StepsEnd::Complete(completed.take().unwrap_or(Value::Null));
             }
             if yielded {
-                return self.suspend(rt, run, instance, call, WaitReason::Yield);
+                return StepsEnd::Suspend(WaitReason::Yield);
             }
             if !run.ready.is_empty() {
                 if Instant::now() < call.deadline {
                     continue;
                 }
-                return self.suspend(rt, run, instance, call, WaitReason::PendingTools);
+                return StepsEnd::Suspend(WaitReason::PendingTools);
             }
             if run.calls.running() == 0 {
-                dispose(instance);
-                return self.fail(rt, run, call, CodeModeError::uncoded(MSG_STALLED));
+                return StepsEnd::Fail(CodeModeError::uncoded(MSG_STALLED));
             }
             match run.calls.next_until(call.deadline) {
                 Some(d) => {
                     run.accept(d);
                     run.collect_finished();
                 }
-                None => return self.suspend(rt, run, instance, call, WaitReason::PendingTools),
+                None => return StepsEnd::Suspend(WaitReason::PendingTools),
             }
         }
     }

@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::surface::{Activation, ActivationRequest, EXEC, WAIT, activate, exec_input_schema, guard_payload};
-use codemode::{CodeModeConfig, CodeModeErrorCode, ToolDefinition, ToolPolicy, ToolSource};
-use codemode_catalog::fixtures::realistic;
+use codemode::{CodeModeConfig, CodeModeErrorCode, ToolDefinition, ToolPolicy};
+use codemode_catalog::fixtures::{realistic, realistic_with_special_tools};
 use serde_json::json;
 
 fn names(a: &Activation) -> Vec<String> {
@@ -34,11 +34,7 @@ fn v1_v2_disabled_leaves_exposure_unchanged() {
 
 #[test]
 fn v3_v6_enabled_exposes_exec_wait_and_direct_only_tools() {
-    let mut tools = realistic(224);
-    let mut computer = ToolDefinition::new(ToolSource::Openclaw, "core", "computer");
-    computer.direct_only = true;
-    tools.push(computer);
-    tools.push(ToolDefinition::new(ToolSource::Openclaw, "core", "tool_search"));
+    let tools = realistic_with_special_tools(224);
     let a = activate(&CodeModeConfig::enabled(), &ToolPolicy::default(), request(tools)).unwrap();
     assert_eq!(names(&a), [EXEC, WAIT, "computer"]);
     let Activation::CodeMode { catalog, .. } = &a else { panic!() };
