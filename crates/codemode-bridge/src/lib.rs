@@ -20,6 +20,8 @@ pub mod adapter;
 pub mod driver;
 pub mod host;
 pub mod modules;
+pub mod nesting;
+pub mod shell;
 pub mod workers;
 
 pub use driver::{GuestVm, VmFault, drive};
@@ -33,7 +35,7 @@ use std::collections::BTreeMap;
 pub const PRELUDE: &str = include_str!("js/prelude.js");
 
 /// File name used for the cell in stack traces.
-pub const CELL_FILENAME: &str = "<cell>";
+pub use codemode_core::positions::CELL_FILENAME;
 
 /// File name used for the prelude in stack traces.
 pub const PRELUDE_FILENAME: &str = "<codemode-prelude>";
@@ -139,6 +141,21 @@ fn json_text<T: Serialize>(v: &T) -> String {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+
+    /// The string literals of the prelude's `const NAME = [ ... ];` array.
+    fn prelude_list(name: &str) -> Vec<String> {
+        let start = PRELUDE.find(&format!("const {name} = [")).unwrap_or_else(|| panic!("{name} not in the prelude"));
+        let body = &PRELUDE[start..];
+        let body = &body[body.find('[').unwrap() + 1..body.find("];").unwrap()];
+        body.split(',').map(|s| s.trim().trim_matches('"').to_string()).filter(|s| !s.is_empty()).collect()
+    }
+
+    #[test]
+    fn prelude_lists_equal_the_rust_ones() {
+        assert_eq!(prelude_list("JS_INTERNAL_NAMES"), codemode_core::guest::JS_INTERNAL_NAMES);
+        assert_eq!(prelude_list("RESERVED"), RESERVED_GLOBALS);
+        assert_eq!(prelude_list("NS_HELPERS"), codemode_core::guest::MCP_NAMESPACE_HELPERS);
+    }
 
     /// Slices a segment the way the prelude does: by UTF-16 indices.
     fn slice(body: &str, seg: &Value) -> String {

@@ -45,21 +45,64 @@ const REGEX_KEYWORDS: [&str; 12] =
 
 /// Scans `src` and returns the first module-loader pattern, if any.
 pub fn find_module_access(src: &str) -> Option<ModuleFinding> {
-    Scanner { b: src.as_bytes(), i: 0, line: 1 }.run()
+    Scanner::new(src).run()
 }
 
-struct Scanner<'a> {
+/// The lexical scanner shared by the module guard and the nesting estimate
+/// ([`crate::nesting`]): byte-level, iterative (no recursion on guest input).
+pub(crate) struct Scanner<'a> {
     b: &'a [u8],
     i: usize,
     line: usize,
 }
 
-impl Scanner<'_> {
-    fn peek(&self, off: usize) -> u8 {
+/// Words the scanners tell apart; every other identifier reads as `""`.
+const KNOWN_WORDS: [&str; 24] = [
+    "import", "require", "if", "while", "for", "with", "return", "typeof", "instanceof", "in", "of", "new", "delete",
+    "void", "throw", "case", "do", "else", "await", "yield", "as", "satisfies", "keyof", "infer",
+];
+
+impl<'a> Scanner<'a> {
+    pub(crate) fn new(src: &'a str) -> Self {
+        Scanner { b: src.as_bytes(), i: 0, line: 1 }
+    }
+
+    pub(crate) fn at_end(&self) -> bool {
+        self.i >= self.b.len()
+    }
+
+    pub(crate) fn line(&self) -> usize {
+        self.line
+    }
+
+    pub(crate) fn peek(&self, off: usize) -> u8 {
         self.b.get(self.i + off).copied().unwrap_or(0)
     }
 
-    fn bump(&mut self) {
+    /// Reads an identifier (or keyword) and returns it if it is one of the known words, else `""`.
+    pub(crate) fn read_word(&mut self) -> &'static str {
+        let start = self.i;
+        while self.i < self.b.len() {
+            let c = self.peek(0);
+            if c == b'_' || c == b'$' || c.is_ascii_alphanumeric() || c >= 0x80 || c == b'\\' {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+        let word = &self.b[start..self.i];
+        KNOWN_WORDS.into_iter().chain(["extends"]).find(|k| k.as_bytes() == word).unwrap_or("")
+    }
+
+    /// The known word starting here, without consuming it.
+    pub(crate) fn peek_word(&mut self) -> &'static str {
+        let save = self.i;
+        let w = self.read_word();
+        self.i = save;
+        w
+    }
+
+    pub(crate) fn bump(&mut self) {
         if self.peek(0) == b'\n' {
             self.line += 1;
         }
@@ -212,25 +255,10 @@ impl Scanner<'_> {
     }
 
     fn read_ident(&mut self) -> &'static str {
-        let start = self.i;
-        while self.i < self.b.len() {
-            let c = self.peek(0);
-            if c == b'_' || c == b'$' || c.is_ascii_alphanumeric() || c >= 0x80 || c == b'\\' {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
-        // Only the words the scanner cares about matter; anything else is "".
-        let word = &self.b[start..self.i];
-        ["import", "require", "if", "while", "for", "with"]
-            .into_iter()
-            .chain(REGEX_KEYWORDS)
-            .find(|k| k.as_bytes() == word)
-            .unwrap_or("")
+        self.read_word()
     }
 
-    fn skip_number(&mut self) {
+    pub(crate) fn skip_number(&mut self) {
         while self.i < self.b.len() {
             let c = self.peek(0);
             if c.is_ascii_alphanumeric() || c == b'.' || c == b'_' {
@@ -241,13 +269,13 @@ impl Scanner<'_> {
         }
     }
 
-    fn skip_line_comment(&mut self) {
+    pub(crate) fn skip_line_comment(&mut self) {
         while self.i < self.b.len() && self.peek(0) != b'\n' {
             self.i += 1;
         }
     }
 
-    fn skip_block_comment(&mut self) {
+    pub(crate) fn skip_block_comment(&mut self) {
         self.bump();
         self.bump();
         while self.i < self.b.len() && !(self.peek(0) == b'*' && self.peek(1) == b'/') {
@@ -257,7 +285,7 @@ impl Scanner<'_> {
         self.bump();
     }
 
-    fn skip_string(&mut self, quote: u8) {
+    pub(crate) fn skip_string(&mut self, quote: u8) {
         self.bump();
         while self.i < self.b.len() {
             match self.peek(0) {
@@ -277,7 +305,7 @@ impl Scanner<'_> {
     }
 
     /// Skips template text after a backtick or a closing `}`; returns true when it stopped at `${`.
-    fn skip_template_chunk(&mut self) -> bool {
+    pub(crate) fn skip_template_chunk(&mut self) -> bool {
         while self.i < self.b.len() {
             match self.peek(0) {
                 b'\\' => {
@@ -299,7 +327,7 @@ impl Scanner<'_> {
         false
     }
 
-    fn skip_regex(&mut self) {
+    pub(crate) fn skip_regex(&mut self) {
         self.bump();
         let mut in_class = false;
         while self.i < self.b.len() {

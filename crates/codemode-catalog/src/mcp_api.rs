@@ -17,6 +17,7 @@
 use crate::Catalog;
 use crate::hints::hint;
 use codemode_core::catalog::ToolSource;
+use codemode_core::guest::{MCP_NAMESPACE_HELPERS, is_js_internal_name};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -26,8 +27,19 @@ pub const RESOURCES_READ: &str = "resources/read";
 /// Reserved catalog name of a server's `prompts/get`.
 pub const PROMPTS_GET: &str = "prompts/get";
 
-const RESERVED: [&str; 8] =
-    ["$api", "resources", "prompts", "then", "__proto__", "constructor", "prototype", "toString"];
+/// Whether a name may not be a property of a namespace object: the language's own names
+/// ([`JS_INTERNAL_NAMES`]) and the namespace helpers ([`MCP_NAMESPACE_HELPERS`]).
+pub fn is_reserved_member(name: &str) -> bool {
+    is_js_internal_name(name) || MCP_NAMESPACE_HELPERS.contains(&name)
+}
+
+/// JavaScript reserved words: valid property names, but not declarable as functions in a `.d.ts`.
+const RESERVED_WORDS: [&str; 46] = [
+    "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete", "do", "else", "enum",
+    "export", "extends", "false", "finally", "for", "function", "if", "import", "in", "instanceof", "new", "null",
+    "return", "super", "switch", "this", "throw", "true", "try", "typeof", "var", "void", "while", "with", "yield",
+    "let", "static", "implements", "interface", "package", "private", "protected", "public", "await",
+];
 
 /// The camelCase alias of an MCP name, if it differs from the name and is an identifier.
 pub fn js_alias(name: &str) -> Option<String> {
@@ -66,7 +78,7 @@ fn aliases<'a>(names: impl Iterator<Item = &'a str> + Clone) -> BTreeMap<String,
     all.iter()
         .map(|n| {
             let a = js_alias(n)
-                .filter(|a| count.get(a) == Some(&1) && !all.contains(&a.as_str()) && !RESERVED.contains(&a.as_str()));
+                .filter(|a| count.get(a) == Some(&1) && !all.contains(&a.as_str()) && !is_reserved_member(a));
             (n.to_string(), a)
         })
         .collect()
@@ -81,6 +93,10 @@ pub struct McpToolView {
     /// The camelCase alias, when there is an unambiguous one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alias: Option<String>,
+    /// The name is reserved (see [`is_reserved_member`]): the tool is reachable only as
+    /// `MCP.<server>.$call(name, input)`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub explicit: bool,
 }
 
 /// One MCP server as the guest sees it.
@@ -118,7 +134,11 @@ pub fn mcp_views(catalog: &Catalog) -> Vec<McpServerView> {
                 alias: server_alias.get(*server).cloned().flatten(),
                 tools: tools
                     .iter()
-                    .map(|n| McpToolView { name: n.to_string(), alias: tool_alias.get(*n).cloned().flatten() })
+                    .map(|n| McpToolView {
+                        name: n.to_string(),
+                        alias: tool_alias.get(*n).cloned().flatten(),
+                        explicit: is_reserved_member(n),
+                    })
                     .collect(),
                 resources: names.contains(&RESOURCES_READ),
                 prompts: names.contains(&PROMPTS_GET),
@@ -127,10 +147,32 @@ pub fn mcp_views(catalog: &Catalog) -> Vec<McpServerView> {
         .collect()
 }
 
-fn key(name: &str, alias: Option<&str>) -> String {
-    alias
-        .map(str::to_string)
-        .unwrap_or_else(|| if is_ident(name) { name.to_string() } else { format!("[{}]", Value::String(name.into())) })
+/// A JSON string literal that is also safe inside TypeScript source: U+2028 / U+2029 (line
+/// terminators in JavaScript, not escaped by JSON) are escaped too.
+fn ts_string(s: &str) -> String {
+    Value::String(s.into()).to_string().replace('\u{2028}', "\\u2028").replace('\u{2029}', "\\u2029")
+}
+
+/// Text of the server's choosing made safe for a comment: it can neither end a block comment
+/// (`*/`) nor a line comment (any line terminator).
+fn comment_text(s: &str) -> String {
+    s.replace("*/", "*\\/").replace(['\r', '\n', '\u{2028}', '\u{2029}'], " ")
+}
+
+/// The lines of a description, split at every JavaScript line terminator, trimmed, without empties.
+fn comment_lines(s: &str) -> Vec<String> {
+    s.split(['\r', '\n', '\u{2028}', '\u{2029}']).map(str::trim).filter(|l| !l.is_empty()).map(comment_text).collect()
+}
+
+/// How the guest writes a tool as a member of its namespace: `getSum`, `["get-sum"]`, or `None`
+/// when it is reachable only through `$call`.
+fn key(name: &str, alias: Option<&str>, explicit: bool) -> Option<String> {
+    match alias {
+        Some(a) => Some(a.to_string()),
+        None if explicit => None,
+        None if is_ident(name) => Some(name.to_string()),
+        None => Some(format!("[{}]", ts_string(name))),
+    }
 }
 
 fn is_ident(s: &str) -> bool {
@@ -139,20 +181,31 @@ fn is_ident(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
 }
 
+/// The expression that calls a tool: `MCP.srv.getSum(input)`, `MCP.srv["get-sum"](input)` or
+/// `MCP.srv.$call("then", input)`.
+fn call_expr(ns: &str, name: &str, alias: Option<&str>, explicit: bool) -> String {
+    match key(name, alias, explicit) {
+        Some(k) if k.starts_with('[') => format!("{ns}{k}(input)"),
+        Some(k) => format!("{ns}.{k}(input)"),
+        None => format!("{ns}.$call({}, input)", ts_string(name)),
+    }
+}
+
 fn member(parent: &str, name: &str, alias: Option<&str>) -> String {
-    let k = key(name, alias);
-    if k.starts_with('[') { format!("{parent}{k}") } else { format!("{parent}.{k}") }
+    match key(name, alias, false) {
+        Some(k) if k.starts_with('[') => format!("{parent}{k}"),
+        Some(k) => format!("{parent}.{k}"),
+        None => parent.to_string(),
+    }
 }
 
 fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value) {
-    let desc: Vec<&str> = description.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let desc = comment_lines(description);
     let props = params.get("properties").and_then(Value::as_object);
     let param_docs: Vec<(String, String)> = props
         .map(|p| {
             p.iter()
-                .filter_map(|(k, v)| {
-                    v.get("description").and_then(Value::as_str).map(|d| (k.clone(), d.replace('\n', " ")))
-                })
+                .filter_map(|(k, v)| v.get("description").and_then(Value::as_str).map(|d| (comment_text(k), comment_text(d))))
                 .collect()
         })
         .unwrap_or_default();
@@ -161,12 +214,19 @@ fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value
     }
     out.push_str(&format!("{indent}/**\n"));
     for l in desc {
-        out.push_str(&format!("{indent} * {}\n", l.replace("*/", "*\\/")));
+        out.push_str(&format!("{indent} * {l}\n"));
     }
     for (k, d) in param_docs {
-        out.push_str(&format!("{indent} * @param {k} {}\n", d.replace("*/", "*\\/")));
+        out.push_str(&format!("{indent} * @param {k} {d}\n"));
     }
     out.push_str(&format!("{indent} */\n"));
+}
+
+/// The input type of a tool in a `.d.ts`: its hint, or `object` when the hint was cut short (a cut
+/// hint is not valid TypeScript).
+fn input_type(schema: &Value) -> String {
+    let h = hint(schema);
+    if h.ends_with('…') { "object".to_string() } else { h }
 }
 
 /// `mcp/index.d.ts`: the shared result type and one line per visible server.
@@ -178,7 +238,7 @@ pub fn render_index(views: &[McpServerView]) -> String {
         s.push_str(&format!(
             "/** {} tool(s); read mcp/{}.d.ts */\ndeclare const {}: Record<string, (input?: object) => Promise<McpToolResult>>;\n",
             v.tools.len(),
-            v.name,
+            comment_text(&v.name),
             member("MCP", &v.name, v.alias.as_deref())
         ));
     }
@@ -186,30 +246,43 @@ pub fn render_index(views: &[McpServerView]) -> String {
 }
 
 /// `mcp/<server>.d.ts`: every tool of one server with JSDoc from its description and parameter docs.
+///
+/// Everything of the server's choosing is escaped: descriptions and parameter names cannot end a
+/// comment, names that are not identifiers are quoted, names that are reserved words or reserved
+/// members are declared as constants with their call form in a comment.
 pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
     let ns = member("MCP", &view.name, view.alias.as_deref());
     let mut s = format!(
         "/** MCP server `{}`. Every function takes one object argument. */\ndeclare namespace {ns} {{\n",
-        view.name
+        comment_text(&view.name)
     );
     s.push_str("  /** This API as data: one tool's header (and its JSON Schema with {schema: true}), or all. */\n");
     s.push_str("  function $api(toolName?: string, options?: { schema?: boolean }): Promise<McpApiHeader>;\n");
+    s.push_str("  /** Calls a tool by its exact MCP name (the only way to reach names like `then` or `toString`). */\n");
+    s.push_str("  function $call(toolName: string, input?: object): Promise<McpToolResult>;\n");
     for tool in &view.tools {
         let Some(t) = catalog.get(&format!("mcp:{}:{}", view.name, tool.name)) else { continue };
         s.push('\n');
-        let fname = key(&tool.name, tool.alias.as_deref());
+        let call = call_expr(&ns, &tool.name, tool.alias.as_deref(), tool.explicit);
         if tool.alias.is_some() {
-            s.push_str(&format!("  // MCP tool {:?}: also {}\n", tool.name, member(&ns, &tool.name, None)));
+            let exact = if tool.explicit { call_expr(&ns, &tool.name, None, true) } else { member(&ns, &tool.name, None) };
+            s.push_str(&format!("  // MCP tool {}: also {}\n", comment_text(&ts_string(&tool.name)), comment_text(&exact)));
         }
         doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters);
-        let input = hint(&t.def.parameters);
-        if fname.starts_with('[') {
-            s.push_str(&format!(
-                "  // call as {ns}{fname}(input)\n  const _{}: (input: {input}) => Promise<McpToolResult>;\n",
-                tool.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
-            ));
-        } else {
-            s.push_str(&format!("  function {fname}(input: {input}): Promise<McpToolResult>;\n"));
+        let input = input_type(&t.def.parameters);
+        match key(&tool.name, tool.alias.as_deref(), tool.explicit) {
+            Some(k) if !k.starts_with('[') && !RESERVED_WORDS.contains(&k.as_str()) => {
+                s.push_str(&format!("  function {k}(input: {input}): Promise<McpToolResult>;\n"));
+            }
+            _ => {
+                let local: String =
+                    tool.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                s.push_str(&format!(
+                    "  // MCP tool {}: call as {}\n  const _{local}: (input: {input}) => Promise<McpToolResult>;\n",
+                    comment_text(&ts_string(&tool.name)),
+                    comment_text(&call)
+                ));
+            }
         }
     }
     if view.resources {
@@ -256,7 +329,7 @@ pub fn api_header(catalog: &Catalog, server: &str, tool: Option<&str>, schema: b
             let c = catalog.get(&format!("mcp:{}:{}", view.name, t.name))?;
             let mut e = json!({
                 "name": t.name,
-                "call": format!("{}(input)", member(&ns, &t.name, t.alias.as_deref())),
+                "call": call_expr(&ns, &t.name, t.alias.as_deref(), t.explicit),
                 "description": c.def.description,
                 "input": hint(&c.def.parameters),
             });

@@ -2,11 +2,14 @@
 
 use codemode_bridge::TOOL_HELPERS;
 use codemode_bridge::adapter::is_forbidden_key;
+use codemode_core::guest::is_js_internal_name;
 
 /// Names that may never become convenience functions: the catalog helpers (K3), keys dropped at the
-/// bridge, and `then` (a `then` function would make `tools` look like a promise to `await`).
+/// bridge, and the names the language itself reaches for (`then` would make `tools` look like a
+/// promise to `await`, `toString` / `valueOf` / `toJSON` would be called by coercion or
+/// serialization). Such tools stay callable by id.
 pub fn is_reserved(name: &str) -> bool {
-    TOOL_HELPERS.contains(&name) || is_forbidden_key(name) || name == "then"
+    TOOL_HELPERS.contains(&name) || is_forbidden_key(name) || is_js_internal_name(name)
 }
 
 /// Normalises a tool name into a JavaScript identifier: every character outside `[A-Za-z0-9_$]`
@@ -33,6 +36,9 @@ mod tests {
         assert_eq!(safe_name("2fa"), "_2fa");
         assert_eq!(safe_name("héllo"), "h_llo");
         assert!(is_reserved("search") && is_reserved("callValue") && is_reserved("__proto__") && is_reserved("then"));
+        for n in ["toString", "valueOf", "toJSON", "hasOwnProperty", "toLocaleString", "__defineGetter__"] {
+            assert!(is_reserved(n), "{n}");
+        }
         assert!(!is_reserved("exec"));
     }
 }

@@ -130,6 +130,7 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     config.code_mode.timeout_ms = config.code_mode.timeout_ms.min(500);
     let gw = build_runtime(config, &common).await?;
     let cm = gw.cm().clone();
+    crate::prepare_engine(&cm).await;
     println!(
         "codemode demo — engine `{}`, {} demo tools, timeoutMs {}",
         cm.engine_name(),

@@ -306,16 +306,55 @@ async fn exec(common: CommonArgs, store: StoreArgs, language: Option<LanguageArg
     let gw = store.runtime(&common).await?;
     let input = exec_input(language, &file)?;
     let result = gw.cm().exec(&RunContext::session(store.session.clone()), &input).await;
-    gw.close().await;
     print_json(&result);
+    finish_nested_calls(&gw).await;
+    gw.close().await;
     Ok(exit_for(&result))
+}
+
+/// Prepares the engine before the first cell (compiling the guest module on a machine's first run
+/// takes seconds), with a line on stderr; a run never counts preparation against its `timeoutMs`.
+pub(crate) async fn prepare_engine(cm: &CodeMode) {
+    let started = std::time::Instant::now();
+    let prepare = cm.prepare_engine();
+    tokio::pin!(prepare);
+    let result = match tokio::time::timeout(std::time::Duration::from_millis(300), &mut prepare).await {
+        Ok(r) => r,
+        Err(_) => {
+            // A human is waiting: say why (stderr only; stdout may carry protocol messages).
+            eprintln!(
+                "codemode: preparing engine `{}` (the first run on a machine compiles the guest module, a few seconds; \
+                 later starts load it from the cache)…",
+                cm.engine_name()
+            );
+            prepare.await
+        }
+    };
+    match result {
+        Ok(()) => tracing::debug!(ms = started.elapsed().as_millis() as u64, "engine prepared"),
+        Err(e) => tracing::warn!(error = %e, "the code mode engine is not available"),
+    }
+}
+
+/// A nested call this process started must be able to finish even though the process is done:
+/// the result is printed first, then the process stays until its nested calls have finished (within
+/// the run's lifetime and the tools' own limits) and records their results in the snapshot
+/// directory, where the next `codemode wait` — in any process — collects them. Without this, a
+/// read-only call slower than `timeoutMs` would be re-issued by every `wait` and never finish.
+async fn finish_nested_calls(gw: &Gateway) {
+    if gw.cm().has_nested_calls_in_flight() {
+        tracing::info!("result printed; finishing nested calls still running (their results go to the snapshot directory)");
+        let n = gw.cm().finish_nested_calls().await;
+        tracing::info!(recorded = n, "nested calls finished");
+    }
 }
 
 async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -> Result<ExitCode> {
     let gw = store.runtime(&common).await?;
     let result = gw.cm().wait(&RunContext::session(store.session.clone()), &CodeModeWaitInput::new(run_id)).await;
-    gw.close().await;
     print_json(&result);
+    finish_nested_calls(&gw).await;
+    gw.close().await;
     Ok(exit_for(&result))
 }
 

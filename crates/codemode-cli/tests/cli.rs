@@ -150,17 +150,16 @@ fn exec_and_wait_resume_in_another_process() {
     }
     assert_eq!(last["value"], 201, "{last}");
     assert_eq!(last["telemetry"]["callCount"], 2, "the re-issued call is not counted twice: {last}");
-    // A side-effecting call in flight when the exec process exited is not repeated: the run fails
-    // and names the tool.
+    // A side-effecting call in flight when `exec` printed its result is finished by that process
+    // (which stays until then) and its result recorded: it runs exactly once, and `wait` gets it.
     let (first, second) = exec_then_wait(
         &dir,
         &config,
         "const inv = await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 5, delayMs: 700 }); return inv",
     );
     assert_eq!(first["status"], "waiting");
-    assert_eq!(second["status"], "failed", "{second}");
-    assert_eq!(second["code"], "nested_tool_failed");
-    assert!(second["error"].as_str().unwrap().contains("plugin:demo:demo_invoice_send"), "{second}");
+    assert_eq!(second["status"], "completed", "{second}");
+    assert!(second["value"]["invoiceId"].is_string(), "{second}");
     // Runs are scoped: another session cannot resume them.
     let snaps = dir.join("runs");
     let out = run_stdin(
@@ -239,4 +238,127 @@ fn agent_and_provider_policy_narrow_the_catalog() {
     let out = run_stdin(&["run", "--config", cfg, "--agent", "nobody", "-"], "return 1");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown agent `nobody` (agents.list ids: support)"));
+}
+
+/// Spawns `codemode exec` and returns the child (still running: it stays while its nested calls
+/// finish) and its first printed result.
+fn spawn_exec(config: &Path, snaps: &Path, code: &str) -> (std::process::Child, Value) {
+    use std::io::{BufRead, Write};
+    let mut child = bin()
+        .args(["exec", "--config"])
+        .arg(config)
+        .arg("--snapshot-dir")
+        .arg(snaps)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(code.as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    (child, serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+}
+
+fn wait_until_settled(config: &Path, snaps: &Path, first: &Value) -> (Value, usize) {
+    let mut last = first.clone();
+    let mut waits = 0;
+    while last["status"] == "waiting" && waits < 20 {
+        let id = last["runId"].as_str().unwrap().to_string();
+        let out = bin().args(["wait", "--config"]).arg(config).arg("--snapshot-dir").arg(snaps).arg(&id).output().unwrap();
+        last = last_json(&out);
+        waits += 1;
+    }
+    (last, waits)
+}
+
+/// Issue 9 (livelock): a read-only call slower than `timeoutMs` used to be re-issued by every
+/// `wait` process and never finish. The process that started a call now keeps it to completion and
+/// records the result, so the call runs once and the next `wait` delivers it.
+#[test]
+fn a_nested_call_slower_than_the_time_limit_finishes_across_processes() {
+    let dir = tempdir("livelock");
+    let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 800 } } }");
+    let snaps = dir.join("runs");
+    let cell = "const r = await tools.demo_sleep({ ms: 1500 }); return r.slept";
+    // Sequential: exec (prints `waiting`, stays ~0.7 s more to finish the call), then wait.
+    let (first, second) = exec_then_wait(&dir, &config, cell);
+    assert_eq!(first["status"], "waiting", "{first}");
+    assert_eq!(second["status"], "completed", "{second}");
+    assert_eq!(second["value"], 1500);
+    // Concurrent: `wait` while the exec process is still running the call: it waits for the
+    // recorded result instead of issuing the call again.
+    let (mut child, first) = spawn_exec(&config, &snaps, cell);
+    assert_eq!(first["status"], "waiting", "{first}");
+    let (last, _) = wait_until_settled(&config, &snaps, &first);
+    assert_eq!(last["status"], "completed", "{last}");
+    assert_eq!(last["value"], 1500);
+    assert_eq!(last["telemetry"]["callCount"], 1, "{last}");
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// When the process running a nested call dies (SIGKILL: no chance to record anything), its claim
+/// dies with it: a read-only call is issued again, a side-effecting one fails naming the tool.
+#[test]
+fn a_killed_process_loses_its_calls_honestly() {
+    let dir = tempdir("killed");
+    let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 300 } } }");
+    let snaps = dir.join("runs");
+    let (mut child, first) = spawn_exec(&config, &snaps, "const r = await tools.demo_sleep({ ms: 600 }); return r.slept");
+    child.kill().unwrap();
+    let _ = child.wait();
+    let (last, _) = wait_until_settled(&config, &snaps, &first);
+    assert_eq!(last["value"], 600, "read-only: issued again: {last}");
+    let (mut child, first) = spawn_exec(
+        &config,
+        &snaps,
+        "return await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 5, delayMs: 2000 })",
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+    let (last, _) = wait_until_settled(&config, &snaps, &first);
+    assert_eq!(last["status"], "failed", "{last}");
+    assert_eq!(last["code"], "nested_tool_failed");
+    assert!(last["error"].as_str().unwrap().contains("plugin:demo:demo_invoice_send"), "{last}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 9 / SPEC §6: 90 `codemode exec` processes, 16 at a time, suspending into one directory:
+/// exactly 64 runs are admitted; the others fail with the SPEC message.
+#[test]
+fn the_run_cap_holds_across_concurrent_processes() {
+    let dir = tempdir("cap");
+    let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true } } }");
+    let snaps = dir.join("runs");
+    let results: Vec<Value> = std::thread::scope(|scope| {
+        let mut all = Vec::new();
+        for batch in 0..6 {
+            let handles: Vec<_> = (0..16)
+                .filter(|i| batch * 16 + i < 90)
+                .map(|_| {
+                    let (config, snaps) = (config.clone(), snaps.clone());
+                    scope.spawn(move || {
+                        let out = run_stdin(
+                            &["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "-"],
+                            "await yield_control(); return 1",
+                        );
+                        last_json(&out)
+                    })
+                })
+                .collect();
+            all.extend(handles.into_iter().map(|h| h.join().unwrap()));
+        }
+        all
+    });
+    assert_eq!(results.len(), 90);
+    let waiting = results.iter().filter(|r| r["status"] == "waiting").count();
+    assert_eq!(waiting, 64, "exactly 64 runs admitted");
+    for r in results.iter().filter(|r| r["status"] != "waiting") {
+        assert_eq!(r["error"], "too many suspended code mode runs.", "{r}");
+    }
+    let runs = std::fs::read_dir(&snaps).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "run"));
+    assert_eq!(runs.count(), 64);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -52,7 +52,10 @@ fn drive(transport: &str) {
     assert!(out.status.success(), "client.py {transport} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains(&format!("ok: {transport}")), "{stdout}");
     // Completed runs leave nothing behind in the directory store.
-    let left: Vec<_> = std::fs::read_dir(&snapdir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    // (`.admission` is the store's lock file, kept on purpose.)
+    let left: Vec<_> = std::fs::read_dir(&snapdir)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| !p.ends_with(".admission")).collect())
+        .unwrap_or_default();
     assert!(left.is_empty(), "runs left in the snapshot directory: {left:?}");
 }
 
@@ -64,4 +67,42 @@ fn python_mcp_client_over_stdio() {
 #[test]
 fn python_mcp_client_over_streamable_http() {
     drive("http");
+}
+
+/// Issue 9: a hostile upstream server (JS-internal tool names, comment breakouts in descriptions)
+/// and hostile cells (deep TypeScript nesting), through `codemode serve` and the Python client.
+#[test]
+fn hostile_upstream_and_hostile_cells_through_serve() {
+    let python = peer(".venv/bin/python");
+    let node = which("node");
+    let dir = tempdir("hostile");
+    let log = dir.join("calls.log");
+    let config = dir.join("codemode.json5");
+    std::fs::write(
+        &config,
+        format!(
+            "{{ tools: {{ codeMode: {{ enabled: true, timeoutMs: 5000 }} }},\n  mcpServers: {{ hostile: {{ command: {:?}, args: [{:?}, {:?}] }} }} }}\n",
+            node.to_string_lossy(),
+            root().join("tests/e2e/hostile_server.js").to_string_lossy(),
+            log.to_string_lossy()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(python)
+        .arg(root().join("tests/e2e/hostile.py"))
+        .arg(env!("CARGO_BIN_EXE_codemode"))
+        .arg(&config)
+        .arg(&log)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "hostile.py failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("ok: hostile"), "{stdout}");
+}
+
+fn which(cmd: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(cmd)).find(|p| p.is_file()))
+        .unwrap_or_else(|| panic!("`{cmd}` is not on PATH: install Node.js (scripts/setup.sh needs it too)"))
 }

@@ -236,6 +236,13 @@ pub trait GuestEngine: Send + Sync + 'static {
     /// Whether snapshots of this engine are serialized bytes that can leave the process.
     fn serializes_snapshots(&self) -> bool;
 
+    /// Loads or compiles whatever the engine needs before its first run (a guest module, say).
+    /// Idempotent and cheap once done. The runtime calls it before a run's clock starts, so engine
+    /// preparation is never charged to a cell's `timeoutMs`; hosts may call it at start-up.
+    fn prepare(&self) -> Result<(), EngineError> {
+        Ok(())
+    }
+
     /// Prepares an instance for `program`. No guest code runs until the first
     /// [`GuestInstance::drive`].
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError>;

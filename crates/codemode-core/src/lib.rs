@@ -14,6 +14,8 @@
 //! - [`store`]: the [`SnapshotStore`](store::SnapshotStore) contract for suspended runs (DESIGN §6);
 //! - [`executor`]: the [`ToolExecutor`](executor::ToolExecutor) contract through which every nested
 //!   tool call reaches the host (SPEC §12);
+//! - [`guest`]: names the guest API reserves (shared by the catalog and the bridge prelude);
+//! - [`positions`]: mapping error positions back to the cell's own lines and columns;
 //! - [`namespace`]: the (for now minimal) [`NamespaceRegistry`](namespace::NamespaceRegistry) contract
 //!   (SPEC §10).
 //!
@@ -26,8 +28,10 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod executor;
+pub mod guest;
 pub mod input;
 pub mod namespace;
+pub mod positions;
 pub mod result;
 pub mod scope;
 pub mod store;

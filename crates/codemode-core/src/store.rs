@@ -57,6 +57,9 @@ pub struct SuspendedRun {
     pub created_at_ms: u64,
     /// When it stops being resumable (Unix milliseconds).
     pub expires_at_ms: u64,
+    /// How error positions map back to the cell's source (kept so that a resuming process reports
+    /// the model's own lines).
+    pub positions: crate::positions::CellPositions,
 }
 
 /// Why a store operation failed.
@@ -129,6 +132,50 @@ pub trait SnapshotStore: Send + Sync {
 
     /// Number of runs held (suspended or checked out).
     async fn count(&self) -> usize;
+
+    /// Records the result of a nested call that settled after its run was suspended, for the
+    /// process that will resume the run. Called by a process that started the call and is about to
+    /// end (the `codemode exec` / `wait` commands). Returns `Ok(false)` when the store keeps runs in
+    /// this process only (a resuming `wait` finds the call in the same process; nothing to record).
+    async fn record_result(&self, _run_id: &RunId, _delivery: &Delivery) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Takes (and removes) the results recorded for a run with [`record_result`](Self::record_result).
+    async fn take_results(&self, _run_id: &RunId) -> Result<Vec<Delivery>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Declares that this process is running nested calls of a suspended run and will record their
+    /// results. The claim lasts until the returned guard is dropped (or the process ends, however it
+    /// ends). `None`: the store needs no claims (runs never leave this process).
+    fn claim_calls(&self, _run_id: &RunId) -> Result<Option<CallsClaim>, StoreError> {
+        Ok(None)
+    }
+
+    /// Whether a live process holds a [`claim_calls`](Self::claim_calls) claim on the run's calls:
+    /// then a resuming process waits for their recorded results instead of issuing them again.
+    fn calls_claimed(&self, _run_id: &RunId) -> bool {
+        false
+    }
+}
+
+/// A claim on a suspended run's nested calls (see [`SnapshotStore::claim_calls`]); released on drop.
+pub struct CallsClaim {
+    _guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl CallsClaim {
+    /// Wraps a store's guard object (whatever releases the claim when dropped).
+    pub fn new(guard: impl std::any::Any + Send + Sync) -> Self {
+        CallsClaim { _guard: Box::new(guard) }
+    }
+}
+
+impl std::fmt::Debug for CallsClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallsClaim")
+    }
 }
 
 #[cfg(test)]

@@ -79,6 +79,10 @@ impl GuestEngine for QuickJsWasiEngine {
         true
     }
 
+    fn prepare(&self) -> Result<(), EngineError> {
+        self.warm_up()
+    }
+
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
         let mut vm = Vm::new(loaded()?, *limits)?;
         vm.seed()?;

@@ -136,6 +136,12 @@ pub fn parse_servers_with(
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
             return Err(ConfigError::new(&path, "server names may use only letters, digits, `_` and `-`"));
         }
+        if codemode_core::guest::is_js_internal_name(name) {
+            return Err(ConfigError::new(
+                &path,
+                format!("server name `{name}` is a name JavaScript looks up on every object (like `then`); rename the server"),
+            ));
+        }
         let spec = spec.as_object().ok_or_else(|| ConfigError::new(&path, "expected an object"))?;
         if let Some(k) = spec.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(ConfigError::new(

@@ -158,6 +158,7 @@ mod tests {
             telemetry: CodeModeTelemetry::default(),
             created_at_ms: 0,
             expires_at_ms,
+            positions: Default::default(),
         }
     }
 

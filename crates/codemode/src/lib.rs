@@ -314,6 +314,35 @@ impl CodeMode {
         }
     }
 
+    /// Keeps the nested calls this process started for suspended runs to completion and records
+    /// their results in the snapshot store, so that a `wait` in another process receives them. For
+    /// short-lived processes (`codemode exec` / `codemode wait`) before they exit: a nested call that
+    /// was started always gets to finish, within the run's lifetime (at most `snapshotTtlSeconds`)
+    /// and the tool's own limits. While this runs, a `wait` elsewhere waits for these results
+    /// instead of issuing the calls again. Returns how many results were recorded; with a store that
+    /// keeps runs in this process only, nothing is recorded and the calls are dropped.
+    pub async fn finish_nested_calls(&self) -> usize {
+        let inner = self.inner.clone();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return 0 };
+        tokio::task::spawn_blocking(move || inner.finish_inflight(&rt)).await.unwrap_or(0)
+    }
+
+    /// Whether nested calls this process started for suspended runs are still running (see
+    /// [`finish_nested_calls`](Self::finish_nested_calls)).
+    pub fn has_nested_calls_in_flight(&self) -> bool {
+        self.inner.has_inflight_calls()
+    }
+
+    /// Prepares the engine now (for a guest module: load or compile it, see `GuestEngine::prepare`)
+    /// instead of at the first run. Runs never count preparation against their `timeoutMs` anyway;
+    /// hosts call this at start-up so the first cell is as fast as the others.
+    pub async fn prepare_engine(&self) -> Result<(), CodeModeError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.prepare_engine())
+            .await
+            .unwrap_or_else(|e| Err(CodeModeError::new(CodeModeErrorCode::InternalError, e.to_string())))
+    }
+
     /// Aborts a run (SPEC §6 `aborted`): its snapshot is deleted and its nested calls stop. Returns
     /// whether there was anything to abort.
     pub async fn abort(&self, run_id: &RunId) -> bool {

@@ -17,6 +17,7 @@
 
 use crate::tools::{ToolHook, run_hooked};
 use codemode_bridge::BootData;
+use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
 use codemode_catalog::{Catalog, CatalogTool};
 use codemode_core::config::{CodeModeConfig, Language};
@@ -27,6 +28,7 @@ use codemode_core::engine::{
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
+use codemode_core::positions::CellPositions;
 use codemode_core::result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, WaitReason, json_len};
 use codemode_core::scope::{RunContext, RunId};
 use codemode_core::store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
@@ -102,6 +104,44 @@ impl NestedCalls {
         }
     }
 
+    /// Waits for results another live process records in the store for calls it started (see
+    /// [`SnapshotStore::claim_calls`]). Each id counts as running until its result arrives. If the
+    /// claim goes away with results still missing (that process died), those calls fail.
+    fn watch_recorded(&mut self, rt: &Handle, store: Arc<dyn SnapshotStore>, run_id: RunId, calls: Vec<(RequestId, String)>) {
+        if calls.is_empty() {
+            return;
+        }
+        let tx = self.tx.clone();
+        let mut missing: BTreeMap<RequestId, String> = calls.iter().cloned().collect();
+        let handle = rt.spawn(async move {
+            loop {
+                let claimed = store.calls_claimed(&run_id);
+                for d in store.take_results(&run_id).await.unwrap_or_default() {
+                    if missing.remove(&d.id).is_some() {
+                        let _ = tx.send(d);
+                    }
+                }
+                if missing.is_empty() {
+                    return;
+                }
+                if !claimed {
+                    for (id, tool_id) in std::mem::take(&mut missing) {
+                        let message = format!(
+                            "nested call to `{tool_id}` was lost: the process running it ended before it finished (its \
+                             side effect may or may not have happened); call it again if that is safe"
+                        );
+                        let _ = tx.send(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)) });
+                    }
+                    return;
+                }
+                tokio::time::sleep(RECORDED_POLL).await;
+            }
+        });
+        for (id, _) in calls {
+            self.running.insert(id, handle.abort_handle());
+        }
+    }
+
     fn try_next(&mut self) -> Option<Delivery> {
         let d = self.rx.try_recv().ok()?;
         self.running.remove(&d.id);
@@ -135,11 +175,17 @@ fn dispose(instance: Box<dyn GuestInstance>) {
     }
 }
 
+/// How often a resumed run looks for results another process recorded in the store.
+const RECORDED_POLL: Duration = Duration::from_millis(25);
+
 /// Process-local state of a suspended run: what cannot be serialized.
 struct Inflight {
     context: RunContext,
     catalog: Arc<Catalog>,
     calls: NestedCalls,
+    /// This process's claim on the run's running calls (stores shared across processes).
+    _claim: Option<codemode_core::store::CallsClaim>,
+    expires_at_ms: u64,
 }
 
 /// The catalog of a run plus its cached boot data.
@@ -194,6 +240,8 @@ struct Run {
     calls: NestedCalls,
     created_at_ms: u64,
     stored: bool,
+    /// Maps error positions back to the cell's own source.
+    positions: CellPositions,
 }
 
 /// Budget and output of one `exec` / `wait` call.
@@ -214,7 +262,7 @@ impl Call {
 impl Run {
     fn accept(&mut self, d: Delivery) {
         if let Some(p) = self.pending.remove(&d.id)
-            && p.kind == RequestKind::Call
+            && p.kind.is_tool_call()
             && d.outcome.is_err()
         {
             self.telemetry.failed_call_count += 1;
@@ -231,7 +279,7 @@ impl Run {
     fn pending_tool_calls(&self, now: u64) -> Vec<CodeModePendingToolCall> {
         self.pending
             .values()
-            .filter(|p| p.kind == RequestKind::Call)
+            .filter(|p| p.kind.is_tool_call())
             .map(|p| CodeModePendingToolCall {
                 request_id: p.id,
                 kind: p.kind.as_str().to_string(),
@@ -374,6 +422,20 @@ impl Inner {
         })
     }
 
+    /// Prepares the engine (see [`GuestEngine::prepare`]); a failure fails closed as
+    /// `runtime_unavailable`. Logs when preparation took long (the first run on a machine compiles
+    /// the guest module).
+    pub(crate) fn prepare_engine(&self) -> Result<(), CodeModeError> {
+        let Some(engine) = &self.engine else { return Ok(()) };
+        let started = Instant::now();
+        engine.prepare().map_err(|e| CodeModeError::new(e.code(), e.to_string()))?;
+        let took = started.elapsed();
+        if took > Duration::from_millis(200) {
+            tracing::info!(engine = engine.name(), ms = took.as_millis() as u64, "prepared the code mode engine");
+        }
+        Ok(())
+    }
+
     fn base_telemetry(&self) -> CodeModeTelemetry {
         let catalog = self.catalog();
         CodeModeTelemetry {
@@ -425,6 +487,8 @@ impl Inner {
     }
 
     pub(crate) fn exec(&self, rt: &Handle, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
+        // Engine preparation (loading or compiling a guest module) is never charged to the cell.
+        let prepared = self.prepare_engine();
         let call = Call::new(self.config.timeout_ms);
         let mut telemetry = self.base_telemetry();
         telemetry.exec_count = 1;
@@ -441,7 +505,7 @@ impl Inner {
                 telemetry,
             );
         }
-        let engine = match self.engine() {
+        let engine = match self.engine().and_then(|e| prepared.map(|()| e)) {
             Ok(e) => e.clone(),
             Err(e) => return early(e, telemetry),
         };
@@ -454,13 +518,17 @@ impl Inner {
         if let Some(found) = find_module_access(&req.code) {
             return early(CodeModeError::new(CodeModeErrorCode::ModuleAccessDenied, found.message()), telemetry);
         }
-        let code = match req.language {
-            Language::Javascript => req.code,
+        if let Some(message) = codemode_bridge::shell::looks_like_shell(&req.code) {
+            return early(CodeModeError::new(CodeModeErrorCode::InvalidInput, message), telemetry);
+        }
+        let (code, source_map) = match req.language {
+            Language::Javascript => (req.code, None),
             Language::Typescript => match crate::typescript::transpile(&req.code) {
-                Ok(js) => js,
+                Ok(t) => (t.code, Some(t.positions)),
                 Err(e) => return early(e, telemetry),
             },
         };
+        let positions = CellPositions::of(&code, source_map);
         rt.block_on(self.sweep_if_due());
         let catalog = self.catalog();
         let program = GuestProgram { code, boot: catalog.boot.clone() };
@@ -479,11 +547,13 @@ impl Inner {
             calls: NestedCalls::new(),
             created_at_ms: self.now_ms(),
             stored: false,
+            positions,
         };
         self.drive_loop(rt, run, instance, call)
     }
 
     pub(crate) fn wait(&self, rt: &Handle, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
+        let prepared = self.prepare_engine();
         let call = Call::new(self.config.timeout_ms);
         let lookup_failure = |err: CodeModeError| {
             let mut t = self.base_telemetry();
@@ -494,7 +564,7 @@ impl Inner {
             Ok(id) => id,
             Err(e) => return lookup_failure(e),
         };
-        let engine = match self.engine() {
+        let engine = match self.engine().and_then(|e| prepared.map(|()| e)) {
             Ok(e) => e.clone(),
             Err(e) => return lookup_failure(e),
         };
@@ -509,7 +579,8 @@ impl Inner {
             Some(l) => (l.context, l.catalog, l.calls),
             None => (ctx.clone(), self.catalog().catalog.clone(), NestedCalls::new()),
         };
-        let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, .. } = suspended;
+        let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, positions, .. } =
+            suspended;
         telemetry.wait_count += 1;
         let mut run = Run {
             id: run_id,
@@ -522,8 +593,9 @@ impl Inner {
             calls,
             created_at_ms,
             stored: true,
+            positions,
         };
-        if resumed_elsewhere && let Err(e) = self.reissue_lost_calls(rt, &mut run) {
+        if resumed_elsewhere && let Err(e) = self.adopt_calls_from_elsewhere(rt, &mut run) {
             return self.fail(rt, run, call, e);
         }
         let yields: Vec<RequestId> =
@@ -552,6 +624,65 @@ impl Inner {
         };
         run.telemetry.record_snapshot(SnapshotEventKind::Restored, None);
         self.drive_loop(rt, run, instance, call)
+    }
+
+    /// A run resumed in a process that did not start its outstanding calls: results another process
+    /// recorded are delivered; calls a live process still runs are awaited (their results will be
+    /// recorded); the rest are lost and handled by [`reissue_lost_calls`](Self::reissue_lost_calls).
+    fn adopt_calls_from_elsewhere(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
+        let claimed = self.store.calls_claimed(&run.id);
+        let recorded = rt
+            .block_on(self.store.take_results(&run.id))
+            .map_err(|e| e.to_code_mode_error())?;
+        for d in recorded {
+            if run.pending.contains_key(&d.id) {
+                run.accept(d);
+            }
+        }
+        if claimed {
+            let outstanding: Vec<(RequestId, String)> = run
+                .pending
+                .values()
+                .filter(|p| p.kind.is_tool_call())
+                .map(|p| (p.id, p.tool_id.clone().unwrap_or_default()))
+                .collect();
+            run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
+            return Ok(());
+        }
+        self.reissue_lost_calls(rt, run)
+    }
+
+    /// Keeps this process's nested calls of suspended runs to completion and records their results
+    /// in the store, for a process that will resume the runs (used before a short-lived process
+    /// such as `codemode exec` exits). Each run's calls are awaited at most until the run expires.
+    /// Returns how many results were recorded.
+    pub(crate) fn finish_inflight(&self, rt: &Handle) -> usize {
+        if self.store.accepts_live() {
+            // A store for live VMs keeps runs in this process: nobody elsewhere can resume them.
+            return 0;
+        }
+        let runs: Vec<(RunId, Inflight)> = self.inflight().drain().collect();
+        let mut recorded = 0;
+        for (id, mut inflight) in runs {
+            let remaining_ms = inflight.expires_at_ms.saturating_sub(self.now_ms());
+            let deadline = Instant::now() + Duration::from_millis(remaining_ms);
+            while inflight.calls.running() > 0 {
+                let Some(d) = inflight.calls.next_until(deadline) else { break };
+                match rt.block_on(self.store.record_result(&id, &d)) {
+                    Ok(true) => recorded += 1,
+                    // A store that keeps runs in this process: nothing can resume them elsewhere.
+                    Ok(false) => break,
+                    Err(e) => tracing::warn!(run = %id, error = %e, "cannot record a nested call's result"),
+                }
+            }
+            // Dropping `inflight` aborts what is still running and releases the claim.
+        }
+        recorded
+    }
+
+    /// Whether this process holds nested calls of suspended runs.
+    pub(crate) fn has_inflight_calls(&self) -> bool {
+        self.inflight().values().any(|r| r.calls.running() > 0)
     }
 
     /// After a resume in a process that did not issue them, outstanding calls are gone. Read-only
@@ -641,6 +772,12 @@ impl Inner {
             if !run.ready.is_empty() {
                 if Instant::now() < call.deadline {
                     continue;
+                }
+                if run.calls.running() == 0 {
+                    // Only instant answers are left (searches, lookups, calls that returned at
+                    // once): the cell was busy, not waiting on slow tools. A `waiting` result must
+                    // always name what it waits for.
+                    return StepsEnd::Fail(CodeModeError::new(CodeModeErrorCode::Timeout, TIMEOUT_MESSAGE));
                 }
                 return StepsEnd::Suspend(WaitReason::PendingTools);
             }
@@ -846,7 +983,8 @@ impl Inner {
         CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
     }
 
-    fn fail(&self, rt: &Handle, mut run: Run, call: Call, err: CodeModeError) -> CodeModeResult {
+    fn fail(&self, rt: &Handle, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
+        err.message = run.positions.rewrite(&err.message);
         let limits = &mut run.telemetry.limit_failures;
         match err.code {
             Some(CodeModeErrorCode::Timeout) => limits.timeout += 1,
@@ -923,6 +1061,7 @@ impl Inner {
             telemetry: telemetry.clone(),
             created_at_ms: run.created_at_ms,
             expires_at_ms: now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000)),
+            positions: run.positions.clone(),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
         if let Err(e) = rt.block_on(self.store.put(suspended)) {
@@ -931,8 +1070,20 @@ impl Inner {
         }
         run.telemetry = telemetry;
         run.stored = true;
+        let claim = if run.calls.running() > 0 {
+            match self.store.claim_calls(&run.id) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(run = %run.id, error = %e, "cannot claim nested calls in the store");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let expires_at_ms = now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000));
         let Run { id, context, catalog, calls, telemetry, .. } = run;
-        self.inflight().insert(id.clone(), Inflight { context, catalog, calls });
+        self.inflight().insert(id.clone(), Inflight { context, catalog, calls, _claim: claim, expires_at_ms });
         CodeModeResult::Waiting {
             run_id: id.to_string(),
             reason,

@@ -69,5 +69,15 @@ pub fn conformance_tools() -> LocalTools {
             Ok(ToolResult::value(json!({ "contents": [{ "uri": uri, "text": "memo contents" }] })))
         },
     )));
+    // Tool names a hostile server would choose (issue 9): never properties of the namespace,
+    // reachable only as `MCP.fakeMcp.$call(name, input)`.
+    for name in ["then", "toString"] {
+        tools.add(Arc::new(FnTool::new(
+            mcp(name, "A tool named like a JavaScript internal. */ declare const pwned: true; /*", json!({"type": "object"})),
+            move |_input| async move {
+                Ok(ToolResult::value(json!({ "content": [{ "type": "text", "text": format!("called {name}") }] })))
+            },
+        )));
+    }
     tools
 }

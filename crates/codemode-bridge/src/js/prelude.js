@@ -54,10 +54,28 @@
   const stringIndexOf = String.prototype.indexOf;
   const stringSlice = String.prototype.slice;
   const stringEndsWith = String.prototype.endsWith;
+  const stringReplace = String.prototype.replace;
+  const mathMin = Math.min;
 
   const RESERVED = [
     "tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require",
   ];
+
+  // Property names the language itself reaches for (await, coercion, JSON.stringify, object
+  // internals). A namespace never holds a tool under one of these: `await MCP.x` must not find a
+  // `then` tool, nor `String(MCP.x)` a `toString` tool. Such tools are reachable only through the
+  // explicit `$call(name, input)`. Must equal codemode_core::guest::JS_INTERNAL_NAMES (tested).
+  const JS_INTERNAL_NAMES = [
+    "then", "constructor", "prototype", "__proto__", "toString", "toLocaleString", "valueOf", "toJSON",
+    "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "__defineGetter__", "__defineSetter__",
+    "__lookupGetter__", "__lookupSetter__",
+  ];
+  const ProxyCtor = Proxy;
+  const arrayIncludes = Array.prototype.includes;
+  const arraySort = Array.prototype.sort;
+  function isInternalName(k) {
+    return apply(arrayIncludes, JS_INTERNAL_NAMES, [k]);
+  }
 
   function deepFreeze(v) {
     if (v !== null && typeof v === "object" && !isFrozen(v)) {
@@ -245,6 +263,12 @@
       return err;
     }
 
+    // A guest-side refusal that carries a SPEC error code like a host error does (`e.code`, and the
+    // code survives as the run's failure code when uncaught).
+    function codedError(code, message, name) {
+      return hostError({ name: name || "Error", message, code });
+    }
+
     function settle(id, ok, json) {
       const resolve = resolvers[id];
       if (resolve === undefined) return false;
@@ -276,7 +300,63 @@
     }
 
     function require(name) {
-      throw new ErrorCtor("module access denied: require(" + safeString(name, "") + ") is not available in code mode");
+      throw codedError(
+        "module_access_denied",
+        "module access denied: require(" + safeString(name, "") + ") is not available in code mode; modules, files and " +
+          "network are out of reach. Call tools through `tools.*` (and MCP servers through `MCP.*`) instead.",
+      );
+    }
+
+    // Host capabilities a model often reaches for: present as functions that explain what to do
+    // instead (writable, so a cell may define its own helper under the same name).
+    function unavailable(name, advice) {
+      const fn = function () {
+        throw codedError("module_access_denied", name + " is not available in code mode: " + advice);
+      };
+      defineProperty(fn, "name", { value: name });
+      defineProperty(G, name, { value: fn, writable: true, enumerable: false, configurable: true });
+    }
+    const TIMER_ADVICE = "there are no timers. Await the tool calls themselves (they run in parallel when you start " +
+      "several before awaiting: `await Promise.all([...])`); to hand control back and continue later, `await yield_control()`.";
+    unavailable("setTimeout", TIMER_ADVICE);
+    unavailable("setInterval", TIMER_ADVICE);
+    unavailable("setImmediate", TIMER_ADVICE);
+    unavailable("clearTimeout", TIMER_ADVICE);
+    unavailable("clearInterval", TIMER_ADVICE);
+    unavailable("fetch", "there is no network. Call a tool instead: `await tools.search(\"http\")` finds catalog " +
+      "tools, `await API.list(\"mcp\")` lists the MCP servers' APIs (`MCP.<server>.<tool>({...})`).");
+
+    // Edit distance of two short strings (capped inputs: suggestions only).
+    function distance(a, b) {
+      a = apply(stringSlice, a, [0, 64]);
+      b = apply(stringSlice, b, [0, 64]);
+      let prev = [];
+      for (let j = 0; j <= b.length; j++) prev[j] = j;
+      for (let i = 1; i <= a.length; i++) {
+        const cur = [i];
+        for (let j = 1; j <= b.length; j++) {
+          const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+          cur[j] = mathMin(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost);
+        }
+        prev = cur;
+      }
+      return prev[b.length];
+    }
+
+    function unknownMcpTool(server, name, names, explicit) {
+      const scored = [];
+      for (let i = 0; i < names.length && i < 1000; i++) scored[scored.length] = [distance(name, names[i]), names[i]];
+      apply(arraySort, scored, [(x, y) => x[0] - y[0]]);
+      const near = [];
+      for (let i = 0; i < scored.length && near.length < 3; i++) {
+        const n = scored[i][1];
+        near[near.length] = apply(arrayIncludes, explicit, [n])
+          ? "$call(" + stringify(n) + ", input)"
+          : stringify(n);
+      }
+      return "MCP server `" + server + "` has no tool `" + name + "`" +
+        (near.length ? "; nearest: " + apply(arrayJoin, near, [", "]) : "") +
+        ". See `await API.read(\"mcp/" + server + ".d.ts\")` or `await MCP[" + stringify(server) + "].$api()`.";
     }
 
     // ---- boot: per-run data (catalog views, API files) -----------------------------------------------
@@ -329,18 +409,49 @@
         return callRequest(safeString(id, ""), input, false);
       };
       const conveniences = isArray(data.conveniences) ? data.conveniences : [];
+      const nameOfId = create(null);
       for (let i = 0; i < conveniences.length; i++) {
         const name = conveniences[i][0];
         const id = conveniences[i][1];
-        // K3: never shadow a helper (the host already filters; this is a second guard).
-        if (name in tools) continue;
+        // K3: never shadow a helper, nor a name the language reaches for (the host already filters;
+        // this is a second guard).
+        if (name in tools || isInternalName(name)) continue;
         const fn = function (input) {
           return callRequest(id, input, false);
         };
         // No per-function `name`: defining one cost microseconds per catalog tool on every run.
         tools[name] = fn;
+        nameOfId[id] = name;
       }
       freeze(tools);
+
+      // `tools.<name>` for a name that is no catalog tool: a function that fails with the nearest
+      // catalog tools (the catalog's own search) instead of "not a function".
+      function missingTool(name) {
+        return function () {
+          const query = apply(stringReplace, name, [/[_\-.]+/g, " "]);
+          return apply(promiseThen, request("search", { query, limit: 3 }), [(hits) => {
+            const names = [];
+            for (let i = 0; isArray(hits) && i < hits.length; i++) {
+              const id = hits[i] && hits[i].id;
+              if (typeof id !== "string") continue;
+              names[names.length] = nameOfId[id] !== undefined ? "tools." + nameOfId[id] : "tools.callValue(" + stringify(id) + ", input)";
+            }
+            throw codedError(
+              "nested_tool_failed",
+              "no catalog tool is named `" + name + "` (tools." + name + ")" +
+                (names.length ? "; did you mean " + apply(arrayJoin, names, [", "]) + "?" : "") +
+                " Use `await tools.search(query)` to find tools and `tools.callValue(id, input)` to call one by id.",
+            );
+          }]);
+        };
+      }
+      const toolsView = new ProxyCtor(tools, {
+        get(target, key) {
+          if (typeof key !== "string" || key in target || isInternalName(key)) return target[key];
+          return missingTool(key);
+        },
+      });
 
       const apiFiles = lazyJson(segment(data.apiFiles), {});
       const apiList = isArray(data.apiList) ? data.apiList : [];
@@ -373,6 +484,7 @@
       });
 
       // MCP namespace (SPEC §9): exact names always, camelCase aliases when the host gives one.
+      const NS_HELPERS = ["$api", "$call", "resources", "prompts"];
       const mcpRoot = create(null);
       const servers = isArray(data.mcp) ? data.mcp : [];
       // Each server's namespace object is built when the cell first reaches it.
@@ -387,15 +499,40 @@
           mcpTools = [];
         }
         if (!isArray(mcpTools)) mcpTools = [];
+        const byName = create(null);
+        const names = [];
+        const explicitNames = [];
         for (let j = 0; j < mcpTools.length; j++) {
           const toolName = mcpTools[j].name;
+          if (typeof toolName !== "string") continue;
           const fn = function (input) {
             return request("mcp", { server: serverName, tool: toolName, input: input === undefined ? {} : input });
           };
           defineProperty(fn, "name", { value: mcpTools[j].alias || toolName });
-          ns[toolName] = fn;
-          if (mcpTools[j].alias) ns[mcpTools[j].alias] = fn;
+          byName[toolName] = fn;
+          names[names.length] = toolName;
+          // Names the language reaches for (`then`, `toString`, …) and the namespace's own helpers
+          // are reachable only through `$call` (the host marks them `explicit`; the check here is a
+          // second guard).
+          if (!mcpTools[j].explicit && !isInternalName(toolName) && !apply(arrayIncludes, NS_HELPERS, [toolName])) {
+            ns[toolName] = fn;
+          } else {
+            explicitNames[explicitNames.length] = toolName;
+          }
+          const alias = mcpTools[j].alias;
+          if (typeof alias === "string" && !isInternalName(alias) && !apply(arrayIncludes, NS_HELPERS, [alias])) {
+            ns[alias] = fn;
+            byName[alias] = fn;
+          }
         }
+        ns.$call = function $call(toolName, input) {
+          const name = safeString(toolName, "");
+          const fn = apply(ObjectCtor.prototype.hasOwnProperty, byName, [name]) ? byName[name] : undefined;
+          if (fn === undefined) {
+            return promiseReject(codedError("nested_tool_failed", unknownMcpTool(serverName, name, names, explicitNames)));
+          }
+          return fn(input);
+        };
         ns.$api = function $api(toolName, options) {
           return request("mcp_api", {
             server: serverName,
@@ -417,7 +554,19 @@
             },
           });
         }
-        return freeze(ns);
+        freeze(ns);
+        // `MCP.<server>.<name>` for a name the server does not have: a function that fails naming
+        // the nearest tools, instead of "not a function". Never for `then` or other internal names.
+        return new ProxyCtor(ns, {
+          get(target, key) {
+            if (typeof key !== "string" || key in target || isInternalName(key) || apply(arrayIncludes, NS_HELPERS, [key])) {
+              return target[key];
+            }
+            return function () {
+              return promiseReject(codedError("nested_tool_failed", unknownMcpTool(serverName, key, names, explicitNames)));
+            };
+          },
+        });
       }
       for (let i = 0; i < servers.length; i++) {
         const server = servers[i];
@@ -434,7 +583,7 @@
       freeze(mcpRoot);
 
       defineProperty(G, "ALL_TOOLS", { get: allTools, enumerable: false, configurable: false });
-      lock("tools", tools);
+      lock("tools", toolsView);
       lock("MCP", mcpRoot);
       lock("API", API);
       lock("namespaces", deepFreeze({}));

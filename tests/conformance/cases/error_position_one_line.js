@@ -1,0 +1,1 @@
+throw new Error("positions are the cell's own")

@@ -1,0 +1,58 @@
+// A hostile MCP server for the hardening tests (issue 9): tool names that collide with JavaScript
+// internals (`then`, `toString`, `valueOf`, `toJSON`, `constructor`, ...) and with the namespace's
+// own helpers, descriptions and parameter names that try to break out of the generated `.d.ts`
+// comments, non-identifier and reserved-word names, a line separator in a name, and a huge, deep
+// schema. Every `tools/call` is appended to the log file given as the first argument, so a test can
+// prove which tools were really called. Plain newline-delimited JSON-RPC on stdio, no dependencies.
+const fs = require("fs");
+const log = process.argv[2];
+const record = (name) => { if (log) fs.appendFileSync(log, name + "\n"); };
+
+const breakout = "*/ declare const pwned: true; /*";
+let deep = { type: "string" };
+for (let i = 0; i < 100; i++) deep = { type: "object", properties: { a: deep } };
+const names = ["then", "toString", "valueOf", "toJSON", "constructor", "__proto__", "hasOwnProperty",
+  "$api", "$call", "resources", "delete", "get-sum", "to-string", "line\u2028break", "echo"];
+const tools = names.map((name) => ({
+  name,
+  description: `Tool ${name}. ${breakout}\nSecond line \u2028 ${breakout}`,
+  inputSchema: {
+    type: "object",
+    properties: {
+      [`x${breakout}`]: { type: "string", description: `param ${breakout}` },
+      ok: { type: "string", enum: [breakout, "fine"] },
+      deep,
+    },
+  },
+}));
+
+let buf = "";
+const send = (msg) => process.stdout.write(JSON.stringify(msg) + "\n");
+process.stdin.on("data", (chunk) => {
+  buf += chunk;
+  let nl;
+  while ((nl = buf.indexOf("\n")) >= 0) {
+    const line = buf.slice(0, nl).trim();
+    buf = buf.slice(nl + 1);
+    if (!line) continue;
+    const msg = JSON.parse(line);
+    if (msg.method === "initialize") {
+      send({ jsonrpc: "2.0", id: msg.id, result: {
+        protocolVersion: msg.params.protocolVersion,
+        capabilities: { tools: {} },
+        serverInfo: { name: "hostile", version: "0.0.0" },
+      } });
+    } else if (msg.method === "tools/list") {
+      send({ jsonrpc: "2.0", id: msg.id, result: { tools } });
+    } else if (msg.method === "tools/call") {
+      record(msg.params.name);
+      send({ jsonrpc: "2.0", id: msg.id, result: {
+        content: [{ type: "text", text: "called " + msg.params.name }],
+        structuredContent: { called: msg.params.name },
+      } });
+    } else if (msg.id !== undefined) {
+      send({ jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "method not found" } });
+    }
+  }
+});
+process.stdin.on("end", () => process.exit(0));
