@@ -29,6 +29,14 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 
+def run_files(snapdir: str) -> list[str]:
+    """Suspended (`.run`) and held (`.lock`) runs in a directory store; its lock and claim files aside."""
+    try:
+        return [f for f in os.listdir(snapdir) if f.endswith(".run") or f.endswith(".lock")]
+    except FileNotFoundError:
+        return []
+
+
 def result_json(res) -> dict:
     """The CodeModeResult of an exec/wait call (structured content, or the text block)."""
     if res.structured_content is not None:
@@ -181,12 +189,18 @@ async def main() -> None:
             # leaves the directory store) instead of holding a slot until its TTL.
             async with http_session(server.url) as c:
                 await start_slow_run(c)
-                assert len(os.listdir(snapdir)) == 1, os.listdir(snapdir)
+                assert len(run_files(snapdir)) == 1, os.listdir(snapdir)
             for _ in range(100):
-                if not os.listdir(snapdir):
+                if not run_files(snapdir):
                     break
                 await asyncio.sleep(0.1)
-            assert not os.listdir(snapdir), f"a closed session's run was kept: {os.listdir(snapdir)}"
+            assert not run_files(snapdir), f"a closed session's run was kept: {os.listdir(snapdir)}"
+            # Its nested call was cancelled with it: no claim on it is left either.
+            for _ in range(50):
+                if not [f for f in os.listdir(snapdir) if ".calls-" in f]:
+                    break
+                await asyncio.sleep(0.1)
+            assert not [f for f in os.listdir(snapdir) if ".calls-" in f], os.listdir(snapdir)
         finally:
             server.stop()
     else:

@@ -10,7 +10,7 @@ const record = (name) => { if (log) fs.appendFileSync(log, name + "\n"); };
 
 const breakout = "*/ declare const pwned: true; /*";
 let deep = { type: "string" };
-for (let i = 0; i < 100; i++) deep = { type: "object", properties: { a: deep } };
+for (let i = 0; i < 40; i++) deep = { type: "object", properties: { a: deep } };
 const names = ["then", "toString", "valueOf", "toJSON", "constructor", "__proto__", "hasOwnProperty",
   "$api", "$call", "resources", "delete", "get-sum", "to-string", "line\u2028break", "echo"];
 const tools = names.map((name) => ({

@@ -58,8 +58,30 @@ pub(crate) struct Scanner<'a> {
 
 /// Words the scanners tell apart; every other identifier reads as `""`.
 const KNOWN_WORDS: [&str; 24] = [
-    "import", "require", "if", "while", "for", "with", "return", "typeof", "instanceof", "in", "of", "new", "delete",
-    "void", "throw", "case", "do", "else", "await", "yield", "as", "satisfies", "keyof", "infer",
+    "import",
+    "require",
+    "if",
+    "while",
+    "for",
+    "with",
+    "return",
+    "typeof",
+    "instanceof",
+    "in",
+    "of",
+    "new",
+    "delete",
+    "void",
+    "throw",
+    "case",
+    "do",
+    "else",
+    "await",
+    "yield",
+    "as",
+    "satisfies",
+    "keyof",
+    "infer",
 ];
 
 impl<'a> Scanner<'a> {

@@ -159,7 +159,11 @@ pub fn nesting_estimate(src: &str) -> usize {
             || c.is_ascii_digit()
             || (c == b'_' || c == b'$' || c.is_ascii_alphabetic() || c >= 0x80)
                 && !CONTINUATION_WORDS.contains(&s.peek_word());
-        if newline && last == Last::Value && starts_statement && let Some(g) = stack.last_mut() {
+        if newline
+            && last == Last::Value
+            && starts_statement
+            && let Some(g) = stack.last_mut()
+        {
             g.end_segment();
         }
         newline = false;

@@ -8,10 +8,10 @@
 
 /// Commands a model reaches for when it mistakes `exec` for a shell.
 const COMMANDS: [&str; 52] = [
-    "ls", "cat", "grep", "egrep", "rg", "cd", "pwd", "echo", "curl", "wget", "git", "npm", "npx", "yarn", "pnpm", "pip",
-    "pip3", "python", "python3", "node", "deno", "bun", "cargo", "rm", "mkdir", "touch", "sudo", "apt", "apt-get",
-    "find", "head", "tail", "sed", "awk", "chmod", "chown", "export", "cp", "mv", "ps", "kill", "which", "whoami",
-    "env", "bash", "sh", "zsh", "make", "docker", "kubectl", "jq", "tar",
+    "ls", "cat", "grep", "egrep", "rg", "cd", "pwd", "echo", "curl", "wget", "git", "npm", "npx", "yarn", "pnpm",
+    "pip", "pip3", "python", "python3", "node", "deno", "bun", "cargo", "rm", "mkdir", "touch", "sudo", "apt",
+    "apt-get", "find", "head", "tail", "sed", "awk", "chmod", "chown", "export", "cp", "mv", "ps", "kill", "which",
+    "whoami", "env", "bash", "sh", "zsh", "make", "docker", "kubectl", "jq", "tar",
 ];
 
 /// The message for a cell that looks like a shell command, or `None` for anything else.
@@ -51,7 +51,11 @@ pub fn looks_like_shell(code: &str) -> Option<String> {
         Some('-') => arg.chars().nth(1).is_some_and(|c| c.is_ascii_alphabetic() || c == '-'),
         Some('/' | '~' | '|' | '>' | '*' | '"' | '\'') => true,
         Some('.') => {
-            arg.starts_with("./") || arg.starts_with("../") || arg == "." || arg.starts_with(". ") || arg.starts_with(".. ")
+            arg.starts_with("./")
+                || arg.starts_with("../")
+                || arg == "."
+                || arg.starts_with(". ")
+                || arg.starts_with(".. ")
         }
         Some(c) if c.is_ascii_alphanumeric() => {
             // `git status`, `cat notes.txt`: a second word where JavaScript needs an operator.

@@ -35,10 +35,52 @@ pub fn is_reserved_member(name: &str) -> bool {
 
 /// JavaScript reserved words: valid property names, but not declarable as functions in a `.d.ts`.
 const RESERVED_WORDS: [&str; 46] = [
-    "break", "case", "catch", "class", "const", "continue", "debugger", "default", "delete", "do", "else", "enum",
-    "export", "extends", "false", "finally", "for", "function", "if", "import", "in", "instanceof", "new", "null",
-    "return", "super", "switch", "this", "throw", "true", "try", "typeof", "var", "void", "while", "with", "yield",
-    "let", "static", "implements", "interface", "package", "private", "protected", "public", "await",
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "default",
+    "delete",
+    "do",
+    "else",
+    "enum",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "for",
+    "function",
+    "if",
+    "import",
+    "in",
+    "instanceof",
+    "new",
+    "null",
+    "return",
+    "super",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "var",
+    "void",
+    "while",
+    "with",
+    "yield",
+    "let",
+    "static",
+    "implements",
+    "interface",
+    "package",
+    "private",
+    "protected",
+    "public",
+    "await",
 ];
 
 /// The camelCase alias of an MCP name, if it differs from the name and is an identifier.
@@ -205,7 +247,9 @@ fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value
     let param_docs: Vec<(String, String)> = props
         .map(|p| {
             p.iter()
-                .filter_map(|(k, v)| v.get("description").and_then(Value::as_str).map(|d| (comment_text(k), comment_text(d))))
+                .filter_map(|(k, v)| {
+                    v.get("description").and_then(Value::as_str).map(|d| (comment_text(k), comment_text(d)))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -258,15 +302,22 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
     );
     s.push_str("  /** This API as data: one tool's header (and its JSON Schema with {schema: true}), or all. */\n");
     s.push_str("  function $api(toolName?: string, options?: { schema?: boolean }): Promise<McpApiHeader>;\n");
-    s.push_str("  /** Calls a tool by its exact MCP name (the only way to reach names like `then` or `toString`). */\n");
+    s.push_str(
+        "  /** Calls a tool by its exact MCP name (the only way to reach names like `then` or `toString`). */\n",
+    );
     s.push_str("  function $call(toolName: string, input?: object): Promise<McpToolResult>;\n");
     for tool in &view.tools {
         let Some(t) = catalog.get(&format!("mcp:{}:{}", view.name, tool.name)) else { continue };
         s.push('\n');
         let call = call_expr(&ns, &tool.name, tool.alias.as_deref(), tool.explicit);
         if tool.alias.is_some() {
-            let exact = if tool.explicit { call_expr(&ns, &tool.name, None, true) } else { member(&ns, &tool.name, None) };
-            s.push_str(&format!("  // MCP tool {}: also {}\n", comment_text(&ts_string(&tool.name)), comment_text(&exact)));
+            let exact =
+                if tool.explicit { call_expr(&ns, &tool.name, None, true) } else { member(&ns, &tool.name, None) };
+            s.push_str(&format!(
+                "  // MCP tool {}: also {}\n",
+                comment_text(&ts_string(&tool.name)),
+                comment_text(&exact)
+            ));
         }
         doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters);
         let input = input_type(&t.def.parameters);

@@ -130,8 +130,19 @@ fn hostile_mcp_server_renders_safely() {
     use codemode_catalog::mcp_api::{api_files, api_header, mcp_views};
     let breakout = "*/ declare const pwned: true; /*";
     let names = [
-        "then", "toString", "valueOf", "toJSON", "constructor", "__proto__", "$api", "$call", "delete", "get-sum",
-        "to-string", "line\u{2028}break", "echo",
+        "then",
+        "toString",
+        "valueOf",
+        "toJSON",
+        "constructor",
+        "__proto__",
+        "$api",
+        "$call",
+        "delete",
+        "get-sum",
+        "to-string",
+        "line\u{2028}break",
+        "echo",
     ];
     let tools = names.iter().map(|n| {
         ToolDefinition::new(ToolSource::Mcp, "hostile", *n)
@@ -154,7 +165,10 @@ fn hostile_mcp_server_renders_safely() {
     let code = code_outside_comments_and_strings(dts);
     assert!(!code.contains("pwned"), "hostile text outside comments and string literals:\n{code}");
     assert!(code.contains("declare namespace MCP.hostile {"), "{code}");
-    assert_eq!(api_header(&cat, "hostile", Some("then"), false).unwrap()["tools"][0]["call"], "MCP.hostile.$call(\"then\", input)");
+    assert_eq!(
+        api_header(&cat, "hostile", Some("then"), false).unwrap()["tools"][0]["call"],
+        "MCP.hostile.$call(\"then\", input)"
+    );
     insta::assert_snapshot!("hostile_server_dts", dts);
 }
 

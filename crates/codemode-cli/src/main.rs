@@ -343,7 +343,9 @@ pub(crate) async fn prepare_engine(cm: &CodeMode) {
 /// read-only call slower than `timeoutMs` would be re-issued by every `wait` and never finish.
 async fn finish_nested_calls(gw: &Gateway) {
     if gw.cm().has_nested_calls_in_flight() {
-        tracing::info!("result printed; finishing nested calls still running (their results go to the snapshot directory)");
+        tracing::info!(
+            "result printed; finishing nested calls still running (their results go to the snapshot directory)"
+        );
         let n = gw.cm().finish_nested_calls().await;
         tracing::info!(recorded = n, "nested calls finished");
     }

@@ -266,7 +266,8 @@ fn wait_until_settled(config: &Path, snaps: &Path, first: &Value) -> (Value, usi
     let mut waits = 0;
     while last["status"] == "waiting" && waits < 20 {
         let id = last["runId"].as_str().unwrap().to_string();
-        let out = bin().args(["wait", "--config"]).arg(config).arg("--snapshot-dir").arg(snaps).arg(&id).output().unwrap();
+        let out =
+            bin().args(["wait", "--config"]).arg(config).arg("--snapshot-dir").arg(snaps).arg(&id).output().unwrap();
         last = last_json(&out);
         waits += 1;
     }
@@ -306,7 +307,8 @@ fn a_killed_process_loses_its_calls_honestly() {
     let dir = tempdir("killed");
     let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 300 } } }");
     let snaps = dir.join("runs");
-    let (mut child, first) = spawn_exec(&config, &snaps, "const r = await tools.demo_sleep({ ms: 600 }); return r.slept");
+    let (mut child, first) =
+        spawn_exec(&config, &snaps, "const r = await tools.demo_sleep({ ms: 600 }); return r.slept");
     child.kill().unwrap();
     let _ = child.wait();
     let (last, _) = wait_until_settled(&config, &snaps, &first);
@@ -341,7 +343,14 @@ fn the_run_cap_holds_across_concurrent_processes() {
                     let (config, snaps) = (config.clone(), snaps.clone());
                     scope.spawn(move || {
                         let out = run_stdin(
-                            &["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "-"],
+                            &[
+                                "exec",
+                                "--config",
+                                config.to_str().unwrap(),
+                                "--snapshot-dir",
+                                snaps.to_str().unwrap(),
+                                "-",
+                            ],
                             "await yield_control(); return 1",
                         );
                         last_json(&out)
@@ -358,7 +367,8 @@ fn the_run_cap_holds_across_concurrent_processes() {
     for r in results.iter().filter(|r| r["status"] != "waiting") {
         assert_eq!(r["error"], "too many suspended code mode runs.", "{r}");
     }
-    let runs = std::fs::read_dir(&snaps).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "run"));
+    let runs =
+        std::fs::read_dir(&snaps).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "run"));
     assert_eq!(runs.count(), 64);
     let _ = std::fs::remove_dir_all(&dir);
 }

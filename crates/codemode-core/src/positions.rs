@@ -44,7 +44,8 @@ impl SourcePositions {
             }
         }
         // Before the first point of this line: the line's first mapped point, column unknown.
-        let first = self.points[at..].iter().find(|p| p[0] == line).or_else(|| at.checked_sub(1).map(|i| &self.points[i]));
+        let first =
+            self.points[at..].iter().find(|p| p[0] == line).or_else(|| at.checked_sub(1).map(|i| &self.points[i]));
         first.map(|p| (p[2], 1))
     }
 

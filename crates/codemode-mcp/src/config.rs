@@ -139,7 +139,9 @@ pub fn parse_servers_with(
         if codemode_core::guest::is_js_internal_name(name) {
             return Err(ConfigError::new(
                 &path,
-                format!("server name `{name}` is a name JavaScript looks up on every object (like `then`); rename the server"),
+                format!(
+                    "server name `{name}` is a name JavaScript looks up on every object (like `then`); rename the server"
+                ),
             ));
         }
         let spec = spec.as_object().ok_or_else(|| ConfigError::new(&path, "expected an object"))?;

@@ -22,9 +22,7 @@ use codemode_core::engine::{Delivery, Snapshot, SnapshotBody};
 use codemode_core::positions::CellPositions;
 use codemode_core::result::WaitReason;
 use codemode_core::scope::{RunId, RunScope};
-use codemode_core::store::{
-    CallsClaim, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun,
-};
+use codemode_core::store::{CallsClaim, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun};
 use codemode_core::telemetry::CodeModeTelemetry;
 use serde::{Deserialize, Serialize};
 use std::io::Write as _;
@@ -497,7 +495,8 @@ mod tests {
         let ok = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(ok, MAX_SUSPENDED_RUNS, "96 puts, exactly 64 admitted");
         assert!(results.iter().filter(|r| r.is_err()).all(|r| r == &Err(StoreError::TooMany)));
-        let files = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "run"));
+        let files =
+            std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "run"));
         assert_eq!(files.count(), MAX_SUSPENDED_RUNS);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -519,7 +518,9 @@ mod tests {
         let claim = store.claim_calls(&id).unwrap().unwrap();
         assert!(!store.calls_claimed(&id), "own claim");
         drop(claim);
-        assert!(std::fs::read_dir(&dir).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().contains(".calls-")));
+        assert!(
+            std::fs::read_dir(&dir).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().contains(".calls-"))
+        );
         let foreign = dir.join("r1.calls-4000000001-0");
         let held = std::fs::File::create(&foreign).unwrap();
         held.lock().unwrap();

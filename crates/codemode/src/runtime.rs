@@ -107,7 +107,13 @@ impl NestedCalls {
     /// Waits for results another live process records in the store for calls it started (see
     /// [`SnapshotStore::claim_calls`]). Each id counts as running until its result arrives. If the
     /// claim goes away with results still missing (that process died), those calls fail.
-    fn watch_recorded(&mut self, rt: &Handle, store: Arc<dyn SnapshotStore>, run_id: RunId, calls: Vec<(RequestId, String)>) {
+    fn watch_recorded(
+        &mut self,
+        rt: &Handle,
+        store: Arc<dyn SnapshotStore>,
+        run_id: RunId,
+        calls: Vec<(RequestId, String)>,
+    ) {
         if calls.is_empty() {
             return;
         }
@@ -130,7 +136,10 @@ impl NestedCalls {
                             "nested call to `{tool_id}` was lost: the process running it ended before it finished (its \
                              side effect may or may not have happened); call it again if that is safe"
                         );
-                        let _ = tx.send(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)) });
+                        let _ = tx.send(Delivery {
+                            id,
+                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)),
+                        });
                     }
                     return;
                 }
@@ -631,9 +640,7 @@ impl Inner {
     /// recorded); the rest are lost and handled by [`reissue_lost_calls`](Self::reissue_lost_calls).
     fn adopt_calls_from_elsewhere(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
         let claimed = self.store.calls_claimed(&run.id);
-        let recorded = rt
-            .block_on(self.store.take_results(&run.id))
-            .map_err(|e| e.to_code_mode_error())?;
+        let recorded = rt.block_on(self.store.take_results(&run.id)).map_err(|e| e.to_code_mode_error())?;
         for d in recorded {
             if run.pending.contains_key(&d.id) {
                 run.accept(d);

@@ -69,12 +69,14 @@ pub fn transpile(source: &str) -> Result<Transpiled, CodeModeError> {
             .name("codemode-typescript".into())
             .stack_size(TRANSFORM_STACK)
             .spawn_scoped(scope, || transpile_on_this_thread(source))
-            .map_err(|e| CodeModeError::new(CodeModeErrorCode::InternalError, format!("cannot start the TypeScript transform: {e}")))?;
+            .map_err(|e| {
+                CodeModeError::new(
+                    CodeModeErrorCode::InternalError,
+                    format!("cannot start the TypeScript transform: {e}"),
+                )
+            })?;
         worker.join().unwrap_or_else(|panic| {
-            Err(failed(format!(
-                "the TypeScript transform failed: {}",
-                codemode_bridge::workers::panic_message(panic)
-            )))
+            Err(failed(format!("the TypeScript transform failed: {}", codemode_bridge::workers::panic_message(panic))))
         })
     })
 }
@@ -92,7 +94,8 @@ fn transpile_on_this_thread(source: &str) -> Result<Transpiled, CodeModeError> {
     let specifier = ModuleSpecifier::parse("file:///cell.ts").map_err(|e| failed(e.to_string()))?;
     let syntax_error = |d: &deno_ast::ParseDiagnostic| {
         let p = d.display_position();
-        let col = if p.line_number == 1 { p.column_number.saturating_sub(prefix_cols as usize) } else { p.column_number };
+        let col =
+            if p.line_number == 1 { p.column_number.saturating_sub(prefix_cols as usize) } else { p.column_number };
         failed(format!("TypeScript syntax error at line {}, column {col}: {}", p.line_number, d.message()))
     };
     let parsed = parse_program(ParseParams {
@@ -127,11 +130,8 @@ fn transpile_on_this_thread(source: &str) -> Result<Transpiled, CodeModeError> {
         .and_then(|at| out[at..].find('{').map(|b| at + b + 1))
         .ok_or_else(|| failed("unexpected transpiler output".into()))?;
     let end = out.rfind('}').filter(|&e| e >= start).ok_or_else(|| failed("unexpected transpiler output".into()))?;
-    let positions = emitted
-        .source_map
-        .as_deref()
-        .map(|map| positions_of(map, &out[..start], prefix_cols))
-        .unwrap_or_default();
+    let positions =
+        emitted.source_map.as_deref().map(|map| positions_of(map, &out[..start], prefix_cols)).unwrap_or_default();
     Ok(Transpiled { code: out[start..end].to_string(), positions })
 }
 
@@ -251,7 +251,11 @@ mod tests {
             let (mut lo, mut hi) = (1usize, 4 * MAX_NESTING);
             while lo < hi {
                 let mid = (lo + hi).div_ceil(2);
-                if codemode_bridge::nesting::nesting_estimate(&shape(mid)) <= MAX_NESTING { lo = mid } else { hi = mid - 1 }
+                if codemode_bridge::nesting::nesting_estimate(&shape(mid)) <= MAX_NESTING {
+                    lo = mid
+                } else {
+                    hi = mid - 1
+                }
             }
             let src = shape(lo);
             assert!(lo >= 50, "{name}: only {lo} levels admitted");

@@ -362,6 +362,55 @@ pub async fn telemetry_counts(engine: Arc<dyn GuestEngine>) {
     assert_eq!(kinds, [K::Created, K::Restored, K::Deleted]);
 }
 
+/// An engine whose preparation is slow (a cold guest-module compile), delegating everything else.
+struct SlowPrepare(Arc<dyn GuestEngine>);
+
+impl GuestEngine for SlowPrepare {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn serializes_snapshots(&self) -> bool {
+        self.0.serializes_snapshots()
+    }
+    fn prepare(&self) -> Result<(), codemode_core::engine::EngineError> {
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        self.0.prepare()
+    }
+    fn start(
+        &self,
+        program: &codemode_core::engine::GuestProgram,
+        limits: &codemode_core::engine::GuestLimits,
+    ) -> Result<Box<dyn codemode_core::engine::GuestInstance>, codemode_core::engine::EngineError> {
+        self.0.start(program, limits)
+    }
+    fn restore(
+        &self,
+        snapshot: codemode_core::engine::Snapshot,
+        limits: &codemode_core::engine::GuestLimits,
+    ) -> Result<Box<dyn codemode_core::engine::GuestInstance>, codemode_core::engine::EngineError> {
+        self.0.restore(snapshot, limits)
+    }
+}
+
+/// Issue 9 (spurious suspension): engine preparation is never charged to a run, and a `waiting`
+/// result always names what it waits for — a cell busy with instant answers past its time limit
+/// is a `timeout`, not `waiting` with nothing pending.
+pub async fn waiting_always_names_what_it_waits_for(engine: Arc<dyn GuestEngine>) {
+    let slow = harness(Arc::new(SlowPrepare(engine.clone())), config(json!({"timeoutMs": 200})));
+    let r = slow.exec(&ctx(), &code("const hits = await tools.search('echo'); return hits.length > 0")).await;
+    assert_eq!(completed_value(&r), &json!(true), "preparation counted against timeoutMs");
+    let cm = harness(engine, config(json!({"timeoutMs": 150})));
+    let r = cm.exec(&ctx(), &code("for (;;) { await tools.search('echo'); await tools.demo_echo({}); }")).await;
+    expect_failed(&r, Some(CodeModeErrorCode::Timeout), "timed out");
+    let r = cm.exec(&ctx(), &code("await tools.demo_sleep({ ms: 1000 }); return 1")).await;
+    match &r {
+        CodeModeResult::Waiting { pending_tool_calls, .. } => {
+            assert_eq!(pending_tool_calls.len(), 1, "{}", r.to_json())
+        }
+        other => panic!("expected waiting, got {}", other.to_json()),
+    }
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __behaviour_tests {
@@ -379,6 +428,7 @@ macro_rules! __behaviour_tests {
         $crate::__behaviour_test!(hooks_see_every_call, $engine);
         $crate::__behaviour_test!(concurrent_runs_are_isolated, $engine);
         $crate::__behaviour_test!(telemetry_counts, $engine);
+        $crate::__behaviour_test!(waiting_always_names_what_it_waits_for, $engine);
     };
 }
 

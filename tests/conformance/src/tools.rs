@@ -73,7 +73,11 @@ pub fn conformance_tools() -> LocalTools {
     // reachable only as `MCP.fakeMcp.$call(name, input)`.
     for name in ["then", "toString"] {
         tools.add(Arc::new(FnTool::new(
-            mcp(name, "A tool named like a JavaScript internal. */ declare const pwned: true; /*", json!({"type": "object"})),
+            mcp(
+                name,
+                "A tool named like a JavaScript internal. */ declare const pwned: true; /*",
+                json!({"type": "object"}),
+            ),
             move |_input| async move {
                 Ok(ToolResult::value(json!({ "content": [{ "type": "text", "text": format!("called {name}") }] })))
             },

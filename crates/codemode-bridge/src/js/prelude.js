@@ -440,7 +440,7 @@
             throw codedError(
               "nested_tool_failed",
               "no catalog tool is named `" + name + "` (tools." + name + ")" +
-                (names.length ? "; did you mean " + apply(arrayJoin, names, [", "]) + "?" : "") +
+                (names.length ? "; did you mean " + apply(arrayJoin, names, [", "]) + "?" : ".") +
                 " Use `await tools.search(query)` to find tools and `tools.callValue(id, input)` to call one by id.",
             );
           }]);
