@@ -242,6 +242,30 @@ pub async fn host_survives_hostile_cells(engine: Arc<dyn GuestEngine>) {
         let ok = cm.exec(&c, &code("return [1, 2, 3].map((x) => x * 2)")).await;
         assert_eq!(completed_value(&ok), &json!([2, 4, 6]), "host unharmed after `{src}`");
     }
+    // Issue 9: deeply nested source, in JavaScript (the engine's own parser, which checks its
+    // stack) and in TypeScript (refused by the nesting bound before the host-side transform).
+    let n = 100_000;
+    let deep = [
+        format!("return {}1{}", "(".repeat(n), ")".repeat(n)),
+        format!("return 1{}", "+1".repeat(n)),
+        format!("return {}1{}", "[".repeat(n), "]".repeat(n)),
+        format!("return {}x", "!".repeat(n)),
+        format!("{}{}", "{".repeat(n), "}".repeat(n)),
+    ];
+    for src in &deep {
+        for language in ["javascript", "typescript"] {
+            let input = CodeModeExecInput { language: Some(language.to_string()), ..code(src) };
+            let r = cm.exec(&c, &input).await;
+            // JavaScript may run (QuickJS copes with some shapes) or fail cleanly; TypeScript is refused.
+            if language == "typescript" {
+                assert_eq!(r.error_code(), Some(CodeModeErrorCode::TypescriptTransformFailed), "{}", r.to_json());
+            } else {
+                assert!(matches!(r.status(), "failed" | "completed"), "{}", r.to_json());
+            }
+            let ok = cm.exec(&c, &code("return 'alive'")).await;
+            assert_eq!(completed_value(&ok), &json!("alive"), "host unharmed after a deep {language} cell");
+        }
+    }
     assert_eq!(cm.store().count().await, 0);
 }
 
