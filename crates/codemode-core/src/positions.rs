@@ -77,6 +77,9 @@ pub struct CellPositions {
 impl CellPositions {
     /// Positions of `code` as it was run, with an optional transform mapping.
     pub fn of(code: &str, source_map: Option<SourcePositions>) -> Self {
+        // Trailing blank lines do not count: an error at the end of the input is reported at the
+        // end of the last line the model wrote.
+        let code = code.trim_end();
         let lines = code.split('\n').count().max(1) as u32;
         let last_line_cols = code.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) as u32;
         CellPositions { lines, last_line_cols, source_map }
@@ -170,6 +173,8 @@ mod tests {
         // Past the end (the wrapper's closing line): the end of the cell's last line.
         assert_eq!(js.rewrite("SyntaxError at <cell>:2:1"), "SyntaxError at <cell>:1:21");
         assert_eq!(js.rewrite("<cell>:3:1"), "<cell>:1:21");
+        let trailing = CellPositions::of("if (x) {\n\n", None);
+        assert_eq!(trailing.rewrite("at <cell>:2:1"), "at <cell>:1:9", "a one-line cell reports line 1");
         let two = CellPositions::of("const a = 1;\nfoo()", None);
         assert_eq!(two.rewrite("<cell>:2:1 <cell>:1:27"), "<cell>:2:1 <cell>:1:7");
     }
