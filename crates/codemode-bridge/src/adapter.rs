@@ -11,8 +11,7 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 use std::io;
 
-/// Keys that are dropped from every object crossing the bridge.
-pub const FORBIDDEN_KEYS: [&str; 3] = ["__proto__", "constructor", "prototype"];
+pub use codemode_core::guest::FORBIDDEN_KEYS;
 
 /// Why a value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

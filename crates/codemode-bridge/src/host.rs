@@ -5,6 +5,7 @@
 use crate::adapter::{encode_for_guest, parse_guest_json};
 use codemode_core::engine::{BridgeRequest, Delivery, GuestFailure, GuestLimits, RequestId, RequestKind};
 use codemode_core::error::CodeModeErrorCode;
+use codemode_core::guest::GuestRequest;
 use codemode_core::result::CodeModeOutput;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -147,10 +148,15 @@ impl BridgeHost {
                         };
                     }
                 };
+                // Parsed once, here: everything after the primitive matches on the typed request.
+                let request = match GuestRequest::parse(kind, payload) {
+                    Ok(r) => r,
+                    Err(message) => return HostCallResult::Throw { name: "TypeError", message },
+                };
                 let id = self.state.next_id;
                 self.state.next_id += 1;
                 self.state.outstanding.insert(id, kind);
-                self.requests.push(BridgeRequest { id, kind, payload });
+                self.requests.push(BridgeRequest { id, request });
                 HostCallResult::Request(id)
             }
         }
@@ -201,9 +207,10 @@ impl BridgeHost {
                 let v = serde_json::json!({ "name": err.name, "message": err.message, "code": err.code });
                 match encode_for_guest(&v, limits.max_delivery_bytes, limits.max_json_depth) {
                     Ok(json) => (false, json),
-                    Err(_) => {
-                        (false, error_json(&err.name, "error message too large for the bridge", err.code.as_deref()))
-                    }
+                    Err(_) => (
+                        false,
+                        error_json(&err.name, "error message too large for the bridge", err.code.map(|c| c.as_str())),
+                    ),
                 }
             }
         };
@@ -243,7 +250,12 @@ mod tests {
         assert_eq!(h.host_call("call", r#"{"id":"a","input":{"__proto__":{"p":1}}}"#), HostCallResult::Request(2));
         let (reqs, out) = h.finish_drive();
         assert_eq!(reqs.len(), 2);
-        assert_eq!(reqs[1].payload, json!({"id": "a", "input": {}}));
+        assert_eq!(
+            reqs[1].request,
+            GuestRequest::Call { id: "a".into(), input: json!({}), mode: codemode_core::guest::CallMode::Value }
+        );
+        // A payload of the wrong shape is refused at the primitive, as a catchable TypeError.
+        assert!(matches!(h.host_call("describe", r#"{"id":7}"#), HostCallResult::Throw { name: "TypeError", .. }));
         assert!(out.is_empty());
         assert_eq!(h.outstanding(), 2);
         let d = Delivery { id: 2, outcome: Ok(json!({"v": 1})) };
@@ -282,10 +294,12 @@ mod tests {
             h.host_call("call", &format!("\"{}\"", "x".repeat(100))),
             HostCallResult::Throw { name: "RangeError", .. }
         ));
+        // A payload that is not the request's shape is a catchable TypeError, and takes no id.
+        assert!(matches!(h.host_call("search", "{}"), HostCallResult::Throw { name: "TypeError", .. }));
         for _ in 0..3 {
-            assert!(matches!(h.host_call("search", "{}"), HostCallResult::Request(_)));
+            assert!(matches!(h.host_call("search", r#"{"query":"q"}"#), HostCallResult::Request(_)));
         }
-        assert_eq!(h.host_call("search", "{}"), HostCallResult::Fatal);
+        assert_eq!(h.host_call("search", r#"{"query":"q"}"#), HostCallResult::Fatal);
         assert_eq!(h.fatal().unwrap().code, Some(CodeModeErrorCode::TooManyPendingToolCalls));
     }
 
@@ -293,7 +307,7 @@ mod tests {
     fn oversized_results_become_errors() {
         let mut h = BridgeHost::new(GuestLimits { max_delivery_bytes: 16, ..GuestLimits::default() });
         h.begin_drive(1000);
-        let HostCallResult::Request(id) = h.host_call("call", "{}") else { panic!() };
+        let HostCallResult::Request(id) = h.host_call("call", r#"{"id":"t"}"#) else { panic!() };
         let (ok, text) = h.prepare_delivery(&Delivery { id, outcome: Ok(json!("x".repeat(100))) }).unwrap();
         assert!(!ok);
         assert!(text.contains("exceeds the bridge limit"), "{text}");
@@ -303,11 +317,11 @@ mod tests {
     fn state_survives_restore() {
         let mut h = host();
         h.begin_drive(100);
-        h.host_call("call", "{}");
+        h.host_call("call", r#"{"id":"t"}"#);
         let state = h.state().clone();
         let mut h2 = BridgeHost::with_state(*h.limits(), state);
         assert_eq!(h2.outstanding(), 1);
         h2.begin_drive(100);
-        assert_eq!(h2.host_call("call", "{}"), HostCallResult::Request(2));
+        assert_eq!(h2.host_call("call", r#"{"id":"t"}"#), HostCallResult::Request(2));
     }
 }

@@ -27,9 +27,7 @@ pub mod workers;
 pub use driver::{GuestVm, VmFault, drive};
 pub use host::{BridgeHost, BridgeState, HostCallResult};
 
-use codemode_core::catalog::ToolCatalogEntry;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde::Serialize;
 
 /// The guest prelude. Evaluate it as a classic script; its completion value is `install(host)`.
 pub const PRELUDE: &str = include_str!("js/prelude.js");
@@ -43,12 +41,9 @@ pub const PRELUDE_FILENAME: &str = "<codemode-prelude>";
 /// Prefix of every module-guard error message; errors with it fail as `module_access_denied`.
 pub const MODULE_DENIED_PREFIX: &str = "module access denied";
 
-/// Globals the prelude installs as non-writable, non-configurable properties (SPEC S5, B10).
-pub const RESERVED_GLOBALS: [&str; 10] =
-    ["tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require"];
-
-/// Helper names on `tools` that a convenience function may never shadow (SPEC K3).
-pub const TOOL_HELPERS: [&str; 4] = ["search", "describe", "call", "callValue"];
+/// Globals the prelude installs and the helper names of `tools` (defined in
+/// [`codemode_core::guest`], the vocabulary both sides of the bridge share).
+pub use codemode_core::guest::{RESERVED_GLOBALS, TOOL_HELPERS};
 
 /// Wraps a cell's source as an async function expression. The prefix has no newline, so line numbers
 /// in errors are the cell's own.
@@ -60,76 +55,54 @@ pub fn wrap_code(code: &str) -> String {
     s
 }
 
-/// Per-run data the prelude's `boot` installs.
-///
-/// It goes to the guest as the JSON of [`BootData::to_guest_json`], in which the bulky parts
-/// (`ALL_TOOLS`, the `API` files, each MCP server's tool list) are JSON *text* that the prelude parses
-/// only when the cell first touches them: a run that never reads `ALL_TOOLS` or `MCP.x` does not pay
-/// for building them (with 200 catalog tools that was most of a trivial `exec`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BootData {
-    /// `ALL_TOOLS`: compact entries of every guest-visible catalog tool.
-    pub tools: Vec<ToolCatalogEntry>,
-    /// `(safeName, catalogId)` pairs for `tools.<safeName>(input)` convenience functions; the host
-    /// includes only unambiguous names that shadow no helper (SPEC K1–K5).
-    pub conveniences: Vec<(String, String)>,
-    /// Deepest nesting the guest-side adapter accepts.
-    pub max_depth: u32,
-    /// Virtual files served by `API.list` / `API.read` (SPEC §9), path → content.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub api_files: BTreeMap<String, String>,
-    /// MCP servers for the `MCP` namespace: `{name, alias?, tools: [{name, alias?}], resources,
-    /// prompts}` each (see `codemode_catalog::mcp_api`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mcp: Vec<serde_json::Value>,
-}
+pub use codemode_core::guest::BootData;
 
-impl BootData {
-    /// The boot argument of the prelude: a JSON head, a newline, then the bulky parts as JSON text
-    /// segments (`ALL_TOOLS`, the `API` files, each MCP server's tool list). The head gives each
-    /// segment's `[start, length]` in UTF-16 units (JS string indices) and `apiList` the `API.list`
-    /// entries. The guest slices a segment out and parses it only when the cell first needs it;
-    /// compact JSON never contains a raw newline, so the first one ends the head.
-    pub fn to_guest_json(&self) -> String {
-        let mut body = String::new();
-        let mut at = 0usize;
-        let mut segment = |text: String| -> serde_json::Value {
-            let units = text.encode_utf16().count();
-            let v = serde_json::json!([at, units]);
-            at += units;
-            body.push_str(&text);
-            v
-        };
-        let tools = segment(json_text(&self.tools));
-        let api_files = segment(json_text(&self.api_files));
-        let mcp: Vec<serde_json::Value> = self
-            .mcp
-            .iter()
-            .map(|server| {
-                let mut server = server.clone();
-                if let Some(obj) = server.as_object_mut() {
-                    let tools = obj.remove("tools").unwrap_or(serde_json::Value::Array(Vec::new()));
-                    obj.insert("tools".into(), segment(tools.to_string()));
-                }
-                server
+/// The boot argument of the prelude for `boot`: a JSON head, a newline, then the bulky parts as JSON
+/// text segments (`ALL_TOOLS`, the `API` files, each MCP server's tool list). The head gives each
+/// segment's `[start, length]` in UTF-16 units (JS string indices) and `apiList` the `API.list`
+/// entries. The guest slices a segment out and parses it only when the cell first needs it; compact
+/// JSON never contains a raw newline, so the first one ends the head. A run that never reads
+/// `ALL_TOOLS` or `MCP.x` does not pay for building them (with 200 catalog tools that was most of a
+/// trivial `exec`).
+pub fn boot_json(boot: &BootData) -> String {
+    let mut body = String::new();
+    let mut at = 0usize;
+    let mut segment = |text: String| -> serde_json::Value {
+        let units = text.encode_utf16().count();
+        let v = serde_json::json!([at, units]);
+        at += units;
+        body.push_str(&text);
+        v
+    };
+    let tools = segment(json_text(&boot.tools));
+    let api_files = segment(json_text(&boot.api_files));
+    let mcp: Vec<serde_json::Value> = boot
+        .mcp
+        .iter()
+        .map(|server| {
+            serde_json::json!({
+                "name": server.name,
+                "alias": server.alias,
+                "tools": segment(json_text(&server.tools)),
+                "resources": server.resources,
+                "prompts": server.prompts,
             })
-            .collect();
-        let api_list: Vec<serde_json::Value> =
-            self.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
-        let head = serde_json::json!({
-            "tools": tools,
-            "conveniences": self.conveniences,
-            "maxDepth": self.max_depth,
-            "apiFiles": api_files,
-            "apiList": api_list,
-            "mcp": mcp,
-        });
-        let mut out = head.to_string();
-        out.push('\n');
-        out.push_str(&body);
-        out
-    }
+        })
+        .collect();
+    let api_list: Vec<serde_json::Value> =
+        boot.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
+    let head = serde_json::json!({
+        "tools": tools,
+        "conveniences": boot.conveniences,
+        "maxDepth": boot.max_depth,
+        "apiFiles": api_files,
+        "apiList": api_list,
+        "mcp": mcp,
+    });
+    let mut out = head.to_string();
+    out.push('\n');
+    out.push_str(&body);
+    out
 }
 
 /// JSON text of a value (serializing plain data cannot fail; `null` if it somehow does).
@@ -141,6 +114,7 @@ fn json_text<T: Serialize>(v: &T) -> String {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+    use std::collections::BTreeMap;
 
     /// The string literals of the prelude's `const NAME = [ ... ];` array.
     fn prelude_list(name: &str) -> Vec<String> {
@@ -173,11 +147,19 @@ mod tests {
             conveniences: vec![("demo_echo".into(), "plugin:demo:demo_echo".into())],
             max_depth: 64,
             api_files: api_files.clone(),
-            mcp: vec![
-                json!({ "name": "x", "tools": [{ "name": "über-tool", "alias": "überTool" }], "resources": false }),
-            ],
+            mcp: vec![codemode_core::guest::McpServerView {
+                name: "x".into(),
+                alias: None,
+                tools: vec![codemode_core::guest::McpToolView {
+                    name: "über-tool".into(),
+                    alias: Some("überTool".into()),
+                    explicit: false,
+                }],
+                resources: false,
+                prompts: false,
+            }],
         };
-        let text = boot.to_guest_json();
+        let text = boot_json(&boot);
         let (head, body) = text.split_once('\n').unwrap();
         let head: Value = serde_json::from_str(head).unwrap();
         assert_eq!(head["maxDepth"], 64);

@@ -9,8 +9,9 @@
 //! description ([`quick_index`]), declared output contracts (SPEC §8, [`OutputContract`]), and a
 //! fixture catalog of realistic tools ([`fixtures`]).
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` (types) and `codemode-bridge` (reserved names);
-//! engine-agnostic.
+//! Layering (DESIGN §2): depends on `codemode-core` only (types, and the guest vocabulary of
+//! `codemode_core::guest`: reserved names, boot data); knows no engine and not the bridge, which
+//! carries the [`mcp_api::boot_data`] this crate produces.
 #![forbid(unsafe_code)]
 
 pub mod fixtures;
@@ -213,6 +214,12 @@ impl Catalog {
     /// Any catalogued tool by exact id (MCP included).
     pub fn get(&self, id: &str) -> Option<&CatalogTool> {
         self.by_id.get(id).map(|&i| &self.tools[i])
+    }
+
+    /// The catalog entry of MCP tool `tool` of server `server` (what `MCP.<server>.<tool>()` calls).
+    pub fn mcp_tool(&self, server: &str, tool: &str) -> Option<&CatalogTool> {
+        self.get(&codemode_core::catalog::catalog_id(ToolSource::Mcp, server, tool))
+            .filter(|t| t.def.source == ToolSource::Mcp)
     }
 
     /// A tool in the guest's views by exact id: what `tools.call` / `tools.describe` accept. MCP and

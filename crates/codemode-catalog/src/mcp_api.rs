@@ -18,7 +18,6 @@ use crate::Catalog;
 use crate::hints::hint;
 use codemode_core::catalog::ToolSource;
 use codemode_core::guest::{MCP_NAMESPACE_HELPERS, is_js_internal_name};
-use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -126,37 +125,7 @@ fn aliases<'a>(names: impl Iterator<Item = &'a str> + Clone) -> BTreeMap<String,
         .collect()
 }
 
-/// One MCP tool as the guest sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct McpToolView {
-    /// The exact MCP name.
-    pub name: String,
-    /// The camelCase alias, when there is an unambiguous one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub alias: Option<String>,
-    /// The name is reserved (see [`is_reserved_member`]): the tool is reachable only as
-    /// `MCP.<server>.$call(name, input)`.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub explicit: bool,
-}
-
-/// One MCP server as the guest sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct McpServerView {
-    /// The server's configured name.
-    pub name: String,
-    /// Its camelCase alias, when there is an unambiguous one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub alias: Option<String>,
-    /// Its tools, by name.
-    pub tools: Vec<McpToolView>,
-    /// `resources.read` is available.
-    pub resources: bool,
-    /// `prompts.get` is available.
-    pub prompts: bool,
-}
+pub use codemode_core::guest::{McpServerView, McpToolView};
 
 /// The MCP servers of a catalog, in name order.
 pub fn mcp_views(catalog: &Catalog) -> Vec<McpServerView> {
@@ -307,7 +276,7 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
     );
     s.push_str("  function $call(toolName: string, input?: object): Promise<McpToolResult>;\n");
     for tool in &view.tools {
-        let Some(t) = catalog.get(&format!("mcp:{}:{}", view.name, tool.name)) else { continue };
+        let Some(t) = catalog.mcp_tool(&view.name, &tool.name) else { continue };
         s.push('\n');
         let call = call_expr(&ns, &tool.name, tool.alias.as_deref(), tool.explicit);
         if tool.alias.is_some() {
@@ -346,6 +315,19 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
     s
 }
 
+/// The per-run boot data of the guest: `ALL_TOOLS`, the convenience names, the `API` files and the
+/// MCP views, all from one catalog (the bridge carries it into the guest).
+pub fn boot_data(catalog: &Catalog, max_depth: u32) -> codemode_core::guest::BootData {
+    let views = mcp_views(catalog);
+    codemode_core::guest::BootData {
+        tools: catalog.all_tools(),
+        conveniences: catalog.conveniences().to_vec(),
+        max_depth,
+        api_files: api_files_of(catalog, &views),
+        mcp: views,
+    }
+}
+
 /// The virtual files of `API.list` / `API.read`: `mcp/index.d.ts` and one per server.
 pub fn api_files(catalog: &Catalog) -> BTreeMap<String, String> {
     api_files_of(catalog, &mcp_views(catalog))
@@ -377,7 +359,7 @@ pub fn api_header(catalog: &Catalog, server: &str, tool: Option<&str>, schema: b
     let entries: Vec<Value> = tools
         .iter()
         .filter_map(|t| {
-            let c = catalog.get(&format!("mcp:{}:{}", view.name, t.name))?;
+            let c = catalog.mcp_tool(&view.name, &t.name)?;
             let mut e = json!({
                 "name": t.name,
                 "call": call_expr(&ns, &t.name, t.alias.as_deref(), t.explicit),

@@ -1,8 +1,10 @@
 //! Safe names for `tools.<safeName>(input)` convenience functions (SPEC K1–K5).
 
-use codemode_bridge::TOOL_HELPERS;
-use codemode_bridge::adapter::is_forbidden_key;
-use codemode_core::guest::is_js_internal_name;
+use codemode_core::guest::{FORBIDDEN_KEYS, TOOL_HELPERS, is_js_internal_name};
+
+fn is_forbidden_key(name: &str) -> bool {
+    FORBIDDEN_KEYS.contains(&name)
+}
 
 /// Names that may never become convenience functions: the catalog helpers (K3), keys dropped at the
 /// bridge, and the names the language itself reaches for (`then` would make `tools` look like a

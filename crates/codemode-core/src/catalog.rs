@@ -131,8 +131,13 @@ impl ToolDefinition {
 
     /// The catalog id `<source>:<owner>:<name>` (SPEC §11).
     pub fn id(&self) -> String {
-        format!("{}:{}:{}", self.source, self.owner, self.name)
+        catalog_id(self.source, &self.owner, &self.name)
     }
+}
+
+/// The catalog id `<source>:<owner>:<name>` of a tool (SPEC §11): the one place the scheme is spelled.
+pub fn catalog_id(source: ToolSource, owner: &str, name: &str) -> String {
+    format!("{source}:{owner}:{name}")
 }
 
 /// A compact catalog entry as the guest sees it in `ALL_TOOLS` and `tools.search` (SPEC §7).

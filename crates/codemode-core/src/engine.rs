@@ -76,10 +76,15 @@ impl RequestKind {
 pub struct BridgeRequest {
     /// Request id.
     pub id: RequestId,
-    /// Kind.
-    pub kind: RequestKind,
-    /// JSON payload, already checked and sanitised by the bridge adapter.
-    pub payload: Value,
+    /// The request, parsed from a payload already checked and sanitised by the bridge adapter.
+    pub request: crate::guest::GuestRequest,
+}
+
+impl BridgeRequest {
+    /// The request's kind.
+    pub fn kind(&self) -> RequestKind {
+        self.request.kind()
+    }
 }
 
 /// An error handed to the guest as plain data; the prelude throws it as a plain `Error` (SPEC B7).
@@ -89,15 +94,15 @@ pub struct GuestError {
     pub name: String,
     /// `Error.message`.
     pub message: String,
-    /// `Error.code`, e.g. `"nested_tool_failed"`.
+    /// `Error.code`, e.g. `nested_tool_failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
+    pub code: Option<CodeModeErrorCode>,
 }
 
 impl GuestError {
     /// A guest error with a code.
     pub fn new(name: &str, message: impl Into<String>, code: Option<CodeModeErrorCode>) -> Self {
-        Self { name: name.to_string(), message: message.into(), code: code.map(|c| c.as_str().to_string()) }
+        Self { name: name.to_string(), message: message.into(), code }
     }
 }
 

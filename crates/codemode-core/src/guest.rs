@@ -1,8 +1,10 @@
-//! The guest vocabulary both sides of the bridge agree on: names the guest API reserves.
+//! The guest vocabulary both sides of the bridge agree on: the names the guest API reserves and the
+//! typed form of every request the guest can make ([`GuestRequest`]).
 //!
-//! The catalog uses these to decide which tool names may become properties of guest objects; the
-//! bridge prelude enforces the same lists a second time inside the guest (a test keeps the two
-//! copies equal).
+//! The catalog uses the name lists to decide which tool names may become properties of guest
+//! objects; the bridge prelude enforces the same lists a second time inside the guest (a test keeps
+//! the two copies equal). The bridge parses each call of the host primitive into a [`GuestRequest`]
+//! exactly once; the runtime dispatches by matching on it.
 
 /// Property names the JavaScript language itself looks up on objects: `then` (`await` treats an
 /// object with a `then` function as a promise), the coercion hooks (`toString`, `valueOf`,
@@ -37,4 +39,219 @@ pub const MCP_NAMESPACE_HELPERS: [&str; 4] = ["$api", "$call", "resources", "pro
 /// Whether `name` is one of [`JS_INTERNAL_NAMES`].
 pub fn is_js_internal_name(name: &str) -> bool {
     JS_INTERNAL_NAMES.contains(&name)
+}
+
+/// Globals the prelude installs as non-writable, non-configurable properties (SPEC S5, B10).
+pub const RESERVED_GLOBALS: [&str; 10] =
+    ["tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require"];
+
+/// Helper names on `tools` that a convenience function may never shadow (SPEC K3).
+pub const TOOL_HELPERS: [&str; 4] = ["search", "describe", "call", "callValue"];
+
+/// Object keys dropped at the bridge in both directions, so tool results cannot pollute prototypes
+/// through naive merges and guest payloads cannot smuggle them to tools (SPEC O4).
+pub const FORBIDDEN_KEYS: [&str; 3] = ["__proto__", "constructor", "prototype"];
+
+/// How a catalog tool call's result reaches the guest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallMode {
+    /// `tools.callValue` / convenience functions: the tool's `details` value.
+    #[default]
+    Value,
+    /// `tools.call`: `{details, content}`.
+    Raw,
+}
+
+/// One request of the guest, as the host primitive receives it (`host(kind, payloadJson)`), parsed
+/// once into its typed form: everything after the primitive matches on this enum.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", rename_all_fields = "camelCase")]
+#[non_exhaustive]
+pub enum GuestRequest {
+    /// `tools.search(query, {limit})`.
+    Search {
+        /// The query text.
+        query: String,
+        /// The requested number of results (clamped by the host).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<f64>,
+    },
+    /// `tools.describe(id)`.
+    Describe {
+        /// The catalog id.
+        id: String,
+    },
+    /// A catalog tool call: `tools.call`, `tools.callValue` or a convenience function.
+    Call {
+        /// The catalog id.
+        id: String,
+        /// The tool input (JSON-safe, forbidden keys dropped).
+        #[serde(default = "empty_object")]
+        input: serde_json::Value,
+        /// What the guest receives.
+        #[serde(default)]
+        mode: CallMode,
+    },
+    /// `MCP.<server>.<tool>(input)` (also `resources.read` / `prompts.get` under their reserved names).
+    Mcp {
+        /// The configured server name.
+        server: String,
+        /// The exact MCP tool name.
+        tool: String,
+        /// The tool input.
+        #[serde(default = "empty_object")]
+        input: serde_json::Value,
+    },
+    /// `MCP.<server>.$api(tool?, {schema?})`, answered from the catalog.
+    McpApi {
+        /// The configured server name.
+        server: String,
+        /// One tool (exact name or alias), or all.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        /// Include the JSON Schemas.
+        #[serde(default)]
+        schema: bool,
+    },
+    /// `yield_control(reason?)`.
+    Yield {
+        /// Why the cell yields.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+impl GuestRequest {
+    /// Parses a request from the primitive's `kind` and its (already size- and depth-checked)
+    /// payload. The error is a message for the guest.
+    pub fn parse(kind: crate::engine::RequestKind, payload: serde_json::Value) -> Result<Self, String> {
+        let serde_json::Value::Object(mut fields) = payload else {
+            return Err(format!("{}: the payload must be an object", kind.as_str()));
+        };
+        fields.insert("kind".into(), serde_json::Value::String(kind.as_str().into()));
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| format!("{}: {e}", kind.as_str()))
+    }
+
+    /// The request's kind.
+    pub fn kind(&self) -> crate::engine::RequestKind {
+        use crate::engine::RequestKind as K;
+        match self {
+            GuestRequest::Search { .. } => K::Search,
+            GuestRequest::Describe { .. } => K::Describe,
+            GuestRequest::Call { .. } => K::Call,
+            GuestRequest::Mcp { .. } => K::Mcp,
+            GuestRequest::McpApi { .. } => K::McpApi,
+            GuestRequest::Yield { .. } => K::Yield,
+        }
+    }
+
+    /// The input of a tool call (`Call` / `Mcp`).
+    pub fn tool_input(&self) -> Option<&serde_json::Value> {
+        match self {
+            GuestRequest::Call { input, .. } | GuestRequest::Mcp { input, .. } => Some(input),
+            _ => None,
+        }
+    }
+}
+
+/// One MCP tool as the guest sees it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpToolView {
+    /// The exact MCP name.
+    pub name: String,
+    /// The camelCase alias, when there is an unambiguous one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// The name is reserved (a JavaScript internal name or a namespace helper): the tool is reachable only as
+    /// `MCP.<server>.$call(name, input)`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explicit: bool,
+}
+
+/// One MCP server as the guest sees it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerView {
+    /// The server's configured name.
+    pub name: String,
+    /// Its camelCase alias, when there is an unambiguous one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// Its tools, by name.
+    pub tools: Vec<McpToolView>,
+    /// `resources.read` is available.
+    pub resources: bool,
+    /// `prompts.get` is available.
+    pub prompts: bool,
+}
+
+/// Per-run data the guest prelude installs at boot: the catalog's guest views. The catalog produces
+/// it ([`codemode-catalog`]), the bridge carries it into the guest (as JSON whose bulky parts are
+/// parsed on first use).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootData {
+    /// `ALL_TOOLS`: compact entries of every guest-visible catalog tool.
+    pub tools: Vec<crate::catalog::ToolCatalogEntry>,
+    /// `(safeName, catalogId)` pairs for `tools.<safeName>(input)` convenience functions; only
+    /// unambiguous names that shadow no helper and no JavaScript internal name (SPEC K1–K5).
+    pub conveniences: Vec<(String, String)>,
+    /// Deepest nesting the guest-side adapter accepts.
+    pub max_depth: u32,
+    /// Virtual files served by `API.list` / `API.read` (SPEC §9), path → content.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub api_files: std::collections::BTreeMap<String, String>,
+    /// MCP servers for the `MCP` namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<McpServerView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::RequestKind;
+    use serde_json::json;
+
+    #[test]
+    fn requests_parse_once_into_their_typed_form() {
+        let r =
+            GuestRequest::parse(RequestKind::Call, json!({"id": "plugin:demo:x", "mode": "raw", "input": {"a": 1}}));
+        assert_eq!(
+            r,
+            Ok(GuestRequest::Call { id: "plugin:demo:x".into(), input: json!({"a": 1}), mode: CallMode::Raw })
+        );
+        let r = GuestRequest::parse(RequestKind::Call, json!({"id": "x"})).unwrap();
+        assert_eq!(r.tool_input(), Some(&json!({})));
+        assert_eq!(r.kind(), RequestKind::Call);
+        let r = GuestRequest::parse(RequestKind::Search, json!({"query": "q", "limit": 3})).unwrap();
+        assert_eq!(r, GuestRequest::Search { query: "q".into(), limit: Some(3.0) });
+        assert_eq!(
+            GuestRequest::parse(RequestKind::McpApi, json!({"server": "s", "tool": null, "schema": true})),
+            Ok(GuestRequest::McpApi { server: "s".into(), tool: None, schema: true })
+        );
+        assert_eq!(
+            GuestRequest::parse(RequestKind::Yield, json!({"reason": null})),
+            Ok(GuestRequest::Yield { reason: None })
+        );
+        // Malformed payloads are refused with a message naming the request.
+        for (kind, bad) in [
+            (RequestKind::Call, json!({"input": {}})),
+            (RequestKind::Describe, json!({"id": 5})),
+            (RequestKind::Mcp, json!([1])),
+            (RequestKind::Call, json!({"id": "x", "mode": "other"})),
+        ] {
+            let e = GuestRequest::parse(kind, bad).unwrap_err();
+            assert!(e.starts_with(kind.as_str()), "{e}");
+        }
+        // Serialized form (stored with suspended runs) round-trips.
+        let r = GuestRequest::Mcp { server: "s".into(), tool: "t".into(), input: json!({"x": [1]}) };
+        let back: GuestRequest = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
 }

@@ -66,8 +66,8 @@ pub enum WaitReason {
 pub struct CodeModePendingToolCall {
     /// The bridge request id (unique within the run).
     pub request_id: u64,
-    /// The request kind: `"call"` for catalog tools (later also `"mcp"`, `"namespace"`).
-    pub kind: String,
+    /// The request kind: `call` for catalog tools, `mcp` for MCP tools.
+    pub kind: crate::engine::RequestKind,
     /// The exact catalog id of the nested tool.
     pub tool_id: String,
     /// Milliseconds since the call was issued, when the result was produced.
@@ -186,7 +186,7 @@ mod tests {
             reason: WaitReason::PendingTools,
             pending_tool_calls: vec![CodeModePendingToolCall {
                 request_id: 3,
-                kind: "call".into(),
+                kind: crate::engine::RequestKind::Call,
                 tool_id: "plugin:demo:demo_sleep".into(),
                 elapsed_ms: 12,
             }],

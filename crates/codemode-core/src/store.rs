@@ -5,11 +5,11 @@
 
 use crate::engine::{Delivery, RequestId, RequestKind, Snapshot};
 use crate::error::{CodeModeError, CodeModeErrorCode};
+use crate::guest::GuestRequest;
 use crate::result::WaitReason;
 use crate::scope::{MSG_BUSY, MSG_TOO_MANY, MSG_UNAVAILABLE, RunId, RunScope, ScopeMismatch};
 use crate::telemetry::CodeModeTelemetry;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// At most this many runs may be suspended at once per process (SPEC §6).
 pub const MAX_SUSPENDED_RUNS: usize = 64;
@@ -20,18 +20,23 @@ pub const MAX_SUSPENDED_RUNS: usize = 64;
 pub struct PendingRequest {
     /// The request id.
     pub id: RequestId,
-    /// Its kind.
-    pub kind: RequestKind,
     /// The nested tool's catalog id (tool calls only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_id: Option<String>,
-    /// The request payload (needed to re-issue a read-only call in another process).
-    pub payload: Value,
+    /// The request (needed to re-issue a read-only call in another process).
+    pub request: GuestRequest,
     /// The tool is read-only/idempotent, so a resuming process may re-issue it.
     #[serde(default)]
     pub read_only: bool,
     /// When the request was issued (Unix milliseconds).
     pub issued_at_ms: u64,
+}
+
+impl PendingRequest {
+    /// The request's kind.
+    pub fn kind(&self) -> RequestKind {
+        self.request.kind()
+    }
 }
 
 /// Everything a suspended run needs to be resumed.

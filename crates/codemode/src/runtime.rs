@@ -16,7 +16,6 @@
 //! through a channel.
 
 use crate::tools::{ToolHook, run_hooked};
-use codemode_bridge::BootData;
 use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
 use codemode_catalog::{Catalog, CatalogTool};
@@ -27,6 +26,7 @@ use codemode_core::engine::{
 };
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor};
+use codemode_core::guest::{CallMode, GuestRequest};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
 use codemode_core::positions::CellPositions;
 use codemode_core::result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, WaitReason, json_len};
@@ -205,15 +205,8 @@ pub(crate) struct RunCatalog {
 
 impl RunCatalog {
     pub(crate) fn new(catalog: Catalog, limits: &GuestLimits) -> Self {
-        let views = codemode_catalog::mcp_api::mcp_views(&catalog);
-        let boot = BootData {
-            tools: catalog.all_tools(),
-            conveniences: catalog.conveniences().to_vec(),
-            max_depth: limits.max_json_depth,
-            api_files: codemode_catalog::mcp_api::api_files_of(&catalog, &views),
-            mcp: views.iter().map(|v| serde_json::to_value(v).unwrap_or(Value::Null)).collect(),
-        };
-        let boot = boot.to_guest_json();
+        let boot = codemode_catalog::mcp_api::boot_data(&catalog, limits.max_json_depth);
+        let boot = codemode_bridge::boot_json(&boot);
         RunCatalog { catalog: Arc::new(catalog), boot: boot.into() }
     }
 }
@@ -271,7 +264,7 @@ impl Call {
 impl Run {
     fn accept(&mut self, d: Delivery) {
         if let Some(p) = self.pending.remove(&d.id)
-            && p.kind.is_tool_call()
+            && p.kind().is_tool_call()
             && d.outcome.is_err()
         {
             self.telemetry.failed_call_count += 1;
@@ -288,10 +281,10 @@ impl Run {
     fn pending_tool_calls(&self, now: u64) -> Vec<CodeModePendingToolCall> {
         self.pending
             .values()
-            .filter(|p| p.kind.is_tool_call())
+            .filter(|p| p.kind().is_tool_call())
             .map(|p| CodeModePendingToolCall {
                 request_id: p.id,
-                kind: p.kind.as_str().to_string(),
+                kind: p.kind(),
                 tool_id: p.tool_id.clone().unwrap_or_default(),
                 elapsed_ms: now.saturating_sub(p.issued_at_ms),
             })
@@ -309,45 +302,37 @@ enum StepsEnd {
     Suspend(WaitReason),
 }
 
-/// How a nested call's result reaches the guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CallMode {
-    /// `tools.callValue` / convenience functions / MCP: the `details` value.
-    Value,
-    /// `tools.call`: `{details, content}`.
-    Raw,
+/// A nested call about to start: the request, the catalog tool it resolved to, and how its result
+/// reaches the guest.
+struct CallSpec {
+    id: RequestId,
+    request: GuestRequest,
+    tool: CatalogTool,
+    mode: CallMode,
 }
 
 /// Finds the catalog tool a call request names: guest-visible tools for `tools.*`, MCP entries for
 /// `MCP.*`. The error carries the id for telemetry.
-fn resolve_tool(
-    catalog: &Catalog,
-    kind: RequestKind,
-    payload: &Value,
-) -> Result<(CatalogTool, CallMode), (String, GuestError)> {
-    let field = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or("");
-    if kind == RequestKind::Mcp {
-        let id = format!("mcp:{}:{}", field("server"), field("tool"));
-        return match catalog.get(&id).filter(|t| t.def.source == codemode_core::catalog::ToolSource::Mcp) {
+fn resolve_tool(catalog: &Catalog, request: &GuestRequest) -> Result<(CatalogTool, CallMode), (String, GuestError)> {
+    match request {
+        GuestRequest::Mcp { server, tool, .. } => match catalog.mcp_tool(server, tool) {
             Some(t) => Ok((t.clone(), CallMode::Value)),
             None => {
                 let err = guest_error(
                     CodeModeErrorCode::NestedToolFailed,
-                    format!(
-                        "unknown MCP tool `{}` of server `{}`; see API.list(\"mcp\")",
-                        field("tool"),
-                        field("server")
-                    ),
+                    format!("unknown MCP tool `{tool}` of server `{server}`; see API.list(\"mcp\")"),
                 );
-                Err((id, err))
+                Err((codemode_core::catalog::catalog_id(codemode_core::ToolSource::Mcp, server, tool), err))
             }
-        };
-    }
-    let id = field("id");
-    let mode = if field("mode") == "raw" { CallMode::Raw } else { CallMode::Value };
-    match catalog.guest_tool(id) {
-        Some(t) => Ok((t.clone(), mode)),
-        None => Err((id.to_string(), unknown_tool(id, CodeModeErrorCode::NestedToolFailed))),
+        },
+        GuestRequest::Call { id, mode, .. } => match catalog.guest_tool(id) {
+            Some(t) => Ok((t.clone(), *mode)),
+            None => Err((id.clone(), unknown_tool(id, CodeModeErrorCode::NestedToolFailed))),
+        },
+        other => Err((
+            String::new(),
+            guest_error(CodeModeErrorCode::InternalError, format!("`{}` is not a tool call", other.kind().as_str())),
+        )),
     }
 }
 
@@ -608,7 +593,7 @@ impl Inner {
             return self.fail(rt, run, call, e);
         }
         let yields: Vec<RequestId> =
-            run.pending.values().filter(|p| p.kind == RequestKind::Yield).map(|p| p.id).collect();
+            run.pending.values().filter(|p| p.kind() == RequestKind::Yield).map(|p| p.id).collect();
         for id in yields {
             run.accept(Delivery { id, outcome: Ok(Value::Null) });
         }
@@ -650,7 +635,7 @@ impl Inner {
             let outstanding: Vec<(RequestId, String)> = run
                 .pending
                 .values()
-                .filter(|p| p.kind.is_tool_call())
+                .filter(|p| p.kind().is_tool_call())
                 .map(|p| (p.id, p.tool_id.clone().unwrap_or_default()))
                 .collect();
             run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
@@ -696,7 +681,7 @@ impl Inner {
     /// tools are issued again; any other tool fails the run, since its side effect may or may not
     /// have happened. A result is never delivered twice: the old call's result died with its process.
     fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
-        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind.is_tool_call()).cloned().collect();
+        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind().is_tool_call()).cloned().collect();
         if let Some(p) = lost.iter().find(|p| !p.read_only) {
             return Err(CodeModeError::new(
                 CodeModeErrorCode::NestedToolFailed,
@@ -708,8 +693,8 @@ impl Inner {
             ));
         }
         for p in lost {
-            match resolve_tool(&run.catalog, p.kind, &p.payload) {
-                Ok((tool, mode)) => self.start_call(rt, run, p.id, p.kind, p.payload, tool, mode),
+            match resolve_tool(&run.catalog, &p.request) {
+                Ok((tool, mode)) => self.start_call(rt, run, CallSpec { id: p.id, request: p.request, tool, mode }),
                 Err((_, err)) => {
                     run.pending.remove(&p.id);
                     run.ready.push(Delivery { id: p.id, outcome: Err(err) });
@@ -803,35 +788,33 @@ impl Inner {
 
     /// Answers one bridge request. Returns whether it was a yield.
     fn handle_request(&self, rt: &Handle, run: &mut Run, req: BridgeRequest) -> Result<bool, CodeModeError> {
-        let str_field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        match req.kind {
-            RequestKind::Search => {
+        let BridgeRequest { id, request } = req;
+        match request {
+            GuestRequest::Search { query, limit } => {
                 run.telemetry.search_count += 1;
-                let query = str_field(&req.payload, "query");
                 let max = self.config.max_search_limit;
-                let limit = match req.payload.get("limit").and_then(Value::as_f64) {
+                let limit = match limit {
                     Some(n) if n.is_finite() => (n.max(1.0) as u64).min(max),
                     _ => self.config.search_default_limit,
                 };
                 let hits = run.catalog.search(&query, limit as usize);
-                run.ready.push(Delivery { id: req.id, outcome: Ok(json!(hits)) });
+                run.ready.push(Delivery { id, outcome: Ok(json!(hits)) });
             }
-            RequestKind::Describe => {
+            GuestRequest::Describe { id: tool_id } => {
                 run.telemetry.describe_count += 1;
-                let id = str_field(&req.payload, "id");
-                let outcome = match run.catalog.describe(&id) {
+                let outcome = match run.catalog.describe(&tool_id) {
                     Some(d) => Ok(json!(d)),
-                    None => Err(unknown_tool(&id, CodeModeErrorCode::InvalidInput)),
+                    None => Err(unknown_tool(&tool_id, CodeModeErrorCode::InvalidInput)),
                 };
-                run.ready.push(Delivery { id: req.id, outcome });
+                run.ready.push(Delivery { id, outcome });
             }
-            RequestKind::Call | RequestKind::Mcp => {
-                let (tool, mode) = match resolve_tool(&run.catalog, req.kind, &req.payload) {
+            request @ (GuestRequest::Call { .. } | GuestRequest::Mcp { .. }) => {
+                let (tool, mode) = match resolve_tool(&run.catalog, &request) {
                     Ok(found) => found,
                     Err((tool_id, err)) => {
                         run.telemetry.record_call(&tool_id);
                         run.telemetry.failed_call_count += 1;
-                        run.ready.push(Delivery { id: req.id, outcome: Err(err) });
+                        run.ready.push(Delivery { id, outcome: Err(err) });
                         return Ok(false);
                     }
                 };
@@ -845,10 +828,8 @@ impl Inner {
                 };
                 if let Some(msg) = refusal {
                     run.telemetry.failed_call_count += 1;
-                    run.ready.push(Delivery {
-                        id: req.id,
-                        outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)),
-                    });
+                    run.ready
+                        .push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
                     return Ok(false);
                 }
                 if run.calls.running() >= self.config.max_pending_tool_calls as usize {
@@ -862,42 +843,35 @@ impl Inner {
                         ),
                     ));
                 }
-                self.start_call(rt, run, req.id, req.kind, req.payload, tool, mode);
+                self.start_call(rt, run, CallSpec { id, request, tool, mode });
             }
-            RequestKind::McpApi => {
-                let server = str_field(&req.payload, "server");
-                let tool = req.payload.get("tool").and_then(Value::as_str);
-                let schema = req.payload.get("schema").and_then(Value::as_bool).unwrap_or(false);
-                let outcome =
-                    codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool, schema).ok_or_else(|| {
+            GuestRequest::McpApi { server, tool, schema } => {
+                let outcome = codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool.as_deref(), schema)
+                    .ok_or_else(|| {
                         guest_error(
                             CodeModeErrorCode::InvalidInput,
                             format!(
                                 "unknown MCP server or tool `{server}{}`; see API.list(\"mcp\")",
-                                tool.map(|t| format!(".{t}")).unwrap_or_default()
+                                tool.as_deref().map(|t| format!(".{t}")).unwrap_or_default()
                             ),
                         )
                     });
-                run.ready.push(Delivery { id: req.id, outcome });
+                run.ready.push(Delivery { id, outcome });
             }
-            RequestKind::Yield => {
+            request @ GuestRequest::Yield { .. } => {
                 run.pending.insert(
-                    req.id,
-                    PendingRequest {
-                        id: req.id,
-                        kind: RequestKind::Yield,
-                        tool_id: None,
-                        payload: req.payload,
-                        read_only: true,
-                        issued_at_ms: self.now_ms(),
-                    },
+                    id,
+                    PendingRequest { id, tool_id: None, request, read_only: true, issued_at_ms: self.now_ms() },
                 );
                 return Ok(true);
             }
-            _ => {
+            other => {
                 run.ready.push(Delivery {
-                    id: req.id,
-                    outcome: Err(guest_error(CodeModeErrorCode::InvalidInput, "unsupported bridge request")),
+                    id,
+                    outcome: Err(guest_error(
+                        CodeModeErrorCode::InvalidInput,
+                        format!("unsupported bridge request `{}`", other.kind().as_str()),
+                    )),
                 });
             }
         }
@@ -905,26 +879,16 @@ impl Inner {
     }
 
     /// Starts a nested call of a catalog tool on the host's executor.
-    #[allow(clippy::too_many_arguments)]
-    fn start_call(
-        &self,
-        rt: &Handle,
-        run: &mut Run,
-        id: RequestId,
-        kind: RequestKind,
-        payload: Value,
-        tool: CatalogTool,
-        mode: CallMode,
-    ) {
+    fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) {
+        let CallSpec { id, request, tool, mode } = spec;
         let raw = mode == CallMode::Raw;
-        let input = payload.get("input").cloned().unwrap_or_else(|| json!({}));
+        let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
         run.pending.insert(
             id,
             PendingRequest {
                 id,
-                kind,
                 tool_id: Some(tool.id.clone()),
-                payload,
+                request,
                 read_only: tool.def.read_only,
                 issued_at_ms: self.now_ms(),
             },
@@ -960,11 +924,11 @@ impl Inner {
                     Ok(json!({ "details": r.details, "content": content }))
                 }
                 Ok(r) => Ok(r.details),
-                Err(e) => Err(GuestError {
-                    name: "ToolError".to_string(),
-                    message: format!("{tool_id}: {}", e.message),
-                    code: Some(CodeModeErrorCode::NestedToolFailed.as_str().to_string()),
-                }),
+                Err(e) => Err(GuestError::new(
+                    "ToolError",
+                    format!("{tool_id}: {}", e.message),
+                    Some(CodeModeErrorCode::NestedToolFailed),
+                )),
             }
         });
         if let Some(d) = finished {

@@ -245,12 +245,9 @@
       return track(host(kind, toJson(payload)));
     }
 
-    // A tool call, encoded without building and re-checking a wrapper object (the hot path).
-    const callValuePrefix = ',"mode":"value","input":';
-    const callRawPrefix = ',"mode":"raw","input":';
+    // A tool call: `GuestRequest::Call {id, mode, input}` on the host side.
     function callRequest(id, input, raw) {
-      const json = '{"id":' + stringify(id) + (raw ? callRawPrefix : callValuePrefix) + (input === undefined ? "{}" : toJson(input)) + "}";
-      return track(host("call", json));
+      return request("call", { id, mode: raw ? "raw" : "value", input: input === undefined ? {} : input });
     }
 
     function hostError(e) {
