@@ -44,11 +44,7 @@ fn cold_start(engine: &str, samples: usize) -> Result<Vec<Duration>> {
 }
 
 pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> Result<ExitCode> {
-    let engines = if engines.is_empty() {
-        codemode::Engines::compiled().iter().map(|s| s.to_string()).collect()
-    } else {
-        engines
-    };
+    let engines = if engines.is_empty() { codemode::Engines::compiled() } else { engines };
     let samples = samples.max(5);
     let mut rows = Vec::new();
     for engine in &engines {

@@ -7,7 +7,7 @@ use codemode::bench;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::time::Duration;
 
-fn engines() -> Vec<&'static str> {
+fn engines() -> Vec<String> {
     codemode::Engines::compiled()
 }
 
@@ -29,10 +29,10 @@ fn repeat<F: std::future::Future<Output = Duration>>(
 fn bench_engines(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for engine in engines() {
-        let cm = bench::runtime(engine, 10_000);
+        let cm = bench::runtime(&engine, 10_000);
         // Load and warm the engine (module cache, first instance) outside the measurement.
         rt.block_on(bench::trivial(&cm));
-        let mut g = c.benchmark_group(engine);
+        let mut g = c.benchmark_group(engine.as_str());
         g.bench_function("exec_trivial", |b| b.iter_custom(|n| repeat(&rt, n, || bench::trivial(&cm))));
         g.bench_function("nested_call", |b| b.iter_custom(|n| repeat(&rt, n, || bench::nested(&cm))));
         g.bench_function("suspend_resume", |b| b.iter_custom(|n| repeat(&rt, n, || bench::suspend_resume(&cm))));
