@@ -151,7 +151,7 @@ impl BridgeHost {
                 // Parsed once, here: everything after the primitive matches on the typed request.
                 let request = match GuestRequest::parse(kind, payload) {
                     Ok(r) => r,
-                    Err(message) => return HostCallResult::Throw { name: "TypeError", message },
+                    Err(e) => return HostCallResult::Throw { name: "TypeError", message: e.to_string() },
                 };
                 let id = self.state.next_id;
                 self.state.next_id += 1;

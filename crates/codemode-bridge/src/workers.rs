@@ -74,20 +74,40 @@ pub fn spawn(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     }
 }
 
-/// Runs `f` on a worker thread and waits for its result: inline when already on one. `Err` carries
-/// a panic message or a failure to start a thread.
-pub fn run<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Result<R, String> {
+/// Why [`run`] produced no result.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// No worker thread could be started.
+    #[error("cannot start a guest worker thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The job panicked (the panic was caught; the worker survives).
+    #[error("guest worker panicked: {0}")]
+    Panicked(String),
+    /// The worker went away without an answer.
+    #[error("guest worker thread stopped")]
+    Stopped,
+}
+
+impl From<WorkerError> for codemode_core::engine::EngineError {
+    fn from(e: WorkerError) -> Self {
+        codemode_core::engine::EngineError::Internal(e.to_string())
+    }
+}
+
+/// Runs `f` on a worker thread and waits for its result: inline when already on one.
+pub fn run<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Result<R, WorkerError> {
     if on_worker() {
-        return catch_unwind(AssertUnwindSafe(f)).map_err(panic_message);
+        return catch_unwind(AssertUnwindSafe(f)).map_err(|p| WorkerError::Panicked(panic_message(p)));
     }
     let (tx, rx) = mpsc::sync_channel(1);
     spawn(move || {
         let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
     })
-    .map_err(|e| format!("cannot start a guest worker thread: {e}"))?;
+    .map_err(WorkerError::Spawn)?;
     match rx.recv() {
-        Ok(r) => r.map_err(panic_message),
-        Err(_) => Err("guest worker thread stopped".into()),
+        Ok(r) => r.map_err(|p| WorkerError::Panicked(panic_message(p))),
+        Err(_) => Err(WorkerError::Stopped),
     }
 }
 
@@ -107,10 +127,10 @@ mod tests {
     #[test]
     fn runs_jobs_inline_on_workers_and_survives_panics() {
         assert!(!on_worker());
-        assert_eq!(run(on_worker), Ok(true));
-        assert_eq!(run(|| run(on_worker)), Ok(Ok(true)), "nested runs stay on the worker");
+        assert!(matches!(run(on_worker), Ok(true)));
+        assert!(matches!(run(|| run(on_worker)), Ok(Ok(true))), "nested runs stay on the worker");
         let e = run(|| -> u8 { panic!("boom") }).unwrap_err();
-        assert!(e.contains("boom"));
+        assert!(matches!(&e, WorkerError::Panicked(m) if m.contains("boom")), "{e}");
         let handles: Vec<_> = (0..8).map(|i| std::thread::spawn(move || run(move || i * 2))).collect();
         let sum: i32 = handles.into_iter().map(|h| h.join().unwrap().unwrap()).sum();
         assert_eq!(sum, 56);

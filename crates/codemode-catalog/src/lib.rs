@@ -80,12 +80,37 @@ pub struct CatalogTool {
     pub contract: Option<Arc<OutputContract>>,
 }
 
+/// Why a declared output contract refuses a tool or its result (SPEC D4).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContractError {
+    /// The tool declares an output schema that does not compile: it may not run.
+    #[error("`{tool}` declares an invalid output schema ({reason}); the tool cannot run")]
+    InvalidSchema {
+        /// The catalog id.
+        tool: String,
+        /// Why the schema is invalid.
+        reason: String,
+    },
+    /// The result does not match the schema. Only locations are kept: the validator's message
+    /// would quote the (withheld) value.
+    #[error(
+        "the result does not match the tool's declared output schema: the value at `{instance_path}` violates `{schema_path}`"
+    )]
+    Mismatch {
+        /// JSON pointer into the result.
+        instance_path: String,
+        /// JSON pointer into the schema.
+        schema_path: String,
+    },
+}
+
 impl CatalogTool {
     /// Whether the tool may run: a trusted tool with an invalid output schema may not (SPEC D4).
-    pub fn check_runnable(&self) -> Result<(), String> {
+    pub fn check_runnable(&self) -> Result<(), ContractError> {
         match self.contract.as_deref() {
             Some(OutputContract::Invalid(e)) => {
-                Err(format!("`{}` declares an invalid output schema ({e}); the tool cannot run", self.id))
+                Err(ContractError::InvalidSchema { tool: self.id.clone(), reason: e.to_string() })
             }
             _ => Ok(()),
         }
@@ -93,18 +118,18 @@ impl CatalogTool {
 
     /// Checks a result's `details` against the declared output schema (SPEC D4). The error names the
     /// first mismatch's location; the value itself must not be emitted.
-    pub fn check_output(&self, details: &Value) -> Result<(), String> {
+    pub fn check_output(&self, details: &Value) -> Result<(), ContractError> {
         match self.contract.as_deref() {
             Some(OutputContract::Valid(v)) => match v.iter_errors(details).next() {
                 None => Ok(()),
-                // Only locations: the validator's message would quote the (withheld) value.
-                Some(e) => Err(format!(
-                    "the result does not match the tool's declared output schema: the value at `{}` violates `{}`",
-                    e.instance_path(),
-                    e.schema_path()
-                )),
+                Some(e) => Err(ContractError::Mismatch {
+                    instance_path: e.instance_path().to_string(),
+                    schema_path: e.schema_path().to_string(),
+                }),
             },
-            Some(OutputContract::Invalid(e)) => Err(format!("`{}` declares an invalid output schema ({e})", self.id)),
+            Some(OutputContract::Invalid(e)) => {
+                Err(ContractError::InvalidSchema { tool: self.id.clone(), reason: e.to_string() })
+            }
             None => Ok(()),
         }
     }

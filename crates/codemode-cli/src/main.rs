@@ -239,7 +239,7 @@ async fn build_runtime_with(
 /// Warns on stderr about upstream servers that did not connect.
 pub(crate) fn report_servers(gw: &codemode_mcp::server::Gateway) {
     for s in gw.hub().statuses() {
-        if s.state == "failed" {
+        if s.state == codemode_mcp::hub::ServerState::Failed {
             tracing::warn!(server = %s.name, error = s.error.as_deref().unwrap_or(""), "MCP server unavailable");
         }
     }

@@ -205,8 +205,10 @@ pub struct DriveReport {
     pub output: Vec<CodeModeOutput>,
 }
 
-/// An engine-level failure (not a guest exception).
+/// An engine-level failure (not a guest exception). Engines render their own typed errors into these
+/// contract-level kinds (the kind decides the SPEC error code).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The engine cannot run here (missing module, failed load).
     #[error("runtime unavailable: {0}")]

@@ -122,19 +122,31 @@ pub enum GuestRequest {
     },
 }
 
+/// A guest request whose payload does not have its kind's shape (thrown in the guest as a
+/// `TypeError`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {reason}", kind.as_str())]
+pub struct GuestRequestError {
+    /// The request's kind.
+    pub kind: crate::engine::RequestKind,
+    /// What is wrong with the payload.
+    pub reason: String,
+}
+
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
 impl GuestRequest {
     /// Parses a request from the primitive's `kind` and its (already size- and depth-checked)
-    /// payload. The error is a message for the guest.
-    pub fn parse(kind: crate::engine::RequestKind, payload: serde_json::Value) -> Result<Self, String> {
+    /// payload. The error's text is meant for the guest.
+    pub fn parse(kind: crate::engine::RequestKind, payload: serde_json::Value) -> Result<Self, GuestRequestError> {
         let serde_json::Value::Object(mut fields) = payload else {
-            return Err(format!("{}: the payload must be an object", kind.as_str()));
+            return Err(GuestRequestError { kind, reason: "the payload must be an object".into() });
         };
         fields.insert("kind".into(), serde_json::Value::String(kind.as_str().into()));
-        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| format!("{}: {e}", kind.as_str()))
+        serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|e| GuestRequestError { kind, reason: e.to_string() })
     }
 
     /// The request's kind.
@@ -247,7 +259,8 @@ mod tests {
             (RequestKind::Call, json!({"id": "x", "mode": "other"})),
         ] {
             let e = GuestRequest::parse(kind, bad).unwrap_err();
-            assert!(e.starts_with(kind.as_str()), "{e}");
+            assert_eq!(e.kind, kind);
+            assert!(e.to_string().starts_with(kind.as_str()), "{e}");
         }
         // Serialized form (stored with suspended runs) round-trips.
         let r = GuestRequest::Mcp { server: "s".into(), tool: "t".into(), input: json!({"x": [1]}) };

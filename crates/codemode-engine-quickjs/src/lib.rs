@@ -99,7 +99,7 @@ impl NativeInstance {
     fn spawn(wrapped: String, boot: String, limits: GuestLimits) -> Result<Self, EngineError> {
         let mut vm = match take_warm(&limits) {
             Some(vm) => vm,
-            None => workers::run(move || Vm::new(limits)).map_err(EngineError::Internal)??,
+            None => workers::run(move || Vm::new(limits)).map_err(EngineError::from)??,
         };
         refill_warm(limits);
         vm.boot = Some(boot);
@@ -147,7 +147,7 @@ impl GuestInstance for NativeInstance {
             let report = drive(&mut *vm, &mut unstarted, input);
             (vm, unstarted, report)
         })
-        .map_err(EngineError::Internal)?;
+        .map_err(EngineError::from)?;
         self.vm = Some(vm);
         self.unstarted = unstarted;
         report

@@ -192,13 +192,14 @@ impl Vm {
             globals,
             bridge: self.store.data().bridge.state().clone(),
         };
-        snapshot::encode(&header, &self.loaded.base, self.memory.data(&self.store)).map_err(EngineError::Snapshot)
+        snapshot::encode(&header, &self.loaded.base, self.memory.data(&self.store))
+            .map_err(|e| EngineError::Snapshot(e.to_string()))
     }
 
     /// Rebuilds an instance from snapshot bytes.
     pub(crate) fn restore(loaded: Arc<Loaded>, bytes: &[u8], limits: GuestLimits) -> Result<Self, EngineError> {
-        let decoded =
-            snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, &loaded.base).map_err(EngineError::Restore)?;
+        let decoded = snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, &loaded.base)
+            .map_err(|e| EngineError::Restore(e.to_string()))?;
         let mut vm = Vm::new(loaded, limits)?;
         let want = decoded.header.memory_bytes;
         let have = vm.memory.data_size(&vm.store) as u64;

@@ -28,7 +28,9 @@ mod instance;
 mod module;
 mod snapshot;
 
-pub use module::cache_dir;
+pub use snapshot::SnapshotError;
+
+pub use module::{ModuleError, cache_dir};
 
 use codemode_core::engine::{
     EngineError, GuestEngine, GuestInstance, GuestLimits, GuestProgram, Snapshot, SnapshotBody,
@@ -44,8 +46,8 @@ pub const ENGINE_NAME: &str = "quickjs-wasi";
 use rquickjs_sys as _;
 
 fn loaded() -> Result<Arc<Loaded>, EngineError> {
-    static LOADED: OnceLock<Result<Arc<Loaded>, String>> = OnceLock::new();
-    LOADED.get_or_init(|| module::load().map(Arc::new)).clone().map_err(EngineError::Unavailable)
+    static LOADED: OnceLock<Result<Arc<Loaded>, module::ModuleError>> = OnceLock::new();
+    LOADED.get_or_init(|| module::load().map(Arc::new)).clone().map_err(|e| EngineError::Unavailable(e.to_string()))
 }
 
 /// The `quickjs-wasi` engine. Cheap to create; the guest module is loaded on first use (and a load

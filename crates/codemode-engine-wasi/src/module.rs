@@ -77,14 +77,36 @@ fn engine_config(pooling: bool) -> Config {
 
 /// The pooling allocator (fast instantiation) when the platform grants its address-space
 /// reservation, else the on-demand allocator.
-fn new_engine() -> Result<Engine, String> {
+fn new_engine() -> Result<Engine, ModuleError> {
     match Engine::new(&engine_config(true)) {
         Ok(e) => Ok(e),
         Err(pooled) => {
             tracing::warn!(error = %pooled, "the pooling allocator is unavailable; falling back to on-demand instances");
-            Engine::new(&engine_config(false)).map_err(|e| format!("cannot create the wasm engine: {e}"))
+            Engine::new(&engine_config(false)).map_err(|e| ModuleError::Engine(format!("{e:#}")))
         }
     }
+}
+
+/// Why the guest module could not be loaded. Cloneable (the outcome of the one load of a process is
+/// shared by every run), so wasmtime's errors are kept as their rendered text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModuleError {
+    /// wasmtime could not create an engine.
+    #[error("cannot create the wasm engine: {0}")]
+    Engine(String),
+    /// Pre-initialization (QuickJS runtime, context, prelude) failed.
+    #[error("cannot pre-initialize the guest: {0}")]
+    Preinitialize(String),
+    /// The module does not parse, or breaks an invariant snapshots rely on.
+    #[error("invalid guest module: {0}")]
+    Invalid(String),
+    /// Cranelift could not compile it.
+    #[error("cannot compile the guest: {0}")]
+    Compile(String),
+    /// Linking or instantiation failed.
+    #[error("cannot instantiate the guest: {0}")]
+    Instantiate(String),
 }
 
 /// Where compiled artifacts are cached: `$CODEMODE_CACHE_DIR`, else `$XDG_CACHE_HOME/codemode`, else
@@ -226,30 +248,31 @@ impl wasmtime_wizer::InstanceState for WizerState<'_> {
 }
 
 /// Every mutable global must be exported, or a snapshot would silently miss state.
-fn mutable_globals(wasm: &[u8]) -> Result<Vec<String>, String> {
+fn mutable_globals(wasm: &[u8]) -> Result<Vec<String>, ModuleError> {
+    let invalid = |e: wasmparser::BinaryReaderError| ModuleError::Invalid(e.to_string());
     use wasmparser::{ExternalKind, Parser, Payload};
     let mut imported_globals = 0u32;
     let mut mutable: Vec<u32> = Vec::new();
     let mut exported: std::collections::HashMap<u32, String> = std::collections::HashMap::new();
     for payload in Parser::new(0).parse_all(wasm) {
-        match payload.map_err(|e| e.to_string())? {
+        match payload.map_err(invalid)? {
             Payload::ImportSection(r) => {
                 for imp in r.into_imports() {
-                    if matches!(imp.map_err(|e| e.to_string())?.ty, wasmparser::TypeRef::Global(_)) {
+                    if matches!(imp.map_err(invalid)?.ty, wasmparser::TypeRef::Global(_)) {
                         imported_globals += 1;
                     }
                 }
             }
             Payload::GlobalSection(r) => {
                 for (i, g) in r.into_iter().enumerate() {
-                    if g.map_err(|e| e.to_string())?.ty.mutable {
+                    if g.map_err(invalid)?.ty.mutable {
                         mutable.push(imported_globals + i as u32);
                     }
                 }
             }
             Payload::ExportSection(r) => {
                 for e in r {
-                    let e = e.map_err(|e| e.to_string())?;
+                    let e = e.map_err(invalid)?;
                     if e.kind == ExternalKind::Global {
                         exported.insert(e.index, e.name.to_string());
                     }
@@ -261,16 +284,15 @@ fn mutable_globals(wasm: &[u8]) -> Result<Vec<String>, String> {
     mutable
         .into_iter()
         .map(|i| {
-            exported
-                .get(&i)
-                .cloned()
-                .ok_or_else(|| format!("mutable global #{i} is not exported; snapshots would miss it"))
+            exported.get(&i).cloned().ok_or_else(|| {
+                ModuleError::Invalid(format!("mutable global #{i} is not exported; snapshots would miss it"))
+            })
         })
         .collect()
 }
 
 /// Loads (or builds and caches) the pre-initialized guest.
-pub(crate) fn load() -> Result<Loaded, String> {
+pub(crate) fn load() -> Result<Loaded, ModuleError> {
     let engine = new_engine()?;
     let build_id = build_id();
     let cache = cache_dir().map(|d| artifact_path(&d, &build_id));
@@ -278,9 +300,9 @@ pub(crate) fn load() -> Result<Loaded, String> {
         Some(m) => m,
         None => {
             let started = std::time::Instant::now();
-            let wizened = preinitialize(&engine).map_err(|e| format!("cannot pre-initialize the guest: {e:#}"))?;
+            let wizened = preinitialize(&engine).map_err(|e| ModuleError::Preinitialize(format!("{e:#}")))?;
             mutable_globals(&wizened)?;
-            let module = Module::new(&engine, &wizened).map_err(|e| format!("cannot compile the guest: {e:#}"))?;
+            let module = Module::new(&engine, &wizened).map_err(|e| ModuleError::Compile(format!("{e:#}")))?;
             tracing::info!(
                 ms = started.elapsed().as_millis() as u64,
                 "pre-initialized and compiled the quickjs-wasi guest"
@@ -300,14 +322,16 @@ pub(crate) fn load() -> Result<Loaded, String> {
             _ => None,
         })
         .collect();
-    let linker = linker(&engine).map_err(|e| format!("cannot link the guest: {e:#}"))?;
-    let pre = linker
-        .instantiate_pre(&module)
-        .map_err(|e| format!("the guest module needs imports this host does not provide: {e:#}"))?;
+    let linker = linker(&engine).map_err(|e| ModuleError::Instantiate(format!("cannot link the guest: {e:#}")))?;
+    let pre = linker.instantiate_pre(&module).map_err(|e| {
+        ModuleError::Instantiate(format!("the guest module needs imports this host does not provide: {e:#}"))
+    })?;
     let mut store = Store::new(&engine, HostState::new(GuestLimits::default()));
     store.set_epoch_deadline(u64::MAX / 2);
-    let instance = pre.instantiate(&mut store).map_err(|e| format!("cannot instantiate the guest: {e:#}"))?;
-    let memory = instance.get_memory(&mut store, "memory").ok_or("the guest exports no memory")?;
+    let instance = pre.instantiate(&mut store).map_err(|e| ModuleError::Instantiate(format!("{e:#}")))?;
+    let memory = instance
+        .get_memory(&mut store, "memory")
+        .ok_or_else(|| ModuleError::Invalid("the guest exports no memory".into()))?;
     let base = Arc::new(memory.data(&store).to_vec());
     start_ticker(engine.clone());
     Ok(Loaded { engine, pre, base, build_id, mutable_globals })

@@ -82,8 +82,72 @@ pub(crate) fn xor_base(base: &[u8], index: usize, page: &mut [u8]) {
     }
 }
 
+/// Why a snapshot could not be encoded or decoded. Decoding errors describe untrusted bytes: a
+/// damaged, truncated, forged or foreign snapshot is refused before any of it reaches a VM.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// Compression failed.
+    #[error("compression failed: {0}")]
+    Compress(#[source] std::io::Error),
+    /// A part is larger than the format can describe.
+    #[error("snapshot part too large: {0}")]
+    TooLarge(#[source] std::num::TryFromIntError),
+    /// The header could not be written or read.
+    #[error("bad snapshot header: {0}")]
+    Header(#[source] serde_json::Error),
+    /// Not a snapshot of this engine at all.
+    #[error("not a quickjs-wasi snapshot (bad magic)")]
+    BadMagic,
+    /// The SHA-256 digest does not match the content.
+    #[error("the snapshot is corrupt or truncated (digest mismatch)")]
+    Digest,
+    /// The content ends early.
+    #[error("the snapshot is truncated")]
+    Truncated,
+    /// Another format version.
+    #[error("snapshot format {found} is not supported (expected {expected})")]
+    Format {
+        /// The snapshot's format.
+        found: u32,
+        /// This build's format.
+        expected: u32,
+    },
+    /// Taken by another engine.
+    #[error("snapshot was taken by engine `{found}`, not `{expected}`")]
+    Engine {
+        /// The snapshot's engine.
+        found: String,
+        /// This engine.
+        expected: String,
+    },
+    /// Taken by another build of this engine (another guest module).
+    #[error("snapshot was taken by another build of the engine ({found}; this build is {expected})")]
+    Build {
+        /// The snapshot's build id.
+        found: String,
+        /// This build's id.
+        expected: String,
+    },
+    /// The header describes a memory this engine could not have.
+    #[error("snapshot header has an impossible memory layout")]
+    Layout,
+    /// Bytes after the body.
+    #[error("trailing bytes after the snapshot body")]
+    Trailing,
+    /// The body does not decompress (within the memory's size).
+    #[error("cannot decompress the snapshot: {0}")]
+    Decompress(#[source] std::io::Error),
+    /// The body ends inside a page.
+    #[error("snapshot body has a partial page")]
+    PartialPage,
+    /// A page index beyond the memory.
+    #[error("snapshot page {0} lies outside its memory")]
+    PageOutOfRange(u32),
+}
+
 /// Encodes `memory` (diffed against `base`) with its header.
-pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8]) -> Result<Vec<u8>, SnapshotError> {
     let mut body = Vec::new();
     for i in 0..memory.len().div_ceil(PAGE) {
         if page_differs(base, memory, i) {
@@ -96,79 +160,75 @@ pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8]) -> Result<Vec<
             xor_base(base, i, &mut body[at..]);
         }
     }
-    let body = zstd::bulk::compress(&body, ZSTD_LEVEL).map_err(|e| format!("compression failed: {e}"))?;
-    let header = serde_json::to_vec(header).map_err(|e| e.to_string())?;
+    let body = zstd::bulk::compress(&body, ZSTD_LEVEL).map_err(SnapshotError::Compress)?;
+    let header = serde_json::to_vec(header).map_err(SnapshotError::Header)?;
     let mut out = Vec::with_capacity(8 + 8 + header.len() + body.len() + DIGEST_LEN);
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&u32::try_from(header.len()).map_err(|e| e.to_string())?.to_le_bytes());
+    out.extend_from_slice(&u32::try_from(header.len()).map_err(SnapshotError::TooLarge)?.to_le_bytes());
     out.extend_from_slice(&header);
-    out.extend_from_slice(&u32::try_from(body.len()).map_err(|e| e.to_string())?.to_le_bytes());
+    out.extend_from_slice(&u32::try_from(body.len()).map_err(SnapshotError::TooLarge)?.to_le_bytes());
     out.extend_from_slice(&body);
     let digest = Sha256::digest(&out);
     out.extend_from_slice(&digest);
     Ok(out)
 }
 
-fn take<'a>(bytes: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], String> {
-    let end = at.checked_add(n).ok_or("length overflow")?;
-    let s = bytes.get(*at..end).ok_or("the snapshot is truncated")?;
+fn take<'a>(bytes: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], SnapshotError> {
+    let end = at.checked_add(n).ok_or(SnapshotError::Truncated)?;
+    let s = bytes.get(*at..end).ok_or(SnapshotError::Truncated)?;
     *at = end;
     Ok(s)
 }
 
-fn u32_at(bytes: &[u8], at: &mut usize) -> Result<u32, String> {
+fn u32_at(bytes: &[u8], at: &mut usize) -> Result<u32, SnapshotError> {
     let s = take(bytes, at, 4)?;
     Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 /// Decodes and checks a snapshot: magic, digest, format, engine, build, bounds of every page. Pages
 /// come back as the memory content (already XOR-ed back with `base`).
-pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Result<Decoded, String> {
+pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Result<Decoded, SnapshotError> {
     if bytes.len() < MAGIC.len() + DIGEST_LEN || &bytes[..MAGIC.len()] != MAGIC {
-        return Err("not a quickjs-wasi snapshot (bad magic)".into());
+        return Err(SnapshotError::BadMagic);
     }
     let (content, digest) = bytes.split_at(bytes.len() - DIGEST_LEN);
     if Sha256::digest(content).as_slice() != digest {
-        return Err("the snapshot is corrupt or truncated (digest mismatch)".into());
+        return Err(SnapshotError::Digest);
     }
     let mut at = MAGIC.len();
     let header_len = u32_at(content, &mut at)? as usize;
-    let header: Header =
-        serde_json::from_slice(take(content, &mut at, header_len)?).map_err(|e| format!("bad snapshot header: {e}"))?;
+    let header: Header = serde_json::from_slice(take(content, &mut at, header_len)?).map_err(SnapshotError::Header)?;
     if header.format != FORMAT {
-        return Err(format!("snapshot format {} is not supported (expected {FORMAT})", header.format));
+        return Err(SnapshotError::Format { found: header.format, expected: FORMAT });
     }
     if header.engine != engine {
-        return Err(format!("snapshot was taken by engine `{}`, not `{engine}`", header.engine));
+        return Err(SnapshotError::Engine { found: header.engine, expected: engine.to_string() });
     }
     if header.build != build {
-        return Err(format!(
-            "snapshot was taken by another build of the engine ({}; this build is {build})",
-            header.build
-        ));
+        return Err(SnapshotError::Build { found: header.build, expected: build.to_string() });
     }
     if header.page_size as usize != PAGE
         || header.memory_bytes > MAX_MEMORY
         || !header.memory_bytes.is_multiple_of(65536)
     {
-        return Err("snapshot header has an impossible memory layout".into());
+        return Err(SnapshotError::Layout);
     }
     let body_len = u32_at(content, &mut at)? as usize;
     let body = take(content, &mut at, body_len)?;
     if at != content.len() {
-        return Err("trailing bytes after the snapshot body".into());
+        return Err(SnapshotError::Trailing);
     }
     let pages_in_memory = header.memory_bytes as usize / PAGE;
     let max_raw = pages_in_memory.saturating_mul(PAGE + 4);
-    let raw = zstd::bulk::decompress(body, max_raw).map_err(|e| format!("cannot decompress the snapshot: {e}"))?;
+    let raw = zstd::bulk::decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
     if !raw.len().is_multiple_of(PAGE + 4) {
-        return Err("snapshot body has a partial page".into());
+        return Err(SnapshotError::PartialPage);
     }
     let mut pages = Vec::with_capacity(raw.len() / (PAGE + 4));
     for rec in raw.chunks_exact(PAGE + 4) {
         let index = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
         if index as usize >= pages_in_memory {
-            return Err(format!("snapshot page {index} lies outside its memory"));
+            return Err(SnapshotError::PageOutOfRange(index));
         }
         let mut page = rec[4..].to_vec();
         xor_base(base, index as usize, &mut page);
@@ -227,7 +287,7 @@ mod tests {
         for n in [0, 7, 40, bytes.len() - 1] {
             assert!(decode(&bytes[..n], "quickjs-wasi", "b1", &base).is_err(), "cut at {n}");
         }
-        assert!(decode(&bytes, "quickjs-wasi", "b2", &base).unwrap_err().contains("another build"));
-        assert!(decode(&bytes, "quickjs", "b1", &base).unwrap_err().contains("engine"));
+        assert!(matches!(decode(&bytes, "quickjs-wasi", "b2", &base), Err(SnapshotError::Build { .. })));
+        assert!(matches!(decode(&bytes, "quickjs", "b1", &base), Err(SnapshotError::Engine { .. })));
     }
 }

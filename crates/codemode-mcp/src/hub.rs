@@ -28,14 +28,40 @@ use tokio::sync::mpsc;
 /// Longest graceful shutdown of one server before its process is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 
+/// The state of one upstream server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ServerState {
+    /// Start-up in progress.
+    Connecting,
+    /// Connected; its tools are in the catalog.
+    Connected,
+    /// It could not start, answer or list its tools (see the status's `error`).
+    Failed,
+    /// `disabled: true` in the config.
+    Disabled,
+}
+
+impl std::fmt::Display for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ServerState::Connecting => "connecting",
+            ServerState::Connected => "connected",
+            ServerState::Failed => "failed",
+            ServerState::Disabled => "disabled",
+        })
+    }
+}
+
 /// What the hub reports about one server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerStatus {
     /// Server name.
     pub name: String,
-    /// `connected`, `failed` or `disabled`.
-    pub state: String,
+    /// Its state.
+    pub state: ServerState,
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -102,7 +128,7 @@ impl Server {
         *lock(&self.peer) = None;
         lock(&self.tools).clear();
         let mut st = lock(&self.status);
-        st.state = "failed".into();
+        st.state = ServerState::Failed;
         st.error = Some(error);
         st.tools = 0;
     }
@@ -139,7 +165,7 @@ impl Server {
         };
         let outcome = policy.apply(defs, PolicyContext::default());
         let mut st = lock(&self.status);
-        st.state = "connected".into();
+        st.state = ServerState::Connected;
         st.error = None;
         st.tools = outcome.kept.len();
         st.filtered = outcome.removed.len();
@@ -160,7 +186,49 @@ fn tool_definition(server: &str, t: rmcp::model::Tool) -> ToolDefinition {
     def
 }
 
-async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) -> Result<Live, String> {
+/// Why an upstream server could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The child process could not be started.
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        /// The configured command.
+        command: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configured header is not a valid HTTP header.
+    #[error("header `{name}`: {reason}")]
+    Header {
+        /// The header name.
+        name: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// The MCP handshake failed.
+    #[error("initialization failed: {0}")]
+    Initialize(String),
+    /// A request failed.
+    #[error("{request} failed: {reason}")]
+    Request {
+        /// The MCP method (`tools/list`).
+        request: &'static str,
+        /// The error.
+        reason: String,
+    },
+    /// No answer within `startupTimeoutMs`.
+    #[error("no answer to {request} within {ms} ms")]
+    Timeout {
+        /// The MCP method.
+        request: &'static str,
+        /// The limit.
+        ms: u64,
+    },
+}
+
+async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) -> Result<Live, ConnectError> {
     let handler = Handler { server: config.name.clone(), changed };
     let startup = Duration::from_millis(config.startup_timeout_ms);
     let service = match &config.transport {
@@ -173,7 +241,7 @@ async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) 
             let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
                 .stderr(std::process::Stdio::piped())
                 .spawn()
-                .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                .map_err(|source| ConnectError::Spawn { command: command.clone(), source })?;
             if let Some(stderr) = stderr {
                 let server = config.name.clone();
                 tokio::spawn(async move {
@@ -189,8 +257,10 @@ async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) 
         Transport::Http { url, headers } => {
             let mut map = std::collections::HashMap::new();
             for (k, v) in headers {
-                let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
-                let value = http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+                let header =
+                    |e: &dyn std::fmt::Display| ConnectError::Header { name: k.clone(), reason: e.to_string() };
+                let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| header(&e))?;
+                let value = http::HeaderValue::from_str(v).map_err(|e| header(&e))?;
                 map.insert(name, value);
             }
             let cfg =
@@ -202,14 +272,17 @@ async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) 
     };
     let service = match service {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(format!("initialization failed: {e}")),
-        Err(_) => return Err(format!("no answer to initialize within {} ms", config.startup_timeout_ms)),
+        Ok(Err(e)) => return Err(ConnectError::Initialize(e.to_string())),
+        Err(_) => return Err(ConnectError::Timeout { request: "initialize", ms: config.startup_timeout_ms }),
     };
     let peer = service.peer().clone();
     Ok(Live { service, peer })
 }
 
-async fn list(config: &ServerConfig, peer: &Peer<RoleClient>) -> Result<(Vec<rmcp::model::Tool>, bool, bool), String> {
+async fn list(
+    config: &ServerConfig,
+    peer: &Peer<RoleClient>,
+) -> Result<(Vec<rmcp::model::Tool>, bool, bool), ConnectError> {
     let startup = Duration::from_millis(config.startup_timeout_ms);
     let caps = peer.peer_info().map(|i| i.capabilities.clone());
     let resources = caps.as_ref().is_some_and(|c| c.resources.is_some());
@@ -217,8 +290,8 @@ async fn list(config: &ServerConfig, peer: &Peer<RoleClient>) -> Result<(Vec<rmc
     let tools = if caps.as_ref().is_none_or(|c| c.tools.is_some()) {
         match tokio::time::timeout(startup, peer.list_all_tools()).await {
             Ok(Ok(t)) => t,
-            Ok(Err(e)) => return Err(format!("tools/list failed: {e}")),
-            Err(_) => return Err(format!("no answer to tools/list within {} ms", config.startup_timeout_ms)),
+            Ok(Err(e)) => return Err(ConnectError::Request { request: "tools/list", reason: e.to_string() }),
+            Err(_) => return Err(ConnectError::Timeout { request: "tools/list", ms: config.startup_timeout_ms }),
         }
     } else {
         Vec::new()
@@ -236,7 +309,7 @@ impl McpHub {
             .map(|config| {
                 let status = ServerStatus {
                     name: config.name.clone(),
-                    state: if config.disabled { "disabled" } else { "connecting" }.into(),
+                    state: if config.disabled { ServerState::Disabled } else { ServerState::Connecting },
                     error: None,
                     tools: 0,
                     filtered: 0,
@@ -263,10 +336,10 @@ impl McpHub {
                         }
                         Err(e) => {
                             let _ = live.service.cancel().await;
-                            s.set_failed(e);
+                            s.set_failed(e.to_string());
                         }
                     },
-                    Err(e) => s.set_failed(e),
+                    Err(e) => s.set_failed(e.to_string()),
                 }
             });
         }
@@ -297,7 +370,7 @@ impl McpHub {
         }
         match listed {
             Ok((tools, resources, prompts)) => server.set_tools(tools, resources, prompts),
-            Err(e) => server.set_failed(e),
+            Err(e) => server.set_failed(e.to_string()),
         }
         self.generation.fetch_add(1, Ordering::SeqCst);
         tracing::info!(server = name, "MCP tool list changed");

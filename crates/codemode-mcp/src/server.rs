@@ -197,12 +197,26 @@ impl ServerHandler for ExecWaitServer {
 
 /// Serves one session over stdin/stdout until the client disconnects. Nothing but protocol
 /// messages is written to stdout.
-pub async fn serve_stdio(gateway: Arc<Gateway>) -> Result<(), String> {
+pub async fn serve_stdio(gateway: Arc<Gateway>) -> Result<(), ServeError> {
     let server = ExecWaitServer::new(gateway);
-    let running =
-        server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("MCP initialization failed: {e}"))?;
-    running.waiting().await.map_err(|e| format!("MCP session ended abnormally: {e}"))?;
+    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| ServeError::Initialize(e.to_string()))?;
+    running.waiting().await.map_err(|e| ServeError::Session(e.to_string()))?;
     Ok(())
+}
+
+/// Why serving MCP stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The client's MCP handshake failed.
+    #[error("MCP initialization failed: {0}")]
+    Initialize(String),
+    /// The session ended abnormally.
+    #[error("MCP session ended abnormally: {0}")]
+    Session(String),
+    /// The HTTP listener failed.
+    #[error("HTTP server failed: {0}")]
+    Http(#[source] std::io::Error),
 }
 
 /// Hosts and origins accepted by the HTTP server (DNS-rebinding protection): the bound address,
@@ -230,11 +244,11 @@ pub async fn serve_http(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     };
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(ServeError::Http)?;
     let (hosts, origins) = allowed_hosts_and_origins(addr);
     let ct = tokio_util::sync::CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
@@ -256,7 +270,7 @@ pub async fn serve_http(
             ct.cancel();
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(ServeError::Http)
 }
 
 #[cfg(test)]

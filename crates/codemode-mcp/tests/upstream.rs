@@ -58,7 +58,7 @@ fn completed(v: &Value) -> &Value {
 async fn everything_server_through_the_mcp_namespace() {
     let gw = gateway(everything()).await;
     let statuses = gw.hub().statuses();
-    assert_eq!(statuses[0].state, "connected", "{statuses:?}");
+    assert_eq!(statuses[0].state, codemode_mcp::hub::ServerState::Connected, "{statuses:?}");
     assert!(statuses[0].tools >= 10, "{statuses:?}");
 
     // M9: the virtual declaration files, from tool metadata, without a bridge call.
@@ -154,7 +154,7 @@ async fn broken(servers: Value, expect: &str) {
     let started = Instant::now();
     let gw = gateway(servers).await;
     let status = &gw.hub().statuses()[0];
-    assert_eq!(status.state, "failed", "{status:?}");
+    assert_eq!(status.state, codemode_mcp::hub::ServerState::Failed, "{status:?}");
     let error = status.error.clone().unwrap_or_default();
     assert!(error.contains(expect), "error `{error}` should mention `{expect}`");
     // The gateway still runs cells; a call to the failed server is a nested tool failure.
@@ -202,11 +202,11 @@ async fn broken_upstream_prints_garbage() {
 async fn upstream_crashing_mid_call() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/crash_on_call.js");
     let gw = gateway(json!({ "flaky": { "command": "node", "args": [script.to_string_lossy()] } })).await;
-    assert_eq!(gw.hub().statuses()[0].state, "connected", "{:?}", gw.hub().statuses());
+    assert_eq!(gw.hub().statuses()[0].state, codemode_mcp::hub::ServerState::Connected, "{:?}", gw.hub().statuses());
     let v = run(&gw, "s", r#"return await MCP.flaky.boom({})"#).await;
     assert_eq!(v["status"], "failed", "{v:#}");
     assert_eq!(v["code"], "nested_tool_failed", "{v:#}");
-    assert_eq!(gw.hub().statuses()[0].state, "failed");
+    assert_eq!(gw.hub().statuses()[0].state, codemode_mcp::hub::ServerState::Failed);
     let v = run(&gw, "s", "return 1 + 1").await;
     assert_eq!(completed(&v), &json!(2));
     gw.shutdown().await;

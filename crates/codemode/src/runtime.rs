@@ -820,7 +820,7 @@ impl Inner {
                 };
                 run.telemetry.record_call(&tool.id);
                 let refusal = if let Err(e) = tool.check_runnable() {
-                    Some(e)
+                    Some(e.to_string())
                 } else if run.restart_safe && !tool.def.read_only {
                     Some(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", tool.id))
                 } else {
@@ -912,7 +912,7 @@ impl Inner {
                 contract
                     .check_output(&r.details)
                     .map(|()| r)
-                    .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m))
+                    .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m.to_string()))
             });
             match outcome {
                 Ok(r) if raw => {
