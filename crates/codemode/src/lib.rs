@@ -43,7 +43,7 @@ pub use codemode_core::{
     ToolDefinition, ToolExecutor, ToolSource,
 };
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
-pub use runtime::{MSG_STALLED, guest_limits};
+pub use runtime::{MSG_NOTHING_TO_RESUME, MSG_STALLED, guest_limits};
 pub use tools::{FnTool, LocalTools, Tool, ToolHook};
 
 use runtime::Inner;

@@ -69,3 +69,69 @@ async fn a_registered_engine_is_selected_by_name() {
     assert_eq!(r.error_code(), Some(CodeModeErrorCode::RuntimeUnavailable));
     assert!(r.to_json()["error"].as_str().unwrap().contains("outside-test"), "the error lists the available engines");
 }
+
+/// The two "nothing will happen" endings are told apart (issue 10 §1 drift): a cell awaiting a
+/// promise nothing settles is the guest's own failure (no code, `MSG_STALLED`); a stored run with
+/// nothing to resume with is the store's fault (`internal_error`, `MSG_NOTHING_TO_RESUME`).
+#[tokio::test]
+async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
+    use codemode::{MSG_NOTHING_TO_RESUME, MSG_STALLED, MemorySnapshotStore, RunId, SnapshotStore};
+    use codemode_core::engine::SnapshotBody;
+    use codemode_core::store::SuspendedRun;
+    let store = Arc::new(MemorySnapshotStore::new());
+    let cm = CodeMode::builder(CodeModeConfig::enabled()).store(store.clone()).build();
+    let ctx = RunContext::session("s");
+    let r = cm.exec(&ctx, &CodeModeExecInput::code("await new Promise(() => {}); return 1")).await;
+    assert_eq!(r.error_code(), None, "{}", r.to_json());
+    assert_eq!(r.to_json()["error"], MSG_STALLED);
+    let id = RunId::parse("cm_emptyrun").unwrap();
+    store
+        .put(SuspendedRun {
+            run_id: id.clone(),
+            scope: ctx.scope.clone(),
+            snapshot: Snapshot { engine: cm.engine_name().to_string(), body: SnapshotBody::Serialized(vec![]) },
+            reason: codemode_core::result::WaitReason::PendingTools,
+            pending: vec![],
+            ready: vec![],
+            restart_safe: false,
+            telemetry: Default::default(),
+            created_at_ms: 0,
+            expires_at_ms: u64::MAX / 2,
+            positions: Default::default(),
+        })
+        .await
+        .unwrap();
+    let r = cm.wait(&ctx, &codemode::CodeModeWaitInput::new("cm_emptyrun")).await;
+    assert_eq!(r.error_code(), Some(CodeModeErrorCode::InternalError), "{}", r.to_json());
+    assert_eq!(r.to_json()["error"], MSG_NOTHING_TO_RESUME);
+    assert_eq!(store.count().await, 0, "the run is released");
+}
+
+/// MCP calls count like catalog calls (issue 10 §1 drift): a slow one is listed in
+/// `pendingToolCalls` (kind `mcp`), a failing one in `failedCallCount`.
+#[tokio::test]
+async fn mcp_calls_are_pending_calls_and_failures_like_any_other() {
+    use codemode::{FnTool, LocalTools, ToolDefinition, ToolError, ToolErrorKind, ToolResult, ToolSource};
+    let mut tools = LocalTools::new();
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Mcp, "slow", "nap").read_only(), |_| async {
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        Ok(ToolResult::value(serde_json::json!({ "content": [] })))
+    })));
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Mcp, "slow", "fail"), |_| async {
+        Err(ToolError::new(ToolErrorKind::Failed, "upstream said no"))
+    })));
+    let mut config = CodeModeConfig::enabled();
+    config.timeout_ms = 150;
+    let cm = CodeMode::builder(config).local_tools(tools).build();
+    let ctx = RunContext::session("s");
+    let r = cm.exec(&ctx, &CodeModeExecInput::code("await MCP.slow.nap({}); return 1")).await;
+    let v = r.to_json();
+    assert_eq!(v["status"], "waiting", "{v}");
+    assert_eq!(v["pendingToolCalls"][0]["kind"], "mcp", "{v}");
+    assert_eq!(v["pendingToolCalls"][0]["toolId"], "mcp:slow:nap", "{v}");
+    let r =
+        cm.exec(&ctx, &CodeModeExecInput::code("try { await MCP.slow.fail({}) } catch (e) { return e.code }")).await;
+    let v = r.to_json();
+    assert_eq!(v["value"], "nested_tool_failed", "{v}");
+    assert_eq!(v["telemetry"]["failedCallCount"], 1, "{v}");
+}

@@ -15,7 +15,18 @@
 //! switch. Only calls that really wait are spawned on the tokio runtime; their results come back
 //! through a channel.
 
+//!
+//! The module is split by concern: this file holds the run state and the exec/wait/drive loop;
+//! `calls` the nested calls (starting, collecting, handing over between processes); `dispatch` the
+//! answer to each typed guest request; `suspend` the three ways a call ends (completed, failed,
+//! suspended into the store).
+
+mod calls;
+mod dispatch;
+mod suspend;
+
 use crate::tools::{ToolHook, run_hooked};
+use calls::{CallSpec, NestedCalls, resolve_tool};
 use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
 use codemode_catalog::{Catalog, CatalogTool};
@@ -43,9 +54,15 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
-/// Message of the failure when a cell awaits something that nothing will ever settle.
+/// Message of the failure when a cell awaits something that nothing will ever settle (a guest
+/// program error, like an uncaught exception: no code).
 pub const MSG_STALLED: &str =
     "the cell is waiting on a promise that nothing will settle (no nested calls are in flight)";
+
+/// Message of the `internal_error` when a stored run has nothing to resume with: no result to
+/// deliver and no call in flight (a store that lost part of a run).
+pub const MSG_NOTHING_TO_RESUME: &str =
+    "the suspended run has nothing to resume with: no result is ready and no nested call is in flight";
 
 fn new_run_id() -> RunId {
     RunId::from_generated(format!("cm_{}", uuid::Uuid::new_v4().simple()))
@@ -59,120 +76,6 @@ pub fn guest_limits(config: &CodeModeConfig) -> GuestLimits {
         max_delivery_bytes: base.max_delivery_bytes.min(config.memory_limit_bytes / 2),
         max_outstanding_requests: base.max_outstanding_requests.max(2 * config.max_pending_tool_calls as u32),
         ..base
-    }
-}
-
-/// The nested calls of one run that are still executing on the host.
-struct NestedCalls {
-    tx: mpsc::Sender<Delivery>,
-    rx: mpsc::Receiver<Delivery>,
-    running: HashMap<RequestId, AbortHandle>,
-}
-
-impl NestedCalls {
-    fn new() -> Self {
-        let (tx, rx) = mpsc::channel();
-        NestedCalls { tx, rx, running: HashMap::new() }
-    }
-
-    fn running(&self) -> usize {
-        self.running.len()
-    }
-
-    /// Starts a call: polled once inline (a call that is ready at once is returned without any thread
-    /// switch), otherwise handed to the tokio runtime, its result arriving on the channel later.
-    fn start(
-        &mut self,
-        rt: &Handle,
-        id: RequestId,
-        fut: impl Future<Output = Result<Value, GuestError>> + Send + 'static,
-    ) -> Option<Delivery> {
-        let mut fut = Box::pin(fut);
-        let _in_runtime = rt.enter();
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(outcome) => Some(Delivery { id, outcome }),
-            Poll::Pending => {
-                let tx = self.tx.clone();
-                let handle = rt.spawn(async move {
-                    let outcome = fut.await;
-                    let _ = tx.send(Delivery { id, outcome });
-                });
-                self.running.insert(id, handle.abort_handle());
-                None
-            }
-        }
-    }
-
-    /// Waits for results another live process records in the store for calls it started (see
-    /// [`SnapshotStore::claim_calls`]). Each id counts as running until its result arrives. If the
-    /// claim goes away with results still missing (that process died), those calls fail.
-    fn watch_recorded(
-        &mut self,
-        rt: &Handle,
-        store: Arc<dyn SnapshotStore>,
-        run_id: RunId,
-        calls: Vec<(RequestId, String)>,
-    ) {
-        if calls.is_empty() {
-            return;
-        }
-        let tx = self.tx.clone();
-        let mut missing: BTreeMap<RequestId, String> = calls.iter().cloned().collect();
-        let handle = rt.spawn(async move {
-            loop {
-                let claimed = store.calls_claimed(&run_id);
-                for d in store.take_results(&run_id).await.unwrap_or_default() {
-                    if missing.remove(&d.id).is_some() {
-                        let _ = tx.send(d);
-                    }
-                }
-                if missing.is_empty() {
-                    return;
-                }
-                if !claimed {
-                    for (id, tool_id) in std::mem::take(&mut missing) {
-                        let message = format!(
-                            "nested call to `{tool_id}` was lost: the process running it ended before it finished (its \
-                             side effect may or may not have happened); call it again if that is safe"
-                        );
-                        let _ = tx.send(Delivery {
-                            id,
-                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)),
-                        });
-                    }
-                    return;
-                }
-                tokio::time::sleep(RECORDED_POLL).await;
-            }
-        });
-        for (id, _) in calls {
-            self.running.insert(id, handle.abort_handle());
-        }
-    }
-
-    fn try_next(&mut self) -> Option<Delivery> {
-        let d = self.rx.try_recv().ok()?;
-        self.running.remove(&d.id);
-        Some(d)
-    }
-
-    fn next_until(&mut self, deadline: Instant) -> Option<Delivery> {
-        let d = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
-        self.running.remove(&d.id);
-        Some(d)
-    }
-
-    fn abort_all(&mut self) {
-        for (_, h) in self.running.drain() {
-            h.abort();
-        }
-    }
-}
-
-impl Drop for NestedCalls {
-    fn drop(&mut self) {
-        self.abort_all();
     }
 }
 
@@ -300,40 +203,6 @@ enum StepsEnd {
     Fail(CodeModeError),
     /// The run is to be snapshotted and stored.
     Suspend(WaitReason),
-}
-
-/// A nested call about to start: the request, the catalog tool it resolved to, and how its result
-/// reaches the guest.
-struct CallSpec {
-    id: RequestId,
-    request: GuestRequest,
-    tool: CatalogTool,
-    mode: CallMode,
-}
-
-/// Finds the catalog tool a call request names: guest-visible tools for `tools.*`, MCP entries for
-/// `MCP.*`. The error carries the id for telemetry.
-fn resolve_tool(catalog: &Catalog, request: &GuestRequest) -> Result<(CatalogTool, CallMode), (String, GuestError)> {
-    match request {
-        GuestRequest::Mcp { server, tool, .. } => match catalog.mcp_tool(server, tool) {
-            Some(t) => Ok((t.clone(), CallMode::Value)),
-            None => {
-                let err = guest_error(
-                    CodeModeErrorCode::NestedToolFailed,
-                    format!("unknown MCP tool `{tool}` of server `{server}`; see API.list(\"mcp\")"),
-                );
-                Err((codemode_core::catalog::catalog_id(codemode_core::ToolSource::Mcp, server, tool), err))
-            }
-        },
-        GuestRequest::Call { id, mode, .. } => match catalog.guest_tool(id) {
-            Some(t) => Ok((t.clone(), *mode)),
-            None => Err((id.clone(), unknown_tool(id, CodeModeErrorCode::NestedToolFailed))),
-        },
-        other => Err((
-            String::new(),
-            guest_error(CodeModeErrorCode::InternalError, format!("`{}` is not a tool call", other.kind().as_str())),
-        )),
-    }
 }
 
 /// Drops a snapshot that will not be stored (a live one holds a whole VM) off the caller's path.
@@ -600,7 +469,7 @@ impl Inner {
         run.collect_finished();
         if run.ready.is_empty() {
             if run.calls.running() == 0 {
-                let err = CodeModeError::new(CodeModeErrorCode::InternalError, MSG_STALLED);
+                let err = CodeModeError::new(CodeModeErrorCode::InternalError, MSG_NOTHING_TO_RESUME);
                 return self.fail(rt, run, call, err);
             }
             match run.calls.next_until(call.deadline) {
@@ -618,90 +487,6 @@ impl Inner {
         };
         run.telemetry.record_snapshot(SnapshotEventKind::Restored, None);
         self.drive_loop(rt, run, instance, call)
-    }
-
-    /// A run resumed in a process that did not start its outstanding calls: results another process
-    /// recorded are delivered; calls a live process still runs are awaited (their results will be
-    /// recorded); the rest are lost and handled by [`reissue_lost_calls`](Self::reissue_lost_calls).
-    fn adopt_calls_from_elsewhere(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
-        let claimed = self.store.calls_claimed(&run.id);
-        let recorded = rt.block_on(self.store.take_results(&run.id)).map_err(|e| e.to_code_mode_error())?;
-        for d in recorded {
-            if run.pending.contains_key(&d.id) {
-                run.accept(d);
-            }
-        }
-        if claimed {
-            let outstanding: Vec<(RequestId, String)> = run
-                .pending
-                .values()
-                .filter(|p| p.kind().is_tool_call())
-                .map(|p| (p.id, p.tool_id.clone().unwrap_or_default()))
-                .collect();
-            run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
-            return Ok(());
-        }
-        self.reissue_lost_calls(rt, run)
-    }
-
-    /// Keeps this process's nested calls of suspended runs to completion and records their results
-    /// in the store, for a process that will resume the runs (used before a short-lived process
-    /// such as `codemode exec` exits). Each run's calls are awaited at most until the run expires.
-    /// Returns how many results were recorded.
-    pub(crate) fn finish_inflight(&self, rt: &Handle) -> usize {
-        if self.store.accepts_live() {
-            // A store for live VMs keeps runs in this process: nobody elsewhere can resume them.
-            return 0;
-        }
-        let runs: Vec<(RunId, Inflight)> = self.inflight().drain().collect();
-        let mut recorded = 0;
-        for (id, mut inflight) in runs {
-            let remaining_ms = inflight.expires_at_ms.saturating_sub(self.now_ms());
-            let deadline = Instant::now() + Duration::from_millis(remaining_ms);
-            while inflight.calls.running() > 0 {
-                let Some(d) = inflight.calls.next_until(deadline) else { break };
-                match rt.block_on(self.store.record_result(&id, &d)) {
-                    Ok(true) => recorded += 1,
-                    // A store that keeps runs in this process: nothing can resume them elsewhere.
-                    Ok(false) => break,
-                    Err(e) => tracing::warn!(run = %id, error = %e, "cannot record a nested call's result"),
-                }
-            }
-            // Dropping `inflight` aborts what is still running and releases the claim.
-        }
-        recorded
-    }
-
-    /// Whether this process holds nested calls of suspended runs.
-    pub(crate) fn has_inflight_calls(&self) -> bool {
-        self.inflight().values().any(|r| r.calls.running() > 0)
-    }
-
-    /// After a resume in a process that did not issue them, outstanding calls are gone. Read-only
-    /// tools are issued again; any other tool fails the run, since its side effect may or may not
-    /// have happened. A result is never delivered twice: the old call's result died with its process.
-    fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
-        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind().is_tool_call()).cloned().collect();
-        if let Some(p) = lost.iter().find(|p| !p.read_only) {
-            return Err(CodeModeError::new(
-                CodeModeErrorCode::NestedToolFailed,
-                format!(
-                    "nested call to `{}` was still running when the process that suspended this run ended; the tool is not \
-                     read-only, so it is not repeated (its side effect may or may not have happened)",
-                    p.tool_id.as_deref().unwrap_or("?")
-                ),
-            ));
-        }
-        for p in lost {
-            match resolve_tool(&run.catalog, &p.request) {
-                Ok((tool, mode)) => self.start_call(rt, run, CallSpec { id: p.id, request: p.request, tool, mode }),
-                Err((_, err)) => {
-                    run.pending.remove(&p.id);
-                    run.ready.push(Delivery { id: p.id, outcome: Err(err) });
-                }
-            }
-        }
-        Ok(())
     }
 
     fn drive_loop(
@@ -783,284 +568,6 @@ impl Inner {
                 }
                 None => return StepsEnd::Suspend(WaitReason::PendingTools),
             }
-        }
-    }
-
-    /// Answers one bridge request. Returns whether it was a yield.
-    fn handle_request(&self, rt: &Handle, run: &mut Run, req: BridgeRequest) -> Result<bool, CodeModeError> {
-        let BridgeRequest { id, request } = req;
-        match request {
-            GuestRequest::Search { query, limit } => {
-                run.telemetry.search_count += 1;
-                let max = self.config.max_search_limit;
-                let limit = match limit {
-                    Some(n) if n.is_finite() => (n.max(1.0) as u64).min(max),
-                    _ => self.config.search_default_limit,
-                };
-                let hits = run.catalog.search(&query, limit as usize);
-                run.ready.push(Delivery { id, outcome: Ok(json!(hits)) });
-            }
-            GuestRequest::Describe { id: tool_id } => {
-                run.telemetry.describe_count += 1;
-                let outcome = match run.catalog.describe(&tool_id) {
-                    Some(d) => Ok(json!(d)),
-                    None => Err(unknown_tool(&tool_id, CodeModeErrorCode::InvalidInput)),
-                };
-                run.ready.push(Delivery { id, outcome });
-            }
-            request @ (GuestRequest::Call { .. } | GuestRequest::Mcp { .. }) => {
-                let (tool, mode) = match resolve_tool(&run.catalog, &request) {
-                    Ok(found) => found,
-                    Err((tool_id, err)) => {
-                        run.telemetry.record_call(&tool_id);
-                        run.telemetry.failed_call_count += 1;
-                        run.ready.push(Delivery { id, outcome: Err(err) });
-                        return Ok(false);
-                    }
-                };
-                run.telemetry.record_call(&tool.id);
-                let refusal = if let Err(e) = tool.check_runnable() {
-                    Some(e.to_string())
-                } else if run.restart_safe && !tool.def.read_only {
-                    Some(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", tool.id))
-                } else {
-                    None
-                };
-                if let Some(msg) = refusal {
-                    run.telemetry.failed_call_count += 1;
-                    run.ready
-                        .push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
-                    return Ok(false);
-                }
-                if run.calls.running() >= self.config.max_pending_tool_calls as usize {
-                    run.telemetry.limit_failures.pending_calls += 1;
-                    return Err(CodeModeError::new(
-                        CodeModeErrorCode::TooManyPendingToolCalls,
-                        format!(
-                            "too many nested tool calls in flight at once (maxPendingToolCalls is {}); await some before \
-                             starting more",
-                            self.config.max_pending_tool_calls
-                        ),
-                    ));
-                }
-                self.start_call(rt, run, CallSpec { id, request, tool, mode });
-            }
-            GuestRequest::McpApi { server, tool, schema } => {
-                let outcome = codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool.as_deref(), schema)
-                    .ok_or_else(|| {
-                        guest_error(
-                            CodeModeErrorCode::InvalidInput,
-                            format!(
-                                "unknown MCP server or tool `{server}{}`; see API.list(\"mcp\")",
-                                tool.as_deref().map(|t| format!(".{t}")).unwrap_or_default()
-                            ),
-                        )
-                    });
-                run.ready.push(Delivery { id, outcome });
-            }
-            request @ GuestRequest::Yield { .. } => {
-                run.pending.insert(
-                    id,
-                    PendingRequest { id, tool_id: None, request, read_only: true, issued_at_ms: self.now_ms() },
-                );
-                return Ok(true);
-            }
-            other => {
-                run.ready.push(Delivery {
-                    id,
-                    outcome: Err(guest_error(
-                        CodeModeErrorCode::InvalidInput,
-                        format!("unsupported bridge request `{}`", other.kind().as_str()),
-                    )),
-                });
-            }
-        }
-        Ok(false)
-    }
-
-    /// Starts a nested call of a catalog tool on the host's executor.
-    fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) {
-        let CallSpec { id, request, tool, mode } = spec;
-        let raw = mode == CallMode::Raw;
-        let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
-        run.pending.insert(
-            id,
-            PendingRequest {
-                id,
-                tool_id: Some(tool.id.clone()),
-                request,
-                read_only: tool.def.read_only,
-                issued_at_ms: self.now_ms(),
-            },
-        );
-        let nested = NestedToolCall {
-            run_id: run.id.clone(),
-            request_id: id,
-            tool_id: tool.id.clone(),
-            tool: tool.def.clone(),
-            input,
-            context: run.context.clone(),
-        };
-        let executor = self.executor.clone();
-        let hooks = self.hooks.clone();
-        let tool_id = tool.id.clone();
-        let contract = tool;
-        let finished = run.calls.start(rt, id, async move {
-            // SPEC D4: the declared output contract is checked after the hooks, before the value
-            // reaches the guest; a mismatch fails the call and the value is never emitted.
-            let outcome = run_hooked(&hooks, executor.as_ref(), nested).await.and_then(|r| {
-                contract
-                    .check_output(&r.details)
-                    .map(|()| r)
-                    .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m.to_string()))
-            });
-            match outcome {
-                Ok(r) if raw => {
-                    let content = if r.content.is_empty() {
-                        vec![json!({ "type": "text", "text": r.details.to_string() })]
-                    } else {
-                        r.content
-                    };
-                    Ok(json!({ "details": r.details, "content": content }))
-                }
-                Ok(r) => Ok(r.details),
-                Err(e) => Err(GuestError::new(
-                    "ToolError",
-                    format!("{tool_id}: {}", e.message),
-                    Some(CodeModeErrorCode::NestedToolFailed),
-                )),
-            }
-        });
-        if let Some(d) = finished {
-            run.accept(d);
-        }
-    }
-
-    fn complete(&self, rt: &Handle, mut run: Run, mut call: Call, value: Value) -> CodeModeResult {
-        let value_len = json_len(&value) as u64;
-        if call.output_used + value_len > self.config.max_output_bytes {
-            let err = CodeModeError::new(
-                CodeModeErrorCode::OutputLimitExceeded,
-                format!(
-                    "output limit exceeded: output and return value take {} bytes; maxOutputBytes is {}",
-                    call.output_used + value_len,
-                    self.config.max_output_bytes
-                ),
-            );
-            return self.fail(rt, run, call, err);
-        }
-        self.release(rt, &mut run);
-        run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
-        CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
-    }
-
-    fn fail(&self, rt: &Handle, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
-        err.message = run.positions.rewrite(&err.message);
-        let limits = &mut run.telemetry.limit_failures;
-        match err.code {
-            Some(CodeModeErrorCode::Timeout) => limits.timeout += 1,
-            Some(CodeModeErrorCode::MemoryLimitExceeded) => limits.memory += 1,
-            Some(CodeModeErrorCode::OutputLimitExceeded) => limits.output += 1,
-            Some(CodeModeErrorCode::SnapshotLimitExceeded) => limits.snapshot += 1,
-            Some(CodeModeErrorCode::TooManyPendingToolCalls) if limits.pending_calls == 0 => limits.pending_calls += 1,
-            _ => {}
-        }
-        tracing::debug!(run = %run.id, code = ?err.code, "code mode run failed");
-        self.release(rt, &mut run);
-        run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
-        CodeModeResult::failed(err, call.output, run.telemetry)
-    }
-
-    /// A settled run: its snapshot leaves the store at once and its nested calls stop.
-    fn release(&self, rt: &Handle, run: &mut Run) {
-        run.calls.abort_all();
-        if run.stored && rt.block_on(self.store.remove(&run.id)) {
-            run.telemetry.record_snapshot(SnapshotEventKind::Deleted, None);
-        }
-    }
-
-    fn suspend(
-        &self,
-        rt: &Handle,
-        mut run: Run,
-        instance: Box<dyn GuestInstance>,
-        call: Call,
-        reason: WaitReason,
-    ) -> CodeModeResult {
-        let snapshot = match instance.snapshot() {
-            Ok(s) => s,
-            Err(e) => return self.fail(rt, run, call, CodeModeError::new(e.code(), e.to_string())),
-        };
-        let size = snapshot.size_bytes();
-        if size > self.config.max_snapshot_bytes {
-            run.telemetry.record_snapshot(SnapshotEventKind::Rejected, Some(size));
-            let err = CodeModeError::new(
-                CodeModeErrorCode::SnapshotLimitExceeded,
-                format!("snapshot of {size} bytes exceeds maxSnapshotBytes ({})", self.config.max_snapshot_bytes),
-            );
-            discard(snapshot);
-            return self.fail(rt, run, call, err);
-        }
-        if !snapshot.is_serialized() && !self.store.accepts_live() {
-            let err = StoreError::LiveNotSupported(snapshot.engine.clone()).to_code_mode_error();
-            discard(snapshot);
-            return self.fail(rt, run, call, err);
-        }
-        run.telemetry.record_snapshot(SnapshotEventKind::Created, Some(size));
-        self.store_suspended(rt, run, snapshot, call, reason)
-    }
-
-    fn store_suspended(
-        &self,
-        rt: &Handle,
-        mut run: Run,
-        snapshot: Snapshot,
-        mut call: Call,
-        reason: WaitReason,
-    ) -> CodeModeResult {
-        let mut telemetry = run.telemetry.clone();
-        telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
-        let now = self.now_ms();
-        let suspended = SuspendedRun {
-            run_id: run.id.clone(),
-            scope: run.context.scope.clone(),
-            snapshot,
-            reason,
-            pending: run.pending.values().cloned().collect(),
-            ready: std::mem::take(&mut run.ready),
-            restart_safe: run.restart_safe,
-            telemetry: telemetry.clone(),
-            created_at_ms: run.created_at_ms,
-            expires_at_ms: now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000)),
-            positions: run.positions.clone(),
-        };
-        let pending_tool_calls = run.pending_tool_calls(now);
-        if let Err(e) = rt.block_on(self.store.put(suspended)) {
-            run.telemetry.record_snapshot(SnapshotEventKind::Rejected, None);
-            return self.fail(rt, run, call, e.to_code_mode_error());
-        }
-        run.telemetry = telemetry;
-        run.stored = true;
-        let claim = if run.calls.running() > 0 {
-            match self.store.claim_calls(&run.id) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(run = %run.id, error = %e, "cannot claim nested calls in the store");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let expires_at_ms = now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000));
-        let Run { id, context, catalog, calls, telemetry, .. } = run;
-        self.inflight().insert(id.clone(), Inflight { context, catalog, calls, _claim: claim, expires_at_ms });
-        CodeModeResult::Waiting {
-            run_id: id.to_string(),
-            reason,
-            pending_tool_calls,
-            output: std::mem::take(&mut call.output),
-            telemetry,
         }
     }
 }

@@ -1,0 +1,299 @@
+//! Nested calls of a run: started on the host's executor (polled once inline, else spawned),
+//! collected as they settle, and handed over between processes through the snapshot store.
+
+use super::*;
+
+/// The nested calls of one run that are still executing on the host.
+pub(super) struct NestedCalls {
+    tx: mpsc::Sender<Delivery>,
+    rx: mpsc::Receiver<Delivery>,
+    running: HashMap<RequestId, AbortHandle>,
+}
+
+impl NestedCalls {
+    pub(super) fn new() -> Self {
+        let (tx, rx) = mpsc::channel();
+        NestedCalls { tx, rx, running: HashMap::new() }
+    }
+
+    pub(super) fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Starts a call: polled once inline (a call that is ready at once is returned without any thread
+    /// switch), otherwise handed to the tokio runtime, its result arriving on the channel later.
+    pub(super) fn start(
+        &mut self,
+        rt: &Handle,
+        id: RequestId,
+        fut: impl Future<Output = Result<Value, GuestError>> + Send + 'static,
+    ) -> Option<Delivery> {
+        let mut fut = Box::pin(fut);
+        let _in_runtime = rt.enter();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(outcome) => Some(Delivery { id, outcome }),
+            Poll::Pending => {
+                let tx = self.tx.clone();
+                let handle = rt.spawn(async move {
+                    let outcome = fut.await;
+                    let _ = tx.send(Delivery { id, outcome });
+                });
+                self.running.insert(id, handle.abort_handle());
+                None
+            }
+        }
+    }
+
+    /// Waits for results another live process records in the store for calls it started (see
+    /// [`SnapshotStore::claim_calls`]). Each id counts as running until its result arrives. If the
+    /// claim goes away with results still missing (that process died), those calls fail.
+    pub(super) fn watch_recorded(
+        &mut self,
+        rt: &Handle,
+        store: Arc<dyn SnapshotStore>,
+        run_id: RunId,
+        calls: Vec<(RequestId, String)>,
+    ) {
+        if calls.is_empty() {
+            return;
+        }
+        let tx = self.tx.clone();
+        let mut missing: BTreeMap<RequestId, String> = calls.iter().cloned().collect();
+        let handle = rt.spawn(async move {
+            loop {
+                let claimed = store.calls_claimed(&run_id);
+                for d in store.take_results(&run_id).await.unwrap_or_default() {
+                    if missing.remove(&d.id).is_some() {
+                        let _ = tx.send(d);
+                    }
+                }
+                if missing.is_empty() {
+                    return;
+                }
+                if !claimed {
+                    for (id, tool_id) in std::mem::take(&mut missing) {
+                        let message = format!(
+                            "nested call to `{tool_id}` was lost: the process running it ended before it finished (its \
+                             side effect may or may not have happened); call it again if that is safe"
+                        );
+                        let _ = tx.send(Delivery {
+                            id,
+                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)),
+                        });
+                    }
+                    return;
+                }
+                tokio::time::sleep(RECORDED_POLL).await;
+            }
+        });
+        for (id, _) in calls {
+            self.running.insert(id, handle.abort_handle());
+        }
+    }
+
+    pub(super) fn try_next(&mut self) -> Option<Delivery> {
+        let d = self.rx.try_recv().ok()?;
+        self.running.remove(&d.id);
+        Some(d)
+    }
+
+    pub(super) fn next_until(&mut self, deadline: Instant) -> Option<Delivery> {
+        let d = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
+        self.running.remove(&d.id);
+        Some(d)
+    }
+
+    pub(super) fn abort_all(&mut self) {
+        for (_, h) in self.running.drain() {
+            h.abort();
+        }
+    }
+}
+
+impl Drop for NestedCalls {
+    fn drop(&mut self) {
+        self.abort_all();
+    }
+}
+
+/// A nested call about to start: the request, the catalog tool it resolved to, and how its result
+/// reaches the guest.
+pub(super) struct CallSpec {
+    pub(super) id: RequestId,
+    pub(super) request: GuestRequest,
+    pub(super) tool: CatalogTool,
+    pub(super) mode: CallMode,
+}
+
+/// Finds the catalog tool a call request names: guest-visible tools for `tools.*`, MCP entries for
+/// `MCP.*`. The error carries the id for telemetry.
+pub(super) fn resolve_tool(
+    catalog: &Catalog,
+    request: &GuestRequest,
+) -> Result<(CatalogTool, CallMode), (String, GuestError)> {
+    match request {
+        GuestRequest::Mcp { server, tool, .. } => match catalog.mcp_tool(server, tool) {
+            Some(t) => Ok((t.clone(), CallMode::Value)),
+            None => {
+                let err = guest_error(
+                    CodeModeErrorCode::NestedToolFailed,
+                    format!("unknown MCP tool `{tool}` of server `{server}`; see API.list(\"mcp\")"),
+                );
+                Err((codemode_core::catalog::catalog_id(codemode_core::ToolSource::Mcp, server, tool), err))
+            }
+        },
+        GuestRequest::Call { id, mode, .. } => match catalog.guest_tool(id) {
+            Some(t) => Ok((t.clone(), *mode)),
+            None => Err((id.clone(), unknown_tool(id, CodeModeErrorCode::NestedToolFailed))),
+        },
+        other => Err((
+            String::new(),
+            guest_error(CodeModeErrorCode::InternalError, format!("`{}` is not a tool call", other.kind().as_str())),
+        )),
+    }
+}
+
+impl Inner {
+    /// A run resumed in a process that did not start its outstanding calls: results another process
+    /// recorded are delivered; calls a live process still runs are awaited (their results will be
+    /// recorded); the rest are lost and handled by [`reissue_lost_calls`](Self::reissue_lost_calls).
+    pub(super) fn adopt_calls_from_elsewhere(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
+        let claimed = self.store.calls_claimed(&run.id);
+        let recorded = rt.block_on(self.store.take_results(&run.id)).map_err(|e| e.to_code_mode_error())?;
+        for d in recorded {
+            if run.pending.contains_key(&d.id) {
+                run.accept(d);
+            }
+        }
+        if claimed {
+            let outstanding: Vec<(RequestId, String)> = run
+                .pending
+                .values()
+                .filter(|p| p.kind().is_tool_call())
+                .map(|p| (p.id, p.tool_id.clone().unwrap_or_default()))
+                .collect();
+            run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
+            return Ok(());
+        }
+        self.reissue_lost_calls(rt, run)
+    }
+
+    /// Keeps this process's nested calls of suspended runs to completion and records their results
+    /// in the store, for a process that will resume the runs (used before a short-lived process
+    /// such as `codemode exec` exits). Each run's calls are awaited at most until the run expires.
+    /// Returns how many results were recorded.
+    pub(crate) fn finish_inflight(&self, rt: &Handle) -> usize {
+        if self.store.accepts_live() {
+            // A store for live VMs keeps runs in this process: nobody elsewhere can resume them.
+            return 0;
+        }
+        let runs: Vec<(RunId, Inflight)> = self.inflight().drain().collect();
+        let mut recorded = 0;
+        for (id, mut inflight) in runs {
+            let remaining_ms = inflight.expires_at_ms.saturating_sub(self.now_ms());
+            let deadline = Instant::now() + Duration::from_millis(remaining_ms);
+            while inflight.calls.running() > 0 {
+                let Some(d) = inflight.calls.next_until(deadline) else { break };
+                match rt.block_on(self.store.record_result(&id, &d)) {
+                    Ok(true) => recorded += 1,
+                    // A store that keeps runs in this process: nothing can resume them elsewhere.
+                    Ok(false) => break,
+                    Err(e) => tracing::warn!(run = %id, error = %e, "cannot record a nested call's result"),
+                }
+            }
+            // Dropping `inflight` aborts what is still running and releases the claim.
+        }
+        recorded
+    }
+
+    /// Whether this process holds nested calls of suspended runs.
+    pub(crate) fn has_inflight_calls(&self) -> bool {
+        self.inflight().values().any(|r| r.calls.running() > 0)
+    }
+
+    /// After a resume in a process that did not issue them, outstanding calls are gone. Read-only
+    /// tools are issued again; any other tool fails the run, since its side effect may or may not
+    /// have happened. A result is never delivered twice: the old call's result died with its process.
+    pub(super) fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
+        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind().is_tool_call()).cloned().collect();
+        if let Some(p) = lost.iter().find(|p| !p.read_only) {
+            return Err(CodeModeError::new(
+                CodeModeErrorCode::NestedToolFailed,
+                format!(
+                    "nested call to `{}` was still running when the process that suspended this run ended; the tool is not \
+                     read-only, so it is not repeated (its side effect may or may not have happened)",
+                    p.tool_id.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+        for p in lost {
+            match resolve_tool(&run.catalog, &p.request) {
+                Ok((tool, mode)) => self.start_call(rt, run, CallSpec { id: p.id, request: p.request, tool, mode }),
+                Err((_, err)) => {
+                    run.pending.remove(&p.id);
+                    run.ready.push(Delivery { id: p.id, outcome: Err(err) });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a nested call of a catalog tool on the host's executor.
+    pub(super) fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) {
+        let CallSpec { id, request, tool, mode } = spec;
+        let raw = mode == CallMode::Raw;
+        let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
+        run.pending.insert(
+            id,
+            PendingRequest {
+                id,
+                tool_id: Some(tool.id.clone()),
+                request,
+                read_only: tool.def.read_only,
+                issued_at_ms: self.now_ms(),
+            },
+        );
+        let nested = NestedToolCall {
+            run_id: run.id.clone(),
+            request_id: id,
+            tool_id: tool.id.clone(),
+            tool: tool.def.clone(),
+            input,
+            context: run.context.clone(),
+        };
+        let executor = self.executor.clone();
+        let hooks = self.hooks.clone();
+        let tool_id = tool.id.clone();
+        let contract = tool;
+        let finished = run.calls.start(rt, id, async move {
+            // SPEC D4: the declared output contract is checked after the hooks, before the value
+            // reaches the guest; a mismatch fails the call and the value is never emitted.
+            let outcome = run_hooked(&hooks, executor.as_ref(), nested).await.and_then(|r| {
+                contract
+                    .check_output(&r.details)
+                    .map(|()| r)
+                    .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m.to_string()))
+            });
+            match outcome {
+                Ok(r) if raw => {
+                    let content = if r.content.is_empty() {
+                        vec![json!({ "type": "text", "text": r.details.to_string() })]
+                    } else {
+                        r.content
+                    };
+                    Ok(json!({ "details": r.details, "content": content }))
+                }
+                Ok(r) => Ok(r.details),
+                Err(e) => Err(GuestError::new(
+                    "ToolError",
+                    format!("{tool_id}: {}", e.message),
+                    Some(CodeModeErrorCode::NestedToolFailed),
+                )),
+            }
+        });
+        if let Some(d) = finished {
+            run.accept(d);
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The answer to each typed guest request (`GuestRequest`): lookups at once, tool calls started,
+//! yields recorded.
+
+use super::*;
+
+impl Inner {
+    /// Answers one bridge request. Returns whether it was a yield.
+    pub(super) fn handle_request(&self, rt: &Handle, run: &mut Run, req: BridgeRequest) -> Result<bool, CodeModeError> {
+        let BridgeRequest { id, request } = req;
+        match request {
+            GuestRequest::Search { query, limit } => {
+                run.telemetry.search_count += 1;
+                let max = self.config.max_search_limit;
+                let limit = match limit {
+                    Some(n) if n.is_finite() => (n.max(1.0) as u64).min(max),
+                    _ => self.config.search_default_limit,
+                };
+                let hits = run.catalog.search(&query, limit as usize);
+                run.ready.push(Delivery { id, outcome: Ok(json!(hits)) });
+            }
+            GuestRequest::Describe { id: tool_id } => {
+                run.telemetry.describe_count += 1;
+                let outcome = match run.catalog.describe(&tool_id) {
+                    Some(d) => Ok(json!(d)),
+                    None => Err(unknown_tool(&tool_id, CodeModeErrorCode::InvalidInput)),
+                };
+                run.ready.push(Delivery { id, outcome });
+            }
+            request @ (GuestRequest::Call { .. } | GuestRequest::Mcp { .. }) => {
+                let (tool, mode) = match resolve_tool(&run.catalog, &request) {
+                    Ok(found) => found,
+                    Err((tool_id, err)) => {
+                        run.telemetry.record_call(&tool_id);
+                        run.telemetry.failed_call_count += 1;
+                        run.ready.push(Delivery { id, outcome: Err(err) });
+                        return Ok(false);
+                    }
+                };
+                run.telemetry.record_call(&tool.id);
+                let refusal = if let Err(e) = tool.check_runnable() {
+                    Some(e.to_string())
+                } else if run.restart_safe && !tool.def.read_only {
+                    Some(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", tool.id))
+                } else {
+                    None
+                };
+                if let Some(msg) = refusal {
+                    run.telemetry.failed_call_count += 1;
+                    run.ready
+                        .push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
+                    return Ok(false);
+                }
+                if run.calls.running() >= self.config.max_pending_tool_calls as usize {
+                    run.telemetry.limit_failures.pending_calls += 1;
+                    return Err(CodeModeError::new(
+                        CodeModeErrorCode::TooManyPendingToolCalls,
+                        format!(
+                            "too many nested tool calls in flight at once (maxPendingToolCalls is {}); await some before \
+                             starting more",
+                            self.config.max_pending_tool_calls
+                        ),
+                    ));
+                }
+                self.start_call(rt, run, CallSpec { id, request, tool, mode });
+            }
+            GuestRequest::McpApi { server, tool, schema } => {
+                let outcome = codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool.as_deref(), schema)
+                    .ok_or_else(|| {
+                        guest_error(
+                            CodeModeErrorCode::InvalidInput,
+                            format!(
+                                "unknown MCP server or tool `{server}{}`; see API.list(\"mcp\")",
+                                tool.as_deref().map(|t| format!(".{t}")).unwrap_or_default()
+                            ),
+                        )
+                    });
+                run.ready.push(Delivery { id, outcome });
+            }
+            request @ GuestRequest::Yield { .. } => {
+                run.pending.insert(
+                    id,
+                    PendingRequest { id, tool_id: None, request, read_only: true, issued_at_ms: self.now_ms() },
+                );
+                return Ok(true);
+            }
+            other => {
+                run.ready.push(Delivery {
+                    id,
+                    outcome: Err(guest_error(
+                        CodeModeErrorCode::InvalidInput,
+                        format!("unsupported bridge request `{}`", other.kind().as_str()),
+                    )),
+                });
+            }
+        }
+        Ok(false)
+    }
+}

@@ -1,0 +1,134 @@
+//! How an `exec` / `wait` call ends: completed, failed, or suspended into the snapshot store (with
+//! this process's claim on the calls it keeps running).
+
+use super::*;
+
+impl Inner {
+    pub(super) fn complete(&self, rt: &Handle, mut run: Run, mut call: Call, value: Value) -> CodeModeResult {
+        let value_len = json_len(&value) as u64;
+        if call.output_used + value_len > self.config.max_output_bytes {
+            let err = CodeModeError::new(
+                CodeModeErrorCode::OutputLimitExceeded,
+                format!(
+                    "output limit exceeded: output and return value take {} bytes; maxOutputBytes is {}",
+                    call.output_used + value_len,
+                    self.config.max_output_bytes
+                ),
+            );
+            return self.fail(rt, run, call, err);
+        }
+        self.release(rt, &mut run);
+        run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
+    }
+
+    pub(super) fn fail(&self, rt: &Handle, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
+        err.message = run.positions.rewrite(&err.message);
+        let limits = &mut run.telemetry.limit_failures;
+        match err.code {
+            Some(CodeModeErrorCode::Timeout) => limits.timeout += 1,
+            Some(CodeModeErrorCode::MemoryLimitExceeded) => limits.memory += 1,
+            Some(CodeModeErrorCode::OutputLimitExceeded) => limits.output += 1,
+            Some(CodeModeErrorCode::SnapshotLimitExceeded) => limits.snapshot += 1,
+            Some(CodeModeErrorCode::TooManyPendingToolCalls) if limits.pending_calls == 0 => limits.pending_calls += 1,
+            _ => {}
+        }
+        tracing::debug!(run = %run.id, code = ?err.code, "code mode run failed");
+        self.release(rt, &mut run);
+        run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        CodeModeResult::failed(err, call.output, run.telemetry)
+    }
+
+    /// A settled run: its snapshot leaves the store at once and its nested calls stop.
+    pub(super) fn release(&self, rt: &Handle, run: &mut Run) {
+        run.calls.abort_all();
+        if run.stored && rt.block_on(self.store.remove(&run.id)) {
+            run.telemetry.record_snapshot(SnapshotEventKind::Deleted, None);
+        }
+    }
+
+    pub(super) fn suspend(
+        &self,
+        rt: &Handle,
+        mut run: Run,
+        instance: Box<dyn GuestInstance>,
+        call: Call,
+        reason: WaitReason,
+    ) -> CodeModeResult {
+        let snapshot = match instance.snapshot() {
+            Ok(s) => s,
+            Err(e) => return self.fail(rt, run, call, CodeModeError::new(e.code(), e.to_string())),
+        };
+        let size = snapshot.size_bytes();
+        if size > self.config.max_snapshot_bytes {
+            run.telemetry.record_snapshot(SnapshotEventKind::Rejected, Some(size));
+            let err = CodeModeError::new(
+                CodeModeErrorCode::SnapshotLimitExceeded,
+                format!("snapshot of {size} bytes exceeds maxSnapshotBytes ({})", self.config.max_snapshot_bytes),
+            );
+            discard(snapshot);
+            return self.fail(rt, run, call, err);
+        }
+        if !snapshot.is_serialized() && !self.store.accepts_live() {
+            let err = StoreError::LiveNotSupported(snapshot.engine.clone()).to_code_mode_error();
+            discard(snapshot);
+            return self.fail(rt, run, call, err);
+        }
+        run.telemetry.record_snapshot(SnapshotEventKind::Created, Some(size));
+        self.store_suspended(rt, run, snapshot, call, reason)
+    }
+
+    pub(super) fn store_suspended(
+        &self,
+        rt: &Handle,
+        mut run: Run,
+        snapshot: Snapshot,
+        mut call: Call,
+        reason: WaitReason,
+    ) -> CodeModeResult {
+        let mut telemetry = run.telemetry.clone();
+        telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        let now = self.now_ms();
+        let suspended = SuspendedRun {
+            run_id: run.id.clone(),
+            scope: run.context.scope.clone(),
+            snapshot,
+            reason,
+            pending: run.pending.values().cloned().collect(),
+            ready: std::mem::take(&mut run.ready),
+            restart_safe: run.restart_safe,
+            telemetry: telemetry.clone(),
+            created_at_ms: run.created_at_ms,
+            expires_at_ms: now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000)),
+            positions: run.positions.clone(),
+        };
+        let pending_tool_calls = run.pending_tool_calls(now);
+        if let Err(e) = rt.block_on(self.store.put(suspended)) {
+            run.telemetry.record_snapshot(SnapshotEventKind::Rejected, None);
+            return self.fail(rt, run, call, e.to_code_mode_error());
+        }
+        run.telemetry = telemetry;
+        run.stored = true;
+        let claim = if run.calls.running() > 0 {
+            match self.store.claim_calls(&run.id) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(run = %run.id, error = %e, "cannot claim nested calls in the store");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let expires_at_ms = now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000));
+        let Run { id, context, catalog, calls, telemetry, .. } = run;
+        self.inflight().insert(id.clone(), Inflight { context, catalog, calls, _claim: claim, expires_at_ms });
+        CodeModeResult::Waiting {
+            run_id: id.to_string(),
+            reason,
+            pending_tool_calls,
+            output: std::mem::take(&mut call.output),
+            telemetry,
+        }
+    }
+}
