@@ -30,7 +30,18 @@ pub use host::{BridgeHost, BridgeState, HostCallResult};
 use serde::Serialize;
 
 /// The guest prelude. Evaluate it as a classic script; its completion value is `install(host)`.
-pub const PRELUDE: &str = include_str!("js/prelude.js");
+///
+/// Written in layers (`src/js/prelude/`): captured builtins and shared lists, the JSON-safe adapter,
+/// requests, output and unavailable-API stubs, boot (the public API), running the cell. Only the
+/// joined text is a valid script: the layers share one closure.
+pub const PRELUDE: &str = concat!(
+    include_str!("js/prelude/0_builtins.js"),
+    include_str!("js/prelude/1_adapter.js"),
+    include_str!("js/prelude/2_requests.js"),
+    include_str!("js/prelude/3_api.js"),
+    include_str!("js/prelude/4_boot.js"),
+    include_str!("js/prelude/5_run.js"),
+);
 
 /// File name used for the cell in stack traces.
 pub use codemode_core::positions::CELL_FILENAME;

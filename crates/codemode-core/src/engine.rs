@@ -235,6 +235,46 @@ impl EngineError {
     }
 }
 
+/// What an engine guarantees, so hosts and the conformance suite know which limits hold. Each flag
+/// is a promise about hostile code; an engine that cannot keep one must say so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct EngineCapabilities {
+    /// Snapshots are self-contained bytes another process (with the same engine build) can restore.
+    pub serialized_snapshots: bool,
+    /// `memoryLimitBytes` is enforced: a memory bomb ends as `memory_limit_exceeded`.
+    pub memory_limit: bool,
+    /// The deadline interrupts running guest code, also after an `await`: a busy loop ends as
+    /// `timeout`.
+    pub interrupt: bool,
+    /// Deep recursion is a catchable `RangeError`, never a host stack overflow.
+    pub stack_limit: bool,
+}
+
+impl EngineCapabilities {
+    /// Every limit enforced, with or without serialized snapshots.
+    pub const fn all_limits(serialized_snapshots: bool) -> Self {
+        EngineCapabilities { serialized_snapshots, memory_limit: true, interrupt: true, stack_limit: true }
+    }
+
+    /// Nothing promised (the default for an engine that does not declare its capabilities).
+    pub const NONE: EngineCapabilities =
+        EngineCapabilities { serialized_snapshots: false, memory_limit: false, interrupt: false, stack_limit: false };
+
+    /// Whether the named capability is promised (`serializedSnapshots`, `memoryLimit`,
+    /// `interrupt`, `stackLimit`); `None` for an unknown name.
+    pub fn has(&self, name: &str) -> Option<bool> {
+        match name {
+            "serializedSnapshots" => Some(self.serialized_snapshots),
+            "memoryLimit" => Some(self.memory_limit),
+            "interrupt" => Some(self.interrupt),
+            "stackLimit" => Some(self.stack_limit),
+            _ => None,
+        }
+    }
+}
+
 /// A JavaScript engine.
 pub trait GuestEngine: Send + Sync + 'static {
     /// The engine's name (`"quickjs-wasi"`, `"quickjs"`, …).
@@ -242,6 +282,13 @@ pub trait GuestEngine: Send + Sync + 'static {
 
     /// Whether snapshots of this engine are serialized bytes that can leave the process.
     fn serializes_snapshots(&self) -> bool;
+
+    /// The limits this engine enforces on hostile code. The default promises none of them (beyond
+    /// what [`serializes_snapshots`](Self::serializes_snapshots) says): an engine claims only what
+    /// it keeps, and the conformance suite holds it to every claim.
+    fn capabilities(&self) -> EngineCapabilities {
+        EngineCapabilities { serialized_snapshots: self.serializes_snapshots(), ..EngineCapabilities::NONE }
+    }
 
     /// Loads or compiles whatever the engine needs before its first run (a guest module, say).
     /// Idempotent and cheap once done. The runtime calls it before a run's clock starts, so engine

@@ -63,6 +63,10 @@ impl GuestEngine for QuickJsEngine {
         false
     }
 
+    fn capabilities(&self) -> codemode_core::engine::EngineCapabilities {
+        codemode_core::engine::EngineCapabilities::all_limits(false)
+    }
+
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
         let instance =
             NativeInstance::spawn(codemode_bridge::wrap_code(&program.code), program.boot.to_string(), *limits)?;

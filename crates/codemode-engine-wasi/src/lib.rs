@@ -81,6 +81,10 @@ impl GuestEngine for QuickJsWasiEngine {
         true
     }
 
+    fn capabilities(&self) -> codemode_core::engine::EngineCapabilities {
+        codemode_core::engine::EngineCapabilities::all_limits(true)
+    }
+
     fn prepare(&self) -> Result<(), EngineError> {
         self.warm_up()
     }

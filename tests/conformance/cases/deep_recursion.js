@@ -1,3 +1,4 @@
+// @requires stackLimit
 // Deep recursion is a catchable RangeError, never a crash.
 function f(n) {
   return f(n + 1) + 1;

@@ -1,3 +1,4 @@
+// @requires stackLimit
 // Uncaught deep recursion fails the run (no code) and the host is unharmed.
 function f(n) {
   return f(n + 1) + 1;

@@ -1,3 +1,4 @@
+// @requires interrupt
 // @config {"timeoutMs": 300}
 // V18: the interrupt is uncatchable.
 try {

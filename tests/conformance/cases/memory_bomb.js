@@ -1,3 +1,4 @@
+// @requires memoryLimit
 // @config {"memoryLimitBytes": 16777216}
 // V19: a memory bomb that escapes the guest fails with memory_limit_exceeded.
 const a = [];

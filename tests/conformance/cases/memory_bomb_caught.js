@@ -1,3 +1,4 @@
+// @requires memoryLimit
 // @config {"memoryLimitBytes": 16777216}
 // Out of memory is catchable inside the guest, and the VM stays usable once memory is released.
 let a = [];

@@ -1,3 +1,4 @@
+// @requires memoryLimit
 // @config {"memoryLimitBytes": 8388608}
 // @redact-error
 // V19: a bomb of small objects, where QuickJS cannot even allocate the error object, still fails with memory_limit_exceeded.

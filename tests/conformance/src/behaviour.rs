@@ -435,6 +435,57 @@ pub async fn waiting_always_names_what_it_waits_for(engine: Arc<dyn GuestEngine>
     }
 }
 
+/// SPEC §6, DESIGN §4 (serialized snapshots): a run suspended by one engine instance is restored by
+/// a fresh instance in another runtime sharing only the directory store — the way a second process
+/// resumes it — and ends exactly as the uninterrupted run does. Engines that keep live snapshots
+/// skip it (they cannot leave the process).
+pub async fn resume_in_a_fresh_engine(first: Arc<dyn GuestEngine>, fresh: Arc<dyn GuestEngine>) {
+    if !first.capabilities().serialized_snapshots {
+        eprintln!("resume_in_a_fresh_engine skipped: engine `{}` keeps live snapshots", first.name());
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("codemode-conformance-resume-{}-{}", first.name(), std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = |dir: &std::path::Path| -> Arc<dyn codemode::SnapshotStore> {
+        match codemode::DirectorySnapshotStore::new(dir) {
+            Ok(s) => Arc::new(s),
+            Err(e) => panic!("cannot create a directory store: {e}"),
+        }
+    };
+    let runtime = |engine: Arc<dyn GuestEngine>| {
+        CodeMode::builder(config(json!({ "timeoutMs": 5000 })))
+            .engine(engine)
+            .local_tools(codemode::demo::demo_tools())
+            .local_tools(crate::conformance_tools())
+            .store(store(&dir))
+            .build()
+    };
+    let cell = "const rows = Array.from({ length: 300 }, (_, i) => ({ i, sq: i * i }));
+        const m = new Map([['k', rows]]);
+        text('before');
+        const echoed = await tools.demo_echo({ n: 7 });
+        await yield_control('checkpoint');
+        const again = await tools.demo_echo({ n: echoed.n + 1 });
+        return { sum: m.get('k').reduce((a, r) => a + r.sq, 0), last: rows[299], again, seed: typeof Math.random() };";
+    // Uninterrupted, for reference (same engine, same store kind).
+    let reference = run_to_end(&runtime(first.clone()), &code(cell)).await;
+    let expected = completed_value(reference.last().unwrap_or_else(|| panic!("no result"))).clone();
+    let a = runtime(first);
+    let r = a.exec(&ctx(), &code(cell)).await;
+    let Some(id) = r.run_id().map(str::to_string) else { panic!("expected waiting, got {}", r.to_json()) };
+    drop(a);
+    let b = runtime(fresh);
+    let mut last = b.wait(&ctx(), &CodeModeWaitInput::new(&id)).await;
+    for _ in 0..crate::MAX_STEPS {
+        let Some(id) = last.run_id().map(str::to_string) else { break };
+        last = b.wait(&ctx(), &CodeModeWaitInput::new(id)).await;
+    }
+    assert_eq!(completed_value(&last), &expected, "a fresh engine resumed the run to a different end");
+    assert_eq!(last.telemetry().wait_count, 1);
+    assert_eq!(b.store().count().await, 0, "nothing left in the store");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __behaviour_tests {
@@ -453,6 +504,11 @@ macro_rules! __behaviour_tests {
         $crate::__behaviour_test!(concurrent_runs_are_isolated, $engine);
         $crate::__behaviour_test!(telemetry_counts, $engine);
         $crate::__behaviour_test!(waiting_always_names_what_it_waits_for, $engine);
+        // Two evaluations of the engine expression: the run moves to a fresh instance.
+        #[test]
+        fn resume_in_a_fresh_engine() {
+            $crate::tokio_runtime().block_on($crate::behaviour::resume_in_a_fresh_engine($engine, $engine));
+        }
     };
 }
 

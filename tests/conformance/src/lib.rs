@@ -19,7 +19,10 @@
 //! - `// @timing`: the run suspends on wall-clock time, so the number of `wait`s is not fixed:
 //!   `waitCount` and snapshot events are redacted;
 //! - `// @redact-error`: the failure message legitimately differs between engines (e.g. whether
-//!   QuickJS could still allocate the out-of-memory error object); only status and code are compared.
+//!   QuickJS could still allocate the out-of-memory error object); only status and code are compared;
+//! - `// @requires memoryLimit, interrupt`: the case tests a limit; it runs only on engines whose
+//!   `GuestEngine::capabilities` claim it (`serializedSnapshots`, `memoryLimit`, `interrupt`,
+//!   `stackLimit`), and says so on stderr when skipped.
 //!
 //! Layering: a test-support crate on top of the `codemode` facade (built without engines).
 #![forbid(unsafe_code)]
@@ -105,6 +108,8 @@ pub struct CaseSpec {
     pub timing: bool,
     /// `@redact-error`.
     pub redact_error: bool,
+    /// `@requires cap, cap`: engine capabilities the case needs (see `EngineCapabilities::has`).
+    pub requires: Vec<String>,
 }
 
 /// Reads the directives at the top of a case.
@@ -126,6 +131,8 @@ pub fn parse_case(source: &str) -> CaseSpec {
             spec.timing = true;
         } else if line == "@redact-error" {
             spec.redact_error = true;
+        } else if let Some(rest) = line.strip_prefix("@requires") {
+            spec.requires = rest.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect();
         }
     }
     spec
@@ -137,6 +144,18 @@ pub fn run_case(name: &str, engine: Arc<dyn GuestEngine>) {
         panic!("no conformance case `{name}`");
     };
     let spec = parse_case(source);
+    let caps = engine.capabilities();
+    for cap in &spec.requires {
+        match caps.has(cap) {
+            Some(true) => {}
+            Some(false) => {
+                // The engine does not claim this limit: the case does not apply (reported, not hidden).
+                eprintln!("conformance case `{name}` skipped: engine `{}` does not claim `{cap}`", engine.name());
+                return;
+            }
+            None => panic!("case `{name}` requires unknown capability `{cap}`"),
+        }
+    }
     let mut input = json!({ "code": source });
     if let (Some(o), Some(extra)) = (input.as_object_mut(), spec.exec.as_object()) {
         for (k, v) in extra {

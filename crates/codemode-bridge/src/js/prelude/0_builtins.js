@@ -1,0 +1,105 @@
+// codemode guest prelude (DESIGN §3), layer 0: captured builtins, shared lists, `install`'s state.
+// The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
+// Evaluated once per VM, before any guest code, as a classic
+// script. Its completion value is `install(host)`, which the engine calls with the one host primitive:
+//
+//   host(kind: string, payload: string) -> number
+//     kind "text" | "json": synchronous output; returns 0.
+//     any other kind: queues a request; returns its id (> 0).
+//     Throws a plain error when the host refuses the request.
+//
+// `install` returns the engine's private handle { boot, run, settle, poll }. Neither `host` nor the
+// handle is reachable from guest code. Every builtin used here is captured now, so guest code that
+// patches globals or prototypes later cannot change how results are delivered or serialized.
+(function () {
+  "use strict";
+  const G = globalThis;
+  const ObjectCtor = Object;
+  const defineProperty = Object.defineProperty;
+  const freeze = Object.freeze;
+  const isFrozen = Object.isFrozen;
+  const objectKeys = Object.keys;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const ObjectProto = Object.prototype;
+  const ArrayProto = Array.prototype;
+  const create = Object.create;
+  const isArray = Array.isArray;
+  const apply = Reflect.apply;
+  const stringify = JSON.stringify;
+  const parse = JSON.parse;
+  const PromiseCtor = Promise;
+  const promiseThen = Promise.prototype.then;
+  const promiseResolve = Promise.resolve.bind(Promise);
+  const promiseReject = Promise.reject.bind(Promise);
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const RangeErrorCtor = RangeError;
+  const MapCtor = Map;
+  const SetCtor = Set;
+  const WeakMapCtor = WeakMap;
+  const mapForEach = Map.prototype.forEach;
+  const setHas = Set.prototype.has;
+  const setAdd = Set.prototype.add;
+  const setDelete = Set.prototype.delete;
+  const setForEach = Set.prototype.forEach;
+  const weakGet = WeakMap.prototype.get;
+  const weakSet = WeakMap.prototype.set;
+  const weakHas = WeakMap.prototype.has;
+  const StringCtor = String;
+  const numberIsFinite = Number.isFinite;
+  const symbolToString = Symbol.prototype.toString;
+  const isView = ArrayBuffer.isView;
+  const ArrayBufferCtor = ArrayBuffer;
+  const stringSplit = String.prototype.split;
+  const arrayJoin = Array.prototype.join;
+  const stringStartsWith = String.prototype.startsWith;
+  const stringIndexOf = String.prototype.indexOf;
+  const stringSlice = String.prototype.slice;
+  const stringEndsWith = String.prototype.endsWith;
+  const stringReplace = String.prototype.replace;
+  const mathMin = Math.min;
+
+  const RESERVED = [
+    "tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require",
+  ];
+
+  // Property names the language itself reaches for (await, coercion, JSON.stringify, object
+  // internals). A namespace never holds a tool under one of these: `await MCP.x` must not find a
+  // `then` tool, nor `String(MCP.x)` a `toString` tool. Such tools are reachable only through the
+  // explicit `$call(name, input)`. Must equal codemode_core::guest::JS_INTERNAL_NAMES (tested).
+  const JS_INTERNAL_NAMES = [
+    "then", "constructor", "prototype", "__proto__", "toString", "toLocaleString", "valueOf", "toJSON",
+    "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "__defineGetter__", "__defineSetter__",
+    "__lookupGetter__", "__lookupSetter__",
+  ];
+  const ProxyCtor = Proxy;
+  const arrayIncludes = Array.prototype.includes;
+  const arraySort = Array.prototype.sort;
+  function isInternalName(k) {
+    return apply(arrayIncludes, JS_INTERNAL_NAMES, [k]);
+  }
+
+  function deepFreeze(v) {
+    if (v !== null && typeof v === "object" && !isFrozen(v)) {
+      freeze(v);
+      const ks = objectKeys(v);
+      for (let i = 0; i < ks.length; i++) deepFreeze(v[ks[i]]);
+    }
+    return v;
+  }
+
+  function lock(name, value) {
+    defineProperty(G, name, { value, writable: false, enumerable: false, configurable: false });
+  }
+
+  return function install(host) {
+    // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
+    // than a Map of pairs on the nested-call path).
+    const resolvers = create(null);
+    const rejecters = create(null);
+    const hostErrors = new WeakMapCtor(); // errors made from host failures -> code
+    let maxDepth = 128;
+    let booted = false;
+    let started = false;
+    let state; // undefined while the cell runs; then "1" + valueJson or "0" + failureJson
+
