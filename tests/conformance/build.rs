@@ -21,11 +21,23 @@ fn main() {
     for n in &names {
         let _ = writeln!(out, "    ({n:?}, include_str!({:?})),", dir.join(format!("{n}.js")).display().to_string());
     }
+    out.push_str("];\n\n");
+    // The expected results travel inside the suite (never read from, or written to, a dependency's
+    // directory at test time).
+    let snaps = Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots");
+    println!("cargo:rerun-if-changed={}", snaps.display());
+    out.push_str("/// The expected result of every case that has one: `(name, snapshot file text)`.\npub static EXPECTED: &[(&str, &str)] = &[\n");
+    for n in &names {
+        let f = snaps.join(format!("{n}.snap"));
+        if f.exists() {
+            let _ = writeln!(out, "    ({n:?}, include_str!({:?})),", f.display().to_string());
+        }
+    }
     out.push_str(
-        "];\n\n#[doc(hidden)]\n#[macro_export]\nmacro_rules! __for_each_case {\n    ($m:ident, $engine:expr) => {\n",
+        "];\n\n#[doc(hidden)]\n#[macro_export]\nmacro_rules! __for_each_case {\n    ($m:ident, $engine:expr, $baseline:expr) => {\n",
     );
     for n in &names {
-        let _ = writeln!(out, "        $crate::$m!({n}, $engine);");
+        let _ = writeln!(out, "        $crate::$m!({n}, $engine, $baseline);");
     }
     out.push_str("    };\n}\n");
     let dest = Path::new(&std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("cases.rs");

@@ -85,7 +85,10 @@ pub fn parse_guest_json(text: &str, max_bytes: u64, max_depth: u32) -> Result<Va
     if size > max_bytes {
         return Err(AdapterError::TooLarge { size, limit: max_bytes });
     }
-    let mut value: Value = serde_json::from_str(text).map_err(|e| {
+    // JavaScript strings may hold lone UTF-16 surrogates, which JSON.stringify escapes (`\ud800`)
+    // but no Rust string can hold: they become U+FFFD, like any lossy UTF-16 decoder does.
+    let text = replace_lone_surrogates(text);
+    let mut value: Value = serde_json::from_str(&text).map_err(|e| {
         if e.to_string().contains("recursion limit") {
             AdapterError::TooDeep { limit: max_depth }
         } else {
@@ -97,6 +100,55 @@ pub fn parse_guest_json(text: &str, max_bytes: u64, max_depth: u32) -> Result<Va
     }
     sanitize(&mut value);
     Ok(value)
+}
+
+/// Rewrites `\uXXXX` escapes of unpaired UTF-16 surrogates in JSON text as `\ufffd`; paired
+/// surrogates and everything else are kept. Linear; borrows when there is nothing to rewrite.
+pub fn replace_lone_surrogates(text: &str) -> std::borrow::Cow<'_, str> {
+    let b = text.as_bytes();
+    let unit = |at: usize| -> Option<u16> {
+        let hex = b.get(at..at + 6)?;
+        if hex[0] != b'\\' || hex[1] != b'u' {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(&hex[2..6]).ok()?, 16).ok()
+    };
+    let needs = text.contains("\\ud") || text.contains("\\uD");
+    if !needs {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let mut copied = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match unit(i) {
+            Some(0xD800..=0xDBFF) => {
+                if unit(i + 6).is_some_and(|lo| (0xDC00..=0xDFFF).contains(&lo)) {
+                    i += 12;
+                } else {
+                    out.push_str(&text[copied..i]);
+                    out.push_str("\\ufffd");
+                    i += 6;
+                    copied = i;
+                }
+            }
+            Some(0xDC00..=0xDFFF) => {
+                out.push_str(&text[copied..i]);
+                out.push_str("\\ufffd");
+                i += 6;
+                copied = i;
+            }
+            // Any other escape (including an escaped backslash) is two characters or more: skip its
+            // first two so `\\\\ud800` (a backslash, then text) is not mistaken for an escape.
+            _ => i += 2,
+        }
+    }
+    out.push_str(&text[copied.min(text.len())..]);
+    std::borrow::Cow::Owned(out)
 }
 
 /// Serializes a host value for the guest: depth limit, size limit (checked while writing, so an
@@ -174,6 +226,15 @@ mod tests {
         assert_eq!(v, json!({"a": {"b": 2}}));
         let out = encode_for_guest(&json!({"__proto__": 1, "k": [{"prototype": 2, "z": 3}]}), 1 << 20, 64).unwrap();
         assert_eq!(out, r#"{"k":[{"z":3}]}"#);
+    }
+
+    #[test]
+    fn lone_surrogates_become_replacement_characters() {
+        let v = parse_guest_json(r#"{"a":"x\ud800y","b":"\udc00","c":"\ud83d\ude00","d":"\\ud800"}"#, 1000, 8).unwrap();
+        assert_eq!(v, json!({"a": "x\u{fffd}y", "b": "\u{fffd}", "c": "😀", "d": "\\ud800"}));
+        assert!(matches!(replace_lone_surrogates("plain"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(replace_lone_surrogates(r#""\uD800\uDC00""#), r#""\uD800\uDC00""#, "a pair is kept");
+        assert_eq!(replace_lone_surrogates(r#""\ud800"#), r#""\ufffd"#, "truncated text is still handled");
     }
 
     #[test]

@@ -435,6 +435,71 @@ pub async fn waiting_always_names_what_it_waits_for(engine: Arc<dyn GuestEngine>
     }
 }
 
+/// JSON equality where numbers compare by value (`-0` has no JSON form of its own and comes back
+/// as `0`) and object key order does not matter (JavaScript lists integer-like keys first).
+fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, p)| y.get(k).is_some_and(|q| json_eq(p, q)))
+        }
+        _ => a == b,
+    }
+}
+
+/// SPEC O3/O4 as a property: random JSON-safe values (unicode strings, extreme numbers, nesting,
+/// awkward keys) come back unchanged through a nested call's input and result and through `return`,
+/// on every engine.
+pub async fn json_values_round_trip(engine: Arc<dyn GuestEngine>) {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, TestRunner};
+    let cm = harness(engine, config(json!({ "timeoutMs": 20000 })));
+    let key = prop_oneof![
+        "[a-zA-Z_$][a-zA-Z0-9_$]{0,8}",
+        "\\PC{0,6}",
+        Just(String::new()),
+        Just("a b".to_string()),
+        Just("0".to_string()),
+        Just("𝄞".to_string()),
+    ]
+    .prop_filter("forbidden keys are dropped by design", |k| {
+        !["__proto__", "constructor", "prototype"].contains(&k.as_str())
+    });
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i32>().prop_map(Value::from),
+        (-9_007_199_254_740_991i64..=9_007_199_254_740_991).prop_map(Value::from),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        "\\PC{0,12}".prop_map(Value::from),
+    ];
+    let values = leaf.prop_recursive(4, 32, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(key.clone(), inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    });
+    let mut runner = TestRunner::new(Config { cases: 48, ..Config::default() });
+    for _ in 0..48 {
+        let tree = match values.new_tree(&mut runner) {
+            Ok(t) => t,
+            Err(e) => panic!("cannot generate a value: {e}"),
+        };
+        let v = tree.current();
+        // JSON.parse, so keys are own data properties exactly as generated.
+        let literal = serde_json::to_string(&v.to_string()).unwrap_or_default();
+        let cell = format!(
+            "const v = JSON.parse({literal}); const echoed = await tools.callValue('plugin:demo:demo_echo', {{ v }}); return {{ direct: v, echoed: echoed.v }};"
+        );
+        let r = cm.exec(&ctx(), &code(&cell)).await;
+        let got = completed_value(&r);
+        assert!(json_eq(&got["direct"], &v), "return changed the value:\n{v}\n{}", got["direct"]);
+        assert!(json_eq(&got["echoed"], &v), "a nested call's round trip changed the value:\n{v}\n{}", got["echoed"]);
+    }
+}
+
 /// SPEC §6, DESIGN §4 (serialized snapshots): a run suspended by one engine instance is restored by
 /// a fresh instance in another runtime sharing only the directory store — the way a second process
 /// resumes it — and ends exactly as the uninterrupted run does. Engines that keep live snapshots
@@ -504,6 +569,7 @@ macro_rules! __behaviour_tests {
         $crate::__behaviour_test!(concurrent_runs_are_isolated, $engine);
         $crate::__behaviour_test!(telemetry_counts, $engine);
         $crate::__behaviour_test!(waiting_always_names_what_it_waits_for, $engine);
+        $crate::__behaviour_test!(json_values_round_trip, $engine);
         // Two evaluations of the engine expression: the run moves to a fresh instance.
         #[test]
         fn resume_in_a_fresh_engine() {
