@@ -7,13 +7,14 @@
 //! `tools.<safeName>` (only for unambiguous names that shadow no helper) — and resolves the exact id of
 //! every nested call. Also: the tool policy of SPEC §22 ([`policy`]), the quick index and the `exec`
 //! description ([`quick_index`]), declared output contracts (SPEC §8, [`OutputContract`]), and a
-//! fixture catalog of realistic tools ([`fixtures`]).
+//! fixture catalog of realistic tools (`fixtures`, behind the `fixtures` feature).
 //!
 //! Layering (DESIGN §2): depends on `codemode-core` only (types, and the guest vocabulary of
 //! `codemode_core::guest`: reserved names, boot data); knows no engine and not the bridge, which
 //! carries the [`mcp_api::boot_data`] this crate produces.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "fixtures")]
 pub mod fixtures;
 pub mod hints;
 pub mod mcp_api;

@@ -7,7 +7,77 @@
 //! process ([`SnapshotBody::Live`]: the VM stays in memory) or by any process with the same engine build
 //! ([`SnapshotBody::Serialized`]). The runtime treats both alike; only stores tell them apart.
 //!
-//! Engines never see tools, policy or MCP: a bridge request is an opaque `(id, kind, payload)`.
+//! Engines never see tools, policy or MCP: a bridge request is a typed
+//! [`GuestRequest`](crate::guest::GuestRequest) the runtime answers.
+//!
+//! # What an engine must do
+//!
+//! - **`prepare`**: load or compile what it needs, once; never charged to a run's time limit.
+//! - **`start(program, limits)`**: a fresh VM per run (runs never share a VM, SPEC Q2), with no
+//!   capabilities beyond the bridge: no modules, files, network, timers or host objects. Evaluate
+//!   the bridge prelude (`codemode_bridge::PRELUDE`, a classic script whose completion value is
+//!   `install(host)`), call `install` with the one host primitive `host(kind, payloadJson)` — whose
+//!   every call goes to `codemode_bridge::BridgeHost::host_call` — and call the handle's
+//!   `boot(program.boot)`. No cell code runs before the first `drive`.
+//! - **`drive(input)`**, in this order (`codemode_bridge::drive` implements it over the few VM
+//!   primitives of `codemode_bridge::GuestVm`): on the first step compile the cell wrapped by
+//!   `codemode_bridge::wrap_code` and pass the function to the handle's `run`; deliver each
+//!   [`Delivery`] through the handle's `settle(id, ok, json)` (the bridge encodes it once and never
+//!   twice); run jobs until none is left; read the handle's `poll()`. Report [`DriveOutcome::Pending`]
+//!   while the cell waits, `Completed`/`Failed` when it ended, with the requests and output of this
+//!   step in order. Guest code still running at `input.deadline` ends the step as a `timeout`
+//!   failure; a guest that exceeds its limits fails with the matching code, and the host process
+//!   is never harmed (no panic, no abort, no unbounded memory).
+//! - **`snapshot()`**: only after a step that ended `Pending` (quiescent: no guest frame on the
+//!   stack). Either self-contained bytes that `restore` accepts in another process with the same
+//!   engine build (refusing anything else with [`EngineError::Restore`]), or the live VM.
+//! - **`capabilities()`**: claim only the limits the engine enforces; the conformance suite holds
+//!   it to every claim and skips cases for limits it does not claim.
+//!
+//! Then register it (`codemode::Engines::register`) and run `codemode_conformance::conformance_suite!`
+//! on it.
+//!
+//! # A skeleton
+//!
+//! The smallest engine that satisfies the types: it "runs" every cell to `null` without a VM (a
+//! real engine puts a JavaScript VM where this one has nothing).
+//!
+//! ```
+//! use codemode_core::engine::*;
+//! use serde_json::Value;
+//!
+//! struct Toy;
+//! struct ToyInstance;
+//!
+//! impl GuestEngine for Toy {
+//!     fn name(&self) -> &str { "toy" }
+//!     fn serializes_snapshots(&self) -> bool { false }
+//!     fn start(&self, _program: &GuestProgram, _limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
+//!         Ok(Box::new(ToyInstance))
+//!     }
+//!     fn restore(&self, snapshot: Snapshot, _limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
+//!         match snapshot.body {
+//!             SnapshotBody::Live { instance, .. } if snapshot.engine == "toy" => Ok(instance),
+//!             _ => Err(EngineError::Restore("not a toy snapshot".into())),
+//!         }
+//!     }
+//! }
+//!
+//! impl GuestInstance for ToyInstance {
+//!     fn drive(&mut self, _input: DriveInput) -> Result<DriveReport, EngineError> {
+//!         Ok(DriveReport { outcome: DriveOutcome::Completed(Value::Null), requests: vec![], output: vec![] })
+//!     }
+//!     fn snapshot(self: Box<Self>) -> Result<Snapshot, EngineError> {
+//!         Ok(Snapshot { engine: "toy".into(), body: SnapshotBody::Live { size_bytes: 0, instance: self } })
+//!     }
+//! }
+//!
+//! let program = GuestProgram { code: "return 1".into(), boot: "{}".into() };
+//! let mut vm = Toy.start(&program, &GuestLimits::default()).unwrap();
+//! let input = DriveInput { deliveries: vec![], deadline: std::time::Instant::now(), output_budget: 1024 };
+//! assert_eq!(vm.drive(input).unwrap().outcome, DriveOutcome::Completed(Value::Null));
+//! assert_eq!(Toy.capabilities(), EngineCapabilities::NONE, "claims nothing it does not enforce");
+//! ```
 
 use crate::error::CodeModeErrorCode;
 use crate::result::CodeModeOutput;

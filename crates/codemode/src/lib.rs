@@ -14,7 +14,7 @@
 //! use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, RunContext};
 //! let cm = CodeMode::builder(CodeModeConfig::enabled())
 //!     .engine_name("quickjs-wasi")
-//!     .local_tools(codemode::demo::demo_tools())
+//!     .local_tools(codemode::LocalTools::new()) // your tools
 //!     .build();
 //! let ctx = RunContext::session("s1");
 //! let result = cm.exec(&ctx, &CodeModeExecInput::code("return 1 + 1")).await;
@@ -26,8 +26,10 @@
 //! Cargo feature — the engines.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "demo")]
 pub mod bench;
 pub mod config_file;
+#[cfg(feature = "demo")]
 pub mod demo;
 mod runtime;
 pub mod surface;
