@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test bench bench-mcp fmt
+.PHONY: setup demo test bench bench-mcp fmt fuzz
 
 setup:
 	./scripts/setup.sh
@@ -26,3 +26,11 @@ bench-mcp: setup
 
 fmt:
 	$(CARGO) fmt --all
+
+## Fuzzing (nightly + cargo-fuzz, installed on first use): every target for FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= adapter guest_json host_primitive config differential
+fuzz: setup
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install --locked cargo-fuzz
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done

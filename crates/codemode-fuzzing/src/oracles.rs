@@ -1,0 +1,153 @@
+//! Oracles: what must hold for every input. Each panics (a fuzzer's crash, a test's failure) with a
+//! message naming the input when it does not.
+
+use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, RunContext};
+use codemode_bridge::HostCallResult;
+use codemode_bridge::adapter::{FORBIDDEN_KEYS, encode_for_guest, parse_guest_json, sanitize};
+use codemode_bridge::host::BridgeHost;
+use codemode_core::engine::GuestLimits;
+use serde_json::Value;
+use std::sync::OnceLock;
+
+fn has_forbidden_key(v: &Value) -> bool {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(m) => {
+                if m.keys().any(|k| FORBIDDEN_KEYS.contains(&k.as_str())) {
+                    return true;
+                }
+                stack.extend(m.values());
+            }
+            Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The JSON-safe adapter: a host value sent to the guest and read back is the sanitized value, or
+/// a clean limit error; nothing panics.
+pub fn adapter_round_trip(value: &Value) {
+    let limits = GuestLimits::default();
+    let Ok(text) = encode_for_guest(value, limits.max_delivery_bytes, limits.max_json_depth) else { return };
+    let back = match parse_guest_json(&text, limits.max_message_bytes, limits.max_json_depth) {
+        Ok(v) => v,
+        Err(e) => panic!("encoded value does not parse back ({e}): {text}"),
+    };
+    let mut expected = value.clone();
+    sanitize(&mut expected);
+    assert_eq!(back, expected, "round trip changed {value}");
+    assert!(!has_forbidden_key(&back), "a forbidden key crossed the bridge: {back}");
+}
+
+/// Guest JSON text: parsing never panics; what parses is within the depth limit and carries no
+/// forbidden key.
+pub fn guest_json(text: &str) {
+    let limits = GuestLimits::default();
+    if let Ok(v) = parse_guest_json(text, limits.max_message_bytes, limits.max_json_depth) {
+        assert!(codemode_bridge::adapter::depth(&v) <= limits.max_json_depth as usize, "too deep: {text}");
+        assert!(!has_forbidden_key(&v), "forbidden key kept from {text}");
+    }
+}
+
+/// The host primitive under any call sequence: no panic; request ids strictly increase; the
+/// outstanding count never exceeds its limit; every queued request is typed; a fatal limit stays
+/// fatal.
+pub fn host_primitive(calls: &[(String, String)]) {
+    let limits = GuestLimits { max_outstanding_requests: 8, max_message_bytes: 4096, ..GuestLimits::default() };
+    let mut host = BridgeHost::new(limits);
+    host.begin_drive(16 * 1024);
+    let mut last_id = 0;
+    let mut issued = 0usize;
+    let mut fatal = false;
+    for (kind, payload) in calls {
+        match host.host_call(kind, payload) {
+            HostCallResult::Request(id) => {
+                assert!(!fatal, "a request was accepted after a fatal limit");
+                assert!(id > last_id, "ids must increase: {id} after {last_id}");
+                last_id = id;
+                issued += 1;
+            }
+            HostCallResult::Fatal => fatal = true,
+            HostCallResult::Accepted | HostCallResult::Throw { .. } => {}
+        }
+        assert!(host.outstanding() <= limits.max_outstanding_requests as usize);
+    }
+    let (requests, _output) = host.finish_drive();
+    assert_eq!(requests.len(), issued, "every accepted request is reported once");
+    for r in &requests {
+        assert_eq!(r.kind().as_str(), r.request.kind().as_str());
+    }
+}
+
+/// A configuration file: parsing never panics, and whatever parses has every number clamped.
+pub fn config(text: &str) {
+    use codemode_core::config as c;
+    let Ok(file) = codemode::config_file::ConfigFile::parse(text) else { return };
+    let cm = &file.code_mode;
+    let within = |v: u64, clamp: c::Clamp| (clamp.min..=clamp.max).contains(&v);
+    assert!(within(cm.timeout_ms, c::TIMEOUT_MS), "{text}");
+    assert!(within(cm.memory_limit_bytes, c::MEMORY_LIMIT_BYTES), "{text}");
+    assert!(within(cm.max_output_bytes, c::MAX_OUTPUT_BYTES), "{text}");
+    assert!(within(cm.max_snapshot_bytes, c::MAX_SNAPSHOT_BYTES), "{text}");
+    assert!(within(cm.max_pending_tool_calls, c::MAX_PENDING_TOOL_CALLS), "{text}");
+    assert!(within(cm.snapshot_ttl_seconds, c::SNAPSHOT_TTL_SECONDS), "{text}");
+    assert!(within(cm.max_search_limit, c::MAX_SEARCH_LIMIT), "{text}");
+    assert!(cm.search_default_limit >= 1 && cm.search_default_limit <= cm.max_search_limit, "{text}");
+}
+
+struct Pair {
+    rt: tokio::runtime::Runtime,
+    wasi: CodeMode,
+    native: CodeMode,
+}
+
+fn pair() -> &'static Pair {
+    static PAIR: OnceLock<Pair> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => panic!("cannot start a tokio runtime: {e}"),
+        };
+        let build = |engine: &str| {
+            let mut config = CodeModeConfig::enabled();
+            config.timeout_ms = 5_000;
+            config.memory_limit_bytes = 32 << 20;
+            CodeMode::builder(config).engine_name(engine).local_tools(codemode::demo::demo_tools()).build()
+        };
+        Pair { rt, wasi: build("quickjs-wasi"), native: build("quickjs") }
+    })
+}
+
+/// What two engines' results must agree on: status, value, code, error (by name: engines may word
+/// errors differently), output and the call counters.
+fn comparable(r: &CodeModeResult) -> Value {
+    let mut v = r.to_json();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("runId");
+        if let Some(e) = m.get_mut("error") {
+            let name = e.as_str().and_then(|t| t.split(':').next()).unwrap_or("").to_string();
+            *e = Value::String(name);
+        }
+        if let Some(Value::Object(t)) = m.get_mut("telemetry") {
+            t.retain(|k, _| matches!(k.as_str(), "callCount" | "failedCallCount" | "nestedToolIds"));
+        }
+    }
+    v
+}
+
+/// Differential: the same cell on `quickjs-wasi` and native `quickjs` ends the same way.
+pub fn differential(cell: &str) {
+    let p = pair();
+    let ctx = RunContext::session("fuzz");
+    let input = CodeModeExecInput::code(cell);
+    let (a, b) = p.rt.block_on(async { (p.wasi.exec(&ctx, &input).await, p.native.exec(&ctx, &input).await) });
+    // A cell that ran out of time on a loaded machine says nothing about agreement.
+    if a.error_code() == Some(codemode::CodeModeErrorCode::Timeout)
+        || b.error_code() == Some(codemode::CodeModeErrorCode::Timeout)
+    {
+        return;
+    }
+    assert_eq!(comparable(&a), comparable(&b), "engines disagree on the cell:\n{cell}");
+}

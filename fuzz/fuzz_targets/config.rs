@@ -1,0 +1,10 @@
+//! cargo-fuzz target `config`: raw bytes → a generated input → the oracle (see codemode-fuzzing).
+#![no_main]
+
+use codemode_fuzzing::{generators, oracles};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut u = arbitrary::Unstructured::new(data);
+    oracles::config(&generators::config_text(&mut u));
+});
