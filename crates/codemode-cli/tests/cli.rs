@@ -372,3 +372,45 @@ fn the_run_cap_holds_across_concurrent_processes() {
     assert_eq!(runs.count(), 64);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `wait` that resumes while another process still runs the run's call, and whose own time
+/// limit passes first, suspends the run again without taking the call over: no re-issue (a
+/// side-effecting call would refuse), no result lost, and it leaves no claim behind.
+#[test]
+fn waits_that_outlast_nothing_hand_the_call_back() {
+    let dir = tempdir("handback");
+    let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 200 } } }");
+    let snaps = dir.join("runs");
+    let (mut child, first) = spawn_exec(
+        &config,
+        &snaps,
+        "return await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 5, delayMs: 1500 })",
+    );
+    assert_eq!(first["status"], "waiting", "{first}");
+    // One wait while the exec process still runs the call: it runs out of time, suspends the run
+    // again, and exits at once — it does not stay to finish a call it does not run.
+    let out = bin()
+        .args(["wait", "--config"])
+        .arg(&config)
+        .arg("--snapshot-dir")
+        .arg(&snaps)
+        .arg(first["runId"].as_str().unwrap())
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let second = last_json(&out);
+    assert_eq!(second["status"], "waiting", "{second}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("finishing nested calls"), "the wait process took the call over: {stderr}");
+    let (last, _) = wait_until_settled(&config, &snaps, &second);
+    assert_eq!(last["status"], "completed", "{last}");
+    assert!(last["value"]["invoiceId"].is_string(), "{last}");
+    assert!(child.wait().unwrap().success());
+    let claims: Vec<_> = std::fs::read_dir(&snaps)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".calls-"))
+        .collect();
+    assert!(claims.is_empty(), "claims left behind: {claims:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

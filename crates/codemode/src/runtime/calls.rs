@@ -8,12 +8,14 @@ pub(super) struct NestedCalls {
     tx: mpsc::Sender<Delivery>,
     rx: mpsc::Receiver<Delivery>,
     running: HashMap<RequestId, AbortHandle>,
+    /// The task waiting for results another process records (see [`Self::watch_recorded`]).
+    watcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl NestedCalls {
     pub(super) fn new() -> Self {
         let (tx, rx) = mpsc::channel();
-        NestedCalls { tx, rx, running: HashMap::new() }
+        NestedCalls { tx, rx, running: HashMap::new(), watcher: None }
     }
 
     pub(super) fn running(&self) -> usize {
@@ -90,6 +92,24 @@ impl NestedCalls {
         for (id, _) in calls {
             self.running.insert(id, handle.abort_handle());
         }
+        self.watcher = Some(handle);
+    }
+
+    /// Stops waiting for another process's results (the run suspends again: the next `wait` picks
+    /// them up from the store) and returns those the watcher had already taken out of the store,
+    /// so they are stored with the run instead of being lost. Afterwards only calls this process
+    /// runs itself count as running.
+    pub(super) fn stop_watching(&mut self, rt: &Handle) -> Vec<Delivery> {
+        let Some(watcher) = self.watcher.take() else { return Vec::new() };
+        watcher.abort();
+        // Wait until it has really stopped: an abort lands at its next await, after a poll that may
+        // still be taking results out of the store.
+        let _ = rt.block_on(watcher);
+        let watched: Vec<RequestId> = self.running.iter().filter(|(_, h)| h.is_finished()).map(|(id, _)| *id).collect();
+        for id in watched {
+            self.running.remove(&id);
+        }
+        std::iter::from_fn(|| self.try_next()).collect()
     }
 
     pub(super) fn try_next(&mut self) -> Option<Delivery> {

@@ -86,6 +86,11 @@ impl Inner {
         mut call: Call,
         reason: WaitReason,
     ) -> CodeModeResult {
+        // Results another process recorded that this one already took from the store go back with
+        // the run; the calls still missing stay pending for the next `wait`.
+        for d in run.calls.stop_watching(rt) {
+            run.accept(d);
+        }
         let mut telemetry = run.telemetry.clone();
         telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         let now = self.now_ms();
