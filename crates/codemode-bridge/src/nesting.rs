@@ -115,6 +115,22 @@ pub fn nesting_estimate(src: &str) -> usize {
         stack.push(Group { header, ..Group::default() });
         *deepest = (*deepest).max(stack.len());
     }
+    /// Reads template text up to `${` (which opens a group) or the closing backtick; returns what the
+    /// scanner saw last.
+    fn template_chunk(
+        s: &mut Scanner<'_>,
+        stack: &mut Vec<Group>,
+        templates: &mut Vec<usize>,
+        deepest: &mut usize,
+    ) -> Last {
+        if s.skip_template_chunk() {
+            templates.push(stack.len());
+            open(stack, false, deepest);
+            Last::Operator
+        } else {
+            Last::Value
+        }
+    }
     /// Closes the innermost group; returns whether it was a statement header.
     fn close(stack: &mut Vec<Group>) -> bool {
         if stack.len() <= 1 {
@@ -187,13 +203,7 @@ pub fn nesting_estimate(src: &str) -> usize {
                     op(&mut stack, 1); // a tagged template nests its tag
                 }
                 s.bump();
-                if s.skip_template_chunk() {
-                    templates.push(stack.len());
-                    open(&mut stack, false, &mut deepest);
-                    last = Last::Operator;
-                } else {
-                    last = Last::Value;
-                }
+                last = template_chunk(&mut s, &mut stack, &mut templates, &mut deepest);
             }
             b'(' | b'[' | b'{' => {
                 let header = c == b'(' && HEADER_WORDS.contains(&last_word);
@@ -209,13 +219,7 @@ pub fn nesting_estimate(src: &str) -> usize {
                 if c == b'}' && templates.last() == Some(&(stack.len() - 1)) {
                     templates.pop();
                     close(&mut stack);
-                    if s.skip_template_chunk() {
-                        templates.push(stack.len());
-                        open(&mut stack, false, &mut deepest);
-                        last = Last::Operator;
-                    } else {
-                        last = Last::Value;
-                    }
+                    last = template_chunk(&mut s, &mut stack, &mut templates, &mut deepest);
                 } else {
                     let header = close(&mut stack);
                     // After `if (…)` a statement body follows: it nests, like an operator.

@@ -261,14 +261,18 @@ fn spawn_exec(config: &Path, snaps: &Path, code: &str) -> (std::process::Child, 
     (child, serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
 }
 
+/// `codemode wait` for the run `result` names, in another process.
+fn wait_for(config: &Path, snaps: &Path, result: &Value) -> Command {
+    let mut c = bin();
+    c.args(["wait", "--config"]).arg(config).arg("--snapshot-dir").arg(snaps).arg(result["runId"].as_str().unwrap());
+    c
+}
+
 fn wait_until_settled(config: &Path, snaps: &Path, first: &Value) -> (Value, usize) {
     let mut last = first.clone();
     let mut waits = 0;
     while last["status"] == "waiting" && waits < 20 {
-        let id = last["runId"].as_str().unwrap().to_string();
-        let out =
-            bin().args(["wait", "--config"]).arg(config).arg("--snapshot-dir").arg(snaps).arg(&id).output().unwrap();
-        last = last_json(&out);
+        last = last_json(&wait_for(config, snaps, &last).output().unwrap());
         waits += 1;
     }
     (last, waits)
@@ -389,15 +393,7 @@ fn waits_that_outlast_nothing_hand_the_call_back() {
     assert_eq!(first["status"], "waiting", "{first}");
     // One wait while the exec process still runs the call: it runs out of time, suspends the run
     // again, and exits at once — it does not stay to finish a call it does not run.
-    let out = bin()
-        .args(["wait", "--config"])
-        .arg(&config)
-        .arg("--snapshot-dir")
-        .arg(&snaps)
-        .arg(first["runId"].as_str().unwrap())
-        .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
+    let out = wait_for(&config, &snaps, &first).env("RUST_LOG", "info").output().unwrap();
     let second = last_json(&out);
     assert_eq!(second["status"], "waiting", "{second}");
     let stderr = String::from_utf8_lossy(&out.stderr);

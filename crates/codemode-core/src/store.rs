@@ -140,8 +140,9 @@ pub trait SnapshotStore: Send + Sync {
 
     /// Records the result of a nested call that settled after its run was suspended, for the
     /// process that will resume the run. Called by a process that started the call and is about to
-    /// end (the `codemode exec` / `wait` commands). Returns `Ok(false)` when the store keeps runs in
-    /// this process only (a resuming `wait` finds the call in the same process; nothing to record).
+    /// end (the `codemode exec` / `wait` commands). Returns `Ok(false)` when nothing was recorded:
+    /// the store keeps runs in this process only (a resuming `wait` finds the call in the same
+    /// process), or the run is gone (settled, aborted, expired).
     async fn record_result(&self, _run_id: &RunId, _delivery: &Delivery) -> Result<bool, StoreError> {
         Ok(false)
     }

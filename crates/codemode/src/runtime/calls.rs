@@ -8,8 +8,9 @@ pub(super) struct NestedCalls {
     tx: mpsc::Sender<Delivery>,
     rx: mpsc::Receiver<Delivery>,
     running: HashMap<RequestId, AbortHandle>,
-    /// The task waiting for results another process records (see [`Self::watch_recorded`]).
-    watcher: Option<tokio::task::JoinHandle<()>>,
+    /// The task waiting for results another process records (see [`Self::watch_recorded`]) and
+    /// the requests it waits for.
+    watcher: Option<(tokio::task::JoinHandle<()>, Vec<RequestId>)>,
 }
 
 impl NestedCalls {
@@ -89,10 +90,11 @@ impl NestedCalls {
                 tokio::time::sleep(RECORDED_POLL).await;
             }
         });
-        for (id, _) in calls {
+        let ids: Vec<RequestId> = calls.into_iter().map(|(id, _)| id).collect();
+        for &id in &ids {
             self.running.insert(id, handle.abort_handle());
         }
-        self.watcher = Some(handle);
+        self.watcher = Some((handle, ids));
     }
 
     /// Stops waiting for another process's results (the run suspends again: the next `wait` picks
@@ -100,12 +102,11 @@ impl NestedCalls {
     /// so they are stored with the run instead of being lost. Afterwards only calls this process
     /// runs itself count as running.
     pub(super) fn stop_watching(&mut self, rt: &Handle) -> Vec<Delivery> {
-        let Some(watcher) = self.watcher.take() else { return Vec::new() };
+        let Some((watcher, watched)) = self.watcher.take() else { return Vec::new() };
         watcher.abort();
         // Wait until it has really stopped: an abort lands at its next await, after a poll that may
         // still be taking results out of the store.
         let _ = rt.block_on(watcher);
-        let watched: Vec<RequestId> = self.running.iter().filter(|(_, h)| h.is_finished()).map(|(id, _)| *id).collect();
         for id in watched {
             self.running.remove(&id);
         }
@@ -217,7 +218,7 @@ impl Inner {
                 let Some(d) = inflight.calls.next_until(deadline) else { break };
                 match rt.block_on(self.store.record_result(&id, &d)) {
                     Ok(true) => recorded += 1,
-                    // A store that keeps runs in this process: nothing can resume them elsewhere.
+                    // The run is gone (settled, aborted, expired): nobody will collect its results.
                     Ok(false) => break,
                     Err(e) => tracing::warn!(run = %id, error = %e, "cannot record a nested call's result"),
                 }

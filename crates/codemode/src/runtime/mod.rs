@@ -14,7 +14,6 @@
 //! and a nested call's future is polled once inline: a tool that answers at once costs no thread
 //! switch. Only calls that really wait are spawned on the tokio runtime; their results come back
 //! through a channel.
-
 //!
 //! The module is split by concern: this file holds the run state and the exec/wait/drive loop;
 //! `calls` the nested calls (starting, collecting, handing over between processes); `dispatch` the

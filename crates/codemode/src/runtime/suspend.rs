@@ -94,6 +94,7 @@ impl Inner {
         let mut telemetry = run.telemetry.clone();
         telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         let now = self.now_ms();
+        let expires_at_ms = now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000));
         let suspended = SuspendedRun {
             run_id: run.id.clone(),
             scope: run.context.scope.clone(),
@@ -104,7 +105,7 @@ impl Inner {
             restart_safe: run.restart_safe,
             telemetry: telemetry.clone(),
             created_at_ms: run.created_at_ms,
-            expires_at_ms: now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000)),
+            expires_at_ms,
             positions: run.positions.clone(),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
@@ -125,7 +126,6 @@ impl Inner {
         } else {
             None
         };
-        let expires_at_ms = now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000));
         let Run { id, context, catalog, calls, telemetry, .. } = run;
         self.inflight().insert(id.clone(), Inflight { context, catalog, calls, _claim: claim, expires_at_ms });
         CodeModeResult::Waiting {

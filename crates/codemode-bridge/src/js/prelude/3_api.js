@@ -44,6 +44,21 @@
     unavailable("fetch", "there is no network. Call a tool instead: `await tools.search(\"http\")` finds catalog " +
       "tools, `await API.list(\"mcp\")` lists the MCP servers' APIs (`MCP.<server>.<tool>({...})`).");
 
+    // A view of a frozen API object (`tools`, an `MCP.<server>` namespace) that answers a name it
+    // does not have with `missing(name)` — a function that fails naming the nearest real ones —
+    // instead of `undefined` ("not a function"). Symbols, JavaScript internal names and `reserved`
+    // names are never synthesized: the object is never thenable or coercible through it.
+    function explaining(target, reserved, missing) {
+      return new ProxyCtor(target, {
+        get(t, key) {
+          if (typeof key !== "string" || key in t || isInternalName(key) || apply(arrayIncludes, reserved, [key])) {
+            return t[key];
+          }
+          return missing(key);
+        },
+      });
+    }
+
     // Edit distance of two short strings (capped inputs: suggestions only).
     function distance(a, b) {
       a = apply(stringSlice, a, [0, 64]);

@@ -86,12 +86,7 @@
           }]);
         };
       }
-      const toolsView = new ProxyCtor(tools, {
-        get(target, key) {
-          if (typeof key !== "string" || key in target || isInternalName(key)) return target[key];
-          return missingTool(key);
-        },
-      });
+      const toolsView = explaining(tools, [], missingTool);
 
       const apiFiles = lazyJson(segment(data.apiFiles), {});
       const apiList = isArray(data.apiList) ? data.apiList : [];
@@ -197,15 +192,8 @@
         freeze(ns);
         // `MCP.<server>.<name>` for a name the server does not have: a function that fails naming
         // the nearest tools, instead of "not a function". Never for `then` or other internal names.
-        return new ProxyCtor(ns, {
-          get(target, key) {
-            if (typeof key !== "string" || key in target || isInternalName(key) || apply(arrayIncludes, NS_HELPERS, [key])) {
-              return target[key];
-            }
-            return function () {
-              return promiseReject(codedError("nested_tool_failed", unknownMcpTool(serverName, key, names, explicitNames)));
-            };
-          },
+        return explaining(ns, NS_HELPERS, (key) => function () {
+          return promiseReject(codedError("nested_tool_failed", unknownMcpTool(serverName, key, names, explicitNames)));
         });
       }
       for (let i = 0; i < servers.length; i++) {
