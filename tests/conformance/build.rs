@@ -3,18 +3,21 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
+    // Read at run time, not baked in with `env!`: cargo may reuse a compiled build script for a
+    // checkout at another path (a shared target directory), and a stale path would silently yield
+    // an empty suite.
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| panic!("CARGO_MANIFEST_DIR is not set"));
+    let dir = Path::new(&root).join("cases");
     println!("cargo:rerun-if-changed={}", dir.display());
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let p = e.path();
-                    (p.extension().is_some_and(|x| x == "js")).then(|| p.file_stem()?.to_str().map(str::to_string))?
-                })
-                .collect()
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            (p.extension().is_some_and(|x| x == "js")).then(|| p.file_stem()?.to_str().map(str::to_string))?
         })
-        .unwrap_or_default();
+        .collect();
+    assert!(!names.is_empty(), "no conformance cases in {}", dir.display());
     names.sort();
     let mut out = String::new();
     out.push_str("/// Every corpus case: `(name, source)`.\npub static CASES: &[(&str, &str)] = &[\n");
@@ -24,7 +27,7 @@ fn main() {
     out.push_str("];\n\n");
     // The expected results travel inside the suite (never read from, or written to, a dependency's
     // directory at test time).
-    let snaps = Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots");
+    let snaps = Path::new(&root).join("snapshots");
     println!("cargo:rerun-if-changed={}", snaps.display());
     out.push_str("/// The expected result of every case that has one: `(name, snapshot file text)`.\npub static EXPECTED: &[(&str, &str)] = &[\n");
     for n in &names {

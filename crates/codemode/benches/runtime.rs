@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the runtime, per engine: trivial exec latency, per-nested-call overhead,
 //! and a suspend + resume cycle. Run with
-//! `cargo bench -p codemode --features engine-wasi,engine-quickjs --bench runtime`.
+//! `cargo bench -p codemode --features engine-wasi,engine-quickjs,engine-boa,demo --bench runtime`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use codemode::bench;

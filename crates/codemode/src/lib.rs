@@ -98,7 +98,7 @@ fn registered() -> &'static std::sync::RwLock<std::collections::BTreeMap<String,
 
 impl Engines {
     /// Names of the engines that ship with codemode, compiled in or not.
-    pub const KNOWN: [&'static str; 2] = ["quickjs-wasi", "quickjs"];
+    pub const KNOWN: [&'static str; 3] = ["quickjs-wasi", "quickjs", "boa"];
 
     /// The engine called `name`: a built-in one compiled into this build, else a registered one;
     /// `None` makes runs fail closed with `runtime_unavailable`.
@@ -112,6 +112,8 @@ impl Engines {
             codemode_engine_wasi::ENGINE_NAME => Some(Arc::new(codemode_engine_wasi::QuickJsWasiEngine::new())),
             #[cfg(feature = "engine-quickjs")]
             codemode_engine_quickjs::ENGINE_NAME => Some(Arc::new(codemode_engine_quickjs::QuickJsEngine::new())),
+            #[cfg(feature = "engine-boa")]
+            codemode_engine_boa::ENGINE_NAME => Some(Arc::new(codemode_engine_boa::BoaEngine::new())),
             _ => None,
         }
     }
