@@ -85,7 +85,7 @@ fn usage_and_config_errors_exit_2() {
     let out = bin().args(["run", "--config"]).arg(&disabled).arg("-").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("disabled"));
-    let out = bin().args(["run", "--engine", "boa", "-"]).output().unwrap();
+    let out = bin().args(["run", "--engine", "v8", "-"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not available"));
     let out = bin().args(["run", "--no-such-flag"]).output().unwrap();

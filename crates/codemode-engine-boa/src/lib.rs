@@ -15,12 +15,14 @@
 //! - **Memory is not bounded.** `memoryLimitBytes` is not enforced; a memory bomb grows the process
 //!   until the operating system stops it. A suspended run's snapshot size is unknown (reported as
 //!   0), so `maxSnapshotBytes` does not bound it either.
-//! - **Time is bounded only by counting.** A cell cannot be stopped at `timeoutMs` while it runs.
-//!   What stops runaway code: boa's loop-iteration limit ([`BoaLimits::loop_iterations`], per
-//!   function activation, uncatchable; it fails the cell with `timeout`), and the host primitive,
-//!   which fails the cell with `timeout` as soon as guest code touches the bridge (a tool call,
-//!   `text`, `console.log`) after the deadline. Code that neither loops in one activation nor uses
-//!   the bridge (a long chain of calls, a huge sort) runs to its end.
+//! - **Time is bounded only by counting.** A cell cannot be stopped at `timeoutMs` while it runs
+//!   (the runtime still applies `timeoutMs` while a run waits on tools). What stops runaway code is
+//!   boa's loop-iteration limit ([`BoaLimits::loop_iterations`], per function activation,
+//!   uncatchable), which fails the cell with `timeout`. Code that does not loop in one activation
+//!   (a long chain of calls, a huge sort, pathological builtins such as a 100,000-deep chain of
+//!   bound functions) runs to its end and holds its VM thread and the caller meanwhile.
+//!   A loop stopped **after an `await`** is worse: boa drops the error raised inside an async
+//!   continuation, so the cell never settles and fails as stalled (no code) rather than `timeout`.
 //! - **Recursion** is stopped by boa's recursion limit ([`BoaLimits::recursion`]), uncatchably —
 //!   not as the catchable `RangeError` the other engines give.
 //! - **Parser depth.** boa's parser and compiler recurse on the host stack; a cell whose nesting
@@ -96,7 +98,12 @@ pub struct BoaLimits {
 
 impl Default for BoaLimits {
     fn default() -> Self {
-        BoaLimits { loop_iterations: 20_000_000, recursion: 10_000, value_stack: 1_000_000, thread_stack_bytes: 256 << 20 }
+        BoaLimits {
+            loop_iterations: 20_000_000,
+            recursion: 10_000,
+            value_stack: 1_000_000,
+            thread_stack_bytes: 256 << 20,
+        }
     }
 }
 
@@ -154,6 +161,14 @@ impl GuestEngine for BoaEngine {
     /// Makes sure a VM with the prelude loaded is waiting in the warm pool, so the first run does
     /// not pay for compiling the prelude inside its `timeoutMs`.
     fn prepare(&self) -> Result<(), EngineError> {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                target: "codemode::engine::boa",
+                "the boa engine enforces no heap limit and cannot interrupt guest code at the time limit: \
+                 run trusted code only (use quickjs-wasi for untrusted cells)"
+            );
+        });
         refill_warm(self.limits);
         let pooled = {
             let pool = warm().lock().unwrap_or_else(|p| p.into_inner());
@@ -226,8 +241,11 @@ fn spawn_vm(boa: BoaLimits) -> Result<mpsc::Sender<Command>, EngineError> {
 /// trivial run's time on this engine). Refilled after each start.
 const WARM_TARGET: usize = 2;
 
-fn warm() -> &'static Mutex<Vec<(BoaLimits, mpsc::Sender<Command>)>> {
-    static WARM: OnceLock<Mutex<Vec<(BoaLimits, mpsc::Sender<Command>)>>> = OnceLock::new();
+/// The warm pool: idle VM threads with the limits they were built for.
+type WarmPool = Mutex<Vec<(BoaLimits, mpsc::Sender<Command>)>>;
+
+fn warm() -> &'static WarmPool {
+    static WARM: OnceLock<WarmPool> = OnceLock::new();
     WARM.get_or_init(|| Mutex::new(Vec::new()))
 }
 
@@ -329,8 +347,7 @@ fn vm_thread(boa: BoaLimits, inbox: mpsc::Receiver<Command>) {
                 continue;
             }
         };
-        let stepped =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive(&mut vm, &mut unstarted, input)));
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive(&mut vm, &mut unstarted, input)));
         match stepped {
             Ok(report) => {
                 let _ = reply.send(report);
@@ -350,7 +367,6 @@ fn vm_thread(boa: BoaLimits, inbox: mpsc::Receiver<Command>) {
 #[derive(Clone)]
 struct HostState {
     bridge: Rc<RefCell<BridgeHost>>,
-    deadline: Rc<std::cell::Cell<Option<Instant>>>,
 }
 
 /// The prelude's handle: the functions `install(host)` returned.
@@ -383,10 +399,7 @@ impl BoaVm {
         runtime.set_loop_iteration_limit(boa.loop_iterations);
         runtime.set_recursion_limit(boa.recursion);
         runtime.set_stack_size_limit(boa.value_stack);
-        let host = HostState {
-            bridge: Rc::new(RefCell::new(BridgeHost::new(GuestLimits::default()))),
-            deadline: Rc::new(std::cell::Cell::new(None)),
-        };
+        let host = HostState { bridge: Rc::new(RefCell::new(BridgeHost::new(GuestLimits::default()))) };
         ctx.insert_data(host.clone());
         let api = install_prelude(&mut ctx).map_err(|e| unavailable("the guest prelude failed to load", e))?;
         Ok(BoaVm { ctx, api, host, boot: None })
@@ -397,7 +410,43 @@ impl BoaVm {
     }
 }
 
+/// Evaluated before the prelude. boa's `Array.prototype.join`/`toString`/`toLocaleString` convert
+/// nested arrays by native recursion that no runtime limit sees: `[[[…]]].toString()` on a deep
+/// array built in a loop would overflow the VM thread's stack and abort the process. Wrapped in
+/// JavaScript with a depth count, too deep a conversion is a catchable `RangeError` instead.
+const HARDEN: &str = r#"(function () {
+  "use strict";
+  const apply = Reflect.apply;
+  const defineProperty = Object.defineProperty;
+  const RangeErrorCtor = RangeError;
+  const proto = Array.prototype;
+  let depth = 0;
+  for (const name of ["join", "toString", "toLocaleString"]) {
+    const original = proto[name];
+    const wrapped = {
+      [name](...args) {
+        if (depth >= MAX_DEPTH) {
+          throw new RangeErrorCtor("Maximum call stack size exceeded (arrays nested too deeply to convert to a string)");
+        }
+        depth++;
+        try {
+          return apply(original, this, args);
+        } finally {
+          depth--;
+        }
+      },
+    }[name];
+    defineProperty(proto, name, { value: wrapped, writable: true, enumerable: false, configurable: true });
+  }
+})();"#;
+
+/// Deepest array-to-string conversion [`HARDEN`] allows (each level counts twice: `toString`
+/// calls `join`).
+const MAX_CONVERSION_DEPTH: usize = 2_000;
+
 fn install_prelude(ctx: &mut Context) -> Result<Api, String> {
+    let harden = HARDEN.replace("MAX_DEPTH", &MAX_CONVERSION_DEPTH.to_string());
+    ctx.eval(Source::from_bytes(&harden).with_path(Path::new(PRELUDE_FILENAME))).map_err(|e| e.to_string())?;
     let install = ctx
         .eval(Source::from_bytes(PRELUDE).with_path(Path::new(PRELUDE_FILENAME)))
         .map_err(|e| e.to_string())?
@@ -407,10 +456,11 @@ fn install_prelude(ctx: &mut Context) -> Result<Api, String> {
         .name(JsString::from("host"))
         .length(2)
         .build();
-    let api =
-        install.call(&JsValue::undefined(), &[host.into()], ctx).map_err(|e| e.to_string())?.as_object().ok_or(
-            "install(host) did not return an object",
-        )?;
+    let api = install
+        .call(&JsValue::undefined(), &[host.into()], ctx)
+        .map_err(|e| e.to_string())?
+        .as_object()
+        .ok_or("install(host) did not return an object")?;
     let mut get = |name: &str| -> Result<JsObject, String> {
         api.get(JsString::from(name), ctx)
             .map_err(|e| e.to_string())?
@@ -459,15 +509,6 @@ fn host_primitive(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsRes
     let Ok(mut bridge) = state.bridge.try_borrow_mut() else {
         return Err(uncatchable());
     };
-    // boa cannot interrupt running code, but code that reaches the bridge after the deadline is
-    // stopped here (uncatchably), as the interrupt of the other engines would have.
-    if state.deadline.get().is_some_and(|d| Instant::now() >= d) {
-        bridge.set_fatal(GuestFailure {
-            code: Some(CodeModeErrorCode::Timeout),
-            message: codemode_bridge::driver::TIMEOUT_MESSAGE.to_string(),
-        });
-        return Err(uncatchable());
-    }
     match bridge.host_call(&kind, &payload) {
         HostCallResult::Request(id) => Ok(JsValue::from(id as f64)),
         HostCallResult::Accepted => Ok(JsValue::from(0)),
@@ -533,9 +574,9 @@ fn thrown_value_failure(value: &JsValue, ctx: &mut Context) -> GuestFailure {
 }
 
 impl GuestVm for BoaVm {
-    fn set_deadline(&mut self, deadline: Instant) {
-        self.host.deadline.set(Some(deadline));
-    }
+    /// boa cannot be interrupted: the deadline is not enforced while guest code runs (see the crate
+    /// documentation). The runtime still bounds the run's wall-clock time between drive steps.
+    fn set_deadline(&mut self, _deadline: Instant) {}
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = JsValue::from(JsString::from(self.boot.take().unwrap_or_else(|| "{}".to_string()).as_str()));
@@ -567,11 +608,6 @@ impl GuestVm for BoaVm {
     }
 
     fn poll(&mut self) -> Result<Option<String>, VmFault> {
-        // `poll` comes last in a drive step. Guest code that ran past the deadline would have been
-        // interrupted on an engine that can interrupt: it fails the same way here, only later.
-        if self.host.deadline.get().is_some_and(|d| Instant::now() >= d) {
-            return Err(VmFault::Interrupted);
-        }
         let poll = self.api.poll.clone();
         Ok(self.call(&poll, &[])?.as_string().map(|s| s.to_std_string_lossy()))
     }

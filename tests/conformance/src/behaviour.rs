@@ -81,11 +81,12 @@ pub async fn wait_lookup_failures(engine: Arc<dyn GuestEngine>) {
 pub async fn wait_is_exclusive(engine: Arc<dyn GuestEngine>) {
     let cm = harness(engine, config(json!({ "timeoutMs": 300 })));
     let c = ctx();
-    let r = cm.exec(&c, &code("const r = await tools.demo_sleep({ms: 1500}); return r.slept")).await;
+    let r = cm.exec(&c, &code("const r = await tools.demo_sleep({ms: 2500}); return r.slept")).await;
     let id = r.run_id().map(str::to_string).unwrap_or_else(|| panic!("expected waiting: {}", r.to_json()));
     let input = CodeModeWaitInput::new(&id);
+    // The second wait starts well after the first took the run (slow engines, loaded machines).
     let (a, b) = tokio::join!(cm.wait(&c, &input), async {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         cm.wait(&c, &input).await
     });
     assert_eq!(a.status(), "waiting", "{}", a.to_json());
@@ -100,7 +101,7 @@ pub async fn wait_is_exclusive(engine: Arc<dyn GuestEngine>) {
         }
         last
     };
-    assert_eq!(completed_value(&steps), &json!(1500));
+    assert_eq!(completed_value(&steps), &json!(2500));
 }
 
 /// V25: the 65th concurrently suspended run is rejected with the SPEC message; the others survive.
