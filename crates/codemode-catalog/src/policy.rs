@@ -199,7 +199,7 @@ fn glob(pattern: &str, text: &str) -> bool {
 }
 
 /// Expands `group:` patterns (recursively for profiles that name groups) into plain patterns.
-fn expand(patterns: &[String], core_names: &[String]) -> Vec<String> {
+pub(crate) fn expand(patterns: &[String], core_names: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for p in patterns {
         let p = lower(p);
@@ -217,7 +217,7 @@ fn expand(patterns: &[String], core_names: &[String]) -> Vec<String> {
     out
 }
 
-fn matches(patterns: &[String], def: &ToolDefinition) -> Option<String> {
+pub(crate) fn matches(patterns: &[String], def: &ToolDefinition) -> Option<String> {
     let name = lower(&def.name);
     let id = lower(&def.id());
     let owner = (def.source != ToolSource::Openclaw).then(|| lower(&def.owner));

@@ -7,6 +7,8 @@
 //! - `codemode demo`: a scripted showcase of code mode on the demo catalog;
 //! - `codemode exec FILE|-` / `codemode wait RUN_ID`: one `exec` or `wait` per process, with suspended
 //!   runs kept in a snapshot directory — a run suspended by one process resumes in another;
+//! - `codemode approve RUN_ID REQUEST_ID [--deny REASON]`: a human's decision on a call parked for
+//!   approval, recorded in the snapshot directory for the run's next `wait` (in any process);
 //! - `codemode serve`: an MCP server exposing `exec`/`wait` in front of upstream MCP servers;
 //! - `codemode catalog`: the effective catalog after policy, the quick index, search, sizes;
 //! - `codemode bench`: latency, snapshot size and cold start of every compiled engine.
@@ -137,6 +139,20 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Approve (or, with --deny, refuse) a nested call parked for approval: a `pendingToolCalls`
+    /// entry with `kind: "approval"`. The decision is recorded in the snapshot directory; the run's
+    /// next `wait`, in any process, runs or rejects the call.
+    Approve {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The run's runId.
+        run_id: String,
+        /// The parked call's requestId.
+        request_id: u64,
+        /// Refuse the call with this reason (the guest sees a catchable `nested_tool_failed` error).
+        #[arg(long, value_name = "REASON")]
+        deny: Option<String>,
     },
     /// Resume a suspended run from the snapshot directory and print its next result.
     Wait {
@@ -360,6 +376,32 @@ async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -> Result<Ex
     Ok(exit_for(&result))
 }
 
+/// `codemode approve`: records the decision through the runtime's own `decide` (no engine or upstream
+/// server is started), prints it as JSON, and writes an audit line to stderr.
+async fn approve(store: StoreArgs, run_id: String, request_id: u64, deny: Option<String>) -> Result<ExitCode> {
+    let dir = store.dir()?;
+    let snapshots = codemode::DirectorySnapshotStore::new(&dir)
+        .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
+    let cm = CodeMode::builder(CodeModeConfig::enabled()).store(Arc::new(snapshots)).build();
+    let id = codemode::RunId::parse(&run_id).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let decision = match deny {
+        Some(reason) => codemode::ApprovalDecision::deny(reason),
+        None => codemode::ApprovalDecision::Approve,
+    };
+    let record = serde_json::json!({ "runId": run_id, "requestId": request_id, "decision": decision });
+    match cm.decide(&id, request_id, decision).await {
+        Ok(()) => {
+            eprintln!("codemode: approval decision recorded: {record}");
+            println!("{record}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("codemode: cannot record the decision for run {run_id}: {}", e.message);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
 async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, file: String) -> Result<ExitCode> {
     let config = load_config(&common)?;
     let gw = build_runtime(config, &common).await?;
@@ -406,6 +448,7 @@ fn main() -> ExitCode {
             Command::Demo { common } => demo::run(common).await,
             Command::Exec { common, store, language, file } => exec(common, store, language, file).await,
             Command::Wait { common, store, run_id } => wait(common, store, run_id).await,
+            Command::Approve { store, run_id, request_id, deny } => approve(store, run_id, request_id, deny).await,
             Command::Bench { engines, samples, json } => bench::run(engines, samples, json).await,
             Command::Catalog(args) => catalog::run(args).await,
             Command::Serve(args) => serve::run(args).await,

@@ -14,6 +14,7 @@
 //! - [`store`]: the [`SnapshotStore`](store::SnapshotStore) contract for suspended runs (DESIGN §6);
 //! - [`executor`]: the [`ToolExecutor`](executor::ToolExecutor) contract through which every nested
 //!   tool call reaches the host (SPEC §12);
+//! - [`approval`]: human approval of nested calls ([`Approver`](approval::Approver), decisions);
 //! - [`guest`]: names the guest API reserves (shared by the catalog and the bridge prelude);
 //! - [`positions`]: mapping error positions back to the cell's own lines and columns;
 //! - [`namespace`]: the (for now minimal) [`NamespaceRegistry`](namespace::NamespaceRegistry) contract
@@ -23,6 +24,7 @@
 //! nothing of codemode.
 #![forbid(unsafe_code)]
 
+pub mod approval;
 pub mod catalog;
 pub mod config;
 pub mod engine;
@@ -37,6 +39,7 @@ pub mod scope;
 pub mod store;
 pub mod telemetry;
 
+pub use approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};
 pub use config::{CodeModeConfig, ConfigError, Language};
 pub use engine::{
@@ -46,7 +49,7 @@ pub use engine::{
 pub use error::{CodeModeError, CodeModeErrorCode};
 pub use executor::{NestedToolCall, ToolError, ToolExecutor, ToolResult};
 pub use input::{CodeModeExecInput, CodeModeWaitInput, ExecRequest};
-pub use result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, WaitReason};
+pub use result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, PendingCallKind, WaitReason};
 pub use scope::{RunContext, RunId, RunScope};
 pub use store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
 pub use telemetry::CodeModeTelemetry;

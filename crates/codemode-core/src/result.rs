@@ -60,14 +60,34 @@ pub enum WaitReason {
     Yield,
 }
 
+/// What a pending nested call is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PendingCallKind {
+    /// A catalog tool call that is running.
+    Call,
+    /// An MCP tool call that is running.
+    Mcp,
+    /// A gated call parked until a human decides (see [`crate::approval`]); it has not run.
+    Approval,
+}
+
+impl PendingCallKind {
+    /// The kind of a running call made by a request of `kind`.
+    pub fn running(kind: crate::engine::RequestKind) -> Self {
+        if kind == crate::engine::RequestKind::Mcp { PendingCallKind::Mcp } else { PendingCallKind::Call }
+    }
+}
+
 /// A nested call still in flight when a run suspended (SPEC §5.2 leaves the shape open).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CodeModePendingToolCall {
-    /// The bridge request id (unique within the run).
+    /// The bridge request id (unique within the run; what an approval decision names).
     pub request_id: u64,
-    /// The request kind: `call` for catalog tools, `mcp` for MCP tools.
-    pub kind: crate::engine::RequestKind,
+    /// `call` for a running catalog tool, `mcp` for a running MCP tool, `approval` for a call
+    /// parked until a human decides.
+    pub kind: PendingCallKind,
     /// The exact catalog id of the nested tool.
     pub tool_id: String,
     /// Milliseconds since the call was issued, when the result was produced.
@@ -186,7 +206,7 @@ mod tests {
             reason: WaitReason::PendingTools,
             pending_tool_calls: vec![CodeModePendingToolCall {
                 request_id: 3,
-                kind: crate::engine::RequestKind::Call,
+                kind: PendingCallKind::Call,
                 tool_id: "plugin:demo:demo_sleep".into(),
                 elapsed_ms: 12,
             }],

@@ -30,6 +30,9 @@ pub struct PendingRequest {
     pub read_only: bool,
     /// When the request was issued (Unix milliseconds).
     pub issued_at_ms: u64,
+    /// The call is gated and parked until a human decides (it has not run).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_approval: bool,
 }
 
 impl PendingRequest {
@@ -157,6 +160,27 @@ pub trait SnapshotStore: Send + Sync {
     /// ends). `None`: the store needs no claims (runs never leave this process).
     fn claim_calls(&self, _run_id: &RunId) -> Result<Option<CallsClaim>, StoreError> {
         Ok(None)
+    }
+
+    /// Records a human's decision on a parked call of a suspended (or currently resumed) run, for
+    /// whichever process resumes it. A later decision on the same call replaces an earlier one
+    /// that was not collected yet. Fails with [`StoreError::Unavailable`] when the run is unknown,
+    /// expired or settled. The default: this store cannot record decisions.
+    async fn record_decision(
+        &self,
+        _run_id: &RunId,
+        _request_id: RequestId,
+        _decision: &crate::approval::ApprovalDecision,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Io(format!("the `{}` snapshot store cannot record approval decisions", self.name())))
+    }
+
+    /// Takes (and removes) the decisions recorded for a run, by request id.
+    async fn take_decisions(
+        &self,
+        _run_id: &RunId,
+    ) -> Result<Vec<(RequestId, crate::approval::ApprovalDecision)>, StoreError> {
+        Ok(Vec::new())
     }
 
     /// Whether a live process holds a [`claim_calls`](Self::claim_calls) claim on the run's calls:

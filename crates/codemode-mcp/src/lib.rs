@@ -64,6 +64,7 @@ pub async fn build_gateway(
     let hub = connect_servers(file).await?;
     let mut builder = CodeMode::builder(file.code_mode.clone())
         .policy(file.policy.clone())
+        .approvals(file.approvals.clone())
         .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())

@@ -13,12 +13,16 @@
 //! ends) and records each result as `<run id>.result-<request id>`; a `wait` in another process
 //! collects the results, and issues a call again only when no live process claims it.
 //!
+//! Approval decisions on parked calls (`codemode approve`, `CodeMode::decide` in any process) are
+//! files `<run id>.decision-<request id>`, collected by the `wait` that resumes the run.
+//!
 //! File format: `CMRUN\x01`, a u32 LE length, the run's metadata as JSON (scope, pending requests,
 //! undelivered results, telemetry, expiry, engine), then the engine's serialized snapshot bytes. Live
 //! snapshots cannot be stored here ([`StoreError::LiveNotSupported`]).
 
 use crate::clock::{Clock, SystemClock};
-use codemode_core::engine::{Delivery, Snapshot, SnapshotBody};
+use codemode_core::approval::ApprovalDecision;
+use codemode_core::engine::{Delivery, RequestId, Snapshot, SnapshotBody};
 use codemode_core::positions::CellPositions;
 use codemode_core::result::WaitReason;
 use codemode_core::scope::{RunId, RunScope};
@@ -189,7 +193,7 @@ impl DirectorySnapshotStore {
     }
 
     fn remove_side_files(&self, id: &RunId) {
-        for (_, p) in self.side_files(id, "result") {
+        for (_, p) in self.side_files(id, "result").into_iter().chain(self.side_files(id, "decision")) {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -345,6 +349,40 @@ impl SnapshotStore for DirectorySnapshotStore {
             }
         }
         out.sort_by_key(|d| d.id);
+        Ok(out)
+    }
+
+    async fn record_decision(
+        &self,
+        run_id: &RunId,
+        request_id: RequestId,
+        decision: &ApprovalDecision,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let run = self.path(run_id, "run");
+        let live = match Self::read(&run)? {
+            Some(bytes) => Self::decode_meta(&bytes).is_ok_and(|(meta, _)| now < meta.expires_at_ms),
+            // Checked out by a `wait` right now: it collects the decision while it waits.
+            None => self.path(run_id, "lock").exists(),
+        };
+        if !live {
+            return Err(StoreError::Unavailable);
+        }
+        let bytes = serde_json::to_vec(decision).map_err(|e| StoreError::Io(e.to_string()))?;
+        self.write_atomically(&self.dir.join(format!("{run_id}.decision-{request_id}")), &bytes)
+    }
+
+    async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
+        let mut out = Vec::new();
+        for (suffix, path) in self.side_files(run_id, "decision") {
+            let Some(bytes) = Self::read(&path)? else { continue };
+            let _ = std::fs::remove_file(&path);
+            match (suffix.parse::<RequestId>(), serde_json::from_slice::<ApprovalDecision>(&bytes)) {
+                (Ok(id), Ok(d)) => out.push((id, d)),
+                _ => tracing::warn!(run = %run_id, file = %path.display(), "ignoring an unreadable approval decision"),
+            }
+        }
+        out.sort_by_key(|(id, _)| *id);
         Ok(out)
     }
 

@@ -1,9 +1,11 @@
 //! The in-memory snapshot store.
 
 use crate::clock::{Clock, SystemClock};
+use codemode_core::approval::ApprovalDecision;
+use codemode_core::engine::RequestId;
 use codemode_core::scope::{RunId, RunScope};
 use codemode_core::store::{MAX_SUSPENDED_RUNS, SnapshotStore, StoreError, SuspendedRun};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How long after its expiry a checked-out run is still held for the `wait` that took it; after that
@@ -30,6 +32,8 @@ impl Slot {
 /// memory; each run is dropped at its expiry (`snapshotTtlSeconds`, set by the runtime per run).
 pub struct MemorySnapshotStore {
     slots: Mutex<HashMap<RunId, Slot>>,
+    /// Approval decisions not yet collected, per run (dropped with the run).
+    decisions: Mutex<HashMap<RunId, BTreeMap<RequestId, ApprovalDecision>>>,
     clock: Arc<dyn Clock>,
     max_runs: usize,
 }
@@ -54,13 +58,22 @@ impl MemorySnapshotStore {
 
     /// A store with a given clock (tests).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
-        Self { slots: Mutex::new(HashMap::new()), clock, max_runs: MAX_SUSPENDED_RUNS }
+        Self {
+            slots: Mutex::new(HashMap::new()),
+            decisions: Mutex::new(HashMap::new()),
+            clock,
+            max_runs: MAX_SUSPENDED_RUNS,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<RunId, Slot>> {
         // A panic while holding the lock cannot leave the map half-updated (every update is one
         // insert or remove), so a poisoned lock is still usable.
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn decisions(&self) -> MutexGuard<'_, HashMap<RunId, BTreeMap<RequestId, ApprovalDecision>>> {
+        self.decisions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn purge_locked(slots: &mut HashMap<RunId, Slot>, now: u64) -> Vec<RunId> {
@@ -124,12 +137,37 @@ impl SnapshotStore for MemorySnapshotStore {
     }
 
     async fn remove(&self, run_id: &RunId) -> bool {
+        self.decisions().remove(run_id);
         self.lock().remove(run_id).is_some()
     }
 
     async fn purge_expired(&self) -> Vec<RunId> {
         let now = self.clock.now_ms();
-        Self::purge_locked(&mut self.lock(), now)
+        let expired = Self::purge_locked(&mut self.lock(), now);
+        let mut decisions = self.decisions();
+        for id in &expired {
+            decisions.remove(id);
+        }
+        expired
+    }
+
+    async fn record_decision(
+        &self,
+        run_id: &RunId,
+        request_id: RequestId,
+        decision: &ApprovalDecision,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        match self.lock().get(run_id) {
+            Some(slot) if !slot.expired(now) => {}
+            _ => return Err(StoreError::Unavailable),
+        }
+        self.decisions().entry(run_id.clone()).or_default().insert(request_id, decision.clone());
+        Ok(())
+    }
+
+    async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
+        Ok(self.decisions().remove(run_id).map(|m| m.into_iter().collect()).unwrap_or_default())
     }
 
     async fn count(&self) -> usize {

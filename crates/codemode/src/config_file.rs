@@ -15,18 +15,20 @@
 //! `tools.deny`, `tools.byProvider` and `agents.list[].tools.*` (see
 //! [`codemode_catalog::policy`]). `tools.loopDetection`, `tools.sandbox` and
 //! `agents.list[].tools.{loopDetection, elevated}` are accepted and shape-checked but not enforced by
-//! codemode (they belong to the host's agent loop).
+//! codemode (they belong to the host's agent loop). The top-level `approvals` is the approval
+//! policy ([`codemode_catalog::approval`]): which nested calls wait for a human.
 //!
 //! Unknown keys are rejected with an error naming their path, so a typo never silently changes
 //! behaviour. (Agent entries may carry other host fields; only their `tools` object is checked.)
 
+use codemode_catalog::approval::ApprovalPolicy;
 use codemode_catalog::policy::ToolPolicy;
 use codemode_core::config::{CodeModeConfig, ConfigError, parse_json5, type_name};
 use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 3] = ["tools", "agents", "mcpServers"];
+pub const TOP_LEVEL_KEYS: [&str; 4] = ["tools", "agents", "mcpServers", "approvals"];
 /// Keys accepted under `tools`.
 pub const TOOLS_KEYS: [&str; 7] = ["codeMode", "profile", "allow", "deny", "byProvider", "loopDetection", "sandbox"];
 /// Keys accepted under `agents`.
@@ -46,6 +48,8 @@ pub struct ConfigFile {
     pub code_mode_present: bool,
     /// The tool policy (SPEC §22).
     pub policy: ToolPolicy,
+    /// The approval policy (top-level `approvals`): which nested calls wait for a human.
+    pub approvals: ApprovalPolicy,
     /// `mcpServers`, unparsed (an object; `codemode-mcp` reads it).
     pub mcp_servers: Option<Value>,
 }
@@ -124,6 +128,7 @@ impl ConfigFile {
             out.mcp_servers = Some(servers.clone());
         }
         out.policy = ToolPolicy::from_document(&doc)?;
+        out.approvals = ApprovalPolicy::from_document(&doc)?;
         Ok(out)
     }
 

@@ -37,16 +37,19 @@ pub mod tools;
 pub mod typescript;
 
 pub use codemode_catalog::Catalog;
+pub use codemode_catalog::approval::ApprovalPolicy;
 pub use codemode_catalog::policy::{PolicyContext, PolicyTarget, ToolPolicy};
+pub use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolResult};
+pub use codemode_core::result::PendingCallKind;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
     ToolDefinition, ToolExecutor, ToolSource,
 };
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
-pub use runtime::{MSG_NOTHING_TO_RESUME, MSG_STALLED, guest_limits};
-pub use tools::{FnTool, LocalTools, Tool, ToolHook};
+pub use runtime::{MSG_NOTHING_TO_RESUME, MSG_PARKED_TOO_LATE, MSG_STALLED, guest_limits};
+pub use tools::{FnTool, LocalTools, Tool, ToolHook, denial_message};
 
 use runtime::Inner;
 use std::sync::Arc;
@@ -178,6 +181,8 @@ pub struct CodeModeBuilder {
     definitions: Vec<ToolDefinition>,
     executor: Option<Arc<dyn ToolExecutor>>,
     hooks: Vec<Arc<dyn ToolHook>>,
+    approvals: ApprovalPolicy,
+    approver: Option<Arc<dyn Approver>>,
     store: Option<Arc<dyn SnapshotStore>>,
     clock: Option<Arc<dyn Clock>>,
     policy: Option<ToolPolicy>,
@@ -222,6 +227,23 @@ impl CodeModeBuilder {
         self
     }
 
+    /// Gates nested calls behind a human's approval (SPEC P5; the config file's top-level
+    /// `approvals`). A gated call goes to the [`approver`](Self::approver) if there is one, else it
+    /// parks: the run suspends with the call listed as `kind: "approval"` until
+    /// [`CodeMode::decide`] records a decision.
+    pub fn approvals(mut self, policy: ApprovalPolicy) -> Self {
+        self.approvals = policy;
+        self
+    }
+
+    /// Asks `approver` about every gated call (from the [`approvals`](Self::approvals) policy or a
+    /// hook's [`ToolHook::requires_approval`]); when it has no answer (`None`, or none within
+    /// `approvals.timeoutMs`) the call parks.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
     /// Uses this snapshot store (default: a new [`MemorySnapshotStore`]).
     pub fn store(mut self, store: Arc<dyn SnapshotStore>) -> Self {
         self.store = Some(store);
@@ -261,7 +283,16 @@ impl CodeModeBuilder {
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         CodeMode {
-            inner: Arc::new(Inner::new(self.config, engine, catalog, executor, self.hooks, store, clock)),
+            inner: Arc::new(Inner::new(
+                self.config,
+                engine,
+                catalog,
+                executor,
+                self.hooks,
+                (self.approvals, self.approver),
+                store,
+                clock,
+            )),
             extra,
         }
     }
@@ -323,6 +354,8 @@ impl CodeMode {
             definitions: Vec::new(),
             executor: None,
             hooks: Vec::new(),
+            approvals: ApprovalPolicy::default(),
+            approver: None,
             store: None,
             clock: None,
             policy: None,
@@ -419,6 +452,23 @@ impl CodeMode {
         tokio::task::spawn_blocking(move || inner.prepare_engine())
             .await
             .unwrap_or_else(|e| Err(CodeModeError::new(CodeModeErrorCode::InternalError, e.to_string())))
+    }
+
+    /// Records a human's decision on a parked call (`request_id` is the `requestId` of its
+    /// `pendingToolCalls` entry, `kind: "approval"`). The next `wait` of the run — in this process or,
+    /// with a shared store, in another one — runs an approved call or rejects a denied one in the
+    /// guest with a catchable `nested_tool_failed` error. A `wait` already resuming the run picks the
+    /// decision up while it waits. Fails with `invalid_input` for an unknown, expired or settled run.
+    /// This is a host API: nothing the guest or the model can reach calls it.
+    pub async fn decide(
+        &self,
+        run_id: &RunId,
+        request_id: u64,
+        decision: ApprovalDecision,
+    ) -> Result<(), CodeModeError> {
+        self.inner.store.record_decision(run_id, request_id, &decision).await.map_err(|e| e.to_code_mode_error())?;
+        tracing::info!(target: "codemode::approval", run = %run_id, request = request_id, ?decision, "approval decision recorded");
+        Ok(())
     }
 
     /// Aborts a run (SPEC §6 `aborted`): its snapshot is deleted and its nested calls stop. Returns

@@ -3,10 +3,26 @@
 
 use super::*;
 
+/// How a started call ended.
+pub(super) enum CallEnd {
+    /// It settled with this outcome (for the guest).
+    Settled(Result<Value, GuestError>),
+    /// It is gated and nobody decided yet: parked until a decision is recorded.
+    Parked,
+}
+
+/// A call that stopped running.
+pub(super) enum Finished {
+    /// Its result, to deliver.
+    Settled(Delivery),
+    /// It was parked for approval (see [`CallEnd::Parked`]).
+    Parked(RequestId),
+}
+
 /// The nested calls of one run that are still executing on the host.
 pub(super) struct NestedCalls {
-    tx: mpsc::Sender<Delivery>,
-    rx: mpsc::Receiver<Delivery>,
+    tx: mpsc::Sender<(RequestId, CallEnd)>,
+    rx: mpsc::Receiver<(RequestId, CallEnd)>,
     running: HashMap<RequestId, AbortHandle>,
     /// The task waiting for results another process records (see [`Self::watch_recorded`]) and
     /// the requests it waits for.
@@ -29,18 +45,18 @@ impl NestedCalls {
         &mut self,
         rt: &Handle,
         id: RequestId,
-        fut: impl Future<Output = Result<Value, GuestError>> + Send + 'static,
-    ) -> Option<Delivery> {
+        fut: impl Future<Output = CallEnd> + Send + 'static,
+    ) -> Option<Finished> {
         let mut fut = Box::pin(fut);
         let _in_runtime = rt.enter();
         let mut cx = Context::from_waker(std::task::Waker::noop());
         match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(outcome) => Some(Delivery { id, outcome }),
+            Poll::Ready(end) => Some(finished(id, end)),
             Poll::Pending => {
                 let tx = self.tx.clone();
                 let handle = rt.spawn(async move {
-                    let outcome = fut.await;
-                    let _ = tx.send(Delivery { id, outcome });
+                    let end = fut.await;
+                    let _ = tx.send((id, end));
                 });
                 self.running.insert(id, handle.abort_handle());
                 None
@@ -68,7 +84,7 @@ impl NestedCalls {
                 let claimed = store.calls_claimed(&run_id);
                 for d in store.take_results(&run_id).await.unwrap_or_default() {
                     if missing.remove(&d.id).is_some() {
-                        let _ = tx.send(d);
+                        let _ = tx.send((d.id, CallEnd::Settled(d.outcome)));
                     }
                 }
                 if missing.is_empty() {
@@ -80,10 +96,10 @@ impl NestedCalls {
                             "nested call to `{tool_id}` was lost: the process running it ended before it finished (its \
                              side effect may or may not have happened); call it again if that is safe"
                         );
-                        let _ = tx.send(Delivery {
+                        let _ = tx.send((
                             id,
-                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)),
-                        });
+                            CallEnd::Settled(Err(guest_error(CodeModeErrorCode::NestedToolFailed, message))),
+                        ));
                     }
                     return;
                 }
@@ -101,7 +117,7 @@ impl NestedCalls {
     /// them up from the store) and returns those the watcher had already taken out of the store,
     /// so they are stored with the run instead of being lost. Afterwards only calls this process
     /// runs itself count as running.
-    pub(super) fn stop_watching(&mut self, rt: &Handle) -> Vec<Delivery> {
+    pub(super) fn stop_watching(&mut self, rt: &Handle) -> Vec<Finished> {
         let Some((watcher, watched)) = self.watcher.take() else { return Vec::new() };
         watcher.abort();
         // Wait until it has really stopped: an abort lands at its next await, after a poll that may
@@ -113,22 +129,29 @@ impl NestedCalls {
         std::iter::from_fn(|| self.try_next()).collect()
     }
 
-    pub(super) fn try_next(&mut self) -> Option<Delivery> {
-        let d = self.rx.try_recv().ok()?;
-        self.running.remove(&d.id);
-        Some(d)
+    pub(super) fn try_next(&mut self) -> Option<Finished> {
+        let (id, end) = self.rx.try_recv().ok()?;
+        self.running.remove(&id);
+        Some(finished(id, end))
     }
 
-    pub(super) fn next_until(&mut self, deadline: Instant) -> Option<Delivery> {
-        let d = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
-        self.running.remove(&d.id);
-        Some(d)
+    pub(super) fn next_until(&mut self, deadline: Instant) -> Option<Finished> {
+        let (id, end) = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
+        self.running.remove(&id);
+        Some(finished(id, end))
     }
 
     pub(super) fn abort_all(&mut self) {
         for (_, h) in self.running.drain() {
             h.abort();
         }
+    }
+}
+
+fn finished(id: RequestId, end: CallEnd) -> Finished {
+    match end {
+        CallEnd::Settled(outcome) => Finished::Settled(Delivery { id, outcome }),
+        CallEnd::Parked => Finished::Parked(id),
     }
 }
 
@@ -145,6 +168,8 @@ pub(super) struct CallSpec {
     pub(super) request: GuestRequest,
     pub(super) tool: CatalogTool,
     pub(super) mode: CallMode,
+    /// A human approved this call already (it was parked): the approval gate lets it through.
+    pub(super) approved: bool,
 }
 
 /// Finds the catalog tool a call request names: guest-visible tools for `tools.*`, MCP entries for
@@ -184,14 +209,14 @@ impl Inner {
         let recorded = rt.block_on(self.store.take_results(&run.id)).map_err(|e| e.to_code_mode_error())?;
         for d in recorded {
             if run.pending.contains_key(&d.id) {
-                run.accept(d);
+                run.accept(Finished::Settled(d));
             }
         }
         if claimed {
             let outstanding: Vec<(RequestId, String)> = run
                 .pending
                 .values()
-                .filter(|p| p.kind().is_tool_call())
+                .filter(|p| p.kind().is_tool_call() && !p.awaiting_approval)
                 .map(|p| (p.id, p.tool_id.clone().unwrap_or_default()))
                 .collect();
             run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
@@ -215,7 +240,17 @@ impl Inner {
             let remaining_ms = inflight.expires_at_ms.saturating_sub(self.now_ms());
             let deadline = Instant::now() + Duration::from_millis(remaining_ms);
             while inflight.calls.running() > 0 {
-                let Some(d) = inflight.calls.next_until(deadline) else { break };
+                let d = match inflight.calls.next_until(deadline) {
+                    Some(Finished::Settled(d)) => d,
+                    // The approver gave no answer in time, and this process is ending: the call
+                    // cannot be parked in a run that is already stored. It fails; the cell may
+                    // make it again.
+                    Some(Finished::Parked(request)) => Delivery {
+                        id: request,
+                        outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, MSG_PARKED_TOO_LATE)),
+                    },
+                    None => break,
+                };
                 match rt.block_on(self.store.record_result(&id, &d)) {
                     Ok(true) => recorded += 1,
                     // The run is gone (settled, aborted, expired): nobody will collect its results.
@@ -237,7 +272,8 @@ impl Inner {
     /// tools are issued again; any other tool fails the run, since its side effect may or may not
     /// have happened. A result is never delivered twice: the old call's result died with its process.
     pub(super) fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
-        let lost: Vec<PendingRequest> = run.pending.values().filter(|p| p.kind().is_tool_call()).cloned().collect();
+        let lost: Vec<PendingRequest> =
+            run.pending.values().filter(|p| p.kind().is_tool_call() && !p.awaiting_approval).cloned().collect();
         if let Some(p) = lost.iter().find(|p| !p.read_only) {
             return Err(CodeModeError::new(
                 CodeModeErrorCode::NestedToolFailed,
@@ -250,7 +286,9 @@ impl Inner {
         }
         for p in lost {
             match resolve_tool(&run.catalog, &p.request) {
-                Ok((tool, mode)) => self.start_call(rt, run, CallSpec { id: p.id, request: p.request, tool, mode }),
+                Ok((tool, mode)) => {
+                    self.start_call(rt, run, CallSpec { id: p.id, request: p.request, tool, mode, approved: false })
+                }
                 Err((_, err)) => {
                     run.pending.remove(&p.id);
                     run.ready.push(Delivery { id: p.id, outcome: Err(err) });
@@ -260,9 +298,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Starts a nested call of a catalog tool on the host's executor.
+    /// Starts a nested call of a catalog tool on the host's executor, through the hooks and the
+    /// approval gate.
     pub(super) fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) {
-        let CallSpec { id, request, tool, mode } = spec;
+        let CallSpec { id, request, tool, mode, approved } = spec;
         let raw = mode == CallMode::Raw;
         let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
         run.pending.insert(
@@ -273,6 +312,7 @@ impl Inner {
                 request,
                 read_only: tool.def.read_only,
                 issued_at_ms: self.now_ms(),
+                awaiting_approval: false,
             },
         );
         let nested = NestedToolCall {
@@ -283,20 +323,29 @@ impl Inner {
             input,
             context: run.context.clone(),
         };
+        let gate = Gate {
+            policy_reason: self.approvals.reason(&tool.def),
+            approved,
+            approver: self.approver.clone(),
+            timeout: Duration::from_millis(self.approvals.timeout_ms),
+        };
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
         let tool_id = tool.id.clone();
         let contract = tool;
         let finished = run.calls.start(rt, id, async move {
-            // SPEC D4: the declared output contract is checked after the hooks, before the value
-            // reaches the guest; a mismatch fails the call and the value is never emitted.
-            let outcome = run_hooked(&hooks, executor.as_ref(), nested).await.and_then(|r| {
-                contract
-                    .check_output(&r.details)
-                    .map(|()| r)
-                    .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m.to_string()))
-            });
-            match outcome {
+            let outcome = match run_gated(&hooks, executor.as_ref(), nested, &gate).await {
+                Gated::Parked => return CallEnd::Parked,
+                // SPEC D4: the declared output contract is checked after the hooks, before the
+                // value reaches the guest; a mismatch fails the call and the value is never emitted.
+                Gated::Done(outcome) => outcome.and_then(|r| {
+                    contract
+                        .check_output(&r.details)
+                        .map(|()| r)
+                        .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m.to_string()))
+                }),
+            };
+            CallEnd::Settled(match outcome {
                 Ok(r) if raw => {
                     let content = if r.content.is_empty() {
                         vec![json!({ "type": "text", "text": r.details.to_string() })]
@@ -311,10 +360,48 @@ impl Inner {
                     format!("{tool_id}: {}", e.message),
                     Some(CodeModeErrorCode::NestedToolFailed),
                 )),
-            }
+            })
         });
-        if let Some(d) = finished {
-            run.accept(d);
+        if let Some(f) = finished {
+            run.accept(f);
         }
+    }
+
+    /// Applies the decisions recorded for the run's parked calls: an approved call starts (past the
+    /// gate), a denied one rejects in the guest. Decisions on calls that are not parked are
+    /// ignored. Returns how many were applied.
+    pub(super) fn apply_decisions(&self, rt: &Handle, run: &mut Run) -> Result<usize, CodeModeError> {
+        let decisions = rt.block_on(self.store.take_decisions(&run.id)).map_err(|e| e.to_code_mode_error())?;
+        let mut applied = 0;
+        for (id, decision) in decisions {
+            let Some(p) = run.pending.get(&id).filter(|p| p.awaiting_approval).cloned() else {
+                tracing::warn!(run = %run.id, request = id, "ignoring an approval decision for a call that is not parked");
+                continue;
+            };
+            applied += 1;
+            let tool_id = p.tool_id.clone().unwrap_or_default();
+            tracing::info!(target: "codemode::approval", run = %run.id, request = id, tool = %tool_id, ?decision, "approval decision applied");
+            match decision {
+                ApprovalDecision::Approve => match resolve_tool(&run.catalog, &p.request) {
+                    Ok((tool, mode)) => {
+                        self.start_call(rt, run, CallSpec { id, request: p.request, tool, mode, approved: true })
+                    }
+                    Err((_, err)) => {
+                        run.pending.remove(&id);
+                        run.ready.push(Delivery { id, outcome: Err(err) });
+                    }
+                },
+                ApprovalDecision::Deny { reason } => {
+                    run.telemetry.failed_call_count += 1;
+                    run.pending.remove(&id);
+                    let message = format!("{tool_id}: {}", crate::tools::denial_message(&reason));
+                    run.ready.push(Delivery {
+                        id,
+                        outcome: Err(GuestError::new("ToolError", message, Some(CodeModeErrorCode::NestedToolFailed))),
+                    });
+                }
+            }
+        }
+        Ok(applied)
     }
 }

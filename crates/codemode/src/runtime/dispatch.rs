@@ -61,7 +61,7 @@ impl Inner {
                         ),
                     ));
                 }
-                self.start_call(rt, run, CallSpec { id, request, tool, mode });
+                self.start_call(rt, run, CallSpec { id, request, tool, mode, approved: false });
             }
             GuestRequest::McpApi { server, tool, schema } => {
                 let outcome = codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool.as_deref(), schema)
@@ -79,7 +79,14 @@ impl Inner {
             request @ GuestRequest::Yield { .. } => {
                 run.pending.insert(
                     id,
-                    PendingRequest { id, tool_id: None, request, read_only: true, issued_at_ms: self.now_ms() },
+                    PendingRequest {
+                        id,
+                        tool_id: None,
+                        request,
+                        read_only: true,
+                        issued_at_ms: self.now_ms(),
+                        awaiting_approval: false,
+                    },
                 );
                 return Ok(true);
             }

@@ -24,11 +24,13 @@ mod calls;
 mod dispatch;
 mod suspend;
 
-use crate::tools::{ToolHook, run_hooked};
-use calls::{CallSpec, NestedCalls, resolve_tool};
+use crate::tools::{Gate, Gated, ToolHook, run_gated};
+use calls::{CallSpec, Finished, NestedCalls, resolve_tool};
 use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
+use codemode_catalog::approval::ApprovalPolicy;
 use codemode_catalog::{Catalog, CatalogTool};
+use codemode_core::approval::{ApprovalDecision, Approver};
 use codemode_core::config::{CodeModeConfig, Language};
 use codemode_core::engine::{
     BridgeRequest, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure, GuestInstance,
@@ -39,7 +41,9 @@ use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExec
 use codemode_core::guest::{CallMode, GuestRequest};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
 use codemode_core::positions::CellPositions;
-use codemode_core::result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, WaitReason, json_len};
+use codemode_core::result::{
+    CodeModeOutput, CodeModePendingToolCall, CodeModeResult, PendingCallKind, WaitReason, json_len,
+};
 use codemode_core::scope::{RunContext, RunId};
 use codemode_core::store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
 use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
@@ -57,6 +61,12 @@ use tokio::task::AbortHandle;
 /// program error, like an uncaught exception: no code).
 pub const MSG_STALLED: &str =
     "the cell is waiting on a promise that nothing will settle (no nested calls are in flight)";
+
+/// Message of a gated call whose approver did not answer before the process that started it ended
+/// (`codemode exec` handing its run over): the call fails instead of parking in a run that is
+/// already stored.
+pub const MSG_PARKED_TOO_LATE: &str = "approval was not given before the process running the call ended; the call did \
+     not run (call it again to ask for approval again)";
 
 /// Message of the `internal_error` when a stored run has nothing to resume with: no result to
 /// deliver and no call in flight (a store that lost part of a run).
@@ -119,6 +129,10 @@ pub(crate) struct Inner {
     catalog: std::sync::RwLock<Arc<RunCatalog>>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
     pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
+    /// Which nested calls wait for a human (SPEC P5).
+    pub(crate) approvals: ApprovalPolicy,
+    /// Who decides gated calls at once; without one, every gated call parks.
+    pub(crate) approver: Option<Arc<dyn Approver>>,
     pub(crate) store: Arc<dyn SnapshotStore>,
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
@@ -164,7 +178,16 @@ impl Call {
 }
 
 impl Run {
-    fn accept(&mut self, d: Delivery) {
+    fn accept(&mut self, f: Finished) {
+        let d = match f {
+            Finished::Settled(d) => d,
+            Finished::Parked(id) => {
+                if let Some(p) = self.pending.get_mut(&id) {
+                    p.awaiting_approval = true;
+                }
+                return;
+            }
+        };
         if let Some(p) = self.pending.remove(&d.id)
             && p.kind().is_tool_call()
             && d.outcome.is_err()
@@ -172,6 +195,11 @@ impl Run {
             self.telemetry.failed_call_count += 1;
         }
         self.ready.push(d);
+    }
+
+    /// Calls parked until a human decides.
+    fn parked(&self) -> usize {
+        self.pending.values().filter(|p| p.awaiting_approval).count()
     }
 
     fn collect_finished(&mut self) {
@@ -186,7 +214,7 @@ impl Run {
             .filter(|p| p.kind().is_tool_call())
             .map(|p| CodeModePendingToolCall {
                 request_id: p.id,
-                kind: p.kind(),
+                kind: if p.awaiting_approval { PendingCallKind::Approval } else { PendingCallKind::running(p.kind()) },
                 tool_id: p.tool_id.clone().unwrap_or_default(),
                 elapsed_ms: now.saturating_sub(p.issued_at_ms),
             })
@@ -233,6 +261,7 @@ impl Inner {
         catalog: Catalog,
         executor: Arc<dyn ToolExecutor>,
         hooks: Vec<Arc<dyn ToolHook>>,
+        (approvals, approver): (ApprovalPolicy, Option<Arc<dyn Approver>>),
         store: Arc<dyn SnapshotStore>,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -244,6 +273,8 @@ impl Inner {
             catalog,
             executor,
             hooks,
+            approvals,
+            approver,
             store,
             limits,
             clock,
@@ -463,16 +494,30 @@ impl Inner {
         let yields: Vec<RequestId> =
             run.pending.values().filter(|p| p.kind() == RequestKind::Yield).map(|p| p.id).collect();
         for id in yields {
-            run.accept(Delivery { id, outcome: Ok(Value::Null) });
+            run.accept(Finished::Settled(Delivery { id, outcome: Ok(Value::Null) }));
         }
         run.collect_finished();
-        if run.ready.is_empty() {
-            if run.calls.running() == 0 {
+        while run.ready.is_empty() {
+            if run.parked() > 0
+                && let Err(e) = self.apply_decisions(rt, &mut run)
+            {
+                return self.fail(rt, run, call, e);
+            }
+            run.collect_finished();
+            if !run.ready.is_empty() {
+                break;
+            }
+            if run.calls.running() == 0 && run.parked() == 0 {
                 let err = CodeModeError::new(CodeModeErrorCode::InternalError, MSG_NOTHING_TO_RESUME);
                 return self.fail(rt, run, call, err);
             }
-            match run.calls.next_until(call.deadline) {
-                Some(d) => run.accept(d),
+            // Wait for a call to settle, or (while calls are parked) poll for decisions recorded
+            // meanwhile, by this process or another one.
+            let until =
+                if run.parked() > 0 { (Instant::now() + RECORDED_POLL).min(call.deadline) } else { call.deadline };
+            match run.calls.next_until(until) {
+                Some(f) => run.accept(f),
+                None if Instant::now() < call.deadline => {}
                 // Nothing settled in time: the stored snapshot is still exact, keep it as it is.
                 None => return self.store_suspended(rt, run, snapshot, call, WaitReason::PendingTools),
             }
@@ -539,7 +584,10 @@ impl Inner {
                 }
             }
             run.collect_finished();
-            if completed.is_some() && run.calls.running() == 0 && run.ready.is_empty() {
+            // A parked call is outstanding like a running one: the run completes only once it has
+            // been decided (and, if approved, has run).
+            let outstanding = run.calls.running() + run.parked();
+            if completed.is_some() && outstanding == 0 && run.ready.is_empty() {
                 return StepsEnd::Complete(completed.take().unwrap_or(Value::Null));
             }
             if yielded {
@@ -549,7 +597,7 @@ impl Inner {
                 if Instant::now() < call.deadline {
                     continue;
                 }
-                if run.calls.running() == 0 {
+                if outstanding == 0 {
                     // Only instant answers are left (searches, lookups, calls that returned at
                     // once): the cell was busy, not waiting on slow tools. A `waiting` result must
                     // always name what it waits for.
@@ -558,11 +606,16 @@ impl Inner {
                 return StepsEnd::Suspend(WaitReason::PendingTools);
             }
             if run.calls.running() == 0 {
+                if run.parked() > 0 {
+                    // Only calls waiting for a human are left: suspend now (the decision comes
+                    // through `decide`, and the next `wait` applies it).
+                    return StepsEnd::Suspend(WaitReason::PendingTools);
+                }
                 return StepsEnd::Fail(CodeModeError::uncoded(MSG_STALLED));
             }
             match run.calls.next_until(call.deadline) {
-                Some(d) => {
-                    run.accept(d);
+                Some(f) => {
+                    run.accept(f);
                     run.collect_finished();
                 }
                 None => return StepsEnd::Suspend(WaitReason::PendingTools),
