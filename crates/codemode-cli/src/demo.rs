@@ -2,7 +2,10 @@
 
 use crate::{CommonArgs, build_runtime, load_config};
 use anyhow::Result;
-use codemode::{CodeMode, CodeModeExecInput, CodeModeOutput, CodeModeResult, CodeModeWaitInput, RunContext};
+use codemode::{
+    ApprovalDecision, ApprovalPolicy, CodeMode, CodeModeExecInput, CodeModeOutput, CodeModeResult, CodeModeWaitInput,
+    PendingCallKind, RunContext, RunId,
+};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -14,7 +17,7 @@ struct Scene {
     fails: bool,
 }
 
-const SCENES: [Scene; 6] = [
+const SCENES: [Scene; 7] = [
     Scene {
         title: "Search → call → filter, in one cell",
         note: "The model never saw the shipping tool's schema: the cell finds it, calls it, and filters the result.",
@@ -56,6 +59,15 @@ return { total, perShipment: total / 10 };"#,
         fails: false,
     },
     Scene {
+        title: "A human approves a call made from inside the code",
+        note: "The demo config gates demo_invoice_send (`approvals.require`). The run suspends exactly at that call, listed with kind \"approval\"; a human decides (here the demo, as `codemode approve RUN_ID REQUEST_ID` would) and the same run continues.",
+        code: r#"const [first] = (await tools.demo_shipping_list({})).filter((s) => !s.paid);
+text(`invoicing ${first.id}…`);
+const invoice = await tools.demo_invoice_send({ shipmentId: first.id, amount: first.tons * 100 });
+return invoice;"#,
+        fails: false,
+    },
+    Scene {
         title: "Failures are plain errors",
         note: "A failing tool throws an ordinary Error the cell can catch.",
         code: r#"try {
@@ -88,7 +100,13 @@ fn show_result(step: &str, r: &CodeModeResult, ms: u128) {
             println!("{}", indent(&pretty, "      "));
         }
         CodeModeResult::Waiting { reason, pending_tool_calls, .. } => {
-            let pending: Vec<&str> = pending_tool_calls.iter().map(|p| p.tool_id.as_str()).collect();
+            let pending: Vec<String> = pending_tool_calls
+                .iter()
+                .map(|p| match p.kind {
+                    PendingCallKind::Approval => format!("{} (awaiting approval, request {})", p.tool_id, p.request_id),
+                    _ => p.tool_id.clone(),
+                })
+                .collect();
             let reason =
                 serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
             println!("  {step} → waiting ({reason}) after {ms} ms; pending: {pending:?}");
@@ -117,6 +135,17 @@ async fn play(cm: &CodeMode, scene: &Scene, n: usize) -> bool {
         let Some(id) = r.run_id().map(str::to_string) else {
             break;
         };
+        for p in r.pending_tool_calls().iter().filter(|p| p.kind == PendingCallKind::Approval) {
+            println!(
+                "  human → approves request {} ({}): `codemode approve {id} {}`",
+                p.request_id, p.tool_id, p.request_id
+            );
+            if let Ok(run) = RunId::parse(&id)
+                && let Err(e) = cm.decide(&run, p.request_id, ApprovalDecision::Approve).await
+            {
+                println!("  (the decision could not be recorded: {})", e.message);
+            }
+        }
         let started = Instant::now();
         r = cm.wait(&ctx, &CodeModeWaitInput::new(id)).await;
         show_result("wait", &r, started.elapsed().as_millis());
@@ -128,6 +157,11 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     let mut config = load_config(&common)?;
     // Short enough that the slow tool of scene 3 outlives one exec call.
     config.code_mode.timeout_ms = config.code_mode.timeout_ms.min(500);
+    // Scene 5 shows an approval: sending an invoice waits for a human (unless the config has its own
+    // approval policy).
+    if config.approvals.is_off() {
+        config.approvals = ApprovalPolicy::require(["plugin:demo:demo_invoice_send"]);
+    }
     let gw = build_runtime(config, &common).await?;
     let cm = gw.cm().clone();
     crate::prepare_engine(&cm).await;

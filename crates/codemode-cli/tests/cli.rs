@@ -410,3 +410,67 @@ fn waits_that_outlast_nothing_hand_the_call_back() {
     assert!(claims.is_empty(), "claims left behind: {claims:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 11 §2: a gated call parks the run in one process, `codemode approve` (another process)
+/// records the decision, and `codemode wait` (a third) runs or rejects the call.
+#[test]
+fn approvals_across_processes() {
+    let dir = tempdir("approve");
+    let snaps = dir.join("runs");
+    let config = write(
+        &dir,
+        "c.json5",
+        "{ tools: { codeMode: { enabled: true, timeoutMs: 300 } }, approvals: { require: ['demo_invoice_send'] } }",
+    );
+    let exec = |code: &str| {
+        let out = run_stdin(
+            &["exec", "--config", config.to_str().unwrap(), "--snapshot-dir", snaps.to_str().unwrap(), "-"],
+            code,
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        last_json(&out)
+    };
+    let approve = |run: &Value, request: &Value, deny: Option<&str>| {
+        let mut c = bin();
+        c.args(["approve", "--snapshot-dir"])
+            .arg(&snaps)
+            .arg(run.as_str().unwrap())
+            .arg(request.as_u64().unwrap().to_string());
+        if let Some(reason) = deny {
+            c.args(["--deny", reason]);
+        }
+        c.output().unwrap()
+    };
+    let cell = "try { const r = await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 1200 }); \
+                return 'sent ' + r.invoiceId.slice(0, 4) } catch (e) { return e.code + ': ' + e.message }";
+    // Approved.
+    let first = exec(cell);
+    assert_eq!(first["status"], "waiting", "{first}");
+    let pending = &first["pendingToolCalls"][0];
+    assert_eq!(pending["kind"], "approval", "{first}");
+    assert_eq!(pending["toolId"], "plugin:demo:demo_invoice_send");
+    let out = approve(&first["runId"], &pending["requestId"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(last_json(&out)["decision"], json!({"decision": "approve"}));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("approval decision recorded"), "an audit line");
+    let (done, _) = wait_until_settled(&config, &snaps, &first);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["value"], "sent INV-");
+    // Denied.
+    let first = exec(cell);
+    let pending = &first["pendingToolCalls"][0];
+    let out = approve(&first["runId"], &pending["requestId"], Some("over budget"));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (done, _) = wait_until_settled(&config, &snaps, &first);
+    assert_eq!(
+        done["value"], "nested_tool_failed: plugin:demo:demo_invoice_send: approval denied: over budget",
+        "{done}"
+    );
+    // A settled run (or one that never existed) takes no decision.
+    let out = approve(&first["runId"], &pending["requestId"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unavailable or expired"));
+    let out = bin().args(["approve", "--snapshot-dir"]).arg(&snaps).args(["../etc", "1"]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -106,3 +106,39 @@ fn which(cmd: &str) -> PathBuf {
         .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(cmd)).find(|p| p.is_file()))
         .unwrap_or_else(|| panic!("`{cmd}` is not on PATH: install Node.js (scripts/setup.sh needs it too)"))
 }
+
+/// Issue 11 §2: approvals through `codemode serve` — MCP elicitation (accept, decline, cancel, no
+/// answer in time) and `codemode approve` from another process — with Python's `mcp` client.
+fn approvals(transport: &str) {
+    let python = peer(".venv/bin/python");
+    let dir = tempdir(&format!("approvals-{transport}"));
+    let config = dir.join("codemode.json5");
+    std::fs::write(
+        &config,
+        "{ tools: { codeMode: { enabled: true, timeoutMs: 2000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 600 } }\n",
+    )
+    .unwrap();
+    let out = Command::new(python)
+        .arg(root().join("tests/e2e/approvals.py"))
+        .arg(env!("CARGO_BIN_EXE_codemode"))
+        .arg(&config)
+        .arg(dir.join("runs"))
+        .arg(transport)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "approvals.py {transport} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains(&format!("ok: approvals {transport}")), "{stdout}");
+}
+
+#[test]
+fn approvals_through_serve_over_stdio() {
+    approvals("stdio");
+}
+
+#[test]
+fn approvals_through_serve_over_streamable_http() {
+    approvals("http");
+}

@@ -179,6 +179,14 @@ impl CodeModeResult {
         }
     }
 
+    /// The pending nested calls of a waiting result (empty otherwise).
+    pub fn pending_tool_calls(&self) -> &[CodeModePendingToolCall] {
+        match self {
+            CodeModeResult::Waiting { pending_tool_calls, .. } => pending_tool_calls,
+            _ => &[],
+        }
+    }
+
     /// The error code of a failed result.
     pub fn error_code(&self) -> Option<CodeModeErrorCode> {
         match self {

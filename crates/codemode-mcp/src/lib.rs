@@ -13,6 +13,7 @@
 //! Layering (DESIGN §2): above the `codemode` facade; below the CLI.
 #![forbid(unsafe_code)]
 
+pub mod approval;
 pub mod config;
 pub mod hub;
 pub mod server;
@@ -62,7 +63,9 @@ pub async fn build_gateway(
 ) -> Result<Arc<server::Gateway>, ConfigError> {
     check_target(file, target)?;
     let hub = connect_servers(file).await?;
+    let approver = Arc::new(approval::ElicitingApprover::default());
     let mut builder = CodeMode::builder(file.code_mode.clone())
+        .approver(approver.clone())
         .policy(file.policy.clone())
         .approvals(file.approvals.clone())
         .policy_target(target.clone())
@@ -72,5 +75,5 @@ pub async fn build_gateway(
     if let Some(store) = store {
         builder = builder.store(store);
     }
-    Ok(server::Gateway::new(builder.build(), hub))
+    Ok(server::Gateway::with_approver(builder.build(), hub, approver))
 }

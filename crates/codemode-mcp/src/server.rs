@@ -6,6 +6,7 @@
 //! upstream MCP servers, and (later) namespace prompts; when an upstream server's tool list changes,
 //! the catalog is rebuilt and clients are told with `notifications/tools/list_changed`.
 
+use crate::approval::ElicitingApprover;
 use crate::hub::McpHub;
 use codemode::surface::{EXEC, ModelTool, WAIT, exec_tool, wait_tool};
 use codemode::{CodeMode, CodeModeResult, RunContext};
@@ -24,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Gateway {
     cm: CodeMode,
     hub: Arc<McpHub>,
+    /// Puts gated calls to the human behind each session (MCP elicitation), when `cm` uses it.
+    approver: Option<Arc<ElicitingApprover>>,
     applied: AtomicU64,
     /// Set when the server stops: sessions closing then keep their runs (a directory store keeps
     /// them across the restart).
@@ -40,7 +43,14 @@ impl Gateway {
     /// A gateway over `cm` (built with the hub's tools as host tools and the hub as executor).
     pub fn new(cm: CodeMode, hub: Arc<McpHub>) -> Arc<Self> {
         let applied = AtomicU64::new(hub.generation());
-        Arc::new(Gateway { cm, hub, applied, stopping: Default::default() })
+        Arc::new(Gateway { cm, hub, approver: None, applied, stopping: Default::default() })
+    }
+
+    /// A gateway whose runtime asks `approver` about gated calls (`cm` must have been built with
+    /// `.approver(approver)`); each session's client is registered with it as it calls `exec`/`wait`.
+    pub fn with_approver(cm: CodeMode, hub: Arc<McpHub>, approver: Arc<ElicitingApprover>) -> Arc<Self> {
+        let applied = AtomicU64::new(hub.generation());
+        Arc::new(Gateway { cm, hub, approver: Some(approver), applied, stopping: Default::default() })
     }
 
     /// The code-mode runtime.
@@ -108,6 +118,9 @@ struct SessionEnd {
 
 impl Drop for SessionEnd {
     fn drop(&mut self) {
+        if let Some(approver) = &self.gateway.approver {
+            approver.forget(&self.session);
+        }
         if self.gateway.stopping.load(Ordering::SeqCst) {
             return;
         }
@@ -176,6 +189,9 @@ impl ServerHandler for ExecWaitServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let changed = self.gateway.sync();
+        if let Some(approver) = &self.gateway.approver {
+            approver.register(&self.session, &cx.peer);
+        }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let Some(result) = self.gateway.call(&self.session, &request.name, &args).await else {
             return Err(ErrorData::invalid_params(

@@ -1,0 +1,142 @@
+"""Approvals through `codemode serve` (issue 11 §2), driven by Python's official `mcp` client.
+
+Usage: approvals.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
+
+The config gates `demo_invoice_send` (`approvals.require`) with `approvals.timeoutMs` 600. Checks:
+  - a client with the elicitation capability is asked (`elicitation/create`, naming the tool and the
+    input) and its answer decides inside the same `exec`: accept runs the call, decline and cancel
+    deny it (the cell catches a `nested_tool_failed` error);
+  - a human who does not answer in time: the run comes back `waiting` with the call listed as
+    `kind: "approval"`; `codemode approve` (another process) records the decision; `wait` runs it;
+  - a client without elicitation: gated calls park at once; `codemode approve --deny` refuses.
+Exit status 0 on success; an AssertionError (non-zero) names what failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from client import HttpServer, result_json
+
+CELL = (
+    "try { const r = await tools.demo_invoice_send({ shipmentId: 'SHP-1002', amount: 400 }); "
+    "return 'sent ' + r.invoiceId.slice(0, 4) } catch (e) { return e.code + ': ' + e.message }"
+)
+
+
+class Human:
+    """An elicitation callback that answers with `action` after `delay` seconds, and records the questions."""
+
+    def __init__(self, action: str, delay: float = 0.0):
+        self.action = action
+        self.delay = delay
+        self.asked: list[str] = []
+
+    async def __call__(self, context, params):
+        self.asked.append(params.message)
+        await asyncio.sleep(self.delay)
+        return types.ElicitResult(action=self.action, content={} if self.action == "accept" else None)
+
+
+@asynccontextmanager
+async def session(transport: str, bin_path: str, config: str, snapdir: str, human, server=None):
+    if transport == "stdio":
+        params = StdioServerParameters(
+            command=bin_path,
+            args=["serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools"],
+            env={**os.environ, "RUST_LOG": "warn"},
+        )
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=human) as s:
+                await s.initialize()
+                yield s
+    else:
+        async with streamable_http_client(server.url) as (read, write):
+            async with ClientSession(read, write, elicitation_callback=human) as s:
+                await s.initialize()
+                yield s
+
+
+async def exec_cell(s: ClientSession) -> dict:
+    return result_json(await s.call_tool("exec", {"code": CELL}))
+
+
+def approve(bin_path: str, snapdir: str, run_id: str, request_id: int, deny: str | None = None) -> None:
+    args = [bin_path, "approve", "--snapshot-dir", snapdir, run_id, str(request_id)]
+    if deny is not None:
+        args += ["--deny", deny]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"codemode approve failed: {out.stderr}"
+    assert "approval decision recorded" in out.stderr, out.stderr
+
+
+async def wait_until_settled(s: ClientSession, first: dict) -> dict:
+    last = first
+    for _ in range(40):
+        if last["status"] != "waiting":
+            return last
+        last = result_json(await s.call_tool("wait", {"runId": last["runId"]}))
+    raise AssertionError(f"run did not settle: {last}")
+
+
+def parked_call(result: dict) -> dict:
+    assert result["status"] == "waiting", result
+    pending = [p for p in result["pendingToolCalls"] if p["kind"] == "approval"]
+    assert len(pending) == 1, result
+    assert pending[0]["toolId"] == "plugin:demo:demo_invoice_send", result
+    return pending[0]
+
+
+async def main() -> None:
+    bin_path, config, snapdir, transport = sys.argv[1:5]
+    server = HttpServer(bin_path, config, snapdir) if transport == "http" else None
+    # HTTP keeps runs in the server's memory store: `codemode approve` (a directory store) applies to
+    # stdio, where runs live in the snapshot directory.
+    try:
+        for action, expected in [
+            ("accept", "sent INV-"),
+            ("decline", "nested_tool_failed: plugin:demo:demo_invoice_send: approval denied: declined by the user"),
+            ("cancel", "nested_tool_failed: plugin:demo:demo_invoice_send: approval denied: cancelled by the user"),
+        ]:
+            human = Human(action)
+            async with session(transport, bin_path, config, snapdir, human, server) as s:
+                r = await exec_cell(s)
+                assert r["status"] == "completed", r
+                assert r["value"] == expected, r
+                assert len(human.asked) == 1, human.asked
+                assert "plugin:demo:demo_invoice_send" in human.asked[0], human.asked[0]
+                assert "SHP-1002" in human.asked[0], "the human sees the input"
+        if transport == "stdio":
+            # A human who answers too late: the call parks, another process approves it.
+            slow = Human("accept", delay=5.0)
+            async with session(transport, bin_path, config, snapdir, slow) as s:
+                first = await exec_cell(s)
+                call = parked_call(first)
+                approve(bin_path, snapdir, first["runId"], call["requestId"])
+                done = await wait_until_settled(s, first)
+                assert done["status"] == "completed" and done["value"] == "sent INV-", done
+            # A client that cannot be asked: the call parks at once; a denial from the command line.
+            async with session(transport, bin_path, config, snapdir, None) as s:
+                first = await exec_cell(s)
+                call = parked_call(first)
+                approve(bin_path, snapdir, first["runId"], call["requestId"], deny="over budget")
+                done = await wait_until_settled(s, first)
+                assert done["value"] == (
+                    "nested_tool_failed: plugin:demo:demo_invoice_send: approval denied: over budget"
+                ), done
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"ok: approvals {transport}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
