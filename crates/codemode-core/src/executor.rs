@@ -25,6 +25,28 @@ pub struct NestedToolCall {
     pub context: RunContext,
 }
 
+/// The `toolKind` of the outer `exec` / `wait` call in hook events (SPEC X8): policies use it to tell
+/// code-mode cells apart from shell-style `exec` calls with the same name.
+pub const CODE_MODE_TOOL_KIND: &str = "code_mode_exec";
+
+/// The outer `exec` / `wait` call, as hooks see it before it runs (SPEC X8).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CodeModeCallEvent {
+    /// `exec` or `wait`.
+    pub tool_name: String,
+    /// Always [`CODE_MODE_TOOL_KIND`].
+    pub tool_kind: &'static str,
+    /// The cell's language (`javascript` | `typescript`) for `exec`; `None` for `wait`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input_kind: Option<String>,
+    /// The run a `wait` resumes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The caller's context.
+    pub context: RunContext,
+}
+
 /// A tool's successful result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -40,7 +40,9 @@ pub use codemode_catalog::Catalog;
 pub use codemode_catalog::approval::ApprovalPolicy;
 pub use codemode_catalog::policy::{PolicyContext, PolicyTarget, ToolPolicy};
 pub use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
-pub use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolResult};
+pub use codemode_core::executor::{
+    CODE_MODE_TOOL_KIND, CodeModeCallEvent, NestedToolCall, ToolError, ToolErrorKind, ToolResult,
+};
 pub use codemode_core::result::PendingCallKind;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
@@ -368,12 +370,45 @@ impl CodeMode {
     /// The call runs on a guest worker thread (never on the async executor) and must be awaited
     /// inside a tokio runtime, where nested calls that really wait are spawned.
     pub async fn exec(&self, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
+        let event = CodeModeCallEvent {
+            tool_name: crate::surface::EXEC.to_string(),
+            tool_kind: CODE_MODE_TOOL_KIND,
+            tool_input_kind: Some(input.language.clone().unwrap_or_else(|| "javascript".to_string())),
+            run_id: None,
+            context: ctx.clone(),
+        };
+        if let Some(refused) = self.outer_hooks(&event).await {
+            return refused;
+        }
         let (ctx, input) = (ctx.clone(), input.clone());
         self.on_worker(move |inner, rt| inner.exec(rt, &ctx, &input)).await
     }
 
+    /// Runs every hook's [`ToolHook::before_code_mode_call`]; a refusal becomes the call's result.
+    async fn outer_hooks(&self, event: &CodeModeCallEvent) -> Option<CodeModeResult> {
+        for h in &self.inner.hooks {
+            if let Err(e) = h.before_code_mode_call(event).await {
+                let err = CodeModeError::uncoded(format!("{} refused by a hook: {}", event.tool_name, e.message));
+                let mut telemetry = CodeModeTelemetry { engine: self.engine_name().to_string(), ..Default::default() };
+                telemetry.exec_count = u32::from(event.tool_name == crate::surface::EXEC);
+                return Some(CodeModeResult::failed(err, Vec::new(), telemetry));
+            }
+        }
+        None
+    }
+
     /// Resumes a suspended run (SPEC §5.3). Runs like [`Self::exec`].
     pub async fn wait(&self, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
+        let event = CodeModeCallEvent {
+            tool_name: crate::surface::WAIT.to_string(),
+            tool_kind: CODE_MODE_TOOL_KIND,
+            tool_input_kind: None,
+            run_id: Some(input.run_id.clone()),
+            context: ctx.clone(),
+        };
+        if let Some(refused) = self.outer_hooks(&event).await {
+            return refused;
+        }
         let (ctx, input) = (ctx.clone(), input.clone());
         self.on_worker(move |inner, rt| inner.wait(rt, &ctx, &input)).await
     }

@@ -4,7 +4,7 @@
 
 use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 use codemode_core::catalog::ToolDefinition;
-use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
+use codemode_core::executor::{CodeModeCallEvent, NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -128,6 +128,14 @@ impl ToolExecutor for LocalTools {
 /// host's `before_tool_call` / `after_tool_call` plugin hooks (SPEC P6).
 #[async_trait::async_trait]
 pub trait ToolHook: Send + Sync {
+    /// Runs before an outer `exec` or `wait` call (SPEC X8: `toolKind: "code_mode_exec"`,
+    /// `toolInputKind: "javascript" | "typescript"`). An error refuses the call: it fails with the
+    /// error's message and no run starts or resumes.
+    async fn before_code_mode_call(&self, event: &CodeModeCallEvent) -> Result<(), ToolError> {
+        let _ = event;
+        Ok(())
+    }
+
     /// Runs before the tool: may rewrite `call.input`, or refuse the call with an error (which the
     /// guest sees as a failed nested call; the tool never runs).
     async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {

@@ -1,0 +1,115 @@
+//! Hooks around the outer call (SPEC X8) and the caller's context on every nested call (P1–P3):
+//! what a host's policy sees (issue 11 §1).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode::{
+    CODE_MODE_TOOL_KIND, CodeMode, CodeModeCallEvent, CodeModeConfig, CodeModeExecInput, CodeModeWaitInput,
+    NestedToolCall, RunContext, ToolDefinition, ToolError, ToolErrorKind, ToolExecutor, ToolHook, ToolResult,
+    ToolSource,
+};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+
+/// Records the outer events; refuses TypeScript cells when `refuse_ts`.
+#[derive(Default)]
+struct Outer {
+    events: Mutex<Vec<CodeModeCallEvent>>,
+    refuse_ts: bool,
+}
+
+#[async_trait::async_trait]
+impl ToolHook for Outer {
+    async fn before_code_mode_call(&self, event: &CodeModeCallEvent) -> Result<(), ToolError> {
+        self.events.lock().unwrap().push(event.clone());
+        if self.refuse_ts && event.tool_input_kind.as_deref() == Some("typescript") {
+            return Err(ToolError::new(ToolErrorKind::Denied, "no TypeScript for this agent"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x8_outer_calls_carry_the_code_mode_tool_kind() {
+    let hook = Arc::new(Outer::default());
+    let cm = CodeMode::builder(CodeModeConfig::enabled()).hook(hook.clone()).build();
+    let ctx = RunContext::session("x8");
+    let input = CodeModeExecInput {
+        language: Some("typescript".into()),
+        ..CodeModeExecInput::code("const n: number = 1; await yield_control(); return n")
+    };
+    let r = cm.exec(&ctx, &input).await;
+    let run_id = r.run_id().unwrap().to_string();
+    let done = cm.wait(&ctx, &CodeModeWaitInput::new(&run_id)).await;
+    assert_eq!(done.to_json()["value"], json!(1));
+    cm.exec(&ctx, &CodeModeExecInput::code("return 2")).await;
+    let events = hook.events.lock().unwrap().clone();
+    assert_eq!(events.len(), 3);
+    let wire: Vec<_> = events.iter().map(|e| serde_json::to_value(e).unwrap()).collect();
+    assert_eq!(wire[0]["toolName"], "exec");
+    assert_eq!(wire[0]["toolKind"], "code_mode_exec");
+    assert_eq!(wire[0]["toolInputKind"], "typescript");
+    assert_eq!(wire[0]["context"]["scope"]["sessionId"], "x8");
+    assert_eq!(wire[1]["toolName"], "wait");
+    assert_eq!(wire[1]["toolKind"], CODE_MODE_TOOL_KIND);
+    assert_eq!(wire[1]["runId"], json!(run_id));
+    assert!(wire[1].get("toolInputKind").is_none());
+    assert_eq!(wire[2]["toolInputKind"], "javascript", "the default language is known");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_may_refuse_the_outer_call() {
+    let hook = Arc::new(Outer { refuse_ts: true, ..Outer::default() });
+    let cm = CodeMode::builder(CodeModeConfig::enabled()).hook(hook).build();
+    let ctx = RunContext::session("x8");
+    let ts = CodeModeExecInput { language: Some("typescript".into()), ..CodeModeExecInput::code("return 1") };
+    let r = cm.exec(&ctx, &ts).await.to_json();
+    assert_eq!(r["status"], "failed");
+    assert_eq!(r["error"], "exec refused by a hook: no TypeScript for this agent");
+    assert_eq!(cm.store().count().await, 0, "no run started");
+    assert_eq!(cm.exec(&ctx, &CodeModeExecInput::code("return 1")).await.to_json()["value"], json!(1));
+}
+
+/// A host executor (like an agent runtime's tool path) that records the context of each call.
+#[derive(Default)]
+struct Host {
+    seen: Mutex<Vec<NestedToolCall>>,
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for Host {
+    async fn call(&self, call: NestedToolCall) -> Result<ToolResult, ToolError> {
+        self.seen.lock().unwrap().push(call);
+        Ok(ToolResult::value(json!("ok")))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p1_p3_nested_calls_reach_the_executor_with_the_callers_context() {
+    let host = Arc::new(Host::default());
+    let cm = CodeMode::builder(CodeModeConfig::enabled())
+        .tool_definitions([ToolDefinition::new(ToolSource::Client, "app", "notify")])
+        .executor(host.clone())
+        .build();
+    let mut ctx = RunContext::session("s-1");
+    ctx.scope.agent_id = Some("agent-a".into());
+    ctx.scope.session_key = Some("key-1".into());
+    ctx.sender = Some("+15550100".into());
+    ctx.channel = Some("sms".into());
+    ctx.provider = Some("openai".into());
+    ctx.model = Some("gpt-5".into());
+    let r = cm
+        .exec(&ctx, &CodeModeExecInput::code("await yield_control(); return await tools.notify({ text: 'hi' })"))
+        .await;
+    // Across a suspension too: the resuming `wait` comes from the same caller.
+    let done = cm.wait(&ctx, &CodeModeWaitInput::new(r.run_id().unwrap())).await;
+    assert_eq!(done.to_json()["value"], json!("ok"), "{}", done.to_json());
+    let seen = host.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let c = &seen[0].context;
+    assert_eq!(c.scope.agent_id.as_deref(), Some("agent-a"), "P1");
+    assert_eq!((c.scope.session_id.as_deref(), c.scope.session_key.as_deref()), (Some("s-1"), Some("key-1")), "P2");
+    assert_eq!((c.sender.as_deref(), c.channel.as_deref()), (Some("+15550100"), Some("sms")), "P3");
+    assert_eq!((c.provider.as_deref(), c.model.as_deref()), (Some("openai"), Some("gpt-5")));
+    assert_eq!(seen[0].tool_id, "client:app:notify");
+    assert_eq!(seen[0].input, json!({ "text": "hi" }));
+}
