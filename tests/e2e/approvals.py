@@ -8,7 +8,10 @@ The config gates `demo_invoice_send` (`approvals.require`) with `approvals.timeo
     deny it (the cell catches a `nested_tool_failed` error);
   - a human who does not answer in time: the run comes back `waiting` with the call listed as
     `kind: "approval"`; `codemode approve` (another process) records the decision; `wait` runs it;
-  - a client without elicitation: gated calls park at once; `codemode approve --deny` refuses.
+  - a client without elicitation: gated calls park at once; `codemode approve --deny` refuses;
+  - (stdio, issue 11 §3) a cancelled `exec` request (`notifications/cancelled`, sent by the client when
+    the awaiting task is cancelled) aborts its run: nothing is left in the snapshot directory after
+    the moment the run would have suspended.
 Exit status 0 on success; an AssertionError (non-zero) names what failed.
 """
 
@@ -24,7 +27,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from client import HttpServer, result_json
+from client import HttpServer, result_json, run_files
 
 CELL = (
     "try { const r = await tools.demo_invoice_send({ shipmentId: 'SHP-1002', amount: 400 }); "
@@ -132,6 +135,21 @@ async def main() -> None:
                 assert done["value"] == (
                     "nested_tool_failed: plugin:demo:demo_invoice_send: approval denied: over budget"
                 ), done
+            # Cancelling the request aborts the run (timeoutMs is 2000: uncancelled, it would suspend
+            # and be stored at that point).
+            async with session(transport, bin_path, config, snapdir, None) as s:
+                try:
+                    await asyncio.wait_for(
+                        s.call_tool("exec", {"code": "return await tools.demo_sleep({ ms: 8000 })"}), timeout=0.5
+                    )
+                    raise AssertionError("the exec should have been cancelled")
+                except asyncio.TimeoutError:
+                    pass
+                await asyncio.sleep(3.0)
+                assert run_files(snapdir) == [], f"a cancelled exec left a run behind: {run_files(snapdir)}"
+                # The session still works.
+                r = result_json(await s.call_tool("exec", {"code": "return 1"}))
+                assert r["status"] == "completed", r
     finally:
         if server is not None:
             server.stop()

@@ -408,7 +408,19 @@ async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, fil
     let cm = gw.cm().clone();
     let input = exec_input(language, &file)?;
     let ctx = RunContext::session("cli");
-    let mut result = cm.exec(&ctx, &input).await;
+    let interrupted = || {
+        CodeModeResult::failed(
+            codemode::CodeModeError::new(codemode::CodeModeErrorCode::Aborted, "aborted by Ctrl-C (SIGINT)"),
+            Vec::new(),
+            codemode::CodeModeTelemetry { engine: cm.engine_name().to_string(), ..Default::default() },
+        )
+    };
+    // Ctrl-C drops the exec/wait in progress, which aborts the run (nested calls stopped, state
+    // deleted); the aborted result is printed like any other.
+    let mut result = tokio::select! {
+        r = cm.exec(&ctx, &input) => r,
+        _ = tokio::signal::ctrl_c() => interrupted(),
+    };
     for _ in 0..MAX_WAITS {
         let Some(run_id) = result.run_id().map(str::to_string) else {
             break;
@@ -416,7 +428,16 @@ async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, fil
         if steps {
             print_json(&result);
         }
-        result = cm.wait(&ctx, &CodeModeWaitInput::new(run_id)).await;
+        let wait_input = CodeModeWaitInput::new(run_id.clone());
+        result = tokio::select! {
+            r = cm.wait(&ctx, &wait_input) => r,
+            _ = tokio::signal::ctrl_c() => {
+                if let Ok(id) = codemode::RunId::parse(&run_id) {
+                    cm.abort(&id).await;
+                }
+                interrupted()
+            }
+        };
     }
     gw.close().await;
     print_json(&result);

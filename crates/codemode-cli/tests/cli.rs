@@ -474,3 +474,39 @@ fn approvals_across_processes() {
     assert_ne!(out.status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 11 §3: Ctrl-C during `codemode run` aborts the run cleanly and prints the `aborted` result.
+#[test]
+fn ctrl_c_aborts_a_run() {
+    use std::io::{BufRead, Write};
+    let mut child = bin()
+        .args(["run", "--steps", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"text('started'); await yield_control(); return await tools.demo_sleep({ ms: 20000 })")
+        .unwrap();
+    // The first step (the yield) is printed once the cell really runs; then interrupt the wait.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.contains("\"waiting\""), "{first}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let started = std::time::Instant::now();
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let last: Value = serde_json::from_str(rest.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(last["status"], "failed", "{last}");
+    assert_eq!(last["code"], "aborted", "{last}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "it did not wait for the 20 s call");
+}

@@ -95,6 +95,8 @@ pub enum SnapshotEventKind {
     Rejected,
     /// A snapshot could not be restored.
     RestoreFailed,
+    /// The run was aborted (`CodeMode::abort`, or its caller went away): its snapshot was deleted.
+    Aborted,
 }
 
 /// One snapshot lifecycle event.

@@ -193,7 +193,16 @@ impl ServerHandler for ExecWaitServer {
             approver.register(&self.session, &cx.peer);
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let Some(result) = self.gateway.call(&self.session, &request.name, &args).await else {
+        // `notifications/cancelled` for this request (or the session going away) cancels the call:
+        // dropping it aborts the run (its nested calls stop, its state is deleted).
+        let call = tokio::select! {
+            result = self.gateway.call(&self.session, &request.name, &args) => result,
+            () = cx.ct.cancelled() => {
+                tracing::info!(session = %self.session, tool = %request.name, "MCP request cancelled: its code mode run is aborted");
+                return Err(ErrorData::internal_error("the request was cancelled; its code mode run was aborted", None));
+            }
+        };
+        let Some(result) = call else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`: this server has `exec` and `wait`", request.name),
                 None,

@@ -50,11 +50,12 @@ pub use codemode_core::{
     ToolDefinition, ToolExecutor, ToolSource,
 };
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
-pub use runtime::{MSG_NOTHING_TO_RESUME, MSG_PARKED_TOO_LATE, MSG_STALLED, guest_limits};
+pub use runtime::{MSG_ABORTED, MSG_NOTHING_TO_RESUME, MSG_PARKED_TOO_LATE, MSG_STALLED, guest_limits};
 pub use tools::{FnTool, LocalTools, Tool, ToolHook, denial_message};
 
 use runtime::Inner;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 /// The engine registry: engines are selected by name (`tools.codeMode.runtime`, `--engine`).
 ///
@@ -155,6 +156,20 @@ impl Engines {
         let map = registered().read().unwrap_or_else(|p| p.into_inner());
         out.extend(map.iter().map(|(n, e)| (n.clone(), e.clone())));
         out
+    }
+}
+
+/// Cancels an `exec` / `wait` whose future is dropped before it finished (see `CodeMode::on_worker`).
+struct CancelOnDrop {
+    flag: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
 
@@ -290,8 +305,7 @@ impl CodeModeBuilder {
                 engine,
                 catalog,
                 executor,
-                self.hooks,
-                (self.approvals, self.approver),
+                runtime::CallGates { hooks: self.hooks, approvals: self.approvals, approver: self.approver },
                 store,
                 clock,
             )),
@@ -381,7 +395,7 @@ impl CodeMode {
             return refused;
         }
         let (ctx, input) = (ctx.clone(), input.clone());
-        self.on_worker(move |inner, rt| inner.exec(rt, &ctx, &input)).await
+        self.on_worker(move |inner, rt, cancel| inner.exec(rt, &ctx, &input, cancel)).await
     }
 
     /// Runs every hook's [`ToolHook::before_code_mode_call`]; a refusal becomes the call's result.
@@ -410,12 +424,17 @@ impl CodeMode {
             return refused;
         }
         let (ctx, input) = (ctx.clone(), input.clone());
-        self.on_worker(move |inner, rt| inner.wait(rt, &ctx, &input)).await
+        self.on_worker(move |inner, rt, cancel| inner.wait(rt, &ctx, &input, cancel)).await
     }
 
+    /// Runs an `exec` / `wait` on a guest worker. If this future is dropped before it finishes (the
+    /// caller went away, an MCP request was cancelled), the call is cancelled: the run stops at its
+    /// next step — at once when it waits on nested calls, at the latest at its deadline when the
+    /// guest is busy — its nested calls are stopped and its state is deleted (`aborted`); it is never
+    /// stored for a `wait` nobody will send.
     async fn on_worker(
         &self,
-        f: impl FnOnce(&Inner, &tokio::runtime::Handle) -> CodeModeResult + Send + 'static,
+        f: impl FnOnce(&Inner, &tokio::runtime::Handle, Arc<AtomicBool>) -> CodeModeResult + Send + 'static,
     ) -> CodeModeResult {
         let internal = |msg: String| {
             CodeModeResult::failed(
@@ -429,15 +448,19 @@ impl CodeMode {
             Err(e) => return internal(format!("code mode must run inside a tokio runtime: {e}")),
         };
         let inner = self.inner.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut guard = CancelOnDrop { flag: cancel.clone(), armed: true };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = codemode_bridge::workers::spawn(move || {
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&inner, &rt)));
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&inner, &rt, cancel)));
             let _ = tx.send(result.map_err(codemode_bridge::workers::panic_message));
         });
         if let Err(e) = spawned {
             return internal(format!("cannot start a guest worker thread: {e}"));
         }
-        match rx.await {
+        let received = rx.await;
+        guard.armed = false;
+        match received {
             Ok(Ok(result)) => result,
             Ok(Err(panic)) => internal(format!("code mode worker panicked: {panic}")),
             Err(_) => internal("code mode worker stopped".into()),

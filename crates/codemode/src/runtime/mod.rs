@@ -51,6 +51,7 @@ use codemode_snapshot::Clock;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -67,6 +68,10 @@ pub const MSG_STALLED: &str =
 /// already stored.
 pub const MSG_PARKED_TOO_LATE: &str = "approval was not given before the process running the call ended; the call did \
      not run (call it again to ask for approval again)";
+
+/// Message of an `aborted` run.
+pub const MSG_ABORTED: &str = "code mode run was aborted: its caller cancelled the call or the host aborted the run; its nested calls were \
+     stopped and its state deleted";
 
 /// Message of the `internal_error` when a stored run has nothing to resume with: no result to
 /// deliver and no call in flight (a store that lost part of a run).
@@ -98,6 +103,13 @@ fn dispose(instance: Box<dyn GuestInstance>) {
 
 /// How often a resumed run looks for results another process recorded in the store.
 const RECORDED_POLL: Duration = Duration::from_millis(25);
+
+/// What every nested call passes through besides the executor: hooks and the approval gate.
+pub(crate) struct CallGates {
+    pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
+    pub(crate) approvals: ApprovalPolicy,
+    pub(crate) approver: Option<Arc<dyn Approver>>,
+}
 
 /// Process-local state of a suspended run: what cannot be serialized.
 struct Inflight {
@@ -137,6 +149,8 @@ pub(crate) struct Inner {
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
     inflight: Mutex<HashMap<RunId, Inflight>>,
+    /// The cancel flags of the runs an `exec` / `wait` is driving right now (see [`Inner::abort`]).
+    active: Mutex<HashMap<RunId, Arc<AtomicBool>>>,
     /// Clock time of the last automatic sweep (see [`SWEEP_INTERVAL_MS`]).
     last_sweep_ms: std::sync::atomic::AtomicU64,
 }
@@ -168,13 +182,35 @@ struct Call {
     deadline: Instant,
     output: Vec<CodeModeOutput>,
     output_used: u64,
+    /// Set when the call is cancelled: its caller went away, or the run was aborted.
+    cancel: Arc<AtomicBool>,
 }
 
 impl Call {
-    fn new(timeout_ms: u64) -> Self {
+    fn new(timeout_ms: u64, cancel: Arc<AtomicBool>) -> Self {
         let started = Instant::now();
-        Call { started, deadline: started + Duration::from_millis(timeout_ms), output: Vec::new(), output_used: 0 }
+        Call {
+            started,
+            deadline: started + Duration::from_millis(timeout_ms),
+            output: Vec::new(),
+            output_used: 0,
+            cancel,
+        }
     }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// How often a call waiting on nested calls looks at its cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// What waiting for the next settled call found.
+enum Next {
+    Finished(Finished),
+    Deadline,
+    Cancelled,
 }
 
 impl Run {
@@ -230,6 +266,8 @@ enum StepsEnd {
     Fail(CodeModeError),
     /// The run is to be snapshotted and stored.
     Suspend(WaitReason),
+    /// The call was cancelled: the run is aborted.
+    Abort,
 }
 
 /// Drops a snapshot that will not be stored (a live one holds a whole VM) off the caller's path.
@@ -260,13 +298,13 @@ impl Inner {
         engine: Option<Arc<dyn GuestEngine>>,
         catalog: Catalog,
         executor: Arc<dyn ToolExecutor>,
-        hooks: Vec<Arc<dyn ToolHook>>,
-        (approvals, approver): (ApprovalPolicy, Option<Arc<dyn Approver>>),
+        gates: CallGates,
         store: Arc<dyn SnapshotStore>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         let limits = guest_limits(&config);
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits)));
+        let CallGates { hooks, approvals, approver } = gates;
         Inner {
             config,
             engine,
@@ -279,6 +317,7 @@ impl Inner {
             limits,
             clock,
             inflight: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashMap::new()),
             last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -363,7 +402,15 @@ impl Inner {
     }
 
     pub(crate) async fn abort(&self, run_id: &RunId) -> bool {
-        let local = self.inflight().remove(run_id).is_some();
+        // A run being driven right now stops at its next step and deletes itself.
+        let driven = match self.active.lock().unwrap_or_else(|p| p.into_inner()).get(run_id) {
+            Some(flag) => {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                true
+            }
+            None => false,
+        };
+        let local = self.inflight().remove(run_id).is_some() || driven;
         self.store.remove(run_id).await || local
     }
 
@@ -379,10 +426,16 @@ impl Inner {
         aborted
     }
 
-    pub(crate) fn exec(&self, rt: &Handle, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
+    pub(crate) fn exec(
+        &self,
+        rt: &Handle,
+        ctx: &RunContext,
+        input: &CodeModeExecInput,
+        cancel: Arc<AtomicBool>,
+    ) -> CodeModeResult {
         // Engine preparation (loading or compiling a guest module) is never charged to the cell.
         let prepared = self.prepare_engine();
-        let call = Call::new(self.config.timeout_ms);
+        let call = Call::new(self.config.timeout_ms, cancel);
         let mut telemetry = self.base_telemetry();
         telemetry.exec_count = 1;
         let early = |err: CodeModeError, mut telemetry: CodeModeTelemetry| {
@@ -445,9 +498,15 @@ impl Inner {
         self.drive_loop(rt, run, instance, call)
     }
 
-    pub(crate) fn wait(&self, rt: &Handle, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
+    pub(crate) fn wait(
+        &self,
+        rt: &Handle,
+        ctx: &RunContext,
+        input: &CodeModeWaitInput,
+        cancel: Arc<AtomicBool>,
+    ) -> CodeModeResult {
         let prepared = self.prepare_engine();
-        let call = Call::new(self.config.timeout_ms);
+        let call = Call::new(self.config.timeout_ms, cancel);
         let lookup_failure = |err: CodeModeError| {
             let mut t = self.base_telemetry();
             t.duration_ms = call.started.elapsed().as_millis() as u64;
@@ -488,6 +547,7 @@ impl Inner {
             stored: true,
             positions,
         };
+        let _active = self.activate(&run.id, &call);
         if resumed_elsewhere && let Err(e) = self.adopt_calls_from_elsewhere(rt, &mut run) {
             return self.fail(rt, run, call, e);
         }
@@ -515,11 +575,15 @@ impl Inner {
             // meanwhile, by this process or another one.
             let until =
                 if run.parked() > 0 { (Instant::now() + RECORDED_POLL).min(call.deadline) } else { call.deadline };
-            match run.calls.next_until(until) {
-                Some(f) => run.accept(f),
-                None if Instant::now() < call.deadline => {}
+            match next_settled(&mut run, &call, until) {
+                Next::Finished(f) => run.accept(f),
+                Next::Cancelled => {
+                    discard(snapshot);
+                    return self.aborted(rt, run, call);
+                }
+                Next::Deadline if Instant::now() < call.deadline => {}
                 // Nothing settled in time: the stored snapshot is still exact, keep it as it is.
-                None => return self.store_suspended(rt, run, snapshot, call, WaitReason::PendingTools),
+                Next::Deadline => return self.store_suspended(rt, run, snapshot, call, WaitReason::PendingTools),
             }
         }
         let instance = match engine.restore(snapshot, &self.limits) {
@@ -533,6 +597,13 @@ impl Inner {
         self.drive_loop(rt, run, instance, call)
     }
 
+    /// Registers `run` as driven by `call` until the returned guard drops, so that
+    /// [`abort`](Self::abort) reaches it.
+    fn activate(&self, run: &RunId, call: &Call) -> ActiveRun<'_> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner()).insert(run.clone(), call.cancel.clone());
+        ActiveRun { inner: self, run: run.clone() }
+    }
+
     fn drive_loop(
         &self,
         rt: &Handle,
@@ -540,7 +611,12 @@ impl Inner {
         mut instance: Box<dyn GuestInstance>,
         mut call: Call,
     ) -> CodeModeResult {
+        let _active = self.activate(&run.id, &call);
         match self.drive_steps(rt, &mut run, instance.as_mut(), &mut call) {
+            StepsEnd::Abort => {
+                dispose(instance);
+                self.aborted(rt, run, call)
+            }
             StepsEnd::Suspend(reason) => self.suspend(rt, run, instance, call, reason),
             StepsEnd::Complete(value) => {
                 dispose(instance);
@@ -558,6 +634,9 @@ impl Inner {
         let max_out = self.config.max_output_bytes;
         let mut completed: Option<Value> = None;
         loop {
+            if call.cancelled() {
+                return StepsEnd::Abort;
+            }
             let input = DriveInput {
                 deliveries: std::mem::take(&mut run.ready),
                 deadline: call.deadline,
@@ -613,13 +692,43 @@ impl Inner {
                 }
                 return StepsEnd::Fail(CodeModeError::uncoded(MSG_STALLED));
             }
-            match run.calls.next_until(call.deadline) {
-                Some(f) => {
+            match next_settled(run, call, call.deadline) {
+                Next::Finished(f) => {
                     run.accept(f);
                     run.collect_finished();
                 }
-                None => return StepsEnd::Suspend(WaitReason::PendingTools),
+                Next::Cancelled => return StepsEnd::Abort,
+                Next::Deadline => return StepsEnd::Suspend(WaitReason::PendingTools),
             }
+        }
+    }
+}
+
+/// Removes a run from [`Inner::active`] when its `exec` / `wait` ends.
+struct ActiveRun<'a> {
+    inner: &'a Inner,
+    run: RunId,
+}
+
+impl Drop for ActiveRun<'_> {
+    fn drop(&mut self) {
+        self.inner.active.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.run);
+    }
+}
+
+/// Waits until a nested call settles or parks, `until` passes, or the call is cancelled (looked at
+/// every [`CANCEL_POLL`]).
+fn next_settled(run: &mut Run, call: &Call, until: Instant) -> Next {
+    loop {
+        if call.cancelled() {
+            return Next::Cancelled;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return Next::Deadline;
+        }
+        if let Some(f) = run.calls.next_until((now + CANCEL_POLL).min(until)) {
+            return Next::Finished(f);
         }
     }
 }

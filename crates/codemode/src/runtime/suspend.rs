@@ -39,6 +39,20 @@ impl Inner {
         CodeModeResult::failed(err, call.output, run.telemetry)
     }
 
+    /// An aborted run (its caller went away, or [`abort`](Self::abort)): nested calls stop, its state
+    /// leaves the store, and it fails with `aborted`.
+    pub(super) fn aborted(&self, rt: &Handle, mut run: Run, call: Call) -> CodeModeResult {
+        run.calls.abort_all();
+        if run.stored {
+            rt.block_on(self.store.remove(&run.id));
+            run.stored = false;
+        }
+        self.inflight().remove(&run.id);
+        run.telemetry.record_snapshot(SnapshotEventKind::Aborted, None);
+        tracing::info!(run = %run.id, "code mode run aborted");
+        self.fail(rt, run, call, CodeModeError::new(CodeModeErrorCode::Aborted, MSG_ABORTED))
+    }
+
     /// A settled run: its snapshot leaves the store at once and its nested calls stop.
     pub(super) fn release(&self, rt: &Handle, run: &mut Run) {
         run.calls.abort_all();
@@ -109,12 +123,21 @@ impl Inner {
             positions: run.positions.clone(),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
+        if call.cancelled() {
+            // The caller went away (or the run was aborted): nobody would ever resume it.
+            discard(suspended.snapshot);
+            return self.aborted(rt, run, call);
+        }
         if let Err(e) = rt.block_on(self.store.put(suspended)) {
             run.telemetry.record_snapshot(SnapshotEventKind::Rejected, None);
             return self.fail(rt, run, call, e.to_code_mode_error());
         }
         run.telemetry = telemetry;
         run.stored = true;
+        if call.cancelled() {
+            // Cancelled while it was being stored: take it out again.
+            return self.aborted(rt, run, call);
+        }
         let claim = if run.calls.running() > 0 {
             match self.store.claim_calls(&run.id) {
                 Ok(c) => c,

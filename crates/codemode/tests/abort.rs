@@ -1,0 +1,126 @@
+//! Abort and cancellation (SPEC P7, WF3, the `aborted` code; issue 11 §3): a caller that goes away
+//! or a host abort ends the run as `aborted` — its nested calls are cancelled, its state is deleted,
+//! and nothing is stored later for a `wait` nobody will send.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode::{
+    CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeWaitInput, FnTool, LocalTools, RunContext,
+    RunId, ToolDefinition, ToolResult, ToolSource,
+};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Counts how often the slow tool started, finished, and was dropped before finishing.
+#[derive(Default)]
+struct Counts {
+    started: AtomicU32,
+    finished: AtomicU32,
+    cancelled: AtomicU32,
+}
+
+struct DropCounter(Arc<Counts>, bool);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn runtime(timeout_ms: u64) -> (CodeMode, Arc<Counts>) {
+    let counts = Arc::new(Counts::default());
+    let c = counts.clone();
+    let mut tools = LocalTools::new();
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), move |_| {
+        let c = c.clone();
+        async move {
+            c.started.fetch_add(1, Ordering::SeqCst);
+            let mut guard = DropCounter(c.clone(), false);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            guard.1 = true;
+            c.finished.fetch_add(1, Ordering::SeqCst);
+            Ok(ToolResult::value(json!("slept")))
+        }
+    })));
+    let mut config = CodeModeConfig::enabled();
+    config.timeout_ms = timeout_ms;
+    (CodeMode::builder(config).local_tools(tools).build(), counts)
+}
+
+fn ctx() -> RunContext {
+    RunContext::session("abort")
+}
+
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_exec_aborts_its_run() {
+    let (cm, counts) = runtime(1_000);
+    let (c, input) = (ctx(), CodeModeExecInput::code("return await tools.slow({})"));
+    let exec = cm.exec(&c, &input);
+    // The caller gives up while the cell waits on the slow call.
+    assert!(tokio::time::timeout(Duration::from_millis(150), exec).await.is_err());
+    settle().await;
+    assert_eq!(counts.started.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1, "the nested call was cancelled");
+    // Past the moment the exec would have suspended: nothing was stored for nobody.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(cm.store().count().await, 0);
+    assert_eq!(counts.finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_wait_aborts_the_run_it_resumed() {
+    let (cm, counts) = runtime(200);
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code("return await tools.slow({})")).await;
+    let run_id = r.run_id().unwrap().to_string();
+    assert_eq!(cm.store().count().await, 1);
+    let (c, input) = (ctx(), CodeModeWaitInput::new(&run_id));
+    let wait = cm.wait(&c, &input);
+    assert!(tokio::time::timeout(Duration::from_millis(100), wait).await.is_err());
+    settle().await;
+    assert_eq!(cm.store().count().await, 0, "the run's state is deleted");
+    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1);
+    let again = cm.wait(&ctx(), &CodeModeWaitInput::new(&run_id)).await;
+    assert_eq!(again.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", again.to_json());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_reaches_a_run_while_a_wait_drives_it() {
+    let (cm, counts) = runtime(2_000);
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code("await yield_control(); return await tools.slow({})")).await;
+    let run_id = r.run_id().unwrap().to_string();
+    let id = RunId::parse(&run_id).unwrap();
+    let started = std::time::Instant::now();
+    let (c, input) = (ctx(), CodeModeWaitInput::new(&run_id));
+    let (result, aborted) = tokio::join!(cm.wait(&c, &input), async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        cm.abort(&id).await
+    });
+    assert!(aborted);
+    assert_eq!(result.error_code(), Some(CodeModeErrorCode::Aborted), "{}", result.to_json());
+    assert!(started.elapsed() < Duration::from_millis(1_500), "the wait ended at the abort, not at its deadline");
+    let events = result.to_json()["telemetry"]["snapshotEvents"].clone();
+    assert!(events.as_array().unwrap().iter().any(|e| e["event"] == "aborted"), "{events}");
+    settle().await;
+    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1);
+    assert_eq!(cm.store().count().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_guest_is_stopped_by_its_deadline_after_a_cancel() {
+    let (cm, _) = runtime(400);
+    let (c, input) = (ctx(), CodeModeExecInput::code("while (true) {}"));
+    let exec = cm.exec(&c, &input);
+    assert!(tokio::time::timeout(Duration::from_millis(50), exec).await.is_err());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(cm.store().count().await, 0);
+    // The worker is free again.
+    let ok = cm.exec(&ctx(), &CodeModeExecInput::code("return 1")).await;
+    assert_eq!(ok.to_json()["value"], json!(1));
+}
