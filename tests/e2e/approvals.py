@@ -9,6 +9,9 @@ The config gates `demo_invoice_send` (`approvals.require`) with `approvals.timeo
   - a human who does not answer in time: the run comes back `waiting` with the call listed as
     `kind: "approval"`; `codemode approve` (another process) records the decision; `wait` runs it;
   - a client without elicitation: gated calls park at once; `codemode approve --deny` refuses;
+  - (http) the approval endpoint `POST /approvals/{runId}/{requestId}` (bearer token from
+    CODEMODE_APPROVAL_TOKEN): 401 without or with a wrong token, 400 for a bad body, 204 when
+    recorded, 404 once the run settled;
   - (stdio, issue 11 §3) a cancelled `exec` request (`notifications/cancelled`, sent by the client when
     the awaiting task is cancelled) aborts its run: nothing is left in the snapshot directory after
     the moment the run would have suspended.
@@ -18,7 +21,10 @@ Exit status 0 on success; an AssertionError (non-zero) names what failed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import urllib.error
+import urllib.request
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -98,8 +104,27 @@ def parked_call(result: dict) -> dict:
     return pending[0]
 
 
+TOKEN = "test-token-0123456789abcdef"
+
+
+def post_decision(server, run_id: str, request_id: int, body, token: str | None) -> int:
+    """POSTs a decision to the approval endpoint; returns the HTTP status."""
+    base = server.url.rsplit("/mcp", 1)[0]
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"{base}/approvals/{run_id}/{request_id}", data=data, method="POST")
+    req.add_header("Content-Type", "application/json")
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            return res.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 async def main() -> None:
     bin_path, config, snapdir, transport = sys.argv[1:5]
+    os.environ["CODEMODE_APPROVAL_TOKEN"] = TOKEN
     server = HttpServer(bin_path, config, snapdir) if transport == "http" else None
     # HTTP keeps runs in the server's memory store: `codemode approve` (a directory store) applies to
     # stdio, where runs live in the snapshot directory.
@@ -117,6 +142,19 @@ async def main() -> None:
                 assert len(human.asked) == 1, human.asked
                 assert "plugin:demo:demo_invoice_send" in human.asked[0], human.asked[0]
                 assert "SHP-1002" in human.asked[0], "the human sees the input"
+        if transport == "http":
+            # Out-of-band approval over HTTP, for a client that cannot be asked.
+            async with session(transport, bin_path, config, snapdir, None, server) as s:
+                first = await exec_cell(s)
+                call = parked_call(first)
+                run_id, request_id = first["runId"], call["requestId"]
+                assert post_decision(server, run_id, request_id, {"decision": "approve"}, None) == 401
+                assert post_decision(server, run_id, request_id, {"decision": "approve"}, "wrong-token-0123456789") == 401
+                assert post_decision(server, run_id, request_id, b"{not json", TOKEN) == 400
+                assert post_decision(server, run_id, request_id, {"decision": "approve"}, TOKEN) == 204
+                done = await wait_until_settled(s, first)
+                assert done["status"] == "completed" and done["value"] == "sent INV-", done
+                assert post_decision(server, run_id, request_id, {"decision": "approve"}, TOKEN) == 404
         if transport == "stdio":
             # A human who answers too late: the call parks, another process approves it.
             slow = Human("accept", delay=5.0)

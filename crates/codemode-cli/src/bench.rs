@@ -71,6 +71,18 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         for _ in 0..samples {
             cycle.push(bench::suspend_resume(&cm).await);
         }
+        // Hooks and approvals (issue 11): nested calls with and without a no-op hook, interleaved.
+        let hooked = bench::runtime_with_hook(engine, 10_000);
+        let (mut plain, mut with_hook) = (Vec::new(), Vec::new());
+        for _ in 0..(samples / 20).max(5) {
+            plain.push(bench::nested(&cm).await);
+            with_hook.push(bench::nested(&hooked).await);
+        }
+        let gated = bench::runtime_gated(engine, 10_000);
+        let mut approvals = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            approvals.push(bench::approval_cycle(&gated).await);
+        }
         let snapshot = bench::pending_snapshot_bytes(&bench::runtime(engine, 100)).await;
         let cold = cold_start(engine, (samples / 20).max(5))?;
         let (t50, t90) = stats(trivial);
@@ -78,6 +90,9 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         let (n50, n90) = stats(nested);
         let (c50, c90) = stats(cycle);
         let (s50, s90) = stats(cold);
+        let (p50, _) = stats(plain);
+        let (h50, h90) = stats(with_hook);
+        let (a50, a90) = stats(approvals);
         rows.push(json!({
             "engine": engine,
             "firstExecMs": first.as_secs_f64() * 1e3,
@@ -87,6 +102,9 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             "suspendResumeUs": { "p50": us(c50), "p90": us(c90) },
             "snapshotBytesOnePendingCall": snapshot,
             "coldStartProcessMs": { "p50": s50.as_secs_f64() * 1e3, "p90": s90.as_secs_f64() * 1e3 },
+            "nestedCallWithHookUs": { "p50": us(h50), "p90": us(h90) },
+            "hookCostUs": us(h50) - us(p50),
+            "approvalCycleUs": { "p50": us(a50), "p90": us(a90) },
         }));
     }
     if as_json {
@@ -117,6 +135,22 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             pair("suspendResumeUs", 1.0),
             r["snapshotBytesOnePendingCall"],
             pair("coldStartProcessMs", 1.0),
+        );
+    }
+    println!(
+        "\n{:<14} {:>26} {:>22} {:>30}",
+        "engine", "nested call + no-op hook (µs)", "hook cost (µs, p50)", "exec → approve → wait (µs)"
+    );
+    for r in &rows {
+        let pair = |k: &str| {
+            format!("{:.1} / {:.1}", r[k]["p50"].as_f64().unwrap_or(0.0), r[k]["p90"].as_f64().unwrap_or(0.0))
+        };
+        println!(
+            "{:<14} {:>26} {:>22.2} {:>30}",
+            r["engine"].as_str().unwrap_or(""),
+            pair("nestedCallWithHookUs"),
+            r["hookCostUs"].as_f64().unwrap_or(0.0),
+            pair("approvalCycleUs"),
         );
     }
     println!(

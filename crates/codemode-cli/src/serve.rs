@@ -24,6 +24,10 @@ pub(crate) struct ServeArgs {
     demo_tools: bool,
 }
 
+/// Environment variable holding the bearer token of the HTTP approval endpoint (`--http` only;
+/// without it there is no endpoint).
+pub(crate) const APPROVAL_TOKEN_ENV: &str = "CODEMODE_APPROVAL_TOKEN";
+
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -77,7 +81,15 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
             eprintln!("codemode: serving MCP at http://{}/mcp", listener.local_addr()?);
-            codemode_mcp::server::serve_http(gw.clone(), listener, shutdown_signal()).await
+            // Out-of-band approvals over HTTP exist only when a token is configured.
+            let token = std::env::var(APPROVAL_TOKEN_ENV).ok().filter(|t| !t.is_empty());
+            if token.is_some() {
+                eprintln!(
+                    "codemode: approval endpoint at http://{}/approvals/{{runId}}/{{requestId}} (bearer token from {APPROVAL_TOKEN_ENV})",
+                    listener.local_addr()?
+                );
+            }
+            codemode_mcp::server::serve_http(gw.clone(), listener, shutdown_signal(), token).await
         }
     };
     gw.shutdown().await;

@@ -242,6 +242,9 @@ pub enum ServeError {
     /// The HTTP listener failed.
     #[error("HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
+    /// The approval endpoint's token is too short to be safe.
+    #[error("the approval token (CODEMODE_APPROVAL_TOKEN) must be at least {MIN_APPROVAL_TOKEN_LEN} characters")]
+    WeakToken,
 }
 
 /// Hosts and origins accepted by the HTTP server (DNS-rebinding protection): the bound address,
@@ -263,12 +266,23 @@ pub fn allowed_hosts_and_origins(addr: SocketAddr) -> (Vec<String>, Vec<String>)
     (hosts, origins)
 }
 
+/// Shortest token [`serve_http`] accepts for its approval endpoint (a guessable token would let
+/// anyone on the network approve calls).
+pub const MIN_APPROVAL_TOKEN_LEN: usize = 16;
+
 /// Serves streamable HTTP at `/mcp` on `listener` until `shutdown` resolves; every MCP session gets
 /// its own handler (and run scope), and its suspended runs are aborted when it closes.
+///
+/// With `approval_token` (at least [`MIN_APPROVAL_TOKEN_LEN`] characters), also
+/// `POST /approvals/{runId}/{requestId}` with `Authorization: Bearer <token>` and a JSON body
+/// `{"decision":"approve"}` or `{"decision":"deny","reason":"…"}` records a human's decision on a
+/// parked call (see `CodeMode::decide`): 204 when recorded, 401 for a missing or wrong token, 400 for
+/// a bad body, 404 for an unknown, expired or settled run. Without a token the endpoint does not exist.
 pub async fn serve_http(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    approval_token: Option<String>,
 ) -> Result<(), ServeError> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
@@ -286,7 +300,15 @@ pub async fn serve_http(
         Default::default(),
         config,
     );
-    let app = axum::Router::new().nest_service("/mcp", service);
+    let mut app = axum::Router::new().nest_service("/mcp", service);
+    if let Some(token) = approval_token {
+        if token.chars().count() < MIN_APPROVAL_TOKEN_LEN {
+            return Err(ServeError::WeakToken);
+        }
+        let endpoint = ApprovalEndpoint { gateway: gateway.clone(), token: Arc::from(token) };
+        app = app.route("/approvals/{run}/{request}", axum::routing::post(approve_over_http).with_state(endpoint));
+        tracing::info!(%addr, "approval endpoint at /approvals/{{runId}}/{{requestId}} (bearer token)");
+    }
     tracing::info!(%addr, "serving MCP (streamable HTTP) at /mcp");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
@@ -298,9 +320,66 @@ pub async fn serve_http(
         .map_err(ServeError::Http)
 }
 
+/// State of the approval endpoint.
+#[derive(Clone)]
+struct ApprovalEndpoint {
+    gateway: Arc<Gateway>,
+    token: Arc<str>,
+}
+
+/// Compares without an early exit on the first differing byte (no timing hint about the token).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn approve_over_http(
+    axum::extract::State(endpoint): axum::extract::State<ApprovalEndpoint>,
+    axum::extract::Path((run, request)): axum::extract::Path<(String, u64)>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !same_secret(presented.as_bytes(), endpoint.token.as_bytes()) {
+        tracing::warn!(%run, request, "approval endpoint: missing or wrong token");
+        return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n".into());
+    }
+    let decision: codemode::ApprovalDecision = match serde_json::from_slice(&body) {
+        Ok(d) => d,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"decision\":\"approve\"}} or {{\"decision\":\"deny\",\"reason\":\"…\"}}: {e}\n"),
+            );
+        }
+    };
+    let Ok(run_id) = codemode::RunId::parse(&run) else {
+        return (StatusCode::NOT_FOUND, "code mode run is unavailable or expired.\n".into());
+    };
+    match endpoint.gateway.cm.decide(&run_id, request, decision.clone()).await {
+        Ok(()) => {
+            tracing::info!(target: "codemode::approval", %run, request, ?decision, "approval decision recorded over HTTP");
+            (StatusCode::NO_CONTENT, String::new())
+        }
+        Err(e) => (StatusCode::NOT_FOUND, format!("{}\n", e.message)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_compare_by_content_and_length() {
+        assert!(same_secret(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!same_secret(b"0123456789abcdef", b"0123456789abcdeX"));
+        assert!(!same_secret(b"0123456789abcdef", b"0123456789abcde"));
+        assert!(!same_secret(b"", b"x"));
+    }
 
     #[test]
     fn loopback_hosts() {

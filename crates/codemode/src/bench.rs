@@ -37,6 +37,68 @@ pub fn runtime_with_fixture(engine: &str, timeout_ms: u64, extra: usize) -> Code
         .build()
 }
 
+/// A hook that does nothing (its cost is what every nested call pays for having hooks at all).
+struct NoopHook;
+
+#[async_trait::async_trait]
+impl crate::ToolHook for NoopHook {
+    async fn before_tool_call(&self, _call: &mut crate::NestedToolCall) -> Result<(), crate::ToolError> {
+        Ok(())
+    }
+
+    async fn after_tool_call(
+        &self,
+        _call: &crate::NestedToolCall,
+        _outcome: &mut Result<crate::ToolResult, crate::ToolError>,
+    ) {
+    }
+}
+
+/// [`runtime`] with one no-op [`ToolHook`](crate::ToolHook): [`nested`] on it minus [`nested`] on
+/// [`runtime`] is the cost of a hook on a nested call.
+pub fn runtime_with_hook(engine: &str, timeout_ms: u64) -> CodeMode {
+    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
+    CodeMode::builder(config)
+        .engine_name(engine)
+        .local_tools(crate::demo::demo_tools())
+        .hook(std::sync::Arc::new(NoopHook))
+        .build()
+}
+
+/// [`runtime`] with `demo_invoice_send` gated behind approval (no approver: the call parks).
+pub fn runtime_gated(engine: &str, timeout_ms: u64) -> CodeMode {
+    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
+    CodeMode::builder(config)
+        .engine_name(engine)
+        .local_tools(crate::demo::demo_tools())
+        .approvals(crate::ApprovalPolicy::require(["plugin:demo:demo_invoice_send"]))
+        .build()
+}
+
+/// A cell whose gated call parks ([`runtime_gated`]).
+pub const GATED: &str =
+    "const r = await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 1 }); return r.status";
+
+/// exec (parks on the gated call) + decide (approve) + wait (runs it, completes): the whole
+/// suspend → approve → resume cycle on [`runtime_gated`].
+pub async fn approval_cycle(cm: &CodeMode) -> Duration {
+    let t = Instant::now();
+    let first = cm.exec(&ctx(), &CodeModeExecInput::code(GATED)).await;
+    let (Some(id), Some(request)) = (
+        first.run_id().and_then(|id| crate::RunId::parse(id).ok()),
+        first.pending_tool_calls().iter().find(|p| p.kind == crate::PendingCallKind::Approval).map(|p| p.request_id),
+    ) else {
+        panic!("expected a parked call: {}", first.to_json());
+    };
+    if let Err(e) = cm.decide(&id, request, crate::ApprovalDecision::Approve).await {
+        panic!("cannot approve: {}", e.message);
+    }
+    let done = cm.wait(&ctx(), &CodeModeWaitInput::new(id.to_string())).await;
+    let d = t.elapsed();
+    expect_completed(&done);
+    d
+}
+
 fn ctx() -> RunContext {
     RunContext::session("bench")
 }
