@@ -107,9 +107,10 @@ fn which(cmd: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("`{cmd}` is not on PATH: install Node.js (scripts/setup.sh needs it too)"))
 }
 
-/// Issue 11 §2: approvals through `codemode serve` — MCP elicitation (accept, decline, cancel, no
-/// answer in time) and `codemode approve` from another process — with Python's `mcp` client.
-fn approvals(transport: &str) {
+/// Issue 11 §2–§4: approvals through `codemode serve` — MCP elicitation (accept, decline, cancel, no
+/// answer in time), `codemode approve` from another process, the HTTP endpoint — plus cancellation
+/// and progress, with Python's `mcp` client.
+fn human_in_the_loop(transport: &str) {
     let python = peer(".venv/bin/python");
     let dir = tempdir(&format!("approvals-{transport}"));
     let config = dir.join("codemode.json5");
@@ -119,7 +120,7 @@ fn approvals(transport: &str) {
     )
     .unwrap();
     let out = Command::new(python)
-        .arg(root().join("tests/e2e/approvals.py"))
+        .arg(root().join("tests/e2e/human_in_the_loop.py"))
         .arg(env!("CARGO_BIN_EXE_codemode"))
         .arg(&config)
         .arg(dir.join("runs"))
@@ -129,16 +130,16 @@ fn approvals(transport: &str) {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "approvals.py {transport} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains(&format!("ok: approvals {transport}")), "{stdout}");
+    assert!(out.status.success(), "human_in_the_loop.py {transport} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains(&format!("ok: human in the loop {transport}")), "{stdout}");
 }
 
 #[test]
-fn approvals_through_serve_over_stdio() {
-    approvals("stdio");
+fn human_in_the_loop_through_serve_over_stdio() {
+    human_in_the_loop("stdio");
 }
 
 #[test]
-fn approvals_through_serve_over_streamable_http() {
-    approvals("http");
+fn human_in_the_loop_through_serve_over_streamable_http() {
+    human_in_the_loop("http");
 }

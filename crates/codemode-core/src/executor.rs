@@ -47,6 +47,58 @@ pub struct CodeModeCallEvent {
     pub context: RunContext,
 }
 
+/// Something that happened inside a run while an `exec` / `wait` drove it (SPEC P8): what a host
+/// shows as progress (`codemode serve` relays it as MCP progress notifications).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// A nested call started (or was put to the approval gate).
+    CallStarted {
+        /// The run.
+        run_id: String,
+        /// The call's request id.
+        request_id: RequestId,
+        /// The exact catalog id.
+        tool_id: String,
+    },
+    /// A nested call settled.
+    CallFinished {
+        /// The run.
+        run_id: String,
+        /// The call's request id.
+        request_id: RequestId,
+        /// The exact catalog id.
+        tool_id: String,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+    /// A gated call was parked until a human decides.
+    CallParked {
+        /// The run.
+        run_id: String,
+        /// The call's request id.
+        request_id: RequestId,
+        /// The exact catalog id.
+        tool_id: String,
+    },
+    /// The cell produced output (`text`, `json`, `console.log`), delivered with the drive step
+    /// that produced it.
+    Output {
+        /// The run.
+        run_id: String,
+        /// The item (also part of the call's final result).
+        item: crate::result::CodeModeOutput,
+    },
+}
+
+/// Receives a run's [`RunEvent`]s as they happen. Called on the guest worker thread: keep it
+/// cheap (hand the event to a channel).
+pub trait RunObserver: Send + Sync {
+    /// One event.
+    fn on_event(&self, event: RunEvent);
+}
+
 /// A tool's successful result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -9,7 +9,7 @@
 use crate::approval::ElicitingApprover;
 use crate::hub::McpHub;
 use codemode::surface::{EXEC, ModelTool, WAIT, exec_tool, wait_tool};
-use codemode::{CodeMode, CodeModeResult, RunContext};
+use codemode::{CodeMode, CodeModeResult, RunContext, RunEvent, RunObserver};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig, Tool,
@@ -79,13 +79,19 @@ impl Gateway {
         vec![exec_tool(&self.cm.catalog(), &[], &self.hub.server_names()), wait_tool()]
     }
 
-    /// Runs `exec` or `wait` for a session.
-    pub async fn call(&self, session: &str, tool: &str, args: &Value) -> Option<CodeModeResult> {
+    /// Runs `exec` or `wait` for a session, reporting the run's events to `observer` (progress).
+    pub async fn call(
+        &self,
+        session: &str,
+        tool: &str,
+        args: &Value,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> Option<CodeModeResult> {
         self.sync();
         let ctx = RunContext::session(session);
         match tool {
-            EXEC => Some(self.cm.exec_json(&ctx, args).await),
-            WAIT => Some(self.cm.wait_json(&ctx, args).await),
+            EXEC => Some(self.cm.exec_json_observed(&ctx, args, observer).await),
+            WAIT => Some(self.cm.wait_json_observed(&ctx, args, observer).await),
             _ => None,
         }
     }
@@ -193,15 +199,24 @@ impl ServerHandler for ExecWaitServer {
             approver.register(&self.session, &cx.peer);
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
+        // With a progress token, the run's events reach the client as progress notifications.
+        let token = cx.meta.get_progress_token().or_else(|| request.meta.as_ref().and_then(|m| m.get_progress_token()));
+        let relay = token.map(|t| ProgressRelay::start(cx.peer.clone(), t));
+        let observer = relay.as_ref().map(|(o, _)| o.clone() as Arc<dyn RunObserver>);
         // `notifications/cancelled` for this request (or the session going away) cancels the call:
         // dropping it aborts the run (its nested calls stop, its state is deleted).
         let call = tokio::select! {
-            result = self.gateway.call(&self.session, &request.name, &args) => result,
+            result = self.gateway.call(&self.session, &request.name, &args, observer) => result,
             () = cx.ct.cancelled() => {
                 tracing::info!(session = %self.session, tool = %request.name, "MCP request cancelled: its code mode run is aborted");
                 return Err(ErrorData::internal_error("the request was cancelled; its code mode run was aborted", None));
             }
         };
+        if let Some((observer, task)) = relay {
+            // Every progress notification goes out before the response.
+            drop(observer);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+        }
         let Some(result) = call else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`: this server has `exec` and `wait`", request.name),
@@ -217,6 +232,63 @@ impl ServerHandler for ExecWaitServer {
             _ => CallToolResult::structured(json),
         };
         Ok(out.into())
+    }
+}
+
+/// Longest progress message (a cell's `text()` can be long; the final result carries it whole).
+const MAX_PROGRESS_MESSAGE_CHARS: usize = 1_000;
+
+/// Relays a run's events to the MCP client as `notifications/progress` on the request's progress
+/// token, in order, from a task of its own (the observer is called on the guest worker).
+struct ProgressRelay {
+    events: tokio::sync::mpsc::UnboundedSender<RunEvent>,
+}
+
+impl ProgressRelay {
+    fn start(
+        peer: rmcp::Peer<RoleServer>,
+        token: rmcp::model::ProgressToken,
+    ) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
+        let (events, mut rx) = tokio::sync::mpsc::unbounded_channel::<RunEvent>();
+        let task = tokio::spawn(async move {
+            let mut n = 0.0;
+            while let Some(event) = rx.recv().await {
+                n += 1.0;
+                let mut param = rmcp::model::ProgressNotificationParam::new(token.clone(), n);
+                param.message = Some(progress_message(&event));
+                if peer.notify_progress(param).await.is_err() {
+                    return;
+                }
+            }
+        });
+        (Arc::new(ProgressRelay { events }), task)
+    }
+}
+
+impl RunObserver for ProgressRelay {
+    fn on_event(&self, event: RunEvent) {
+        let _ = self.events.send(event);
+    }
+}
+
+/// The progress message of one event.
+fn progress_message(event: &RunEvent) -> String {
+    let text = match event {
+        RunEvent::CallStarted { tool_id, request_id, .. } => format!("call started: {tool_id} (request {request_id})"),
+        RunEvent::CallFinished { tool_id, request_id, ok, .. } => {
+            format!("call {}: {tool_id} (request {request_id})", if *ok { "finished" } else { "failed" })
+        }
+        RunEvent::CallParked { tool_id, request_id, .. } => {
+            format!("call awaiting approval: {tool_id} (request {request_id})")
+        }
+        RunEvent::Output { item: codemode::CodeModeOutput::Text { text }, .. } => format!("text: {text}"),
+        RunEvent::Output { item: codemode::CodeModeOutput::Json { value }, .. } => format!("json: {value}"),
+        _ => "code mode event".to_string(),
+    };
+    if text.chars().count() <= MAX_PROGRESS_MESSAGE_CHARS {
+        text
+    } else {
+        text.chars().take(MAX_PROGRESS_MESSAGE_CHARS).chain(std::iter::once('…')).collect()
     }
 }
 

@@ -41,7 +41,7 @@ pub use codemode_catalog::approval::ApprovalPolicy;
 pub use codemode_catalog::policy::{PolicyContext, PolicyTarget, ToolPolicy};
 pub use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use codemode_core::executor::{
-    CODE_MODE_TOOL_KIND, CodeModeCallEvent, NestedToolCall, ToolError, ToolErrorKind, ToolResult,
+    CODE_MODE_TOOL_KIND, CodeModeCallEvent, NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolResult,
 };
 pub use codemode_core::result::PendingCallKind;
 pub use codemode_core::{
@@ -384,6 +384,17 @@ impl CodeMode {
     /// The call runs on a guest worker thread (never on the async executor) and must be awaited
     /// inside a tokio runtime, where nested calls that really wait are spawned.
     pub async fn exec(&self, ctx: &RunContext, input: &CodeModeExecInput) -> CodeModeResult {
+        self.exec_observed(ctx, input, None).await
+    }
+
+    /// [`Self::exec`], reporting the run's events (nested calls started, finished or parked; output as
+    /// each drive step produces it) to `observer` while it runs (SPEC P8).
+    pub async fn exec_observed(
+        &self,
+        ctx: &RunContext,
+        input: &CodeModeExecInput,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> CodeModeResult {
         let event = CodeModeCallEvent {
             tool_name: crate::surface::EXEC.to_string(),
             tool_kind: CODE_MODE_TOOL_KIND,
@@ -395,7 +406,8 @@ impl CodeMode {
             return refused;
         }
         let (ctx, input) = (ctx.clone(), input.clone());
-        self.on_worker(move |inner, rt, cancel| inner.exec(rt, &ctx, &input, cancel)).await
+        self.on_worker(move |inner, rt, cancel| inner.exec(rt, &ctx, &input, runtime::CallHandles { cancel, observer }))
+            .await
     }
 
     /// Runs every hook's [`ToolHook::before_code_mode_call`]; a refusal becomes the call's result.
@@ -413,6 +425,16 @@ impl CodeMode {
 
     /// Resumes a suspended run (SPEC §5.3). Runs like [`Self::exec`].
     pub async fn wait(&self, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
+        self.wait_observed(ctx, input, None).await
+    }
+
+    /// [`Self::wait`] with an observer, like [`Self::exec_observed`].
+    pub async fn wait_observed(
+        &self,
+        ctx: &RunContext,
+        input: &CodeModeWaitInput,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> CodeModeResult {
         let event = CodeModeCallEvent {
             tool_name: crate::surface::WAIT.to_string(),
             tool_kind: CODE_MODE_TOOL_KIND,
@@ -424,7 +446,8 @@ impl CodeMode {
             return refused;
         }
         let (ctx, input) = (ctx.clone(), input.clone());
-        self.on_worker(move |inner, rt, cancel| inner.wait(rt, &ctx, &input, cancel)).await
+        self.on_worker(move |inner, rt, cancel| inner.wait(rt, &ctx, &input, runtime::CallHandles { cancel, observer }))
+            .await
     }
 
     /// Runs an `exec` / `wait` on a guest worker. If this future is dropped before it finishes (the
@@ -469,16 +492,36 @@ impl CodeMode {
 
     /// `exec` from raw tool arguments (hostile JSON).
     pub async fn exec_json(&self, ctx: &RunContext, args: &serde_json::Value) -> CodeModeResult {
+        self.exec_json_observed(ctx, args, None).await
+    }
+
+    /// [`Self::exec_json`] with an observer (see [`Self::exec_observed`]).
+    pub async fn exec_json_observed(
+        &self,
+        ctx: &RunContext,
+        args: &serde_json::Value,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> CodeModeResult {
         match CodeModeExecInput::from_json(args) {
-            Ok(input) => self.exec(ctx, &input).await,
+            Ok(input) => self.exec_observed(ctx, &input, observer).await,
             Err(e) => CodeModeResult::failed(e, Vec::new(), CodeModeTelemetry::default()),
         }
     }
 
     /// `wait` from raw tool arguments (hostile JSON).
     pub async fn wait_json(&self, ctx: &RunContext, args: &serde_json::Value) -> CodeModeResult {
+        self.wait_json_observed(ctx, args, None).await
+    }
+
+    /// [`Self::wait_json`] with an observer (see [`Self::exec_observed`]).
+    pub async fn wait_json_observed(
+        &self,
+        ctx: &RunContext,
+        args: &serde_json::Value,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> CodeModeResult {
         match CodeModeWaitInput::from_json(args) {
-            Ok(input) => self.wait(ctx, &input).await,
+            Ok(input) => self.wait_observed(ctx, &input, observer).await,
             Err(e) => CodeModeResult::failed(e, Vec::new(), CodeModeTelemetry::default()),
         }
     }

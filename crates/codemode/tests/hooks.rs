@@ -113,3 +113,63 @@ async fn p1_p3_nested_calls_reach_the_executor_with_the_callers_context() {
     assert_eq!(seen[0].tool_id, "client:app:notify");
     assert_eq!(seen[0].input, json!({ "text": "hi" }));
 }
+
+/// Collects events.
+#[derive(Default)]
+struct Events(Mutex<Vec<codemode::RunEvent>>);
+
+impl codemode::RunObserver for Events {
+    fn on_event(&self, event: codemode::RunEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p8_run_events_reach_the_observer() {
+    let host = Arc::new(Host::default());
+    let cm = CodeMode::builder(CodeModeConfig::enabled())
+        .tool_definitions([ToolDefinition::new(ToolSource::Client, "app", "notify")])
+        .executor(host)
+        .approvals(codemode::ApprovalPolicy::require(["client:app:notify"]))
+        .build();
+    let ctx = RunContext::session("p8");
+    let events = Arc::new(Events::default());
+    let r = cm
+        .exec_observed(
+            &ctx,
+            &CodeModeExecInput::code(
+                "text('one'); try { await tools.callValue('client:app:missing', {}) } catch (e) {} \
+                 json({ two: 2 }); return await tools.notify({})",
+            ),
+            Some(events.clone()),
+        )
+        .await;
+    let run_id = r.run_id().unwrap().to_string();
+    let seen: Vec<serde_json::Value> =
+        events.0.lock().unwrap().iter().map(|e| serde_json::to_value(e).unwrap()).collect();
+    let kinds: Vec<&str> = seen.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["output", "output", "callStarted", "callParked"], "{seen:?}");
+    assert_eq!(seen[0]["item"], json!({"type": "text", "text": "one"}));
+    assert_eq!(seen[2]["toolId"], "client:app:notify");
+    assert_eq!(seen[3]["runId"], json!(run_id));
+    // The wait brings its own observer: the approved call starts and finishes there.
+    cm.decide(
+        &codemode::RunId::parse(&run_id).unwrap(),
+        seen[3]["requestId"].as_u64().unwrap(),
+        codemode::ApprovalDecision::Approve,
+    )
+    .await
+    .unwrap();
+    let later = Arc::new(Events::default());
+    let done = cm.wait_observed(&ctx, &CodeModeWaitInput::new(&run_id), Some(later.clone())).await;
+    assert_eq!(done.to_json()["value"], json!("ok"));
+    let kinds: Vec<String> = later
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap()["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["callStarted", "callFinished"]);
+    assert!(events.0.lock().unwrap().len() == 4, "the exec's observer saw nothing of the wait");
+}

@@ -315,6 +315,7 @@ impl Inner {
                 awaiting_approval: false,
             },
         );
+        run.emit(RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
         let nested = NestedToolCall {
             run_id: run.id.clone(),
             request_id: id,

@@ -37,7 +37,7 @@ use codemode_core::engine::{
     GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot,
 };
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
-use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor};
+use codemode_core::executor::{NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolExecutor};
 use codemode_core::guest::{CallMode, GuestRequest};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
 use codemode_core::positions::CellPositions;
@@ -174,6 +174,8 @@ struct Run {
     stored: bool,
     /// Maps error positions back to the cell's own source.
     positions: CellPositions,
+    /// Who watches this call's events (not kept across suspensions: each call brings its own).
+    observer: Option<Arc<dyn RunObserver>>,
 }
 
 /// Budget and output of one `exec` / `wait` call.
@@ -184,6 +186,12 @@ struct Call {
     output_used: u64,
     /// Set when the call is cancelled: its caller went away, or the run was aborted.
     cancel: Arc<AtomicBool>,
+}
+
+/// What an `exec` / `wait` call brings besides its input: its cancel flag and who watches it.
+pub(crate) struct CallHandles {
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) observer: Option<Arc<dyn RunObserver>>,
 }
 
 impl Call {
@@ -220,17 +228,32 @@ impl Run {
             Finished::Parked(id) => {
                 if let Some(p) = self.pending.get_mut(&id) {
                     p.awaiting_approval = true;
+                    let tool_id = p.tool_id.clone().unwrap_or_default();
+                    self.emit(RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
                 }
                 return;
             }
         };
         if let Some(p) = self.pending.remove(&d.id)
             && p.kind().is_tool_call()
-            && d.outcome.is_err()
         {
-            self.telemetry.failed_call_count += 1;
+            if d.outcome.is_err() {
+                self.telemetry.failed_call_count += 1;
+            }
+            self.emit(RunEvent::CallFinished {
+                run_id: self.id.to_string(),
+                request_id: d.id,
+                tool_id: p.tool_id.unwrap_or_default(),
+                ok: d.outcome.is_ok(),
+            });
         }
         self.ready.push(d);
+    }
+
+    fn emit(&self, event: RunEvent) {
+        if let Some(o) = &self.observer {
+            o.on_event(event);
+        }
     }
 
     /// Calls parked until a human decides.
@@ -431,11 +454,11 @@ impl Inner {
         rt: &Handle,
         ctx: &RunContext,
         input: &CodeModeExecInput,
-        cancel: Arc<AtomicBool>,
+        handles: CallHandles,
     ) -> CodeModeResult {
         // Engine preparation (loading or compiling a guest module) is never charged to the cell.
         let prepared = self.prepare_engine();
-        let call = Call::new(self.config.timeout_ms, cancel);
+        let call = Call::new(self.config.timeout_ms, handles.cancel);
         let mut telemetry = self.base_telemetry();
         telemetry.exec_count = 1;
         let early = |err: CodeModeError, mut telemetry: CodeModeTelemetry| {
@@ -494,6 +517,7 @@ impl Inner {
             created_at_ms: self.now_ms(),
             stored: false,
             positions,
+            observer: handles.observer,
         };
         self.drive_loop(rt, run, instance, call)
     }
@@ -503,10 +527,10 @@ impl Inner {
         rt: &Handle,
         ctx: &RunContext,
         input: &CodeModeWaitInput,
-        cancel: Arc<AtomicBool>,
+        handles: CallHandles,
     ) -> CodeModeResult {
         let prepared = self.prepare_engine();
-        let call = Call::new(self.config.timeout_ms, cancel);
+        let call = Call::new(self.config.timeout_ms, handles.cancel);
         let lookup_failure = |err: CodeModeError| {
             let mut t = self.base_telemetry();
             t.duration_ms = call.started.elapsed().as_millis() as u64;
@@ -546,6 +570,7 @@ impl Inner {
             created_at_ms,
             stored: true,
             positions,
+            observer: handles.observer,
         };
         let _active = self.activate(&run.id, &call);
         if resumed_elsewhere && let Err(e) = self.adopt_calls_from_elsewhere(rt, &mut run) {
@@ -648,6 +673,9 @@ impl Inner {
             };
             for item in report.output {
                 call.output_used += item.cost() as u64;
+                if run.observer.is_some() {
+                    run.emit(RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
+                }
                 call.output.push(item);
             }
             match report.outcome {

@@ -1,6 +1,7 @@
-"""Approvals through `codemode serve` (issue 11 §2), driven by Python's official `mcp` client.
+"""Approvals, cancellation and progress through `codemode serve` (issue 11 §2–§4), driven by Python's
+official `mcp` client.
 
-Usage: approvals.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
+Usage: human_in_the_loop.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
 
 The config gates `demo_invoice_send` (`approvals.require`) with `approvals.timeoutMs` 600. Checks:
   - a client with the elicitation capability is asked (`elicitation/create`, naming the tool and the
@@ -12,6 +13,8 @@ The config gates `demo_invoice_send` (`approvals.require`) with `approvals.timeo
   - (http) the approval endpoint `POST /approvals/{runId}/{requestId}` (bearer token from
     CODEMODE_APPROVAL_TOKEN): 401 without or with a wrong token, 400 for a bad body, 204 when
     recorded, 404 once the run settled;
+  - (issue 11 §4) with a progress token, the run's events arrive as progress notifications before the
+    result: `text()` output and nested calls started/finished;
   - (stdio, issue 11 §3) a cancelled `exec` request (`notifications/cancelled`, sent by the client when
     the awaiting task is cancelled) aborts its run: nothing is left in the snapshot directory after
     the moment the run would have suspended.
@@ -142,6 +145,24 @@ async def main() -> None:
                 assert len(human.asked) == 1, human.asked
                 assert "plugin:demo:demo_invoice_send" in human.asked[0], human.asked[0]
                 assert "SHP-1002" in human.asked[0], "the human sees the input"
+        # Progress: text output and nested calls, as they happen.
+        messages: list[str] = []
+
+        async def on_progress(progress, total, message):
+            messages.append(message or "")
+
+        async with session(transport, bin_path, config, snapdir, None, server) as s:
+            res = result_json(
+                await s.call_tool(
+                    "exec",
+                    {"code": "text('hello'); const r = await tools.demo_echo({ x: 1 }); return r.x"},
+                    progress_callback=on_progress,
+                )
+            )
+            assert res["status"] == "completed" and res["value"] == 1, res
+            assert "text: hello" in messages, messages
+            assert any(m.startswith("call started: plugin:demo:demo_echo") for m in messages), messages
+            assert any(m.startswith("call finished: plugin:demo:demo_echo") for m in messages), messages
         if transport == "http":
             # Out-of-band approval over HTTP, for a client that cannot be asked.
             async with session(transport, bin_path, config, snapdir, None, server) as s:
@@ -191,7 +212,7 @@ async def main() -> None:
     finally:
         if server is not None:
             server.stop()
-    print(f"ok: approvals {transport}")
+    print(f"ok: human in the loop {transport}")
 
 
 if __name__ == "__main__":
