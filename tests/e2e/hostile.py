@@ -9,7 +9,9 @@ a hostile upstream MCP server (`hostile_server.js`) and checks, through the real
   - a TypeScript cell nested deeply enough to overflow the transform fails cleanly, and the server
     keeps serving (the same session runs the next cell);
   - errors teach: unknown `tools.x` / `MCP.server.x` names suggest the nearest ones, shell commands
-    and timers/fetch say what to do instead, positions are the cell's own.
+    and timers/fetch say what to do instead, positions are the cell's own;
+  - (issue 11 §3) cancelling an `exec` that waits on an upstream call that never answers aborts the
+    run and sends `notifications/cancelled` to the upstream server.
 
 Usage: hostile.py CODEMODE_BIN CONFIG_FILE CALL_LOG
 Exit status 0 on success; an AssertionError (non-zero) names what failed.
@@ -162,6 +164,19 @@ async def main(bin_path: str, config: str, log: str) -> None:
             assert r["status"] == "failed" and "<cell>:4:" in r["error"], r
 
             assert calls(log) == ["then", "toString", "$api", "echo"], f"unexpected upstream calls: {calls(log)}"
+
+            # Issue 11 §3: a cancelled exec aborts its run, and the upstream call it was waiting on is
+            # cancelled too (`notifications/cancelled` reaches the upstream server).
+            try:
+                await asyncio.wait_for(s.call_tool("exec", {"code": "return await MCP.hostile.hang({})"}), 1.0)
+                raise AssertionError("the hanging exec should have been cancelled")
+            except asyncio.TimeoutError:
+                pass
+            for _ in range(50):
+                if "cancelled" in calls(log):
+                    break
+                await asyncio.sleep(0.1)
+            assert calls(log)[-2:] == ["hang", "cancelled"], f"upstream was not told: {calls(log)}"
             print("ok: hostile")
 
 

@@ -3,7 +3,8 @@
 // own helpers, descriptions and parameter names that try to break out of the generated `.d.ts`
 // comments, non-identifier and reserved-word names, a line separator in a name, and a huge, deep
 // schema. Every `tools/call` is appended to the log file given as the first argument, so a test can
-// prove which tools were really called. Plain newline-delimited JSON-RPC on stdio, no dependencies.
+// prove which tools were really called. `hang` never answers; a `notifications/cancelled` is logged
+// as `cancelled`. Plain newline-delimited JSON-RPC on stdio, no dependencies.
 const fs = require("fs");
 const log = process.argv[2];
 const record = (name) => { if (log) fs.appendFileSync(log, name + "\n"); };
@@ -12,7 +13,7 @@ const breakout = "*/ declare const pwned: true; /*";
 let deep = { type: "string" };
 for (let i = 0; i < 40; i++) deep = { type: "object", properties: { a: deep } };
 const names = ["then", "toString", "valueOf", "toJSON", "constructor", "__proto__", "hasOwnProperty",
-  "$api", "$call", "resources", "delete", "get-sum", "to-string", "line\u2028break", "echo"];
+  "$api", "$call", "resources", "delete", "get-sum", "to-string", "line\u2028break", "echo", "hang"];
 const tools = names.map((name) => ({
   name,
   description: `Tool ${name}. ${breakout}\nSecond line \u2028 ${breakout}`,
@@ -44,6 +45,10 @@ process.stdin.on("data", (chunk) => {
       } });
     } else if (msg.method === "tools/list") {
       send({ jsonrpc: "2.0", id: msg.id, result: { tools } });
+    } else if (msg.method === "notifications/cancelled") {
+      record("cancelled");
+    } else if (msg.method === "tools/call" && msg.params.name === "hang") {
+      record("hang");
     } else if (msg.method === "tools/call") {
       record(msg.params.name);
       send({ jsonrpc: "2.0", id: msg.id, result: {
