@@ -141,6 +141,11 @@ pub struct RunContext {
     /// Model id, e.g. `gpt-5.2`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The caller runs sandboxed (SPEC P4): every nested call carries this, so the host's executor
+    /// applies its sandbox tool policy to calls made from inside the code exactly as to direct calls.
+    /// (codemode itself does not interpret it; see the README's tool policy section.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sandboxed: bool,
 }
 
 impl RunContext {

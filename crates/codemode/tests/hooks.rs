@@ -1,5 +1,5 @@
-//! Hooks around the outer call (SPEC X8) and the caller's context on every nested call (P1–P3):
-//! what a host's policy sees (issue 11 §1).
+//! Hooks around the outer call (SPEC X8), the caller's context on every nested call (P1–P4) and run
+//! events (P8): what a host's policy sees (issue 11 §1, §4).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{
@@ -84,7 +84,7 @@ impl ToolExecutor for Host {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn p1_p3_nested_calls_reach_the_executor_with_the_callers_context() {
+async fn p1_p4_nested_calls_reach_the_executor_with_the_callers_context() {
     let host = Arc::new(Host::default());
     let cm = CodeMode::builder(CodeModeConfig::enabled())
         .tool_definitions([ToolDefinition::new(ToolSource::Client, "app", "notify")])
@@ -97,6 +97,7 @@ async fn p1_p3_nested_calls_reach_the_executor_with_the_callers_context() {
     ctx.channel = Some("sms".into());
     ctx.provider = Some("openai".into());
     ctx.model = Some("gpt-5".into());
+    ctx.sandboxed = true;
     let r = cm
         .exec(&ctx, &CodeModeExecInput::code("await yield_control(); return await tools.notify({ text: 'hi' })"))
         .await;
@@ -109,6 +110,7 @@ async fn p1_p3_nested_calls_reach_the_executor_with_the_callers_context() {
     assert_eq!(c.scope.agent_id.as_deref(), Some("agent-a"), "P1");
     assert_eq!((c.scope.session_id.as_deref(), c.scope.session_key.as_deref()), (Some("s-1"), Some("key-1")), "P2");
     assert_eq!((c.sender.as_deref(), c.channel.as_deref()), (Some("+15550100"), Some("sms")), "P3");
+    assert!(c.sandboxed, "P4");
     assert_eq!((c.provider.as_deref(), c.model.as_deref()), (Some("openai"), Some("gpt-5")));
     assert_eq!(seen[0].tool_id, "client:app:notify");
     assert_eq!(seen[0].input, json!({ "text": "hi" }));
