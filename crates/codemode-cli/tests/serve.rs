@@ -24,8 +24,23 @@ fn tempdir(name: &str) -> PathBuf {
     d
 }
 
+/// Runs an end-to-end Python script (`tests/e2e/<script>`) with the `codemode` binary as its first
+/// argument; asserts it succeeded and printed `ok_line`.
+fn run_python(script: &str, args: &[&std::ffi::OsStr], ok_line: &str) {
+    let out = Command::new(peer(".venv/bin/python"))
+        .arg(root().join("tests/e2e").join(script))
+        .arg(env!("CARGO_BIN_EXE_codemode"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains(ok_line), "{stdout}");
+}
+
 fn drive(transport: &str) {
-    let python = peer(".venv/bin/python");
     let everything = peer("tests/e2e/node_modules/.bin/mcp-server-everything");
     let dir = tempdir(transport);
     let config = dir.join("codemode.json5");
@@ -38,19 +53,11 @@ fn drive(transport: &str) {
     )
     .unwrap();
     let snapdir = dir.join("runs");
-    let out = Command::new(python)
-        .arg(root().join("tests/e2e/client.py"))
-        .arg(env!("CARGO_BIN_EXE_codemode"))
-        .arg(&config)
-        .arg(&snapdir)
-        .arg(transport)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "client.py {transport} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains(&format!("ok: {transport}")), "{stdout}");
+    run_python(
+        "client.py",
+        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
+        &format!("ok: {transport}"),
+    );
     // Completed runs leave nothing behind in the directory store.
     // (`.admission` is the store's lock file, kept on purpose.)
     let left: Vec<_> = std::fs::read_dir(&snapdir)
@@ -111,7 +118,6 @@ fn which(cmd: &str) -> PathBuf {
 /// answer in time), `codemode approve` from another process, the HTTP endpoint — plus cancellation
 /// and progress, with Python's `mcp` client.
 fn human_in_the_loop(transport: &str) {
-    let python = peer(".venv/bin/python");
     let dir = tempdir(&format!("approvals-{transport}"));
     let config = dir.join("codemode.json5");
     std::fs::write(
@@ -119,19 +125,12 @@ fn human_in_the_loop(transport: &str) {
         "{ tools: { codeMode: { enabled: true, timeoutMs: 2000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 600 } }\n",
     )
     .unwrap();
-    let out = Command::new(python)
-        .arg(root().join("tests/e2e/human_in_the_loop.py"))
-        .arg(env!("CARGO_BIN_EXE_codemode"))
-        .arg(&config)
-        .arg(dir.join("runs"))
-        .arg(transport)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "human_in_the_loop.py {transport} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains(&format!("ok: human in the loop {transport}")), "{stdout}");
+    let snapdir = dir.join("runs");
+    run_python(
+        "human_in_the_loop.py",
+        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
+        &format!("ok: human in the loop {transport}"),
+    );
 }
 
 #[test]

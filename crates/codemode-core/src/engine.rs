@@ -56,10 +56,7 @@
 //!         Ok(Box::new(ToyInstance))
 //!     }
 //!     fn restore(&self, snapshot: Snapshot, _limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
-//!         match snapshot.body {
-//!             SnapshotBody::Live { instance, .. } if snapshot.engine == "toy" => Ok(instance),
-//!             _ => Err(EngineError::Restore("not a toy snapshot".into())),
-//!         }
+//!         snapshot.into_live_instance("toy")
 //!     }
 //! }
 //!
@@ -421,6 +418,24 @@ impl Snapshot {
     pub fn is_serialized(&self) -> bool {
         matches!(self.body, SnapshotBody::Serialized(_))
     }
+
+    /// The whole of [`GuestEngine::restore`] for an engine that keeps live VMs only: the instance of
+    /// a live snapshot taken by `engine`; [`EngineError::Restore`] for another engine's snapshot or
+    /// for serialized bytes.
+    pub fn into_live_instance(self, engine: &str) -> Result<Box<dyn GuestInstance>, EngineError> {
+        if self.engine != engine {
+            return Err(EngineError::Restore(format!(
+                "snapshot was taken by engine `{}`, not `{engine}`",
+                self.engine
+            )));
+        }
+        match self.body {
+            SnapshotBody::Live { instance, .. } => Ok(instance),
+            SnapshotBody::Serialized(_) => Err(EngineError::Restore(format!(
+                "engine `{engine}` keeps live VMs only and cannot restore serialized snapshots"
+            ))),
+        }
+    }
 }
 
 impl fmt::Debug for Snapshot {
@@ -455,6 +470,28 @@ mod tests {
         }
         assert!(RequestKind::Call.is_tool_call() && !RequestKind::Search.is_tool_call());
         assert_eq!(RequestKind::parse("exec"), None);
+    }
+
+    #[test]
+    fn live_only_restore_checks_engine_and_kind() {
+        struct Nothing;
+        impl GuestInstance for Nothing {
+            fn drive(&mut self, _input: DriveInput) -> Result<DriveReport, EngineError> {
+                Err(EngineError::Internal("not used".into()))
+            }
+            fn snapshot(self: Box<Self>) -> Result<Snapshot, EngineError> {
+                Err(EngineError::Internal("not used".into()))
+            }
+        }
+        let live = |engine: &str| Snapshot {
+            engine: engine.into(),
+            body: SnapshotBody::Live { size_bytes: 0, instance: Box::new(Nothing) },
+        };
+        assert!(live("a").into_live_instance("a").is_ok());
+        let other = live("b").into_live_instance("a").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(other.contains("taken by engine `b`"), "{other}");
+        let bytes = Snapshot { engine: "a".into(), body: SnapshotBody::Serialized(vec![1]) };
+        assert!(matches!(bytes.into_live_instance("a"), Err(EngineError::Restore(_))));
     }
 
     #[test]

@@ -188,18 +188,7 @@ impl GuestEngine for BoaEngine {
     }
 
     fn restore(&self, snapshot: Snapshot, _limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
-        if snapshot.engine != ENGINE_NAME {
-            return Err(EngineError::Restore(format!(
-                "snapshot was taken by engine `{}`, not `{ENGINE_NAME}`",
-                snapshot.engine
-            )));
-        }
-        match snapshot.body {
-            SnapshotBody::Live { instance, .. } => Ok(instance),
-            SnapshotBody::Serialized(_) => Err(EngineError::Restore(
-                "the boa engine keeps live VMs only and cannot restore serialized snapshots".into(),
-            )),
-        }
+        snapshot.into_live_instance(ENGINE_NAME)
     }
 }
 
