@@ -40,6 +40,11 @@ impl From<EngineError> for VmFault {
 pub trait GuestVm {
     /// Arms the engine's interrupt for `deadline` (and for fatal bridge limits).
     fn set_deadline(&mut self, deadline: Instant);
+    /// Arms the engine's interrupt for `cancel` too (see [`DriveInput::cancel`]): once it is set, the
+    /// guest stops as at the deadline. Engines without an interrupt keep the default (ignore it).
+    fn set_cancel(&mut self, cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
+        let _ = cancel;
+    }
     /// Compiles `wrapped` (see [`crate::wrap_code`]) and passes the function to the prelude's `run`.
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault>;
     /// Calls the prelude's `settle(id, ok, json)`.
@@ -67,6 +72,7 @@ pub fn drive<V: GuestVm>(
 ) -> Result<DriveReport, EngineError> {
     vm.with_bridge(|b| b.begin_drive(input.output_budget));
     vm.set_deadline(input.deadline);
+    vm.set_cancel(input.cancel.clone());
     let stepped = step(vm, unstarted, &input);
     let fatal = vm.with_bridge(|b| b.fatal().cloned());
     let (requests, output) = vm.with_bridge(|b| b.finish_drive());

@@ -71,7 +71,7 @@
 //!
 //! let program = GuestProgram { code: "return 1".into(), boot: "{}".into() };
 //! let mut vm = Toy.start(&program, &GuestLimits::default()).unwrap();
-//! let input = DriveInput { deliveries: vec![], deadline: std::time::Instant::now(), output_budget: 1024 };
+//! let input = DriveInput { deliveries: vec![], deadline: std::time::Instant::now(), output_budget: 1024, cancel: None };
 //! assert_eq!(vm.drive(input).unwrap().outcome, DriveOutcome::Completed(Value::Null));
 //! assert_eq!(Toy.capabilities(), EngineCapabilities::NONE, "claims nothing it does not enforce");
 //! ```
@@ -237,6 +237,10 @@ pub struct DriveInput {
     pub deadline: Instant,
     /// Bytes of output this step may still produce before `output_limit_exceeded`.
     pub output_budget: u64,
+    /// Set (to `true`) when the run is aborted while this step runs: an engine that can interrupt
+    /// stops the guest at once, as if the deadline had passed (the runtime then reports `aborted`,
+    /// not `timeout`). `None`: nothing can cancel this step.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A guest-level failure of the cell.

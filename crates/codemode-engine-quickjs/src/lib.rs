@@ -160,12 +160,18 @@ struct Interrupt {
     deadline_ns: AtomicU64,
     fatal: AtomicBool,
     fired: AtomicBool,
+    /// The current drive step's cancel flag (see `DriveInput::cancel`).
+    cancel: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 impl Interrupt {
     fn should_stop(&self) -> bool {
         let now = self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-        let stop = self.fatal.load(Ordering::Relaxed) || now >= self.deadline_ns.load(Ordering::Relaxed);
+        let cancelled = || {
+            // `try_lock`: never block QuickJS's interrupt poll; the flag is looked at again next poll.
+            self.cancel.try_lock().is_ok_and(|c| c.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)))
+        };
+        let stop = self.fatal.load(Ordering::Relaxed) || now >= self.deadline_ns.load(Ordering::Relaxed) || cancelled();
         if stop {
             self.fired.store(true, Ordering::Relaxed);
         }
@@ -242,6 +248,7 @@ impl Vm {
             deadline_ns: AtomicU64::new(u64::MAX),
             fatal: AtomicBool::new(false),
             fired: AtomicBool::new(false),
+            cancel: Mutex::new(None),
         });
         let handler_state = interrupt.clone();
         rt.set_interrupt_handler(Some(Box::new(move || handler_state.should_stop())));
@@ -353,6 +360,10 @@ impl GuestVm for Vm {
         self.interrupt.deadline_ns.store(ns, Ordering::Relaxed);
         self.interrupt.fired.store(false, Ordering::Relaxed);
         self.refused.store(false, Ordering::Relaxed);
+    }
+
+    fn set_cancel(&mut self, cancel: Option<Arc<AtomicBool>>) {
+        *self.interrupt.cancel.lock().unwrap_or_else(|p| p.into_inner()) = cancel;
     }
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {

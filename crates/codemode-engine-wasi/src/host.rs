@@ -22,6 +22,9 @@ pub(crate) struct HostState {
     pub(crate) deadline: Instant,
     /// A fatal bridge limit was hit: stop the guest at the next interrupt poll.
     pub(crate) fatal: bool,
+    /// The current drive step's cancel flag (`DriveInput::cancel`): set, the guest stops at the next
+    /// interrupt poll.
+    pub(crate) cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// The interrupt handler told QuickJS to stop during this drive step.
     pub(crate) fired: bool,
     /// Address of the guest's scratch buffer for error messages, and its length.
@@ -48,6 +51,7 @@ impl HostState {
             bridge: BridgeHost::new(limits),
             deadline: Instant::now() + std::time::Duration::from_secs(3600),
             fatal: false,
+            cancel: None,
             fired: false,
             scratch: (0, 0),
             memory: None,
@@ -115,7 +119,8 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     )?;
     l.func_wrap("codemode", "should_interrupt", |mut caller: Caller<'_, HostState>| -> i32 {
         let st = caller.data_mut();
-        if st.fatal || Instant::now() >= st.deadline {
+        let cancelled = st.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+        if st.fatal || cancelled || Instant::now() >= st.deadline {
             st.fired = true;
             1
         } else {

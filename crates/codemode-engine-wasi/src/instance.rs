@@ -247,6 +247,10 @@ impl Vm {
 }
 
 impl GuestVm for Vm {
+    fn set_cancel(&mut self, cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
+        self.store.data_mut().cancel = cancel;
+    }
+
     fn set_deadline(&mut self, deadline: Instant) {
         let st = self.store.data_mut();
         st.deadline = deadline;

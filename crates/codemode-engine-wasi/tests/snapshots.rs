@@ -167,6 +167,7 @@ fn snapshots_of_another_engine_or_build_are_refused() {
             deliveries: vec![],
             deadline: Instant::now() + Duration::from_secs(5),
             output_budget: 1 << 16,
+            cancel: None,
         })
         .unwrap();
     assert_eq!(report.outcome, DriveOutcome::Pending);
@@ -192,6 +193,7 @@ fn snapshots_of_another_engine_or_build_are_refused() {
             deliveries: vec![codemode_core::engine::Delivery { id: yield_id, outcome: Ok(Value::Null) }],
             deadline: Instant::now() + Duration::from_secs(5),
             output_budget: 1 << 16,
+            cancel: None,
         })
         .unwrap();
     assert_eq!(done.outcome, DriveOutcome::Completed(json!(1)));

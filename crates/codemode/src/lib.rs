@@ -555,6 +555,13 @@ impl CodeMode {
             .unwrap_or_else(|e| Err(CodeModeError::new(CodeModeErrorCode::InternalError, e.to_string())))
     }
 
+    /// How many runs an `exec` or `wait` is driving at this moment (suspended runs do not count). A
+    /// call whose caller went away stops driving its run at the run's next step (see
+    /// [`Self::exec`]); this shows when it did.
+    pub fn runs_in_progress(&self) -> usize {
+        self.inner.driven()
+    }
+
     /// Records a human's decision on a parked call (`request_id` is the `requestId` of its
     /// `pendingToolCalls` entry, `kind: "approval"`). The next `wait` of the run — in this process or,
     /// with a shared store, in another one — runs an approved call or rejects a denied one in the

@@ -622,6 +622,11 @@ impl Inner {
         self.drive_loop(rt, run, instance, call)
     }
 
+    /// How many runs an `exec` / `wait` is driving right now.
+    pub(crate) fn driven(&self) -> usize {
+        self.active.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Registers `run` as driven by `call` until the returned guard drops, so that
     /// [`abort`](Self::abort) reaches it.
     fn activate(&self, run: &RunId, call: &Call) -> ActiveRun<'_> {
@@ -666,11 +671,16 @@ impl Inner {
                 deliveries: std::mem::take(&mut run.ready),
                 deadline: call.deadline,
                 output_budget: max_out.saturating_sub(call.output_used),
+                cancel: Some(call.cancel.clone()),
             };
             let report = match instance.drive(input) {
                 Ok(report) => report,
                 Err(e) => return StepsEnd::Fail(CodeModeError::new(e.code(), e.to_string())),
             };
+            // Interrupted because the run was aborted, not because time ran out.
+            if call.cancelled() {
+                return StepsEnd::Abort;
+            }
             for item in report.output {
                 call.output_used += item.cost() as u64;
                 if run.observer.is_some() {
