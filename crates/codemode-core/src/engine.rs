@@ -26,7 +26,8 @@
 //!   twice); run jobs until none is left; read the handle's `poll()`. Report [`DriveOutcome::Pending`]
 //!   while the cell waits, `Completed`/`Failed` when it ended, with the requests and output of this
 //!   step in order. Guest code still running at `input.deadline` ends the step as a `timeout`
-//!   failure; a guest that exceeds its limits fails with the matching code, and the host process
+//!   failure, and so does `input.cancel` being set (the run is being aborted; the runtime reports
+//!   `aborted`); a guest that exceeds its limits fails with the matching code, and the host process
 //!   is never harmed (no panic, no abort, no unbounded memory).
 //! - **`snapshot()`**: only after a step that ended `Pending` (quiescent: no guest frame on the
 //!   stack). Either self-contained bytes that `restore` accepts in another process with the same

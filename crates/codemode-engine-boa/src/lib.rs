@@ -21,6 +21,7 @@
 //!   uncatchable), which fails the cell with `timeout`. Code that does not loop in one activation
 //!   (a long chain of calls, a huge sort, pathological builtins such as a 100,000-deep chain of
 //!   bound functions) runs to its end and holds its VM thread and the caller meanwhile.
+//!   An abort (`DriveInput::cancel`) is not seen while guest code runs either.
 //!   A loop stopped **after an `await`** is worse: boa drops the error raised inside an async
 //!   continuation, so the cell never settles and fails as stalled (no code) rather than `timeout`.
 //! - **Recursion** is stopped by boa's recursion limit ([`BoaLimits::recursion`]), uncatchably —
