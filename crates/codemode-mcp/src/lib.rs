@@ -71,6 +71,7 @@ pub async fn build_gateway(
         .approver(approver.clone())
         .policy(file.policy.clone())
         .approvals(file.approvals.clone())
+        .sandbox(file.sandbox.clone())
         .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())

@@ -13,9 +13,11 @@
 //!
 //! Besides `tools.codeMode`, the tool policy of SPEC §22 is read: `tools.profile`, `tools.allow`,
 //! `tools.deny`, `tools.byProvider` and `agents.list[].tools.*` (see
-//! [`codemode_catalog::policy`]). `tools.loopDetection`, `tools.sandbox` and
-//! `agents.list[].tools.{loopDetection, elevated}` are accepted and shape-checked but not enforced by
-//! codemode (they belong to the host's agent loop). The top-level `approvals` is the approval
+//! [`codemode_catalog::policy`]). `tools.sandbox.tools`, `tools.elevated` and
+//! `agents.list[].tools.elevated` are the sandbox tool policy, enforced on nested calls of runs whose
+//! caller is sandboxed ([`codemode_catalog::sandbox`]). `tools.loopDetection` and
+//! `agents.list[].tools.loopDetection` are accepted and shape-checked but not enforced by codemode
+//! (they belong to the host's agent loop). The top-level `approvals` is the approval
 //! policy ([`codemode_catalog::approval`]): which nested calls wait for a human.
 //!
 //! Unknown keys are rejected with an error naming their path, so a typo never silently changes
@@ -23,6 +25,7 @@
 
 use codemode_catalog::approval::ApprovalPolicy;
 use codemode_catalog::policy::ToolPolicy;
+use codemode_catalog::sandbox::SandboxPolicy;
 use codemode_core::config::{CodeModeConfig, ConfigError, parse_json5, type_name};
 use serde_json::Value;
 use std::path::Path;
@@ -30,7 +33,8 @@ use std::path::Path;
 /// Keys accepted at the top level.
 pub const TOP_LEVEL_KEYS: [&str; 4] = ["tools", "agents", "mcpServers", "approvals"];
 /// Keys accepted under `tools`.
-pub const TOOLS_KEYS: [&str; 7] = ["codeMode", "profile", "allow", "deny", "byProvider", "loopDetection", "sandbox"];
+pub const TOOLS_KEYS: [&str; 8] =
+    ["codeMode", "profile", "allow", "deny", "byProvider", "loopDetection", "sandbox", "elevated"];
 /// Keys accepted under `agents`.
 pub const AGENTS_KEYS: [&str; 1] = ["list"];
 /// Keys accepted under `agents.list[].tools`.
@@ -50,6 +54,8 @@ pub struct ConfigFile {
     pub policy: ToolPolicy,
     /// The approval policy (top-level `approvals`): which nested calls wait for a human.
     pub approvals: ApprovalPolicy,
+    /// What sandboxed runs may call (`tools.sandbox.tools`, `tools.elevated`, `agents.list[].tools.elevated`).
+    pub sandbox: SandboxPolicy,
     /// `mcpServers`, unparsed (an object; `codemode-mcp` reads it).
     pub mcp_servers: Option<Value>,
 }
@@ -129,6 +135,7 @@ impl ConfigFile {
         }
         out.policy = ToolPolicy::from_document(&doc)?;
         out.approvals = ApprovalPolicy::from_document(&doc)?;
+        out.sandbox = SandboxPolicy::from_document(&doc)?;
         Ok(out)
     }
 

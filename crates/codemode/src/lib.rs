@@ -39,6 +39,7 @@ pub mod typescript;
 pub use codemode_catalog::Catalog;
 pub use codemode_catalog::approval::ApprovalPolicy;
 pub use codemode_catalog::policy::{PolicyContext, PolicyTarget, ToolPolicy};
+pub use codemode_catalog::sandbox::SandboxPolicy;
 pub use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use codemode_core::executor::{
     CODE_MODE_TOOL_KIND, CodeModeCallEvent, NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolResult,
@@ -200,6 +201,7 @@ pub struct CodeModeBuilder {
     hooks: Vec<Arc<dyn ToolHook>>,
     approvals: ApprovalPolicy,
     approver: Option<Arc<dyn Approver>>,
+    sandbox: SandboxPolicy,
     store: Option<Arc<dyn SnapshotStore>>,
     clock: Option<Arc<dyn Clock>>,
     policy: Option<ToolPolicy>,
@@ -261,6 +263,14 @@ impl CodeModeBuilder {
         self
     }
 
+    /// Applies the sandbox tool policy (`tools.sandbox.tools`, `tools.elevated`,
+    /// `agents.list[].tools.elevated`) to nested calls of runs whose caller is sandboxed
+    /// ([`RunContext::sandboxed`]). Runs of callers that are not sandboxed are not affected.
+    pub fn sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = policy;
+        self
+    }
+
     /// Uses this snapshot store (default: a new [`MemorySnapshotStore`]).
     pub fn store(mut self, store: Arc<dyn SnapshotStore>) -> Self {
         self.store = Some(store);
@@ -305,7 +315,12 @@ impl CodeModeBuilder {
                 engine,
                 catalog,
                 executor,
-                runtime::CallGates { hooks: self.hooks, approvals: self.approvals, approver: self.approver },
+                runtime::CallGates {
+                    hooks: self.hooks,
+                    approvals: self.approvals,
+                    approver: self.approver,
+                    sandbox: self.sandbox,
+                },
                 store,
                 clock,
             )),
@@ -372,6 +387,7 @@ impl CodeMode {
             hooks: Vec::new(),
             approvals: ApprovalPolicy::default(),
             approver: None,
+            sandbox: SandboxPolicy::default(),
             store: None,
             clock: None,
             policy: None,

@@ -175,3 +175,66 @@ async fn p8_run_events_reach_the_observer() {
     assert_eq!(kinds, ["callStarted", "callFinished"]);
     assert!(events.0.lock().unwrap().len() == 4, "the exec's observer saw nothing of the wait");
 }
+
+/// P4, SPEC §22: nested calls of a sandboxed caller meet the sandbox tool policy; others do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4_sandboxed_runs_meet_the_sandbox_tool_policy() {
+    let defs = || {
+        [
+            ToolDefinition::new(ToolSource::Client, "app", "notify"),
+            ToolDefinition::new(ToolSource::Mcp, "files", "read_file"),
+            ToolDefinition::new(ToolSource::Openclaw, "core", "exec"),
+        ]
+    };
+    let cell = "const out = {};
+        for (const [k, f] of [
+          ['notify', () => tools.notify({})],
+          ['mcp', () => MCP.files.read_file({})],
+          ['exec', () => tools.call('openclaw:core:exec', { command: 'id' })],
+          ['elevated', () => tools.call('openclaw:core:exec', { command: 'id', elevated: true })],
+        ]) { try { await f(); out[k] = 'ok' } catch (e) { out[k] = e.code + ': ' + e.message } }
+        return out";
+    let run = |policy: codemode::SandboxPolicy, sandboxed: bool| {
+        let host = Arc::new(Host::default());
+        let cm = CodeMode::builder(CodeModeConfig::enabled())
+            .tool_definitions(defs())
+            .executor(host.clone())
+            .sandbox(policy)
+            .build();
+        async move {
+            let mut ctx = RunContext::session("p4");
+            ctx.scope.agent_id = Some("ops".into());
+            ctx.sandboxed = sandboxed;
+            let r = cm.exec(&ctx, &CodeModeExecInput::code(cell)).await.to_json();
+            (r["value"].clone(), host.seen.lock().unwrap().iter().map(|c| c.tool_id.clone()).collect::<Vec<_>>())
+        }
+    };
+    // Sandboxed, default policy: no MCP without the bundle, no elevated exec.
+    let (v, seen) = run(codemode::SandboxPolicy::default(), true).await;
+    assert_eq!(v["notify"], "ok");
+    assert_eq!(v["exec"], "ok");
+    assert!(
+        v["mcp"]
+            .as_str()
+            .unwrap()
+            .starts_with("nested_tool_failed: mcp:files:read_file: MCP tools are not allowed in a sandbox"),
+        "{v}"
+    );
+    assert!(v["elevated"].as_str().unwrap().contains("elevated execution needs tools.elevated"), "{v}");
+    assert_eq!(seen, ["client:app:notify", "openclaw:core:exec"], "refused calls never reach the executor");
+    // Not sandboxed: the sandbox policy does not apply.
+    let (v, _) = run(codemode::SandboxPolicy::default(), false).await;
+    assert_eq!(v, json!({"notify": "ok", "mcp": "ok", "exec": "ok", "elevated": "ok"}));
+    // The bundle and both elevated switches.
+    let doc = json!({
+        "tools": { "sandbox": { "tools": { "alsoAllow": ["bundle-mcp"] } }, "elevated": true },
+        "agents": { "list": [{ "id": "ops", "tools": { "elevated": true } }] },
+    });
+    let (v, _) = run(codemode::SandboxPolicy::from_document(&doc).unwrap(), true).await;
+    assert_eq!(v, json!({"notify": "ok", "mcp": "ok", "exec": "ok", "elevated": "ok"}));
+    // An allowlist narrows the rest.
+    let doc = json!({ "tools": { "sandbox": { "tools": { "allow": ["notify"], "deny": ["exec"] } } } });
+    let (v, _) = run(codemode::SandboxPolicy::from_document(&doc).unwrap(), true).await;
+    assert_eq!(v["notify"], "ok");
+    assert!(v["exec"].as_str().unwrap().contains("tools.sandbox.tools.deny"), "{v}");
+}

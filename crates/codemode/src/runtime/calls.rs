@@ -304,6 +304,13 @@ impl Inner {
         let CallSpec { id, request, tool, mode, approved } = spec;
         let raw = mode == CallMode::Raw;
         let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
+        // SPEC P4: a sandboxed caller's nested calls meet the sandbox tool policy; a refused call
+        // fails like any refused call, without reaching hooks or the tool.
+        let refusal = if run.context.sandboxed {
+            self.sandbox.refusal(&tool.def, &input, run.context.scope.agent_id.as_deref())
+        } else {
+            None
+        };
         run.pending.insert(
             id,
             PendingRequest {
@@ -315,6 +322,12 @@ impl Inner {
                 awaiting_approval: false,
             },
         );
+        if let Some(why) = refusal {
+            let message = format!("{}: {why}", tool.id);
+            let outcome = Err(GuestError::new("ToolError", message, Some(CodeModeErrorCode::NestedToolFailed)));
+            run.accept(Finished::Settled(Delivery { id, outcome }));
+            return;
+        }
         run.emit(RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
         let nested = NestedToolCall {
             run_id: run.id.clone(),

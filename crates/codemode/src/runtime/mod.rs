@@ -29,6 +29,7 @@ use calls::{CallSpec, Finished, NestedCalls, resolve_tool};
 use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
 use codemode_catalog::approval::ApprovalPolicy;
+use codemode_catalog::sandbox::SandboxPolicy;
 use codemode_catalog::{Catalog, CatalogTool};
 use codemode_core::approval::{ApprovalDecision, Approver};
 use codemode_core::config::{CodeModeConfig, Language};
@@ -109,6 +110,7 @@ pub(crate) struct CallGates {
     pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
     pub(crate) approvals: ApprovalPolicy,
     pub(crate) approver: Option<Arc<dyn Approver>>,
+    pub(crate) sandbox: SandboxPolicy,
 }
 
 /// Process-local state of a suspended run: what cannot be serialized.
@@ -145,6 +147,8 @@ pub(crate) struct Inner {
     pub(crate) approvals: ApprovalPolicy,
     /// Who decides gated calls at once; without one, every gated call parks.
     pub(crate) approver: Option<Arc<dyn Approver>>,
+    /// What nested calls of sandboxed runs may reach (SPEC P4, §22).
+    pub(crate) sandbox: SandboxPolicy,
     pub(crate) store: Arc<dyn SnapshotStore>,
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
@@ -327,7 +331,7 @@ impl Inner {
     ) -> Self {
         let limits = guest_limits(&config);
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits)));
-        let CallGates { hooks, approvals, approver } = gates;
+        let CallGates { hooks, approvals, approver, sandbox } = gates;
         Inner {
             config,
             engine,
@@ -336,6 +340,7 @@ impl Inner {
             hooks,
             approvals,
             approver,
+            sandbox,
             store,
             limits,
             clock,
