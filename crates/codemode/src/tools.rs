@@ -150,8 +150,10 @@ pub trait ToolHook: Send + Sync {
         None
     }
 
-    /// Runs after the tool (or after a refusal or denial): may inspect or replace the outcome. Not
-    /// called for a call parked for approval (it has not run); called when it finally runs.
+    /// Runs after the tool (or after a hook's refusal or an approver's denial): may inspect or
+    /// replace the outcome. Not called for a call parked for approval (it has not run): when a parked
+    /// call is approved later it runs the whole path again, and when it is denied through
+    /// `CodeMode::decide` the guest gets the denial directly.
     async fn after_tool_call(&self, call: &NestedToolCall, outcome: &mut Result<ToolResult, ToolError>) {
         let _ = (call, outcome);
     }
