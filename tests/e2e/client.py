@@ -6,6 +6,7 @@ Checks, per transport:
   - the server lists exactly two tools, `exec` and `wait`, with `exec`'s description carrying the
     quick index and the `API` hint (SPEC §4, V1);
   - a cell calling an upstream MCP tool (server-everything's `echo`) completes;
+  - the upstream server's progress notifications of a nested call reach the client as progress;
   - a cell that calls a slow tool comes back `waiting` (`pending_tools`) and `wait` resumes it to the
     final value (SPEC §6);
   - a second MCP session cannot resume the first session's run (run scope = session);
@@ -118,6 +119,23 @@ async def check_upstream_call(session: ClientSession) -> None:
     assert "mcp:everything:echo" in out["telemetry"]["nestedToolIds"], out
 
 
+async def check_upstream_progress(session: ClientSession) -> None:
+    """Issue 11 §4: an upstream server's progress notifications of a nested call reach the client."""
+    messages: list[str] = []
+
+    async def on_progress(progress, total, message):
+        messages.append(message or "")
+
+    code = (
+        'const r = await MCP.everything.$call("trigger-long-running-operation", { duration: 0.3, steps: 3 });'
+        " return r.content[0].text"
+    )
+    out = result_json(await session.call_tool("exec", {"code": code}, progress_callback=on_progress))
+    assert out["status"] == "completed", out
+    relayed = [m for m in messages if m.startswith("progress of mcp:everything:trigger-long-running-operation")]
+    assert [m.rsplit(": ", 1)[1] for m in relayed] == ["1/3", "2/3", "3/3"], messages
+
+
 async def start_slow_run(session: ClientSession) -> str:
     # timeoutMs is 1000 in the config; demo_sleep takes 2500 ms, so exec must return `waiting`.
     res = await session.call_tool(
@@ -167,6 +185,7 @@ async def main() -> None:
         async with stdio_session(bin_path, config, snapdir) as a:
             await check_surface(a)
             await check_upstream_call(a)
+            await check_upstream_progress(a)
             run_id = await start_slow_run(a)
             # A second session (a second server process sharing the snapshot directory) must not
             # be able to resume it.
@@ -180,6 +199,7 @@ async def main() -> None:
             async with http_session(server.url) as a:
                 await check_surface(a)
                 await check_upstream_call(a)
+                await check_upstream_progress(a)
                 run_id = await start_slow_run(a)
                 async with http_session(server.url) as b:
                     await check_foreign_session(b, run_id)

@@ -23,6 +23,31 @@ pub struct NestedToolCall {
     pub input: Value,
     /// The caller's context (agent, session, sender, channel, model).
     pub context: RunContext,
+    /// Where the tool may report progress while it runs (SPEC P8; an upstream MCP server's own
+    /// progress notifications go here). `None` when nobody watches the run.
+    pub progress: Option<ProgressSink>,
+}
+
+/// Receives a running tool's progress messages (see [`NestedToolCall::progress`]).
+#[derive(Clone)]
+pub struct ProgressSink(Arc<dyn Fn(String) + Send + Sync>);
+
+impl ProgressSink {
+    /// A sink calling `f` with each message (keep it cheap: it runs on the tool's task).
+    pub fn new(f: impl Fn(String) + Send + Sync + 'static) -> Self {
+        ProgressSink(Arc::new(f))
+    }
+
+    /// Reports one progress message.
+    pub fn report(&self, message: impl Into<String>) {
+        (self.0)(message.into());
+    }
+}
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressSink")
+    }
 }
 
 /// The `toolKind` of the outer `exec` / `wait` call in hook events (SPEC X8): policies use it to tell
@@ -72,6 +97,17 @@ pub enum RunEvent {
         tool_id: String,
         /// Whether it succeeded.
         ok: bool,
+    },
+    /// A running nested call reported progress (an upstream MCP server's progress notification).
+    CallProgress {
+        /// The run.
+        run_id: String,
+        /// The call's request id.
+        request_id: RequestId,
+        /// The exact catalog id.
+        tool_id: String,
+        /// What the tool said (progress, total and message, as text).
+        message: String,
     },
     /// A gated call was parked until a human decides.
     CallParked {

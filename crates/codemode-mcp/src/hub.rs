@@ -11,15 +11,16 @@ use crate::config::{ServerConfig, Transport};
 use codemode_catalog::mcp_api::{PROMPTS_GET, RESOURCES_READ};
 use codemode_catalog::policy::{PolicyContext, ToolPolicy};
 use codemode_core::catalog::{ToolDefinition, ToolSource};
-use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
+use codemode_core::executor::{NestedToolCall, ProgressSink, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, Implementation,
-    ReadResourceRequestParams,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, Implementation, NumberOrString,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,9 +78,69 @@ struct Handler {
     changed: mpsc::UnboundedSender<String>,
 }
 
+/// Progress tokens of upstream calls in flight → where their progress goes (tokens are unique ids,
+/// so one table serves every connection).
+fn progress_routes() -> &'static Mutex<HashMap<String, ProgressSink>> {
+    static ROUTES: std::sync::OnceLock<Mutex<HashMap<String, ProgressSink>>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(Default::default)
+}
+
+/// The key of a progress token in [`progress_routes`] (rmcp numbers its requests' tokens).
+fn route_key(token: &ProgressToken) -> String {
+    match &token.0 {
+        NumberOrString::Number(n) => format!("n:{n}"),
+        NumberOrString::String(s) => format!("s:{s}"),
+    }
+}
+
+/// Tells the upstream server a `tools/call` was abandoned when its future is dropped unfinished
+/// (the run was aborted): `notifications/cancelled`, sent from a task of its own.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let (Some(id), Ok(rt)) = (self.id.take(), tokio::runtime::Handle::try_current()) else { return };
+        let peer = self.peer.clone();
+        rt.spawn(async move {
+            let params =
+                rmcp::model::CancelledNotificationParam::new(Some(id), Some("the code mode run was aborted".into()));
+            let note = rmcp::model::CancelledNotification::new(params);
+            let _ = peer.send_notification(note.into()).await;
+        });
+    }
+}
+
+/// Removes a progress route when its call ends (however it ends).
+struct ProgressRoute(String);
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        lock(progress_routes()).remove(&self.0);
+    }
+}
+
+/// Longest upstream progress message relayed.
+const MAX_UPSTREAM_PROGRESS_CHARS: usize = 500;
+
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
         let _ = self.changed.send(self.server.clone());
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _cx: NotificationContext<RoleClient>) {
+        let Some(sink) = lock(progress_routes()).get(&route_key(&params.progress_token)).cloned() else { return };
+        let mut text = match params.total {
+            Some(total) => format!("{}/{total}", params.progress),
+            None => format!("{}", params.progress),
+        };
+        if let Some(m) = &params.message {
+            text.push_str(": ");
+            text.extend(m.chars().take(MAX_UPSTREAM_PROGRESS_CHARS));
+        }
+        sink.report(text);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -411,7 +472,13 @@ impl McpHub {
         while joins.join_next().await.is_some() {}
     }
 
-    async fn call_upstream(&self, server: &Arc<Server>, tool: &str, input: Value) -> Result<ToolResult, ToolError> {
+    async fn call_upstream(
+        &self,
+        server: &Arc<Server>,
+        tool: &str,
+        input: Value,
+        progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, ToolError> {
         let name = &server.config.name;
         let peer = lock(&server.peer).clone().ok_or_else(|| {
             let why = lock(&server.status).error.clone().unwrap_or_else(|| "not connected".into());
@@ -449,7 +516,26 @@ impl McpHub {
             }
             _ => {
                 let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
-                as_json(tokio::time::timeout(limit, peer.call_tool(params)).await.map_err(|_| timed_out())?)
+                let request = rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+                let call = async {
+                    let handle =
+                        peer.send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options()).await?;
+                    // The request carries rmcp's progress token: progress the server reports for it
+                    // goes to whoever watches the run.
+                    let _route = progress.map(|sink| {
+                        let key = route_key(&handle.progress_token);
+                        lock(progress_routes()).insert(key.clone(), sink);
+                        ProgressRoute(key)
+                    });
+                    let mut abandoned = CancelOnDrop { peer: peer.clone(), id: Some(handle.id.clone()) };
+                    let response = handle.await_response().await;
+                    abandoned.id = None;
+                    match response? {
+                        rmcp::model::ServerResult::CallToolResult(r) => Ok(r),
+                        _ => Err(ServiceError::UnexpectedResponse),
+                    }
+                };
+                as_json(tokio::time::timeout(limit, call).await.map_err(|_| timed_out())?)
             }
         };
         match result {
@@ -490,6 +576,6 @@ impl ToolExecutor for McpHub {
             .iter()
             .find(|s| s.config.name == call.tool.owner)
             .ok_or_else(|| unavailable(format!("no MCP server `{}`", call.tool.owner)))?;
-        self.call_upstream(server, &call.tool.name, call.input).await
+        self.call_upstream(server, &call.tool.name, call.input, call.progress).await
     }
 }

@@ -278,6 +278,9 @@ fn progress_message(event: &RunEvent) -> String {
         RunEvent::CallFinished { tool_id, request_id, ok, .. } => {
             format!("call {}: {tool_id} (request {request_id})", if *ok { "finished" } else { "failed" })
         }
+        RunEvent::CallProgress { tool_id, request_id, message, .. } => {
+            format!("progress of {tool_id} (request {request_id}): {message}")
+        }
         RunEvent::CallParked { tool_id, request_id, .. } => {
             format!("call awaiting approval: {tool_id} (request {request_id})")
         }

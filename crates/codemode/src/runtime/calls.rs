@@ -329,6 +329,17 @@ impl Inner {
             return;
         }
         run.emit(RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
+        let progress = run.observer.clone().map(|observer| {
+            let (run_id, tool_id) = (run.id.to_string(), tool.id.clone());
+            codemode_core::executor::ProgressSink::new(move |message| {
+                observer.on_event(RunEvent::CallProgress {
+                    run_id: run_id.clone(),
+                    request_id: id,
+                    tool_id: tool_id.clone(),
+                    message,
+                })
+            })
+        });
         let nested = NestedToolCall {
             run_id: run.id.clone(),
             request_id: id,
@@ -336,6 +347,7 @@ impl Inner {
             tool: tool.def.clone(),
             input,
             context: run.context.clone(),
+            progress,
         };
         let gate = Gate {
             policy_reason: self.approvals.reason(&tool.def),
