@@ -4,8 +4,8 @@ official `mcp` client.
 Usage: human_in_the_loop.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
 
 The config gates `demo_invoice_send` (`approvals.require`) with `approvals.timeoutMs` 600. Checks:
-  - a client with the elicitation capability is asked (`elicitation/create`, naming the tool and the
-    input) and its answer decides inside the same `exec`: accept runs the call, decline and cancel
+  - a client with the elicitation capability is asked (`elicitation/create`, naming the tool, the
+    input and the cell line of the call) and its answer decides inside the same `exec`: accept runs the call, decline and cancel
     deny it (the cell catches a `nested_tool_failed` error);
   - a human who does not answer in time: the run comes back `waiting` with the call listed as
     `kind: "approval"`; `codemode approve` (another process) records the decision; `wait` runs it;
@@ -145,6 +145,7 @@ async def main() -> None:
                 assert len(human.asked) == 1, human.asked
                 assert "plugin:demo:demo_invoice_send" in human.asked[0], human.asked[0]
                 assert "SHP-1002" in human.asked[0], "the human sees the input"
+                assert "at line 1 of the cell" in human.asked[0], "the human sees where the call comes from"
         # Progress: text output and nested calls, as they happen.
         messages: list[str] = []
 

@@ -252,7 +252,12 @@ mod tests {
         assert_eq!(reqs.len(), 2);
         assert_eq!(
             reqs[1].request,
-            GuestRequest::Call { id: "a".into(), input: json!({}), mode: codemode_core::guest::CallMode::Value }
+            GuestRequest::Call {
+                id: "a".into(),
+                input: json!({}),
+                mode: codemode_core::guest::CallMode::Value,
+                line: None,
+            }
         );
         // A payload of the wrong shape is refused at the primitive, as a catchable TypeError.
         assert!(matches!(h.host_call("describe", r#"{"id":7}"#), HostCallResult::Throw { name: "TypeError", .. }));

@@ -109,6 +109,7 @@ pub fn boot_json(boot: &BootData) -> String {
         "apiFiles": api_files,
         "apiList": api_list,
         "mcp": mcp,
+        "gated": boot.gated,
     });
     let mut out = head.to_string();
     out.push('\n');
@@ -169,11 +170,13 @@ mod tests {
                 resources: false,
                 prompts: false,
             }],
+            gated: vec!["plugin:demo:demo_echo".into()],
         };
         let text = boot_json(&boot);
         let (head, body) = text.split_once('\n').unwrap();
         let head: Value = serde_json::from_str(head).unwrap();
         assert_eq!(head["maxDepth"], 64);
+        assert_eq!(head["gated"], json!(["plugin:demo:demo_echo"]));
         assert_eq!(head["conveniences"], json!([["demo_echo", "plugin:demo:demo_echo"]]));
         assert_eq!(serde_json::from_str::<Value>(&slice(body, &head["tools"])).unwrap(), json!([]));
         let files: BTreeMap<String, String> = serde_json::from_str(&slice(body, &head["apiFiles"])).unwrap();

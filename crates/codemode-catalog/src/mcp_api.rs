@@ -325,6 +325,8 @@ pub fn boot_data(catalog: &Catalog, max_depth: u32) -> codemode_core::guest::Boo
         max_depth,
         api_files: api_files_of(catalog, &views),
         mcp: views,
+        // Set by the runtime from its approval policy.
+        gated: Vec::new(),
     }
 }
 

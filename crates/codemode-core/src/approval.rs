@@ -51,6 +51,10 @@ pub struct ApprovalRequest {
     pub input_preview: String,
     /// Why approval is required (`approvals.require` pattern, read-only rule, or a hook).
     pub reason: String,
+    /// The line of the cell (the model's own source) that made the call, when known: calls to tools
+    /// the approval policy gates carry it (not calls a hook gates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell_line: Option<u32>,
     /// The caller's context (agent, session, sender, channel, model).
     pub context: RunContext,
 }

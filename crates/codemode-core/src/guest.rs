@@ -92,6 +92,10 @@ pub enum GuestRequest {
         /// What the guest receives.
         #[serde(default)]
         mode: CallMode,
+        /// The cell line that made the call; sent only for tools the approval policy gates
+        /// ([`BootData::gated`]), so a human deciding sees where the call comes from.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        line: Option<u32>,
     },
     /// `MCP.<server>.<tool>(input)` (also `resources.read` / `prompts.get` under their reserved names).
     Mcp {
@@ -102,6 +106,9 @@ pub enum GuestRequest {
         /// The tool input.
         #[serde(default = "empty_object")]
         input: serde_json::Value,
+        /// The cell line that made the call (gated tools only, see `Call::line`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        line: Option<u32>,
     },
     /// `MCP.<server>.$api(tool?, {schema?})`, answered from the catalog.
     McpApi {
@@ -169,6 +176,14 @@ impl GuestRequest {
             _ => None,
         }
     }
+
+    /// The cell line a call request says it was made at (gated tools only).
+    pub fn call_line(&self) -> Option<u32> {
+        match self {
+            GuestRequest::Call { line, .. } | GuestRequest::Mcp { line, .. } => *line,
+            _ => None,
+        }
+    }
 }
 
 /// One MCP tool as the guest sees it.
@@ -222,6 +237,9 @@ pub struct BootData {
     /// MCP servers for the `MCP` namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp: Vec<McpServerView>,
+    /// Catalog ids the approval policy gates: calls to them carry the cell line that made them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gated: Vec<String>,
 }
 
 #[cfg(test)]
@@ -236,7 +254,12 @@ mod tests {
             GuestRequest::parse(RequestKind::Call, json!({"id": "plugin:demo:x", "mode": "raw", "input": {"a": 1}}));
         assert_eq!(
             r,
-            Ok(GuestRequest::Call { id: "plugin:demo:x".into(), input: json!({"a": 1}), mode: CallMode::Raw })
+            Ok(GuestRequest::Call {
+                id: "plugin:demo:x".into(),
+                input: json!({"a": 1}),
+                mode: CallMode::Raw,
+                line: None
+            })
         );
         let r = GuestRequest::parse(RequestKind::Call, json!({"id": "x"})).unwrap();
         assert_eq!(r.tool_input(), Some(&json!({})));
@@ -263,7 +286,7 @@ mod tests {
             assert!(e.to_string().starts_with(kind.as_str()), "{e}");
         }
         // Serialized form (stored with suspended runs) round-trips.
-        let r = GuestRequest::Mcp { server: "s".into(), tool: "t".into(), input: json!({"x": [1]}) };
+        let r = GuestRequest::Mcp { server: "s".into(), tool: "t".into(), input: json!({"x": [1]}), line: None };
         let back: GuestRequest = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back, r);
     }

@@ -52,8 +52,9 @@ impl ElicitingApprover {
 
     /// The question put to the human.
     pub fn message(request: &ApprovalRequest) -> String {
+        let line = request.cell_line.map(|l| format!(" at line {l} of the cell")).unwrap_or_default();
         format!(
-            "Code mode wants to call `{}` from inside a running cell (run {}, request {}).\nWhy approval is needed: {}\nInput: {}\nAccept to run it, decline to refuse it.",
+            "Code mode wants to call `{}`{line} from inside a running cell (run {}, request {}).\nWhy approval is needed: {}\nInput: {}\nAccept to run it, decline to refuse it.",
             cut(&request.tool_id),
             request.run_id,
             request.request_id,

@@ -170,6 +170,8 @@ pub(crate) struct Gate {
     pub(crate) approver: Option<Arc<dyn Approver>>,
     /// Longest wait for the approver.
     pub(crate) timeout: std::time::Duration,
+    /// The cell line that made the call, if the guest sent it.
+    pub(crate) cell_line: Option<u32>,
 }
 
 /// How [`run_gated`] ended.
@@ -217,6 +219,7 @@ pub(crate) async fn run_gated(
                 tool_id: call.tool_id.clone(),
                 input_preview: ApprovalRequest::preview(&call.input),
                 reason,
+                cell_line: gate.cell_line,
                 context: call.context.clone(),
             };
             match tokio::time::timeout(gate.timeout, approver.decide(&request)).await {

@@ -58,6 +58,22 @@ fn ctx() -> RunContext {
     RunContext::session("abort")
 }
 
+/// Drives `call` until the runtime is driving its run, then drops it (the caller goes away).
+async fn drop_once_driving(cm: &CodeMode, call: impl std::future::Future<Output = codemode::CodeModeResult>) {
+    tokio::pin!(call);
+    let driving = async {
+        while cm.runs_in_progress() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A little longer, so the guest is really inside its step.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::select! {
+        r = &mut call => panic!("the call ended before it was dropped: {}", r.to_json()),
+        _ = tokio::time::timeout(Duration::from_secs(10), driving) => {}
+    }
+}
+
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
@@ -66,9 +82,21 @@ async fn settle() {
 async fn a_dropped_exec_aborts_its_run() {
     let (cm, counts) = runtime(1_000);
     let (c, input) = (ctx(), CodeModeExecInput::code("return await tools.slow({})"));
-    let exec = cm.exec(&c, &input);
-    // The caller gives up while the cell waits on the slow call.
-    assert!(tokio::time::timeout(Duration::from_millis(150), exec).await.is_err());
+    {
+        // The caller gives up while the cell waits on the slow call (once the call has started,
+        // however slow this machine is today).
+        let exec = cm.exec(&c, &input);
+        tokio::pin!(exec);
+        let started = async {
+            while counts.started.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::select! {
+            r = &mut exec => panic!("the exec ended before it was dropped: {}", r.to_json()),
+            _ = tokio::time::timeout(Duration::from_secs(10), started) => {}
+        }
+    }
     settle().await;
     assert_eq!(counts.started.load(Ordering::SeqCst), 1);
     assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1, "the nested call was cancelled");
@@ -85,8 +113,7 @@ async fn a_dropped_wait_aborts_the_run_it_resumed() {
     let run_id = r.run_id().unwrap().to_string();
     assert_eq!(cm.store().count().await, 1);
     let (c, input) = (ctx(), CodeModeWaitInput::new(&run_id));
-    let wait = cm.wait(&c, &input);
-    assert!(tokio::time::timeout(Duration::from_millis(100), wait).await.is_err());
+    drop_once_driving(&cm, cm.wait(&c, &input)).await;
     settle().await;
     assert_eq!(cm.store().count().await, 0, "the run's state is deleted");
     assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1);
@@ -123,8 +150,7 @@ async fn a_busy_guest_stops_at_once_when_cancelled() {
     for engine in ["quickjs-wasi", "quickjs"].into_iter().filter(|e| codemode::Engines::by_name(e).is_some()) {
         let (cm, _) = runtime_on(engine, 20_000);
         let (c, input) = (ctx(), CodeModeExecInput::code("text('spinning'); while (true) {}"));
-        let exec = cm.exec(&c, &input);
-        assert!(tokio::time::timeout(Duration::from_millis(300), exec).await.is_err());
+        drop_once_driving(&cm, cm.exec(&c, &input)).await;
         let started = std::time::Instant::now();
         while cm.runs_in_progress() > 0 {
             assert!(started.elapsed() < Duration::from_secs(5), "{engine}: the busy guest was not interrupted");

@@ -322,3 +322,24 @@ async fn a_hook_may_require_approval() {
     // The approved call went through the before-hooks again when it finally ran.
     assert_eq!(hook.before.load(Ordering::SeqCst), 3);
 }
+
+/// The human sees where the call comes from: the cell line (the model's own, also for TypeScript).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approver_is_told_the_cell_line() {
+    for engine in engines() {
+        let asker = fixed(Some(ApprovalDecision::Approve), 0);
+        let s = setup(&engine, pay_gated(), Some(asker.clone()));
+        let js = "const a = 1;\nconst b = 2;\nreturn await tools.pay({ amount: a + b })";
+        assert_eq!(value(&exec(&s.cm, js).await), json!({"paid": 3}), "{engine}");
+        let ts = CodeModeExecInput {
+            language: Some("typescript".into()),
+            ..CodeModeExecInput::code(
+                "interface P { amount: number }\n\nconst p: P = { amount: 4 };\nreturn await tools.callValue('plugin:shop:pay', p)",
+            )
+        };
+        let r = s.cm.exec(&ctx(), &ts).await;
+        assert_eq!(value(&r), json!({"paid": 4}), "{engine}");
+        let lines: Vec<Option<u32>> = asker.asked.lock().unwrap().iter().map(|a| a.cell_line).collect();
+        assert_eq!(lines, [Some(3), Some(4)], "{engine}");
+    }
+}

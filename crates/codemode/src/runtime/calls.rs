@@ -303,6 +303,8 @@ impl Inner {
     pub(super) fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) {
         let CallSpec { id, request, tool, mode, approved } = spec;
         let raw = mode == CallMode::Raw;
+        // The guest reports engine lines of the wrapped (or transpiled) cell: map to the model's own.
+        let cell_line = request.call_line().map(|l| run.positions.map(l, None).0);
         let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
         // SPEC P4: a sandboxed caller's nested calls meet the sandbox tool policy; a refused call
         // fails like any refused call, without reaching hooks or the tool.
@@ -354,6 +356,7 @@ impl Inner {
             approved,
             approver: self.approver.clone(),
             timeout: Duration::from_millis(self.approvals.timeout_ms),
+            cell_line,
         };
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();

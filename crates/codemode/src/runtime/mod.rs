@@ -130,8 +130,12 @@ pub(crate) struct RunCatalog {
 }
 
 impl RunCatalog {
-    pub(crate) fn new(catalog: Catalog, limits: &GuestLimits) -> Self {
-        let boot = codemode_catalog::mcp_api::boot_data(&catalog, limits.max_json_depth);
+    pub(crate) fn new(catalog: Catalog, limits: &GuestLimits, approvals: &ApprovalPolicy) -> Self {
+        let mut boot = codemode_catalog::mcp_api::boot_data(&catalog, limits.max_json_depth);
+        if !approvals.is_off() {
+            boot.gated =
+                catalog.tools().iter().filter(|t| approvals.reason(&t.def).is_some()).map(|t| t.id.clone()).collect();
+        }
         let boot = codemode_bridge::boot_json(&boot);
         RunCatalog { catalog: Arc::new(catalog), boot: boot.into() }
     }
@@ -330,8 +334,8 @@ impl Inner {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let limits = guest_limits(&config);
-        let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits)));
         let CallGates { hooks, approvals, approver, sandbox } = gates;
+        let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals)));
         Inner {
             config,
             engine,
@@ -357,7 +361,7 @@ impl Inner {
 
     /// Replaces the catalog for runs started from now on.
     pub(crate) fn set_catalog(&self, catalog: Catalog) {
-        let next = Arc::new(RunCatalog::new(catalog, &self.limits));
+        let next = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals));
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
     }
 

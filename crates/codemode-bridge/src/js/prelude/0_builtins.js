@@ -54,6 +54,7 @@
   const arrayJoin = Array.prototype.join;
   const stringStartsWith = String.prototype.startsWith;
   const stringIndexOf = String.prototype.indexOf;
+  const stringCharCodeAt = String.prototype.charCodeAt;
   const stringSlice = String.prototype.slice;
   const stringEndsWith = String.prototype.endsWith;
   const stringReplace = String.prototype.replace;
@@ -99,6 +100,8 @@
     const rejecters = create(null);
     const hostErrors = new WeakMapCtor(); // errors made from host failures -> code
     let maxDepth = 128;
+    // Catalog ids the approval policy gates (from boot): their calls carry the cell line.
+    let gatedIds = create(null);
     let booted = false;
     let started = false;
     let state; // undefined while the cell runs; then "1" + valueJson or "0" + failureJson

@@ -11,9 +11,38 @@
       return track(host(kind, toJson(payload)));
     }
 
-    // A tool call: `GuestRequest::Call {id, mode, input}` on the host side.
+    // The cell line of the innermost `<cell>` frame of the current stack, or undefined. Guest code
+    // may have replaced stack formatting (`Error.prepareStackTrace`): any surprise means no line.
+    function cellLine() {
+      try {
+        const stack = new ErrorCtor().stack;
+        if (typeof stack !== "string") return undefined;
+        const at = apply(stringIndexOf, stack, ["<cell>:"]);
+        if (at < 0) return undefined;
+        let n = 0;
+        for (let i = at + 7; i < stack.length && i < at + 17; i++) {
+          const c = apply(stringCharCodeAt, stack, [i]);
+          if (c < 48 || c > 57) break;
+          n = n * 10 + (c - 48);
+        }
+        return n > 0 ? n : undefined;
+      } catch (_) {
+        return undefined;
+      }
+    }
+
+    // A tool call: `GuestRequest::Call {id, mode, input, line?}` on the host side.
     function callRequest(id, input, raw) {
-      return request("call", { id, mode: raw ? "raw" : "value", input: input === undefined ? {} : input });
+      const payload = { id, mode: raw ? "raw" : "value", input: input === undefined ? {} : input };
+      if (gatedIds[id] === true) payload.line = cellLine();
+      return request("call", payload);
+    }
+
+    // An MCP tool call: `GuestRequest::Mcp {server, tool, input, line?}`.
+    function mcpRequest(server, tool, input) {
+      const payload = { server, tool, input: input === undefined ? {} : input };
+      if (gatedIds["mcp:" + server + ":" + tool] === true) payload.line = cellLine();
+      return request("mcp", payload);
     }
 
     function hostError(e) {

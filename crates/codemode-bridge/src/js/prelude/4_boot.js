@@ -12,6 +12,11 @@
         return apply(stringSlice, body, [s[0], s[0] + s[1]]);
       }
       if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
+      if (isArray(data.gated)) {
+        for (let i = 0; i < data.gated.length; i++) {
+          if (typeof data.gated[i] === "string") gatedIds[data.gated[i]] = true;
+        }
+      }
 
       // Bulky parts arrive as JSON text and are parsed on first use (see BootData::to_guest_json).
       function lazyJson(textValue, fallback) {
@@ -141,7 +146,7 @@
           const toolName = mcpTools[j].name;
           if (typeof toolName !== "string") continue;
           const fn = function (input) {
-            return request("mcp", { server: serverName, tool: toolName, input: input === undefined ? {} : input });
+            return mcpRequest(serverName, toolName, input);
           };
           defineProperty(fn, "name", { value: mcpTools[j].alias || toolName });
           byName[toolName] = fn;
@@ -178,14 +183,14 @@
         if (server.resources) {
           ns.resources = freeze({
             read(input) {
-              return request("mcp", { server: serverName, tool: "resources/read", input: input === undefined ? {} : input });
+              return mcpRequest(serverName, "resources/read", input);
             },
           });
         }
         if (server.prompts) {
           ns.prompts = freeze({
             get(input) {
-              return request("mcp", { server: serverName, tool: "prompts/get", input: input === undefined ? {} : input });
+              return mcpRequest(serverName, "prompts/get", input);
             },
           });
         }
