@@ -193,6 +193,16 @@ async def main() -> None:
                 await check_foreign_session(b, run_id)
             await finish_run(a, run_id)
             await check_unknown_tool(a)
+        # A stdio session that closes with a suspended run: the run is aborted before the server
+        # process exits (nobody could ever resume it: its scope is that session).
+        async with stdio_session(bin_path, config, snapdir) as c:
+            await start_slow_run(c)
+            assert len(run_files(snapdir)) == 1, os.listdir(snapdir)
+        for _ in range(50):
+            if not run_files(snapdir):
+                break
+            await asyncio.sleep(0.1)
+        assert not run_files(snapdir), f"a closed stdio session's run was kept: {os.listdir(snapdir)}"
     elif transport == "http":
         server = HttpServer(bin_path, config, snapdir)
         try:

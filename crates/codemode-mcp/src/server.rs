@@ -297,10 +297,23 @@ fn progress_message(event: &RunEvent) -> String {
 
 /// Serves one session over stdin/stdout until the client disconnects. Nothing but protocol
 /// messages is written to stdout.
+///
+/// When the client closes the session, its suspended runs are aborted: their run scope is this
+/// session, which nobody can join again, so they could only hold slots until they expire. (A server
+/// stopped by a signal drops this future instead and keeps them.)
 pub async fn serve_stdio(gateway: Arc<Gateway>) -> Result<(), ServeError> {
-    let server = ExecWaitServer::new(gateway);
+    let server = ExecWaitServer::new(gateway.clone());
+    let session = server.session.clone();
     let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| ServeError::Initialize(e.to_string()))?;
-    running.waiting().await.map_err(|e| ServeError::Session(e.to_string()))?;
+    let ended = running.waiting().await;
+    if !gateway.stopping.load(Ordering::SeqCst) {
+        let scope = RunContext::session(session.to_string()).scope;
+        let n = gateway.cm.abort_scope(&scope).await;
+        if n > 0 {
+            tracing::info!(%session, runs = n, "MCP session closed: its suspended runs were aborted");
+        }
+    }
+    ended.map_err(|e| ServeError::Session(e.to_string()))?;
     Ok(())
 }
 
