@@ -132,8 +132,9 @@ async def check_upstream_progress(session: ClientSession) -> None:
     )
     out = result_json(await session.call_tool("exec", {"code": code}, progress_callback=on_progress))
     assert out["status"] == "completed", out
-    relayed = [m for m in messages if m.startswith("progress of mcp:everything:trigger-long-running-operation")]
-    assert [m.rsplit(": ", 1)[1] for m in relayed] == ["1/3", "2/3", "3/3"], messages
+    relayed = [m.rsplit(": ", 1)[1] for m in messages if m.startswith("progress of mcp:everything:trigger-long-running-operation")]
+    # In order; the last one may race the upstream's result and be dropped (best effort).
+    assert relayed in (["1/3", "2/3", "3/3"], ["1/3", "2/3"]), messages
 
 
 async def start_slow_run(session: ClientSession) -> str:

@@ -79,6 +79,11 @@ pub enum StoreError {
     /// Unknown, expired or removed run.
     #[error("{MSG_UNAVAILABLE}")]
     Unavailable,
+    /// The run is still known but past its TTL (`snapshotTtlSeconds`); its state was just deleted.
+    /// Only paths other than a `wait` lookup report it (SPEC V22 makes an expired `runId` given to
+    /// `wait` an `invalid_input` lookup failure); e.g. a late approval decision.
+    #[error("code mode run expired (past snapshotTtlSeconds); its state is gone")]
+    Expired,
     /// The caller is in another scope.
     #[error("{}", .0.message())]
     WrongScope(ScopeMismatch),
@@ -104,6 +109,7 @@ impl StoreError {
             StoreError::Unavailable | StoreError::Busy | StoreError::WrongScope(_) => {
                 CodeModeError::new(CodeModeErrorCode::InvalidInput, self.to_string())
             }
+            StoreError::Expired => CodeModeError::new(CodeModeErrorCode::SnapshotExpired, self.to_string()),
             StoreError::Corrupt(_) => CodeModeError::new(CodeModeErrorCode::SnapshotRestoreFailed, self.to_string()),
             StoreError::LiveNotSupported(_) | StoreError::Io(_) => {
                 CodeModeError::new(CodeModeErrorCode::InternalError, self.to_string())
@@ -165,7 +171,8 @@ pub trait SnapshotStore: Send + Sync {
     /// Records a human's decision on a parked call of a suspended (or currently resumed) run, for
     /// whichever process resumes it. A later decision on the same call replaces an earlier one
     /// that was not collected yet. Fails with [`StoreError::Unavailable`] when the run is unknown,
-    /// expired or settled. The default: this store cannot record decisions.
+    /// settled, and with [`StoreError::Expired`] when it is still known but past its TTL (its state is
+    /// deleted then). The default: this store cannot record decisions.
     async fn record_decision(
         &self,
         _run_id: &RunId,

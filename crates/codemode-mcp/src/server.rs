@@ -365,7 +365,7 @@ pub const MIN_APPROVAL_TOKEN_LEN: usize = 16;
 /// `POST /approvals/{runId}/{requestId}` with `Authorization: Bearer <token>` and a JSON body
 /// `{"decision":"approve"}` or `{"decision":"deny","reason":"…"}` records a human's decision on a
 /// parked call (see `CodeMode::decide`): 204 when recorded, 401 for a missing or wrong token, 400 for
-/// a bad body, 404 for an unknown, expired or settled run. Without a token the endpoint does not exist.
+/// a bad body, 404 for an unknown or settled run, 410 for a run past its TTL. Without a token the endpoint does not exist.
 pub async fn serve_http(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
@@ -452,6 +452,9 @@ async fn approve_over_http(
         Ok(()) => {
             tracing::info!(target: "codemode::approval", %run, request, ?decision, "approval decision recorded over HTTP");
             (StatusCode::NO_CONTENT, String::new())
+        }
+        Err(e) if e.code == Some(codemode::CodeModeErrorCode::SnapshotExpired) => {
+            (StatusCode::GONE, format!("{}\n", e.message))
         }
         Err(e) => (StatusCode::NOT_FOUND, format!("{}\n", e.message)),
     }

@@ -360,13 +360,20 @@ impl SnapshotStore for DirectorySnapshotStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         let run = self.path(run_id, "run");
-        let live = match Self::read(&run)? {
-            Some(bytes) => Self::decode_meta(&bytes).is_ok_and(|(meta, _)| now < meta.expires_at_ms),
+        match Self::read(&run)? {
+            Some(bytes) => match Self::decode_meta(&bytes) {
+                Ok((meta, _)) if now < meta.expires_at_ms => {}
+                Ok(_) => {
+                    // Past its TTL: delete it now, and say so.
+                    let _ = std::fs::remove_file(&run);
+                    self.remove_side_files(run_id);
+                    return Err(StoreError::Expired);
+                }
+                Err(_) => return Err(StoreError::Unavailable),
+            },
             // Checked out by a `wait` right now: it collects the decision while it waits.
-            None => self.path(run_id, "lock").exists(),
-        };
-        if !live {
-            return Err(StoreError::Unavailable);
+            None if self.path(run_id, "lock").exists() => {}
+            None => return Err(StoreError::Unavailable),
         }
         let bytes = serde_json::to_vec(decision).map_err(|e| StoreError::Io(e.to_string()))?;
         self.write_atomically(&self.dir.join(format!("{run_id}.decision-{request_id}")), &bytes)

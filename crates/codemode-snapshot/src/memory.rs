@@ -158,9 +158,17 @@ impl SnapshotStore for MemorySnapshotStore {
         decision: &ApprovalDecision,
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        match self.lock().get(run_id) {
-            Some(slot) if !slot.expired(now) => {}
-            _ => return Err(StoreError::Unavailable),
+        {
+            let mut slots = self.lock();
+            match slots.get(run_id) {
+                Some(slot) if !slot.expired(now) => {}
+                Some(_) => {
+                    slots.remove(run_id);
+                    self.decisions().remove(run_id);
+                    return Err(StoreError::Expired);
+                }
+                None => return Err(StoreError::Unavailable),
+            }
         }
         self.decisions().entry(run_id.clone()).or_default().insert(request_id, decision.clone());
         Ok(())

@@ -343,3 +343,36 @@ async fn the_approver_is_told_the_cell_line() {
         assert_eq!(lines, [Some(3), Some(4)], "{engine}");
     }
 }
+
+/// A decision that comes after the run's TTL: `snapshot_expired` (the run's state is deleted then);
+/// a `wait` on it stays the SPEC V22 lookup failure, `invalid_input`. Memory and directory stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_decision_finds_the_run_expired() {
+    let dir = std::env::temp_dir().join(format!("codemode-approvals-expiry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = codemode::ManualClock::at(1_000_000);
+    let stores: Vec<Arc<dyn codemode::SnapshotStore>> = vec![
+        Arc::new(codemode::MemorySnapshotStore::with_clock(Arc::new(clock.clone()))),
+        Arc::new(codemode::DirectorySnapshotStore::with_clock(&dir, Arc::new(clock.clone())).unwrap()),
+    ];
+    for store in stores {
+        let mut config = CodeModeConfig::enabled();
+        config.snapshot_ttl_seconds = 5;
+        let cm = CodeMode::builder(config)
+            .engine_name("quickjs-wasi")
+            .local_tools(tools(Arc::new(AtomicU32::new(0))))
+            .approvals(pay_gated())
+            .store(store.clone())
+            .clock(Arc::new(clock.clone()))
+            .build();
+        let r = exec(&cm, "return await tools.pay({ amount: 1 })").await;
+        let (run_id, ids) = parked(&r);
+        clock.advance_ms(5_001);
+        let e = cm.decide(&RunId::parse(&run_id).unwrap(), ids[0], ApprovalDecision::Approve).await.unwrap_err();
+        assert_eq!(e.code, Some(CodeModeErrorCode::SnapshotExpired), "{} store: {}", store.name(), e.message);
+        let w = wait(&cm, &run_id).await;
+        assert_eq!(w.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", w.to_json());
+        assert_eq!(store.count().await, 0, "{} store: the expired run is gone", store.name());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

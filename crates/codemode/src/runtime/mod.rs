@@ -428,8 +428,9 @@ impl Inner {
             let mut inflight = self.inflight();
             for id in &expired {
                 inflight.remove(id);
+                // Lifecycle event: the run passed its TTL; its snapshot and nested calls are gone.
+                tracing::info!(target: "codemode::lifecycle", run = %id, event = "expired", "suspended code mode run expired");
             }
-            tracing::debug!(count = expired.len(), "expired suspended code mode runs");
         }
     }
 
