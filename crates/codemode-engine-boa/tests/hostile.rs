@@ -35,13 +35,12 @@ fn loops_are_stopped_by_the_iteration_limit() {
     ] {
         let r = exec(&cm, src);
         assert_eq!(r.error_code(), Some(CodeModeErrorCode::Timeout), "{src}: {}", r.to_json());
-        assert!(r.to_json()["error"].as_str().unwrap().contains("loop iteration limit"), "{}", r.to_json());
+        assert_eq!(r.to_json()["error"], LOOP_LIMIT_MESSAGE, "{src}");
         assert_alive(&cm, src);
     }
     // Below the limit, loops run normally.
     let r = exec(&cm, "let n = 0; for (let i = 0; i < 50000; i++) n++; return n");
     assert_eq!(r.to_json()["value"], json!(50000), "{}", r.to_json());
-    assert!(LOOP_LIMIT_MESSAGE.contains("timed out"));
 }
 
 /// boa drops an uncatchable error raised after an `await` (its async continuation ignores the

@@ -411,14 +411,14 @@ impl CodeMode {
         input: &CodeModeExecInput,
         observer: Option<Arc<dyn RunObserver>>,
     ) -> CodeModeResult {
-        let event = CodeModeCallEvent {
+        let event = || CodeModeCallEvent {
             tool_name: crate::surface::EXEC.to_string(),
             tool_kind: CODE_MODE_TOOL_KIND,
             tool_input_kind: Some(input.language.clone().unwrap_or_else(|| "javascript".to_string())),
             run_id: None,
             context: ctx.clone(),
         };
-        if let Some(refused) = self.outer_hooks(&event).await {
+        if let Some(refused) = self.outer_hooks(event).await {
             return refused;
         }
         let (ctx, input) = (ctx.clone(), input.clone());
@@ -427,9 +427,14 @@ impl CodeMode {
     }
 
     /// Runs every hook's [`ToolHook::before_code_mode_call`]; a refusal becomes the call's result.
-    async fn outer_hooks(&self, event: &CodeModeCallEvent) -> Option<CodeModeResult> {
+    /// The event is built only when there are hooks (not on every call).
+    async fn outer_hooks(&self, event: impl FnOnce() -> CodeModeCallEvent) -> Option<CodeModeResult> {
+        if self.inner.hooks.is_empty() {
+            return None;
+        }
+        let event = event();
         for h in &self.inner.hooks {
-            if let Err(e) = h.before_code_mode_call(event).await {
+            if let Err(e) = h.before_code_mode_call(&event).await {
                 let err = CodeModeError::uncoded(format!("{} refused by a hook: {}", event.tool_name, e.message));
                 let mut telemetry = CodeModeTelemetry { engine: self.engine_name().to_string(), ..Default::default() };
                 telemetry.exec_count = u32::from(event.tool_name == crate::surface::EXEC);
@@ -451,14 +456,14 @@ impl CodeMode {
         input: &CodeModeWaitInput,
         observer: Option<Arc<dyn RunObserver>>,
     ) -> CodeModeResult {
-        let event = CodeModeCallEvent {
+        let event = || CodeModeCallEvent {
             tool_name: crate::surface::WAIT.to_string(),
             tool_kind: CODE_MODE_TOOL_KIND,
             tool_input_kind: None,
             run_id: Some(input.run_id.clone()),
             context: ctx.clone(),
         };
-        if let Some(refused) = self.outer_hooks(&event).await {
+        if let Some(refused) = self.outer_hooks(event).await {
             return refused;
         }
         let (ctx, input) = (ctx.clone(), input.clone());

@@ -148,6 +148,12 @@ impl NestedCalls {
     }
 }
 
+/// The guest error of a nested call that failed, was refused or was denied: a catchable
+/// `ToolError` naming the tool, coded `nested_tool_failed`.
+fn tool_failure(tool_id: &str, message: &str) -> GuestError {
+    GuestError::new("ToolError", format!("{tool_id}: {message}"), Some(CodeModeErrorCode::NestedToolFailed))
+}
+
 fn finished(id: RequestId, end: CallEnd) -> Finished {
     match end {
         CallEnd::Settled(outcome) => Finished::Settled(Delivery { id, outcome }),
@@ -325,9 +331,7 @@ impl Inner {
             },
         );
         if let Some(why) = refusal {
-            let message = format!("{}: {why}", tool.id);
-            let outcome = Err(GuestError::new("ToolError", message, Some(CodeModeErrorCode::NestedToolFailed)));
-            run.accept(Finished::Settled(Delivery { id, outcome }));
+            run.accept(Finished::Settled(Delivery { id, outcome: Err(tool_failure(&tool.id, &why)) }));
             return;
         }
         run.emit(RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
@@ -384,11 +388,7 @@ impl Inner {
                     Ok(json!({ "details": r.details, "content": content }))
                 }
                 Ok(r) => Ok(r.details),
-                Err(e) => Err(GuestError::new(
-                    "ToolError",
-                    format!("{tool_id}: {}", e.message),
-                    Some(CodeModeErrorCode::NestedToolFailed),
-                )),
+                Err(e) => Err(tool_failure(&tool_id, &e.message)),
             })
         });
         if let Some(f) = finished {
@@ -398,16 +398,14 @@ impl Inner {
 
     /// Applies the decisions recorded for the run's parked calls: an approved call starts (past the
     /// gate), a denied one rejects in the guest. Decisions on calls that are not parked are
-    /// ignored. Returns how many were applied.
-    pub(super) fn apply_decisions(&self, rt: &Handle, run: &mut Run) -> Result<usize, CodeModeError> {
+    /// ignored.
+    pub(super) fn apply_decisions(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
         let decisions = rt.block_on(self.store.take_decisions(&run.id)).map_err(|e| e.to_code_mode_error())?;
-        let mut applied = 0;
         for (id, decision) in decisions {
             let Some(p) = run.pending.get(&id).filter(|p| p.awaiting_approval).cloned() else {
                 tracing::warn!(run = %run.id, request = id, "ignoring an approval decision for a call that is not parked");
                 continue;
             };
-            applied += 1;
             let tool_id = p.tool_id.clone().unwrap_or_default();
             tracing::info!(target: "codemode::approval", run = %run.id, request = id, tool = %tool_id, ?decision, "approval decision applied");
             match decision {
@@ -421,16 +419,11 @@ impl Inner {
                     }
                 },
                 ApprovalDecision::Deny { reason } => {
-                    run.telemetry.failed_call_count += 1;
-                    run.pending.remove(&id);
-                    let message = format!("{tool_id}: {}", crate::tools::denial_message(&reason));
-                    run.ready.push(Delivery {
-                        id,
-                        outcome: Err(GuestError::new("ToolError", message, Some(CodeModeErrorCode::NestedToolFailed))),
-                    });
+                    let outcome = Err(tool_failure(&tool_id, &crate::tools::denial_message(&reason)));
+                    run.accept(Finished::Settled(Delivery { id, outcome }));
                 }
             }
         }
-        Ok(applied)
+        Ok(())
     }
 }

@@ -529,6 +529,8 @@ impl Inner {
             positions,
             observer: handles.observer,
         };
+        // `abort` reaches the run while this call drives it (`wait` registers before restoring).
+        let _active = self.activate(&run.id, &call);
         self.drive_loop(rt, run, instance, call)
     }
 
@@ -651,7 +653,6 @@ impl Inner {
         mut instance: Box<dyn GuestInstance>,
         mut call: Call,
     ) -> CodeModeResult {
-        let _active = self.activate(&run.id, &call);
         match self.drive_steps(rt, &mut run, instance.as_mut(), &mut call) {
             StepsEnd::Abort => {
                 dispose(instance);
