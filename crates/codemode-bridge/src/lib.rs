@@ -76,45 +76,84 @@ pub use codemode_core::guest::BootData;
 /// `ALL_TOOLS` or `MCP.x` does not pay for building them (with 200 catalog tools that was most of a
 /// trivial `exec`).
 pub fn boot_json(boot: &BootData) -> String {
-    let mut body = String::new();
-    let mut at = 0usize;
-    let mut segment = |text: String| -> serde_json::Value {
-        let units = text.encode_utf16().count();
-        let v = serde_json::json!([at, units]);
-        at += units;
-        body.push_str(&text);
-        v
-    };
-    let tools = segment(json_text(&boot.tools));
-    let api_files = segment(json_text(&boot.api_files));
-    let mcp: Vec<serde_json::Value> = boot
-        .mcp
-        .iter()
-        .map(|server| {
-            serde_json::json!({
-                "name": server.name,
-                "alias": server.alias,
-                "tools": segment(json_text(&server.tools)),
-                "resources": server.resources,
-                "prompts": server.prompts,
+    BootText::new(boot).with_namespaces(&boot.namespaces).to_string()
+}
+
+/// The boot argument split into the part a catalog determines (built once per catalog and cached)
+/// and the per-run namespaces (SPEC §10 L4: scopes are created per run), joined by
+/// [`with_namespaces`](Self::with_namespaces). A run without namespaces uses the cached text as is.
+#[derive(Debug, Clone)]
+pub struct BootText {
+    /// The head object's JSON without its closing brace.
+    head_open: String,
+    /// The segments.
+    body: String,
+    /// `body`'s length in UTF-16 units.
+    body_units: usize,
+    /// `head + "}\n" + body`: the whole text when there are no namespaces.
+    whole: std::sync::Arc<str>,
+}
+
+impl BootText {
+    /// Builds the catalog part of `boot` (its `namespaces` are ignored; pass them to
+    /// [`with_namespaces`](Self::with_namespaces)).
+    pub fn new(boot: &BootData) -> Self {
+        let mut body = String::new();
+        let mut at = 0usize;
+        let mut segment = |text: String| -> serde_json::Value {
+            let units = text.encode_utf16().count();
+            let v = serde_json::json!([at, units]);
+            at += units;
+            body.push_str(&text);
+            v
+        };
+        let tools = segment(json_text(&boot.tools));
+        let api_files = segment(json_text(&boot.api_files));
+        let mcp: Vec<serde_json::Value> = boot
+            .mcp
+            .iter()
+            .map(|server| {
+                serde_json::json!({
+                    "name": server.name,
+                    "alias": server.alias,
+                    "tools": segment(json_text(&server.tools)),
+                    "resources": server.resources,
+                    "prompts": server.prompts,
+                })
             })
-        })
-        .collect();
-    let api_list: Vec<serde_json::Value> =
-        boot.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
-    let head = serde_json::json!({
-        "tools": tools,
-        "conveniences": boot.conveniences,
-        "maxDepth": boot.max_depth,
-        "apiFiles": api_files,
-        "apiList": api_list,
-        "mcp": mcp,
-        "gated": boot.gated,
-    });
-    let mut out = head.to_string();
-    out.push('\n');
-    out.push_str(&body);
-    out
+            .collect();
+        let api_list: Vec<serde_json::Value> =
+            boot.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
+        let head = serde_json::json!({
+            "tools": tools,
+            "conveniences": boot.conveniences,
+            "maxDepth": boot.max_depth,
+            "apiFiles": api_files,
+            "apiList": api_list,
+            "mcp": mcp,
+            "gated": boot.gated,
+        });
+        let mut head_open = head.to_string();
+        head_open.pop(); // the closing brace
+        let whole: std::sync::Arc<str> = format!("{head_open}}}\n{body}").into();
+        BootText { head_open, body, body_units: at, whole }
+    }
+
+    /// The boot text of a run whose visible namespaces are `namespaces`: the cached text when there
+    /// are none; otherwise the namespaces as one more segment (parsed by the guest at boot).
+    pub fn with_namespaces(&self, namespaces: &[codemode_core::namespace::GuestNamespace]) -> std::sync::Arc<str> {
+        if namespaces.is_empty() {
+            return self.whole.clone();
+        }
+        let text = json_text(&namespaces);
+        let units = text.encode_utf16().count();
+        let mut out = String::with_capacity(self.head_open.len() + self.body.len() + text.len() + 32);
+        out.push_str(&self.head_open);
+        out.push_str(&format!(",\"namespaces\":[{},{units}]}}\n", self.body_units));
+        out.push_str(&self.body);
+        out.push_str(&text);
+        out.into()
+    }
 }
 
 /// JSON text of a value (serializing plain data cannot fail; `null` if it somehow does).
@@ -171,7 +210,23 @@ mod tests {
                 prompts: false,
             }],
             gated: vec!["plugin:demo:demo_echo".into()],
+            namespaces: vec![],
         };
+        let cached = BootText::new(&boot);
+        assert!(
+            std::sync::Arc::ptr_eq(&cached.with_namespaces(&[]), &cached.with_namespaces(&[])),
+            "shared when empty"
+        );
+        let mut boot = boot;
+        boot.namespaces = vec![codemode_core::namespace::GuestNamespace {
+            id: "ns-é".into(),
+            global_name: "Ship".into(),
+            data: json!({"label": "𝄞 café", "list": null}),
+            calls: vec![codemode_core::namespace::GuestNamespaceCall {
+                path: "list".into(),
+                tool_id: "plugin:demo:demo_shipping_list".into(),
+            }],
+        }];
         let text = boot_json(&boot);
         let (head, body) = text.split_once('\n').unwrap();
         let head: Value = serde_json::from_str(head).unwrap();
@@ -184,5 +239,8 @@ mod tests {
         let tools: Value = serde_json::from_str(&slice(body, &head["mcp"][0]["tools"])).unwrap();
         assert_eq!(tools, json!([{ "name": "über-tool", "alias": "überTool" }]));
         assert_eq!(head["apiList"][0]["bytes"], api_files["mcp/x.d.ts"].len());
+        // The per-run namespaces are the last segment, after the catalog's.
+        let ns: Value = serde_json::from_str(&slice(body, &head["namespaces"])).unwrap();
+        assert_eq!(ns, serde_json::to_value(&boot.namespaces).unwrap());
     }
 }

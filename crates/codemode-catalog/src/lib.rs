@@ -256,6 +256,12 @@ impl Catalog {
         self.get(id).filter(|t| t.guest_visible)
     }
 
+    /// A tool the guest can call by exact id: in the guest's views, or an MCP tool (`MCP.*`).
+    /// Direct-only and uncatalogued (unknown or denied) ids give `None`.
+    pub fn callable(&self, id: &str) -> Option<&CatalogTool> {
+        self.get(id).filter(|t| t.guest_visible || t.def.source == ToolSource::Mcp)
+    }
+
     /// `ALL_TOOLS`.
     pub fn all_tools(&self) -> Vec<ToolCatalogEntry> {
         self.guest.iter().map(|&i| self.tools[i].entry.clone()).collect()
@@ -279,6 +285,12 @@ impl Catalog {
             parameters: t.def.parameters.clone(),
             output_schema: if t.def.source.is_trusted() { t.def.output_schema.clone() } else { None },
         })
+    }
+}
+
+impl codemode_core::namespace::CallableTools for Catalog {
+    fn callable(&self, id: &str) -> Option<&ToolDefinition> {
+        Catalog::callable(self, id).map(|t| t.def.as_ref())
     }
 }
 

@@ -327,6 +327,8 @@ pub fn boot_data(catalog: &Catalog, max_depth: u32) -> codemode_core::guest::Boo
         mcp: views,
         // Set by the runtime from its approval policy.
         gated: Vec::new(),
+        // Per run (scopes are created for each run).
+        namespaces: Vec::new(),
     }
 }
 

@@ -10,6 +10,7 @@
 
 use crate::Catalog;
 use codemode_core::catalog::ToolSource;
+use codemode_core::namespace::NamespaceInfo;
 
 /// Character budget of the quick index.
 pub const QUICK_INDEX_MAX_CHARS: usize = 3000;
@@ -59,20 +60,9 @@ pub fn quick_index(catalog: &Catalog, max_chars: usize) -> QuickIndex {
     QuickIndex { text: lines.join("\n"), listed, omitted }
 }
 
-/// A namespace's contribution to the `exec` description (SPEC §10 "Prompts").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespacePrompt {
-    /// Global name.
-    pub global_name: String,
-    /// Description.
-    pub description: String,
-    /// Optional prompt.
-    pub prompt: Option<String>,
-}
-
 /// The `exec` tool's description: how to use the guest API, the `API` hint when MCP servers are
 /// visible, each visible namespace's description and prompt, and the quick index.
-pub fn exec_description(catalog: &Catalog, namespaces: &[NamespacePrompt], mcp_servers: &[String]) -> String {
+pub fn exec_description(catalog: &Catalog, namespaces: &[NamespaceInfo], mcp_servers: &[String]) -> String {
     let mut s = String::from(
         "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use tools: \
          loops, joins, parallel calls (Promise.all) and transforms in one step. The code is the body of an async \
@@ -90,6 +80,8 @@ pub fn exec_description(catalog: &Catalog, namespaces: &[NamespacePrompt], mcp_s
             mcp_servers.join(", ")
         ));
     }
+    // SPEC §10 "Prompts": only namespaces visible in this catalog (the caller passes
+    // `NamespaceRegistry::visible` of this very catalog).
     for ns in namespaces {
         s.push_str(&format!("\n\n{}: {}", ns.global_name, ns.description));
         if let Some(p) = &ns.prompt {

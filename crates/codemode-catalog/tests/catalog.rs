@@ -4,9 +4,10 @@
 
 use codemode_catalog::fixtures::{realistic, realistic_with_special_tools};
 use codemode_catalog::policy::{PolicyContext, ToolPolicy};
-use codemode_catalog::quick_index::{NamespacePrompt, QUICK_INDEX_MAX_CHARS, exec_description, quick_index};
+use codemode_catalog::quick_index::{QUICK_INDEX_MAX_CHARS, exec_description, quick_index};
 use codemode_catalog::{Catalog, OutputContract};
 use codemode_core::catalog::{ToolDefinition, ToolSource};
+use codemode_core::namespace::{NamespaceInfo, NamespaceOwner};
 use serde_json::json;
 
 #[test]
@@ -90,10 +91,13 @@ fn quick_index_snapshot() {
 #[test]
 fn exec_description_snapshot() {
     let cat = Catalog::build(realistic(224));
-    let ns = [NamespacePrompt {
+    let ns = [NamespaceInfo {
+        id: "github-issues".into(),
         global_name: "Issues".into(),
         description: "GitHub issue helpers.".into(),
         prompt: Some("Use Issues.list(params).".into()),
+        owner: NamespaceOwner::plugin("github"),
+        required_tools: vec!["github_list_issues".into()],
     }];
     let text = exec_description(&cat, &ns, &["figma".to_string(), "sentry".to_string()]);
     assert_eq!(

@@ -105,6 +105,9 @@ pub enum RequestKind {
     Mcp,
     /// `MCP.<server>.$api(tool?, {schema?})` → `{server, tool?, schema}`, answered from the catalog.
     McpApi,
+    /// A namespace member call `Shipping.unpaidOver(10)` → `{namespace, path, args, line?}`; the host
+    /// maps it to a catalog tool call (SPEC §10 L6).
+    Namespace,
 }
 
 impl RequestKind {
@@ -117,6 +120,7 @@ impl RequestKind {
             RequestKind::Yield => "yield",
             RequestKind::Mcp => "mcp",
             RequestKind::McpApi => "mcp_api",
+            RequestKind::Namespace => "namespace",
         }
     }
 
@@ -129,6 +133,7 @@ impl RequestKind {
             "yield" => Some(RequestKind::Yield),
             "mcp" => Some(RequestKind::Mcp),
             "mcp_api" => Some(RequestKind::McpApi),
+            "namespace" => Some(RequestKind::Namespace),
             _ => None,
         }
     }

@@ -121,6 +121,21 @@ pub enum GuestRequest {
         #[serde(default)]
         schema: bool,
     },
+    /// A namespace member call (`Shipping.unpaidOver(10)`, SPEC §10). The host resolves it to a
+    /// catalog tool call ([`crate::namespace::RunNamespaces::resolve`]) and from then on handles it
+    /// exactly as a [`GuestRequest::Call`] / [`GuestRequest::Mcp`] (it is stored as that).
+    Namespace {
+        /// The namespace id (from the boot data).
+        namespace: String,
+        /// The member's path (`orders.list`).
+        path: String,
+        /// The guest's arguments (JSON-safe).
+        #[serde(default)]
+        args: Vec<serde_json::Value>,
+        /// The cell line that made the call (members whose tool is gated only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        line: Option<u32>,
+    },
     /// `yield_control(reason?)`.
     Yield {
         /// Why the cell yields.
@@ -165,6 +180,7 @@ impl GuestRequest {
             GuestRequest::Call { .. } => K::Call,
             GuestRequest::Mcp { .. } => K::Mcp,
             GuestRequest::McpApi { .. } => K::McpApi,
+            GuestRequest::Namespace { .. } => K::Namespace,
             GuestRequest::Yield { .. } => K::Yield,
         }
     }
@@ -180,7 +196,9 @@ impl GuestRequest {
     /// The cell line a call request says it was made at (gated tools only).
     pub fn call_line(&self) -> Option<u32> {
         match self {
-            GuestRequest::Call { line, .. } | GuestRequest::Mcp { line, .. } => *line,
+            GuestRequest::Call { line, .. } | GuestRequest::Mcp { line, .. } | GuestRequest::Namespace { line, .. } => {
+                *line
+            }
             _ => None,
         }
     }
@@ -240,6 +258,10 @@ pub struct BootData {
     /// Catalog ids the approval policy gates: calls to them carry the cell line that made them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gated: Vec<String>,
+    /// The run's visible namespaces (SPEC §10), serialized. Per run (scopes may depend on the run),
+    /// so they travel apart from the catalog's cached boot text (see `codemode_bridge::BootText`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<crate::namespace::GuestNamespace>,
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use crate::approval::ElicitingApprover;
 use crate::hub::McpHub;
-use codemode::surface::{EXEC, ModelTool, WAIT, exec_tool, wait_tool};
+use codemode::surface::{EXEC, ModelTool, WAIT, wait_tool};
 use codemode::{CodeMode, CodeModeResult, RunContext, RunEvent, RunObserver};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
@@ -76,7 +76,7 @@ impl Gateway {
     /// The model-visible tools: exactly `exec` and `wait`.
     pub fn model_tools(&self) -> Vec<ModelTool> {
         self.sync();
-        vec![exec_tool(&self.cm.catalog(), &[], &self.hub.server_names()), wait_tool()]
+        vec![self.cm.exec_tool(&self.hub.server_names()), wait_tool()]
     }
 
     /// Runs `exec` or `wait` for a session, reporting the run's events to `observer` (progress).

@@ -6,8 +6,9 @@ use crate::tools::{FnTool, LocalTools};
 use codemode_core::catalog::{ToolDefinition, ToolSource};
 use codemode_core::executor::{ToolError, ToolErrorKind, ToolResult};
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The plugin id (owner) of the demo tools.
@@ -50,13 +51,27 @@ fn invalid(msg: impl Into<String>) -> ToolError {
     ToolError::new(ToolErrorKind::InvalidInput, msg)
 }
 
-fn shipments() -> Value {
-    Value::Array(
+/// Shipments, with those marked paid by `demo_shipping_mark_paid` shown as paid, filtered by
+/// `paid` and `minTons` when given.
+fn shipments(marked: &Mutex<HashSet<String>>, input: &Value) -> Result<Value, ToolError> {
+    let paid_filter = match input.get("paid") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return Err(invalid("`paid` must be a boolean")),
+    };
+    let min_tons = match input.get("minTons") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_f64().ok_or_else(|| invalid("`minTons` must be a number"))?),
+    };
+    let marked = marked.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(Value::Array(
         SHIPMENTS
             .iter()
+            .map(|(id, customer, paid, tons)| (id, customer, *paid || marked.contains(*id), tons))
+            .filter(|(_, _, paid, tons)| paid_filter.is_none_or(|p| p == *paid) && min_tons.is_none_or(|m| **tons > m))
             .map(|(id, customer, paid, tons)| json!({ "id": id, "customerId": customer, "paid": paid, "tons": tons }))
             .collect(),
-    )
+    ))
 }
 
 /// The closed output schema of `demo_shipping_list` (SPEC §8).
@@ -81,16 +96,45 @@ pub fn shipment_list_schema() -> Value {
 pub fn demo_tools() -> LocalTools {
     let mut tools = LocalTools::new();
 
+    // Shipments marked paid by `demo_shipping_mark_paid` (per `demo_tools()` instance).
+    let marked = Arc::new(Mutex::new(HashSet::new()));
+    let list_marked = marked.clone();
     tools.add(Arc::new(FnTool::new(
         def(
             "demo_shipping_list",
             "List shipments",
-            "List all shipments with their id, customer id, paid status and weight in tons.",
-            json!({ "type": "object", "properties": {}, "additionalProperties": false }),
+            "List shipments with their id, customer id, paid status and weight in tons; optionally only paid or unpaid ones, or those over `minTons`.",
+            json!({ "type": "object", "properties": {
+                "paid": { "type": "boolean", "description": "Only paid (true) or unpaid (false) shipments" },
+                "minTons": { "type": "number", "description": "Only shipments heavier than this" }
+            }, "additionalProperties": false }),
         )
         .with_output_schema(shipment_list_schema())
         .read_only(),
-        |_input| async { Ok(ToolResult::value(shipments())) },
+        move |input| {
+            let marked = list_marked.clone();
+            async move { Ok(ToolResult::value(shipments(&marked, &input)?)) }
+        },
+    )));
+
+    tools.add(Arc::new(FnTool::new(
+        def(
+            "demo_shipping_mark_paid",
+            "Mark shipment paid",
+            "Mark a shipment as paid (a side effect: not read-only). Returns the shipment's id and new status.",
+            json!({ "type": "object", "properties": { "id": { "type": "string", "description": "Shipment id, e.g. SHP-1002" } }, "required": ["id"], "additionalProperties": false }),
+        ),
+        move |input| {
+            let marked = marked.clone();
+            async move {
+                let id = input.get("id").and_then(Value::as_str).ok_or_else(|| invalid("`id` (string) is required"))?;
+                if !SHIPMENTS.iter().any(|s| s.0 == id) {
+                    return Err(ToolError::failed(format!("no shipment `{id}`")));
+                }
+                marked.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string());
+                Ok(ToolResult::value(json!({ "id": id, "paid": true })))
+            }
+        },
     )));
 
     tools.add(Arc::new(FnTool::new(
@@ -189,4 +233,52 @@ pub fn demo_tools() -> LocalTools {
     )));
 
     tools
+}
+
+/// The id of the demo plugin's namespace.
+pub const SHIPPING_NAMESPACE_ID: &str = "demo-shipping";
+
+/// The demo plugin's namespace (SPEC §10): `Shipping.unpaid()`, `Shipping.unpaidOver(tons)` and
+/// `Shipping.markPaid(id)`, each a call of a demo catalog tool.
+pub fn shipping_namespace() -> codemode_namespaces::NamespaceRegistration {
+    use codemode_namespaces::{NamespaceRegistration, ScopeValue, namespace_tool_with};
+    NamespaceRegistration::new(SHIPPING_NAMESPACE_ID, "Shipping", "Shipment helpers of the demo plugin.")
+        .require("demo_shipping_list")
+        .require("demo_shipping_mark_paid")
+        .prompt(
+            "Use await Shipping.unpaid(), await Shipping.unpaidOver(tons) (unpaid shipments heavier than tons) and \
+             await Shipping.markPaid(id); Shipping.unit is the weight unit.",
+        )
+        .scope(|_ctx| {
+            Ok(ScopeValue::object([
+                ("unit", ScopeValue::from("tons")),
+                ("unpaid", namespace_tool_with("demo_shipping_list", |_| Ok(json!({ "paid": false }))).into()),
+                (
+                    "unpaidOver",
+                    namespace_tool_with("demo_shipping_list", |args| match args.first().and_then(Value::as_f64) {
+                        Some(tons) => Ok(json!({ "paid": false, "minTons": tons })),
+                        None => Err("unpaidOver(tons): `tons` must be a number".into()),
+                    })
+                    .into(),
+                ),
+                (
+                    "markPaid",
+                    namespace_tool_with("demo_shipping_mark_paid", |args| match args.first().and_then(Value::as_str) {
+                        Some(id) => Ok(json!({ "id": id })),
+                        None => Err("markPaid(id): `id` must be a shipment id string".into()),
+                    })
+                    .into(),
+                ),
+            ]))
+        })
+}
+
+/// A registry holding the demo plugin's namespace.
+pub fn demo_namespaces() -> codemode_namespaces::Namespaces {
+    let registry = codemode_namespaces::Namespaces::new();
+    if let Err(e) = registry.register_for_plugin(PLUGIN_ID, shipping_namespace()) {
+        // The registration is fixed and valid (a unit test checks it); never reached.
+        tracing::error!(error = %e, "demo namespace refused");
+    }
+    registry
 }

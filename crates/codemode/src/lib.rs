@@ -44,11 +44,18 @@ pub use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use codemode_core::executor::{
     CODE_MODE_TOOL_KIND, CodeModeCallEvent, NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolResult,
 };
+pub use codemode_core::namespace::{NamespaceInfo, NamespaceOwner, NamespaceRegistry};
 pub use codemode_core::result::PendingCallKind;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
     ToolDefinition, ToolExecutor, ToolSource,
+};
+/// The namespace registry crate (SPEC §10): registration, scopes, name rules, config namespaces.
+pub use codemode_namespaces as namespaces;
+pub use codemode_namespaces::{
+    NamespaceRegistration, NamespaceTool, Namespaces, RegisterError as NamespaceRegisterError, ScopeValue,
+    namespace_tool, namespace_tool_with,
 };
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
 pub use runtime::{MSG_ABORTED, MSG_NOTHING_TO_RESUME, MSG_PARKED_TOO_LATE, MSG_STALLED, guest_limits};
@@ -206,9 +213,19 @@ pub struct CodeModeBuilder {
     clock: Option<Arc<dyn Clock>>,
     policy: Option<ToolPolicy>,
     target: PolicyTarget,
+    namespaces: Option<Arc<dyn NamespaceRegistry>>,
 }
 
 impl CodeModeBuilder {
+    /// Serves the namespaces of `registry` (SPEC §10): each run sees those whose backing tools its
+    /// catalog holds, as guest globals whose calls are catalog tool calls. Default: none. A
+    /// [`Namespaces`](codemode_namespaces::Namespaces) registry is shared by cloning, so plugins may
+    /// keep registering and clearing after the runtime is built.
+    pub fn namespaces(mut self, registry: Arc<dyn NamespaceRegistry>) -> Self {
+        self.namespaces = Some(registry);
+        self
+    }
+
     /// Uses this engine instance (instead of resolving `config.runtime`).
     pub fn engine(mut self, engine: Arc<dyn GuestEngine>) -> Self {
         self.engine = Some(Some(engine));
@@ -321,6 +338,7 @@ impl CodeModeBuilder {
                     approver: self.approver,
                     sandbox: self.sandbox,
                 },
+                self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
                 store,
                 clock,
             )),
@@ -392,6 +410,7 @@ impl CodeMode {
             clock: None,
             policy: None,
             target: PolicyTarget::default(),
+            namespaces: None,
         }
     }
 
@@ -638,6 +657,18 @@ impl CodeMode {
     /// The current catalog.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.inner.catalog().catalog.clone()
+    }
+
+    /// The namespaces the current catalog makes visible (SPEC §10 L3): what the `exec` description
+    /// lists and what a run would get.
+    pub fn visible_namespaces(&self) -> Vec<NamespaceInfo> {
+        self.inner.namespaces.visible(self.inner.catalog().catalog.as_ref())
+    }
+
+    /// The model-visible `exec` tool of the current catalog: its description lists the visible
+    /// namespaces and, when given, the MCP servers.
+    pub fn exec_tool(&self, mcp_servers: &[String]) -> surface::ModelTool {
+        surface::exec_tool(&self.catalog(), &self.visible_namespaces(), mcp_servers)
     }
 
     /// Replaces the host-executed tools (those of [`CodeModeBuilder::tool_definitions`]), e.g. when an

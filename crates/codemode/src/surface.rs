@@ -4,10 +4,11 @@
 
 use codemode_catalog::Catalog;
 use codemode_catalog::policy::{PolicyContext, PolicyOutcome, ToolPolicy};
-use codemode_catalog::quick_index::{NamespacePrompt, exec_description};
+use codemode_catalog::quick_index::exec_description;
 use codemode_core::catalog::{ToolDefinition, ToolSource};
 use codemode_core::config::CodeModeConfig;
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
+use codemode_core::namespace::{NamespaceInfo, NamespaceRegistry};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -63,7 +64,7 @@ pub const WAIT_DESCRIPTION: &str = "Resume a code-mode run that `exec` (or an ea
      nested tool calls it was waiting for are delivered and the program continues. Returns the same kind of result as exec.";
 
 /// The `exec` model tool for a catalog.
-pub fn exec_tool(catalog: &Catalog, namespaces: &[NamespacePrompt], mcp_servers: &[String]) -> ModelTool {
+pub fn exec_tool(catalog: &Catalog, namespaces: &[NamespaceInfo], mcp_servers: &[String]) -> ModelTool {
     ModelTool {
         name: EXEC.into(),
         description: exec_description(catalog, namespaces, mcp_servers),
@@ -77,7 +78,7 @@ pub fn wait_tool() -> ModelTool {
 }
 
 /// What the host knows about the run when it assembles the model request.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ActivationRequest<'a> {
     /// Every resolved tool (core, plugins, MCP, client), before policy (A1–A3).
     pub tools: Vec<ToolDefinition>,
@@ -91,8 +92,9 @@ pub struct ActivationRequest<'a> {
     pub engine_available: bool,
     /// Names of the MCP servers whose tools are in the list (for the `exec` description).
     pub mcp_servers: Vec<String>,
-    /// Visible namespaces.
-    pub namespaces: Vec<NamespacePrompt>,
+    /// The namespace registry: the namespaces the run's catalog makes visible are listed in the
+    /// `exec` description (SPEC §10 "Prompts"; never those whose backing tools the policy removed).
+    pub namespaces: Option<&'a dyn NamespaceRegistry>,
 }
 
 /// The result of activation.
@@ -159,7 +161,8 @@ pub fn activate(
     // A6–A8.
     let direct: Vec<ModelTool> = outcome.kept.iter().filter(|t| t.direct_only).map(ModelTool::direct).collect();
     let catalog = Catalog::build(outcome.kept.iter().cloned());
-    let mut tools = vec![exec_tool(&catalog, &req.namespaces, &req.mcp_servers), wait_tool()];
+    let visible = req.namespaces.map(|r| r.visible(&catalog)).unwrap_or_default();
+    let mut tools = vec![exec_tool(&catalog, &visible, &req.mcp_servers), wait_tool()];
     tools.extend(direct);
     Ok(Activation::CodeMode { tools, catalog: Box::new(catalog), policy: outcome })
 }

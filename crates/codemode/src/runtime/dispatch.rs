@@ -26,42 +26,34 @@ impl Inner {
                 };
                 run.ready.push(Delivery { id, outcome });
             }
-            request @ (GuestRequest::Call { .. } | GuestRequest::Mcp { .. }) => {
-                let (tool, mode) = match resolve_tool(&run.catalog, &request) {
-                    Ok(found) => found,
-                    Err((tool_id, err)) => {
-                        run.telemetry.record_call(&tool_id);
-                        run.telemetry.failed_call_count += 1;
-                        run.ready.push(Delivery { id, outcome: Err(err) });
-                        return Ok(false);
+            GuestRequest::Namespace { namespace, path, args, line } => {
+                // SPEC L6: a namespace call becomes a catalog tool call by exact id; from here on it
+                // is that call (same gates, limits, telemetry and suspend/resume).
+                match run.namespaces.resolve(&namespace, &path, &args) {
+                    Ok(call) => {
+                        let request = if call.source == codemode_core::ToolSource::Mcp {
+                            GuestRequest::Mcp { server: call.owner, tool: call.tool, input: call.input, line }
+                        } else {
+                            GuestRequest::Call {
+                                id: codemode_core::catalog::catalog_id(call.source, &call.owner, &call.tool),
+                                input: call.input,
+                                mode: CallMode::Value,
+                                line,
+                            }
+                        };
+                        self.tool_request(rt, run, id, request)?;
                     }
-                };
-                run.telemetry.record_call(&tool.id);
-                let refusal = if let Err(e) = tool.check_runnable() {
-                    Some(e.to_string())
-                } else if run.restart_safe && !tool.def.read_only {
-                    Some(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", tool.id))
-                } else {
-                    None
-                };
-                if let Some(msg) = refusal {
-                    run.telemetry.failed_call_count += 1;
-                    run.ready
-                        .push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
-                    return Ok(false);
+                    Err(e) => {
+                        run.telemetry.failed_call_count += 1;
+                        run.ready.push(Delivery {
+                            id,
+                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, e.to_string())),
+                        });
+                    }
                 }
-                if run.calls.running() >= self.config.max_pending_tool_calls as usize {
-                    run.telemetry.limit_failures.pending_calls += 1;
-                    return Err(CodeModeError::new(
-                        CodeModeErrorCode::TooManyPendingToolCalls,
-                        format!(
-                            "too many nested tool calls in flight at once (maxPendingToolCalls is {}); await some before \
-                             starting more",
-                            self.config.max_pending_tool_calls
-                        ),
-                    ));
-                }
-                self.start_call(rt, run, CallSpec { id, request, tool, mode, approved: false });
+            }
+            request @ (GuestRequest::Call { .. } | GuestRequest::Mcp { .. }) => {
+                self.tool_request(rt, run, id, request)?
             }
             GuestRequest::McpApi { server, tool, schema } => {
                 let outcome = codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool.as_deref(), schema)
@@ -101,5 +93,50 @@ impl Inner {
             }
         }
         Ok(false)
+    }
+
+    /// Starts a catalog or MCP tool call (`Call` / `Mcp`), or answers it at once when it is refused.
+    fn tool_request(
+        &self,
+        rt: &Handle,
+        run: &mut Run,
+        id: RequestId,
+        request: GuestRequest,
+    ) -> Result<(), CodeModeError> {
+        let (tool, mode) = match resolve_tool(&run.catalog, &request) {
+            Ok(found) => found,
+            Err((tool_id, err)) => {
+                run.telemetry.record_call(&tool_id);
+                run.telemetry.failed_call_count += 1;
+                run.ready.push(Delivery { id, outcome: Err(err) });
+                return Ok(());
+            }
+        };
+        run.telemetry.record_call(&tool.id);
+        let refusal = if let Err(e) = tool.check_runnable() {
+            Some(e.to_string())
+        } else if run.restart_safe && !tool.def.read_only {
+            Some(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", tool.id))
+        } else {
+            None
+        };
+        if let Some(msg) = refusal {
+            run.telemetry.failed_call_count += 1;
+            run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
+            return Ok(());
+        }
+        if run.calls.running() >= self.config.max_pending_tool_calls as usize {
+            run.telemetry.limit_failures.pending_calls += 1;
+            return Err(CodeModeError::new(
+                CodeModeErrorCode::TooManyPendingToolCalls,
+                format!(
+                    "too many nested tool calls in flight at once (maxPendingToolCalls is {}); await some before \
+                     starting more",
+                    self.config.max_pending_tool_calls
+                ),
+            ));
+        }
+        self.start_call(rt, run, CallSpec { id, request, tool, mode, approved: false });
+        Ok(())
     }
 }

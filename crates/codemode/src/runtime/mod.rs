@@ -41,6 +41,7 @@ use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::executor::{NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolExecutor};
 use codemode_core::guest::{CallMode, GuestRequest};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
+use codemode_core::namespace::{NamespaceContext, NamespaceRegistry, NoNamespaces, RunNamespaces};
 use codemode_core::positions::CellPositions;
 use codemode_core::result::{
     CodeModeOutput, CodeModePendingToolCall, CodeModeResult, PendingCallKind, WaitReason, json_len,
@@ -117,6 +118,7 @@ pub(crate) struct CallGates {
 struct Inflight {
     context: RunContext,
     catalog: Arc<Catalog>,
+    namespaces: Arc<dyn RunNamespaces>,
     calls: NestedCalls,
     /// This process's claim on the run's running calls (stores shared across processes).
     _claim: Option<codemode_core::store::CallsClaim>,
@@ -126,7 +128,7 @@ struct Inflight {
 /// The catalog of a run plus its cached boot data.
 pub(crate) struct RunCatalog {
     pub(crate) catalog: Arc<Catalog>,
-    boot: Arc<str>,
+    boot: codemode_bridge::BootText,
 }
 
 impl RunCatalog {
@@ -136,8 +138,8 @@ impl RunCatalog {
             boot.gated =
                 catalog.tools().iter().filter(|t| approvals.reason(&t.def).is_some()).map(|t| t.id.clone()).collect();
         }
-        let boot = codemode_bridge::boot_json(&boot);
-        RunCatalog { catalog: Arc::new(catalog), boot: boot.into() }
+        let boot = codemode_bridge::BootText::new(&boot);
+        RunCatalog { catalog: Arc::new(catalog), boot }
     }
 }
 
@@ -153,6 +155,8 @@ pub(crate) struct Inner {
     pub(crate) approver: Option<Arc<dyn Approver>>,
     /// What nested calls of sandboxed runs may reach (SPEC P4, §22).
     pub(crate) sandbox: SandboxPolicy,
+    /// The namespaces runs may see (SPEC §10).
+    pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
     pub(crate) store: Arc<dyn SnapshotStore>,
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
@@ -173,6 +177,8 @@ struct Run {
     id: RunId,
     context: RunContext,
     catalog: Arc<Catalog>,
+    /// The run's namespaces and how their calls resolve (SPEC §10).
+    namespaces: Arc<dyn RunNamespaces>,
     restart_safe: bool,
     telemetry: CodeModeTelemetry,
     pending: BTreeMap<RequestId, PendingRequest>,
@@ -330,6 +336,7 @@ impl Inner {
         catalog: Catalog,
         executor: Arc<dyn ToolExecutor>,
         gates: CallGates,
+        namespaces: Arc<dyn NamespaceRegistry>,
         store: Arc<dyn SnapshotStore>,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -345,6 +352,7 @@ impl Inner {
             approvals,
             approver,
             sandbox,
+            namespaces,
             store,
             limits,
             clock,
@@ -459,6 +467,29 @@ impl Inner {
         aborted
     }
 
+    /// Opens the namespaces `catalog` makes visible for run `run_id` of `ctx` (SPEC L3–L5). A scope
+    /// that fails serialization fails the run before guest code runs (`invalid_config`).
+    fn open_namespaces(
+        &self,
+        ctx: &RunContext,
+        run_id: &RunId,
+        catalog: &Catalog,
+        cancel: &AtomicBool,
+    ) -> Result<Arc<dyn RunNamespaces>, CodeModeError> {
+        let scope = &ctx.scope;
+        let nctx = NamespaceContext {
+            agent_id: scope.agent_id.as_deref(),
+            session_key: scope.session_key.as_deref(),
+            session_id: scope.session_id.as_deref(),
+            run_id: run_id.as_str(),
+            config: &self.config,
+            abort: cancel,
+        };
+        self.namespaces
+            .open(&nctx, catalog)
+            .map_err(|e| CodeModeError::new(CodeModeErrorCode::InvalidConfig, e.to_string()))
+    }
+
     pub(crate) fn exec(
         &self,
         rt: &Handle,
@@ -510,15 +541,22 @@ impl Inner {
         let positions = CellPositions::of(&code, source_map);
         rt.block_on(self.sweep_if_due());
         let catalog = self.catalog();
-        let program = GuestProgram { code, boot: catalog.boot.clone() };
+        let run_id = new_run_id();
+        // SPEC L3–L5: the visible namespaces' scopes for this run, before any guest code runs.
+        let namespaces = match self.open_namespaces(ctx, &run_id, &catalog.catalog, &call.cancel) {
+            Ok(n) => n,
+            Err(e) => return early(e, telemetry),
+        };
+        let program = GuestProgram { code, boot: catalog.boot.with_namespaces(namespaces.guest()) };
         let instance = match engine.start(&program, &self.limits) {
             Ok(i) => i,
             Err(e) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
         };
         let run = Run {
-            id: new_run_id(),
+            id: run_id,
             context: ctx.clone(),
             catalog: catalog.catalog.clone(),
+            namespaces,
             restart_safe: req.restart_safe,
             telemetry,
             pending: BTreeMap::new(),
@@ -563,9 +601,21 @@ impl Inner {
         };
         let local = self.inflight().remove(&run_id);
         let resumed_elsewhere = local.is_none();
-        let (context, catalog, calls) = match local {
-            Some(l) => (l.context, l.catalog, l.calls),
-            None => (ctx.clone(), self.catalog().catalog.clone(), NestedCalls::new()),
+        let (context, catalog, namespaces, calls) = match local {
+            Some(l) => (l.context, l.catalog, l.namespaces, l.calls),
+            None => {
+                // Resumed in a process that did not start it: this process's catalog and
+                // namespace registrations (a namespace no longer registered here fails its calls).
+                let catalog = self.catalog().catalog.clone();
+                let namespaces = match self.open_namespaces(ctx, &run_id, &catalog, &call.cancel) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::warn!(run = %run_id, error = %e, "namespaces unavailable for a resumed run");
+                        Arc::new(NoNamespaces) as Arc<dyn RunNamespaces>
+                    }
+                };
+                (ctx.clone(), catalog, namespaces, NestedCalls::new())
+            }
         };
         let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, positions, .. } =
             suspended;
@@ -574,6 +624,7 @@ impl Inner {
             id: run_id,
             context,
             catalog,
+            namespaces,
             restart_safe,
             telemetry,
             pending: pending.into_iter().map(|p| (p.id, p)).collect(),

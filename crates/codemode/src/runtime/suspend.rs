@@ -149,8 +149,9 @@ impl Inner {
         } else {
             None
         };
-        let Run { id, context, catalog, calls, telemetry, .. } = run;
-        self.inflight().insert(id.clone(), Inflight { context, catalog, calls, _claim: claim, expires_at_ms });
+        let Run { id, context, catalog, namespaces, calls, telemetry, .. } = run;
+        self.inflight()
+            .insert(id.clone(), Inflight { context, catalog, namespaces, calls, _claim: claim, expires_at_ms });
         CodeModeResult::Waiting {
             run_id: id.to_string(),
             reason,

@@ -45,6 +45,14 @@
       return request("mcp", payload);
     }
 
+    // A namespace member call: `GuestRequest::Namespace {namespace, path, args, line?}`. The host maps
+    // it to a catalog tool call; the arguments cross as JSON-safe data like any tool input.
+    function namespaceRequest(namespace, path, args, gated) {
+      const payload = { namespace, path, args };
+      if (gated) payload.line = cellLine();
+      return request("namespace", payload);
+    }
+
     function hostError(e) {
       const err = new ErrorCtor(typeof e.message === "string" ? e.message : "host error");
       defineProperty(err, "name", { value: typeof e.name === "string" ? e.name : "Error", writable: true, enumerable: false, configurable: true });

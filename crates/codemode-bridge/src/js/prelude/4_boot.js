@@ -219,7 +219,57 @@
       lock("tools", toolsView);
       lock("MCP", mcpRoot);
       lock("API", API);
-      lock("namespaces", deepFreeze({}));
+      // Namespaces (SPEC §10 L5): each visible namespace's data with a function at every callable
+      // path, frozen, as a direct global and as `namespaces.<globalName>`. The host validated the
+      // names (identifiers, no reserved global, no unsafe key); the checks here are a second guard.
+      const namespacesRoot = create(null);
+      let guestNamespaces = [];
+      try {
+        const text = segment(data.namespaces);
+        guestNamespaces = typeof text === "string" ? parse(text) : [];
+      } catch (_) {
+        guestNamespaces = [];
+      }
+      if (!isArray(guestNamespaces)) guestNamespaces = [];
+      for (let i = 0; i < guestNamespaces.length; i++) {
+        const ns = guestNamespaces[i];
+        if (ns === null || typeof ns !== "object") continue;
+        const nsId = ns.id;
+        const globalName = ns.globalName;
+        if (typeof nsId !== "string" || typeof globalName !== "string") continue;
+        if (apply(arrayIncludes, RESERVED, [globalName]) || globalName in namespacesRoot) continue;
+        const root = ns.data !== null && typeof ns.data === "object" && !isArray(ns.data) ? ns.data : {};
+        const calls = isArray(ns.calls) ? ns.calls : [];
+        for (let j = 0; j < calls.length; j++) {
+          const path = calls[j] && calls[j].path;
+          if (typeof path !== "string") continue;
+          const gated = typeof calls[j].toolId === "string" && gatedIds[calls[j].toolId] === true;
+          const segs = apply(stringSplit, path, ["."]);
+          let parent = root;
+          for (let k = 0; k < segs.length - 1 && parent !== undefined; k++) {
+            const next = isInternalName(segs[k]) ? undefined : parent[segs[k]];
+            parent = next !== null && typeof next === "object" ? next : undefined;
+          }
+          const last = segs[segs.length - 1];
+          if (parent === undefined || isInternalName(last) || last === "") continue;
+          const fn = function () {
+            const args = [];
+            for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
+            return namespaceRequest(nsId, path, args, gated);
+          };
+          defineProperty(fn, "name", { value: last });
+          parent[last] = freeze(fn);
+        }
+        deepFreeze(root);
+        namespacesRoot[globalName] = root;
+        try {
+          lock(globalName, root);
+        } catch (_) {
+          // A global the VM does not let us define (the host refuses such names): reachable only as
+          // `namespaces.<name>`.
+        }
+      }
+      lock("namespaces", freeze(namespacesRoot));
       lock("text", text);
       lock("json", json);
       lock("yield_control", yield_control);

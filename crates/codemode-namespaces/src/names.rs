@@ -1,0 +1,242 @@
+//! Name rules of SPEC §10: which global names a namespace may take (S4, S5) and which keys a scope
+//! may hold (S3).
+
+use codemode_core::guest::{FORBIDDEN_KEYS, JS_INTERNAL_NAMES, RESERVED_GLOBALS};
+use codemode_core::namespace::PATH_SEPARATOR;
+
+/// Prefixes no global name may start with (compared case-insensitively): the sources reserve
+/// `__openclaw*`, and codemode reserves `__codemode*` for its own internals (SPEC S5).
+pub const RESERVED_PREFIXES: [&str; 2] = ["__openclaw", "__codemode"];
+
+/// Longest global name. Prevents: an `exec` description bloated by one registration.
+pub const MAX_GLOBAL_NAME_CHARS: usize = 64;
+
+/// Globals of the JavaScript language and of common hosts. A namespace named like one would hide
+/// the built-in from the model's code (`Object`, `JSON`, `Promise`) or fail to install (`NaN`,
+/// `undefined` cannot be redefined); such names are refused at registration.
+pub const LANGUAGE_GLOBALS: [&str; 78] = [
+    "globalThis",
+    "Object",
+    "Function",
+    "Array",
+    "Number",
+    "Boolean",
+    "String",
+    "Symbol",
+    "BigInt",
+    "Date",
+    "Promise",
+    "RegExp",
+    "Error",
+    "AggregateError",
+    "EvalError",
+    "RangeError",
+    "ReferenceError",
+    "SyntaxError",
+    "TypeError",
+    "URIError",
+    "InternalError",
+    "SuppressedError",
+    "JSON",
+    "Math",
+    "Intl",
+    "Reflect",
+    "Proxy",
+    "Atomics",
+    "ArrayBuffer",
+    "SharedArrayBuffer",
+    "DataView",
+    "Int8Array",
+    "Uint8Array",
+    "Uint8ClampedArray",
+    "Int16Array",
+    "Uint16Array",
+    "Int32Array",
+    "Uint32Array",
+    "Float16Array",
+    "Float32Array",
+    "Float64Array",
+    "BigInt64Array",
+    "BigUint64Array",
+    "Map",
+    "Set",
+    "WeakMap",
+    "WeakSet",
+    "WeakRef",
+    "FinalizationRegistry",
+    "Iterator",
+    "DisposableStack",
+    "AsyncDisposableStack",
+    "Infinity",
+    "NaN",
+    "undefined",
+    "eval",
+    "isFinite",
+    "isNaN",
+    "parseFloat",
+    "parseInt",
+    "decodeURI",
+    "decodeURIComponent",
+    "encodeURI",
+    "encodeURIComponent",
+    "escape",
+    "unescape",
+    "arguments",
+    "setTimeout",
+    "clearTimeout",
+    "setInterval",
+    "clearInterval",
+    "queueMicrotask",
+    "structuredClone",
+    "fetch",
+    "process",
+    "Buffer",
+    "print",
+    "performance",
+];
+
+/// Reserved words of JavaScript: not usable as an identifier reference (`if.list()` is no call).
+pub const RESERVED_WORDS: [&str; 46] = [
+    "await",
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "default",
+    "delete",
+    "do",
+    "else",
+    "enum",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "for",
+    "function",
+    "if",
+    "import",
+    "in",
+    "instanceof",
+    "new",
+    "null",
+    "return",
+    "super",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "var",
+    "void",
+    "while",
+    "with",
+    "yield",
+    "let",
+    "static",
+    "implements",
+    "interface",
+    "package",
+    "private",
+    "protected",
+    "public",
+];
+
+/// Checks a namespace's global name (SPEC S4, S5). The error says what is wrong.
+pub fn check_global_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let Some(first) = chars.next() else {
+        return Err("the global name is empty".into());
+    };
+    if name.chars().count() > MAX_GLOBAL_NAME_CHARS {
+        return Err(format!("the global name is longer than {MAX_GLOBAL_NAME_CHARS} characters"));
+    }
+    let ident_start = |c: char| c.is_ascii_alphabetic() || c == '_' || c == '$';
+    if !ident_start(first) || !chars.all(|c| ident_start(c) || c.is_ascii_digit()) {
+        return Err(format!(
+            "global name `{name}` is not a JavaScript identifier (letters, digits, `_` and `$`, not starting with a digit)"
+        ));
+    }
+    if RESERVED_WORDS.contains(&name) {
+        return Err(format!("global name `{name}` is a JavaScript reserved word"));
+    }
+    if RESERVED_GLOBALS.contains(&name) || ["MCP", "API", "ALL_TOOLS"].contains(&name) {
+        return Err(format!("global name `{name}` collides with a code-mode global"));
+    }
+    let lower = name.to_ascii_lowercase();
+    if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| lower.starts_with(*p)) {
+        return Err(format!("global name `{name}` uses the reserved prefix `{prefix}`"));
+    }
+    if LANGUAGE_GLOBALS.contains(&name) {
+        return Err(format!("global name `{name}` collides with a built-in JavaScript global"));
+    }
+    Ok(())
+}
+
+/// Checks one key of a scope object (SPEC S3): not empty, not a prototype-polluting key, not a name
+/// the language looks up by itself (`then` would make `await Shipping` call a tool), and without the
+/// path separator.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("empty keys are not allowed".into());
+    }
+    if FORBIDDEN_KEYS.contains(&key) {
+        return Err(format!("key `{key}` is not allowed (prototype pollution)"));
+    }
+    if JS_INTERNAL_NAMES.contains(&key) {
+        return Err(format!("key `{key}` is a name JavaScript looks up by itself and is not allowed"));
+    }
+    if key.contains(PATH_SEPARATOR) {
+        return Err(format!("key `{key}` contains the path separator `{PATH_SEPARATOR}`"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s4_s5_global_names() {
+        for good in ["Shipping", "Issues", "_x", "$ns", "a1", "Fictions"] {
+            assert_eq!(check_global_name(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("1abc", "identifier"),
+            ("a-b", "identifier"),
+            ("a.b", "identifier"),
+            ("é", "identifier"),
+            ("class", "reserved word"),
+            ("tools", "code-mode global"),
+            ("namespaces", "code-mode global"),
+            ("yield_control", "code-mode global"),
+            ("MCP", "code-mode global"),
+            ("API", "code-mode global"),
+            ("ALL_TOOLS", "code-mode global"),
+            ("__openclawInternal", "reserved prefix"),
+            ("__OpenClaw", "reserved prefix"),
+            ("__codemode_x", "reserved prefix"),
+            ("Object", "built-in JavaScript global"),
+            ("NaN", "built-in JavaScript global"),
+            ("globalThis", "built-in JavaScript global"),
+        ] {
+            let err = check_global_name(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        assert!(check_global_name(&"a".repeat(65)).unwrap_err().contains("longer"));
+    }
+
+    #[test]
+    fn s3_keys() {
+        for good in ["list", "unpaidOver", "0", "with space", "ünïcode"] {
+            assert_eq!(check_key(good), Ok(()), "{good}");
+        }
+        for bad in ["", "__proto__", "constructor", "prototype", "then", "toString", "a.b", "."] {
+            assert!(check_key(bad).is_err(), "{bad}");
+        }
+    }
+}
