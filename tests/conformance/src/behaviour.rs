@@ -395,7 +395,7 @@ pub async fn telemetry_counts(engine: Arc<dyn GuestEngine>) {
     let steps = run_to_end(
         &cm,
         &code(
-            "const [hit] = await tools.search('shipments');
+            "const [hit] = await tools.search('list shipments');
              await tools.describe(hit.id);
              await tools.callValue(hit.id, {});
              await yield_control();

@@ -41,7 +41,7 @@
 pub mod behaviour;
 mod tools;
 
-pub use tools::conformance_tools;
+pub use tools::{conformance_namespaces, conformance_tools};
 
 use codemode::{
     CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, GuestEngine, RunContext,
@@ -79,12 +79,14 @@ pub fn config(overrides: Value) -> CodeModeConfig {
     }
 }
 
-/// A runtime over `engine` with the demo and conformance tools and a fresh memory store.
+/// A runtime over `engine` with the demo and conformance tools, their namespaces, and a fresh memory
+/// store.
 pub fn harness(engine: Arc<dyn GuestEngine>, config: CodeModeConfig) -> CodeMode {
     CodeMode::builder(config)
         .engine(engine)
         .local_tools(codemode::demo::demo_tools())
         .local_tools(conformance_tools())
+        .namespaces(Arc::new(conformance_namespaces()))
         .build()
 }
 

@@ -85,3 +85,22 @@ pub fn conformance_tools() -> LocalTools {
     }
     tools
 }
+
+/// The namespaces every conformance run sees: the demo plugin's `Shipping` and `Sums`, a namespace
+/// owned by the MCP-shaped server `fake-mcp` (SPEC §10).
+pub fn conformance_namespaces() -> codemode::Namespaces {
+    use codemode::{NamespaceOwner, NamespaceRegistration, ScopeValue, namespace_tool_with};
+    let registry = codemode::demo::demo_namespaces();
+    let sums = NamespaceRegistration::new("conformance-sums", "Sums", "Sums through the fake MCP server.")
+        .require("get-sum")
+        .scope(|_| {
+            Ok(ScopeValue::object([
+                ("limits", ScopeValue::from(json!({"max": 1e9, "labels": ["a", "b"]}))),
+                ("add", namespace_tool_with("get-sum", |args| Ok(json!({"a": args.first(), "b": args.get(1)}))).into()),
+            ]))
+        });
+    if let Err(e) = registry.register(NamespaceOwner { source: ToolSource::Mcp, name: "fake-mcp".into() }, sums) {
+        panic!("conformance namespace refused: {e}");
+    }
+    registry
+}

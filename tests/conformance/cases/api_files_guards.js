@@ -1,4 +1,4 @@
-// V9 (shape only; MCP servers come later): API.list / API.read without files, and path guards.
+// V9: API.list / API.read path guards.
 const listed = await API.list("mcp");
 const errors = [];
 for (const p of ["mcp/nope.d.ts", "../etc/passwd", "mcp/./x", ""]) {
@@ -8,4 +8,4 @@ for (const p of ["mcp/nope.d.ts", "../etc/passwd", "mcp/./x", ""]) {
     errors.push(e.message);
   }
 }
-return { listed, errors, mcpKeys: Object.keys(MCP), namespaces: Object.keys(namespaces) };
+return { listed, errors, mcpKeys: Object.keys(MCP) };
