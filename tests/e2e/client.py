@@ -105,6 +105,9 @@ async def check_surface(session: ClientSession) -> None:
     desc = exec_tool.description or ""
     assert "plugin:demo:demo_sleep" in desc, "exec description lacks the quick index"
     assert "API.read" in desc and "everything" in desc, "exec description lacks the MCP API hint"
+    # Namespaces (SPEC §10): the demo plugin's and one declared in the config over the upstream server.
+    assert "Shipping: Shipment helpers of the demo plugin." in desc, "exec description lacks the Shipping namespace"
+    assert "Everything: Echo through the upstream server." in desc, "exec description lacks the declared namespace"
     lang = exec_tool.input_schema["properties"]["language"]
     assert lang.get("enum") == ["javascript", "typescript"], f"language should be a flat enum: {lang}"
 
@@ -117,6 +120,11 @@ async def check_upstream_call(session: ClientSession) -> None:
     assert out["status"] == "completed", out
     assert "via codemode" in out["value"], out
     assert "mcp:everything:echo" in out["telemetry"]["nestedToolIds"], out
+    code = 'const e = await Everything.say("via a namespace"); const s = await Shipping.unpaidOver(20); return [e.content[0].text, s.length]'
+    out = result_json(await session.call_tool("exec", {"code": code}))
+    assert out["status"] == "completed", out
+    assert "via a namespace" in out["value"][0] and out["value"][1] == 2, out
+    assert out["telemetry"]["nestedToolIds"] == ["mcp:everything:echo", "plugin:demo:demo_shipping_list"], out
 
 
 async def check_upstream_progress(session: ClientSession) -> None:

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use codemode::config_file::ConfigFile;
 use codemode::surface::{ActivationRequest, ModelTool, activate, mcp_servers};
-use codemode::{Catalog, CodeModeConfig, ToolDefinition};
+use codemode::{Catalog, CodeModeConfig, NamespaceRegistry, ToolDefinition};
 use codemode_catalog::names::safe_name;
 use codemode_catalog::quick_index::{QUICK_INDEX_MAX_CHARS, quick_index};
 use serde_json::json;
@@ -62,6 +62,11 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     let outcome = file.policy.apply(tools.clone(), cx);
     let catalog = Catalog::build(outcome.kept.clone());
     let index = quick_index(&catalog, QUICK_INDEX_MAX_CHARS);
+    // The demo plugin's namespace and the file's declared ones, as a run of this catalog sees them.
+    let namespaces = codemode::demo::demo_namespaces();
+    file.register_namespaces(&namespaces)?;
+    let visible = namespaces.visible(&catalog);
+    let hidden: Vec<_> = namespaces.list().into_iter().filter(|n| !visible.iter().any(|v| v.id == n.id)).collect();
 
     let mut measure = serde_json::Value::Null;
     if args.measure {
@@ -72,6 +77,7 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
             policy_context: cx,
             engine_available: true,
             mcp_servers: mcp_servers(&outcome.kept),
+            namespaces: Some(&namespaces),
             ..ActivationRequest::default()
         };
         let on = activate(&config, &file.policy, req)?;
@@ -114,6 +120,8 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
             "search": hits,
             "measure": measure,
             "mcpServers": statuses,
+            "namespaces": visible,
+            "hiddenNamespaces": hidden,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
@@ -137,6 +145,22 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     }
     for w in &outcome.warnings {
         println!("\nwarning: {w}");
+    }
+    for ns in &visible {
+        println!("\nnamespace {} ({}, owner {}): {}", ns.global_name, ns.id, ns.owner, ns.description);
+        println!("  backing tools: {}", ns.required_tools.join(", "));
+        if let Some(p) = &ns.prompt {
+            println!("  prompt: {p}");
+        }
+    }
+    for ns in &hidden {
+        println!(
+            "\nnamespace {} ({}, owner {}): hidden — not every backing tool ({}) is in this catalog",
+            ns.global_name,
+            ns.id,
+            ns.owner,
+            ns.required_tools.join(", ")
+        );
     }
     for s in &statuses {
         println!(

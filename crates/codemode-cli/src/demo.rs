@@ -17,7 +17,7 @@ struct Scene {
     fails: bool,
 }
 
-const SCENES: [Scene; 7] = [
+const SCENES: [Scene; 8] = [
     Scene {
         title: "Search → call → filter, in one cell",
         note: "The model never saw the shipping tool's schema: the cell finds it, calls it, and filters the result.",
@@ -37,6 +37,15 @@ const owed = {};
 for (const s of unpaid) owed[byId[s.customerId].name] = (owed[byId[s.customerId].name] ?? 0) + s.tons;
 text(`${unpaid.length} unpaid shipments across ${ids.length} customers`);
 return owed;"#,
+        fails: false,
+    },
+    Scene {
+        title: "A plugin namespace: short domain verbs that stay catalog calls",
+        note: "The demo plugin registers `Shipping` (SPEC §10): the exec description teaches Shipping.unpaidOver(tons) and Shipping.markPaid(id); each is a call of a demo catalog tool, with the same hooks, approvals and limits.",
+        code: r#"const heavy = await Shipping.unpaidOver(20);
+const paid = await Promise.all(heavy.map((s) => Shipping.markPaid(s.id)));
+const left = await Shipping.unpaid();
+return { paid: paid.map((p) => p.id), stillUnpaid: left.length, unit: Shipping.unit };"#,
         fails: false,
     },
     Scene {
@@ -157,7 +166,7 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     let mut config = load_config(&common)?;
     // Short enough that the slow tool of scene 3 outlives one exec call.
     config.code_mode.timeout_ms = config.code_mode.timeout_ms.min(500);
-    // Scene 5 shows an approval: sending an invoice waits for a human (unless the config has its own
+    // Scene 6 shows an approval: sending an invoice waits for a human (unless the config has its own
     // approval policy).
     if config.approvals.is_off() {
         config.approvals = ApprovalPolicy::require(["plugin:demo:demo_invoice_send"]);

@@ -239,7 +239,14 @@ async fn build_runtime_with(
     common: &CommonArgs,
     store: Option<Arc<dyn codemode::SnapshotStore>>,
 ) -> Result<Gateway> {
-    let gw = codemode_mcp::build_gateway(&config, &common.target(), codemode::demo::demo_tools(), store).await?;
+    let gw = codemode_mcp::build_gateway(
+        &config,
+        &common.target(),
+        codemode::demo::demo_tools(),
+        codemode::demo::demo_namespaces(),
+        store,
+    )
+    .await?;
     report_servers(&gw);
     let cm = gw.code_mode();
     if !cm.engine_available() {

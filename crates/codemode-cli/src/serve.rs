@@ -59,7 +59,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         None => None,
     };
     let local = if args.demo_tools { codemode::demo::demo_tools() } else { codemode::LocalTools::new() };
-    let gw = codemode_mcp::build_gateway(&file, &args.common.target(), local, store).await?;
+    // The demo plugin's namespace is registered with its tools; it is visible only when they are.
+    let namespaces = if args.demo_tools { codemode::demo::demo_namespaces() } else { codemode::Namespaces::new() };
+    let gw = codemode_mcp::build_gateway(&file, &args.common.target(), local, namespaces, store).await?;
     report_servers(&gw);
     if !gw.code_mode().engine_available() {
         gw.shutdown().await;

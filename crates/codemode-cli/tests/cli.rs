@@ -510,3 +510,62 @@ fn ctrl_c_aborts_a_run() {
     assert_eq!(last["code"], "aborted", "{last}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "it did not wait for the 20 s call");
 }
+
+/// SPEC §10 N9 across processes, with a namespace declared in the config file: a namespace call
+/// slower than `timeoutMs` suspends the run in one `codemode exec` process; `codemode wait` in
+/// another process resumes it, and the cell's next namespace calls (declared and the demo plugin's
+/// `Shipping`) resolve there. `codemode catalog` lists the namespaces and the `exec` description.
+#[test]
+fn namespace_calls_resume_across_processes() {
+    let dir = tempdir("namespaces");
+    let config = write(
+        &dir,
+        "c.json5",
+        r#"{ tools: { codeMode: { enabled: true, timeoutMs: 800 } },
+             namespaces: [{ owner: "plugin:demo", globalName: "Ops", description: "Operations helpers.",
+                            prompt: "Ops.nap(ms) sleeps; Ops.heavy(tons) lists shipments over tons.",
+                            data: { team: "logistics" },
+                            members: { nap: { tool: "demo_sleep", input: { ms: "$1" } },
+                                       "shipments.heavy": { tool: "demo_shipping_list", input: { minTons: "$1" } } } }] }"#,
+    );
+    let cell = "const n = await Ops.nap(1500);\n\
+                const heavy = await Ops.shipments.heavy(20);\n\
+                const unpaid = await Shipping.unpaidOver(20);\n\
+                return { n, heavy: heavy.map((s) => s.id), unpaid: unpaid.map((s) => s.id), team: Ops.team };";
+    let (first, second) = exec_then_wait(&dir, &config, cell);
+    assert_eq!(first["status"], "waiting", "{first}");
+    assert_eq!(first["pendingToolCalls"][0]["toolId"], "plugin:demo:demo_sleep", "{first}");
+    let (last, _) = wait_until_settled(&config, &dir.join("runs"), &second);
+    assert_eq!(
+        last["value"],
+        json!({"n": {"slept": 1500}, "heavy": ["SHP-1005", "SHP-1010"], "unpaid": ["SHP-1005", "SHP-1010"], "team": "logistics"}),
+        "{last}"
+    );
+    let out = bin().args(["catalog", "--json", "--config"]).arg(&config).output().unwrap();
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> =
+        listed["namespaces"].as_array().unwrap().iter().map(|n| n["globalName"].as_str().unwrap()).collect();
+    assert_eq!(names, ["Ops", "Shipping"], "{listed}");
+    // Denying a backing tool hides the declared namespace (and says why in the text listing).
+    let denied = write(
+        &dir,
+        "d.json5",
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("timeoutMs: 800 }", "timeoutMs: 800 }, deny: [\"demo_sleep\"]"),
+    );
+    let out = bin().args(["catalog", "--config"]).arg(&denied).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("namespace Ops (config:Ops, owner plugin:demo): hidden"), "{text}");
+    assert!(text.contains("namespace Shipping (demo-shipping"), "{text}");
+    // A bad declaration is a config error naming its path.
+    let bad = write(
+        &dir,
+        "bad.json5",
+        r#"{ namespaces: [{ owner: "plugin:demo", globalName: "tools", description: "x", members: { a: { tool: "demo_echo" } } }] }"#,
+    );
+    let out = bin().args(["catalog", "--config"]).arg(&bad).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("namespaces[0]"), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

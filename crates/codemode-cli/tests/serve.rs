@@ -47,7 +47,9 @@ fn drive(transport: &str) {
     std::fs::write(
         &config,
         format!(
-            "{{ tools: {{ codeMode: {{ enabled: true, timeoutMs: 1000 }} }},\n  mcpServers: {{ everything: {{ command: {:?} }} }} }}\n",
+            "{{ tools: {{ codeMode: {{ enabled: true, timeoutMs: 1000 }} }},\n  mcpServers: {{ everything: {{ command: {:?} }} }},\n  \
+             namespaces: [{{ owner: \"mcp:everything\", globalName: \"Everything\", description: \"Echo through the upstream server.\", \
+             members: {{ say: {{ tool: \"echo\", input: {{ message: \"$1\" }} }} }} }}] }}\n",
             everything.to_string_lossy()
         ),
     )

@@ -57,14 +57,17 @@ pub async fn connect_servers(file: &ConfigFile) -> Result<Arc<McpHub>, ConfigErr
 
 /// Connects the configured upstream servers and builds the code-mode runtime over them (plus
 /// `local` tools): the catalog holds the local tools and every connected server's tools, after the
-/// config's policy for `target` (agent, provider, model); nested MCP calls go to the hub.
+/// config's policy for `target` (agent, provider, model); nested MCP calls go to the hub. The
+/// config's declared namespaces join `namespaces` (a registry that may already hold plugin ones).
 pub async fn build_gateway(
     file: &ConfigFile,
     target: &PolicyTarget,
     local: LocalTools,
+    namespaces: codemode::Namespaces,
     store: Option<Arc<dyn SnapshotStore>>,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
     check_target(file, target)?;
+    file.register_namespaces(&namespaces)?;
     let hub = connect_servers(file).await?;
     let approver = Arc::new(approval::ElicitingApprover::default());
     let mut builder = CodeMode::builder(file.code_mode.clone())
@@ -75,6 +78,7 @@ pub async fn build_gateway(
         .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())
+        .namespaces(Arc::new(namespaces))
         .executor(hub.clone());
     if let Some(store) = store {
         builder = builder.store(store);

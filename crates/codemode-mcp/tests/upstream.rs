@@ -27,7 +27,7 @@ fn config(servers: Value, code_mode: Value) -> ConfigFile {
 
 async fn gateway(servers: Value) -> Arc<Gateway> {
     let file = config(servers, json!({ "enabled": true, "runtime": "quickjs-wasi", "timeoutMs": 4000 }));
-    match build_gateway(&file, &PolicyTarget::default(), LocalTools::new(), None).await {
+    match build_gateway(&file, &PolicyTarget::default(), LocalTools::new(), codemode::Namespaces::new(), None).await {
         Ok(g) => g,
         Err(e) => panic!("gateway: {e}"),
     }

@@ -366,9 +366,9 @@ mod tests {
 
     #[test]
     fn size_limits_stop_exponential_sharing() {
-        // 2^40 copies if expanded: refused by the node budget, quickly.
+        // 2^18 values if expanded, within the depth limit: refused by the node budget.
         let mut v = Arc::new(ScopeValue::Json(json!("x")));
-        for _ in 0..40 {
+        for _ in 0..17 {
             v = Arc::new(ScopeValue::array([ScopeValue::Shared(v.clone()), ScopeValue::Shared(v)]));
         }
         let scope = ScopeValue::object([("bomb", ScopeValue::Shared(v))]);

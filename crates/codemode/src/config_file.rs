@@ -18,7 +18,9 @@
 //! caller is sandboxed ([`codemode_catalog::sandbox`]). `tools.loopDetection` and
 //! `agents.list[].tools.loopDetection` are accepted and shape-checked but not enforced by codemode
 //! (they belong to the host's agent loop). The top-level `approvals` is the approval
-//! policy ([`codemode_catalog::approval`]): which nested calls wait for a human.
+//! policy ([`codemode_catalog::approval`]): which nested calls wait for a human. The top-level
+//! `namespaces` declares namespaces over one MCP server's or one plugin's tools
+//! ([`codemode_namespaces::declarative`]), checked here with the same rules as registered ones.
 //!
 //! Unknown keys are rejected with an error naming their path, so a typo never silently changes
 //! behaviour. (Agent entries may carry other host fields; only their `tools` object is checked.)
@@ -31,7 +33,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 4] = ["tools", "agents", "mcpServers", "approvals"];
+pub const TOP_LEVEL_KEYS: [&str; 5] = ["tools", "agents", "mcpServers", "approvals", "namespaces"];
 /// Keys accepted under `tools`.
 pub const TOOLS_KEYS: [&str; 8] =
     ["codeMode", "profile", "allow", "deny", "byProvider", "loopDetection", "sandbox", "elevated"];
@@ -58,6 +60,8 @@ pub struct ConfigFile {
     pub sandbox: SandboxPolicy,
     /// `mcpServers`, unparsed (an object; `codemode-mcp` reads it).
     pub mcp_servers: Option<Value>,
+    /// `namespaces`, already checked (see [`ConfigFile::namespace_registrations`]).
+    pub namespaces: Option<Value>,
 }
 
 fn check_keys(obj: &serde_json::Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), ConfigError> {
@@ -133,10 +137,34 @@ impl ConfigFile {
             expect_object(servers, "mcpServers")?;
             out.mcp_servers = Some(servers.clone());
         }
+        if let Some(ns) = root.get("namespaces") {
+            codemode_namespaces::declarative::from_config(ns, "namespaces")?;
+            out.namespaces = Some(ns.clone());
+        }
         out.policy = ToolPolicy::from_document(&doc)?;
         out.approvals = ApprovalPolicy::from_document(&doc)?;
         out.sandbox = SandboxPolicy::from_document(&doc)?;
         Ok(out)
+    }
+
+    /// The namespaces the file declares, with their owners, ready to register.
+    pub fn namespace_registrations(
+        &self,
+    ) -> Result<Vec<(codemode_core::namespace::NamespaceOwner, codemode_namespaces::NamespaceRegistration)>, ConfigError>
+    {
+        match &self.namespaces {
+            None => Ok(Vec::new()),
+            Some(v) => codemode_namespaces::declarative::from_config(v, "namespaces"),
+        }
+    }
+
+    /// Registers the file's namespaces into `registry`; an id or global name clash is an error
+    /// naming `namespaces`.
+    pub fn register_namespaces(&self, registry: &codemode_namespaces::Namespaces) -> Result<(), ConfigError> {
+        for (owner, reg) in self.namespace_registrations()? {
+            registry.register(owner, reg).map_err(|e| ConfigError::new("namespaces", e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Reads and parses a file.
@@ -165,6 +193,24 @@ mod tests {
             "tools.codeMode.enabled"
         );
         assert_eq!(ConfigFile::parse("[]").unwrap_err().path, "(root)");
+    }
+
+    #[test]
+    fn declared_namespaces() {
+        let f = ConfigFile::parse(
+            "{ namespaces: [{ owner: 'plugin:demo', globalName: 'Ship', description: 'Shipments.',
+                              members: { heavy: { tool: 'demo_shipping_list', input: { minTons: '$1' } } } }] }",
+        )
+        .unwrap();
+        let registry = codemode_namespaces::Namespaces::new();
+        f.register_namespaces(&registry).unwrap();
+        assert_eq!(registry.list()[0].global_name, "Ship");
+        // The same id twice is refused when registering; bad entries when parsing.
+        assert_eq!(f.register_namespaces(&registry), Ok(()), "same owner replaces");
+        let e = ConfigFile::parse("{ namespaces: [{ owner: 'plugin:demo', globalName: 'JSON', description: 'd', members: { a: { tool: 't' } } }] }")
+            .unwrap_err();
+        assert_eq!(e.path, "namespaces[0]");
+        assert!(e.message.contains("built-in JavaScript global"), "{e}");
     }
 
     #[test]

@@ -333,12 +333,12 @@ impl CodeModeBuilder {
                 catalog,
                 executor,
                 runtime::CallGates {
+                    namespaces: self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
                     hooks: self.hooks,
                     approvals: self.approvals,
                     approver: self.approver,
                     sandbox: self.sandbox,
                 },
-                self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
                 store,
                 clock,
             )),

@@ -106,8 +106,10 @@ fn dispose(instance: Box<dyn GuestInstance>) {
 /// How often a resumed run looks for results another process recorded in the store.
 const RECORDED_POLL: Duration = Duration::from_millis(25);
 
-/// What every nested call passes through besides the executor: hooks and the approval gate.
+/// What every nested call passes through besides the executor: namespace resolution (a namespace
+/// call becomes a catalog call first, SPEC L6), hooks and the approval gate.
 pub(crate) struct CallGates {
+    pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
     pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
     pub(crate) approvals: ApprovalPolicy,
     pub(crate) approver: Option<Arc<dyn Approver>>,
@@ -336,12 +338,11 @@ impl Inner {
         catalog: Catalog,
         executor: Arc<dyn ToolExecutor>,
         gates: CallGates,
-        namespaces: Arc<dyn NamespaceRegistry>,
         store: Arc<dyn SnapshotStore>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         let limits = guest_limits(&config);
-        let CallGates { hooks, approvals, approver, sandbox } = gates;
+        let CallGates { namespaces, hooks, approvals, approver, sandbox } = gates;
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals)));
         Inner {
             config,
