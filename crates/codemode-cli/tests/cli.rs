@@ -206,6 +206,7 @@ fn demo_runs_to_completion() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("waiting (pending_tools)"), "{stdout}");
     assert!(stdout.contains("module_access_denied"), "{stdout}");
+    assert!(stdout.contains("\"stillUnpaid\": 4"), "the namespace scene: {stdout}");
 }
 
 /// SPEC §22 per-agent overrides and `byProvider`, applied to the runtime's catalog by `--agent` /

@@ -17,8 +17,8 @@
 //! - [`approval`]: human approval of nested calls ([`Approver`](approval::Approver), decisions);
 //! - [`guest`]: names the guest API reserves (shared by the catalog and the bridge prelude);
 //! - [`positions`]: mapping error positions back to the cell's own lines and columns;
-//! - [`namespace`]: the (for now minimal) [`NamespaceRegistry`](namespace::NamespaceRegistry) contract
-//!   (SPEC §10).
+//! - [`namespace`]: the [`NamespaceRegistry`](namespace::NamespaceRegistry) contract (SPEC §10): which
+//!   namespaces a catalog makes visible, their per-run guest data and how their calls resolve.
 //!
 //! Layering (DESIGN §2): every other codemode crate may depend on this one; this one depends on
 //! nothing of codemode.

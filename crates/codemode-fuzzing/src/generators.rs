@@ -79,8 +79,8 @@ pub fn guest_json_text(u: &mut Unstructured<'_>) -> String {
 
 /// A sequence of host-primitive calls `(kind, payload)` with real and bogus kinds.
 pub fn host_calls(u: &mut Unstructured<'_>) -> Vec<(String, String)> {
-    const KINDS: [&str; 11] =
-        ["search", "describe", "call", "mcp", "mcp_api", "yield", "text", "json", "exec", "", "CALL"];
+    const KINDS: [&str; 12] =
+        ["search", "describe", "call", "mcp", "mcp_api", "namespace", "yield", "text", "json", "exec", "", "CALL"];
     let n = u.int_in_range(0..=24).unwrap_or(0);
     (0..n)
         .map(|_| {
@@ -98,6 +98,8 @@ pub fn host_calls(u: &mut Unstructured<'_>) -> Vec<(String, String)> {
                     "mcp_api" => json!({"server": small_string(u), "tool": json_value(u, 0), "schema": json_value(u, 0)})
                         .to_string(),
                     "yield" => json!({"reason": json_value(u, 0)}).to_string(),
+                    "namespace" => json!({"namespace": small_string(u), "path": small_string(u), "args": json_value(u, 2), "line": json_value(u, 0)})
+                        .to_string(),
                     _ => small_string(u),
                 },
                 1 => json_value(u, 3).to_string(),

@@ -7,7 +7,8 @@
 //!
 //! This is the facade and runtime crate: [`CodeMode::exec`] / [`CodeMode::wait`] implement SPEC §5–§6
 //! over a [`GuestEngine`] chosen by name ([`Engines`]), a catalog of tools ([`LocalTools`] and/or the
-//! host's own [`ToolExecutor`]), [`ToolHook`]s, and a [`SnapshotStore`].
+//! host's own [`ToolExecutor`]), [`ToolHook`]s, plugin namespaces ([`Namespaces`], SPEC §10: guest
+//! globals such as `Shipping.unpaid()` whose calls are catalog calls), and a [`SnapshotStore`].
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -22,7 +23,7 @@
 //! # }
 //! ```
 //!
-//! Layering (DESIGN §2): the top library layer. Depends on core, bridge, catalog, snapshot and — by
+//! Layering (DESIGN §2): the top library layer. Depends on core, bridge, catalog, namespaces, snapshot and — by
 //! Cargo feature — the engines.
 #![forbid(unsafe_code)]
 
@@ -219,7 +220,7 @@ pub struct CodeModeBuilder {
 impl CodeModeBuilder {
     /// Serves the namespaces of `registry` (SPEC §10): each run sees those whose backing tools its
     /// catalog holds, as guest globals whose calls are catalog tool calls. Default: none. A
-    /// [`Namespaces`](codemode_namespaces::Namespaces) registry is shared by cloning, so plugins may
+    /// [`Namespaces`] registry is shared by cloning, so plugins may
     /// keep registering and clearing after the runtime is built.
     pub fn namespaces(mut self, registry: Arc<dyn NamespaceRegistry>) -> Self {
         self.namespaces = Some(registry);
