@@ -83,6 +83,20 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         for _ in 0..samples {
             approvals.push(bench::approval_cycle(&gated).await);
         }
+        // Namespaces (issue 12): a trivial exec with two visible namespaces, and namespace calls, each
+        // interleaved with its plain counterpart.
+        let with_ns = bench::runtime_with_namespaces(engine, 10_000);
+        bench::trivial(&with_ns).await;
+        let (mut trivial_plain, mut trivial_ns) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+        for _ in 0..samples {
+            trivial_plain.push(bench::trivial(&cm).await);
+            trivial_ns.push(bench::trivial(&with_ns).await);
+        }
+        let (mut calls_plain, mut calls_ns) = (Vec::new(), Vec::new());
+        for _ in 0..(samples / 20).max(5) {
+            calls_plain.push(bench::nested(&with_ns).await);
+            calls_ns.push(bench::nested_cell(&with_ns, bench::NESTED_NAMESPACE).await);
+        }
         let snapshot = bench::pending_snapshot_bytes(&bench::runtime(engine, 100)).await;
         let cold = cold_start(engine, (samples / 20).max(5))?;
         let (t50, t90) = stats(trivial);
@@ -93,6 +107,10 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         let (p50, _) = stats(plain);
         let (h50, h90) = stats(with_hook);
         let (a50, a90) = stats(approvals);
+        let (tp50, _) = stats(trivial_plain);
+        let (tn50, tn90) = stats(trivial_ns);
+        let (cp50, _) = stats(calls_plain);
+        let (cn50, cn90) = stats(calls_ns);
         rows.push(json!({
             "engine": engine,
             "firstExecMs": first.as_secs_f64() * 1e3,
@@ -105,6 +123,10 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             "nestedCallWithHookUs": { "p50": us(h50), "p90": us(h90) },
             "hookCostUs": us(h50) - us(p50),
             "approvalCycleUs": { "p50": us(a50), "p90": us(a90) },
+            "execTrivialWithNamespacesUs": { "p50": us(tn50), "p90": us(tn90) },
+            "namespacesCostPerRunUs": us(tn50) - us(tp50),
+            "namespaceCallUs": { "p50": us(cn50), "p90": us(cn90) },
+            "namespaceCallCostUs": us(cn50) - us(cp50),
         }));
     }
     if as_json {
@@ -151,6 +173,27 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             pair("nestedCallWithHookUs"),
             r["hookCostUs"].as_f64().unwrap_or(0.0),
             pair("approvalCycleUs"),
+        );
+    }
+    println!(
+        "\n{:<14} {:>26} {:>24} {:>22} {:>28}",
+        "engine",
+        "exec 1+1, 2 namespaces (µs)",
+        "namespaces cost/run (µs)",
+        "namespace call (µs)",
+        "vs tools.* call (µs, p50)"
+    );
+    for r in &rows {
+        let pair = |k: &str| {
+            format!("{:.1} / {:.1}", r[k]["p50"].as_f64().unwrap_or(0.0), r[k]["p90"].as_f64().unwrap_or(0.0))
+        };
+        println!(
+            "{:<14} {:>26} {:>24.1} {:>22} {:>28.2}",
+            r["engine"].as_str().unwrap_or(""),
+            pair("execTrivialWithNamespacesUs"),
+            r["namespacesCostPerRunUs"].as_f64().unwrap_or(0.0),
+            pair("namespaceCallUs"),
+            r["namespaceCallCostUs"].as_f64().unwrap_or(0.0),
         );
     }
     println!(

@@ -37,6 +37,30 @@ pub fn runtime_with_fixture(engine: &str, timeout_ms: u64, extra: usize) -> Code
         .build()
 }
 
+/// [`NESTED`] through a namespace member (`Bench.echo`, over `demo_echo`).
+pub const NESTED_NAMESPACE: &str =
+    "let s = 0; for (let i = 0; i < 1000; i++) { const r = await Bench.echo({ i }); s += r.i; } return s";
+
+/// [`runtime`] with the demo plugin's `Shipping` namespace and `Bench` (`Bench.echo` = `demo_echo`):
+/// [`trivial`] on it minus [`trivial`] on [`runtime`] is what visible namespaces cost every run;
+/// [`nested`] with [`NESTED_NAMESPACE`] what a namespace call costs.
+pub fn runtime_with_namespaces(engine: &str, timeout_ms: u64) -> CodeMode {
+    use codemode_namespaces::{NamespaceRegistration, ScopeValue, namespace_tool};
+    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
+    let registry = crate::demo::demo_namespaces();
+    let bench = NamespaceRegistration::new("bench", "Bench", "Benchmark helpers.")
+        .require("demo_echo")
+        .scope(|_| Ok(ScopeValue::object([("echo", namespace_tool("demo_echo"))])));
+    if let Err(e) = registry.register_for_plugin(crate::demo::PLUGIN_ID, bench) {
+        tracing::error!(error = %e, "bench namespace refused");
+    }
+    CodeMode::builder(config)
+        .engine_name(engine)
+        .local_tools(crate::demo::demo_tools())
+        .namespaces(std::sync::Arc::new(registry))
+        .build()
+}
+
 /// A hook that does nothing (its cost is what every nested call pays for having hooks at all).
 struct NoopHook;
 
@@ -114,8 +138,14 @@ pub async fn trivial(cm: &CodeMode) -> Duration {
 
 /// The nested-call cell; returns the time per nested call.
 pub async fn nested(cm: &CodeMode) -> Duration {
+    nested_cell(cm, NESTED).await
+}
+
+/// One run of a cell making [`NESTED_CALLS`] sequential calls (e.g. [`NESTED_NAMESPACE`]), divided
+/// per call.
+pub async fn nested_cell(cm: &CodeMode, cell: &str) -> Duration {
     let t = Instant::now();
-    let r = cm.exec(&ctx(), &CodeModeExecInput::code(NESTED)).await;
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code(cell)).await;
     let d = t.elapsed();
     expect_completed(&r);
     d / NESTED_CALLS
