@@ -118,6 +118,9 @@ pub enum RunEvent {
         /// The exact catalog id.
         tool_id: String,
     },
+    /// A trajectory record: an `exec` / `wait` call started or ended, or a nested call event with
+    /// its parent call id, input / result (redacted) and timing.
+    Trace(crate::trajectory::TraceRecord),
     /// The cell produced output (`text`, `json`, `console.log`), delivered with the drive step
     /// that produced it.
     Output {

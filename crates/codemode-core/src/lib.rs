@@ -16,6 +16,8 @@
 //!   tool call reaches the host (SPEC §12);
 //! - [`approval`]: human approval of nested calls ([`Approver`](approval::Approver), decisions);
 //! - [`guest`]: names the guest API reserves (shared by the catalog and the bridge prelude);
+//! - [`trajectory`]: transcript records of `exec` / `wait` calls and the nested calls they drove,
+//!   with the redaction policy (SPEC §12 P9, §19 U9);
 //! - [`positions`]: mapping error positions back to the cell's own lines and columns;
 //! - [`namespace`]: the [`NamespaceRegistry`](namespace::NamespaceRegistry) contract (SPEC §10): which
 //!   namespaces a catalog makes visible, their per-run guest data and how their calls resolve.
@@ -38,6 +40,7 @@ pub mod result;
 pub mod scope;
 pub mod store;
 pub mod telemetry;
+pub mod trajectory;
 
 pub use approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};

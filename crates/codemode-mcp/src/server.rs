@@ -267,7 +267,10 @@ impl ProgressRelay {
 
 impl RunObserver for ProgressRelay {
     fn on_event(&self, event: RunEvent) {
-        let _ = self.events.send(event);
+        // Trajectory records go to the audit log, not to the client as progress.
+        if !matches!(event, RunEvent::Trace(_)) {
+            let _ = self.events.send(event);
+        }
     }
 }
 

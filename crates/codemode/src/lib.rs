@@ -47,6 +47,8 @@ pub use codemode_core::executor::{
 };
 pub use codemode_core::namespace::{NamespaceInfo, NamespaceOwner, NamespaceRegistry};
 pub use codemode_core::result::PendingCallKind;
+/// Trajectory records (transcript entries of nested calls) and their redaction policy.
+pub use codemode_core::trajectory;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
@@ -215,9 +217,29 @@ pub struct CodeModeBuilder {
     policy: Option<ToolPolicy>,
     target: PolicyTarget,
     namespaces: Option<Arc<dyn NamespaceRegistry>>,
+    trajectory: Option<Arc<dyn RunObserver>>,
+    redaction: Option<codemode_core::trajectory::Redaction>,
 }
 
 impl CodeModeBuilder {
+    /// Sends every run's trajectory records ([`RunEvent::Trace`]: each `exec` / `wait` call's start
+    /// and end, each nested call issued, parked, approved, denied, completed, failed, cancelled or
+    /// re-issued, under the call id of the `exec` / `wait` that drove it) to `sink`, e.g. an audit
+    /// log. Called on guest worker threads: hand records to a channel. Observers given to
+    /// [`CodeMode::exec_observed`] receive the same records for their call.
+    pub fn trajectory(mut self, sink: Arc<dyn RunObserver>) -> Self {
+        self.trajectory = Some(sink);
+        self
+    }
+
+    /// How inputs, results and messages are redacted in trajectory records (default:
+    /// [`Redaction::default`](codemode_core::trajectory::Redaction::default): 2 KiB per value,
+    /// secret-looking keys and this process's environment values masked).
+    pub fn redaction(mut self, redaction: codemode_core::trajectory::Redaction) -> Self {
+        self.redaction = Some(redaction);
+        self
+    }
+
     /// Serves the namespaces of `registry` (SPEC §10): each run sees those whose backing tools its
     /// catalog holds, as guest globals whose calls are catalog tool calls. Default: none. A
     /// [`Namespaces`] registry is shared by cloning, so plugins may
@@ -335,6 +357,8 @@ impl CodeModeBuilder {
                 executor,
                 runtime::CallGates {
                     namespaces: self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
+                    trajectory: self.trajectory,
+                    redaction: self.redaction.unwrap_or_default(),
                     hooks: self.hooks,
                     approvals: self.approvals,
                     approver: self.approver,
@@ -412,6 +436,8 @@ impl CodeMode {
             policy: None,
             target: PolicyTarget::default(),
             namespaces: None,
+            trajectory: None,
+            redaction: None,
         }
     }
 
@@ -441,9 +467,48 @@ impl CodeMode {
         if let Some(refused) = self.outer_hooks(event).await {
             return refused;
         }
-        let (ctx, input) = (ctx.clone(), input.clone());
-        self.on_worker(move |inner, rt, cancel| inner.exec(rt, &ctx, &input, runtime::CallHandles { cancel, observer }))
-            .await
+        let started = std::time::Instant::now();
+        self.trace_control(ctx, crate::surface::EXEC, None, None, observer.as_ref());
+        let (ctx2, input) = (ctx.clone(), input.clone());
+        let obs = observer.clone();
+        let result = self
+            .on_worker(move |inner, rt, cancel| {
+                inner.exec(rt, &ctx2, &input, runtime::CallHandles { cancel, observer: obs })
+            })
+            .await;
+        let run_id = result.run_id().map(str::to_string);
+        self.trace_control(ctx, crate::surface::EXEC, run_id, Some((&result, started)), observer.as_ref());
+        result
+    }
+
+    /// Emits the start (`result` = `None`) or end record of an `exec` / `wait` call to the
+    /// trajectory sink and `observer`, when either exists.
+    fn trace_control(
+        &self,
+        ctx: &RunContext,
+        tool: &str,
+        run_id: Option<String>,
+        result: Option<(&CodeModeResult, std::time::Instant)>,
+        observer: Option<&Arc<dyn RunObserver>>,
+    ) {
+        if self.inner.trajectory.is_none() && observer.is_none() {
+            return;
+        }
+        let record = codemode_core::trajectory::TraceRecord::Control(codemode_core::trajectory::ControlRecord {
+            tool_call_id: ctx.tool_call_id.clone(),
+            tool: tool.to_string(),
+            run_id,
+            status: result.map(|(r, _)| r.status()).unwrap_or("started").to_string(),
+            code: result.and_then(|(r, _)| r.error_code()).map(|c| c.as_str().to_string()),
+            at_ms: self.inner.clock.now_ms(),
+            duration_ms: result.map(|(_, t)| t.elapsed().as_millis() as u64),
+        });
+        if let Some(sink) = &self.inner.trajectory {
+            sink.on_event(RunEvent::Trace(record.clone()));
+        }
+        if let Some(o) = observer {
+            o.on_event(RunEvent::Trace(record));
+        }
     }
 
     /// Runs every hook's [`ToolHook::before_code_mode_call`]; a refusal becomes the call's result.
@@ -486,9 +551,18 @@ impl CodeMode {
         if let Some(refused) = self.outer_hooks(event).await {
             return refused;
         }
-        let (ctx, input) = (ctx.clone(), input.clone());
-        self.on_worker(move |inner, rt, cancel| inner.wait(rt, &ctx, &input, runtime::CallHandles { cancel, observer }))
-            .await
+        let started = std::time::Instant::now();
+        let run_id = Some(input.run_id.clone());
+        self.trace_control(ctx, crate::surface::WAIT, run_id.clone(), None, observer.as_ref());
+        let (ctx2, input) = (ctx.clone(), input.clone());
+        let obs = observer.clone();
+        let result = self
+            .on_worker(move |inner, rt, cancel| {
+                inner.wait(rt, &ctx2, &input, runtime::CallHandles { cancel, observer: obs })
+            })
+            .await;
+        self.trace_control(ctx, crate::surface::WAIT, run_id, Some((&result, started)), observer.as_ref());
+        result
     }
 
     /// Runs an `exec` / `wait` on a guest worker. If this future is dropped before it finishes (the

@@ -7,6 +7,8 @@ use super::*;
 pub(super) enum CallEnd {
     /// It settled with this outcome (for the guest).
     Settled(Result<Value, GuestError>),
+    /// A hook or the approver refused it (for the guest, a failure like any other).
+    Denied(GuestError),
     /// It is gated and nobody decided yet: parked until a decision is recorded.
     Parked,
 }
@@ -15,6 +17,8 @@ pub(super) enum CallEnd {
 pub(super) enum Finished {
     /// Its result, to deliver.
     Settled(Delivery),
+    /// It was refused (hook, approver, human, sandbox policy); the delivery is the failure.
+    Denied(Delivery),
     /// It was parked for approval (see [`CallEnd::Parked`]).
     Parked(RequestId),
 }
@@ -157,6 +161,7 @@ fn tool_failure(tool_id: &str, message: &str) -> GuestError {
 fn finished(id: RequestId, end: CallEnd) -> Finished {
     match end {
         CallEnd::Settled(outcome) => Finished::Settled(Delivery { id, outcome }),
+        CallEnd::Denied(e) => Finished::Denied(Delivery { id, outcome: Err(e) }),
         CallEnd::Parked => Finished::Parked(id),
     }
 }
@@ -174,8 +179,19 @@ pub(super) struct CallSpec {
     pub(super) request: GuestRequest,
     pub(super) tool: CatalogTool,
     pub(super) mode: CallMode,
-    /// A human approved this call already (it was parked): the approval gate lets it through.
-    pub(super) approved: bool,
+    /// Why it starts now.
+    pub(super) origin: CallOrigin,
+}
+
+/// Why a nested call starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CallOrigin {
+    /// The guest made it.
+    New,
+    /// A human approved it (it was parked): the approval gate lets it through.
+    Approved,
+    /// A resuming process issues it again: the process running it was lost (read-only tools only).
+    Reissued,
 }
 
 /// Finds the catalog tool a call request names: guest-visible tools for `tools.*`, MCP entries for
@@ -247,7 +263,7 @@ impl Inner {
             let deadline = Instant::now() + Duration::from_millis(remaining_ms);
             while inflight.calls.running() > 0 {
                 let d = match inflight.calls.next_until(deadline) {
-                    Some(Finished::Settled(d)) => d,
+                    Some(Finished::Settled(d) | Finished::Denied(d)) => d,
                     // The approver gave no answer in time, and this process is ending: the call
                     // cannot be parked in a run that is already stored. It fails; the cell may
                     // make it again.
@@ -292,9 +308,11 @@ impl Inner {
         }
         for p in lost {
             match resolve_tool(&run.catalog, &p.request) {
-                Ok((tool, mode)) => {
-                    self.start_call(rt, run, CallSpec { id: p.id, request: p.request, tool, mode, approved: false })
-                }
+                Ok((tool, mode)) => self.start_call(
+                    rt,
+                    run,
+                    CallSpec { id: p.id, request: p.request, tool, mode, origin: CallOrigin::Reissued },
+                ),
                 Err((_, err)) => {
                     run.pending.remove(&p.id);
                     run.ready.push(Delivery { id: p.id, outcome: Err(err) });
@@ -307,7 +325,8 @@ impl Inner {
     /// Starts a nested call of a catalog tool on the host's executor, through the hooks and the
     /// approval gate.
     pub(super) fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) {
-        let CallSpec { id, request, tool, mode, approved } = spec;
+        let CallSpec { id, request, tool, mode, origin } = spec;
+        let approved = origin == CallOrigin::Approved;
         let raw = mode == CallMode::Raw;
         // The guest reports engine lines of the wrapped (or transpiled) cell: map to the model's own.
         let cell_line = request.call_line().map(|l| run.positions.map(l, None).0);
@@ -331,10 +350,19 @@ impl Inner {
             },
         );
         if let Some(why) = refusal {
-            run.accept(Finished::Settled(Delivery { id, outcome: Err(tool_failure(&tool.id, &why)) }));
+            run.accept(Finished::Denied(Delivery { id, outcome: Err(tool_failure(&tool.id, &why)) }));
             return;
         }
         run.emit(RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
+        if run.traced() {
+            let outcome = match origin {
+                CallOrigin::New => CallOutcome::Issued,
+                CallOrigin::Approved => CallOutcome::Approved,
+                CallOrigin::Reissued => CallOutcome::Reissued,
+            };
+            let issued = run.pending.get(&id).map(|p| p.issued_at_ms);
+            run.entry(id, &tool.id, outcome, issued, Some(&input), None, None);
+        }
         let progress = run.observer.clone().map(|observer| {
             let (run_id, tool_id) = (run.id.to_string(), tool.id.clone());
             codemode_core::executor::ProgressSink::new(move |message| {
@@ -388,6 +416,9 @@ impl Inner {
                     Ok(json!({ "details": r.details, "content": content }))
                 }
                 Ok(r) => Ok(r.details),
+                Err(e) if e.kind == ToolErrorKind::Denied => {
+                    return CallEnd::Denied(tool_failure(&tool_id, &e.message));
+                }
                 Err(e) => Err(tool_failure(&tool_id, &e.message)),
             })
         });
@@ -410,9 +441,11 @@ impl Inner {
             tracing::info!(target: "codemode::approval", run = %run.id, request = id, tool = %tool_id, ?decision, "approval decision applied");
             match decision {
                 ApprovalDecision::Approve => match resolve_tool(&run.catalog, &p.request) {
-                    Ok((tool, mode)) => {
-                        self.start_call(rt, run, CallSpec { id, request: p.request, tool, mode, approved: true })
-                    }
+                    Ok((tool, mode)) => self.start_call(
+                        rt,
+                        run,
+                        CallSpec { id, request: p.request, tool, mode, origin: CallOrigin::Approved },
+                    ),
                     Err((_, err)) => {
                         run.pending.remove(&id);
                         run.ready.push(Delivery { id, outcome: Err(err) });
@@ -420,7 +453,7 @@ impl Inner {
                 },
                 ApprovalDecision::Deny { reason } => {
                     let outcome = Err(tool_failure(&tool_id, &crate::tools::denial_message(&reason)));
-                    run.accept(Finished::Settled(Delivery { id, outcome }));
+                    run.accept(Finished::Denied(Delivery { id, outcome }));
                 }
             }
         }

@@ -136,7 +136,7 @@ impl Inner {
                 ),
             ));
         }
-        self.start_call(rt, run, CallSpec { id, request, tool, mode, approved: false });
+        self.start_call(rt, run, CallSpec { id, request, tool, mode, origin: CallOrigin::New });
         Ok(())
     }
 }

@@ -25,7 +25,7 @@ mod dispatch;
 mod suspend;
 
 use crate::tools::{Gate, Gated, ToolHook, run_gated};
-use calls::{CallSpec, Finished, NestedCalls, resolve_tool};
+use calls::{CallOrigin, CallSpec, Finished, NestedCalls, resolve_tool};
 use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
 use codemode_catalog::approval::ApprovalPolicy;
@@ -49,6 +49,7 @@ use codemode_core::result::{
 use codemode_core::scope::{RunContext, RunId};
 use codemode_core::store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
 use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
+use codemode_core::trajectory::{CallOutcome, Redaction, TraceRecord, TranscriptEntry};
 use codemode_snapshot::Clock;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -110,6 +111,8 @@ const RECORDED_POLL: Duration = Duration::from_millis(25);
 /// call becomes a catalog call first, SPEC L6), hooks and the approval gate.
 pub(crate) struct CallGates {
     pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
+    pub(crate) trajectory: Option<Arc<dyn RunObserver>>,
+    pub(crate) redaction: Redaction,
     pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
     pub(crate) approvals: ApprovalPolicy,
     pub(crate) approver: Option<Arc<dyn Approver>>,
@@ -159,6 +162,10 @@ pub(crate) struct Inner {
     pub(crate) sandbox: SandboxPolicy,
     /// The namespaces runs may see (SPEC §10).
     pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
+    /// Receives every run's trajectory records (audit log), if set.
+    pub(crate) trajectory: Option<Arc<dyn RunObserver>>,
+    /// How values are redacted in trajectory records.
+    pub(crate) redaction: Arc<Redaction>,
     pub(crate) store: Arc<dyn SnapshotStore>,
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
@@ -192,6 +199,21 @@ struct Run {
     positions: CellPositions,
     /// Who watches this call's events (not kept across suspensions: each call brings its own).
     observer: Option<Arc<dyn RunObserver>>,
+    /// The trajectory of the current `exec` / `wait` call: its call id, its tool, where records go
+    /// besides the observer (the runtime's trajectory sink) and how values are redacted.
+    trace: TraceTarget,
+}
+
+/// Where a run's trajectory records go while one `exec` / `wait` call drives it.
+pub(crate) struct TraceTarget {
+    /// The model-visible call driving the run (`RunContext::tool_call_id` of that call).
+    pub(crate) parent: Option<String>,
+    /// `exec` or `wait`.
+    pub(crate) parent_tool: &'static str,
+    /// The runtime-wide trajectory sink (audit log), if any.
+    pub(crate) sink: Option<Arc<dyn RunObserver>>,
+    pub(crate) redaction: Arc<Redaction>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// Budget and output of one `exec` / `wait` call.
@@ -239,12 +261,17 @@ enum Next {
 
 impl Run {
     fn accept(&mut self, f: Finished) {
-        let d = match f {
-            Finished::Settled(d) => d,
+        let (d, denied) = match f {
+            Finished::Settled(d) => (d, false),
+            Finished::Denied(d) => (d, true),
             Finished::Parked(id) => {
                 if let Some(p) = self.pending.get_mut(&id) {
                     p.awaiting_approval = true;
                     let tool_id = p.tool_id.clone().unwrap_or_default();
+                    let (issued, input) = (p.issued_at_ms, p.request.tool_input().cloned());
+                    if self.traced() {
+                        self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
+                    }
                     self.emit(RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
                 }
                 return;
@@ -256,10 +283,20 @@ impl Run {
             if d.outcome.is_err() {
                 self.telemetry.failed_call_count += 1;
             }
+            let tool_id = p.tool_id.unwrap_or_default();
+            if self.traced() {
+                let (outcome, result, error) = match &d.outcome {
+                    Ok(v) => (CallOutcome::Completed, Some(v), None),
+                    Err(e) => {
+                        (if denied { CallOutcome::Denied } else { CallOutcome::Failed }, None, Some(e.message.as_str()))
+                    }
+                };
+                self.entry(d.id, &tool_id, outcome, Some(p.issued_at_ms), None, result, error);
+            }
             self.emit(RunEvent::CallFinished {
                 run_id: self.id.to_string(),
                 request_id: d.id,
-                tool_id: p.tool_id.unwrap_or_default(),
+                tool_id,
                 ok: d.outcome.is_ok(),
             });
         }
@@ -269,6 +306,55 @@ impl Run {
     fn emit(&self, event: RunEvent) {
         if let Some(o) = &self.observer {
             o.on_event(event);
+        }
+    }
+
+    /// Whether anyone receives trajectory records (building them is skipped otherwise).
+    fn traced(&self) -> bool {
+        self.observer.is_some() || self.trace.sink.is_some()
+    }
+
+    /// Emits a nested-call transcript entry under the call driving the run.
+    #[allow(clippy::too_many_arguments)]
+    fn entry(
+        &self,
+        request_id: RequestId,
+        tool_id: &str,
+        outcome: CallOutcome,
+        issued_at_ms: Option<u64>,
+        input: Option<&Value>,
+        result: Option<&Value>,
+        error: Option<&str>,
+    ) {
+        let t = &self.trace;
+        let at_ms = t.clock.now_ms();
+        let record = TraceRecord::Nested(TranscriptEntry {
+            parent_tool_call_id: t.parent.clone(),
+            parent_tool: t.parent_tool.to_string(),
+            run_id: self.id.to_string(),
+            request_id,
+            tool_id: tool_id.to_string(),
+            outcome,
+            at_ms,
+            duration_ms: issued_at_ms.filter(|_| outcome != CallOutcome::Issued).map(|i| at_ms.saturating_sub(i)),
+            input: input.map(|v| t.redaction.value(v)),
+            result: result.map(|v| t.redaction.value(v)),
+            error: error.map(|e| t.redaction.message(e)),
+        });
+        if let Some(sink) = &t.sink {
+            sink.on_event(RunEvent::Trace(record.clone()));
+        }
+        self.emit(RunEvent::Trace(record));
+    }
+
+    /// Emits a `cancelled` entry for every nested call still outstanding (the run is aborted).
+    fn trace_cancelled(&self) {
+        if !self.traced() {
+            return;
+        }
+        for p in self.pending.values().filter(|p| p.kind().is_tool_call()) {
+            let tool_id = p.tool_id.clone().unwrap_or_default();
+            self.entry(p.id, &tool_id, CallOutcome::Cancelled, Some(p.issued_at_ms), None, None, Some(MSG_ABORTED));
         }
     }
 
@@ -342,7 +428,7 @@ impl Inner {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let limits = guest_limits(&config);
-        let CallGates { namespaces, hooks, approvals, approver, sandbox } = gates;
+        let CallGates { namespaces, trajectory, redaction, hooks, approvals, approver, sandbox } = gates;
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals)));
         Inner {
             config,
@@ -354,6 +440,8 @@ impl Inner {
             approver,
             sandbox,
             namespaces,
+            trajectory,
+            redaction: Arc::new(redaction),
             store,
             limits,
             clock,
@@ -468,6 +556,17 @@ impl Inner {
         aborted
     }
 
+    /// Where the trajectory records of the `tool` call of `ctx` go.
+    fn trace_target(&self, ctx: &RunContext, tool: &'static str) -> TraceTarget {
+        TraceTarget {
+            parent: ctx.tool_call_id.clone(),
+            parent_tool: tool,
+            sink: self.trajectory.clone(),
+            redaction: self.redaction.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
     /// Opens the namespaces `catalog` makes visible for run `run_id` of `ctx` (SPEC L3–L5). A scope
     /// that fails serialization fails the run before guest code runs (`invalid_config`).
     fn open_namespaces(
@@ -567,6 +666,7 @@ impl Inner {
             stored: false,
             positions,
             observer: handles.observer,
+            trace: self.trace_target(ctx, "exec"),
         };
         // `abort` reaches the run while this call drives it (`wait` registers before restoring).
         let _active = self.activate(&run.id, &call);
@@ -635,6 +735,7 @@ impl Inner {
             stored: true,
             positions,
             observer: handles.observer,
+            trace: self.trace_target(ctx, "wait"),
         };
         let _active = self.activate(&run.id, &call);
         if resumed_elsewhere && let Err(e) = self.adopt_calls_from_elsewhere(rt, &mut run) {

@@ -42,6 +42,7 @@ impl Inner {
     /// An aborted run (its caller went away, or [`abort`](Self::abort)): nested calls stop, its state
     /// leaves the store, and it fails with `aborted`.
     pub(super) fn aborted(&self, rt: &Handle, mut run: Run, call: Call) -> CodeModeResult {
+        run.trace_cancelled();
         run.calls.abort_all();
         if run.stored {
             rt.block_on(self.store.remove(&run.id));
