@@ -45,11 +45,17 @@ def result_json(res) -> dict:
     return json.loads(res.content[0].text)
 
 
+def audit_args() -> list[str]:
+    """`--audit FILE` when the Rust test asks for an audit log (it checks the file afterwards)."""
+    path = os.environ.get("CODEMODE_E2E_AUDIT")
+    return ["--audit", path] if path else []
+
+
 @asynccontextmanager
 async def stdio_session(bin_path: str, config: str, snapdir: str):
     params = StdioServerParameters(
         command=bin_path,
-        args=["serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools"],
+        args=["serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools", *audit_args()],
         env={**os.environ, "RUST_LOG": "warn"},
     )
     async with stdio_client(params) as (read, write):
@@ -63,7 +69,7 @@ class HttpServer:
 
     def __init__(self, bin_path: str, config: str, snapdir: str):
         self.proc = subprocess.Popen(
-            [bin_path, "serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools", "--http", "127.0.0.1:0"],
+            [bin_path, "serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools", "--http", "127.0.0.1:0", *audit_args()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -1,10 +1,11 @@
 //! `codemode demo`: a short scripted showcase on the built-in demo catalog.
 
-use crate::{CommonArgs, build_runtime, load_config};
+use crate::{CommonArgs, build_traced_runtime, load_config, trace_writer};
 use anyhow::Result;
+use codemode::trajectory::TraceRecord;
 use codemode::{
     ApprovalDecision, ApprovalPolicy, CodeMode, CodeModeExecInput, CodeModeOutput, CodeModeResult, CodeModeWaitInput,
-    PendingCallKind, RunContext, RunId,
+    PendingCallKind, RunContext, RunEvent, RunId, RunObserver,
 };
 use std::process::ExitCode;
 use std::time::Instant;
@@ -132,13 +133,50 @@ fn show_result(step: &str, r: &CodeModeResult, ms: u128) {
     }
 }
 
+/// Collects one scene's trajectory records (to print them under the scene).
+#[derive(Default)]
+struct Trajectory(std::sync::Mutex<Vec<TraceRecord>>);
+
+impl RunObserver for Trajectory {
+    fn on_event(&self, event: RunEvent) {
+        if let RunEvent::Trace(r) = event {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(*r);
+        }
+    }
+}
+
+/// The scene's nested calls, one line each, under the model call that drove them.
+fn show_trajectory(t: &Trajectory) {
+    let records = t.0.lock().unwrap_or_else(|p| p.into_inner());
+    let nested: Vec<_> =
+        records.iter().filter_map(|r| if let TraceRecord::Nested(e) = r { Some(e) } else { None }).collect();
+    if nested.is_empty() {
+        return;
+    }
+    println!("  trajectory (`codemode run --trace` writes these as JSON lines):");
+    for e in nested {
+        let took = e.duration_ms.map(|d| format!(" after {d} ms")).unwrap_or_default();
+        println!(
+            "    {:<12} {:<36} #{:<3} {:?}{took}",
+            e.parent_tool_call_id.as_deref().unwrap_or("-"),
+            e.tool_id,
+            e.request_id,
+            e.outcome
+        );
+    }
+}
+
 async fn play(cm: &CodeMode, scene: &Scene, n: usize) -> bool {
     println!("\n━━ {n}. {} ━━", scene.title);
     println!("{}", indent(scene.note, "  "));
     println!("{}", indent(scene.code, "  │ "));
-    let ctx = RunContext::session("demo");
+    // Scene N's model calls are `sN-exec`, `sN-wait-1`, … (the trajectory's parent ids).
+    let ctx = RunContext { tool_call_id: Some(format!("s{n}-exec")), ..RunContext::session("demo") };
+    let mut waits = 0;
     let started = Instant::now();
-    let mut r = cm.exec(&ctx, &CodeModeExecInput::code(scene.code)).await;
+    let trajectory = std::sync::Arc::new(Trajectory::default());
+    let observer = Some(trajectory.clone() as std::sync::Arc<dyn RunObserver>);
+    let mut r = cm.exec_observed(&ctx, &CodeModeExecInput::code(scene.code), observer.clone()).await;
     show_result("exec", &r, started.elapsed().as_millis());
     for _ in 0..20 {
         let Some(id) = r.run_id().map(str::to_string) else {
@@ -156,13 +194,16 @@ async fn play(cm: &CodeMode, scene: &Scene, n: usize) -> bool {
             }
         }
         let started = Instant::now();
-        r = cm.wait(&ctx, &CodeModeWaitInput::new(id)).await;
+        waits += 1;
+        let ctx = RunContext { tool_call_id: Some(format!("s{n}-wait-{waits}")), ..ctx.clone() };
+        r = cm.wait_observed(&ctx, &CodeModeWaitInput::new(id), observer.clone()).await;
         show_result("wait", &r, started.elapsed().as_millis());
     }
+    show_trajectory(&trajectory);
     matches!(r, CodeModeResult::Completed { .. }) != scene.fails
 }
 
-pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
+pub(crate) async fn run(common: CommonArgs, trace: bool) -> Result<ExitCode> {
     let mut config = load_config(&common)?;
     // Short enough that the slow tool of scene 3 outlives one exec call.
     config.code_mode.timeout_ms = config.code_mode.timeout_ms.min(500);
@@ -171,7 +212,10 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     if config.approvals.is_off() {
         config.approvals = ApprovalPolicy::require(["plugin:demo:demo_invoice_send"]);
     }
-    let gw = build_runtime(config, &common).await?;
+    let writer = trace_writer(trace.then_some(std::path::Path::new("-")))?;
+    let gw =
+        build_traced_runtime(config, &common, writer.clone().map(|w| w as std::sync::Arc<dyn codemode::RunObserver>))
+            .await?;
     let cm = gw.cm().clone();
     crate::prepare_engine(&cm).await;
     println!(
@@ -187,5 +231,8 @@ pub(crate) async fn run(common: CommonArgs) -> Result<ExitCode> {
     }
     println!();
     gw.close().await;
+    if let Some(w) = writer {
+        w.close();
+    }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -102,6 +102,11 @@ enum Command {
         /// Print every intermediate result (one JSON object per line), not only the last.
         #[arg(long)]
         steps: bool,
+        /// Write the run's trajectory as JSON lines: every `exec` / `wait` call and every nested
+        /// call under it, with redacted inputs and results. `--trace` writes to stderr,
+        /// `--trace=FILE` appends to FILE (the `=` keeps FILE apart from the cell argument).
+        #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "-")]
+        trace: Option<PathBuf>,
         /// The cell: a file path, or `-` to read stdin.
         file: String,
     },
@@ -109,6 +114,9 @@ enum Command {
     Demo {
         #[command(flatten)]
         common: CommonArgs,
+        /// Also print the trajectory of every scene (JSON lines on stderr, as `run --trace`).
+        #[arg(long)]
+        trace: bool,
     },
     /// Start one cell and print its first result (possibly `waiting`, with a runId); suspended runs
     /// are stored in the snapshot directory for `codemode wait`, in this or any other process.
@@ -195,7 +203,7 @@ impl StoreArgs {
         let dir = self.dir()?;
         let store = codemode::DirectorySnapshotStore::new(&dir)
             .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
-        build_runtime_with(config, common, Some(Arc::new(store))).await
+        build_runtime_with(config, common, Some(Arc::new(store)), None).await
     }
 }
 
@@ -229,24 +237,39 @@ pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
     Ok(file)
 }
 
-/// Builds the runtime over the demo catalog plus the config's MCP servers.
-pub(crate) async fn build_runtime(config: ConfigFile, common: &CommonArgs) -> Result<Gateway> {
-    build_runtime_with(config, common, None).await
+/// Builds the runtime over the demo catalog plus the config's MCP servers, sending every run's
+/// trajectory records to `trajectory`.
+pub(crate) async fn build_traced_runtime(
+    config: ConfigFile,
+    common: &CommonArgs,
+    trajectory: Option<Arc<dyn codemode::RunObserver>>,
+) -> Result<Gateway> {
+    build_runtime_with(config, common, None, trajectory).await
+}
+
+/// The JSON-lines writer of `--trace [FILE]` (`-`: stderr).
+pub(crate) fn trace_writer(trace: Option<&std::path::Path>) -> Result<Option<Arc<codemode::audit::JsonLinesAudit>>> {
+    use codemode::audit::{AuditTarget, JsonLinesAudit};
+    let Some(path) = trace else { return Ok(None) };
+    let target =
+        if path == std::path::Path::new("-") { AuditTarget::Stderr } else { AuditTarget::File(path.to_path_buf()) };
+    let writer = JsonLinesAudit::start(target).map_err(|e| anyhow::anyhow!("trace file {}: {e}", path.display()))?;
+    Ok(Some(Arc::new(writer)))
 }
 
 async fn build_runtime_with(
     config: ConfigFile,
     common: &CommonArgs,
     store: Option<Arc<dyn codemode::SnapshotStore>>,
+    trajectory: Option<Arc<dyn codemode::RunObserver>>,
 ) -> Result<Gateway> {
-    let gw = codemode_mcp::build_gateway(
-        &config,
-        &common.target(),
-        codemode::demo::demo_tools(),
-        codemode::demo::demo_namespaces(),
+    let options = codemode_mcp::GatewayOptions {
+        local: codemode::demo::demo_tools(),
+        namespaces: codemode::demo::demo_namespaces(),
         store,
-    )
-    .await?;
+        trajectory,
+    };
+    let gw = codemode_mcp::build_gateway(&config, &common.target(), options).await?;
     report_servers(&gw);
     let cm = gw.code_mode();
     if !cm.engine_available() {
@@ -409,12 +432,26 @@ async fn approve(store: StoreArgs, run_id: String, request_id: u64, deny: Option
     }
 }
 
-async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, file: String) -> Result<ExitCode> {
+async fn run(
+    common: CommonArgs,
+    language: Option<LanguageArg>,
+    steps: bool,
+    trace: Option<PathBuf>,
+    file: String,
+) -> Result<ExitCode> {
     let config = load_config(&common)?;
-    let gw = build_runtime(config, &common).await?;
+    let writer = trace_writer(trace.as_deref())?;
+    let gw = build_traced_runtime(config, &common, writer.clone().map(|w| w as Arc<dyn codemode::RunObserver>)).await?;
     let cm = gw.cm().clone();
     let input = exec_input(language, &file)?;
-    let ctx = RunContext::session("cli");
+    // Each model-visible call gets its own id, as a model's tool calls would (the trajectory's
+    // parent ids).
+    let mut calls = 0u32;
+    let mut ctx_for = |tool: &str| {
+        calls += 1;
+        RunContext { tool_call_id: Some(format!("{tool}-{calls}")), ..RunContext::session("cli") }
+    };
+    let ctx = ctx_for("exec");
     let interrupted = || {
         CodeModeResult::failed(
             codemode::CodeModeError::new(codemode::CodeModeErrorCode::Aborted, "aborted by Ctrl-C (SIGINT)"),
@@ -436,6 +473,7 @@ async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, fil
             print_json(&result);
         }
         let wait_input = CodeModeWaitInput::new(run_id.clone());
+        let ctx = ctx_for("wait");
         result = tokio::select! {
             r = cm.wait(&ctx, &wait_input) => r,
             _ = tokio::signal::ctrl_c() => {
@@ -447,6 +485,9 @@ async fn run(common: CommonArgs, language: Option<LanguageArg>, steps: bool, fil
         };
     }
     gw.close().await;
+    if let Some(w) = writer {
+        w.close();
+    }
     print_json(&result);
     Ok(match result {
         CodeModeResult::Completed { .. } => ExitCode::SUCCESS,
@@ -472,8 +513,8 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         match cli.command {
-            Command::Run { common, language, steps, file } => run(common, language, steps, file).await,
-            Command::Demo { common } => demo::run(common).await,
+            Command::Run { common, language, steps, trace, file } => run(common, language, steps, trace, file).await,
+            Command::Demo { common, trace } => demo::run(common, trace).await,
             Command::Exec { common, store, language, file } => exec(common, store, language, file).await,
             Command::Wait { common, store, run_id } => wait(common, store, run_id).await,
             Command::Approve { store, run_id, request_id, deny } => approve(store, run_id, request_id, deny).await,

@@ -22,6 +22,11 @@ pub(crate) struct ServeArgs {
     /// Also offer the built-in demo tools (`plugin:demo:*`).
     #[arg(long)]
     demo_tools: bool,
+    /// Append every `exec` / `wait` call and every nested call it drove to FILE as JSON lines
+    /// (trajectory records, inputs and results redacted). Safe to rotate; a write failure is
+    /// logged and never fails a run.
+    #[arg(long, value_name = "FILE")]
+    audit: Option<PathBuf>,
 }
 
 /// Environment variable holding the bearer token of the HTTP approval endpoint (`--http` only;
@@ -61,7 +66,20 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let local = if args.demo_tools { codemode::demo::demo_tools() } else { codemode::LocalTools::new() };
     // The demo plugin's namespace is registered with its tools; it is visible only when they are.
     let namespaces = if args.demo_tools { codemode::demo::demo_namespaces() } else { codemode::Namespaces::new() };
-    let gw = codemode_mcp::build_gateway(&file, &args.common.target(), local, namespaces, store).await?;
+    let audit = match &args.audit {
+        Some(path) => Some(Arc::new(
+            codemode::audit::JsonLinesAudit::start(codemode::audit::AuditTarget::File(path.clone()))
+                .map_err(|e| anyhow::anyhow!("audit file {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
+    let options = codemode_mcp::GatewayOptions {
+        local,
+        namespaces,
+        store,
+        trajectory: audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>),
+    };
+    let gw = codemode_mcp::build_gateway(&file, &args.common.target(), options).await?;
     report_servers(&gw);
     if !gw.code_mode().engine_available() {
         gw.shutdown().await;

@@ -570,3 +570,58 @@ fn namespace_calls_resume_across_processes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("namespaces[0]"), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `codemode run --trace=FILE` (issue 13 §1): the run's `exec` and `wait` calls and the nested
+/// calls each drove, as JSON lines; `--trace` alone writes them to stderr, never to stdout.
+#[test]
+fn run_trace_writes_the_trajectory() {
+    let dir = tempdir("trace");
+    let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 400 } } }");
+    let trace = dir.join("trace.jsonl");
+    let cell = "const a = await tools.demo_sleep({ ms: 700 });\nconst b = await Shipping.unpaidOver(20);\nreturn [a.slept, b.length];";
+    let trace_arg = format!("--trace={}", trace.display());
+    let out = run_stdin(&["run", "--config", config.to_str().unwrap(), &trace_arg, "-"], cell);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(last_json(&out)["value"], json!([700, 2]));
+    let lines: Vec<Value> =
+        std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary: Vec<(String, String, String)> = lines
+        .iter()
+        .map(|l| {
+            let who = l["toolCallId"].as_str().or(l["parentToolCallId"].as_str()).unwrap_or("").to_string();
+            let what = l["tool"].as_str().or(l["toolId"].as_str()).unwrap_or("").to_string();
+            let state = l["status"].as_str().or(l["outcome"].as_str()).unwrap_or("").to_string();
+            (who, what, state)
+        })
+        .collect();
+    let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    assert_eq!(
+        summary[..3],
+        [
+            s("exec-1", "exec", "started"),
+            s("exec-1", "plugin:demo:demo_sleep", "issued"),
+            s("exec-1", "exec", "waiting")
+        ]
+    );
+    assert!(
+        summary.contains(&s("wait-2", "plugin:demo:demo_sleep", "completed"))
+            || summary.contains(&s("wait-3", "plugin:demo:demo_sleep", "completed")),
+        "{summary:?}"
+    );
+    // The namespace call is an entry of its backing catalog tool.
+    assert!(
+        summary.iter().any(|(_, what, state)| what == "plugin:demo:demo_shipping_list" && state == "completed"),
+        "{summary:?}"
+    );
+    assert_eq!(summary.last().unwrap().2, "completed");
+    // To stderr: stdout stays the result only.
+    let out = run_stdin(
+        &["run", "--config", config.to_str().unwrap(), "--trace", "-"],
+        "return (await tools.demo_echo({ secret: 'x' })).secret",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1, "{}", String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("\"type\":\"nested\"") && stderr.contains("\"secret\":\"[redacted]\""), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

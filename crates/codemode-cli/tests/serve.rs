@@ -27,11 +27,16 @@ fn tempdir(name: &str) -> PathBuf {
 /// Runs an end-to-end Python script (`tests/e2e/<script>`) with the `codemode` binary as its first
 /// argument; asserts it succeeded and printed `ok_line`.
 fn run_python(script: &str, args: &[&std::ffi::OsStr], ok_line: &str) {
+    run_python_with(script, args, ok_line, &[]);
+}
+
+fn run_python_with(script: &str, args: &[&std::ffi::OsStr], ok_line: &str, env: &[(&str, &std::ffi::OsStr)]) {
     let out = Command::new(peer(".venv/bin/python"))
         .arg(root().join("tests/e2e").join(script))
         .arg(env!("CARGO_BIN_EXE_codemode"))
         .args(args)
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -55,11 +60,14 @@ fn drive(transport: &str) {
     )
     .unwrap();
     let snapdir = dir.join("runs");
-    run_python(
+    let audit = dir.join("audit.jsonl");
+    run_python_with(
         "client.py",
         &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
         &format!("ok: {transport}"),
+        &[("CODEMODE_E2E_AUDIT", audit.as_os_str())],
     );
+    check_audit(&audit, transport);
     // Completed runs leave nothing behind in the directory store.
     // (`.admission` is the store's lock file, kept on purpose.)
     let left: Vec<_> = std::fs::read_dir(&snapdir)
@@ -143,4 +151,46 @@ fn human_in_the_loop_through_serve_over_stdio() {
 #[test]
 fn human_in_the_loop_through_serve_over_streamable_http() {
     human_in_the_loop("http");
+}
+
+/// `serve --audit FILE` (issue 13): every line is a trajectory record; nested calls name the MCP
+/// request (`<session>/<JSON-RPC id>`) of the `exec` / `wait` that drove them; a run that suspended
+/// in `exec` finishes under a `wait`.
+fn check_audit(path: &std::path::Path, transport: &str) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{transport}: no audit log: {e}"));
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{transport}: bad line {l}: {e}")))
+        .collect();
+    let nested: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "nested").collect();
+    assert!(!nested.is_empty(), "{transport}: {text}");
+    for n in &nested {
+        for key in ["parentToolCallId", "runId", "toolId", "outcome", "requestId"] {
+            assert!(n.get(key).is_some_and(|v| !v.is_null()), "{transport}: `{key}` missing in {n}");
+        }
+        assert!(n["parentToolCallId"].as_str().unwrap().contains('/'), "{n}");
+        if n["outcome"] == "completed" {
+            assert!(n["durationMs"].is_u64(), "{n}");
+        }
+    }
+    // The upstream echo ran under an `exec` and completed.
+    assert!(
+        nested
+            .iter()
+            .any(|n| n["toolId"] == "mcp:everything:echo" && n["outcome"] == "completed" && n["parentTool"] == "exec"),
+        "{transport}: {text}"
+    );
+    // The slow run: issued under an exec, completed under a wait with another request id.
+    let issued = nested
+        .iter()
+        .find(|n| n["toolId"] == "plugin:demo:demo_sleep" && n["outcome"] == "issued" && n["parentTool"] == "exec")
+        .unwrap_or_else(|| panic!("{transport}: {text}"));
+    let done = nested
+        .iter()
+        .find(|n| n["runId"] == issued["runId"] && n["outcome"] == "completed")
+        .unwrap_or_else(|| panic!("{transport}: {text}"));
+    assert_eq!(done["parentTool"], "wait", "{transport}: {done}");
+    assert_ne!(done["parentToolCallId"], issued["parentToolCallId"]);
+    let controls = lines.iter().filter(|l| l["type"] == "control").count();
+    assert!(controls >= 4, "{transport}: {text}");
 }

@@ -120,7 +120,7 @@ pub enum RunEvent {
     },
     /// A trajectory record: an `exec` / `wait` call started or ended, or a nested call event with
     /// its parent call id, input / result (redacted) and timing.
-    Trace(crate::trajectory::TraceRecord),
+    Trace(Box<crate::trajectory::TraceRecord>),
     /// The cell produced output (`text`, `json`, `console.log`), delivered with the drive step
     /// that produced it.
     Output {

@@ -319,8 +319,7 @@ mod tests {
 
     #[test]
     fn masks_keys_environment_values_and_size() {
-        let mut r = Redaction::default();
-        r.env_values = vec!["sk-live-0123456789".into()];
+        let r = Redaction { env_values: vec!["sk-live-0123456789".into()], ..Redaction::default() };
         let v = json!({
             "query": "weather", "apiKey": "abc", "nested": {"DB_PASSWORD": "x", "list": [{"x-api-key": 1}]},
             "note": "token is sk-live-0123456789 ok", "Authorization": "Bearer z"

@@ -55,6 +55,19 @@ pub async fn connect_servers(file: &ConfigFile) -> Result<Arc<McpHub>, ConfigErr
     Ok(McpHub::connect(servers).await)
 }
 
+/// What a gateway serves besides the config file's servers.
+#[derive(Default)]
+pub struct GatewayOptions {
+    /// Tools implemented in this process (e.g. the demo tools).
+    pub local: LocalTools,
+    /// Namespaces registered by this process's plugins; the config's declared ones join them.
+    pub namespaces: codemode::Namespaces,
+    /// Where suspended runs are kept (default: in memory).
+    pub store: Option<Arc<dyn SnapshotStore>>,
+    /// Receives every run's trajectory records (e.g. `serve --audit`).
+    pub trajectory: Option<Arc<dyn codemode::RunObserver>>,
+}
+
 /// Connects the configured upstream servers and builds the code-mode runtime over them (plus
 /// `local` tools): the catalog holds the local tools and every connected server's tools, after the
 /// config's policy for `target` (agent, provider, model); nested MCP calls go to the hub. The
@@ -62,10 +75,9 @@ pub async fn connect_servers(file: &ConfigFile) -> Result<Arc<McpHub>, ConfigErr
 pub async fn build_gateway(
     file: &ConfigFile,
     target: &PolicyTarget,
-    local: LocalTools,
-    namespaces: codemode::Namespaces,
-    store: Option<Arc<dyn SnapshotStore>>,
+    options: GatewayOptions,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
+    let GatewayOptions { local, namespaces, store, trajectory } = options;
     check_target(file, target)?;
     file.register_namespaces(&namespaces)?;
     let hub = connect_servers(file).await?;
@@ -82,6 +94,9 @@ pub async fn build_gateway(
         .executor(hub.clone());
     if let Some(store) = store {
         builder = builder.store(store);
+    }
+    if let Some(sink) = trajectory {
+        builder = builder.trajectory(sink);
     }
     Ok(server::Gateway::with_approver(builder.build(), hub, approver))
 }

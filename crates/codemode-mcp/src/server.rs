@@ -80,15 +80,18 @@ impl Gateway {
     }
 
     /// Runs `exec` or `wait` for a session, reporting the run's events to `observer` (progress).
+    /// `call_id` identifies the model's tool call (the trajectory's parent id for the nested calls
+    /// this call drives).
     pub async fn call(
         &self,
         session: &str,
+        call_id: Option<String>,
         tool: &str,
         args: &Value,
         observer: Option<Arc<dyn RunObserver>>,
     ) -> Option<CodeModeResult> {
         self.sync();
-        let ctx = RunContext::session(session);
+        let ctx = RunContext { tool_call_id: call_id, ..RunContext::session(session) };
         match tool {
             EXEC => Some(self.cm.exec_json_observed(&ctx, args, observer).await),
             WAIT => Some(self.cm.wait_json_observed(&ctx, args, observer).await),
@@ -206,7 +209,7 @@ impl ServerHandler for ExecWaitServer {
         // `notifications/cancelled` for this request (or the session going away) cancels the call:
         // dropping it aborts the run (its nested calls stop, its state is deleted).
         let call = tokio::select! {
-            result = self.gateway.call(&self.session, &request.name, &args, observer) => result,
+            result = self.gateway.call(&self.session, Some(format!("{}/{}", self.session, cx.id)), &request.name, &args, observer) => result,
             () = cx.ct.cancelled() => {
                 tracing::info!(session = %self.session, tool = %request.name, "MCP request cancelled: its code mode run is aborted");
                 return Err(ErrorData::internal_error("the request was cancelled; its code mode run was aborted", None));

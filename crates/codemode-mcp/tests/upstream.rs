@@ -3,7 +3,7 @@
 //! `tests/e2e/node_modules`), and against broken ones. SPEC §9 (M-items) and issue 5.
 
 use codemode::config_file::ConfigFile;
-use codemode::{CodeModeResult, LocalTools, PolicyTarget, RunContext};
+use codemode::{CodeModeResult, PolicyTarget, RunContext};
 use codemode_mcp::build_gateway;
 use codemode_mcp::server::Gateway;
 use serde_json::{Value, json};
@@ -27,7 +27,7 @@ fn config(servers: Value, code_mode: Value) -> ConfigFile {
 
 async fn gateway(servers: Value) -> Arc<Gateway> {
     let file = config(servers, json!({ "enabled": true, "runtime": "quickjs-wasi", "timeoutMs": 4000 }));
-    match build_gateway(&file, &PolicyTarget::default(), LocalTools::new(), codemode::Namespaces::new(), None).await {
+    match build_gateway(&file, &PolicyTarget::default(), codemode_mcp::GatewayOptions::default()).await {
         Ok(g) => g,
         Err(e) => panic!("gateway: {e}"),
     }

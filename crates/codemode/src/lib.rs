@@ -27,6 +27,7 @@
 //! Cargo feature — the engines.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 #[cfg(feature = "demo")]
 pub mod bench;
 pub mod config_file;
@@ -504,10 +505,10 @@ impl CodeMode {
             duration_ms: result.map(|(_, t)| t.elapsed().as_millis() as u64),
         });
         if let Some(sink) = &self.inner.trajectory {
-            sink.on_event(RunEvent::Trace(record.clone()));
+            sink.on_event(RunEvent::Trace(Box::new(record.clone())));
         }
         if let Some(o) = observer {
-            o.on_event(RunEvent::Trace(record));
+            o.on_event(RunEvent::Trace(Box::new(record)));
         }
     }
 

@@ -147,8 +147,11 @@ async fn p8_run_events_reach_the_observer() {
         )
         .await;
     let run_id = r.run_id().unwrap().to_string();
-    let seen: Vec<serde_json::Value> =
+    // Trajectory records (`trace`) are tested in tests/trajectory.rs; here the other events.
+    let all: Vec<serde_json::Value> =
         events.0.lock().unwrap().iter().map(|e| serde_json::to_value(e).unwrap()).collect();
+    assert_eq!(all.iter().filter(|e| e["event"] == "trace").count(), 4, "{all:?}");
+    let seen: Vec<serde_json::Value> = all.into_iter().filter(|e| e["event"] != "trace").collect();
     let kinds: Vec<&str> = seen.iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["output", "output", "callStarted", "callParked"], "{seen:?}");
     assert_eq!(seen[0]["item"], json!({"type": "text", "text": "one"}));
@@ -171,9 +174,10 @@ async fn p8_run_events_reach_the_observer() {
         .unwrap()
         .iter()
         .map(|e| serde_json::to_value(e).unwrap()["event"].as_str().unwrap().to_string())
+        .filter(|k| k != "trace")
         .collect();
     assert_eq!(kinds, ["callStarted", "callFinished"]);
-    assert!(events.0.lock().unwrap().len() == 4, "the exec's observer saw nothing of the wait");
+    assert!(events.0.lock().unwrap().len() == 8, "the exec's observer saw nothing of the wait");
 }
 
 /// P4, SPEC §22: nested calls of a sandboxed caller meet the sandbox tool policy; others do not.

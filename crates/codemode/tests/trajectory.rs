@@ -18,7 +18,7 @@ struct Sink(Mutex<Vec<TraceRecord>>);
 impl RunObserver for Sink {
     fn on_event(&self, event: RunEvent) {
         if let RunEvent::Trace(r) = event {
-            self.0.lock().unwrap().push(r);
+            self.0.lock().unwrap().push(*r);
         }
     }
 }

@@ -342,9 +342,9 @@ impl Run {
             error: error.map(|e| t.redaction.message(e)),
         });
         if let Some(sink) = &t.sink {
-            sink.on_event(RunEvent::Trace(record.clone()));
+            sink.on_event(RunEvent::Trace(Box::new(record.clone())));
         }
-        self.emit(RunEvent::Trace(record));
+        self.emit(RunEvent::Trace(Box::new(record)));
     }
 
     /// Emits a `cancelled` entry for every nested call still outstanding (the run is aborted).
