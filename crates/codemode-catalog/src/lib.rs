@@ -18,6 +18,7 @@ pub mod approval;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 pub mod hints;
+pub mod loops;
 pub mod mcp_api;
 pub mod names;
 pub mod policy;

@@ -87,6 +87,7 @@ pub async fn build_gateway(
         .policy(file.policy.clone())
         .approvals(file.approvals.clone())
         .sandbox(file.sandbox.clone())
+        .loop_detection(file.loops.clone())
         .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())

@@ -16,8 +16,8 @@
 //! [`codemode_catalog::policy`]). `tools.sandbox.tools`, `tools.elevated` and
 //! `agents.list[].tools.elevated` are the sandbox tool policy, enforced on nested calls of runs whose
 //! caller is sandboxed ([`codemode_catalog::sandbox`]). `tools.loopDetection` and
-//! `agents.list[].tools.loopDetection` are accepted and shape-checked but not enforced by codemode
-//! (they belong to the host's agent loop). The top-level `approvals` is the approval
+//! `agents.list[].tools.loopDetection` are loop detection on nested calls
+//! ([`codemode_catalog::loops`]). The top-level `approvals` is the approval
 //! policy ([`codemode_catalog::approval`]): which nested calls wait for a human. The top-level
 //! `namespaces` declares namespaces over one MCP server's or one plugin's tools
 //! ([`codemode_namespaces::declarative`]), checked here with the same rules as registered ones.
@@ -41,9 +41,6 @@ pub const TOOLS_KEYS: [&str; 8] =
 pub const AGENTS_KEYS: [&str; 1] = ["list"];
 /// Keys accepted under `agents.list[].tools`.
 pub const AGENT_TOOLS_KEYS: [&str; 6] = ["profile", "allow", "deny", "byProvider", "loopDetection", "elevated"];
-/// Keys accepted under `tools.loopDetection`.
-pub const LOOP_DETECTION_KEYS: [&str; 6] =
-    ["enabled", "warningThreshold", "criticalThreshold", "globalCircuitBreakerThreshold", "historySize", "detectors"];
 
 /// A parsed configuration file.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -58,6 +55,8 @@ pub struct ConfigFile {
     pub approvals: ApprovalPolicy,
     /// What sandboxed runs may call (`tools.sandbox.tools`, `tools.elevated`, `agents.list[].tools.elevated`).
     pub sandbox: SandboxPolicy,
+    /// Loop detection (`tools.loopDetection`, `agents.list[].tools.loopDetection`).
+    pub loops: codemode_catalog::loops::LoopPolicy,
     /// `mcpServers`, unparsed (an object; `codemode-mcp` reads it).
     pub mcp_servers: Option<Value>,
     /// `namespaces`, already checked (see [`ConfigFile::namespace_registrations`]).
@@ -78,22 +77,6 @@ fn expect_object<'a>(v: &'a Value, path: &str) -> Result<&'a serde_json::Map<Str
     v.as_object().ok_or_else(|| ConfigError::new(path, format!("expected an object, got {}", type_name(v))))
 }
 
-fn check_loop_detection(v: &Value, path: &str) -> Result<(), ConfigError> {
-    let obj = expect_object(v, path)?;
-    check_keys(obj, &LOOP_DETECTION_KEYS, path)?;
-    for (k, x) in obj {
-        let ok = match k.as_str() {
-            "enabled" => x.is_boolean(),
-            "detectors" => x.as_object().is_some_and(|d| d.values().all(Value::is_boolean)),
-            _ => x.as_u64().is_some(),
-        };
-        if !ok {
-            return Err(ConfigError::new(format!("{path}.{k}"), format!("unexpected {}", type_name(x))));
-        }
-    }
-    Ok(())
-}
-
 impl ConfigFile {
     /// Parses JSON5 text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
@@ -109,9 +92,6 @@ impl ConfigFile {
                 check_keys(tools, &TOOLS_KEYS, "tools")?;
                 out.code_mode_present = tools.contains_key("codeMode");
                 out.code_mode = CodeModeConfig::from_value(tools.get("codeMode"), "tools.codeMode")?;
-                if let Some(ld) = tools.get("loopDetection") {
-                    check_loop_detection(ld, "tools.loopDetection")?;
-                }
                 if let Some(sb) = tools.get("sandbox") {
                     expect_object(sb, "tools.sandbox")?;
                 }
@@ -127,9 +107,6 @@ impl ConfigFile {
                 if let Some(tools) = agent.get("tools") {
                     let path = format!("agents.list[{i}].tools");
                     check_keys(expect_object(tools, &path)?, &AGENT_TOOLS_KEYS, &path)?;
-                    if let Some(ld) = tools.get("loopDetection") {
-                        check_loop_detection(ld, &format!("{path}.loopDetection"))?;
-                    }
                 }
             }
         }
@@ -144,6 +121,7 @@ impl ConfigFile {
         out.policy = ToolPolicy::from_document(&doc)?;
         out.approvals = ApprovalPolicy::from_document(&doc)?;
         out.sandbox = SandboxPolicy::from_document(&doc)?;
+        out.loops = codemode_catalog::loops::LoopPolicy::from_document(&doc)?;
         Ok(out)
     }
 

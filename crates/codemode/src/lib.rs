@@ -40,6 +40,7 @@ pub mod typescript;
 
 pub use codemode_catalog::Catalog;
 pub use codemode_catalog::approval::ApprovalPolicy;
+pub use codemode_catalog::loops::{LoopConfig, LoopPolicy};
 pub use codemode_catalog::policy::{PolicyContext, PolicyTarget, ToolPolicy};
 pub use codemode_catalog::sandbox::SandboxPolicy;
 pub use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
@@ -220,9 +221,19 @@ pub struct CodeModeBuilder {
     namespaces: Option<Arc<dyn NamespaceRegistry>>,
     trajectory: Option<Arc<dyn RunObserver>>,
     redaction: Option<codemode_core::trajectory::Redaction>,
+    loops: LoopPolicy,
 }
 
 impl CodeModeBuilder {
+    /// Enforces loop detection on nested calls (`tools.loopDetection` and
+    /// `agents.list[].tools.loopDetection`, SPEC §22; off unless a configuration enables it): a
+    /// session's repeated calls without progress get a warning in the output, then are refused,
+    /// then fail the run (see [`codemode_catalog::loops`]).
+    pub fn loop_detection(mut self, policy: LoopPolicy) -> Self {
+        self.loops = policy;
+        self
+    }
+
     /// Sends every run's trajectory records ([`RunEvent::Trace`]: each `exec` / `wait` call's start
     /// and end, each nested call issued, parked, approved, denied, completed, failed, cancelled or
     /// re-issued, under the call id of the `exec` / `wait` that drove it) to `sink`, e.g. an audit
@@ -357,6 +368,7 @@ impl CodeModeBuilder {
                 catalog,
                 executor,
                 runtime::CallGates {
+                    loops: self.loops,
                     namespaces: self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
                     trajectory: self.trajectory,
                     redaction: self.redaction.unwrap_or_default(),
@@ -439,6 +451,7 @@ impl CodeMode {
             namespaces: None,
             trajectory: None,
             redaction: None,
+            loops: LoopPolicy::default(),
         }
     }
 

@@ -125,6 +125,32 @@ impl Inner {
             run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
             return Ok(());
         }
+        if let Some((config, history)) = &run.loops {
+            let input = request.tool_input().cloned().unwrap_or(Value::Null);
+            let verdict = history.lock().unwrap_or_else(|p| p.into_inner()).check(
+                config,
+                loop_key(&run.id, id),
+                &tool.id,
+                &input,
+            );
+            match verdict {
+                Verdict::Ok => {}
+                Verdict::Warn(m) => {
+                    tracing::info!(run = %run.id, tool = %tool.id, "{m}");
+                    run.loop_warnings.push(m);
+                }
+                Verdict::Critical(m) => {
+                    tracing::warn!(run = %run.id, tool = %tool.id, "{m}");
+                    run.telemetry.failed_call_count += 1;
+                    run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, m)) });
+                    return Ok(());
+                }
+                Verdict::Breaker(m) => {
+                    tracing::warn!(run = %run.id, tool = %tool.id, "{m}");
+                    return Err(CodeModeError::new(CodeModeErrorCode::NestedToolFailed, m));
+                }
+            }
+        }
         if run.calls.running() >= self.config.max_pending_tool_calls as usize {
             run.telemetry.limit_failures.pending_calls += 1;
             return Err(CodeModeError::new(

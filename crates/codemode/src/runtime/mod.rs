@@ -29,6 +29,7 @@ use calls::{CallOrigin, CallSpec, Finished, NestedCalls, resolve_tool};
 use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
 use codemode_catalog::approval::ApprovalPolicy;
+use codemode_catalog::loops::{History, LoopPolicy, Verdict};
 use codemode_catalog::sandbox::SandboxPolicy;
 use codemode_catalog::{Catalog, CatalogTool};
 use codemode_core::approval::{ApprovalDecision, Approver};
@@ -110,6 +111,7 @@ const RECORDED_POLL: Duration = Duration::from_millis(25);
 /// What every nested call passes through besides the executor: namespace resolution (a namespace
 /// call becomes a catalog call first, SPEC L6), hooks and the approval gate.
 pub(crate) struct CallGates {
+    pub(crate) loops: LoopPolicy,
     pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
     pub(crate) trajectory: Option<Arc<dyn RunObserver>>,
     pub(crate) redaction: Redaction,
@@ -166,6 +168,9 @@ pub(crate) struct Inner {
     pub(crate) trajectory: Option<Arc<dyn RunObserver>>,
     /// How values are redacted in trajectory records.
     pub(crate) redaction: Arc<Redaction>,
+    /// Loop detection (SPEC §22), and each session's history of nested calls.
+    pub(crate) loops: LoopPolicy,
+    loop_histories: Mutex<HashMap<codemode_core::RunScope, Arc<Mutex<History>>>>,
     pub(crate) store: Arc<dyn SnapshotStore>,
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
@@ -202,6 +207,23 @@ struct Run {
     /// The trajectory of the current `exec` / `wait` call: its call id, its tool, where records go
     /// besides the observer (the runtime's trajectory sink) and how values are redacted.
     trace: TraceTarget,
+    /// The session's loop-detection history (when loop detection is on for the run's agent).
+    loops: Option<(codemode_catalog::loops::LoopConfig, Arc<Mutex<History>>)>,
+    /// Loop-detection warnings not yet added to the call's output.
+    loop_warnings: Vec<String>,
+}
+
+/// Most sessions whose loop-detection history is kept. Prevents: a stream of one-off sessions
+/// growing the map without bound (an arbitrary session's history is dropped to make room).
+const MAX_LOOP_SESSIONS: usize = 4_096;
+
+/// The history key of request `id` of run `run`.
+fn loop_key(run: &RunId, id: RequestId) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    run.as_str().hash(&mut h);
+    id.hash(&mut h);
+    h.finish()
 }
 
 /// Where a run's trajectory records go while one `exec` / `wait` call drives it.
@@ -284,6 +306,9 @@ impl Run {
                 self.telemetry.failed_call_count += 1;
             }
             let tool_id = p.tool_id.unwrap_or_default();
+            if let (Some((_, history)), Ok(v)) = (&self.loops, &d.outcome) {
+                history.lock().unwrap_or_else(|p| p.into_inner()).record_output(loop_key(&self.id, d.id), v);
+            }
             if self.traced() {
                 let (outcome, result, error) = match &d.outcome {
                     Ok(v) => (CallOutcome::Completed, Some(v), None),
@@ -428,7 +453,7 @@ impl Inner {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let limits = guest_limits(&config);
-        let CallGates { namespaces, trajectory, redaction, hooks, approvals, approver, sandbox } = gates;
+        let CallGates { loops, namespaces, trajectory, redaction, hooks, approvals, approver, sandbox } = gates;
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals)));
         Inner {
             config,
@@ -442,6 +467,8 @@ impl Inner {
             namespaces,
             trajectory,
             redaction: Arc::new(redaction),
+            loops,
+            loop_histories: Mutex::new(HashMap::new()),
             store,
             limits,
             clock,
@@ -556,6 +583,24 @@ impl Inner {
         aborted
     }
 
+    /// The loop-detection configuration and history of `ctx`'s session, when detection is on for
+    /// its agent. The history spans the session's `exec` / `wait` calls (in this process).
+    fn loop_history(&self, ctx: &RunContext) -> Option<(codemode_catalog::loops::LoopConfig, Arc<Mutex<History>>)> {
+        let config = self.loops.for_agent(ctx.scope.agent_id.as_deref());
+        if !config.enabled {
+            return None;
+        }
+        let mut map = self.loop_histories.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_LOOP_SESSIONS
+            && !map.contains_key(&ctx.scope)
+            && let Some(k) = map.keys().next().cloned()
+        {
+            map.remove(&k);
+        }
+        let history = map.entry(ctx.scope.clone()).or_default().clone();
+        Some((config.clone(), history))
+    }
+
     /// Where the trajectory records of the `tool` call of `ctx` go.
     fn trace_target(&self, ctx: &RunContext, tool: &'static str) -> TraceTarget {
         TraceTarget {
@@ -667,6 +712,8 @@ impl Inner {
             positions,
             observer: handles.observer,
             trace: self.trace_target(ctx, "exec"),
+            loops: self.loop_history(ctx),
+            loop_warnings: Vec::new(),
         };
         // `abort` reaches the run while this call drives it (`wait` registers before restoring).
         let _active = self.activate(&run.id, &call);
@@ -736,6 +783,8 @@ impl Inner {
             positions,
             observer: handles.observer,
             trace: self.trace_target(ctx, "wait"),
+            loops: self.loop_history(ctx),
+            loop_warnings: Vec::new(),
         };
         let _active = self.activate(&run.id, &call);
         if resumed_elsewhere && let Err(e) = self.adopt_calls_from_elsewhere(rt, &mut run) {
@@ -863,6 +912,15 @@ impl Inner {
                     Ok(y) => yielded |= y,
                     Err(e) => return StepsEnd::Fail(e),
                 }
+            }
+            // Loop-detection warnings are output the model sees (SPEC §22).
+            for text in std::mem::take(&mut run.loop_warnings) {
+                let item = CodeModeOutput::Text { text };
+                call.output_used += item.cost() as u64;
+                if run.observer.is_some() {
+                    run.emit(RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
+                }
+                call.output.push(item);
             }
             run.collect_finished();
             // A parked call is outstanding like a running one: the run completes only once it has
