@@ -207,12 +207,51 @@ impl StoreArgs {
     }
 }
 
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
+/// What must be flushed before the process exits (the OpenTelemetry batch exporter).
+struct TracingGuard {
+    #[cfg(feature = "otel")]
+    provider: Option<codemode::otel::Provider>,
+}
+
+impl TracingGuard {
+    fn shutdown(self) {
+        #[cfg(feature = "otel")]
+        if let Some(p) = self.provider
+            && let Err(e) = p.shutdown()
+        {
+            eprintln!("codemode: OpenTelemetry exporter shutdown: {e}");
+        }
+    }
+}
+
+/// Logs to stderr (`RUST_LOG`, or `OPENCLAW_DEBUG_CODE_MODE=1` for codemode's debug logs); with the
+/// `otel` feature and `OTEL_EXPORTER_OTLP_ENDPOINT` set, code-mode spans also go to that collector.
+fn init_tracing() -> TracingGuard {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _};
     let debug = std::env::var("OPENCLAW_DEBUG_CODE_MODE").is_ok_and(|v| v == "1");
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(if debug { "codemode=debug,warn" } else { "warn" }));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    #[cfg(feature = "otel")]
+    {
+        let provider = match codemode::otel::otlp_provider_from_env() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("codemode: {e}; spans are not exported");
+                None
+            }
+        };
+        let otel = provider.as_ref().map(codemode::otel::layer);
+        let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
+        TracingGuard { provider }
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = tracing_subscriber::registry().with(fmt).try_init();
+        TracingGuard {}
+    }
 }
 
 /// Loads the code-mode config: the file's `tools.codeMode` when a file is given (which must enable
@@ -496,7 +535,7 @@ async fn run(
 }
 
 fn main() -> ExitCode {
-    init_tracing();
+    let tracing_guard = init_tracing();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -523,6 +562,8 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
         }
     });
+    drop(runtime);
+    tracing_guard.shutdown();
     match outcome {
         Ok(code) => code,
         Err(e) => {

@@ -625,3 +625,18 @@ fn run_trace_writes_the_trajectory() {
     assert!(stderr.contains("\"type\":\"nested\"") && stderr.contains("\"secret\":\"[redacted]\""), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With the OTLP exporter switched on and no collector listening, runs still complete; the export
+/// failure stays on stderr (issue 13 §2).
+#[test]
+fn an_unreachable_collector_never_fails_a_run() {
+    let mut c = bin();
+    c.args(["run", "-"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500");
+    let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"return (await tools.demo_echo({ n: 41 })).n + 1").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(last_json(&out)["value"], json!(42));
+}

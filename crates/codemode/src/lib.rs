@@ -33,6 +33,8 @@ pub mod bench;
 pub mod config_file;
 #[cfg(feature = "demo")]
 pub mod demo;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod runtime;
 pub mod surface;
 pub mod tools;
@@ -200,6 +202,39 @@ impl ToolExecutor for Router {
             Some(host) if !self.local_ids.contains(&call.tool_id) => host.call(call).await,
             _ => self.local.call(call).await,
         }
+    }
+}
+
+/// The `tracing` span of one `exec` / `wait` call (exported by [`otel`] when enabled).
+fn control_span(tool: &str, ctx: &RunContext, run_id: Option<&str>) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: "codemode",
+        "codemode.call",
+        otel.name = %format_args!("codemode.{tool}"),
+        tool,
+        tool_call_id = ctx.tool_call_id.as_deref().unwrap_or(""),
+        run_id = tracing::field::Empty,
+        status = tracing::field::Empty,
+        code = tracing::field::Empty,
+    );
+    if let Some(id) = run_id {
+        span.record("run_id", id);
+    }
+    span
+}
+
+/// Records a call's result on its span (and, for an `exec`, the run id a `waiting` result names).
+fn record_result(span: &tracing::Span, result: &CodeModeResult, exec: bool) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("status", result.status());
+    // An `exec` learns its run id from a `waiting` result (a `wait` set it at the start).
+    if exec && let Some(id) = result.run_id() {
+        span.record("run_id", id);
+    }
+    if let Some(code) = result.error_code() {
+        span.record("code", code.as_str());
     }
 }
 
@@ -483,13 +518,17 @@ impl CodeMode {
         }
         let started = std::time::Instant::now();
         self.trace_control(ctx, crate::surface::EXEC, None, None, observer.as_ref());
+        let span = control_span(crate::surface::EXEC, ctx, None);
         let (ctx2, input) = (ctx.clone(), input.clone());
         let obs = observer.clone();
+        let worker_span = span.clone();
         let result = self
             .on_worker(move |inner, rt, cancel| {
+                let _entered = worker_span.enter();
                 inner.exec(rt, &ctx2, &input, runtime::CallHandles { cancel, observer: obs })
             })
             .await;
+        record_result(&span, &result, true);
         let run_id = result.run_id().map(str::to_string);
         self.trace_control(ctx, crate::surface::EXEC, run_id, Some((&result, started)), observer.as_ref());
         result
@@ -568,13 +607,17 @@ impl CodeMode {
         let started = std::time::Instant::now();
         let run_id = Some(input.run_id.clone());
         self.trace_control(ctx, crate::surface::WAIT, run_id.clone(), None, observer.as_ref());
+        let span = control_span(crate::surface::WAIT, ctx, run_id.as_deref());
         let (ctx2, input) = (ctx.clone(), input.clone());
         let obs = observer.clone();
+        let worker_span = span.clone();
         let result = self
             .on_worker(move |inner, rt, cancel| {
+                let _entered = worker_span.enter();
                 inner.wait(rt, &ctx2, &input, runtime::CallHandles { cancel, observer: obs })
             })
             .await;
+        record_result(&span, &result, false);
         self.trace_control(ctx, crate::surface::WAIT, run_id, Some((&result, started)), observer.as_ref());
         result
     }

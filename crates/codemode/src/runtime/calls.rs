@@ -394,7 +394,18 @@ impl Inner {
         let hooks = self.hooks.clone();
         let tool_id = tool.id.clone();
         let contract = tool;
-        let finished = run.calls.start(rt, id, async move {
+        // One span per nested call (exported by `codemode::otel` when enabled; a disabled callsite
+        // check otherwise). Its parent is the `exec` / `wait` span driving the run.
+        let span = tracing::info_span!(
+            target: "codemode",
+            "codemode.nested_call",
+            run_id = %run.id,
+            request_id = id,
+            tool_id = %tool_id,
+            outcome = tracing::field::Empty,
+        );
+        let call_span = span.clone();
+        let call = async move {
             let outcome = match run_gated(&hooks, executor.as_ref(), nested, &gate).await {
                 Gated::Parked => return CallEnd::Parked,
                 // SPEC D4: the declared output contract is checked after the hooks, before the
@@ -406,22 +417,32 @@ impl Inner {
                         .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m.to_string()))
                 }),
             };
-            CallEnd::Settled(match outcome {
+            let end = match outcome {
                 Ok(r) if raw => {
                     let content = if r.content.is_empty() {
                         vec![json!({ "type": "text", "text": r.details.to_string() })]
                     } else {
                         r.content
                     };
-                    Ok(json!({ "details": r.details, "content": content }))
+                    CallEnd::Settled(Ok(json!({ "details": r.details, "content": content })))
                 }
-                Ok(r) => Ok(r.details),
-                Err(e) if e.kind == ToolErrorKind::Denied => {
-                    return CallEnd::Denied(tool_failure(&tool_id, &e.message));
-                }
-                Err(e) => Err(tool_failure(&tool_id, &e.message)),
-            })
-        });
+                Ok(r) => CallEnd::Settled(Ok(r.details)),
+                Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&tool_id, &e.message)),
+                Err(e) => CallEnd::Settled(Err(tool_failure(&tool_id, &e.message))),
+            };
+            if !call_span.is_disabled() {
+                call_span.record(
+                    "outcome",
+                    match &end {
+                        CallEnd::Settled(Ok(_)) => "completed",
+                        CallEnd::Denied(_) => "denied",
+                        _ => "failed",
+                    },
+                );
+            }
+            end
+        };
+        let finished = run.calls.start(rt, id, tracing::Instrument::instrument(call, span));
         if let Some(f) = finished {
             run.accept(f);
         }
