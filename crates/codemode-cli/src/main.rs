@@ -224,15 +224,20 @@ impl TracingGuard {
     }
 }
 
-/// Logs to stderr (`RUST_LOG`, or `OPENCLAW_DEBUG_CODE_MODE=1` for codemode's debug logs); with the
+/// Logs to stderr (`RUST_LOG`, plus what the SPEC §18 debugging switches enable); with the
 /// `otel` feature and `OTEL_EXPORTER_OTLP_ENDPOINT` set, code-mode spans also go to that collector.
 fn init_tracing() -> TracingGuard {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, Layer as _};
-    let debug = std::env::var("OPENCLAW_DEBUG_CODE_MODE").is_ok_and(|v| v == "1");
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(if debug { "codemode=debug,warn" } else { "warn" }));
+    // SPEC §18 switches (and their CODEMODE_* aliases) add their targets to the filter.
+    let switches = codemode_mcp::debug::DebugSwitches::from_env();
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,codemode::serve=info"));
+    for d in switches.directives() {
+        if let Ok(d) = d.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
     #[cfg(feature = "otel")]
     {

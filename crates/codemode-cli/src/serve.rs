@@ -86,6 +86,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         bail!("engine `{}` is not available in this build", gw.code_mode().engine_name());
     }
     crate::prepare_engine(gw.code_mode()).await;
+    report_surface(&gw);
     let served = match args.http {
         None => {
             tracing::info!("serving MCP on stdio");
@@ -115,4 +116,33 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     gw.shutdown().await;
     served.map_err(|e| anyhow::anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// SPEC §17 at start: the hidden catalog by source, the tool names the model will see, and what
+/// code mode saves on the tool list (direct tool definitions vs `exec` + `wait`).
+fn report_surface(gw: &codemode_mcp::server::Gateway) {
+    let catalog = gw.code_mode().catalog();
+    let direct: Vec<codemode::surface::ModelTool> =
+        catalog.tools().iter().map(|t| codemode::surface::ModelTool::direct(&t.def)).collect();
+    let visible = gw.model_tools();
+    let bytes = |t: &[codemode::surface::ModelTool]| serde_json::to_string(t).map(|s| s.len()).unwrap_or(0);
+    let (direct_b, code_b) = (bytes(&direct), bytes(&visible));
+    let names: Vec<&str> = visible.iter().map(|t| t.name.as_str()).collect();
+    let namespaces: Vec<String> = gw.code_mode().visible_namespaces().into_iter().map(|n| n.global_name).collect();
+    tracing::info!(
+        catalog = catalog.len(),
+        by_source = ?catalog.count_by_source(),
+        visible_tools = ?names,
+        namespaces = ?namespaces,
+        direct_bytes = direct_b,
+        code_mode_bytes = code_b,
+        "catalog of {} tools behind {:?}: tool list {} bytes (~{} tokens) instead of {} bytes (~{} tokens) direct{}",
+        catalog.len(),
+        names,
+        code_b,
+        code_b / 4,
+        direct_b,
+        direct_b / 4,
+        if direct_b > 0 { format!(", {:.0}% smaller", 100.0 * (1.0 - code_b as f64 / direct_b as f64)) } else { String::new() },
+    );
 }

@@ -640,3 +640,64 @@ fn an_unreachable_collector_never_fails_a_run() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(last_json(&out)["value"], json!(42));
 }
+
+/// SPEC §18 debugging switches on `codemode serve --stdio` (issue 13 §4): the tool names sent,
+/// the MCP requests served and the start-up report go to stderr; stdout carries nothing but
+/// protocol messages.
+#[test]
+fn serve_debug_switches_log_to_stderr_only() {
+    let messages = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"cli-test","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"exec","arguments":{"code":"return 6 * 7"}}}"#,
+    ];
+    for (payload, expect) in
+        [("tools", "model payload: tool names sent"), ("full-redacted", "model payload: tool list sent (redacted)")]
+    {
+        let mut child = bin()
+            .args(["serve", "--demo-tools"])
+            .env("OPENCLAW_DEBUG_MODEL_PAYLOAD", payload)
+            .env("CODEMODE_DEBUG_TRANSPORT", "1")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let reader = std::thread::spawn({
+            let stdout = child.stdout.take().unwrap();
+            move || {
+                use std::io::BufRead;
+                let mut lines = Vec::new();
+                for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                    let done = line.contains("\"id\":3");
+                    lines.push(line);
+                    if done {
+                        break;
+                    }
+                }
+                lines
+            }
+        });
+        for m in messages {
+            writeln!(stdin, "{m}").unwrap();
+        }
+        let lines = reader.join().unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for l in &lines {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout must be protocol only: {l}: {e}"));
+            assert_eq!(v["jsonrpc"], "2.0", "{l}");
+        }
+        let list: Value = serde_json::from_str(lines.iter().find(|l| l.contains("\"id\":2")).unwrap()).unwrap();
+        let names: Vec<&str> =
+            list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["exec", "wait"]);
+        assert!(stderr.contains(expect), "{payload}: {stderr}");
+        assert!(stderr.contains("request received") && stderr.contains("response sent"), "{stderr}");
+        assert!(stderr.contains("catalog of") && stderr.contains("smaller"), "start-up report: {stderr}");
+    }
+}

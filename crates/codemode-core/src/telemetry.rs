@@ -97,6 +97,9 @@ pub enum SnapshotEventKind {
     RestoreFailed,
     /// The run was aborted (`CodeMode::abort`, or its caller went away): its snapshot was deleted.
     Aborted,
+    /// The run passed its TTL (`snapshotTtlSeconds`) while suspended: its snapshot was deleted and
+    /// its nested calls stopped. (No result reports this; it is a trajectory lifecycle record.)
+    Expired,
 }
 
 /// One snapshot lifecycle event.

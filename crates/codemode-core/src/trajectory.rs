@@ -88,7 +88,20 @@ pub struct ControlRecord {
     pub duration_ms: Option<u64>,
 }
 
-/// A trajectory record: a control call or a nested call event.
+/// A suspended run's lifecycle event that no `exec` / `wait` call reports: it expired, or it was
+/// aborted while no call drove it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleRecord {
+    /// The run.
+    pub run_id: String,
+    /// What happened (`expired`, `aborted`).
+    pub event: crate::telemetry::SnapshotEventKind,
+    /// Unix milliseconds.
+    pub at_ms: u64,
+}
+
+/// A trajectory record: a control call, a nested call event, or a run's lifecycle event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TraceRecord {
@@ -96,6 +109,8 @@ pub enum TraceRecord {
     Control(ControlRecord),
     /// A nested call event.
     Nested(TranscriptEntry),
+    /// A suspended run expired or was aborted out of band.
+    Lifecycle(LifecycleRecord),
 }
 
 impl TraceRecord {
@@ -164,6 +179,7 @@ impl Transcript {
                         call.end = Some(c.clone());
                     }
                 }
+                TraceRecord::Lifecycle(_) => {}
                 TraceRecord::Nested(e) => {
                     if let Some(call) = out.iter_mut().rev().find(|call| {
                         call.end.is_none()

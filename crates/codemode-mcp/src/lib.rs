@@ -18,6 +18,7 @@
 
 pub mod approval;
 pub mod config;
+pub mod debug;
 pub mod hub;
 pub mod server;
 

@@ -31,6 +31,8 @@ pub struct Gateway {
     /// Set when the server stops: sessions closing then keep their runs (a directory store keeps
     /// them across the restart).
     stopping: std::sync::atomic::AtomicBool,
+    /// The SPEC §18 debugging switches (read from the environment).
+    debug: Arc<crate::debug::DebugSwitches>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -43,14 +45,16 @@ impl Gateway {
     /// A gateway over `cm` (built with the hub's tools as host tools and the hub as executor).
     pub fn new(cm: CodeMode, hub: Arc<McpHub>) -> Arc<Self> {
         let applied = AtomicU64::new(hub.generation());
-        Arc::new(Gateway { cm, hub, approver: None, applied, stopping: Default::default() })
+        let debug = Arc::new(crate::debug::DebugSwitches::from_env());
+        Arc::new(Gateway { cm, hub, approver: None, applied, stopping: Default::default(), debug })
     }
 
     /// A gateway whose runtime asks `approver` about gated calls (`cm` must have been built with
     /// `.approver(approver)`); each session's client is registered with it as it calls `exec`/`wait`.
     pub fn with_approver(cm: CodeMode, hub: Arc<McpHub>, approver: Arc<ElicitingApprover>) -> Arc<Self> {
         let applied = AtomicU64::new(hub.generation());
-        Arc::new(Gateway { cm, hub, approver: Some(approver), applied, stopping: Default::default() })
+        let debug = Arc::new(crate::debug::DebugSwitches::from_env());
+        Arc::new(Gateway { cm, hub, approver: Some(approver), applied, stopping: Default::default(), debug })
     }
 
     /// The code-mode runtime.
@@ -77,6 +81,21 @@ impl Gateway {
     pub fn model_tools(&self) -> Vec<ModelTool> {
         self.sync();
         vec![self.cm.exec_tool(&self.hub.server_names()), wait_tool()]
+    }
+
+    /// The tool list as sent: [`Self::model_tools`] through the SPEC §4 payload guard (exactly
+    /// `exec` and `wait`, or the list fails closed), logged as the debugging switches say.
+    pub fn guarded_tool_list(&self) -> Result<Vec<ModelTool>, codemode::CodeModeError> {
+        let tools = self.model_tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        codemode::surface::guard_tool_names(&[EXEC, WAIT], &names)?;
+        self.debug.log_tool_list(&names, || serde_json::to_value(&tools).unwrap_or_default());
+        Ok(tools)
+    }
+
+    /// The debugging switches in force.
+    pub fn debug(&self) -> &crate::debug::DebugSwitches {
+        &self.debug
     }
 
     /// Runs `exec` or `wait` for a session, reporting the run's events to `observer` (progress).
@@ -189,7 +208,11 @@ impl ServerHandler for ExecWaitServer {
         _request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.gateway.model_tools().into_iter().map(rmcp_tool).collect()))
+        let tools = self.gateway.guarded_tool_list().map_err(|e| {
+            tracing::error!(error = %e.message, "tools/list refused by the payload guard");
+            ErrorData::internal_error(e.message, None)
+        })?;
+        Ok(ListToolsResult::with_all_items(tools.into_iter().map(rmcp_tool).collect()))
     }
 
     async fn call_tool(
@@ -198,13 +221,17 @@ impl ServerHandler for ExecWaitServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let changed = self.gateway.sync();
+        let started = std::time::Instant::now();
+        if self.gateway.debug.transport {
+            tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, method = "tools/call", tool = %request.name, "request received");
+        }
         if let Some(approver) = &self.gateway.approver {
             approver.register(&self.session, &cx.peer);
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         // With a progress token, the run's events reach the client as progress notifications.
         let token = cx.meta.get_progress_token().or_else(|| request.meta.as_ref().and_then(|m| m.get_progress_token()));
-        let relay = token.map(|t| ProgressRelay::start(cx.peer.clone(), t));
+        let relay = token.map(|t| ProgressRelay::start(cx.peer.clone(), t, self.gateway.debug.clone()));
         let observer = relay.as_ref().map(|(o, _)| o.clone() as Arc<dyn RunObserver>);
         // `notifications/cancelled` for this request (or the session going away) cancels the call:
         // dropping it aborts the run (its nested calls stop, its state is deleted).
@@ -229,6 +256,9 @@ impl ServerHandler for ExecWaitServer {
         if changed {
             let _ = cx.peer.notify_tool_list_changed().await;
         }
+        if self.gateway.debug.transport {
+            tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, status = result.status(), ms = started.elapsed().as_millis() as u64, "response sent");
+        }
         let json = result.to_json();
         let out = match result {
             CodeModeResult::Failed { .. } => CallToolResult::structured_error(json),
@@ -251,6 +281,7 @@ impl ProgressRelay {
     fn start(
         peer: rmcp::Peer<RoleServer>,
         token: rmcp::model::ProgressToken,
+        debug: Arc<crate::debug::DebugSwitches>,
     ) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
         let (events, mut rx) = tokio::sync::mpsc::unbounded_channel::<RunEvent>();
         let task = tokio::spawn(async move {
@@ -258,7 +289,9 @@ impl ProgressRelay {
             while let Some(event) = rx.recv().await {
                 n += 1.0;
                 let mut param = rmcp::model::ProgressNotificationParam::new(token.clone(), n);
-                param.message = Some(progress_message(&event));
+                let message = progress_message(&event);
+                debug.log_event(&message);
+                param.message = Some(message);
                 if peer.notify_progress(param).await.is_err() {
                     return;
                 }

@@ -51,6 +51,7 @@ pub use codemode_core::executor::{
 };
 pub use codemode_core::namespace::{NamespaceInfo, NamespaceOwner, NamespaceRegistry};
 pub use codemode_core::result::PendingCallKind;
+pub use codemode_core::telemetry::SnapshotEventKind;
 /// Trajectory records (transcript entries of nested calls) and their redaction policy.
 pub use codemode_core::trajectory;
 pub use codemode_core::{

@@ -172,8 +172,15 @@ pub fn activate(
 /// duplicate, a missing control tool) fails the run closed.
 pub fn guard_payload(activation: &Activation, payload_tool_names: &[&str]) -> Result<(), CodeModeError> {
     let Activation::CodeMode { tools, .. } = activation else { return Ok(()) };
-    let mut expected: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    let mut got: Vec<&str> = payload_tool_names.to_vec();
+    let expected: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    guard_tool_names(&expected, payload_tool_names)
+}
+
+/// The payload guard's comparison: `payload` must hold exactly the `expected` tool names (order
+/// aside, no duplicates, none missing). `codemode serve` runs it on every tool list it sends.
+pub fn guard_tool_names(expected: &[&str], payload: &[&str]) -> Result<(), CodeModeError> {
+    let mut expected = expected.to_vec();
+    let mut got = payload.to_vec();
     expected.sort_unstable();
     got.sort_unstable();
     if expected == got {

@@ -214,6 +214,7 @@ fn every_nested_outcome_is_an_entry() {
     assert!(seen.iter().all(|r| match r {
         TraceRecord::Control(c) => c.tool_call_id.as_deref() == Some("c1"),
         TraceRecord::Nested(e) => e.parent_tool_call_id.as_deref() == Some("c1"),
+        TraceRecord::Lifecycle(_) => false,
     }));
     assert_eq!(nested(&seen).len(), 6);
 
@@ -273,4 +274,48 @@ fn no_records_without_listeners_and_values_are_json() {
     }
     let done: Value = serde_json::from_str(&records[2].to_json_line()).unwrap();
     assert!(done.get("durationMs").is_some(), "{done}");
+}
+
+/// Lifecycle events no call reports (issue 13 §2): a suspended run aborted out of band, and one
+/// that expired, are records of the trajectory sink.
+#[test]
+fn expiry_and_out_of_band_abort_are_lifecycle_records() {
+    use codemode::trajectory::LifecycleRecord;
+    let rt = rt();
+    let sink = Arc::new(Sink::default());
+    let clock = Arc::new(codemode::ManualClock::at(1_000_000));
+    let store = Arc::new(codemode::MemorySnapshotStore::with_clock(clock.clone()));
+    let config = CodeModeConfig::from_value(
+        Some(&json!({"enabled": true, "timeoutMs": 200, "snapshotTtlSeconds": 5})),
+        "tools.codeMode",
+    )
+    .unwrap();
+    let cm = CodeMode::builder(config)
+        .engine_name("quickjs")
+        .local_tools(demo_tools())
+        .store(store)
+        .clock(clock.clone())
+        .trajectory(sink.clone())
+        .build();
+    let suspend = |cm: &CodeMode| {
+        let r = rt.block_on(cm.exec(&call_ctx("x"), &CodeModeExecInput::code("await yield_control(); return 1")));
+        RunId::parse(r.run_id().unwrap()).unwrap()
+    };
+    let aborted = suspend(&cm);
+    assert!(rt.block_on(cm.abort(&aborted)));
+    let expired = suspend(&cm);
+    clock.advance_ms(6_000);
+    rt.block_on(cm.sweep());
+    let lifecycle: Vec<LifecycleRecord> = sink
+        .take()
+        .into_iter()
+        .filter_map(|r| if let TraceRecord::Lifecycle(l) = r { Some(l) } else { None })
+        .collect();
+    assert_eq!(
+        lifecycle.iter().map(|l| (l.run_id.clone(), l.event)).collect::<Vec<_>>(),
+        [
+            (aborted.to_string(), codemode::SnapshotEventKind::Aborted),
+            (expired.to_string(), codemode::SnapshotEventKind::Expired)
+        ]
+    );
 }

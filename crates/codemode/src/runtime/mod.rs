@@ -554,6 +554,7 @@ impl Inner {
                 inflight.remove(id);
                 // Lifecycle event: the run passed its TTL; its snapshot and nested calls are gone.
                 tracing::info!(target: "codemode::lifecycle", run = %id, event = "expired", "suspended code mode run expired");
+                self.lifecycle(id, SnapshotEventKind::Expired);
             }
         }
     }
@@ -568,7 +569,24 @@ impl Inner {
             None => false,
         };
         let local = self.inflight().remove(run_id).is_some() || driven;
-        self.store.remove(run_id).await || local
+        let aborted = self.store.remove(run_id).await || local;
+        // A driven run reports its abort in its call's result and trajectory; a suspended one here.
+        if aborted && !driven {
+            self.lifecycle(run_id, SnapshotEventKind::Aborted);
+        }
+        aborted
+    }
+
+    /// Sends a lifecycle record (expiry, out-of-band abort) to the trajectory sink.
+    fn lifecycle(&self, run_id: &RunId, event: SnapshotEventKind) {
+        if let Some(sink) = &self.trajectory {
+            let record = TraceRecord::Lifecycle(codemode_core::trajectory::LifecycleRecord {
+                run_id: run_id.to_string(),
+                event,
+                at_ms: self.now_ms(),
+            });
+            sink.on_event(RunEvent::Trace(Box::new(record)));
+        }
     }
 
     pub(crate) async fn abort_scope(&self, scope: &codemode_core::RunScope) -> usize {
