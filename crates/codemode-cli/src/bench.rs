@@ -97,6 +97,15 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             calls_plain.push(bench::nested(&with_ns).await);
             calls_ns.push(bench::nested_cell(&with_ns, bench::NESTED_NAMESPACE).await);
         }
+        // Tracing (issue 13): nested calls with a trajectory sink, interleaved with plain ones; the
+        // span a nested call creates when nothing exports it.
+        let traced = bench::runtime_with_trajectory(engine, 10_000);
+        let (mut untraced_calls, mut traced_calls) = (Vec::new(), Vec::new());
+        for _ in 0..(samples / 20).max(5) {
+            untraced_calls.push(bench::nested(&cm).await);
+            traced_calls.push(bench::nested(&traced).await);
+        }
+        let span_ns = bench::disabled_span_ns(200_000);
         let snapshot = bench::pending_snapshot_bytes(&bench::runtime(engine, 100)).await;
         let cold = cold_start(engine, (samples / 20).max(5))?;
         let (t50, t90) = stats(trivial);
@@ -111,6 +120,8 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         let (tn50, tn90) = stats(trivial_ns);
         let (cp50, _) = stats(calls_plain);
         let (cn50, cn90) = stats(calls_ns);
+        let (u50, _) = stats(untraced_calls);
+        let (tr50, tr90) = stats(traced_calls);
         rows.push(json!({
             "engine": engine,
             "firstExecMs": first.as_secs_f64() * 1e3,
@@ -127,6 +138,9 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             "namespacesCostPerRunUs": us(tn50) - us(tp50),
             "namespaceCallUs": { "p50": us(cn50), "p90": us(cn90) },
             "namespaceCallCostUs": us(cn50) - us(cp50),
+            "nestedCallWithTrajectoryUs": { "p50": us(tr50), "p90": us(tr90) },
+            "trajectoryCostUs": us(tr50) - us(u50),
+            "spanCostExportOffNs": span_ns,
         }));
     }
     if as_json {
@@ -194,6 +208,23 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             r["namespacesCostPerRunUs"].as_f64().unwrap_or(0.0),
             pair("namespaceCallUs"),
             r["namespaceCallCostUs"].as_f64().unwrap_or(0.0),
+        );
+    }
+    println!(
+        "\n{:<14} {:>30} {:>26} {:>30}",
+        "engine", "nested call + trajectory (µs)", "trajectory cost (µs, p50)", "span, export off (ns/call)"
+    );
+    for r in &rows {
+        println!(
+            "{:<14} {:>30} {:>26.2} {:>30.1}",
+            r["engine"].as_str().unwrap_or(""),
+            format!(
+                "{:.1} / {:.1}",
+                r["nestedCallWithTrajectoryUs"]["p50"].as_f64().unwrap_or(0.0),
+                r["nestedCallWithTrajectoryUs"]["p90"].as_f64().unwrap_or(0.0)
+            ),
+            r["trajectoryCostUs"].as_f64().unwrap_or(0.0),
+            r["spanCostExportOffNs"].as_f64().unwrap_or(0.0),
         );
     }
     println!(

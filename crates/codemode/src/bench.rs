@@ -89,6 +89,47 @@ pub fn runtime_with_hook(engine: &str, timeout_ms: u64) -> CodeMode {
         .build()
 }
 
+/// A trajectory sink that drops every record (what building the records costs, without I/O).
+struct DropRecords;
+
+impl crate::RunObserver for DropRecords {
+    fn on_event(&self, event: crate::RunEvent) {
+        std::hint::black_box(event);
+    }
+}
+
+/// [`runtime`] with a trajectory sink: [`nested`] on it minus [`nested`] on [`runtime`] is what the
+/// trajectory (transcript entries with redacted inputs and results) costs a nested call.
+pub fn runtime_with_trajectory(engine: &str, timeout_ms: u64) -> CodeMode {
+    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
+    CodeMode::builder(config)
+        .engine_name(engine)
+        .local_tools(crate::demo::demo_tools())
+        .trajectory(std::sync::Arc::new(DropRecords))
+        .build()
+}
+
+/// Nanoseconds to create and drop one nested-call span like the runtime's when no subscriber
+/// exports it (the cost tracing adds to a nested call with export off), over `n` spans.
+pub fn disabled_span_ns(n: u32) -> f64 {
+    let t = Instant::now();
+    for i in 0..n {
+        let span = tracing::info_span!(
+            target: "codemode",
+            "codemode.nested_call",
+            run_id = "cm_bench",
+            request_id = u64::from(i),
+            tool_id = "plugin:demo:demo_echo",
+            outcome = tracing::field::Empty,
+        );
+        if !span.is_disabled() {
+            span.record("outcome", "completed");
+        }
+        std::hint::black_box(&span);
+    }
+    t.elapsed().as_secs_f64() * 1e9 / f64::from(n.max(1))
+}
+
 /// [`runtime`] with `demo_invoice_send` gated behind approval (no approver: the call parks).
 pub fn runtime_gated(engine: &str, timeout_ms: u64) -> CodeMode {
     let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
