@@ -319,3 +319,27 @@ fn expiry_and_out_of_band_abort_are_lifecycle_records() {
         ]
     );
 }
+
+/// Nested calls made while a `wait` drives the run carry that wait's call id in their context (the
+/// executor's transcript projection), not the original `exec`'s.
+#[test]
+fn nested_calls_carry_the_driving_calls_id() {
+    struct Ids(Mutex<Vec<Option<String>>>);
+    #[async_trait::async_trait]
+    impl ToolHook for Ids {
+        async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {
+            self.0.lock().unwrap().push(call.context.tool_call_id.clone());
+            Ok(())
+        }
+    }
+    let rt = rt();
+    let ids = Arc::new(Ids(Mutex::new(Vec::new())));
+    let cm =
+        CodeMode::builder(config(2_000)).engine_name("quickjs").local_tools(demo_tools()).hook(ids.clone()).build();
+    let code = "await tools.demo_echo({}); await yield_control(); await tools.demo_echo({}); return 1";
+    let first = rt.block_on(cm.exec(&call_ctx("the-exec"), &CodeModeExecInput::code(code)));
+    let run_id = first.run_id().unwrap().to_string();
+    let last = rt.block_on(cm.wait(&call_ctx("the-wait"), &CodeModeWaitInput::new(run_id)));
+    assert_eq!(last.status(), "completed");
+    assert_eq!(*ids.0.lock().unwrap(), [Some("the-exec".to_string()), Some("the-wait".to_string())]);
+}

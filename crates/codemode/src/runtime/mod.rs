@@ -768,7 +768,11 @@ impl Inner {
         let local = self.inflight().remove(&run_id);
         let resumed_elsewhere = local.is_none();
         let (context, catalog, namespaces, calls) = match local {
-            Some(l) => (l.context, l.catalog, l.namespaces, l.calls),
+            // The run keeps its own context, except the model call now driving it: nested calls
+            // this `wait` makes carry the wait's call id (transcript projection, SPEC U9).
+            Some(l) => {
+                (RunContext { tool_call_id: ctx.tool_call_id.clone(), ..l.context }, l.catalog, l.namespaces, l.calls)
+            }
             None => {
                 // Resumed in a process that did not start it: this process's catalog and
                 // namespace registrations (a namespace no longer registered here fails its calls).
