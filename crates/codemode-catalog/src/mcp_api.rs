@@ -17,7 +17,7 @@
 use crate::Catalog;
 use crate::hints::hint;
 use codemode_core::catalog::ToolSource;
-use codemode_core::guest::{MCP_NAMESPACE_HELPERS, is_js_internal_name};
+use codemode_core::guest::{JS_RESERVED_WORDS, MCP_NAMESPACE_HELPERS, is_js_internal_name};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -31,56 +31,6 @@ pub const PROMPTS_GET: &str = "prompts/get";
 pub fn is_reserved_member(name: &str) -> bool {
     is_js_internal_name(name) || MCP_NAMESPACE_HELPERS.contains(&name)
 }
-
-/// JavaScript reserved words: valid property names, but not declarable as functions in a `.d.ts`.
-const RESERVED_WORDS: [&str; 46] = [
-    "break",
-    "case",
-    "catch",
-    "class",
-    "const",
-    "continue",
-    "debugger",
-    "default",
-    "delete",
-    "do",
-    "else",
-    "enum",
-    "export",
-    "extends",
-    "false",
-    "finally",
-    "for",
-    "function",
-    "if",
-    "import",
-    "in",
-    "instanceof",
-    "new",
-    "null",
-    "return",
-    "super",
-    "switch",
-    "this",
-    "throw",
-    "true",
-    "try",
-    "typeof",
-    "var",
-    "void",
-    "while",
-    "with",
-    "yield",
-    "let",
-    "static",
-    "implements",
-    "interface",
-    "package",
-    "private",
-    "protected",
-    "public",
-    "await",
-];
 
 /// The camelCase alias of an MCP name, if it differs from the name and is an identifier.
 pub fn js_alias(name: &str) -> Option<String> {
@@ -291,7 +241,7 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
         doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters);
         let input = input_type(&t.def.parameters);
         match key(&tool.name, tool.alias.as_deref(), tool.explicit) {
-            Some(k) if !k.starts_with('[') && !RESERVED_WORDS.contains(&k.as_str()) => {
+            Some(k) if !k.starts_with('[') && !JS_RESERVED_WORDS.contains(&k.as_str()) => {
                 s.push_str(&format!("  function {k}(input: {input}): Promise<McpToolResult>;\n"));
             }
             _ => {

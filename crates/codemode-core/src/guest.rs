@@ -45,6 +45,57 @@ pub fn is_js_internal_name(name: &str) -> bool {
 pub const RESERVED_GLOBALS: [&str; 10] =
     ["tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require"];
 
+/// Reserved words of JavaScript (strict mode): valid property names, but not usable as an identifier
+/// reference (`if.list()` is no call) nor declarable as a function in a `.d.ts`.
+pub const JS_RESERVED_WORDS: [&str; 46] = [
+    "await",
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "default",
+    "delete",
+    "do",
+    "else",
+    "enum",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "for",
+    "function",
+    "if",
+    "import",
+    "in",
+    "instanceof",
+    "new",
+    "null",
+    "return",
+    "super",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "var",
+    "void",
+    "while",
+    "with",
+    "yield",
+    "let",
+    "static",
+    "implements",
+    "interface",
+    "package",
+    "private",
+    "protected",
+    "public",
+];
+
 /// Helper names on `tools` that a convenience function may never shadow (SPEC K3).
 pub const TOOL_HELPERS: [&str; 4] = ["search", "describe", "call", "callValue"];
 

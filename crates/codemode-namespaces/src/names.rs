@@ -1,7 +1,7 @@
 //! Name rules of SPEC §10: which global names a namespace may take (S4, S5) and which keys a scope
 //! may hold (S3).
 
-use codemode_core::guest::{FORBIDDEN_KEYS, JS_INTERNAL_NAMES, RESERVED_GLOBALS};
+use codemode_core::guest::{FORBIDDEN_KEYS, JS_INTERNAL_NAMES, JS_RESERVED_WORDS, RESERVED_GLOBALS};
 use codemode_core::namespace::PATH_SEPARATOR;
 
 /// Prefixes no global name may start with (compared case-insensitively): the sources reserve
@@ -95,56 +95,6 @@ pub const LANGUAGE_GLOBALS: [&str; 78] = [
     "performance",
 ];
 
-/// Reserved words of JavaScript: not usable as an identifier reference (`if.list()` is no call).
-pub const RESERVED_WORDS: [&str; 46] = [
-    "await",
-    "break",
-    "case",
-    "catch",
-    "class",
-    "const",
-    "continue",
-    "debugger",
-    "default",
-    "delete",
-    "do",
-    "else",
-    "enum",
-    "export",
-    "extends",
-    "false",
-    "finally",
-    "for",
-    "function",
-    "if",
-    "import",
-    "in",
-    "instanceof",
-    "new",
-    "null",
-    "return",
-    "super",
-    "switch",
-    "this",
-    "throw",
-    "true",
-    "try",
-    "typeof",
-    "var",
-    "void",
-    "while",
-    "with",
-    "yield",
-    "let",
-    "static",
-    "implements",
-    "interface",
-    "package",
-    "private",
-    "protected",
-    "public",
-];
-
 /// Checks a namespace's global name (SPEC S4, S5). The error says what is wrong.
 pub fn check_global_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
@@ -160,7 +110,7 @@ pub fn check_global_name(name: &str) -> Result<(), String> {
             "global name `{name}` is not a JavaScript identifier (letters, digits, `_` and `$`, not starting with a digit)"
         ));
     }
-    if RESERVED_WORDS.contains(&name) {
+    if JS_RESERVED_WORDS.contains(&name) {
         return Err(format!("global name `{name}` is a JavaScript reserved word"));
     }
     if RESERVED_GLOBALS.contains(&name) || ["MCP", "API", "ALL_TOOLS"].contains(&name) {

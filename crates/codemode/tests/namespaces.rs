@@ -60,6 +60,15 @@ async fn exec(cm: &CodeMode, code: &str) -> CodeModeResult {
     cm.exec(&ctx(), &CodeModeExecInput::code(code)).await
 }
 
+/// `wait` until the run is no longer `waiting`.
+fn wait_to_end(rt: &tokio::runtime::Runtime, cm: &CodeMode, run_id: &str) -> CodeModeResult {
+    let mut r = rt.block_on(cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.to_string())));
+    while let CodeModeResult::Waiting { run_id, .. } = &r {
+        r = rt.block_on(cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.clone())));
+    }
+    r
+}
+
 fn value(r: &CodeModeResult) -> Value {
     match r {
         CodeModeResult::Completed { value, .. } => value.clone(),
@@ -222,10 +231,7 @@ fn n9_suspended_namespace_calls_resume_through_wait() {
         ));
         let CodeModeResult::Waiting { run_id, pending_tool_calls, .. } = &r else { panic!("{}", r.to_json()) };
         assert_eq!(pending_tool_calls[0].tool_id, "plugin:demo:demo_sleep", "{engine}");
-        let mut r = rt.block_on(cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.clone())));
-        while let CodeModeResult::Waiting { run_id, .. } = &r {
-            r = rt.block_on(cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.clone())));
-        }
+        let r = wait_to_end(&rt, &cm, run_id);
         assert_eq!(value(&r), json!([{"slept": 1500}, 2]), "{engine}");
     }
 }
@@ -254,10 +260,7 @@ fn n10_rollback_hides_namespaces_from_new_runs_and_stops_stale_globals() {
         assert_eq!(value(&fresh), json!(["undefined", "undefined", []]), "{engine}");
         // The suspended run: its call already running completes; its next call through the stale
         // global fails (catchable) instead of running a tool of an uninstalled plugin.
-        let mut r = rt.block_on(cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.clone())));
-        while let CodeModeResult::Waiting { run_id, .. } = &r {
-            r = rt.block_on(cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.clone())));
-        }
+        let r = wait_to_end(&rt, &cm, run_id);
         assert_eq!(
             value(&r),
             json!({"first": {"slept": 1500}, "second": ["nested_tool_failed",
