@@ -5,7 +5,7 @@
 //! control tools. It serves the guest's views — `ALL_TOOLS` (no MCP, no direct-only tools),
 //! `tools.search` (BM25), `tools.describe` (full schemas on demand) and the convenience functions
 //! `tools.<safeName>` (only for unambiguous names that shadow no helper) — and resolves the exact id of
-//! every nested call. Also: the tool policy of SPEC §22 ([`policy`]), the approval policy ([`approval`]), the sandbox tool policy of sandboxed runs ([`sandbox`]), the quick index and the `exec`
+//! every nested call. Also: the tool policy of SPEC §22 ([`policy`]), the approval policy ([`approval`]), loop detection of nested calls ([`loops`]), the sandbox tool policy of sandboxed runs ([`sandbox`]), the quick index and the `exec`
 //! description ([`quick_index`]), declared output contracts (SPEC §8, [`OutputContract`]), and a
 //! fixture catalog of realistic tools (`fixtures`, behind the `fixtures` feature).
 //!

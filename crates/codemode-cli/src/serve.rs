@@ -114,6 +114,10 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         }
     };
     gw.shutdown().await;
+    // Every audit record handed over so far is written before the process exits.
+    if let Some(a) = audit {
+        a.close();
+    }
     served.map_err(|e| anyhow::anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,7 @@
 //!   `MCP.<server>.<tool>({...})` (plus `resources.read`, `prompts.get`, `$api` and the virtual
 //!   `API` declaration files); [`McpHub`] is the executor that runs those calls upstream, with time
 //!   limits and per-server failure isolation.
+//! - **Debugging** ([`debug`]): the SPEC §18 switches, mapped to what the server sends and serves.
 //! - **Downstream** ([`server`]): `codemode serve` exposes exactly two tools, `exec` and `wait`, to
 //!   any MCP client over stdio or streamable HTTP; every MCP session is its own run scope. Run
 //!   events go to the client as progress notifications, a cancelled request aborts its run, and
