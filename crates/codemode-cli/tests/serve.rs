@@ -165,7 +165,7 @@ fn check_audit(path: &std::path::Path, transport: &str) {
     let nested: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "nested").collect();
     assert!(!nested.is_empty(), "{transport}: {text}");
     for n in &nested {
-        for key in ["parentToolCallId", "runId", "toolId", "outcome", "requestId"] {
+        for key in ["parentToolCallId", "runId", "toolId", "outcome", "requestId", "durationMs"] {
             assert!(n.get(key).is_some_and(|v| !v.is_null()), "{transport}: `{key}` missing in {n}");
         }
         assert!(n["parentToolCallId"].as_str().unwrap().contains('/'), "{n}");

@@ -51,7 +51,8 @@ pub struct TranscriptEntry {
     pub outcome: CallOutcome,
     /// Unix milliseconds of this event.
     pub at_ms: u64,
-    /// For settled calls: milliseconds since the call was issued.
+    /// Milliseconds since the call was issued (0 on `issued`, `approved` and `reissued`: the call
+    /// is issued at that moment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     /// The input (redacted), on `issued` / `parked` / `reissued`.

@@ -361,7 +361,7 @@ impl Run {
             tool_id: tool_id.to_string(),
             outcome,
             at_ms,
-            duration_ms: issued_at_ms.filter(|_| outcome != CallOutcome::Issued).map(|i| at_ms.saturating_sub(i)),
+            duration_ms: issued_at_ms.map(|i| at_ms.saturating_sub(i)),
             input: input.map(|v| t.redaction.value(v)),
             result: result.map(|v| t.redaction.value(v)),
             error: error.map(|e| t.redaction.message(e)),
