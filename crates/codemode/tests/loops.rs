@@ -17,6 +17,18 @@ fn runtime(loops: serde_json::Value) -> CodeMode {
         .build()
 }
 
+/// Collects trajectory records.
+#[derive(Default)]
+struct Records(std::sync::Mutex<Vec<codemode::trajectory::TraceRecord>>);
+
+impl codemode::RunObserver for Records {
+    fn on_event(&self, event: codemode::RunEvent) {
+        if let codemode::RunEvent::Trace(r) = event {
+            self.0.lock().unwrap().push(*r);
+        }
+    }
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -41,8 +53,25 @@ fn warn_then_refuse_then_break() {
         json!({"tools": {"loopDetection": {"enabled": true, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 7}}}),
     );
     let ctx = RunContext::session("loops-1");
-    let r = rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code(REPEAT.replace('N', "6"))));
+    let records = std::sync::Arc::new(Records::default());
+    let r =
+        rt.block_on(cm.exec_observed(&ctx, &CodeModeExecInput::code(REPEAT.replace('N', "6")), Some(records.clone())));
     assert_eq!(r.to_json()["value"], json!(["ok", "ok", "ok", "ok", "nested_tool_failed", "nested_tool_failed"]));
+    // The refused calls are `denied` entries of the trajectory, with the reason.
+    let denied: Vec<_> = records
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|r| match r {
+            codemode::trajectory::TraceRecord::Nested(e) if e.outcome == codemode::trajectory::CallOutcome::Denied => {
+                e.error.clone()
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(denied.len(), 2, "{denied:?}");
+    assert!(denied[0].contains("loop detection (genericRepeat)"), "{denied:?}");
     let warnings = texts(&r);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(

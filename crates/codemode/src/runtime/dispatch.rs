@@ -122,6 +122,10 @@ impl Inner {
         };
         if let Some(msg) = refusal {
             run.telemetry.failed_call_count += 1;
+            if run.traced() {
+                let now = Some(self.now_ms());
+                run.entry(id, &tool.id, CallOutcome::Denied, now, request.tool_input(), None, Some(&msg));
+            }
             run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
             return Ok(());
         }
@@ -142,6 +146,10 @@ impl Inner {
                 Verdict::Critical(m) => {
                     tracing::warn!(run = %run.id, tool = %tool.id, "{m}");
                     run.telemetry.failed_call_count += 1;
+                    if run.traced() {
+                        let now = Some(self.now_ms());
+                        run.entry(id, &tool.id, CallOutcome::Denied, now, Some(&input), None, Some(&m));
+                    }
                     run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, m)) });
                     return Ok(());
                 }
