@@ -343,3 +343,42 @@ fn nested_calls_carry_the_driving_calls_id() {
     assert_eq!(last.status(), "completed");
     assert_eq!(*ids.0.lock().unwrap(), [Some("the-exec".to_string()), Some("the-wait".to_string())]);
 }
+
+/// A read-only call lost with the process that ran it is issued again by the process that resumes
+/// the run: a `reissued` entry under that process's `wait` (two runtimes over one directory store
+/// stand in for the two processes; dropping the first releases its claim on the call).
+#[test]
+fn a_lost_read_only_call_is_a_reissued_entry() {
+    let rt = rt();
+    let dir = std::env::temp_dir().join(format!("codemode-trajectory-reissue-{}", std::process::id()));
+    let store = || Arc::new(codemode::DirectorySnapshotStore::new(&dir).unwrap());
+    let first = {
+        let cm = CodeMode::builder(config(1_000))
+            .engine_name("quickjs-wasi")
+            .local_tools(demo_tools())
+            .store(store())
+            .build();
+        rt.block_on(cm.exec(
+            &call_ctx("e"),
+            &CodeModeExecInput::code("const r = await tools.demo_sleep({ ms: 1500 }); return r.slept"),
+        ))
+    };
+    let CodeModeResult::Waiting { run_id, .. } = &first else { panic!("{}", first.to_json()) };
+    let sink = Arc::new(Sink::default());
+    let cm = CodeMode::builder(config(5_000))
+        .engine_name("quickjs-wasi")
+        .local_tools(demo_tools())
+        .store(store())
+        .trajectory(sink.clone())
+        .build();
+    let mut last = rt.block_on(cm.wait(&call_ctx("w"), &CodeModeWaitInput::new(run_id.clone())));
+    while let CodeModeResult::Waiting { run_id, .. } = &last {
+        last = rt.block_on(cm.wait(&call_ctx("w"), &CodeModeWaitInput::new(run_id.clone())));
+    }
+    assert_eq!(last.to_json()["value"], json!(1500), "{}", last.to_json());
+    let records = sink.take();
+    let outcomes: Vec<(&str, CallOutcome)> =
+        nested(&records).iter().map(|e| (e.parent_tool_call_id.as_deref().unwrap(), e.outcome)).collect();
+    assert_eq!(outcomes, [("w", CallOutcome::Reissued), ("w", CallOutcome::Completed)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
