@@ -14,7 +14,7 @@ pub const MAX_GLOBAL_NAME_CHARS: usize = 64;
 /// Globals of the JavaScript language and of common hosts. A namespace named like one would hide
 /// the built-in from the model's code (`Object`, `JSON`, `Promise`) or fail to install (`NaN`,
 /// `undefined` cannot be redefined); such names are refused at registration.
-pub const LANGUAGE_GLOBALS: [&str; 78] = [
+pub const LANGUAGE_GLOBALS: [&str; 80] = [
     "globalThis",
     "Object",
     "Function",
@@ -86,6 +86,8 @@ pub const LANGUAGE_GLOBALS: [&str; 78] = [
     "clearTimeout",
     "setInterval",
     "clearInterval",
+    "setImmediate",
+    "clearImmediate",
     "queueMicrotask",
     "structuredClone",
     "fetch",
@@ -173,6 +175,7 @@ mod tests {
             ("Object", "built-in JavaScript global"),
             ("NaN", "built-in JavaScript global"),
             ("globalThis", "built-in JavaScript global"),
+            ("setImmediate", "built-in JavaScript global"),
         ] {
             let err = check_global_name(bad).unwrap_err();
             assert!(err.contains(why), "{bad}: {err}");
