@@ -84,14 +84,12 @@ pub fn boot_json(boot: &BootData) -> String {
 /// [`with_namespaces`](Self::with_namespaces). A run without namespaces uses the cached text as is.
 #[derive(Debug, Clone)]
 pub struct BootText {
-    /// The head object's JSON without its closing brace.
-    head_open: String,
-    /// The segments.
-    body: String,
-    /// `body`'s length in UTF-16 units.
-    body_units: usize,
-    /// `head + "}\n" + body`: the whole text when there are no namespaces.
+    /// `head + "\n" + body`: the whole text when there are no namespaces.
     whole: std::sync::Arc<str>,
+    /// Byte length of the head (its closing brace is the last byte).
+    head_len: usize,
+    /// The body's length in UTF-16 units (where a namespaces segment would start).
+    body_units: usize,
 }
 
 impl BootText {
@@ -133,10 +131,9 @@ impl BootText {
             "mcp": mcp,
             "gated": boot.gated,
         });
-        let mut head_open = head.to_string();
-        head_open.pop(); // the closing brace
-        let whole: std::sync::Arc<str> = format!("{head_open}}}\n{body}").into();
-        BootText { head_open, body, body_units: at, whole }
+        let head = head.to_string();
+        let whole: std::sync::Arc<str> = format!("{head}\n{body}").into();
+        BootText { whole, head_len: head.len(), body_units: at }
     }
 
     /// The boot text of a run whose visible namespaces are `namespaces`: the cached text when there
@@ -147,10 +144,13 @@ impl BootText {
         }
         let text = json_text(&namespaces);
         let units = text.encode_utf16().count();
-        let mut out = String::with_capacity(self.head_open.len() + self.body.len() + text.len() + 32);
-        out.push_str(&self.head_open);
-        out.push_str(&format!(",\"namespaces\":[{},{units}]}}\n", self.body_units));
-        out.push_str(&self.body);
+        // The head without its closing brace, the namespaces segment's position, then the body.
+        let (head, rest) = self.whole.split_at(self.head_len);
+        let head_open = head.strip_suffix('}').unwrap_or(head);
+        let mut out = String::with_capacity(self.whole.len() + text.len() + 32);
+        out.push_str(head_open);
+        out.push_str(&format!(",\"namespaces\":[{},{units}]}}", self.body_units));
+        out.push_str(rest);
         out.push_str(&text);
         out.into()
     }

@@ -21,20 +21,20 @@ pub const PENDING_ONE_CALL: &str = "const r = await tools.demo_sleep({ ms: 400 }
 
 /// The runtime the scenarios run on: the demo catalog, code mode enabled, `engine`.
 pub fn runtime(engine: &str, timeout_ms: u64) -> CodeMode {
+    demo_builder(engine, timeout_ms).build()
+}
+
+/// The builder every scenario starts from: the demo catalog on `engine`, code mode enabled.
+fn demo_builder(engine: &str, timeout_ms: u64) -> crate::CodeModeBuilder {
     let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config).engine_name(engine).local_tools(crate::demo::demo_tools()).build()
+    CodeMode::builder(config).engine_name(engine).local_tools(crate::demo::demo_tools())
 }
 
 /// [`runtime`] plus `extra` tools of the realistic fixture catalog (core, plugin, MCP and client
 /// tools; never called): measures what a larger catalog costs every run (its boot data, the `MCP`
 /// namespace and the `API` files).
 pub fn runtime_with_fixture(engine: &str, timeout_ms: u64, extra: usize) -> CodeMode {
-    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config)
-        .engine_name(engine)
-        .local_tools(crate::demo::demo_tools())
-        .tool_definitions(codemode_catalog::fixtures::realistic(extra))
-        .build()
+    demo_builder(engine, timeout_ms).tool_definitions(codemode_catalog::fixtures::realistic(extra)).build()
 }
 
 /// [`NESTED`] through a namespace member (`Bench.echo`, over `demo_echo`).
@@ -46,7 +46,6 @@ pub const NESTED_NAMESPACE: &str =
 /// [`nested`] with [`NESTED_NAMESPACE`] what a namespace call costs.
 pub fn runtime_with_namespaces(engine: &str, timeout_ms: u64) -> CodeMode {
     use codemode_namespaces::{NamespaceRegistration, ScopeValue, namespace_tool};
-    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
     let registry = crate::demo::demo_namespaces();
     let bench = NamespaceRegistration::new("bench", "Bench", "Benchmark helpers.")
         .require("demo_echo")
@@ -54,11 +53,7 @@ pub fn runtime_with_namespaces(engine: &str, timeout_ms: u64) -> CodeMode {
     if let Err(e) = registry.register_for_plugin(crate::demo::PLUGIN_ID, bench) {
         tracing::error!(error = %e, "bench namespace refused");
     }
-    CodeMode::builder(config)
-        .engine_name(engine)
-        .local_tools(crate::demo::demo_tools())
-        .namespaces(std::sync::Arc::new(registry))
-        .build()
+    demo_builder(engine, timeout_ms).namespaces(std::sync::Arc::new(registry)).build()
 }
 
 /// A hook that does nothing (its cost is what every nested call pays for having hooks at all).
@@ -81,12 +76,7 @@ impl crate::ToolHook for NoopHook {
 /// [`runtime`] with one no-op [`ToolHook`](crate::ToolHook): [`nested`] on it minus [`nested`] on
 /// [`runtime`] is the cost of a hook on a nested call.
 pub fn runtime_with_hook(engine: &str, timeout_ms: u64) -> CodeMode {
-    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config)
-        .engine_name(engine)
-        .local_tools(crate::demo::demo_tools())
-        .hook(std::sync::Arc::new(NoopHook))
-        .build()
+    demo_builder(engine, timeout_ms).hook(std::sync::Arc::new(NoopHook)).build()
 }
 
 /// A trajectory sink that drops every record (what building the records costs, without I/O).
@@ -101,12 +91,7 @@ impl crate::RunObserver for DropRecords {
 /// [`runtime`] with a trajectory sink: [`nested`] on it minus [`nested`] on [`runtime`] is what the
 /// trajectory (transcript entries with redacted inputs and results) costs a nested call.
 pub fn runtime_with_trajectory(engine: &str, timeout_ms: u64) -> CodeMode {
-    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config)
-        .engine_name(engine)
-        .local_tools(crate::demo::demo_tools())
-        .trajectory(std::sync::Arc::new(DropRecords))
-        .build()
+    demo_builder(engine, timeout_ms).trajectory(std::sync::Arc::new(DropRecords)).build()
 }
 
 /// Nanoseconds to create, record and drop one nested-call span like the runtime's, as this
@@ -133,10 +118,7 @@ pub fn disabled_span_ns(n: u32) -> f64 {
 
 /// [`runtime`] with `demo_invoice_send` gated behind approval (no approver: the call parks).
 pub fn runtime_gated(engine: &str, timeout_ms: u64) -> CodeMode {
-    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config)
-        .engine_name(engine)
-        .local_tools(crate::demo::demo_tools())
+    demo_builder(engine, timeout_ms)
         .approvals(crate::ApprovalPolicy::require(["plugin:demo:demo_invoice_send"]))
         .build()
 }

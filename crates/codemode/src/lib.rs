@@ -224,14 +224,15 @@ fn control_span(tool: &str, ctx: &RunContext, run_id: Option<&str>) -> tracing::
     span
 }
 
-/// Records a call's result on its span (and, for an `exec`, the run id a `waiting` result names).
-fn record_result(span: &tracing::Span, result: &CodeModeResult, exec: bool) {
+/// Records a call's result on its span (and, when `learn_run_id`, the run id a `waiting` result
+/// names: an `exec` learns it there).
+fn record_result(span: &tracing::Span, result: &CodeModeResult, learn_run_id: bool) {
     if span.is_disabled() {
         return;
     }
     span.record("status", result.status());
     // An `exec` learns its run id from a `waiting` result (a `wait` set it at the start).
-    if exec && let Some(id) = result.run_id() {
+    if learn_run_id && let Some(id) = result.run_id() {
         span.record("run_id", id);
     }
     if let Some(code) = result.error_code() {
@@ -517,21 +518,37 @@ impl CodeMode {
         if let Some(refused) = self.outer_hooks(event).await {
             return refused;
         }
-        let started = std::time::Instant::now();
-        self.trace_control(ctx, crate::surface::EXEC, None, None, observer.as_ref());
-        let span = control_span(crate::surface::EXEC, ctx, None);
         let (ctx2, input) = (ctx.clone(), input.clone());
-        let obs = observer.clone();
-        let worker_span = span.clone();
+        self.control_call(crate::surface::EXEC, ctx, None, observer, move |inner, rt, handles| {
+            inner.exec(rt, &ctx2, &input, handles)
+        })
+        .await
+    }
+
+    /// One `exec` / `wait` call on a guest worker, inside its span, with its start and end
+    /// trajectory records. `run_id` is the run a `wait` names (an `exec` learns it from a
+    /// `waiting` result).
+    async fn control_call(
+        &self,
+        tool: &'static str,
+        ctx: &RunContext,
+        run_id: Option<String>,
+        observer: Option<Arc<dyn RunObserver>>,
+        f: impl FnOnce(&Inner, &tokio::runtime::Handle, runtime::CallHandles) -> CodeModeResult + Send + 'static,
+    ) -> CodeModeResult {
+        let started = std::time::Instant::now();
+        self.trace_control(ctx, tool, run_id.clone(), None, observer.as_ref());
+        let span = control_span(tool, ctx, run_id.as_deref());
+        let (worker_span, obs) = (span.clone(), observer.clone());
         let result = self
             .on_worker(move |inner, rt, cancel| {
                 let _entered = worker_span.enter();
-                inner.exec(rt, &ctx2, &input, runtime::CallHandles { cancel, observer: obs })
+                f(inner, rt, runtime::CallHandles { cancel, observer: obs })
             })
             .await;
-        record_result(&span, &result, true);
-        let run_id = result.run_id().map(str::to_string);
-        self.trace_control(ctx, crate::surface::EXEC, run_id, Some((&result, started)), observer.as_ref());
+        record_result(&span, &result, run_id.is_none());
+        let run_id = run_id.or_else(|| result.run_id().map(str::to_string));
+        self.trace_control(ctx, tool, run_id, Some((&result, started)), observer.as_ref());
         result
     }
 
@@ -605,22 +622,12 @@ impl CodeMode {
         if let Some(refused) = self.outer_hooks(event).await {
             return refused;
         }
-        let started = std::time::Instant::now();
-        let run_id = Some(input.run_id.clone());
-        self.trace_control(ctx, crate::surface::WAIT, run_id.clone(), None, observer.as_ref());
-        let span = control_span(crate::surface::WAIT, ctx, run_id.as_deref());
         let (ctx2, input) = (ctx.clone(), input.clone());
-        let obs = observer.clone();
-        let worker_span = span.clone();
-        let result = self
-            .on_worker(move |inner, rt, cancel| {
-                let _entered = worker_span.enter();
-                inner.wait(rt, &ctx2, &input, runtime::CallHandles { cancel, observer: obs })
-            })
-            .await;
-        record_result(&span, &result, false);
-        self.trace_control(ctx, crate::surface::WAIT, run_id, Some((&result, started)), observer.as_ref());
-        result
+        let run_id = Some(input.run_id.clone());
+        self.control_call(crate::surface::WAIT, ctx, run_id, observer, move |inner, rt, handles| {
+            inner.wait(rt, &ctx2, &input, handles)
+        })
+        .await
     }
 
     /// Runs an `exec` / `wait` on a guest worker. If this future is dropped before it finishes (the

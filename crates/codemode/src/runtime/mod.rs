@@ -287,11 +287,13 @@ impl Run {
             Finished::Settled(d) => (d, false),
             Finished::Denied(d) => (d, true),
             Finished::Parked(id) => {
+                let traced = self.traced();
                 if let Some(p) = self.pending.get_mut(&id) {
                     p.awaiting_approval = true;
                     let tool_id = p.tool_id.clone().unwrap_or_default();
-                    let (issued, input) = (p.issued_at_ms, p.request.tool_input().cloned());
-                    if self.traced() {
+                    // The input is copied only when a record is made (not on the plain path).
+                    let record = traced.then(|| (p.issued_at_ms, p.request.tool_input().cloned()));
+                    if let Some((issued, input)) = record {
                         self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
                     }
                     self.emit(RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
