@@ -44,17 +44,19 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// A gateway over `cm` (built with the hub's tools as host tools and the hub as executor).
     pub fn new(cm: CodeMode, hub: Arc<McpHub>) -> Arc<Self> {
-        let applied = AtomicU64::new(hub.generation());
-        let debug = Arc::new(crate::debug::DebugSwitches::from_env());
-        Arc::new(Gateway { cm, hub, approver: None, applied, stopping: Default::default(), debug })
+        Self::build(cm, hub, None)
     }
 
     /// A gateway whose runtime asks `approver` about gated calls (`cm` must have been built with
     /// `.approver(approver)`); each session's client is registered with it as it calls `exec`/`wait`.
     pub fn with_approver(cm: CodeMode, hub: Arc<McpHub>, approver: Arc<ElicitingApprover>) -> Arc<Self> {
+        Self::build(cm, hub, Some(approver))
+    }
+
+    fn build(cm: CodeMode, hub: Arc<McpHub>, approver: Option<Arc<ElicitingApprover>>) -> Arc<Self> {
         let applied = AtomicU64::new(hub.generation());
         let debug = Arc::new(crate::debug::DebugSwitches::from_env());
-        Arc::new(Gateway { cm, hub, approver: Some(approver), applied, stopping: Default::default(), debug })
+        Arc::new(Gateway { cm, hub, approver, applied, stopping: Default::default(), debug })
     }
 
     /// The code-mode runtime.

@@ -130,13 +130,9 @@ impl Inner {
             return Ok(());
         }
         if let Some((config, history)) = &run.loops {
-            let input = request.tool_input().cloned().unwrap_or(Value::Null);
-            let verdict = history.lock().unwrap_or_else(|p| p.into_inner()).check(
-                config,
-                loop_key(&run.id, id),
-                &tool.id,
-                &input,
-            );
+            let input = request.tool_input().unwrap_or(&Value::Null);
+            let verdict =
+                history.lock().unwrap_or_else(|p| p.into_inner()).check(config, loop_key(&run.id, id), &tool.id, input);
             match verdict {
                 Verdict::Ok => {}
                 Verdict::Warn(m) => {
@@ -148,7 +144,7 @@ impl Inner {
                     run.telemetry.failed_call_count += 1;
                     if run.traced() {
                         let now = Some(self.now_ms());
-                        run.entry(id, &tool.id, CallOutcome::Denied, now, Some(&input), None, Some(&m));
+                        run.entry(id, &tool.id, CallOutcome::Denied, now, Some(input), None, Some(&m));
                     }
                     run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, m)) });
                     return Ok(());
