@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test bench bench-mcp fmt fuzz
+.PHONY: setup demo test bench bench-mcp bench-peers bench-serve fmt fuzz
 
 setup:
 	./scripts/setup.sh
@@ -23,6 +23,16 @@ bench: setup
 bench-mcp: setup
 	$(CARGO) build --locked --release -p codemode-cli --bin codemode
 	.venv/bin/python tests/e2e/measure.py $${CARGO_TARGET_DIR:-target}/release/codemode 200
+
+## Peer comparison: codemode bench next to quickjs-emscripten (sync and asyncify builds) in Node, with ratios.
+bench-peers: setup
+	$(CARGO) build --locked --release -p codemode-cli --bin codemode
+	./scripts/bench-peers.sh
+
+## Load test: N concurrent MCP sessions (1, 2, 8, 64) running trivial cells against one `codemode serve --http`.
+bench-serve: setup
+	$(CARGO) build --locked --release -p codemode-cli --bin codemode
+	.venv/bin/python tests/e2e/load.py $${CARGO_TARGET_DIR:-target}/release/codemode
 
 fmt:
 	$(CARGO) fmt --all

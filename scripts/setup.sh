@@ -47,3 +47,14 @@ else
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
   cp tests/e2e/requirements.txt .venv/.stamp-requirements
 fi
+
+# 4. Benchmark peer for `make bench-peers`: quickjs-emscripten (QuickJS in WebAssembly, sync and
+#    asyncify builds), pinned by bench/peers/package-lock.json.
+if [ -f bench/peers/node_modules/.package-lock.json ] && cmp -s bench/peers/package-lock.json bench/peers/node_modules/.stamp-lock; then
+  log "npm benchmark peer present (bench/peers/node_modules)"
+else
+  command -v npm >/dev/null 2>&1 || { log "npm is missing: install Node.js (Debian: nodejs npm)"; exit 1; }
+  log "installing the npm benchmark peer into bench/peers/node_modules"
+  (cd bench/peers && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp bench/peers/package-lock.json bench/peers/node_modules/.stamp-lock
+fi

@@ -70,7 +70,10 @@ pub fn drive<V: GuestVm>(
     unstarted: &mut Option<String>,
     input: DriveInput,
 ) -> Result<DriveReport, EngineError> {
-    vm.with_bridge(|b| b.begin_drive(input.output_budget));
+    vm.with_bridge(|b| {
+        b.begin_drive(input.output_budget);
+        b.set_boot_source(input.boot_source.clone());
+    });
     vm.set_deadline(input.deadline);
     vm.set_cancel(input.cancel.clone());
     let stepped = step(vm, unstarted, &input);

@@ -3,12 +3,14 @@
 //! limits, output accounting) are implemented exactly once.
 
 use crate::adapter::{encode_for_guest, parse_guest_json};
+use codemode_core::engine::BootSource;
 use codemode_core::engine::{BridgeRequest, Delivery, GuestFailure, GuestLimits, RequestId, RequestKind};
 use codemode_core::error::CodeModeErrorCode;
 use codemode_core::guest::GuestRequest;
 use codemode_core::result::CodeModeOutput;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The part of the bridge state that must survive a snapshot (ids are unique per run, so the next id
 /// and the outstanding set travel with the VM).
@@ -28,6 +30,9 @@ pub enum HostCallResult {
     Request(RequestId),
     /// A synchronous output item was accepted (the primitive returns 0).
     Accepted,
+    /// The answer to a `pull`: the catalog text under the key (the primitive returns it as a
+    /// string), or `None` (the primitive returns `undefined`). See [`BootSource`].
+    Data(Option<Arc<str>>),
     /// The request is refused; throw a catchable error of this name and message in the guest.
     Throw {
         /// Error constructor name (`TypeError`, `RangeError`, `Error`).
@@ -50,6 +55,7 @@ pub struct BridgeHost {
     output_used: u64,
     output_budget: u64,
     fatal: Option<GuestFailure>,
+    source: Option<Arc<dyn BootSource>>,
 }
 
 impl BridgeHost {
@@ -69,6 +75,7 @@ impl BridgeHost {
             output_used: 0,
             output_budget: u64::MAX,
             fatal: None,
+            source: None,
         }
     }
 
@@ -88,6 +95,12 @@ impl BridgeHost {
         self.output_used = 0;
     }
 
+    /// Sets the catalog data `pull` answers from (each drive step passes the run's, see
+    /// [`DriveInput::boot_source`](codemode_core::engine::DriveInput::boot_source)).
+    pub fn set_boot_source(&mut self, source: Option<Arc<dyn BootSource>>) {
+        self.source = source;
+    }
+
     /// The failure that ends the cell, if a fatal limit was hit.
     pub fn fatal(&self) -> Option<&GuestFailure> {
         self.fatal.as_ref()
@@ -104,6 +117,9 @@ impl BridgeHost {
             return HostCallResult::Fatal;
         }
         match kind {
+            // Catalog data on demand: a lookup in host memory, nothing queued, nothing counted (the
+            // text lands in the guest heap, which its own limit bounds).
+            "pull" => HostCallResult::Data(self.source.as_ref().and_then(|s| s.pull(payload))),
             "text" => {
                 let item = CodeModeOutput::Text { text: payload.to_string() };
                 self.push_output(item, payload.len() as u64)

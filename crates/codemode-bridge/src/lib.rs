@@ -68,45 +68,88 @@ pub fn wrap_code(code: &str) -> String {
 
 pub use codemode_core::guest::BootData;
 
-/// The boot argument of the prelude for `boot`: a JSON head, a newline, then the bulky parts as JSON
-/// text segments (`ALL_TOOLS`, the `API` files, each MCP server's tool list). The head gives each
-/// segment's `[start, length]` in UTF-16 units (JS string indices) and `apiList` the `API.list`
-/// entries. The guest slices a segment out and parses it only when the cell first needs it; compact
-/// JSON never contains a raw newline, so the first one ends the head. A run that never reads
-/// `ALL_TOOLS` or `MCP.x` does not pay for building them (with 200 catalog tools that was most of a
-/// trivial `exec`).
+/// The boot argument of the prelude for `boot` (the head: see [`BootText`]) of `boot`, with its
+/// namespaces. The catalog's bulky parts are not in it: the guest pulls them from
+/// [`BootText::source`].
 pub fn boot_json(boot: &BootData) -> String {
     BootText::new(boot).with_namespaces(&boot.namespaces).to_string()
 }
 
-/// The boot argument split into the part a catalog determines (built once per catalog and cached)
-/// and the per-run namespaces (SPEC §10 L4: scopes are created per run), joined by
-/// [`with_namespaces`](Self::with_namespaces). A run without namespaces uses the cached text as is.
+/// Keys of the bridge's `pull` (the prelude's `host("pull", key)`), answered by [`BootText::source`].
+pub mod pull_keys {
+    /// `ALL_TOOLS`, as JSON.
+    pub const ALL_TOOLS: &str = "tools";
+    /// Prefix: `conv:<name>` is the catalog id behind `tools.<name>` (plain text).
+    pub const CONVENIENCE: &str = "conv:";
+    /// Every `[name, id]` convenience pair, as JSON (when the cell enumerates `tools`).
+    pub const CONVENIENCES: &str = "convs";
+    /// `API.list()` entries (`[{path, bytes}]`), as JSON.
+    pub const API_LIST: &str = "apiList";
+    /// Prefix: `api:<path>` is the content of that `API` file (plain text).
+    pub const API_FILE: &str = "api:";
+    /// Prefix: `mcp:<server>` is that MCP server's tool list (`[{name, alias?, explicit?}]`), as JSON.
+    pub const MCP_TOOLS: &str = "mcp:";
+    /// Prefix: `gated:<id>` is `"1"` when the approval policy gates that catalog id.
+    pub const GATED: &str = "gated:";
+}
+
+/// What the guest boots with, built once per catalog and shared by every run over it.
+///
+/// - The **head** is the prelude's `boot` argument: small JSON whose size does not grow with the
+///   number of tools (`maxDepth`, and per MCP server its name, alias and whether it serves resources
+///   and prompts), plus the run's namespaces when it has some ([`with_namespaces`](Self::with_namespaces):
+///   scopes are per run, SPEC §10 L4).
+/// - The **source** holds everything that grows with the catalog (`ALL_TOOLS`, the convenience
+///   functions, the `API` files, each MCP server's tools, the gated ids); the guest pulls an entry
+///   when the cell first touches it (keys: [`pull_keys`]). A trivial cell therefore costs the same
+///   over 6 tools or 1,000, and a cell calling `tools.x` pays for one lookup, not for the catalog.
 #[derive(Debug, Clone)]
 pub struct BootText {
-    /// `head + "\n" + body`: the whole text when there are no namespaces.
-    whole: std::sync::Arc<str>,
-    /// Byte length of the head (its closing brace is the last byte).
-    head_len: usize,
-    /// The body's length in UTF-16 units (where a namespaces segment would start).
-    body_units: usize,
+    head: std::sync::Arc<str>,
+    source: std::sync::Arc<CatalogSource>,
+}
+
+/// The catalog data behind [`BootText::source`].
+#[derive(Debug, Default)]
+struct CatalogSource {
+    all_tools: std::sync::Arc<str>,
+    conveniences: std::collections::HashMap<String, std::sync::Arc<str>>,
+    convenience_list: std::sync::Arc<str>,
+    api_list: std::sync::Arc<str>,
+    api_files: std::collections::HashMap<String, std::sync::Arc<str>>,
+    mcp_tools: std::collections::HashMap<String, std::sync::Arc<str>>,
+    gated: std::collections::HashSet<String>,
+}
+
+impl codemode_core::engine::BootSource for CatalogSource {
+    fn pull(&self, key: &str) -> Option<std::sync::Arc<str>> {
+        use pull_keys::*;
+        if let Some(name) = key.strip_prefix(CONVENIENCE) {
+            return self.conveniences.get(name).cloned();
+        }
+        if let Some(path) = key.strip_prefix(API_FILE) {
+            return self.api_files.get(path).cloned();
+        }
+        if let Some(server) = key.strip_prefix(MCP_TOOLS) {
+            return self.mcp_tools.get(server).cloned();
+        }
+        if let Some(id) = key.strip_prefix(GATED) {
+            return self.gated.contains(id).then(|| std::sync::Arc::from("1"));
+        }
+        match key {
+            ALL_TOOLS => Some(self.all_tools.clone()),
+            CONVENIENCES => Some(self.convenience_list.clone()),
+            API_LIST => Some(self.api_list.clone()),
+            _ => None,
+        }
+    }
 }
 
 impl BootText {
-    /// Builds the catalog part of `boot` (its `namespaces` are ignored; pass them to
+    /// Builds the head and the source of `boot` (its `namespaces` are ignored; pass them to
     /// [`with_namespaces`](Self::with_namespaces)).
     pub fn new(boot: &BootData) -> Self {
-        let mut body = String::new();
-        let mut at = 0usize;
-        let mut segment = |text: String| -> serde_json::Value {
-            let units = text.encode_utf16().count();
-            let v = serde_json::json!([at, units]);
-            at += units;
-            body.push_str(&text);
-            v
-        };
-        let tools = segment(json_text(&boot.tools));
-        let api_files = segment(json_text(&boot.api_files));
+        let text = |s: &str| -> std::sync::Arc<str> { std::sync::Arc::from(s) };
         let mcp: Vec<serde_json::Value> = boot
             .mcp
             .iter()
@@ -114,44 +157,45 @@ impl BootText {
                 serde_json::json!({
                     "name": server.name,
                     "alias": server.alias,
-                    "tools": segment(json_text(&server.tools)),
                     "resources": server.resources,
                     "prompts": server.prompts,
                 })
             })
             .collect();
+        let head = serde_json::json!({ "maxDepth": boot.max_depth, "mcp": mcp }).to_string();
         let api_list: Vec<serde_json::Value> =
             boot.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
-        let head = serde_json::json!({
-            "tools": tools,
-            "conveniences": boot.conveniences,
-            "maxDepth": boot.max_depth,
-            "apiFiles": api_files,
-            "apiList": api_list,
-            "mcp": mcp,
-            "gated": boot.gated,
-        });
-        let head = head.to_string();
-        let whole: std::sync::Arc<str> = format!("{head}\n{body}").into();
-        BootText { whole, head_len: head.len(), body_units: at }
+        let source = CatalogSource {
+            all_tools: json_text(&boot.tools).into(),
+            conveniences: boot.conveniences.iter().map(|(name, id)| (name.clone(), text(id))).collect(),
+            convenience_list: json_text(&boot.conveniences).into(),
+            api_list: json_text(&api_list).into(),
+            api_files: boot.api_files.iter().map(|(p, c)| (p.clone(), text(c))).collect(),
+            mcp_tools: boot.mcp.iter().map(|s| (s.name.clone(), json_text(&s.tools).into())).collect(),
+            gated: boot.gated.iter().cloned().collect(),
+        };
+        BootText { head: head.into(), source: std::sync::Arc::new(source) }
     }
 
-    /// The boot text of a run whose visible namespaces are `namespaces`: the cached text when there
-    /// are none; otherwise the namespaces as one more segment (parsed by the guest at boot).
+    /// The catalog data the guest pulls (pass it as
+    /// [`DriveInput::boot_source`](codemode_core::engine::DriveInput::boot_source) on every step).
+    pub fn source(&self) -> std::sync::Arc<dyn codemode_core::engine::BootSource> {
+        self.source.clone()
+    }
+
+    /// The boot argument of a run whose visible namespaces are `namespaces`: the cached head when
+    /// there are none; otherwise the head with a `namespaces` member.
     pub fn with_namespaces(&self, namespaces: &[codemode_core::namespace::GuestNamespace]) -> std::sync::Arc<str> {
         if namespaces.is_empty() {
-            return self.whole.clone();
+            return self.head.clone();
         }
-        let text = json_text(&namespaces);
-        let units = text.encode_utf16().count();
-        // The head without its closing brace, the namespaces segment's position, then the body.
-        let (head, rest) = self.whole.split_at(self.head_len);
-        let head_open = head.strip_suffix('}').unwrap_or(head);
-        let mut out = String::with_capacity(self.whole.len() + text.len() + 32);
-        out.push_str(head_open);
-        out.push_str(&format!(",\"namespaces\":[{},{units}]}}", self.body_units));
-        out.push_str(rest);
-        out.push_str(&text);
+        let list = json_text(&namespaces);
+        let open = self.head.strip_suffix('}').unwrap_or(&self.head);
+        let mut out = String::with_capacity(self.head.len() + list.len() + 16);
+        out.push_str(open);
+        out.push_str(",\"namespaces\":");
+        out.push_str(&list);
+        out.push('}');
         out.into()
     }
 }
@@ -182,15 +226,8 @@ mod tests {
         assert_eq!(prelude_list("NS_HELPERS"), codemode_core::guest::MCP_NAMESPACE_HELPERS);
     }
 
-    /// Slices a segment the way the prelude does: by UTF-16 indices.
-    fn slice(body: &str, seg: &Value) -> String {
-        let units: Vec<u16> = body.encode_utf16().collect();
-        let (start, len) = (seg[0].as_u64().unwrap() as usize, seg[1].as_u64().unwrap() as usize);
-        String::from_utf16(&units[start..start + len]).unwrap()
-    }
-
     #[test]
-    fn guest_boot_segments_round_trip_with_non_ascii_text() {
+    fn boot_head_is_small_and_the_catalog_is_pulled_by_key() {
         let mut api_files = BTreeMap::new();
         api_files.insert("mcp/x.d.ts".to_string(), "/** café → 𝄞 */\ndeclare namespace MCP.x {}\n".to_string());
         let boot = BootData {
@@ -207,7 +244,7 @@ mod tests {
                     explicit: false,
                 }],
                 resources: false,
-                prompts: false,
+                prompts: true,
             }],
             gated: vec!["plugin:demo:demo_echo".into()],
             namespaces: vec![],
@@ -217,6 +254,29 @@ mod tests {
             std::sync::Arc::ptr_eq(&cached.with_namespaces(&[]), &cached.with_namespaces(&[])),
             "shared when empty"
         );
+        let head: Value = serde_json::from_str(&cached.with_namespaces(&[])).unwrap();
+        assert_eq!(
+            head,
+            json!({"maxDepth": 64, "mcp": [{"name": "x", "alias": null, "resources": false, "prompts": true}]})
+        );
+        let source = cached.source();
+        let pull = |k: &str| source.pull(k).map(|s| s.to_string());
+        assert_eq!(pull("tools").as_deref(), Some("[]"));
+        assert_eq!(pull("conv:demo_echo").as_deref(), Some("plugin:demo:demo_echo"));
+        assert_eq!(pull("conv:exec"), None);
+        assert_eq!(pull("convs").as_deref(), Some(r#"[["demo_echo","plugin:demo:demo_echo"]]"#));
+        assert_eq!(pull("api:mcp/x.d.ts"), Some(api_files["mcp/x.d.ts"].clone()));
+        assert_eq!(pull("api:mcp/y.d.ts"), None);
+        let list: Value = serde_json::from_str(&pull("apiList").unwrap()).unwrap();
+        assert_eq!(list, json!([{"path": "mcp/x.d.ts", "bytes": api_files["mcp/x.d.ts"].len()}]));
+        let tools: Value = serde_json::from_str(&pull("mcp:x").unwrap()).unwrap();
+        assert_eq!(tools, json!([{ "name": "über-tool", "alias": "überTool" }]));
+        assert_eq!(pull("gated:plugin:demo:demo_echo").as_deref(), Some("1"));
+        assert_eq!(pull("gated:plugin:demo:other"), None);
+        for unknown in ["", "tool", "conv", "api", "mcp:", "__proto__"] {
+            assert_eq!(pull(unknown), None, "{unknown}");
+        }
+        // The per-run namespaces are a member of the head.
         let mut boot = boot;
         boot.namespaces = vec![codemode_core::namespace::GuestNamespace {
             id: "ns-é".into(),
@@ -227,20 +287,8 @@ mod tests {
                 tool_id: "plugin:demo:demo_shipping_list".into(),
             }],
         }];
-        let text = boot_json(&boot);
-        let (head, body) = text.split_once('\n').unwrap();
-        let head: Value = serde_json::from_str(head).unwrap();
+        let head: Value = serde_json::from_str(&boot_json(&boot)).unwrap();
         assert_eq!(head["maxDepth"], 64);
-        assert_eq!(head["gated"], json!(["plugin:demo:demo_echo"]));
-        assert_eq!(head["conveniences"], json!([["demo_echo", "plugin:demo:demo_echo"]]));
-        assert_eq!(serde_json::from_str::<Value>(&slice(body, &head["tools"])).unwrap(), json!([]));
-        let files: BTreeMap<String, String> = serde_json::from_str(&slice(body, &head["apiFiles"])).unwrap();
-        assert_eq!(files, api_files);
-        let tools: Value = serde_json::from_str(&slice(body, &head["mcp"][0]["tools"])).unwrap();
-        assert_eq!(tools, json!([{ "name": "über-tool", "alias": "überTool" }]));
-        assert_eq!(head["apiList"][0]["bytes"], api_files["mcp/x.d.ts"].len());
-        // The per-run namespaces are the last segment, after the catalog's.
-        let ns: Value = serde_json::from_str(&slice(body, &head["namespaces"])).unwrap();
-        assert_eq!(ns, serde_json::to_value(&boot.namespaces).unwrap());
+        assert_eq!(head["namespaces"], serde_json::to_value(&boot.namespaces).unwrap());
     }
 }

@@ -72,7 +72,13 @@
 //!
 //! let program = GuestProgram { code: "return 1".into(), boot: "{}".into() };
 //! let mut vm = Toy.start(&program, &GuestLimits::default()).unwrap();
-//! let input = DriveInput { deliveries: vec![], deadline: std::time::Instant::now(), output_budget: 1024, cancel: None };
+//! let input = DriveInput {
+//!     deliveries: vec![],
+//!     deadline: std::time::Instant::now(),
+//!     output_budget: 1024,
+//!     cancel: None,
+//!     boot_source: None,
+//! };
 //! assert_eq!(vm.drive(input).unwrap().outcome, DriveOutcome::Completed(Value::Null));
 //! assert_eq!(Toy.capabilities(), EngineCapabilities::NONE, "claims nothing it does not enforce");
 //! ```
@@ -247,6 +253,20 @@ pub struct DriveInput {
     /// stops the guest at once, as if the deadline had passed (the runtime then reports `aborted`,
     /// not `timeout`). `None`: nothing can cancel this step.
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The run's catalog data the guest reads on demand (the bridge's `pull`, see [`BootSource`]).
+    /// The same for every step of a run; `None` answers every pull with nothing (a catalog with no
+    /// tools, as far as the guest can tell).
+    pub boot_source: Option<std::sync::Arc<dyn BootSource>>,
+}
+
+/// Catalog data the guest reads on demand, by key, through the bridge's synchronous `pull` (DESIGN
+/// §3): `ALL_TOOLS`, the convenience function of one tool name, the `API` files, an MCP server's
+/// tool list. Held by the host per catalog, so a run pays only for what its cell touches and a
+/// trivial cell costs the same over 6 tools or 1,000. Keys and values are defined by
+/// `codemode-bridge` (its `BootText`); engines only pass them through.
+pub trait BootSource: Send + Sync + std::fmt::Debug {
+    /// The text under `key`, or `None` when there is none.
+    fn pull(&self, key: &str) -> Option<std::sync::Arc<str>>;
 }
 
 /// A guest-level failure of the cell.

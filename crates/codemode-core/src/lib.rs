@@ -46,8 +46,9 @@ pub use approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};
 pub use config::{CodeModeConfig, ConfigError, Language};
 pub use engine::{
-    BridgeRequest, Delivery, DriveInput, DriveOutcome, DriveReport, EngineCapabilities, EngineError, GuestEngine,
-    GuestError, GuestFailure, GuestInstance, GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot, SnapshotBody,
+    BootSource, BridgeRequest, Delivery, DriveInput, DriveOutcome, DriveReport, EngineCapabilities, EngineError,
+    GuestEngine, GuestError, GuestFailure, GuestInstance, GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot,
+    SnapshotBody,
 };
 pub use error::{CodeModeError, CodeModeErrorCode};
 pub use executor::{NestedToolCall, ToolError, ToolExecutor, ToolResult};

@@ -502,6 +502,8 @@ fn host_primitive(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsRes
     match bridge.host_call(&kind, &payload) {
         HostCallResult::Request(id) => Ok(JsValue::from(id as f64)),
         HostCallResult::Accepted => Ok(JsValue::from(0)),
+        HostCallResult::Data(Some(text)) => Ok(JsValue::from(JsString::from(&*text))),
+        HostCallResult::Data(None) => Ok(JsValue::undefined()),
         HostCallResult::Throw { name, message } => Err(match name {
             "TypeError" => JsNativeError::typ(),
             "RangeError" => JsNativeError::range(),

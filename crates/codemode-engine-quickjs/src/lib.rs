@@ -333,14 +333,16 @@ fn host_function<'js>(
     bridge: Arc<Mutex<BridgeHost>>,
     interrupt: Arc<Interrupt>,
 ) -> rquickjs::Result<Function<'js>> {
-    Function::new(ctx.clone(), move |ctx: Ctx<'js>, kind: String, payload: String| -> rquickjs::Result<f64> {
+    Function::new(ctx.clone(), move |ctx: Ctx<'js>, kind: String, payload: String| -> rquickjs::Result<Value<'js>> {
         let answer = match bridge.lock() {
             Ok(mut b) => b.host_call(&kind, &payload),
             Err(_) => HostCallResult::Fatal,
         };
         match answer {
-            HostCallResult::Request(id) => Ok(id as f64),
-            HostCallResult::Accepted => Ok(0.0),
+            HostCallResult::Request(id) => Ok(Value::new_float(ctx, id as f64)),
+            HostCallResult::Accepted => Ok(Value::new_int(ctx, 0)),
+            HostCallResult::Data(Some(text)) => Ok(rquickjs::String::from_str(ctx, &text)?.into_value()),
+            HostCallResult::Data(None) => Ok(Value::new_undefined(ctx)),
             HostCallResult::Throw { name, message } => Err(match name {
                 "TypeError" => Exception::throw_type(&ctx, &message),
                 "RangeError" => Exception::throw_range(&ctx, &message),

@@ -22,6 +22,9 @@
 //   host_call(kind, kind_len, payload, payload_len) -> i64
 //       >= 0: request id or accepted; -1 TypeError, -2 RangeError, -3 Error (message in scratch),
 //       -4: fatal limit (the host stops the guest through should_interrupt).
+//       kind "pull": >= 0 is the length of the catalog text under `payload` (fetched with
+//       host_take), -6 nothing under that key.
+//   host_take(dst, len) -> i32        copies the last pull's text to dst (0 ok, -1 no such text)
 //   should_interrupt() -> i32         polled by QuickJS's interrupt handler
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,6 +36,8 @@
 
 IMPORT("host_call")
 extern int64_t cm_host_call(const char *kind, uint32_t kind_len, const char *payload, uint32_t payload_len);
+IMPORT("host_take")
+extern int32_t cm_host_take(char *dst, uint32_t len);
 IMPORT("should_interrupt")
 extern int32_t cm_should_interrupt(void);
 
@@ -163,10 +168,26 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
     const char *payload = JS_ToCStringLen(c, &pn, argv[1]);
     if (!payload) { JS_FreeCString(c, kind); return JS_EXCEPTION; }
     scratch[0] = 0;
+    int pull = kn == 4 && memcmp(kind, "pull", 4) == 0;
     int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)pn);
     JS_FreeCString(c, kind);
     JS_FreeCString(c, payload);
     scratch[sizeof scratch - 1] = 0;
+    if (pull && r == -6) return JS_UNDEFINED;
+    if (pull && r >= 0) {
+        // The catalog text: copied into a buffer of the guest heap (its limit applies), then into a
+        // JS string.
+        if (r > 0x7fffffff) return JS_ThrowRangeError(c, "catalog data too large");
+        char *buf = js_malloc(c, (size_t)r + 1);
+        if (!buf) return JS_EXCEPTION;
+        if (cm_host_take(buf, (uint32_t)r) != 0) {
+            js_free(c, buf);
+            return JS_ThrowInternalError(c, "catalog data vanished");
+        }
+        JSValue s = JS_NewStringLen(c, buf, (size_t)r);
+        js_free(c, buf);
+        return s;
+    }
     if (r >= 0) return JS_NewInt64(c, r);
     switch (r) {
     case -1: return JS_ThrowTypeError(c, "%s", scratch);

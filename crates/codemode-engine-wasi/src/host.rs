@@ -31,6 +31,8 @@ pub(crate) struct HostState {
     pub(crate) scratch: (u32, u32),
     /// The guest's memory, once instantiated.
     pub(crate) memory: Option<Memory>,
+    /// The answer of the last `pull`, until the shim copies it into the guest (`host_take`).
+    pub(crate) pulled: Option<std::sync::Arc<str>>,
 }
 
 /// Linear memory a store may reach beyond the guest heap limit: QuickJS's runtime, the prelude, the
@@ -55,6 +57,7 @@ impl HostState {
             fired: false,
             scratch: (0, 0),
             memory: None,
+            pulled: None,
         }
     }
 }
@@ -99,6 +102,14 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
             let (code, message) = match answer {
                 HostCallResult::Request(id) => return Ok(i64::try_from(id).unwrap_or(i64::MAX)),
                 HostCallResult::Accepted => return Ok(0),
+                // A pull answers with the text's length; the shim allocates that much and asks for
+                // the bytes with `host_take` (-6: nothing under that key).
+                HostCallResult::Data(Some(text)) => {
+                    let len = text.len() as i64;
+                    caller.data_mut().pulled = Some(text);
+                    return Ok(len);
+                }
+                HostCallResult::Data(None) => return Ok(-6),
                 HostCallResult::Throw { name: "TypeError", message } => (-1, message),
                 HostCallResult::Throw { name: "RangeError", message } => (-2, message),
                 HostCallResult::Throw { message, .. } => (-3, message),
@@ -115,6 +126,21 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
                 mem.write(&mut caller, at as usize, &bytes).map_err(|e| wasmtime::format_err!("{e}"))?;
             }
             Ok(code)
+        },
+    )?;
+    l.func_wrap(
+        "codemode",
+        "host_take",
+        |mut caller: Caller<'_, HostState>, dst: u32, len: u32| -> wasmtime::Result<i32> {
+            let Some(text) = caller.data_mut().pulled.take() else {
+                return Ok(-1);
+            };
+            if text.len() != len as usize {
+                return Ok(-1);
+            }
+            let mem = memory(&mut caller)?;
+            mem.write(&mut caller, dst as usize, text.as_bytes()).map_err(|e| wasmtime::format_err!("{e}"))?;
+            Ok(0)
         },
     )?;
     l.func_wrap("codemode", "should_interrupt", |mut caller: Caller<'_, HostState>| -> i32 {

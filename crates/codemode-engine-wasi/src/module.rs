@@ -63,6 +63,11 @@ fn engine_config(pooling: bool) -> Config {
     c.max_wasm_stack(MAX_WASM_STACK);
     // Must be at least `max_wasm_stack` (wasmtime checks it even though no async call is made).
     c.async_stack_size(MAX_WASM_STACK + (1 << 20));
+    // `CODEMODE_WASM_PROFILER=perfmap`: writes /tmp/perf-<pid>.map so `perf report` names the guest's
+    // (QuickJS's) functions instead of `[JIT]` addresses. A profiling aid; it does not change code.
+    if std::env::var("CODEMODE_WASM_PROFILER").is_ok_and(|v| v == "perfmap") {
+        c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     if pooling {
         let mut p = wasmtime::PoolingAllocationConfig::default();
         p.total_memories(MAX_INSTANCES)

@@ -159,7 +159,7 @@ fn damaged_snapshots_fail_with_snapshot_restore_failed() {
 fn snapshots_of_another_engine_or_build_are_refused() {
     let engine = QuickJsWasiEngine::new();
     let limits = GuestLimits::default();
-    let boot: Arc<str> = Arc::from(r#"{"tools":[],"conveniences":[],"maxDepth":64}"#);
+    let boot: Arc<str> = Arc::from(r#"{"maxDepth":64}"#);
     let mut instance =
         engine.start(&GuestProgram { code: "await yield_control(); return 1".into(), boot }, &limits).unwrap();
     let report = instance
@@ -168,6 +168,7 @@ fn snapshots_of_another_engine_or_build_are_refused() {
             deadline: Instant::now() + Duration::from_secs(5),
             output_budget: 1 << 16,
             cancel: None,
+            boot_source: None,
         })
         .unwrap();
     assert_eq!(report.outcome, DriveOutcome::Pending);
@@ -194,6 +195,7 @@ fn snapshots_of_another_engine_or_build_are_refused() {
             deadline: Instant::now() + Duration::from_secs(5),
             output_budget: 1 << 16,
             cancel: None,
+            boot_source: None,
         })
         .unwrap();
     assert_eq!(done.outcome, DriveOutcome::Completed(json!(1)));

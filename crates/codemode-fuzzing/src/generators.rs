@@ -79,8 +79,21 @@ pub fn guest_json_text(u: &mut Unstructured<'_>) -> String {
 
 /// A sequence of host-primitive calls `(kind, payload)` with real and bogus kinds.
 pub fn host_calls(u: &mut Unstructured<'_>) -> Vec<(String, String)> {
-    const KINDS: [&str; 12] =
-        ["search", "describe", "call", "mcp", "mcp_api", "namespace", "yield", "text", "json", "exec", "", "CALL"];
+    const KINDS: [&str; 13] = [
+        "search",
+        "describe",
+        "call",
+        "mcp",
+        "mcp_api",
+        "namespace",
+        "yield",
+        "text",
+        "json",
+        "pull",
+        "exec",
+        "",
+        "CALL",
+    ];
     let n = u.int_in_range(0..=24).unwrap_or(0);
     (0..n)
         .map(|_| {

@@ -70,6 +70,10 @@ pub fn host_primitive(calls: &[(String, String)]) {
                 issued += 1;
             }
             HostCallResult::Fatal => fatal = true,
+            HostCallResult::Data(data) => {
+                assert!(!fatal, "a pull was answered after a fatal limit");
+                assert!(data.is_none(), "a pull with no boot source answers nothing");
+            }
             HostCallResult::Accepted | HostCallResult::Throw { .. } => {}
         }
         assert!(host.outstanding() <= limits.max_outstanding_requests as usize);

@@ -203,6 +203,114 @@ fn expect_completed(r: &CodeModeResult) {
     }
 }
 
+/// Extra fixture tools of the catalog-size rows: the demo catalog alone, +200 and +1,000 tools.
+pub const CATALOG_SIZES: [usize; 3] = [0, 200, 1000];
+
+/// Concurrency levels of the throughput rows.
+pub const CONCURRENCY: [usize; 4] = [1, 2, 8, 64];
+
+/// What [`throughput`] measured.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    /// Tasks issuing cells at once.
+    pub concurrency: usize,
+    /// Cells completed.
+    pub cells: usize,
+    /// Cells completed per second of wall time.
+    pub cells_per_s: f64,
+    /// Median latency of one cell.
+    pub p50: Duration,
+    /// 99th-percentile latency of one cell.
+    pub p99: Duration,
+}
+
+/// Trivial cells issued by `concurrency` tasks at once, each starting its next cell when the last
+/// one completes, for `duration`: throughput and latency under load.
+pub async fn throughput(cm: &CodeMode, concurrency: usize, duration: Duration) -> Throughput {
+    let concurrency = concurrency.max(1);
+    let started = Instant::now();
+    let until = started + duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let cm = cm.clone();
+        tasks.spawn(async move {
+            let mut times = Vec::new();
+            while Instant::now() < until {
+                times.push(trivial(&cm).await);
+            }
+            times
+        });
+    }
+    let mut times = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(t) => times.extend(t),
+            Err(e) => panic!("a throughput task failed: {e}"),
+        }
+    }
+    let wall = started.elapsed();
+    times.sort();
+    let at = |q: f64| times.get(((times.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
+    Throughput {
+        concurrency,
+        cells: times.len(),
+        cells_per_s: times.len() as f64 / wall.as_secs_f64().max(1e-9),
+        p50: at(0.5),
+        p99: at(0.99),
+    }
+}
+
+/// What [`suspended_footprint`] measured.
+#[derive(Debug, Clone)]
+pub struct SuspendedFootprint {
+    /// Runs suspended at once.
+    pub runs: usize,
+    /// Mean snapshot size the store was given (bytes).
+    pub snapshot_bytes: f64,
+    /// Growth of this process's resident memory per suspended run (bytes; `None` where the
+    /// platform does not tell, i.e. outside Linux). Allocator reuse makes it noisy; the snapshot
+    /// size is the lower bound.
+    pub resident_bytes: Option<f64>,
+}
+
+/// This process's resident set size (Linux: `/proc/self/statm`).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Suspends `runs` cells at once (each at a `yield_control()`), measures what they occupy, then
+/// aborts them: the memory a suspended run costs on `cm`'s store.
+pub async fn suspended_footprint(cm: &CodeMode, runs: usize) -> SuspendedFootprint {
+    let before = resident_bytes();
+    let mut ids = Vec::with_capacity(runs);
+    let mut bytes = 0u64;
+    for _ in 0..runs {
+        let r = cm.exec(&ctx(), &CodeModeExecInput::code(SUSPEND_RESUME)).await;
+        bytes += r.telemetry().snapshot_events.last().and_then(|e| e.bytes).unwrap_or(0);
+        match r.run_id().and_then(|id| crate::RunId::parse(id).ok()) {
+            Some(id) => ids.push(id),
+            None => panic!("expected a suspended run: {}", r.to_json()),
+        }
+    }
+    let after = resident_bytes();
+    for id in &ids {
+        cm.abort(id).await;
+    }
+    let n = runs.max(1) as f64;
+    SuspendedFootprint {
+        runs,
+        snapshot_bytes: bytes as f64 / n,
+        resident_bytes: before.zip(after).map(|(b, a)| a.saturating_sub(b) as f64 / n),
+    }
+}
+
+/// [`runtime`] keeping its snapshots in `store` (the footprint rows of each store).
+pub fn runtime_with_store(engine: &str, timeout_ms: u64, store: std::sync::Arc<dyn crate::SnapshotStore>) -> CodeMode {
+    demo_builder(engine, timeout_ms).store(store).build()
+}
+
 /// Median of a sample (sorts it).
 pub fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();

@@ -35,8 +35,8 @@ use codemode_catalog::{Catalog, CatalogTool};
 use codemode_core::approval::{ApprovalDecision, Approver};
 use codemode_core::config::{CodeModeConfig, Language};
 use codemode_core::engine::{
-    BridgeRequest, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure, GuestInstance,
-    GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot,
+    BootSource, BridgeRequest, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure,
+    GuestInstance, GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot,
 };
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::executor::{NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolExecutor};
@@ -125,6 +125,7 @@ pub(crate) struct CallGates {
 struct Inflight {
     context: RunContext,
     catalog: Arc<Catalog>,
+    source: Arc<dyn BootSource>,
     namespaces: Arc<dyn RunNamespaces>,
     calls: NestedCalls,
     /// This process's claim on the run's running calls (stores shared across processes).
@@ -136,6 +137,8 @@ struct Inflight {
 pub(crate) struct RunCatalog {
     pub(crate) catalog: Arc<Catalog>,
     boot: codemode_bridge::BootText,
+    /// Tools per source (telemetry of every call; counted once per catalog).
+    by_source: std::collections::BTreeMap<String, u32>,
 }
 
 impl RunCatalog {
@@ -146,7 +149,8 @@ impl RunCatalog {
                 catalog.tools().iter().filter(|t| approvals.reason(&t.def).is_some()).map(|t| t.id.clone()).collect();
         }
         let boot = codemode_bridge::BootText::new(&boot);
-        RunCatalog { catalog: Arc::new(catalog), boot }
+        let by_source = catalog.count_by_source();
+        RunCatalog { catalog: Arc::new(catalog), boot, by_source }
     }
 }
 
@@ -191,6 +195,8 @@ struct Run {
     id: RunId,
     context: RunContext,
     catalog: Arc<Catalog>,
+    /// The catalog data the guest pulls on demand (`ALL_TOOLS`, `tools.<name>`, `API`, `MCP`).
+    source: Arc<dyn BootSource>,
     /// The run's namespaces and how their calls resolve (SPEC §10).
     namespaces: Arc<dyn RunNamespaces>,
     restart_safe: bool,
@@ -531,7 +537,7 @@ impl Inner {
         CodeModeTelemetry {
             engine: self.engine.as_ref().map(|e| e.name().to_string()).unwrap_or_else(|| self.config.runtime.clone()),
             catalog_size: catalog.catalog.len() as u32,
-            catalog_by_source: catalog.catalog.count_by_source(),
+            catalog_by_source: catalog.by_source.clone(),
             ..CodeModeTelemetry::default()
         }
     }
@@ -721,6 +727,7 @@ impl Inner {
             id: run_id,
             context: ctx.clone(),
             catalog: catalog.catalog.clone(),
+            source: catalog.boot.source(),
             namespaces,
             restart_safe: req.restart_safe,
             telemetry,
@@ -769,16 +776,18 @@ impl Inner {
         };
         let local = self.inflight().remove(&run_id);
         let resumed_elsewhere = local.is_none();
-        let (context, catalog, namespaces, calls) = match local {
+        let (context, catalog, source, namespaces, calls) = match local {
             // The run keeps its own context, except the model call now driving it: nested calls
             // this `wait` makes carry the wait's call id (transcript projection, SPEC U9).
             Some(l) => {
-                (RunContext { tool_call_id: ctx.tool_call_id.clone(), ..l.context }, l.catalog, l.namespaces, l.calls)
+                let context = RunContext { tool_call_id: ctx.tool_call_id.clone(), ..l.context };
+                (context, l.catalog, l.source, l.namespaces, l.calls)
             }
             None => {
                 // Resumed in a process that did not start it: this process's catalog and
                 // namespace registrations (a namespace no longer registered here fails its calls).
-                let catalog = self.catalog().catalog.clone();
+                let current = self.catalog();
+                let (catalog, source) = (current.catalog.clone(), current.boot.source());
                 let namespaces = match self.open_namespaces(ctx, &run_id, &catalog, &call.cancel) {
                     Ok(n) => n,
                     Err(e) => {
@@ -786,7 +795,7 @@ impl Inner {
                         Arc::new(NoNamespaces) as Arc<dyn RunNamespaces>
                     }
                 };
-                (ctx.clone(), catalog, namespaces, NestedCalls::new())
+                (ctx.clone(), catalog, source, namespaces, NestedCalls::new())
             }
         };
         let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, positions, .. } =
@@ -796,6 +805,7 @@ impl Inner {
             id: run_id,
             context,
             catalog,
+            source,
             namespaces,
             restart_safe,
             telemetry,
@@ -909,6 +919,7 @@ impl Inner {
                 deadline: call.deadline,
                 output_budget: max_out.saturating_sub(call.output_used),
                 cancel: Some(call.cancel.clone()),
+                boot_source: Some(run.source.clone()),
             };
             let report = match instance.drive(input) {
                 Ok(report) => report,

@@ -150,9 +150,9 @@ impl Inner {
         } else {
             None
         };
-        let Run { id, context, catalog, namespaces, calls, telemetry, .. } = run;
+        let Run { id, context, catalog, source, namespaces, calls, telemetry, .. } = run;
         self.inflight()
-            .insert(id.clone(), Inflight { context, catalog, namespaces, calls, _claim: claim, expires_at_ms });
+            .insert(id.clone(), Inflight { context, catalog, source, namespaces, calls, _claim: claim, expires_at_ms });
         CodeModeResult::Waiting {
             run_id: id.to_string(),
             reason,

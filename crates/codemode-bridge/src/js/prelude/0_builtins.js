@@ -3,8 +3,9 @@
 // Evaluated once per VM, before any guest code, as a classic
 // script. Its completion value is `install(host)`, which the engine calls with the one host primitive:
 //
-//   host(kind: string, payload: string) -> number
+//   host(kind: string, payload: string) -> number | string | undefined
 //     kind "text" | "json": synchronous output; returns 0.
+//     kind "pull": catalog data under the key `payload` (a string), or undefined.
 //     any other kind: queues a request; returns its id (> 0).
 //     Throws a plain error when the host refuses the request.
 //
@@ -76,9 +77,21 @@
   const ProxyCtor = Proxy;
   const arrayIncludes = Array.prototype.includes;
   const arraySort = Array.prototype.sort;
+  // The same names as a null-prototype set: one property lookup instead of a scan with string
+  // comparisons (this check runs for every name the cell reaches through a proxy).
+  const INTERNAL = create(null);
+  for (let i = 0; i < JS_INTERNAL_NAMES.length; i++) INTERNAL[JS_INTERNAL_NAMES[i]] = true;
   function isInternalName(k) {
-    return apply(arrayIncludes, JS_INTERNAL_NAMES, [k]);
+    return typeof k === "string" && INTERNAL[k] === true;
   }
+  const reflectOwnKeys = Reflect.ownKeys;
+  const reflectGetOwnPropertyDescriptor = Reflect.getOwnPropertyDescriptor;
+  const reflectDefineProperty = Reflect.defineProperty;
+  const reflectDeleteProperty = Reflect.deleteProperty;
+  const reflectSet = Reflect.set;
+  const reflectIsExtensible = Reflect.isExtensible;
+  const reflectPreventExtensions = Reflect.preventExtensions;
+  const reflectSetPrototypeOf = Reflect.setPrototypeOf;
 
   function deepFreeze(v) {
     if (v !== null && typeof v === "object" && !isFrozen(v)) {
@@ -100,8 +113,22 @@
     const rejecters = create(null);
     const hostErrors = new WeakMapCtor(); // errors made from host failures -> code
     let maxDepth = 128;
-    // Catalog ids the approval policy gates (from boot): their calls carry the cell line.
-    let gatedIds = create(null);
+    // Catalog data the host holds and the guest reads when the cell first needs it (keys:
+    // codemode_bridge::pull_keys): the answer is a string, or undefined when there is none.
+    function pull(key) {
+      const v = host("pull", key);
+      return typeof v === "string" ? v : undefined;
+    }
+    // Catalog ids the approval policy gates (their calls carry the cell line), asked once per id.
+    const gatedCache = create(null);
+    function isGated(id) {
+      let g = gatedCache[id];
+      if (g === undefined) {
+        g = pull("gated:" + id) === "1";
+        gatedCache[id] = g;
+      }
+      return g;
+    }
     let booted = false;
     let started = false;
     let state; // undefined while the cell runs; then "1" + valueJson or "0" + failureJson

@@ -34,14 +34,14 @@
     // A tool call: `GuestRequest::Call {id, mode, input, line?}` on the host side.
     function callRequest(id, input, raw) {
       const payload = { id, mode: raw ? "raw" : "value", input: input === undefined ? {} : input };
-      if (gatedIds[id] === true) payload.line = cellLine();
+      if (isGated(id)) payload.line = cellLine();
       return request("call", payload);
     }
 
     // An MCP tool call: `GuestRequest::Mcp {server, tool, input, line?}`.
     function mcpRequest(server, tool, input) {
       const payload = { server, tool, input: input === undefined ? {} : input };
-      if (gatedIds["mcp:" + server + ":" + tool] === true) payload.line = cellLine();
+      if (isGated("mcp:" + server + ":" + tool)) payload.line = cellLine();
       return request("mcp", payload);
     }
 

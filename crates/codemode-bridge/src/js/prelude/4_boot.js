@@ -3,41 +3,31 @@
     function boot(dataJson) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
-      const newline = apply(stringIndexOf, dataJson, ["\n"]);
-      const data = parse(newline < 0 ? dataJson : apply(stringSlice, dataJson, [0, newline]));
-      const body = newline < 0 ? "" : apply(stringSlice, dataJson, [newline + 1]);
-      // A segment of the body: [start, length] in string indices.
-      function segment(s) {
-        if (!isArray(s) || typeof s[0] !== "number" || typeof s[1] !== "number") return undefined;
-        return apply(stringSlice, body, [s[0], s[0] + s[1]]);
-      }
+      // The head is small (its size does not grow with the catalog); everything that does is pulled
+      // from the host when the cell first touches it (see codemode_bridge::BootText).
+      const data = parse(dataJson);
       if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
-      if (isArray(data.gated)) {
-        for (let i = 0; i < data.gated.length; i++) {
-          if (typeof data.gated[i] === "string") gatedIds[data.gated[i]] = true;
-        }
-      }
 
-      // Bulky parts arrive as JSON text and are parsed on first use (see BootData::to_guest_json).
-      function lazyJson(textValue, fallback) {
+      // Pulled JSON, parsed and deep-frozen on first use.
+      function lazyJson(key, fallback) {
         let done = false;
         let value;
         return function () {
           if (!done) {
             let parsed;
             try {
-              parsed = typeof textValue === "string" ? parse(textValue) : fallback;
+              const text = pull(key);
+              parsed = typeof text === "string" ? parse(text) : fallback;
             } catch (_) {
               parsed = fallback;
             }
             value = deepFreeze(parsed === null || typeof parsed !== "object" ? fallback : parsed);
             done = true;
-            textValue = undefined;
           }
           return value;
         };
       }
-      const allTools = lazyJson(segment(data.tools), []);
+      const allTools = lazyJson("tools", []);
       const tools = create(null);
       tools.search = function search(query, options) {
         const payload = { query: safeString(query, "") };
@@ -53,22 +43,45 @@
       tools.callValue = function callValue(id, input) {
         return callRequest(safeString(id, ""), input, false);
       };
-      const conveniences = isArray(data.conveniences) ? data.conveniences : [];
+      // Convenience functions `tools.<name>` (SPEC K1–K5) are made when the cell first reaches a
+      // name (one pull of that name's catalog id), or all at once when the cell looks at `tools` as
+      // a whole (keys, descriptors, `Object.isFrozen`): then `tools` is complete and frozen, as if it
+      // had been built at boot. Until then no write reaches it: every mutating trap refuses.
       const nameOfId = create(null);
-      for (let i = 0; i < conveniences.length; i++) {
-        const name = conveniences[i][0];
-        const id = conveniences[i][1];
+      let complete = false;
+      function addConvenience(name, id) {
         // K3: never shadow a helper, nor a name the language reaches for (the host already filters;
         // this is a second guard).
-        if (name in tools || isInternalName(name)) continue;
+        if (name in tools || isInternalName(name)) return;
         const fn = function (input) {
           return callRequest(id, input, false);
         };
-        // No per-function `name`: defining one cost microseconds per catalog tool on every run.
-        tools[name] = fn;
+        defineProperty(tools, name, { value: fn, writable: false, enumerable: true, configurable: false });
         nameOfId[id] = name;
       }
-      freeze(tools);
+      function completeTools() {
+        if (complete) return;
+        complete = true;
+        let pairs;
+        try {
+          pairs = parse(pull("convs") || "[]");
+        } catch (_) {
+          pairs = [];
+        }
+        for (let i = 0; isArray(pairs) && i < pairs.length; i++) {
+          const pair = pairs[i];
+          if (isArray(pair) && typeof pair[0] === "string" && typeof pair[1] === "string") addConvenience(pair[0], pair[1]);
+        }
+        freeze(tools);
+      }
+      function convenience(name) {
+        if (name in tools) return tools[name];
+        if (complete || isInternalName(name)) return undefined;
+        const id = pull("conv:" + name);
+        if (typeof id !== "string") return undefined;
+        addConvenience(name, id);
+        return tools[name];
+      }
 
       // `tools.<name>` for a name that is no catalog tool: a function that fails with the nearest
       // catalog tools (the catalog's own search) instead of "not a function".
@@ -76,6 +89,7 @@
         return function () {
           const query = apply(stringReplace, name, [/[_\-.]+/g, " "]);
           return apply(promiseThen, request("search", { query, limit: 3 }), [(hits) => {
+            completeTools();
             const names = [];
             for (let i = 0; isArray(hits) && i < hits.length; i++) {
               const id = hits[i] && hits[i].id;
@@ -91,13 +105,63 @@
           }]);
         };
       }
-      const toolsView = explaining(tools, [], missingTool);
+      const toolsView = new ProxyCtor(tools, {
+        get(t, key) {
+          if (typeof key !== "string" || isInternalName(key)) return t[key];
+          const fn = convenience(key);
+          return fn !== undefined ? fn : missingTool(key);
+        },
+        has(t, key) {
+          if (typeof key !== "string") return key in t;
+          return convenience(key) !== undefined;
+        },
+        ownKeys(t) {
+          completeTools();
+          return reflectOwnKeys(t);
+        },
+        getOwnPropertyDescriptor(t, key) {
+          completeTools();
+          return reflectGetOwnPropertyDescriptor(t, key);
+        },
+        defineProperty(t, key, desc) {
+          completeTools();
+          return reflectDefineProperty(t, key, desc);
+        },
+        deleteProperty(t, key) {
+          completeTools();
+          return reflectDeleteProperty(t, key);
+        },
+        set(t, key, value) {
+          completeTools();
+          return reflectSet(t, key, value);
+        },
+        isExtensible(t) {
+          completeTools();
+          return reflectIsExtensible(t);
+        },
+        preventExtensions(t) {
+          completeTools();
+          return reflectPreventExtensions(t);
+        },
+        setPrototypeOf(t, proto) {
+          completeTools();
+          return reflectSetPrototypeOf(t, proto);
+        },
+      });
 
-      const apiFiles = lazyJson(segment(data.apiFiles), {});
-      const apiList = isArray(data.apiList) ? data.apiList : [];
+      let apiList;
+      const apiFiles = create(null);
       const API = freeze({
         list(prefix) {
           const p = prefix === undefined || prefix === null ? "" : safeString(prefix, "");
+          if (apiList === undefined) {
+            try {
+              apiList = parse(pull("apiList") || "[]");
+            } catch (_) {
+              apiList = [];
+            }
+            if (!isArray(apiList)) apiList = [];
+          }
           const out = [];
           for (let i = 0; i < apiList.length; i++) {
             const path = apiList[i].path;
@@ -115,11 +179,15 @@
               return promiseReject(new TypeErrorCtor("API.read: invalid path `" + p + "`"));
             }
           }
-          const files = apiFiles();
-          if (!apply(ObjectCtor.prototype.hasOwnProperty, files, [p])) {
-            return promiseReject(new ErrorCtor("API.read: no such file `" + p + "`"));
+          let content = apiFiles[p];
+          if (content === undefined) {
+            content = pull("api:" + p);
+            if (typeof content !== "string") {
+              return promiseReject(new ErrorCtor("API.read: no such file `" + p + "`"));
+            }
+            apiFiles[p] = content;
           }
-          return promiseResolve(files[p]);
+          return promiseResolve(content);
         },
       });
 
@@ -133,7 +201,7 @@
         const ns = create(null);
         let mcpTools;
         try {
-          const text = segment(server.tools);
+          const text = pull("mcp:" + serverName);
           mcpTools = typeof text === "string" ? parse(text) : [];
         } catch (_) {
           mcpTools = [];
@@ -223,14 +291,7 @@
       // path, frozen, as a direct global and as `namespaces.<globalName>`. The host validated the
       // names (identifiers, no reserved global, no unsafe key); the checks here are a second guard.
       const namespacesRoot = create(null);
-      let guestNamespaces = [];
-      try {
-        const text = segment(data.namespaces);
-        guestNamespaces = typeof text === "string" ? parse(text) : [];
-      } catch (_) {
-        guestNamespaces = [];
-      }
-      if (!isArray(guestNamespaces)) guestNamespaces = [];
+      const guestNamespaces = isArray(data.namespaces) ? data.namespaces : [];
       for (let i = 0; i < guestNamespaces.length; i++) {
         const ns = guestNamespaces[i];
         if (ns === null || typeof ns !== "object") continue;
@@ -243,7 +304,7 @@
         for (let j = 0; j < calls.length; j++) {
           const path = calls[j] && calls[j].path;
           if (typeof path !== "string") continue;
-          const gated = typeof calls[j].toolId === "string" && gatedIds[calls[j].toolId] === true;
+          const gated = typeof calls[j].toolId === "string" && isGated(calls[j].toolId);
           const segs = apply(stringSplit, path, ["."]);
           let parent = root;
           for (let k = 0; k < segs.length - 1 && parent !== undefined; k++) {
