@@ -156,6 +156,13 @@ fn main() {
         target,
         sysroot_arg.as_str(),
         "-O2",
+        // QuickJS's internal assertions off, as in any release build of it: they guard the
+        // interpreter's own invariants, and the WebAssembly sandbox (not an abort) is what contains
+        // a guest that breaks one.
+        "-DNDEBUG",
+        // memcpy/memset as single `memory.copy` / `memory.fill` instructions instead of libc's
+        // byte loops (QuickJS copies strings, shapes and arrays constantly).
+        "-mbulk-memory",
         "-D_GNU_SOURCE",
         "-DFE_DOWNWARD=0",
         "-DFE_UPWARD=0",
@@ -182,7 +189,7 @@ fn main() {
     });
     let wasm = out_dir.join("codemode-guest.wasm");
     let mut link = Command::new(&cc);
-    link.args([target, sysroot_arg.as_str(), "-O2", "-mexec-model=reactor"])
+    link.args([target, sysroot_arg.as_str(), "-O2", "-mbulk-memory", "-mexec-model=reactor"])
         .arg("-Wl,--export=__stack_pointer")
         .arg(format!("-Wl,-z,stack-size={GUEST_STACK_BYTES}"))
         .arg("-Wl,--stack-first")

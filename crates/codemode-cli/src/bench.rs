@@ -8,8 +8,9 @@ use std::io::Write as _;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-/// Fixture tools added for the "large catalog" exec row.
-const LARGE_CATALOG: usize = 200;
+/// Suspended runs held at once for the memory-per-suspended-run rows (below the memory store's cap
+/// of 64).
+const FOOTPRINT_RUNS: usize = 60;
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
@@ -43,7 +44,17 @@ fn cold_start(engine: &str, samples: usize) -> Result<Vec<Duration>> {
     Ok(out)
 }
 
-pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> Result<ExitCode> {
+/// What `codemode bench` measures besides the latency rows.
+pub(crate) struct Options {
+    /// Concurrency levels of the throughput rows (default [`bench::CONCURRENCY`]).
+    pub(crate) concurrency: Vec<usize>,
+    /// How long each throughput row runs.
+    pub(crate) seconds: f64,
+}
+
+pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, options: Options) -> Result<ExitCode> {
+    let concurrency = if options.concurrency.is_empty() { bench::CONCURRENCY.to_vec() } else { options.concurrency };
+    let throughput_for = Duration::from_secs_f64(options.seconds.clamp(0.1, 600.0));
     let engines = if engines.is_empty() { codemode::Engines::compiled() } else { engines };
     let samples = samples.max(5);
     let mut rows = Vec::new();
@@ -54,14 +65,19 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         let warm = Instant::now();
         bench::trivial(&cm).await;
         let first = warm.elapsed();
-        let big = bench::runtime_with_fixture(engine, 10_000, LARGE_CATALOG);
-        bench::trivial(&big).await;
-        // Interleaved, so machine noise hits both alike.
+        // Catalog sizes (the demo catalog, +200, +1,000 tools), interleaved so noise hits all alike.
+        let sized: Vec<codemode::CodeMode> =
+            bench::CATALOG_SIZES.iter().map(|&extra| bench::runtime_with_fixture(engine, 10_000, extra)).collect();
+        for cm in &sized {
+            bench::trivial(cm).await;
+        }
+        let mut by_size: Vec<Vec<Duration>> = vec![Vec::with_capacity(samples); sized.len()];
         let mut trivial = Vec::with_capacity(samples);
-        let mut trivial_big = Vec::with_capacity(samples);
         for _ in 0..samples {
             trivial.push(bench::trivial(&cm).await);
-            trivial_big.push(bench::trivial(&big).await);
+            for (cm, out) in sized.iter().zip(by_size.iter_mut()) {
+                out.push(bench::trivial(cm).await);
+            }
         }
         let mut nested = Vec::new();
         for _ in 0..(samples / 20).max(5) {
@@ -109,8 +125,38 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
         let span_ns = bench::disabled_span_ns(200_000);
         let snapshot = bench::pending_snapshot_bytes(&bench::runtime(engine, 100)).await;
         let cold = cold_start(engine, (samples / 20).max(5))?;
+        // Throughput under load, then the memory a suspended run occupies on each store.
+        let mut load = Vec::new();
+        for &n in &concurrency {
+            let t = bench::throughput(&cm, n, throughput_for).await;
+            load.push(json!({
+                "concurrency": t.concurrency,
+                "cells": t.cells,
+                "cellsPerSecond": t.cells_per_s,
+                "p50Us": us(t.p50),
+                "p99Us": us(t.p99),
+            }));
+        }
+        let memory_store = bench::suspended_footprint(&bench::runtime(engine, 10_000), FOOTPRINT_RUNS).await;
+        let dir = std::env::temp_dir().join(format!("codemode-bench-{}-{engine}", std::process::id()));
+        let store = codemode::DirectorySnapshotStore::new(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot use {}: {e}", dir.display()))?;
+        let directory_store = bench::suspended_footprint(
+            &bench::runtime_with_store(engine, 10_000, std::sync::Arc::new(store)),
+            FOOTPRINT_RUNS,
+        )
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let footprint = |f: &bench::SuspendedFootprint| json!({ "runs": f.runs, "snapshotBytes": f.snapshot_bytes, "residentBytes": f.resident_bytes });
+        let sizes: Vec<serde_json::Value> = bench::CATALOG_SIZES
+            .iter()
+            .zip(by_size)
+            .map(|(extra, v)| {
+                let (p50, p90) = stats(v);
+                json!({ "extraTools": extra, "p50": us(p50), "p90": us(p90) })
+            })
+            .collect();
         let (t50, t90) = stats(trivial);
-        let (b50, b90) = stats(trivial_big);
         let (n50, n90) = stats(nested);
         let (c50, c90) = stats(cycle);
         let (s50, s90) = stats(cold);
@@ -127,7 +173,9 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
             "engine": engine,
             "firstExecMs": first.as_secs_f64() * 1e3,
             "execTrivialUs": { "p50": us(t50), "p90": us(t90) },
-            "execTrivialLargeCatalogUs": { "p50": us(b50), "p90": us(b90) },
+            "execTrivialByCatalogSizeUs": sizes,
+            "throughput": load,
+            "suspendedRunMemory": { "memoryStore": footprint(&memory_store), "directoryStore": footprint(&directory_store) },
             "nestedCallUs": { "p50": us(n50), "p90": us(n90) },
             "suspendResumeUs": { "p50": us(c50), "p90": us(c90) },
             "snapshotBytesOnePendingCall": snapshot,
@@ -150,29 +198,80 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool) -> 
     }
     println!("codemode bench — {samples} back-to-back samples per latency (median / p90), this machine, now");
     println!(
-        "{:<14} {:>18} {:>22} {:>18} {:>20} {:>14} {:>18}",
-        "engine",
-        "exec 1+1 (µs)",
-        "…with 200 more tools",
-        "nested call (µs)",
-        "suspend+resume (µs)",
-        "snapshot (B)",
-        "cold start (ms)"
+        "{:<14} {:>18} {:>18} {:>20} {:>14} {:>18}",
+        "engine", "exec 1+1 (µs)", "nested call (µs)", "suspend+resume (µs)", "snapshot (B)", "cold start (ms)"
+    );
+    let pair = |r: &serde_json::Value, k: &str| {
+        format!("{:.1} / {:.1}", r[k]["p50"].as_f64().unwrap_or(0.0), r[k]["p90"].as_f64().unwrap_or(0.0))
+    };
+    for r in &rows {
+        println!(
+            "{:<14} {:>18} {:>18} {:>20} {:>14} {:>18}",
+            r["engine"].as_str().unwrap_or(""),
+            pair(r, "execTrivialUs"),
+            pair(r, "nestedCallUs"),
+            pair(r, "suspendResumeUs"),
+            r["snapshotBytesOnePendingCall"],
+            pair(r, "coldStartProcessMs"),
+        );
+    }
+    println!(
+        "\n{:<14} {:>24} {:>24} {:>24}   (exec 1+1, µs median / p90; × the demo catalog)",
+        "engine", "demo catalog", "+200 tools", "+1,000 tools"
     );
     for r in &rows {
-        let pair = |k: &str, s: f64| {
-            format!("{:.1} / {:.1}", r[k]["p50"].as_f64().unwrap_or(0.0) * s, r[k]["p90"].as_f64().unwrap_or(0.0) * s)
-        };
+        let sizes = r["execTrivialByCatalogSizeUs"].as_array().cloned().unwrap_or_default();
+        let base = sizes.first().and_then(|s| s["p50"].as_f64()).unwrap_or(0.0);
+        let cells: Vec<String> = sizes
+            .iter()
+            .map(|s| {
+                let p50 = s["p50"].as_f64().unwrap_or(0.0);
+                let ratio = if base > 0.0 { p50 / base } else { 0.0 };
+                format!("{p50:.1} / {:.1} ({ratio:.2}×)", s["p90"].as_f64().unwrap_or(0.0))
+            })
+            .collect();
         println!(
-            "{:<14} {:>18} {:>22} {:>18} {:>20} {:>14} {:>18}",
+            "{:<14} {:>24} {:>24} {:>24}",
             r["engine"].as_str().unwrap_or(""),
-            pair("execTrivialUs", 1.0),
-            pair("execTrivialLargeCatalogUs", 1.0),
-            pair("nestedCallUs", 1.0),
-            pair("suspendResumeUs", 1.0),
-            r["snapshotBytesOnePendingCall"],
-            pair("coldStartProcessMs", 1.0),
+            cells.first().cloned().unwrap_or_default(),
+            cells.get(1).cloned().unwrap_or_default(),
+            cells.get(2).cloned().unwrap_or_default()
         );
+    }
+    println!(
+        "\n{:<14} {:>12} {:>14} {:>12} {:>12} {:>10}   (trivial cells from N tasks at once)",
+        "engine", "concurrency", "cells/s", "p50 (µs)", "p99 (µs)", "p99/p50"
+    );
+    for r in &rows {
+        for t in r["throughput"].as_array().cloned().unwrap_or_default() {
+            let (p50, p99) = (t["p50Us"].as_f64().unwrap_or(0.0), t["p99Us"].as_f64().unwrap_or(0.0));
+            println!(
+                "{:<14} {:>12} {:>14.0} {:>12.1} {:>12.1} {:>10.2}",
+                r["engine"].as_str().unwrap_or(""),
+                t["concurrency"],
+                t["cellsPerSecond"].as_f64().unwrap_or(0.0),
+                p50,
+                p99,
+                if p50 > 0.0 { p99 / p50 } else { 0.0 },
+            );
+        }
+    }
+    println!(
+        "\n{:<14} {:>16} {:>30}   (per suspended run, {FOOTPRINT_RUNS} held at once)",
+        "engine", "store", "snapshot / resident (KiB)"
+    );
+    for r in &rows {
+        for (label, key) in [("memory", "memoryStore"), ("directory", "directoryStore")] {
+            let f = &r["suspendedRunMemory"][key];
+            let resident =
+                f["residentBytes"].as_f64().map(|b| format!("{:.1}", b / 1024.0)).unwrap_or_else(|| "n/a".into());
+            println!(
+                "{:<14} {:>16} {:>30}",
+                r["engine"].as_str().unwrap_or(""),
+                label,
+                format!("{:.1} / {resident}", f["snapshotBytes"].as_f64().unwrap_or(0.0) / 1024.0),
+            );
+        }
     }
     println!(
         "\n{:<14} {:>26} {:>22} {:>30}",

@@ -147,6 +147,12 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Concurrency levels of the throughput rows (repeatable; default 1, 2, 8, 64).
+        #[arg(long = "concurrency", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+        concurrency: Vec<u16>,
+        /// Seconds each throughput row runs.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
     },
     /// Approve (or, with --deny, refuse) a nested call parked for approval: a `pendingToolCalls`
     /// entry with `kind: "approval"`. The decision is recorded in the snapshot directory; the run's
@@ -562,7 +568,10 @@ fn main() -> ExitCode {
             Command::Exec { common, store, language, file } => exec(common, store, language, file).await,
             Command::Wait { common, store, run_id } => wait(common, store, run_id).await,
             Command::Approve { store, run_id, request_id, deny } => approve(store, run_id, request_id, deny).await,
-            Command::Bench { engines, samples, json } => bench::run(engines, samples, json).await,
+            Command::Bench { engines, samples, json, concurrency, seconds } => {
+                let concurrency = concurrency.into_iter().map(usize::from).collect();
+                bench::run(engines, samples, json, bench::Options { concurrency, seconds }).await
+            }
             Command::Catalog(args) => catalog::run(args).await,
             Command::Serve(args) => serve::run(args).await,
         }
