@@ -89,6 +89,11 @@ pub mod pull_keys {
     pub const API_FILE: &str = "api:";
     /// Prefix: `mcp:<server>` is that MCP server's tool list (`[{name, alias?, explicit?}]`), as JSON.
     pub const MCP_TOOLS: &str = "mcp:";
+    /// Prefix: `mcpserver:<name or alias>` is that server's entry (`{name, alias, resources,
+    /// prompts}`), as JSON.
+    pub const MCP_SERVER: &str = "mcpserver:";
+    /// Every server entry, as a JSON list (when the cell enumerates `MCP`).
+    pub const MCP_SERVERS: &str = "mcpservers";
     /// Prefix: `gated:<id>` is `"1"` when the approval policy gates that catalog id.
     pub const GATED: &str = "gated:";
 }
@@ -96,11 +101,10 @@ pub mod pull_keys {
 /// What the guest boots with, built once per catalog and shared by every run over it.
 ///
 /// - The **head** is the prelude's `boot` argument: small JSON whose size does not grow with the
-///   number of tools (`maxDepth`, and per MCP server its name, alias and whether it serves resources
-///   and prompts), plus the run's namespaces when it has some ([`with_namespaces`](Self::with_namespaces):
+///   catalog (`maxDepth`), plus the run's namespaces when it has some ([`with_namespaces`](Self::with_namespaces):
 ///   scopes are per run, SPEC §10 L4).
 /// - The **source** holds everything that grows with the catalog (`ALL_TOOLS`, the convenience
-///   functions, the `API` files, each MCP server's tools, the gated ids); the guest pulls an entry
+///   functions, the `API` files, the MCP servers and their tools, the gated ids); the guest pulls an entry
 ///   when the cell first touches it (keys: [`pull_keys`]). A trivial cell therefore costs the same
 ///   over 6 tools or 1,000, and a cell calling `tools.x` pays for one lookup, not for the catalog.
 #[derive(Debug, Clone)]
@@ -118,6 +122,8 @@ struct CatalogSource {
     api_list: std::sync::Arc<str>,
     api_files: std::collections::HashMap<String, std::sync::Arc<str>>,
     mcp_tools: std::collections::HashMap<String, std::sync::Arc<str>>,
+    mcp_servers: std::collections::HashMap<String, std::sync::Arc<str>>,
+    mcp_server_list: std::sync::Arc<str>,
     gated: std::collections::HashSet<String>,
 }
 
@@ -133,6 +139,9 @@ impl codemode_core::engine::BootSource for CatalogSource {
         if let Some(server) = key.strip_prefix(MCP_TOOLS) {
             return self.mcp_tools.get(server).cloned();
         }
+        if let Some(server) = key.strip_prefix(MCP_SERVER) {
+            return self.mcp_servers.get(server).cloned();
+        }
         if let Some(id) = key.strip_prefix(GATED) {
             return self.gated.contains(id).then(|| std::sync::Arc::from("1"));
         }
@@ -140,6 +149,7 @@ impl codemode_core::engine::BootSource for CatalogSource {
             ALL_TOOLS => Some(self.all_tools.clone()),
             CONVENIENCES => Some(self.convenience_list.clone()),
             API_LIST => Some(self.api_list.clone()),
+            MCP_SERVERS => Some(self.mcp_server_list.clone()),
             _ => None,
         }
     }
@@ -150,7 +160,7 @@ impl BootText {
     /// [`with_namespaces`](Self::with_namespaces)).
     pub fn new(boot: &BootData) -> Self {
         let text = |s: &str| -> std::sync::Arc<str> { std::sync::Arc::from(s) };
-        let mcp: Vec<serde_json::Value> = boot
+        let servers: Vec<serde_json::Value> = boot
             .mcp
             .iter()
             .map(|server| {
@@ -162,7 +172,16 @@ impl BootText {
                 })
             })
             .collect();
-        let head = serde_json::json!({ "maxDepth": boot.max_depth, "mcp": mcp }).to_string();
+        let mut mcp_servers = std::collections::HashMap::new();
+        for (server, entry) in boot.mcp.iter().zip(&servers) {
+            let entry: std::sync::Arc<str> = entry.to_string().into();
+            if let Some(alias) = &server.alias {
+                mcp_servers.insert(alias.clone(), entry.clone());
+            }
+            // The exact name wins over another server's alias.
+            mcp_servers.insert(server.name.clone(), entry);
+        }
+        let head = serde_json::json!({ "maxDepth": boot.max_depth }).to_string();
         let api_list: Vec<serde_json::Value> =
             boot.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
         let source = CatalogSource {
@@ -172,6 +191,8 @@ impl BootText {
             api_list: json_text(&api_list).into(),
             api_files: boot.api_files.iter().map(|(p, c)| (p.clone(), text(c))).collect(),
             mcp_tools: boot.mcp.iter().map(|s| (s.name.clone(), json_text(&s.tools).into())).collect(),
+            mcp_servers,
+            mcp_server_list: json_text(&servers).into(),
             gated: boot.gated.iter().cloned().collect(),
         };
         BootText { head: head.into(), source: std::sync::Arc::new(source) }
@@ -255,10 +276,7 @@ mod tests {
             "shared when empty"
         );
         let head: Value = serde_json::from_str(&cached.with_namespaces(&[])).unwrap();
-        assert_eq!(
-            head,
-            json!({"maxDepth": 64, "mcp": [{"name": "x", "alias": null, "resources": false, "prompts": true}]})
-        );
+        assert_eq!(head, json!({"maxDepth": 64}));
         let source = cached.source();
         let pull = |k: &str| source.pull(k).map(|s| s.to_string());
         assert_eq!(pull("tools").as_deref(), Some("[]"));
@@ -271,6 +289,14 @@ mod tests {
         assert_eq!(list, json!([{"path": "mcp/x.d.ts", "bytes": api_files["mcp/x.d.ts"].len()}]));
         let tools: Value = serde_json::from_str(&pull("mcp:x").unwrap()).unwrap();
         assert_eq!(tools, json!([{ "name": "über-tool", "alias": "überTool" }]));
+        let server = json!({"name": "x", "alias": null, "resources": false, "prompts": true});
+        assert_eq!(serde_json::from_str::<Value>(&pull("mcpserver:x").unwrap()).unwrap(), server);
+        assert_eq!(serde_json::from_str::<Value>(&pull("mcpservers").unwrap()).unwrap(), json!([server]));
+        assert_eq!(pull("mcpserver:y"), None);
+        let server = json!({"name": "x", "alias": null, "resources": false, "prompts": true});
+        assert_eq!(serde_json::from_str::<Value>(&pull("mcpserver:x").unwrap()).unwrap(), server);
+        assert_eq!(serde_json::from_str::<Value>(&pull("mcpservers").unwrap()).unwrap(), json!([server]));
+        assert_eq!(pull("mcpserver:y"), None);
         assert_eq!(pull("gated:plugin:demo:demo_echo").as_deref(), Some("1"));
         assert_eq!(pull("gated:plugin:demo:other"), None);
         for unknown in ["", "tool", "conv", "api", "mcp:", "__proto__"] {

@@ -138,15 +138,19 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             }));
         }
         let memory_store = bench::suspended_footprint(&bench::runtime(engine, 10_000), FOOTPRINT_RUNS).await;
-        let dir = std::env::temp_dir().join(format!("codemode-bench-{}-{engine}", std::process::id()));
-        let store = codemode::DirectorySnapshotStore::new(&dir)
-            .map_err(|e| anyhow::anyhow!("cannot use {}: {e}", dir.display()))?;
-        let directory_store = bench::suspended_footprint(
-            &bench::runtime_with_store(engine, 10_000, std::sync::Arc::new(store)),
-            FOOTPRINT_RUNS,
-        )
-        .await;
-        let _ = std::fs::remove_dir_all(&dir);
+        // The directory store keeps serialized snapshots only (engines with live VMs cannot use it).
+        let serializes = codemode::Engines::by_name(engine).is_some_and(|e| e.serializes_snapshots());
+        let directory_store = if serializes {
+            let dir = std::env::temp_dir().join(format!("codemode-bench-{}-{engine}", std::process::id()));
+            let store = codemode::DirectorySnapshotStore::new(&dir)
+                .map_err(|e| anyhow::anyhow!("cannot use {}: {e}", dir.display()))?;
+            let cm = bench::runtime_with_store(engine, 10_000, std::sync::Arc::new(store));
+            let f = bench::suspended_footprint(&cm, FOOTPRINT_RUNS).await;
+            let _ = std::fs::remove_dir_all(&dir);
+            Some(f)
+        } else {
+            None
+        };
         let footprint = |f: &bench::SuspendedFootprint| json!({ "runs": f.runs, "snapshotBytes": f.snapshot_bytes, "residentBytes": f.resident_bytes });
         let sizes: Vec<serde_json::Value> = bench::CATALOG_SIZES
             .iter()
@@ -175,7 +179,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             "execTrivialUs": { "p50": us(t50), "p90": us(t90) },
             "execTrivialByCatalogSizeUs": sizes,
             "throughput": load,
-            "suspendedRunMemory": { "memoryStore": footprint(&memory_store), "directoryStore": footprint(&directory_store) },
+            "suspendedRunMemory": { "memoryStore": footprint(&memory_store), "directoryStore": directory_store.as_ref().map(footprint) },
             "nestedCallUs": { "p50": us(n50), "p90": us(n90) },
             "suspendResumeUs": { "p50": us(c50), "p90": us(c90) },
             "snapshotBytesOnePendingCall": snapshot,
@@ -263,6 +267,10 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
     for r in &rows {
         for (label, key) in [("memory", "memoryStore"), ("directory", "directoryStore")] {
             let f = &r["suspendedRunMemory"][key];
+            if f.is_null() {
+                println!("{:<14} {:>16} {:>30}", r["engine"].as_str().unwrap_or(""), label, "n/a (live VMs)");
+                continue;
+            }
             let resident =
                 f["residentBytes"].as_f64().map(|b| format!("{:.1}", b / 1024.0)).unwrap_or_else(|| "n/a".into());
             println!(

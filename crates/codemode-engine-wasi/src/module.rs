@@ -32,6 +32,9 @@ const MAX_MEMORY: usize = (1 << 30) + (64 << 20);
 /// page faults (measured here: 105 µs instead of 310 µs for `return 1+1`).
 const KEEP_RESIDENT: usize = 4 << 20;
 
+/// A first compile slower than this is reported with its usual cause (wasmtime built unoptimized).
+const SLOW_COMPILE: Duration = Duration::from_secs(15);
+
 /// How often the epoch ticks; the wall-clock backstop has this granularity.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -308,10 +311,15 @@ pub(crate) fn load() -> Result<Loaded, ModuleError> {
             let wizened = preinitialize(&engine).map_err(|e| ModuleError::Preinitialize(format!("{e:#}")))?;
             mutable_globals(&wizened)?;
             let module = Module::new(&engine, &wizened).map_err(|e| ModuleError::Compile(format!("{e:#}")))?;
-            tracing::info!(
-                ms = started.elapsed().as_millis() as u64,
-                "pre-initialized and compiled the quickjs-wasi guest"
-            );
+            let took = started.elapsed();
+            tracing::info!(ms = took.as_millis() as u64, "pre-initialized and compiled the quickjs-wasi guest");
+            if took > SLOW_COMPILE {
+                tracing::warn!(
+                    seconds = took.as_secs(),
+                    "compiling the guest module was slow (once per machine: it is cached); an application built \
+                     in Cargo's dev profile should optimize its dependencies: [profile.dev.package.\"*\"] opt-level = 2"
+                );
+            }
             if let Some(p) = &cache {
                 store_cached(&module, p);
             }

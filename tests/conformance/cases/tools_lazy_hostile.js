@@ -29,6 +29,18 @@ attempt("setPrototype", () => Object.setPrototypeOf(tools, { hijack: 1 }) && "al
 attempt("reflectSet", () => Reflect.set(tools, "x", 1));
 attempt("preventExtensions", () => Object.isExtensible(Object.preventExtensions(tools)));
 attempt("hijacked", () => ("hijack" in tools) || ("fresh" in tools) || Object.getPrototypeOf(tools) !== null ? "YES" : "no");
+// `MCP` is looked up the same way: by name or alias, no writes, complete and frozen when enumerated.
+attempt("mcpAliasIsName", () => MCP.fakeMcp === MCP["fake-mcp"]);
+attempt("mcpIn", () => ["fakeMcp" in MCP, "fake-mcp" in MCP, "nope" in MCP, "then" in MCP]);
+attempt("mcpMissing", () => String(MCP.nope));
+(function () {
+  "use strict";
+  attempt("mcpAssign", () => { MCP.evil = {}; return "allowed"; });
+  attempt("mcpDelete", () => { delete MCP.fakeMcp; return "allowed"; });
+})();
+attempt("mcpDefine", () => Object.defineProperty(MCP, "evil", { value: 1 }) && "allowed");
+attempt("mcpKeys", () => Object.keys(MCP).sort());
+attempt("mcpFrozen", () => Object.isFrozen(MCP));
 // Enumeration: complete and frozen.
 const keys = Object.keys(tools);
 const names = keys.filter((k) => k.startsWith("demo_"));

@@ -107,7 +107,10 @@
       }
       const toolsView = new ProxyCtor(tools, {
         get(t, key) {
-          if (typeof key !== "string" || isInternalName(key)) return t[key];
+          // Fast path: a helper or a convenience function already made (the target has a null
+          // prototype, so this finds own properties only).
+          const own = t[key];
+          if (own !== undefined || typeof key !== "string" || isInternalName(key)) return own;
           const fn = convenience(key);
           return fn !== undefined ? fn : missingTool(key);
         },
@@ -194,7 +197,6 @@
       // MCP namespace (SPEC §9): exact names always, camelCase aliases when the host gives one.
       const NS_HELPERS = ["$api", "$call", "resources", "prompts"];
       const mcpRoot = create(null);
-      const servers = isArray(data.mcp) ? data.mcp : [];
       // Each server's namespace object is built when the cell first reaches it.
       function buildNamespace(server) {
         const serverName = server.name;
@@ -269,23 +271,97 @@
           return promiseReject(codedError("nested_tool_failed", unknownMcpTool(serverName, key, names, explicitNames)));
         });
       }
-      for (let i = 0; i < servers.length; i++) {
-        const server = servers[i];
-        let ns;
+      // Servers are looked up like `tools.<name>`: one pull when the cell first names one (by name
+      // or alias), all of them when it enumerates `MCP`; then `MCP` is complete and frozen, and no
+      // trap lets a write through before that.
+      const builtNamespaces = create(null);
+      let mcpComplete = false;
+      function addServer(server) {
+        if (server === null || typeof server !== "object" || typeof server.name !== "string") return;
         const get = function () {
-          if (ns === undefined) ns = buildNamespace(server);
+          let ns = builtNamespaces[server.name];
+          if (ns === undefined) {
+            ns = buildNamespace(server);
+            builtNamespaces[server.name] = ns;
+          }
           return ns;
         };
-        const keys = server.alias ? [server.name, server.alias] : [server.name];
+        const keys = typeof server.alias === "string" ? [server.name, server.alias] : [server.name];
         for (let k = 0; k < keys.length; k++) {
+          if (keys[k] in mcpRoot || isInternalName(keys[k])) continue;
           defineProperty(mcpRoot, keys[k], { get, enumerable: true, configurable: false });
         }
       }
-      freeze(mcpRoot);
+      function completeMcp() {
+        if (mcpComplete) return;
+        mcpComplete = true;
+        let list;
+        try {
+          list = parse(pull("mcpservers") || "[]");
+        } catch (_) {
+          list = [];
+        }
+        for (let i = 0; isArray(list) && i < list.length; i++) addServer(list[i]);
+        freeze(mcpRoot);
+      }
+      function mcpServer(key) {
+        if (key in mcpRoot) return true;
+        if (mcpComplete || isInternalName(key)) return false;
+        let server;
+        try {
+          const text = pull("mcpserver:" + key);
+          server = typeof text === "string" ? parse(text) : undefined;
+        } catch (_) {
+          server = undefined;
+        }
+        addServer(server);
+        return key in mcpRoot;
+      }
+      const mcpView = new ProxyCtor(mcpRoot, {
+        get(t, key) {
+          if (typeof key === "string" && !(key in t)) mcpServer(key);
+          return t[key];
+        },
+        has(t, key) {
+          return typeof key === "string" ? mcpServer(key) : key in t;
+        },
+        ownKeys(t) {
+          completeMcp();
+          return reflectOwnKeys(t);
+        },
+        getOwnPropertyDescriptor(t, key) {
+          completeMcp();
+          return reflectGetOwnPropertyDescriptor(t, key);
+        },
+        defineProperty(t, key, desc) {
+          completeMcp();
+          return reflectDefineProperty(t, key, desc);
+        },
+        deleteProperty(t, key) {
+          completeMcp();
+          return reflectDeleteProperty(t, key);
+        },
+        set(t, key, value) {
+          completeMcp();
+          return reflectSet(t, key, value);
+        },
+        isExtensible(t) {
+          completeMcp();
+          return reflectIsExtensible(t);
+        },
+        preventExtensions(t) {
+          completeMcp();
+          return reflectPreventExtensions(t);
+        },
+        setPrototypeOf(t, proto) {
+          completeMcp();
+          return reflectSetPrototypeOf(t, proto);
+        },
+      });
 
       defineProperty(G, "ALL_TOOLS", { get: allTools, enumerable: false, configurable: false });
       lock("tools", toolsView);
-      lock("MCP", mcpRoot);
+      lock("MCP", mcpView);
       lock("API", API);
       // Namespaces (SPEC §10 L5): each visible namespace's data with a function at every callable
       // path, frozen, as a direct global and as `namespaces.<globalName>`. The host validated the
