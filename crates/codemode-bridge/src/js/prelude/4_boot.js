@@ -1,13 +1,9 @@
-// Layer 4 of the prelude: boot — the per-run public API (ALL_TOOLS, tools, API, MCP, globals).
-    // ---- boot: per-run data (catalog views, API files) -----------------------------------------------
-    function boot(dataJson) {
-      if (booted) throw new ErrorCtor("already booted");
-      booted = true;
-      // The head is small (its size does not grow with the catalog); everything that does is pulled
-      // from the host when the cell first touches it (see codemode_bridge::BootText).
-      const data = parse(dataJson);
-      if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
-
+// Layer 4 of the prelude: the public API (ALL_TOOLS, tools, API, MCP, globals) and boot.
+    // ---- the catalog API: installed with the prelude, once per VM -------------------------------------
+    // Nothing here depends on the run or the catalog: every catalog view pulls its data from the host
+    // when the cell first touches it (see codemode_bridge::BootText). So `quickjs-wasi` bakes all of
+    // it into its pre-initialized image, and a run starts with it already built.
+    function installApi() {
       // Pulled JSON, parsed and deep-frozen on first use.
       function lazyJson(key, fallback) {
         let done = false;
@@ -363,6 +359,19 @@
       lock("tools", toolsView);
       lock("MCP", mcpView);
       lock("API", API);
+      lock("text", text);
+      lock("json", json);
+      lock("yield_control", yield_control);
+      lock("console", consoleObj);
+      lock("require", require);
+    }
+
+    // ---- boot: per-run data (the JSON-depth limit, the run's namespaces) --------------------------
+    function boot(dataJson) {
+      if (booted) throw new ErrorCtor("already booted");
+      booted = true;
+      const data = parse(dataJson);
+      if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
       // Namespaces (SPEC §10 L5): each visible namespace's data with a function at every callable
       // path, frozen, as a direct global and as `namespaces.<globalName>`. The host validated the
       // names (identifiers, no reserved global, no unsafe key); the checks here are a second guard.
@@ -407,10 +416,5 @@
         }
       }
       lock("namespaces", freeze(namespacesRoot));
-      lock("text", text);
-      lock("json", json);
-      lock("yield_control", yield_control);
-      lock("console", consoleObj);
-      lock("require", require);
     }
 

@@ -56,6 +56,7 @@
       return state;
     }
 
+    installApi();
     return { boot, run, settle, poll, reserved: RESERVED };
   };
 })();
