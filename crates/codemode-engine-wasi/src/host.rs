@@ -1,4 +1,5 @@
-//! The host side of the guest's imports: the bridge primitive, the interrupt poll, and stubs for the
+//! The host side of the guest's imports: the bridge primitive (and `host_take` for pulled catalog
+//! data), the interrupt poll, and stubs for the
 //! five WASI functions the C library references. No WASI capability is granted: there are no files,
 //! no environment, no arguments, no sockets; output descriptors swallow what is written.
 

@@ -439,6 +439,13 @@ pub async fn serve_http(
         tracing::info!(%addr, "approval endpoint at /approvals/{{runId}}/{{requestId}} (bearer token)");
     }
     tracing::info!(%addr, "serving MCP (streamable HTTP) at /mcp");
+    // TCP_NODELAY: a result is written as small SSE frames; with Nagle's algorithm a client that keeps
+    // its connection alive waits for its own delayed ACK (~40 ms) before the last frame arrives.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
