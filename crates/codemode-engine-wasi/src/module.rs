@@ -138,15 +138,20 @@ fn artifact_path(dir: &Path, build_id: &str) -> PathBuf {
 }
 
 fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
-    let bytes = std::fs::read(path).ok()?;
-    // SAFETY: `Module::deserialize` runs native code from the artifact, so the artifact must come from
-    // `Module::serialize` of a compatible engine. This file is written only by `store_cached` below,
-    // into the user's own cache directory (created with mode 0700), under a name keyed by the module
-    // hash, target and crate version; wasmtime additionally checks that the artifact matches this
-    // engine's version and configuration and returns an error (we then recompile) when it does not.
-    // Anyone able to write there could equally replace the `codemode` binary itself.
+    if !path.is_file() {
+        return None;
+    }
+    // SAFETY: `Module::deserialize_file` runs native code from the artifact, so the artifact must come
+    // from `Module::serialize` of a compatible engine. This file is written only by `store_cached`
+    // below, into the user's own cache directory (created with mode 0700), under a name keyed by the
+    // module hash, target and crate version; wasmtime additionally checks that the artifact matches
+    // this engine's version and configuration and returns an error (we then recompile) when it does
+    // not. Anyone able to write there could equally replace the `codemode` binary itself. The file is
+    // mapped, not read (no 3.6 MB copy at every start); mapped files must not change while in use,
+    // and `store_cached` never writes in place: it writes a temporary file and renames it over the
+    // old one, so a mapping keeps the old file's contents.
     #[allow(unsafe_code)]
-    let module = unsafe { Module::deserialize(engine, &bytes) };
+    let module = unsafe { Module::deserialize_file(engine, path) };
     match module {
         Ok(m) => Some(m),
         Err(e) => {
@@ -301,7 +306,9 @@ fn mutable_globals(wasm: &[u8]) -> Result<Vec<String>, ModuleError> {
 
 /// Loads (or builds and caches) the pre-initialized guest.
 pub(crate) fn load() -> Result<Loaded, ModuleError> {
+    let started = std::time::Instant::now();
     let engine = new_engine()?;
+    let engine_ms = started.elapsed().as_secs_f64() * 1e3;
     let build_id = build_id();
     let cache = cache_dir().map(|d| artifact_path(&d, &build_id));
     let module = match cache.as_deref().and_then(|p| load_cached(&engine, p)) {
@@ -347,6 +354,11 @@ pub(crate) fn load() -> Result<Loaded, ModuleError> {
         .ok_or_else(|| ModuleError::Invalid("the guest exports no memory".into()))?;
     let base = Arc::new(memory.data(&store).to_vec());
     start_ticker(engine.clone());
+    tracing::debug!(
+        engine_ms,
+        total_ms = started.elapsed().as_secs_f64() * 1e3,
+        "loaded the quickjs-wasi guest (engine, module, base image)"
+    );
     Ok(Loaded { engine, pre, base, build_id, mutable_globals })
 }
 

@@ -107,9 +107,11 @@
       return true;
     }
 
-    function toJson(v) {
+    // `depth`: how deep inside a message `v` sits (0 when it is the whole message).
+    function toJson(v, depth) {
+      const d = depth === undefined ? 0 : depth;
       // A cyclic plain structure exceeds the depth limit in isPlain and takes the safe path.
-      const s = isPlain(v, 0) ? stringify(v) : stringify(toSafe(v, 0, new SetCtor()));
+      const s = isPlain(v, d) ? stringify(v) : stringify(toSafe(v, d, new SetCtor()));
       return s === undefined ? "null" : s;
     }
 

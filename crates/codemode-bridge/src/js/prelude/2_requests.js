@@ -32,17 +32,25 @@
     }
 
     // A tool call: `GuestRequest::Call {id, mode, input, line?}` on the host side.
-    function callRequest(id, input, raw) {
-      const payload = { id, mode: raw ? "raw" : "value", input: input === undefined ? {} : input };
-      if (isGated(id)) payload.line = cellLine();
-      return request("call", payload);
+    // The message is assembled around the input's JSON: JSON.stringify costs microseconds per
+    // property inside WebAssembly, and the envelope's own members are known strings and numbers.
+    // `idJson` is the id already as JSON (convenience functions keep theirs).
+    function callRequest(id, input, raw, idJson) {
+      const inputJson = toJson(input === undefined ? {} : input, 1);
+      const line = isGated(id) ? cellLine() : undefined;
+      const text = '{"id":' + (idJson === undefined ? stringify(id) : idJson) +
+        (raw ? ',"mode":"raw","input":' : ',"mode":"value","input":') + inputJson +
+        (line === undefined ? "}" : ',"line":' + line + "}");
+      return track(host("call", text));
     }
 
     // An MCP tool call: `GuestRequest::Mcp {server, tool, input, line?}`.
     function mcpRequest(server, tool, input) {
-      const payload = { server, tool, input: input === undefined ? {} : input };
-      if (isGated("mcp:" + server + ":" + tool)) payload.line = cellLine();
-      return request("mcp", payload);
+      const inputJson = toJson(input === undefined ? {} : input, 1);
+      const line = isGated("mcp:" + server + ":" + tool) ? cellLine() : undefined;
+      const text = '{"server":' + stringify(server) + ',"tool":' + stringify(tool) + ',"input":' + inputJson +
+        (line === undefined ? "}" : ',"line":' + line + "}");
+      return track(host("mcp", text));
     }
 
     // A namespace member call: `GuestRequest::Namespace {namespace, path, args, line?}`. The host maps

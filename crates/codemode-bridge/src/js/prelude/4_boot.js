@@ -49,8 +49,9 @@
         // K3: never shadow a helper, nor a name the language reaches for (the host already filters;
         // this is a second guard).
         if (name in tools || isInternalName(name)) return;
+        const idJson = stringify(id);
         const fn = function (input) {
-          return callRequest(id, input, false);
+          return callRequest(id, input, false, idJson);
         };
         defineProperty(tools, name, { value: fn, writable: false, enumerable: true, configurable: false });
         nameOfId[id] = name;
