@@ -59,6 +59,32 @@
       });
     }
 
+    // A view of `target` whose properties are made on demand (`tools`, `MCP`): the `get` and `has`
+    // traps look one name up; every other operation (keys, descriptors, writes, extensibility, the
+    // prototype) first calls `complete`, which adds every property and freezes the target, then acts
+    // on it as on any frozen object. So before that nothing a cell does can write to the target, and
+    // afterwards the view is indistinguishable from an object frozen at boot.
+    function lazyView(target, get, has, complete) {
+      function completing(op) {
+        return function () {
+          complete();
+          return apply(op, undefined, arguments);
+        };
+      }
+      return new ProxyCtor(target, {
+        get,
+        has,
+        ownKeys: completing(reflectOwnKeys),
+        getOwnPropertyDescriptor: completing(reflectGetOwnPropertyDescriptor),
+        defineProperty: completing(reflectDefineProperty),
+        deleteProperty: completing(reflectDeleteProperty),
+        set: completing(reflectSet),
+        isExtensible: completing(reflectIsExtensible),
+        preventExtensions: completing(reflectPreventExtensions),
+        setPrototypeOf: completing(reflectSetPrototypeOf),
+      });
+    }
+
     // Edit distance of two short strings (capped inputs: suggestions only).
     function distance(a, b) {
       a = apply(stringSlice, a, [0, 64]);

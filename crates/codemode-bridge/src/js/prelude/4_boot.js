@@ -102,8 +102,9 @@
           }]);
         };
       }
-      const toolsView = new ProxyCtor(tools, {
-        get(t, key) {
+      const toolsView = lazyView(
+        tools,
+        (t, key) => {
           // Fast path: a helper or a convenience function already made (the target has a null
           // prototype, so this finds own properties only).
           const own = t[key];
@@ -111,43 +112,9 @@
           const fn = convenience(key);
           return fn !== undefined ? fn : missingTool(key);
         },
-        has(t, key) {
-          if (typeof key !== "string") return key in t;
-          return convenience(key) !== undefined;
-        },
-        ownKeys(t) {
-          completeTools();
-          return reflectOwnKeys(t);
-        },
-        getOwnPropertyDescriptor(t, key) {
-          completeTools();
-          return reflectGetOwnPropertyDescriptor(t, key);
-        },
-        defineProperty(t, key, desc) {
-          completeTools();
-          return reflectDefineProperty(t, key, desc);
-        },
-        deleteProperty(t, key) {
-          completeTools();
-          return reflectDeleteProperty(t, key);
-        },
-        set(t, key, value) {
-          completeTools();
-          return reflectSet(t, key, value);
-        },
-        isExtensible(t) {
-          completeTools();
-          return reflectIsExtensible(t);
-        },
-        preventExtensions(t) {
-          completeTools();
-          return reflectPreventExtensions(t);
-        },
-        setPrototypeOf(t, proto) {
-          completeTools();
-          return reflectSetPrototypeOf(t, proto);
-        },
-      });
+        (t, key) => (typeof key === "string" ? convenience(key) !== undefined : key in t),
+        completeTools,
+      );
 
       let apiList;
       const apiFiles = create(null);
@@ -314,47 +281,15 @@
         addServer(server);
         return key in mcpRoot;
       }
-      const mcpView = new ProxyCtor(mcpRoot, {
-        get(t, key) {
+      const mcpView = lazyView(
+        mcpRoot,
+        (t, key) => {
           if (typeof key === "string" && !(key in t)) mcpServer(key);
           return t[key];
         },
-        has(t, key) {
-          return typeof key === "string" ? mcpServer(key) : key in t;
-        },
-        ownKeys(t) {
-          completeMcp();
-          return reflectOwnKeys(t);
-        },
-        getOwnPropertyDescriptor(t, key) {
-          completeMcp();
-          return reflectGetOwnPropertyDescriptor(t, key);
-        },
-        defineProperty(t, key, desc) {
-          completeMcp();
-          return reflectDefineProperty(t, key, desc);
-        },
-        deleteProperty(t, key) {
-          completeMcp();
-          return reflectDeleteProperty(t, key);
-        },
-        set(t, key, value) {
-          completeMcp();
-          return reflectSet(t, key, value);
-        },
-        isExtensible(t) {
-          completeMcp();
-          return reflectIsExtensible(t);
-        },
-        preventExtensions(t) {
-          completeMcp();
-          return reflectPreventExtensions(t);
-        },
-        setPrototypeOf(t, proto) {
-          completeMcp();
-          return reflectSetPrototypeOf(t, proto);
-        },
-      });
+        (t, key) => (typeof key === "string" ? mcpServer(key) : key in t),
+        completeMcp,
+      );
 
       defineProperty(G, "ALL_TOOLS", { get: allTools, enumerable: false, configurable: false });
       lock("tools", toolsView);
