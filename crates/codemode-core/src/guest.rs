@@ -288,8 +288,8 @@ pub struct McpServerView {
 }
 
 /// Per-run data the guest prelude installs at boot: the catalog's guest views. The catalog produces
-/// it ([`codemode-catalog`]), the bridge carries it into the guest (as JSON whose bulky parts are
-/// parsed on first use).
+/// it ([`codemode-catalog`]); the bridge keeps it on the host and the guest pulls each part by key
+/// when a cell first touches it (see `codemode_bridge::BootText` and [`BootSource`](crate::engine::BootSource)).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootData {

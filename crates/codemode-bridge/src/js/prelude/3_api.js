@@ -64,6 +64,8 @@
     // prototype) first calls `complete`, which adds every property and freezes the target, then acts
     // on it as on any frozen object. So before that nothing a cell does can write to the target, and
     // afterwards the view is indistinguishable from an object frozen at boot.
+    // A mutation reaches the target only once it is frozen (where it changes nothing): should
+    // completing it have failed half way (out of memory), the write is still refused.
     function lazyView(target, get, has, complete) {
       function completing(op) {
         return function () {
@@ -71,17 +73,23 @@
           return apply(op, undefined, arguments);
         };
       }
+      function mutating(op) {
+        return function () {
+          complete();
+          return isFrozen(target) ? apply(op, undefined, arguments) : false;
+        };
+      }
       return new ProxyCtor(target, {
         get,
         has,
         ownKeys: completing(reflectOwnKeys),
         getOwnPropertyDescriptor: completing(reflectGetOwnPropertyDescriptor),
-        defineProperty: completing(reflectDefineProperty),
-        deleteProperty: completing(reflectDeleteProperty),
-        set: completing(reflectSet),
         isExtensible: completing(reflectIsExtensible),
-        preventExtensions: completing(reflectPreventExtensions),
-        setPrototypeOf: completing(reflectSetPrototypeOf),
+        defineProperty: mutating(reflectDefineProperty),
+        deleteProperty: mutating(reflectDeleteProperty),
+        set: mutating(reflectSet),
+        preventExtensions: mutating(reflectPreventExtensions),
+        setPrototypeOf: mutating(reflectSetPrototypeOf),
       });
     }
 

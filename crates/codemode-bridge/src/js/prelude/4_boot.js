@@ -65,11 +65,14 @@
         } catch (_) {
           pairs = [];
         }
-        for (let i = 0; isArray(pairs) && i < pairs.length; i++) {
-          const pair = pairs[i];
-          if (isArray(pair) && typeof pair[0] === "string" && typeof pair[1] === "string") addConvenience(pair[0], pair[1]);
+        try {
+          for (let i = 0; isArray(pairs) && i < pairs.length; i++) {
+            const pair = pairs[i];
+            if (isArray(pair) && typeof pair[0] === "string" && typeof pair[1] === "string") addConvenience(pair[0], pair[1]);
+          }
+        } finally {
+          freeze(tools);
         }
-        freeze(tools);
       }
       function convenience(name) {
         if (name in tools) return tools[name];
@@ -265,8 +268,11 @@
         } catch (_) {
           list = [];
         }
-        for (let i = 0; isArray(list) && i < list.length; i++) addServer(list[i]);
-        freeze(mcpRoot);
+        try {
+          for (let i = 0; isArray(list) && i < list.length; i++) addServer(list[i]);
+        } finally {
+          freeze(mcpRoot);
+        }
       }
       function mcpServer(key) {
         if (key in mcpRoot) return true;
