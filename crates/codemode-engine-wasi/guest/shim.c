@@ -266,11 +266,6 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
         return -6;
     // Start the per-run life with a clean heap (the init garbage is not part of every snapshot).
     JS_RunGC(rt);
-    // QuickJS collects cycles once its heap passes a threshold (256 KiB at first, then 1.5x what was
-    // live after the last collection); the prelude and the API alone are past the first one, so every
-    // run, even `return 1+1`, would start with a collection that visits and dirties the whole image.
-    // Set it as a collection would have: 1.5x the live heap, plus room for a short cell.
-    JS_SetGCThreshold(rt, heap_used + (heap_used >> 1) + (512u << 10));
     return 0;
 }
 
