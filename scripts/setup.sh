@@ -11,6 +11,19 @@ as_root() {
     log "need root to run: $*"; return 1; fi
 }
 
+# `npm ci` in DIR unless its node_modules already matches its package-lock.json (a stamp copy).
+npm_install() {
+  local dir=$1 what=$2
+  if [ -f "$dir/node_modules/.package-lock.json" ] && cmp -s "$dir/package-lock.json" "$dir/node_modules/.stamp-lock"; then
+    log "$what present ($dir/node_modules)"
+    return
+  fi
+  command -v npm >/dev/null 2>&1 || { log "npm is missing: install Node.js (Debian: nodejs npm)"; exit 1; }
+  log "installing $what into $dir/node_modules"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$dir/package-lock.json" "$dir/node_modules/.stamp-lock"
+}
+
 # 1. Debian packages: clang-16 + lld-16 + wasi-libc + the wasm32 compiler runtime build the QuickJS-ng guest
 #    module of the default engine (crates/codemode-engine-wasi).
 debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32)
@@ -29,14 +42,7 @@ fi
 
 # 2. End-to-end MCP peers nobody here wrote: the npm servers (server-everything, -filesystem, -memory)
 #    that codemode talks to upstream, pinned by tests/e2e/package-lock.json.
-if [ -f tests/e2e/node_modules/.package-lock.json ] && cmp -s tests/e2e/package-lock.json tests/e2e/node_modules/.stamp-lock; then
-  log "npm peers present (tests/e2e/node_modules)"
-else
-  command -v npm >/dev/null 2>&1 || { log "npm is missing: install Node.js (Debian: nodejs npm)"; exit 1; }
-  log "installing npm peers into tests/e2e/node_modules"
-  (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-  cp tests/e2e/package-lock.json tests/e2e/node_modules/.stamp-lock
-fi
+npm_install tests/e2e "npm peers"
 
 # 3. Python's official MCP client (drives `codemode serve` in the end-to-end tests), in .venv.
 if [ -x .venv/bin/python ] && cmp -s tests/e2e/requirements.txt .venv/.stamp-requirements; then
@@ -50,11 +56,4 @@ fi
 
 # 4. Benchmark peer for `make bench-peers`: quickjs-emscripten (QuickJS in WebAssembly, sync and
 #    asyncify builds), pinned by bench/peers/package-lock.json.
-if [ -f bench/peers/node_modules/.package-lock.json ] && cmp -s bench/peers/package-lock.json bench/peers/node_modules/.stamp-lock; then
-  log "npm benchmark peer present (bench/peers/node_modules)"
-else
-  command -v npm >/dev/null 2>&1 || { log "npm is missing: install Node.js (Debian: nodejs npm)"; exit 1; }
-  log "installing the npm benchmark peer into bench/peers/node_modules"
-  (cd bench/peers && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-  cp bench/peers/package-lock.json bench/peers/node_modules/.stamp-lock
-fi
+npm_install bench/peers "npm benchmark peer"

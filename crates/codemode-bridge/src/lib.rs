@@ -114,7 +114,7 @@ pub struct BootText {
 }
 
 /// The catalog data behind [`BootText::source`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct CatalogSource {
     all_tools: std::sync::Arc<str>,
     conveniences: std::collections::HashMap<String, std::sync::Arc<str>>,
@@ -245,6 +245,18 @@ mod tests {
         assert_eq!(prelude_list("JS_INTERNAL_NAMES"), codemode_core::guest::JS_INTERNAL_NAMES);
         assert_eq!(prelude_list("RESERVED"), RESERVED_GLOBALS);
         assert_eq!(prelude_list("NS_HELPERS"), codemode_core::guest::MCP_NAMESPACE_HELPERS);
+    }
+
+    #[test]
+    fn the_prelude_pulls_with_the_keys_the_host_answers() {
+        use pull_keys::*;
+        for key in [ALL_TOOLS, CONVENIENCE, CONVENIENCES, API_LIST, API_FILE, MCP_TOOLS, MCP_SERVER, MCP_SERVERS, GATED]
+        {
+            let pulled = ["pull", "pullJson", "pullList", "lazyJson"]
+                .iter()
+                .any(|f| PRELUDE.contains(&format!("{f}(\"{key}\"")));
+            assert!(pulled, "the prelude never pulls `{key}`");
+        }
     }
 
     #[test]

@@ -18,8 +18,7 @@ fn us(d: Duration) -> f64 {
 
 fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
-    let p = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
-    (p(0.5), p(0.9))
+    (bench::percentile(&v, 0.5), bench::percentile(&v, 0.9))
 }
 
 fn cold_start(engine: &str, samples: usize) -> Result<Vec<Duration>> {
@@ -71,10 +70,9 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         for cm in &sized {
             bench::trivial(cm).await;
         }
+        // The first size adds nothing: its samples are also the plain "exec 1+1" row.
         let mut by_size: Vec<Vec<Duration>> = vec![Vec::with_capacity(samples); sized.len()];
-        let mut trivial = Vec::with_capacity(samples);
         for _ in 0..samples {
-            trivial.push(bench::trivial(&cm).await);
             for (cm, out) in sized.iter().zip(by_size.iter_mut()) {
                 out.push(bench::trivial(cm).await);
             }
@@ -152,6 +150,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             None
         };
         let footprint = |f: &bench::SuspendedFootprint| json!({ "runs": f.runs, "snapshotBytes": f.snapshot_bytes, "residentBytes": f.resident_bytes });
+        let (t50, t90) = stats(by_size.first().cloned().unwrap_or_default());
         let sizes: Vec<serde_json::Value> = bench::CATALOG_SIZES
             .iter()
             .zip(by_size)
@@ -160,7 +159,6 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
                 json!({ "extraTools": extra, "p50": us(p50), "p90": us(p90) })
             })
             .collect();
-        let (t50, t90) = stats(trivial);
         let (n50, n90) = stats(nested);
         let (c50, c90) = stats(cycle);
         let (s50, s90) = stats(cold);

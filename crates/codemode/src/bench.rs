@@ -250,13 +250,12 @@ pub async fn throughput(cm: &CodeMode, concurrency: usize, duration: Duration) -
     }
     let wall = started.elapsed();
     times.sort();
-    let at = |q: f64| times.get(((times.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
     Throughput {
         concurrency,
         cells: times.len(),
         cells_per_s: times.len() as f64 / wall.as_secs_f64().max(1e-9),
-        p50: at(0.5),
-        p99: at(0.99),
+        p50: percentile(&times, 0.5),
+        p99: percentile(&times, 0.99),
     }
 }
 
@@ -311,8 +310,8 @@ pub fn runtime_with_store(engine: &str, timeout_ms: u64, store: std::sync::Arc<d
     demo_builder(engine, timeout_ms).store(store).build()
 }
 
-/// Median of a sample (sorts it).
-pub fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
+/// The `q` quantile (0.5 = median) of `sorted`, a sorted sample: the element at
+/// `round((len - 1) * q)` (the same rule as `make bench-peers`). Zero for an empty sample.
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
 }

@@ -119,6 +119,21 @@
       const v = host("pull", key);
       return typeof v === "string" ? v : undefined;
     }
+    // Pulled JSON: the parsed value, or undefined when there is none or it does not parse.
+    function pullJson(key) {
+      const text = pull(key);
+      if (text === undefined) return undefined;
+      try {
+        return parse(text);
+      } catch (_) {
+        return undefined;
+      }
+    }
+    // Pulled JSON that should be a list: an empty one otherwise.
+    function pullList(key) {
+      const v = pullJson(key);
+      return isArray(v) ? v : [];
+    }
     // Catalog ids the approval policy gates (their calls carry the cell line), asked once per id.
     const gatedCache = create(null);
     function isGated(id) {

@@ -10,13 +10,7 @@
         let value;
         return function () {
           if (!done) {
-            let parsed;
-            try {
-              const text = pull(key);
-              parsed = typeof text === "string" ? parse(text) : fallback;
-            } catch (_) {
-              parsed = fallback;
-            }
+            const parsed = pullJson(key);
             value = deepFreeze(parsed === null || typeof parsed !== "object" ? fallback : parsed);
             done = true;
           }
@@ -59,14 +53,9 @@
       function completeTools() {
         if (complete) return;
         complete = true;
-        let pairs;
+        const pairs = pullList("convs");
         try {
-          pairs = parse(pull("convs") || "[]");
-        } catch (_) {
-          pairs = [];
-        }
-        try {
-          for (let i = 0; isArray(pairs) && i < pairs.length; i++) {
+          for (let i = 0; i < pairs.length; i++) {
             const pair = pairs[i];
             if (isArray(pair) && typeof pair[0] === "string" && typeof pair[1] === "string") addConvenience(pair[0], pair[1]);
           }
@@ -124,14 +113,7 @@
       const API = freeze({
         list(prefix) {
           const p = prefix === undefined || prefix === null ? "" : safeString(prefix, "");
-          if (apiList === undefined) {
-            try {
-              apiList = parse(pull("apiList") || "[]");
-            } catch (_) {
-              apiList = [];
-            }
-            if (!isArray(apiList)) apiList = [];
-          }
+          if (apiList === undefined) apiList = pullList("apiList");
           const out = [];
           for (let i = 0; i < apiList.length; i++) {
             const path = apiList[i].path;
@@ -168,14 +150,7 @@
       function buildNamespace(server) {
         const serverName = server.name;
         const ns = create(null);
-        let mcpTools;
-        try {
-          const text = pull("mcp:" + serverName);
-          mcpTools = typeof text === "string" ? parse(text) : [];
-        } catch (_) {
-          mcpTools = [];
-        }
-        if (!isArray(mcpTools)) mcpTools = [];
+        const mcpTools = pullList("mcp:" + serverName);
         const byName = create(null);
         const names = [];
         const explicitNames = [];
@@ -262,14 +237,9 @@
       function completeMcp() {
         if (mcpComplete) return;
         mcpComplete = true;
-        let list;
+        const list = pullList("mcpservers");
         try {
-          list = parse(pull("mcpservers") || "[]");
-        } catch (_) {
-          list = [];
-        }
-        try {
-          for (let i = 0; isArray(list) && i < list.length; i++) addServer(list[i]);
+          for (let i = 0; i < list.length; i++) addServer(list[i]);
         } finally {
           freeze(mcpRoot);
         }
@@ -277,14 +247,7 @@
       function mcpServer(key) {
         if (key in mcpRoot) return true;
         if (mcpComplete || isInternalName(key)) return false;
-        let server;
-        try {
-          const text = pull("mcpserver:" + key);
-          server = typeof text === "string" ? parse(text) : undefined;
-        } catch (_) {
-          server = undefined;
-        }
-        addServer(server);
+        addServer(pullJson("mcpserver:" + key));
         return key in mcpRoot;
       }
       const mcpView = lazyView(
