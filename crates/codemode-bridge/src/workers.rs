@@ -26,6 +26,8 @@ type Job = Box<dyn FnOnce() + Send>;
 
 thread_local! {
     static ON_WORKER: Cell<bool> = const { Cell::new(false) };
+    /// Work a job left for after it ends (see [`after_job`]).
+    static AFTER_JOB: std::cell::RefCell<Vec<Job>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Whether the current thread is a worker thread (with a [`WORKER_STACK`] stack).
@@ -42,11 +44,37 @@ fn worker(me: mpsc::Sender<Job>, jobs: mpsc::Receiver<Job>) {
     ON_WORKER.with(|w| w.set(true));
     while let Ok(job) = jobs.recv_timeout(IDLE_EXIT) {
         job();
+        run_after_job();
         let mut idle = idle().lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() >= MAX_IDLE {
             return;
         }
         idle.push(me.clone());
+    }
+}
+
+/// Runs the work queued by [`after_job`] (each piece guarded: a panic in one does not skip the rest
+/// or end the worker).
+fn run_after_job() {
+    loop {
+        let next = AFTER_JOB.with(|q| q.borrow_mut().pop());
+        let Some(work) = next else { return };
+        if let Err(p) = catch_unwind(AssertUnwindSafe(work)) {
+            tracing::warn!(panic = %panic_message(p), "deferred work on a guest worker panicked");
+        }
+    }
+}
+
+/// Runs `work` after the current job, on this same worker thread, once the job has returned (and so
+/// has sent its answer): for clean-up nobody waits for, such as tearing down a finished VM. Off a
+/// worker, `work` goes to a worker of its own. Doing it here rather than on another worker saves a
+/// thread wake-up per call and keeps the clean-up on the core whose caches hold that VM.
+pub fn after_job(work: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    if on_worker() {
+        AFTER_JOB.with(|q| q.borrow_mut().push(Box::new(work)));
+        Ok(())
+    } else {
+        spawn(work)
     }
 }
 
@@ -134,5 +162,36 @@ mod tests {
         let handles: Vec<_> = (0..8).map(|i| std::thread::spawn(move || run(move || i * 2))).collect();
         let sum: i32 = handles.into_iter().map(|h| h.join().unwrap().unwrap()).sum();
         assert_eq!(sum, 56);
+    }
+
+    #[test]
+    fn work_after_a_job_runs_once_it_has_answered_on_the_same_thread() {
+        use std::sync::mpsc::channel;
+        let (tx, rx) = channel::<(&'static str, std::thread::ThreadId)>();
+        let (tx2, tx3) = (tx.clone(), tx.clone());
+        let answer = run(move || {
+            after_job(move || {
+                let _ = tx2.send(("after", std::thread::current().id()));
+            })
+            .unwrap();
+            // Deferred work that panics neither ends the worker nor skips the rest.
+            after_job(|| panic!("deferred boom")).unwrap();
+            let _ = tx.send(("job", std::thread::current().id()));
+            7
+        })
+        .unwrap();
+        assert_eq!(answer, 7);
+        let (first, job_thread) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (second, after_thread) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!((first, second), ("job", "after"), "deferred work runs after the job");
+        assert_eq!(job_thread, after_thread, "on the worker that ran the job");
+        // Off a worker, the work gets a worker of its own.
+        after_job(move || {
+            let _ = tx3.send(("off", std::thread::current().id()));
+        })
+        .unwrap();
+        let (tag, thread) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(tag, "off");
+        assert_ne!(thread, std::thread::current().id());
     }
 }

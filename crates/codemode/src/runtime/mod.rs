@@ -97,10 +97,10 @@ pub fn guest_limits(config: &CodeModeConfig) -> GuestLimits {
     }
 }
 
-/// Drops a finished instance on another worker: tearing a VM down takes ~0.1 ms that no caller needs
-/// to wait for.
+/// Drops a finished instance once the worker has answered the call: tearing a VM down (resetting its
+/// memory for the next instance) is work no caller needs to wait for.
 fn dispose(instance: Box<dyn GuestInstance>) {
-    if let Err(e) = codemode_bridge::workers::spawn(move || drop(instance)) {
+    if let Err(e) = codemode_bridge::workers::after_job(move || drop(instance)) {
         tracing::debug!(error = %e, "disposing an instance inline");
     }
 }
