@@ -199,5 +199,11 @@ fn main() {
         .arg(&wasm);
     run(&mut link, "linking the guest module");
     println!("cargo:rustc-env=CODEMODE_GUEST_WASM={}", wasm.display());
+    let bytes = std::fs::read(&wasm).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", wasm.display())));
+    let digest: String = {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    };
+    println!("cargo:rustc-env=CODEMODE_GUEST_WASM_SHA256={digest}");
     println!("cargo:rustc-env=CODEMODE_GUEST_STACK_BYTES={GUEST_STACK_BYTES}");
 }

@@ -192,13 +192,14 @@ impl Vm {
             globals,
             bridge: self.store.data().bridge.state().clone(),
         };
-        snapshot::encode(&header, &self.loaded.base, self.memory.data(&self.store))
-            .map_err(|e| EngineError::Snapshot(e.to_string()))
+        let base = self.loaded.base().map_err(|e| EngineError::Snapshot(e.to_string()))?;
+        snapshot::encode(&header, base, self.memory.data(&self.store)).map_err(|e| EngineError::Snapshot(e.to_string()))
     }
 
     /// Rebuilds an instance from snapshot bytes.
     pub(crate) fn restore(loaded: Arc<Loaded>, bytes: &[u8], limits: GuestLimits) -> Result<Self, EngineError> {
-        let decoded = snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, &loaded.base)
+        let base = loaded.base().map_err(|e| EngineError::Restore(e.to_string()))?;
+        let decoded = snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, base)
             .map_err(|e| EngineError::Restore(e.to_string()))?;
         let mut vm = Vm::new(loaded, limits)?;
         let want = decoded.header.memory_bytes;

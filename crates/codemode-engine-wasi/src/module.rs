@@ -6,12 +6,13 @@ use crate::host::{HostState, linker};
 use codemode_core::engine::GuestLimits;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::{Config, Engine, InstancePre, Module, Store};
 
 /// The guest module built by build.rs (QuickJS-ng + shim), before pre-initialization.
 pub(crate) const GUEST_WASM: &[u8] = include_bytes!(env!("CODEMODE_GUEST_WASM"));
+/// SHA-256 of [`GUEST_WASM`] (hex), computed by the build script.
+const GUEST_WASM_SHA256: &str = env!("CODEMODE_GUEST_WASM_SHA256");
 
 /// Bumped whenever the pre-initialization or the snapshot layout changes in a way the module hash
 /// does not capture.
@@ -47,19 +48,39 @@ pub(crate) struct Loaded {
     pub(crate) engine: Engine,
     pub(crate) pre: InstancePre<HostState>,
     /// Linear memory of a fresh (pre-initialized) instance: the base snapshots are diffed against.
-    pub(crate) base: Arc<Vec<u8>>,
+    /// Read on first need ([`Loaded::base`]): a process that never snapshots never copies it.
+    base: std::sync::OnceLock<Vec<u8>>,
     /// Identity of this engine build: hash of the guest module, the prelude and [`BUILD_FORMAT`].
     pub(crate) build_id: String,
     /// Exported mutable globals (the whole non-memory state of an instance).
     pub(crate) mutable_globals: Vec<String>,
 }
 
-/// The identity of this engine build, as stored in snapshots.
+impl Loaded {
+    /// Linear memory of a fresh instance (what snapshots are diffed against), read from one instance
+    /// the first time a snapshot is taken or restored.
+    pub(crate) fn base(&self) -> Result<&[u8], ModuleError> {
+        if let Some(base) = self.base.get() {
+            return Ok(base);
+        }
+        let mut store = Store::new(&self.engine, HostState::new(GuestLimits::default()));
+        store.set_epoch_deadline(u64::MAX / 2);
+        let instance = self.pre.instantiate(&mut store).map_err(|e| ModuleError::Instantiate(format!("{e:#}")))?;
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| ModuleError::Invalid("the guest exports no memory".into()))?;
+        let copy = memory.data(&store).to_vec();
+        Ok(self.base.get_or_init(move || copy))
+    }
+}
+
+/// The identity of this engine build, as stored in snapshots. The guest module's own digest is
+/// computed when the crate is built (hashing its megabyte here cost every process start ~1 ms).
 pub(crate) fn build_id() -> String {
     let mut h = Sha256::new();
     h.update(BUILD_FORMAT.as_bytes());
     h.update((GUEST_WASM.len() as u64).to_le_bytes());
-    h.update(GUEST_WASM);
+    h.update(GUEST_WASM_SHA256.as_bytes());
     h.update(codemode_bridge::PRELUDE.as_bytes());
     h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
@@ -359,20 +380,13 @@ pub(crate) fn load() -> Result<Loaded, ModuleError> {
     let pre = linker.instantiate_pre(&module).map_err(|e| {
         ModuleError::Instantiate(format!("the guest module needs imports this host does not provide: {e:#}"))
     })?;
-    let mut store = Store::new(&engine, HostState::new(GuestLimits::default()));
-    store.set_epoch_deadline(u64::MAX / 2);
-    let instance = pre.instantiate(&mut store).map_err(|e| ModuleError::Instantiate(format!("{e:#}")))?;
-    let memory = instance
-        .get_memory(&mut store, "memory")
-        .ok_or_else(|| ModuleError::Invalid("the guest exports no memory".into()))?;
-    let base = Arc::new(memory.data(&store).to_vec());
     start_ticker(engine.clone());
     tracing::debug!(
         engine_ms,
         total_ms = started.elapsed().as_secs_f64() * 1e3,
-        "loaded the quickjs-wasi guest (engine, module, base image)"
+        "loaded the quickjs-wasi guest (engine, module)"
     );
-    Ok(Loaded { engine, pre, base, build_id, mutable_globals })
+    Ok(Loaded { engine, pre, base: std::sync::OnceLock::new(), build_id, mutable_globals })
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`], for the wall-clock backstop.
