@@ -346,3 +346,65 @@ impl GuestInstance for WasiInstance {
         Ok(Snapshot { engine: ENGINE_NAME.to_string(), body: SnapshotBody::Serialized(bytes) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use codemode_core::engine::DriveOutcome;
+
+    fn fresh_memory(loaded: &Arc<Loaded>) -> Vec<u8> {
+        let vm = Vm::new(loaded.clone(), GuestLimits::default()).unwrap();
+        vm.memory.data(&vm.store).to_vec()
+    }
+
+    /// Memory of an instance no guest code ran in (not even the limits' configuration).
+    fn raw_memory(loaded: &Arc<Loaded>) -> Vec<u8> {
+        let mut store = Store::new(&loaded.engine, HostState::new(GuestLimits::default()));
+        let instance = loaded.pre.instantiate(&mut store).unwrap();
+        instance.get_memory(&mut store, "memory").unwrap().data(&store).to_vec()
+    }
+
+    fn run_to_end(loaded: &Arc<Loaded>, code: &str) -> DriveOutcome {
+        let mut vm = Vm::new(loaded.clone(), GuestLimits::default()).unwrap();
+        vm.seed().unwrap();
+        let mut instance = WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(code));
+        let input = DriveInput {
+            deliveries: Vec::new(),
+            deadline: Instant::now() + Duration::from_secs(30),
+            output_budget: 1 << 20,
+            cancel: None,
+            boot_source: None,
+        };
+        instance.drive(input).unwrap().outcome
+    }
+
+    /// The pooling allocator resets only the pages a run wrote (`pagemap_scan`), keeping them
+    /// resident: after runs that dirtied the deep stack (below the image), grew the heap and
+    /// rewrote the image's own pages, every new instance's memory is still byte for byte what an
+    /// instance that never ran a cell holds, and an unconfigured one is the base snapshots are
+    /// diffed against.
+    #[test]
+    fn a_new_instance_starts_from_the_pristine_image_whatever_earlier_runs_wrote() {
+        let loaded = crate::loaded().unwrap();
+        let base = loaded.base().unwrap().to_vec();
+        let pristine = fresh_memory(&loaded);
+        let hostile = [
+            // Recursion to the stack limit (caught): the deepest stack pages, below the image.
+            "function deep(n) { return n === 0 ? 0 : 1 + deep(n - 1); } try { return deep(1e6) } catch (e) { return e.name }",
+            "globalThis.leak = 'x'.repeat(3 << 20); const a = []; for (let i = 0; i < 50000; i++) a.push({ i }); return a.length",
+            "Object.prototype.polluted = 1; Array.prototype.push = null; JSON.stringify = null; return 1",
+        ];
+        for round in 0..4 {
+            for code in hostile {
+                let outcome = run_to_end(&loaded, code);
+                assert!(matches!(outcome, DriveOutcome::Completed(_)), "round {round}: {code}: {outcome:?}");
+            }
+            let now = fresh_memory(&loaded);
+            assert_eq!(now.len(), pristine.len(), "round {round}: memory size");
+            let differing = now.chunks(4096).zip(pristine.chunks(4096)).filter(|(a, b)| a != b).count();
+            assert_eq!(differing, 0, "round {round}: {differing} pages differ from the pristine image");
+        }
+        assert!(raw_memory(&loaded) == base, "an unconfigured instance is the base snapshots are diffed against");
+    }
+}
