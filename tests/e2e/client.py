@@ -64,6 +64,15 @@ async def stdio_session(bin_path: str, config: str, snapdir: str):
             yield session
 
 
+def bound_url(proc: subprocess.Popen) -> str | None:
+    """The URL `codemode serve --http` reports on stderr once bound (None if it exits first)."""
+    for line in proc.stderr:
+        m = re.search(r"serving MCP at (http://\S+)", line)
+        if m:
+            return m.group(1)
+    return None
+
+
 class HttpServer:
     """`codemode serve --http 127.0.0.1:0` as a child process; the bound URL is read from stderr."""
 
@@ -75,12 +84,7 @@ class HttpServer:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self.url = None
-        for line in self.proc.stderr:
-            m = re.search(r"serving MCP at (http://\S+)", line)
-            if m:
-                self.url = m.group(1)
-                break
+        self.url = bound_url(self.proc)
         assert self.url, "codemode serve --http did not report its address"
 
     def stop(self) -> None:

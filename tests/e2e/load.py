@@ -23,7 +23,6 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ from contextlib import AsyncExitStack
 
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
+from client import bound_url
 
 CELL = {"code": "return 1+1"}
 CALL_TIMEOUT_S = 30.0
@@ -53,12 +54,7 @@ class Server:
             text=True,
             env={**os.environ, "RUST_LOG": "warn"},
         )
-        self.url = None
-        for line in self.proc.stderr:
-            m = re.search(r"serving MCP at (http://\S+)", line)
-            if m:
-                self.url = m.group(1)
-                break
+        self.url = bound_url(self.proc)
         if not self.url:
             self.proc.kill()
             raise SystemExit("codemode serve --http did not report its address")
