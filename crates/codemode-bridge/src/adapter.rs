@@ -7,6 +7,8 @@
 //! (The guest half of the adapter, in the prelude, turns cycles, BigInt, functions, symbols and binary
 //! data into plain JSON first.)
 
+use codemode_core::engine::RequestKind;
+use codemode_core::guest::{GuestRequest, GuestRequestError};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 use std::io;
@@ -68,9 +70,12 @@ pub fn sanitize(value: &mut Value) -> usize {
         Value::Array(items) => items.iter_mut().map(sanitize).sum(),
         Value::Object(map) => {
             let mut removed = 0;
-            for key in FORBIDDEN_KEYS {
-                if map.shift_remove(key).is_some() {
-                    removed += 1;
+            // A small map (most payloads) is scanned once rather than hashed for every forbidden key.
+            if map.len() > 2 * FORBIDDEN_KEYS.len() || map.keys().any(|k| FORBIDDEN_KEYS.contains(&k.as_str())) {
+                for key in FORBIDDEN_KEYS {
+                    if map.shift_remove(key).is_some() {
+                        removed += 1;
+                    }
                 }
             }
             removed + map.values_mut().map(sanitize).sum::<usize>()
@@ -100,6 +105,52 @@ pub fn parse_guest_json(text: &str, max_bytes: u64, max_depth: u32) -> Result<Va
     }
     sanitize(&mut value);
     Ok(value)
+}
+
+/// Why a tool call's payload was refused by [`parse_tool_call`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallPayloadError {
+    /// The text breaks a bridge limit or is not JSON (the guest sees a `RangeError`).
+    Adapter(AdapterError),
+    /// The JSON is not the request's shape (the guest sees a `TypeError`).
+    Shape(GuestRequestError),
+}
+
+/// Parses the payload of a tool call (`Call` / `Mcp`: the requests a cell makes thousands of)
+/// straight into its typed request, without a [`Value`] of the envelope and its conversion into the
+/// request. `None` for the other kinds.
+///
+/// The answer is that of [`parse_guest_json`] followed by [`GuestRequest::parse`] (tested): the same
+/// size limit and lone-surrogate rule, the depth limit (the payload nests one level deeper than its
+/// input), forbidden keys dropped (from the input: the envelope's fields are fixed, others refused
+/// here). Whenever the
+/// shortcut finds anything wrong, the general path parses the payload again and gives the refusal,
+/// so which refusal a malformed payload gets does not depend on the shortcut.
+pub fn parse_tool_call(
+    kind: RequestKind,
+    text: &str,
+    max_bytes: u64,
+    max_depth: u32,
+) -> Option<Result<GuestRequest, CallPayloadError>> {
+    let general = || {
+        parse_guest_json(text, max_bytes, max_depth)
+            .map_err(CallPayloadError::Adapter)
+            .and_then(|v| GuestRequest::parse(kind, v).map_err(CallPayloadError::Shape))
+    };
+    if text.len() as u64 > max_bytes {
+        return Some(general());
+    }
+    let parsed = GuestRequest::parse_tool_call(kind, &replace_lone_surrogates(text))?;
+    Some(match parsed {
+        Ok(mut request) => match request.tool_input_mut() {
+            Some(input) if depth(input) < max_depth as usize => {
+                sanitize(input);
+                Ok(request)
+            }
+            _ => general(),
+        },
+        Err(_) => general(),
+    })
 }
 
 /// Rewrites `\uXXXX` escapes of unpaired UTF-16 surrogates in JSON text as `\ufffd`; paired
@@ -299,6 +350,60 @@ mod tests {
                 let too_large_parse = matches!(parse_guest_json(&text, n - 1, 64), Err(AdapterError::TooLarge { .. }));
                 prop_assert!(too_large_encode);
                 prop_assert!(too_large_parse);
+            }
+        }
+
+        /// `parse_tool_call` is a shortcut: for every payload a tool call can carry, it answers what
+        /// `parse_guest_json` + `GuestRequest::parse` answer (the same request, or a refusal of the
+        /// same class: a limit or bad JSON, or a wrong shape).
+        #[test]
+        fn tool_calls_parse_as_the_general_path_does(
+            input in arb_json(),
+            mcp in any::<bool>(),
+            id in prop_oneof![Just(json!("plugin:demo:x")), Just(json!(7)), Just(json!(null))],
+            mode in prop_oneof![Just(None), Just(Some(json!("raw"))), Just(Some(json!("value"))), Just(Some(json!("x")))],
+            line in prop_oneof![Just(None), Just(Some(json!(3))), Just(Some(json!(-1))), Just(Some(json!(null)))],
+            with_input in any::<bool>(),
+            extra in prop_oneof![Just(None), arb_json().prop_map(Some)],
+            max_bytes in 16u64..400,
+            max_depth in 0u32..6,
+            surrogate in any::<bool>(),
+        ) {
+            let kind = if mcp { RequestKind::Mcp } else { RequestKind::Call };
+            let mut env = serde_json::Map::new();
+            if mcp {
+                env.insert("server".into(), id.clone());
+                env.insert("tool".into(), json!("t"));
+            } else {
+                env.insert("id".into(), id);
+            }
+            if let Some(m) = mode {
+                env.insert("mode".into(), m);
+            }
+            if with_input {
+                env.insert("input".into(), input);
+            }
+            if let Some(l) = line {
+                env.insert("line".into(), l);
+            }
+            if let Some(x) = extra {
+                env.insert("extra".into(), x);
+            }
+            let mut text = Value::Object(env).to_string();
+            if surrogate {
+                text = text.replacen('{', "{\"s\":\"\\ud800\",", 1);
+            }
+            let general = parse_guest_json(&text, max_bytes, max_depth)
+                .map_err(CallPayloadError::Adapter)
+                .and_then(|v| GuestRequest::parse(kind, v).map_err(CallPayloadError::Shape));
+            let direct = parse_tool_call(kind, &text, max_bytes, max_depth).expect("a tool call kind");
+            match (&direct, &general) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (Err(CallPayloadError::Adapter(a)), Err(CallPayloadError::Adapter(b))) => {
+                    prop_assert_eq!(std::mem::discriminant(a), std::mem::discriminant(b))
+                }
+                (Err(CallPayloadError::Shape(a)), Err(CallPayloadError::Shape(b))) => prop_assert_eq!(a.kind, b.kind),
+                _ => prop_assert!(false, "{}: direct {:?}, general {:?}", text, direct, general),
             }
         }
 

@@ -142,7 +142,8 @@ impl CatalogTool {
 /// The run-scoped catalog.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
-    tools: Vec<CatalogTool>,
+    /// Shared: a nested call holds its tool for as long as it runs (a reference count, not a copy).
+    tools: Vec<Arc<CatalogTool>>,
     by_id: HashMap<String, usize>,
     guest: Vec<usize>,
     conveniences: Vec<(String, String)>,
@@ -186,7 +187,7 @@ impl Catalog {
                 (Some(schema), true) => Some(Arc::new(OutputContract::compile(schema))),
                 _ => None,
             };
-            cat.tools.push(CatalogTool { id, def: Arc::new(def), entry, guest_visible, contract });
+            cat.tools.push(Arc::new(CatalogTool { id, def: Arc::new(def), entry, guest_visible, contract }));
         }
         cat.index = SearchIndex::build(cat.guest.iter().map(|&i| {
             let t = &cat.tools[i];
@@ -212,7 +213,7 @@ impl Catalog {
     }
 
     /// Every catalogued tool, in catalog order (MCP and direct-only tools included).
-    pub fn tools(&self) -> &[CatalogTool] {
+    pub fn tools(&self) -> &[Arc<CatalogTool>] {
         &self.tools
     }
 
@@ -241,25 +242,25 @@ impl Catalog {
     }
 
     /// Any catalogued tool by exact id (MCP included).
-    pub fn get(&self, id: &str) -> Option<&CatalogTool> {
+    pub fn get(&self, id: &str) -> Option<&Arc<CatalogTool>> {
         self.by_id.get(id).map(|&i| &self.tools[i])
     }
 
     /// The catalog entry of MCP tool `tool` of server `server` (what `MCP.<server>.<tool>()` calls).
-    pub fn mcp_tool(&self, server: &str, tool: &str) -> Option<&CatalogTool> {
+    pub fn mcp_tool(&self, server: &str, tool: &str) -> Option<&Arc<CatalogTool>> {
         self.get(&codemode_core::catalog::catalog_id(ToolSource::Mcp, server, tool))
             .filter(|t| t.def.source == ToolSource::Mcp)
     }
 
     /// A tool in the guest's views by exact id: what `tools.call` / `tools.describe` accept. MCP and
     /// direct-only tools, and ids that are not catalogued (unknown or denied alike), give `None`.
-    pub fn guest_tool(&self, id: &str) -> Option<&CatalogTool> {
+    pub fn guest_tool(&self, id: &str) -> Option<&Arc<CatalogTool>> {
         self.get(id).filter(|t| t.guest_visible)
     }
 
     /// A tool the guest can call by exact id: in the guest's views, or an MCP tool (`MCP.*`).
     /// Direct-only and uncatalogued (unknown or denied) ids give `None`.
-    pub fn callable(&self, id: &str) -> Option<&CatalogTool> {
+    pub fn callable(&self, id: &str) -> Option<&Arc<CatalogTool>> {
         self.get(id).filter(|t| t.guest_visible || t.def.source == ToolSource::Mcp)
     }
 

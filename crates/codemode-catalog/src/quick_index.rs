@@ -11,6 +11,7 @@
 use crate::Catalog;
 use codemode_core::catalog::ToolSource;
 use codemode_core::namespace::NamespaceInfo;
+use std::sync::Arc;
 
 /// Character budget of the quick index.
 pub const QUICK_INDEX_MAX_CHARS: usize = 3000;
@@ -41,7 +42,7 @@ pub fn quick_index(catalog: &Catalog, max_chars: usize) -> QuickIndex {
         .iter()
         .filter(|t| t.guest_visible && matches!(t.def.source, ToolSource::Openclaw | ToolSource::Plugin))
         .collect();
-    let (with_output, without): (Vec<&crate::CatalogTool>, Vec<&crate::CatalogTool>) =
+    let (with_output, without): (Vec<&Arc<crate::CatalogTool>>, Vec<&Arc<crate::CatalogTool>>) =
         eligible.iter().copied().partition(|t| t.entry.output.is_some());
     let mut used = 0usize;
     let mut lines = Vec::new();

@@ -206,6 +206,35 @@ pub struct GuestRequestError {
     pub reason: String,
 }
 
+/// The fields of [`GuestRequest::Call`], parsed without the enum's tag (see
+/// [`GuestRequest::parse_tool_call`]: through the tagged enum, serde first copies the whole payload,
+/// input included, into a buffer to find the tag).
+/// [`GuestRequest::parse_tool_call`] refuses other fields (its callers then take the general path,
+/// which ignores them): what it does not read, it cannot check against the bridge's limits.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallFields {
+    id: String,
+    #[serde(default = "empty_object")]
+    input: serde_json::Value,
+    #[serde(default)]
+    mode: CallMode,
+    #[serde(default)]
+    line: Option<u32>,
+}
+
+/// The fields of [`GuestRequest::Mcp`], parsed without the enum's tag (see [`CallFields`]).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpFields {
+    server: String,
+    tool: String,
+    #[serde(default = "empty_object")]
+    input: serde_json::Value,
+    #[serde(default)]
+    line: Option<u32>,
+}
+
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
@@ -220,6 +249,28 @@ impl GuestRequest {
         fields.insert("kind".into(), serde_json::Value::String(kind.as_str().into()));
         serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|e| GuestRequestError { kind, reason: e.to_string() })
+    }
+
+    /// Parses a tool call (`Call` / `Mcp`) straight from the payload's JSON text, without a
+    /// [`serde_json::Value`] of the whole payload: `None` for the other kinds. The result equals
+    /// [`GuestRequest::parse`] of the parsed text; the caller applies the bridge's limits to the
+    /// input (size before, depth and forbidden keys after, see `codemode_bridge::adapter`).
+    pub fn parse_tool_call(kind: crate::engine::RequestKind, text: &str) -> Option<Result<Self, serde_json::Error>> {
+        Some(match kind {
+            crate::engine::RequestKind::Call => serde_json::from_str(text)
+                .map(|CallFields { id, input, mode, line }| GuestRequest::Call { id, input, mode, line }),
+            crate::engine::RequestKind::Mcp => serde_json::from_str(text)
+                .map(|McpFields { server, tool, input, line }| GuestRequest::Mcp { server, tool, input, line }),
+            _ => return None,
+        })
+    }
+
+    /// The input of a tool call (`Call` / `Mcp`), to apply the bridge's limits to.
+    pub fn tool_input_mut(&mut self) -> Option<&mut serde_json::Value> {
+        match self {
+            GuestRequest::Call { input, .. } | GuestRequest::Mcp { input, .. } => Some(input),
+            _ => None,
+        }
     }
 
     /// The request's kind.
@@ -357,6 +408,36 @@ mod tests {
             let e = GuestRequest::parse(kind, bad).unwrap_err();
             assert_eq!(e.kind, kind);
             assert!(e.to_string().starts_with(kind.as_str()), "{e}");
+        }
+        // The shortcut for tool calls (parse_tool_call) skips the tagged enum: what it accepts, it
+        // must parse exactly as GuestRequest::parse does; fields it does not know it refuses (its
+        // callers then take the general path).
+        for (kind, payload) in [
+            (RequestKind::Call, json!({"id": "x", "input": [1, {"a": null}], "mode": "value", "line": 7})),
+            (RequestKind::Call, json!({"id": "x", "line": null, "extra": true})),
+            (RequestKind::Call, json!({"id": "x", "input": null})),
+            (RequestKind::Call, json!({"id": 1})),
+            (RequestKind::Call, json!({"id": "x", "line": -1})),
+            (RequestKind::Call, json!({"id": "x", "kind": "search"})),
+            (RequestKind::Mcp, json!({"server": "s", "tool": "t"})),
+            (RequestKind::Mcp, json!({"server": "s", "tool": "t", "input": {"q": "v"}, "line": 3})),
+            (RequestKind::Mcp, json!({"server": "s"})),
+            (RequestKind::Mcp, json!({"server": "s", "tool": "t", "line": "3"})),
+        ] {
+            let mut tagged = payload.clone();
+            if let Some(m) = tagged.as_object_mut() {
+                m.insert("kind".into(), json!(kind.as_str()));
+            }
+            let expected = serde_json::from_value::<GuestRequest>(tagged);
+            assert_eq!(GuestRequest::parse(kind, payload.clone()).ok(), expected.as_ref().ok().cloned());
+            let got = GuestRequest::parse_tool_call(kind, &payload.to_string()).expect("a tool call");
+            let unknown_field = payload.as_object().is_some_and(|m| m.contains_key("extra") || m.contains_key("kind"));
+            match (&got, &expected) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{payload}"),
+                (Err(e), Ok(_)) => assert!(unknown_field, "{payload}: {e}"),
+                (Err(_), Err(_)) => {}
+                (Ok(_), Err(_)) => panic!("{payload}: accepted by the shortcut only"),
+            }
         }
         // Serialized form (stored with suspended runs) round-trips.
         let r = GuestRequest::Mcp { server: "s".into(), tool: "t".into(), input: json!({"x": [1]}), line: None };

@@ -382,7 +382,6 @@ impl GuestVm for Vm {
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        let json = json.to_string();
         self.call_api("settle", |_, f| f.call((id as f64, ok, json))).map(|_| ())
     }
 

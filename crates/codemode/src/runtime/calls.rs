@@ -177,7 +177,7 @@ impl Drop for NestedCalls {
 pub(super) struct CallSpec {
     pub(super) id: RequestId,
     pub(super) request: GuestRequest,
-    pub(super) tool: CatalogTool,
+    pub(super) tool: Arc<CatalogTool>,
     pub(super) mode: CallMode,
     /// Why it starts now.
     pub(super) origin: CallOrigin,
@@ -199,7 +199,7 @@ pub(super) enum CallOrigin {
 pub(super) fn resolve_tool(
     catalog: &Catalog,
     request: &GuestRequest,
-) -> Result<(CatalogTool, CallMode), (String, GuestError)> {
+) -> Result<(Arc<CatalogTool>, CallMode), (String, GuestError)> {
     match request {
         GuestRequest::Mcp { server, tool, .. } => match catalog.mcp_tool(server, tool) {
             Some(t) => Ok((t.clone(), CallMode::Value)),
@@ -353,7 +353,11 @@ impl Inner {
             run.accept(Finished::Denied(Delivery { id, outcome: Err(tool_failure(&tool.id, &why)) }));
             return;
         }
-        run.emit(RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
+        run.emit_with(|| RunEvent::CallStarted {
+            run_id: run.id.to_string(),
+            request_id: id,
+            tool_id: tool.id.clone(),
+        });
         if run.traced() {
             let outcome = match origin {
                 CallOrigin::New => CallOutcome::Issued,

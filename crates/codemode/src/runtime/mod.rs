@@ -326,7 +326,7 @@ impl Run {
                 };
                 self.entry(d.id, &tool_id, outcome, Some(p.issued_at_ms), None, result, error);
             }
-            self.emit(RunEvent::CallFinished {
+            self.emit_with(|| RunEvent::CallFinished {
                 run_id: self.id.to_string(),
                 request_id: d.id,
                 tool_id,
@@ -339,6 +339,14 @@ impl Run {
     fn emit(&self, event: RunEvent) {
         if let Some(o) = &self.observer {
             o.on_event(event);
+        }
+    }
+
+    /// [`Self::emit`] for events built only when someone observes the run (the nested-call path
+    /// would otherwise copy ids into events nobody receives).
+    fn emit_with(&self, event: impl FnOnce() -> RunEvent) {
+        if let Some(o) = &self.observer {
+            o.on_event(event());
         }
     }
 

@@ -1,10 +1,19 @@
 // Layer 2 of the prelude: requests to the host, their promises, and host errors.
     // ---- requests -----------------------------------------------------------------------------------
+    // The executor of every request's promise: one function for all (no closure made per request);
+    // `track` files the resolving functions it hands over under the request's id.
+    let capturedResolve;
+    let capturedReject;
+    function capture(resolve, reject) {
+      capturedResolve = resolve;
+      capturedReject = reject;
+    }
     function track(id) {
-      return new PromiseCtor((resolve, reject) => {
-        resolvers[id] = resolve;
-        rejecters[id] = reject;
-      });
+      const p = new PromiseCtor(capture);
+      resolvers[id] = capturedResolve;
+      rejecters[id] = capturedReject;
+      capturedResolve = capturedReject = undefined;
+      return p;
     }
 
     function request(kind, payload) {
