@@ -43,12 +43,14 @@
     // A tool call: `GuestRequest::Call {id, mode, input, line?}` on the host side.
     // The message is assembled around the input's JSON: JSON.stringify costs microseconds per
     // property inside WebAssembly, and the envelope's own members are known strings and numbers.
-    // `idJson` is the id already as JSON (convenience functions keep theirs).
-    function callRequest(id, input, raw, idJson) {
+    // `head` is the message up to the input (`callHead`; convenience functions keep theirs).
+    function callHead(id, raw) {
+      return '{"id":' + stringify(id) + (raw ? ',"mode":"raw","input":' : ',"mode":"value","input":');
+    }
+    function callRequest(id, input, raw, head) {
       const inputJson = toJson(input === undefined ? {} : input, 1);
       const line = isGated(id) ? cellLine() : undefined;
-      const text = '{"id":' + (idJson === undefined ? stringify(id) : idJson) +
-        (raw ? ',"mode":"raw","input":' : ',"mode":"value","input":') + inputJson +
+      const text = (head === undefined ? callHead(id, raw) : head) + inputJson +
         (line === undefined ? "}" : ',"line":' + line + "}");
       return track(host("call", text));
     }

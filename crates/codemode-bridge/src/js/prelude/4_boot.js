@@ -43,9 +43,9 @@
         // K3: never shadow a helper, nor a name the language reaches for (the host already filters;
         // this is a second guard).
         if (name in tools || isInternalName(name)) return;
-        const idJson = stringify(id);
+        const head = callHead(id, false);
         const fn = function (input) {
-          return callRequest(id, input, false, idJson);
+          return callRequest(id, input, false, head);
         };
         defineProperty(tools, name, { value: fn, writable: false, enumerable: true, configurable: false });
         nameOfId[id] = name;
