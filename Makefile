@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test bench bench-mcp bench-peers bench-serve fmt fuzz
+.PHONY: setup demo test bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz
 
 setup:
 	./scripts/setup.sh
@@ -33,6 +33,10 @@ bench-peers: setup
 bench-serve: setup
 	$(CARGO) build --locked --release -p codemode-cli --bin codemode
 	.venv/bin/python tests/e2e/load.py $${CARGO_TARGET_DIR:-target}/release/codemode
+
+## Instructions per nested call under callgrind (needs valgrind): comparable across runs where times are not.
+bench-instructions: setup
+	./scripts/count-instructions.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -43,13 +43,15 @@
     // A tool call: `GuestRequest::Call {id, mode, input, line?}` on the host side.
     // The message is assembled around the input's JSON: JSON.stringify costs microseconds per
     // property inside WebAssembly, and the envelope's own members are known strings and numbers.
-    // `head` is the message up to the input (`callHead`; convenience functions keep theirs).
+    // `head` is the message up to the input (`callHead`) and `gated` whether the approval policy
+    // gates the tool: convenience functions keep both (no string work per call); other callers
+    // leave them undefined.
     function callHead(id, raw) {
       return '{"id":' + stringify(id) + (raw ? ',"mode":"raw","input":' : ',"mode":"value","input":');
     }
-    function callRequest(id, input, raw, head) {
+    function callRequest(id, input, raw, head, gated) {
       const inputJson = toJson(input === undefined ? {} : input, 1);
-      const line = isGated(id) ? cellLine() : undefined;
+      const line = (gated === undefined ? isGated(id) : gated) ? cellLine() : undefined;
       const text = (head === undefined ? callHead(id, raw) : head) + inputJson +
         (line === undefined ? "}" : ',"line":' + line + "}");
       return track(host("call", text));

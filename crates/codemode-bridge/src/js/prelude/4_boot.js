@@ -44,8 +44,10 @@
         // this is a second guard).
         if (name in tools || isInternalName(name)) return;
         const head = callHead(id, false);
+        let gated;
         const fn = function (input) {
-          return callRequest(id, input, false, head);
+          if (gated === undefined) gated = isGated(id);
+          return callRequest(id, input, false, head, gated);
         };
         defineProperty(tools, name, { value: fn, writable: false, enumerable: true, configurable: false });
         nameOfId[id] = name;

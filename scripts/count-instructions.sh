@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Instructions per nested call, counted by valgrind's callgrind (run by `make bench-instructions`).
+#
+# Timings on a shared 2-core machine move by up to 2x from one run to the next; instruction counts
+# barely do (repeated runs of one binary agree within about 3%, mostly in the host share), so they
+# show whether a change to the nested-call path helps even when its time gain is lost in the noise. They are not times: an instruction
+# of QuickJS interpreting the prelude and one of a malloc cost differently. Numbers are printed,
+# never asserted.
+#
+# Usage: scripts/count-instructions.sh [ENGINE...]   (default: quickjs-wasi quickjs)
+#   BENCH_BIN  the criterion bench binary of `benches/runtime.rs` (default: built here, in the
+#              bench profile, which is release)
+#
+# How: the criterion binary runs one scenario once under `--test`: a warm-up trivial cell, then the
+# scenario's cell. Counted is everything `Inner::drive_loop` runs, inclusive (the guest, the bridge,
+# the runtime's dispatch of each call and the tool itself), on the thread that drives the run. The
+# nested-call cell (1,000 sequential `await tools.demo_echo({ i })`) minus the trivial cell, divided
+# by 1,000, is the cost of one nested call; "guest" is the share inside the engine's drive step
+# (QuickJS, the prelude, the host primitive), "host" the rest (request dispatch, the tool's future,
+# results).
+#
+# Needs valgrind (Debian: `apt-get install valgrind`); it is not part of the set-up, as no test
+# needs it. quickjs-wasi's JIT code runs under valgrind too (about 30 s per engine here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v valgrind >/dev/null 2>&1 || {
+  echo "count-instructions: valgrind is not installed (Debian: apt-get install valgrind)" >&2
+  exit 1
+}
+engines=("$@")
+[ ${#engines[@]} -gt 0 ] || engines=(quickjs-wasi quickjs)
+
+bin=${BENCH_BIN:-}
+if [ -z "$bin" ]; then
+  echo "[count-instructions] building the criterion bench binary" >&2
+  bin=$(cargo bench --locked -p codemode --features engine-wasi,engine-quickjs,engine-boa,demo --bench runtime \
+    --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "runtime":
+        print(m["executable"])')
+fi
+[ -x "$bin" ] || { echo "count-instructions: no bench binary at '$bin'" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Largest inclusive count of functions matching $2 over the per-thread profiles $1.*
+inclusive() {
+  local best=0 v f
+  for f in "$1".*; do
+    v=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E "$2" | head -1 | awk '{gsub(",", "", $1); print $1}')
+    if [ -n "$v" ] && [ "$v" -gt "$best" ]; then best=$v; fi
+  done
+  echo "$best"
+}
+
+printf '%-14s %12s %12s %12s\n' engine "per call" guest host
+for e in "${engines[@]}"; do
+  for scenario in nested_call exec_trivial; do
+    echo "[count-instructions] $e/$scenario under callgrind" >&2
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/$e-$scenario.%p" \
+      "$bin" --test "^$e/$scenario\$" >/dev/null 2>&1
+  done
+  loop_n=$(inclusive "$work/$e-nested_call" 'Inner::drive_loop')
+  loop_t=$(inclusive "$work/$e-exec_trivial" 'Inner::drive_loop')
+  guest_n=$(inclusive "$work/$e-nested_call" 'GuestInstance>::drive ')
+  guest_t=$(inclusive "$work/$e-exec_trivial" 'GuestInstance>::drive ')
+  if [ "$loop_n" -eq 0 ] || [ "$loop_t" -eq 0 ]; then
+    echo "count-instructions: $e: no drive loop in the profile (engine not compiled in?)" >&2
+    continue
+  fi
+  all=$(((loop_n - loop_t) / 1000))
+  guest=$(((guest_n - guest_t) / 1000))
+  printf '%-14s %12d %12d %12d\n' "$e" "$all" "$guest" "$((all - guest))"
+done
