@@ -16,9 +16,13 @@
 //! - **`start(program, limits)`**: a fresh VM per run (runs never share a VM, SPEC Q2), with no
 //!   capabilities beyond the bridge: no modules, files, network, timers or host objects. Evaluate
 //!   the bridge prelude (`codemode_bridge::PRELUDE`, a classic script whose completion value is
-//!   `install(host)`), call `install` with the one host primitive `host(kind, payloadJson)` — whose
-//!   every call goes to `codemode_bridge::BridgeHost::host_call` — and call the handle's
-//!   `boot(program.boot)`. No cell code runs before the first `drive`.
+//!   `install(host, plainJson?)`), call `install` with the one host primitive
+//!   `host(kind, payloadJson)` — whose every call goes to `codemode_bridge::BridgeHost::host_call` —
+//!   and call the handle's `boot(program.boot)`. No cell code runs before the first `drive`.
+//!   `plainJson(value, depth, maxDepth)` is optional: a native serializer of plain data that must
+//!   return `JSON.stringify(value)` byte for byte, or `undefined` for anything it does not handle,
+//!   and must run no guest code (the prelude's contract for it is in its layer 0; the quickjs-wasi
+//!   engine's shim provides one, the conformance case `plain_json_exact_size` checks the bytes).
 //! - **`drive(input)`**, in this order (`codemode_bridge::drive` implements it over the few VM
 //!   primitives of `codemode_bridge::GuestVm`): on the first step compile the cell wrapped by
 //!   `codemode_bridge::wrap_code` and pass the function to the handle's `run`; deliver each

@@ -26,7 +26,9 @@
 //       host_take), -6 nothing under that key.
 //   host_take(dst, len) -> i32        copies the last pull's text to dst (0 ok, -1 no such text)
 //   should_interrupt() -> i32         polled by QuickJS's interrupt handler
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "quickjs.h"
@@ -197,6 +199,265 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
     }
 }
 
+// ---- plain data as JSON --------------------------------------------------------------------------
+// plain_json(value, depth, maxDepth) -> string | undefined: the prelude's second primitive (see
+// toJson in its layer 1). It replaces isPlain's walk plus JSON.stringify, the largest guest-side
+// cost of a nested call, for the data cells send: ordinary objects (prototype Object.prototype or
+// null) and arrays (prototype Array.prototype) of strings, finite numbers, booleans and null, with
+// data properties only, no `toJSON` anywhere on their prototype chains, nesting at most maxDepth
+// levels below `depth`. For those it returns exactly the text JSON.stringify would, byte for byte.
+// It runs no guest code: it reads own data properties only, and anything else (a getter, a Proxy,
+// an exotic object, a hole, a toJSON, a changed prototype chain) makes it answer undefined, so the
+// prelude's own path (the reference behaviour, getters and traps included) takes the value whole.
+static JSValue proto_object, proto_array;
+static JSClassID class_object, class_array;
+static JSAtom atom_to_json;
+
+typedef struct {
+    JSContext *c;
+    char *p;
+    size_t len, cap;
+} Buf;
+
+// 0 ok, -1 out of memory (an exception is pending).
+static int buf_put(Buf *b, const char *s, size_t n) {
+    if (n > b->cap - b->len) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap - b->len < n) {
+            if (cap > ((size_t)-1) / 2) {
+                JS_ThrowOutOfMemory(b->c);
+                return -1;
+            }
+            cap *= 2;
+        }
+        char *q = js_realloc(b->c, b->p, cap);
+        if (!q) return -1;
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+// A UTF-8 string (QuickJS's own conversion: unpaired surrogates kept as 3-byte sequences) quoted
+// as JSON.stringify quotes it: \" \\ \b \f \n \r \t, other controls and unpaired surrogates as
+// lowercase \u escapes, everything else as it is.
+static int put_quoted(Buf *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    if (buf_put(b, "\"", 1)) return -1;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char esc[6];
+        size_t elen = 0, skip = 0;
+        if (ch == '"' || ch == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)ch;
+            elen = 2;
+        } else if (ch < 0x20) {
+            esc[0] = '\\';
+            elen = 2;
+            switch (ch) {
+            case '\b': esc[1] = 'b'; break;
+            case '\f': esc[1] = 'f'; break;
+            case '\n': esc[1] = 'n'; break;
+            case '\r': esc[1] = 'r'; break;
+            case '\t': esc[1] = 't'; break;
+            default:
+                esc[1] = 'u';
+                esc[2] = '0';
+                esc[3] = '0';
+                esc[4] = hex[ch >> 4];
+                esc[5] = hex[ch & 15];
+                elen = 6;
+            }
+        } else if (ch == 0xED && i + 2 < n && ((unsigned char)s[i + 1] & 0xE0) == 0xA0) {
+            // U+D800..U+DFFF: an unpaired surrogate (a pair arrives as one 4-byte sequence).
+            unsigned cp = 0xD000u | (((unsigned char)s[i + 1] & 0x3Fu) << 6) | ((unsigned char)s[i + 2] & 0x3Fu);
+            esc[0] = '\\';
+            esc[1] = 'u';
+            esc[2] = hex[(cp >> 12) & 15];
+            esc[3] = hex[(cp >> 8) & 15];
+            esc[4] = hex[(cp >> 4) & 15];
+            esc[5] = hex[cp & 15];
+            elen = 6;
+            skip = 2;
+        } else {
+            run++;
+            continue;
+        }
+        if (run && buf_put(b, s + i - run, run)) return -1;
+        run = 0;
+        if (buf_put(b, esc, elen)) return -1;
+        i += skip;
+    }
+    if (run && buf_put(b, s + n - run, run)) return -1;
+    return buf_put(b, "\"", 1);
+}
+
+static int put_string_value(Buf *b, JSValueConst v) {
+    size_t n;
+    const char *s = JS_ToCStringLen(b->c, &n, v);
+    if (!s) return -1;
+    int r = put_quoted(b, s, n);
+    JS_FreeCString(b->c, s);
+    return r;
+}
+
+enum { PJ_OK = 0, PJ_ERROR = -1, PJ_NOT_PLAIN = -2 };
+
+static int put_plain(Buf *b, JSValueConst v, int depth, int max_depth);
+
+// The value of `v`'s own data property `prop` in *out (PJ_OK); PJ_NOT_PLAIN for an accessor or a
+// missing property (a hole), PJ_ERROR with an exception pending.
+static int own_data(JSContext *c, JSValueConst v, JSAtom prop, JSValue *out) {
+    JSPropertyDescriptor desc;
+    int found = JS_GetOwnProperty(c, &desc, v, prop);
+    if (found < 0) return PJ_ERROR;
+    if (found == 0) return PJ_NOT_PLAIN;
+    JS_FreeValue(c, desc.getter);
+    JS_FreeValue(c, desc.setter);
+    if (desc.flags & JS_PROP_GETSET) {
+        JS_FreeValue(c, desc.value);
+        return PJ_NOT_PLAIN;
+    }
+    *out = desc.value;
+    return PJ_OK;
+}
+
+// Whether `obj` has an own `toJSON` property (data or accessor): 1 yes, 0 no, -1 exception.
+static int has_own_to_json(JSContext *c, JSValueConst obj) {
+    return JS_GetOwnProperty(c, NULL, obj, atom_to_json);
+}
+
+
+static int put_plain_object(Buf *b, JSValueConst v, int depth, int max_depth) {
+    JSContext *c = b->c;
+    JSPropertyEnum *tab;
+    uint32_t len;
+    if (JS_GetOwnPropertyNames(c, &tab, &len, v, JS_GPN_STRING_MASK | JS_GPN_ENUM_ONLY) < 0) return PJ_ERROR;
+    int r = buf_put(b, "{", 1) ? PJ_ERROR : PJ_OK;
+    for (uint32_t i = 0; i < len && r == PJ_OK; i++) {
+        JSValue x;
+        r = own_data(c, v, tab[i].atom, &x);
+        if (r != PJ_OK) break;
+        size_t kn;
+        const char *k = JS_AtomToCStringLen(c, &kn, tab[i].atom);
+        if (!k) r = PJ_ERROR;
+        else {
+            if ((i > 0 && buf_put(b, ",", 1)) || put_quoted(b, k, kn) || buf_put(b, ":", 1)) r = PJ_ERROR;
+            JS_FreeCString(c, k);
+        }
+        if (r == PJ_OK) r = put_plain(b, x, depth + 1, max_depth);
+        JS_FreeValue(c, x);
+    }
+    JS_FreePropertyEnum(c, tab, len);
+    if (r == PJ_OK && buf_put(b, "}", 1)) r = PJ_ERROR;
+    return r;
+}
+
+static int put_plain_array(Buf *b, JSValueConst v, int depth, int max_depth) {
+    JSContext *c = b->c;
+    int64_t len;
+    if (JS_GetLength(c, v, &len) < 0) return PJ_ERROR;
+    if (buf_put(b, "[", 1)) return PJ_ERROR;
+    for (int64_t i = 0; i < len; i++) {
+        if (i > 0 && buf_put(b, ",", 1)) return PJ_ERROR;
+        JSAtom index = JS_NewAtomUInt32(c, (uint32_t)i);
+        if (index == JS_ATOM_NULL) return PJ_ERROR;
+        JSValue x;
+        int r = own_data(c, v, index, &x);
+        JS_FreeAtom(c, index);
+        if (r != PJ_OK) return r;
+        r = put_plain(b, x, depth + 1, max_depth);
+        JS_FreeValue(c, x);
+        if (r != PJ_OK) return r;
+    }
+    return buf_put(b, "]", 1) ? PJ_ERROR : PJ_OK;
+}
+
+static int put_plain(Buf *b, JSValueConst v, int depth, int max_depth) {
+    JSContext *c = b->c;
+    switch (JS_VALUE_GET_NORM_TAG(v)) {
+    case JS_TAG_STRING:
+    case JS_TAG_STRING_ROPE:
+        return put_string_value(b, v) ? PJ_ERROR : PJ_OK;
+    case JS_TAG_BOOL:
+        return (JS_VALUE_GET_BOOL(v) ? buf_put(b, "true", 4) : buf_put(b, "false", 5)) ? PJ_ERROR : PJ_OK;
+    case JS_TAG_NULL:
+        return buf_put(b, "null", 4) ? PJ_ERROR : PJ_OK;
+    case JS_TAG_INT: {
+        char num[16];
+        int n = snprintf(num, sizeof num, "%d", (int)JS_VALUE_GET_INT(v));
+        return buf_put(b, num, (size_t)n) ? PJ_ERROR : PJ_OK;
+    }
+    case JS_TAG_FLOAT64: {
+        double d = JS_VALUE_GET_FLOAT64(v);
+        if (!isfinite(d)) return PJ_NOT_PLAIN;
+        // JSON.stringify writes a finite number as ToString(number) does.
+        JSValue s = JS_ToString(c, v);
+        if (JS_IsException(s)) return PJ_ERROR;
+        size_t n;
+        const char *t = JS_ToCStringLen(c, &n, s);
+        JS_FreeValue(c, s);
+        if (!t) return PJ_ERROR;
+        int r = buf_put(b, t, n) ? PJ_ERROR : PJ_OK;
+        JS_FreeCString(c, t);
+        return r;
+    }
+    case JS_TAG_OBJECT:
+        break;
+    default:
+        return PJ_NOT_PLAIN;
+    }
+    if (depth >= max_depth || JS_IsProxy(v)) return PJ_NOT_PLAIN;
+    JSClassID cls = JS_GetClassID(v);
+    if (cls != class_object && cls != class_array) return PJ_NOT_PLAIN;
+    // The prototype chain JSON.stringify would search for toJSON: the value, then Array.prototype
+    // (arrays), then Object.prototype, and nothing else.
+    JSValue proto = JS_GetPrototype(c, v);
+    if (JS_IsException(proto)) return PJ_ERROR;
+    int chain_ok;
+    if (cls == class_array) {
+        chain_ok = JS_IsObject(proto) && JS_VALUE_GET_PTR(proto) == JS_VALUE_GET_PTR(proto_array);
+        if (chain_ok) {
+            JSValue up = JS_GetPrototype(c, proto_array);
+            if (JS_IsException(up)) {
+                JS_FreeValue(c, proto);
+                return PJ_ERROR;
+            }
+            chain_ok = JS_IsObject(up) && JS_VALUE_GET_PTR(up) == JS_VALUE_GET_PTR(proto_object);
+            JS_FreeValue(c, up);
+        }
+    } else {
+        chain_ok = JS_IsNull(proto) || (JS_IsObject(proto) && JS_VALUE_GET_PTR(proto) == JS_VALUE_GET_PTR(proto_object));
+    }
+    int null_proto = JS_IsNull(proto);
+    JS_FreeValue(c, proto);
+    if (!chain_ok) return PJ_NOT_PLAIN;
+    int to_json = has_own_to_json(c, v);
+    if (to_json == 0 && cls == class_array) to_json = has_own_to_json(c, proto_array);
+    if (to_json == 0 && !null_proto) to_json = has_own_to_json(c, proto_object);
+    if (to_json < 0) return PJ_ERROR;
+    if (to_json > 0) return PJ_NOT_PLAIN;
+    return cls == class_array ? put_plain_array(b, v, depth, max_depth) : put_plain_object(b, v, depth, max_depth);
+}
+
+static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    (void)this_val;
+    int32_t depth = 0, max_depth = 0;
+    if (argc < 3 || JS_ToInt32(c, &depth, argv[1]) || JS_ToInt32(c, &max_depth, argv[2]))
+        return JS_ThrowTypeError(c, "plainJson(value, depth, maxDepth)");
+    Buf b = { c, NULL, 0, 0 };
+    int r = put_plain(&b, argv[0], depth, max_depth);
+    JSValue out = JS_UNDEFINED;
+    if (r == PJ_OK) out = JS_NewStringLen(c, b.p ? b.p : "", b.len);
+    else if (r == PJ_ERROR) out = JS_EXCEPTION;
+    js_free(c, b.p);
+    return out;
+}
+
 static int interrupt_handler(JSRuntime *r, void *opaque) {
     (void)r;
     (void)opaque;
@@ -251,9 +512,25 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     JSValue install = JS_Eval(ctx, src, len, "<codemode-prelude>", JS_EVAL_TYPE_GLOBAL);
     free(src);
     if (JS_IsException(install)) { set_out_exception(); return -4; }
-    JSValue host = JS_NewCFunction(ctx, js_host, "host", 2);
-    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 1, (JSValueConst *)&host);
-    JS_FreeValue(ctx, host);
+    // The prototypes plain data has, as they are before any guest code runs.
+    global = JS_GetGlobalObject(ctx);
+    JSValue object_ctor = JS_GetPropertyStr(ctx, global, "Object");
+    JSValue array_ctor = JS_GetPropertyStr(ctx, global, "Array");
+    proto_object = JS_GetPropertyStr(ctx, object_ctor, "prototype");
+    proto_array = JS_GetPropertyStr(ctx, array_ctor, "prototype");
+    JS_FreeValue(ctx, object_ctor);
+    JS_FreeValue(ctx, array_ctor);
+    JS_FreeValue(ctx, global);
+    atom_to_json = JS_NewAtom(ctx, "toJSON");
+    class_object = JS_GetClassID(proto_object);
+    class_array = JS_GetClassID(proto_array);
+    if (!JS_IsObject(proto_object) || !JS_IsObject(proto_array) || class_object == class_array) return -7;
+    JSValue primitives[2];
+    primitives[0] = JS_NewCFunction(ctx, js_host, "host", 2);
+    primitives[1] = JS_NewCFunction(ctx, js_plain_json, "plainJson", 3);
+    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 2, primitives);
+    JS_FreeValue(ctx, primitives[0]);
+    JS_FreeValue(ctx, primitives[1]);
     JS_FreeValue(ctx, install);
     if (JS_IsException(api)) { set_out_exception(); return -5; }
     fn_boot = JS_GetPropertyStr(ctx, api, "boot");

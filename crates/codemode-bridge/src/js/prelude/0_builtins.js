@@ -1,13 +1,20 @@
 // codemode guest prelude (DESIGN §3), layer 0: captured builtins, shared lists, `install`'s state.
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
-// script. Its completion value is `install(host)`, which the engine calls with the one host primitive:
+// script. Its completion value is `install(host, plainJson?)`, which the engine calls with the one
+// host primitive (and, optionally, an accelerator):
 //
 //   host(kind: string, payload: string) -> number | string | undefined
 //     kind "text" | "json": synchronous output; returns 0.
 //     kind "pull": catalog data under the key `payload` (a string), or undefined.
 //     any other kind: queues a request; returns its id (> 0).
 //     Throws a plain error when the host refuses the request.
+//
+//   plainJson(value, depth, maxDepth) -> string | undefined   (optional; the wasm engine's shim)
+//     JSON.stringify(value), byte for byte, for plain data it handles (nesting at most maxDepth
+//     levels below `depth`); undefined for anything else, which then takes isPlain + toSafe as
+//     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
+//     toJson, invisible to the cell.
 //
 // `install` returns the engine's private handle { boot, run, settle, poll }. Neither `host` nor the
 // handle is reachable from guest code. Every builtin used here is captured now, so guest code that
@@ -106,7 +113,7 @@
     defineProperty(G, name, { value, writable: false, enumerable: false, configurable: false });
   }
 
-  return function install(host) {
+  return function install(host, plainJson) {
     // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
     // than a Map of pairs on the nested-call path).
     const resolvers = create(null);

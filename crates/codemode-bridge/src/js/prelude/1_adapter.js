@@ -110,6 +110,10 @@
     // `depth`: how deep inside a message `v` sits (0 when it is the whole message).
     function toJson(v, depth) {
       const d = depth === undefined ? 0 : depth;
+      if (plainJson !== undefined) {
+        const fast = plainJson(v, d, maxDepth);
+        if (fast !== undefined) return fast;
+      }
       // A cyclic plain structure exceeds the depth limit in isPlain and takes the safe path.
       const s = isPlain(v, d) ? stringify(v) : stringify(toSafe(v, d, new SetCtor()));
       return s === undefined ? "null" : s;
