@@ -331,7 +331,6 @@ static int has_own_to_json(JSContext *c, JSValueConst obj) {
     return JS_GetOwnProperty(c, NULL, obj, atom_to_json);
 }
 
-
 static int put_plain_object(Buf *b, JSValueConst v, int depth, int max_depth) {
     JSContext *c = b->c;
     JSPropertyEnum *tab;
