@@ -1,0 +1,113 @@
+//! Plain data leaves the guest as JSON.stringify's text to the byte on every engine (issue 14): the
+//! quickjs-wasi shim serializes plain data natively (`plainJson`), the other engines through the
+//! prelude's isPlain + JSON.stringify. Seeded random values (every escape class of strings, numbers
+//! at their formatting edges, integer-like keys, null-prototype objects, nesting) are returned with
+//! `maxOutputBytes` set to their JSON's UTF-8 length, computed in the guest from JSON.stringify:
+//! the run must complete at exactly that length and fail with `output_limit_exceeded` one byte
+//! below it. A serializer that wrote one byte more or less would cut elsewhere. The same values also
+//! round-trip through a nested call equal on both engines.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode::demo::demo_tools;
+use codemode::{CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, RunContext};
+use serde_json::Value;
+
+const ENGINES: [&str; 2] = ["quickjs-wasi", "quickjs"];
+
+/// `SEED` and `MODE` are replaced: mode 0 returns the UTF-8 length of JSON.stringify(value), mode 1
+/// the value itself, mode 2 the value after a round trip through `demo_echo`.
+const CELL: &str = r#"
+let seed = SEED;
+function rnd() { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648; }
+const chars = ["a", "é", '"', "\\", "\n", "\t", "\b", "\u0001", "\u001f", "\u007f", "\uD800", "\uDFFF",
+  "\uD83D\uDE00", "漢", " ", "\u2028", "0"];
+function str() {
+  let s = "";
+  const n = Math.floor(rnd() * 6);
+  for (let i = 0; i < n; i++) s += chars[Math.floor(rnd() * chars.length)];
+  return s;
+}
+function num() {
+  const k = Math.floor(rnd() * 8);
+  return [0, -0, Math.floor(rnd() * 1e6) - 5e5, rnd() * 1e30, -rnd() * 1e-30, 2 ** Math.floor(rnd() * 70), rnd(), 1 / 3][k];
+}
+function val(d) {
+  switch (Math.floor(rnd() * (d > 4 ? 5 : 8))) {
+    case 0: return str();
+    case 1: return num();
+    case 2: return rnd() < 0.5;
+    case 3: return null;
+    case 4: return Math.floor(rnd() * 100);
+    case 5: { const a = []; const n = Math.floor(rnd() * 4); for (let i = 0; i < n; i++) a.push(val(d + 1)); return a; }
+    case 6: {
+      const o = {};
+      const n = Math.floor(rnd() * 4);
+      for (let i = 0; i < n; i++) o[rnd() < 0.2 ? String(Math.floor(rnd() * 10)) : str()] = val(d + 1);
+      return o;
+    }
+    default: { const o = Object.create(null); o[str()] = val(d + 1); return o; }
+  }
+}
+const vs = [];
+for (let i = 0; i < 40; i++) vs.push(val(0));
+const value = { vs, pad: "p".repeat(1100) };
+function utf8(s) {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff) { n += 4; i++; } // JSON.stringify escapes lone surrogates
+    else n += 3;
+  }
+  return n;
+}
+if (MODE === 0) return utf8(JSON.stringify(value));
+if (MODE === 1) return value;
+return await tools.demo_echo(value);
+"#;
+
+fn cell(seed: u32, mode: u32) -> String {
+    CELL.replace("SEED", &seed.to_string()).replace("MODE", &mode.to_string())
+}
+
+fn runtime(engine: &str, max_output_bytes: u64) -> CodeMode {
+    let config = CodeModeConfig { timeout_ms: 10_000, max_output_bytes, ..CodeModeConfig::enabled() };
+    CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build()
+}
+
+async fn run(engine: &str, max_output_bytes: u64, code: &str) -> CodeModeResult {
+    runtime(engine, max_output_bytes).exec(&RunContext::session("plain-json"), &CodeModeExecInput::code(code)).await
+}
+
+fn value(r: &CodeModeResult) -> Value {
+    assert!(matches!(r, CodeModeResult::Completed { .. }), "{}", r.to_json());
+    r.to_json()["value"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_data_is_serialized_to_the_byte_on_every_engine() {
+    for seed in 1..=12u32 {
+        let len = value(&run("quickjs", 1 << 20, &cell(seed, 0)).await).as_u64().unwrap();
+        assert!(len > 1024, "seed {seed}: the value must exceed the smallest maxOutputBytes ({len} bytes)");
+        let mut echoed = Vec::new();
+        for engine in ENGINES {
+            let fits = run(engine, len, &cell(seed, 1)).await;
+            assert!(
+                matches!(fits, CodeModeResult::Completed { .. }),
+                "{engine} seed {seed}: {len} bytes did not fit in {len}: {}",
+                fits.to_json()
+            );
+            let over = run(engine, len - 1, &cell(seed, 1)).await;
+            assert_eq!(
+                over.error_code(),
+                Some(CodeModeErrorCode::OutputLimitExceeded),
+                "{engine} seed {seed}: {len} bytes fit in {}: {}",
+                len - 1,
+                over.to_json()
+            );
+            echoed.push(value(&run(engine, 1 << 20, &cell(seed, 2)).await));
+        }
+        assert_eq!(echoed[0], echoed[1], "seed {seed}: the engines disagree on the echoed value");
+    }
+}
