@@ -209,6 +209,7 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
 // It runs no guest code: it reads own data properties only, and anything else (a getter, a Proxy,
 // an exotic object, a hole, a toJSON, a changed prototype chain) makes it answer undefined, so the
 // prelude's own path (the reference behaviour, getters and traps included) takes the value whole.
+// So does running out of guest heap half way: its buffer is in the guest heap, under the limit.
 static JSValue proto_object, proto_array;
 static JSClassID class_object, class_array;
 static JSAtom atom_to_json;
@@ -448,12 +449,23 @@ static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSVa
     int32_t depth = 0, max_depth = 0;
     if (argc < 3 || JS_ToInt32(c, &depth, argv[1]) || JS_ToInt32(c, &max_depth, argv[2]))
         return JS_ThrowTypeError(c, "plainJson(value, depth, maxDepth)");
+    // No guest code runs here, so the only failure is the heap refusing an allocation. Then the
+    // buffer is given back and the prelude's own path tries instead, with its own memory profile:
+    // a value that serialized within the limit before this shortcut existed still does.
+    int refused_before = heap_refused;
     Buf b = { c, NULL, 0, 0 };
     int r = put_plain(&b, argv[0], depth, max_depth);
     JSValue out = JS_UNDEFINED;
-    if (r == PJ_OK) out = JS_NewStringLen(c, b.p ? b.p : "", b.len);
-    else if (r == PJ_ERROR) out = JS_EXCEPTION;
+    if (r == PJ_OK) {
+        out = JS_NewStringLen(c, b.p ? b.p : "", b.len);
+        if (JS_IsException(out)) r = PJ_ERROR;
+    }
     js_free(c, b.p);
+    if (r == PJ_ERROR) {
+        JS_FreeValue(c, JS_GetException(c));
+        heap_refused = refused_before;
+        return JS_UNDEFINED;
+    }
     return out;
 }
 

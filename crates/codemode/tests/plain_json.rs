@@ -111,3 +111,24 @@ async fn plain_data_is_serialized_to_the_byte_on_every_engine() {
         assert_eq!(echoed[0], echoed[1], "seed {seed}: the engines disagree on the echoed value");
     }
 }
+
+/// quickjs-wasi's native serializer builds its text in the guest heap, next to the value. When
+/// that runs out of heap, the prelude's own path serializes the value instead (it needs less room
+/// at once), so a return value that fit under `memoryLimitBytes` before the shortcut still does.
+/// 1.25 MB of strings in a 4 MiB heap: the shortcut alone failed with `memory_limit_exceeded`
+/// from about 1.1 MB; the prelude's path fits up to about 1.5 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_heap_in_the_native_serializer_falls_back_to_the_prelude() {
+    let config = CodeModeConfig {
+        timeout_ms: 10_000,
+        memory_limit_bytes: 4 << 20,
+        max_output_bytes: 10 << 20,
+        ..CodeModeConfig::enabled()
+    };
+    let cm = CodeMode::builder(config).engine_name("quickjs-wasi").local_tools(demo_tools()).build();
+    let code = "const a = []; for (let i = 0; i < 40; i++) a.push('x'.repeat(31250) + i); return a;";
+    let r = cm.exec(&RunContext::session("plain-json"), &CodeModeExecInput::code(code)).await;
+    let v = value(&r);
+    assert_eq!(v.as_array().map(Vec::len), Some(40));
+    assert_eq!(v[39].as_str().map(str::len), Some(31252));
+}
