@@ -2,7 +2,7 @@
 # Instructions per nested call, counted by valgrind's callgrind (run by `make bench-instructions`).
 #
 # Timings on a shared 2-core machine move by up to 2x from one run to the next; instruction counts
-# barely do (repeated runs of one binary agree within about 3%, mostly in the host share), so they
+# barely do (repeated runs of one binary agree within about 4%, mostly in the host share), so they
 # show whether a change to the nested-call path helps even when its time gain is lost in the noise. They are not times: an instruction
 # of QuickJS interpreting the prelude and one of a malloc cost differently. Numbers are printed,
 # never asserted.
