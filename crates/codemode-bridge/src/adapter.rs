@@ -123,9 +123,8 @@ pub enum CallPayloadError {
 /// The answer is that of [`parse_guest_json`] followed by [`GuestRequest::parse`] (tested): the same
 /// size limit and lone-surrogate rule, the depth limit (the payload nests one level deeper than its
 /// input), forbidden keys dropped (from the input: the envelope's fields are fixed, others refused
-/// here). Whenever the
-/// shortcut finds anything wrong, the general path parses the payload again and gives the refusal,
-/// so which refusal a malformed payload gets does not depend on the shortcut.
+/// here). Whenever the shortcut finds anything wrong, the general path parses the payload again and
+/// gives the refusal, so which refusal a malformed payload gets does not depend on the shortcut.
 pub fn parse_tool_call(
     kind: RequestKind,
     text: &str,

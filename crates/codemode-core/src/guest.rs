@@ -209,6 +209,7 @@ pub struct GuestRequestError {
 /// The fields of [`GuestRequest::Call`], parsed without the enum's tag (see
 /// [`GuestRequest::parse_tool_call`]: through the tagged enum, serde first copies the whole payload,
 /// input included, into a buffer to find the tag).
+///
 /// [`GuestRequest::parse_tool_call`] refuses other fields (its callers then take the general path,
 /// which ignores them): what it does not read, it cannot check against the bridge's limits.
 #[derive(serde::Deserialize)]
@@ -339,7 +340,7 @@ pub struct McpServerView {
 }
 
 /// Per-run data the guest prelude installs at boot: the catalog's guest views. The catalog produces
-/// it ([`codemode-catalog`]); the bridge keeps it on the host and the guest pulls each part by key
+/// it (`codemode-catalog`); the bridge keeps it on the host and the guest pulls each part by key
 /// when a cell first touches it (see `codemode_bridge::BootText` and [`BootSource`](crate::engine::BootSource)).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
