@@ -107,49 +107,51 @@ pub fn parse_guest_json(text: &str, max_bytes: u64, max_depth: u32) -> Result<Va
     Ok(value)
 }
 
-/// Why a tool call's payload was refused by [`parse_tool_call`].
+/// Why the payload of a request was refused by [`parse_request`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallPayloadError {
+pub enum RequestPayloadError {
     /// The text breaks a bridge limit or is not JSON (the guest sees a `RangeError`).
     Adapter(AdapterError),
     /// The JSON is not the request's shape (the guest sees a `TypeError`).
     Shape(GuestRequestError),
 }
 
-/// Parses the payload of a tool call (`Call` / `Mcp`: the requests a cell makes thousands of)
-/// straight into its typed request, without a [`Value`] of the envelope and its conversion into the
-/// request. `None` for the other kinds.
+/// Parses the payload of a `kind` request into its typed form, with the bridge's limits: what
+/// [`parse_guest_json`] followed by [`GuestRequest::parse`] answers.
 ///
-/// The answer is that of [`parse_guest_json`] followed by [`GuestRequest::parse`] (tested): the same
-/// size limit and lone-surrogate rule, the depth limit (the payload nests one level deeper than its
-/// input), forbidden keys dropped (from the input: the envelope's fields are fixed, others refused
-/// here). Whenever the shortcut finds anything wrong, the general path parses the payload again and
-/// gives the refusal, so which refusal a malformed payload gets does not depend on the shortcut.
-pub fn parse_tool_call(
+/// Tool calls (`Call` / `Mcp`, the requests a cell makes thousands of) take a shortcut: straight
+/// from the text into the typed request, without a [`Value`] of the envelope and its conversion.
+/// It keeps the same size limit and lone-surrogate rule, the depth limit (the payload nests one
+/// level deeper than its input) and drops forbidden keys (from the input: the envelope's fields are
+/// fixed, others refused there). Whenever the shortcut finds anything wrong, the general path parses
+/// the payload again and gives the answer, so which refusal a malformed payload gets does not depend
+/// on the shortcut (a property test compares the two).
+pub fn parse_request(
     kind: RequestKind,
     text: &str,
     max_bytes: u64,
     max_depth: u32,
-) -> Option<Result<GuestRequest, CallPayloadError>> {
-    let general = || {
-        parse_guest_json(text, max_bytes, max_depth)
-            .map_err(CallPayloadError::Adapter)
-            .and_then(|v| GuestRequest::parse(kind, v).map_err(CallPayloadError::Shape))
-    };
-    if text.len() as u64 > max_bytes {
-        return Some(general());
+) -> Result<GuestRequest, RequestPayloadError> {
+    if text.len() as u64 <= max_bytes
+        && let Some(Ok(mut request)) = GuestRequest::parse_tool_call(kind, &replace_lone_surrogates(text))
+        && let Some(input) = request.tool_input_mut()
+        && depth(input) < max_depth as usize
+    {
+        sanitize(input);
+        return Ok(request);
     }
-    let parsed = GuestRequest::parse_tool_call(kind, &replace_lone_surrogates(text))?;
-    Some(match parsed {
-        Ok(mut request) => match request.tool_input_mut() {
-            Some(input) if depth(input) < max_depth as usize => {
-                sanitize(input);
-                Ok(request)
-            }
-            _ => general(),
-        },
-        Err(_) => general(),
-    })
+    parse_request_generally(kind, text, max_bytes, max_depth)
+}
+
+/// [`parse_request`] without the shortcut: through a [`Value`] of the whole payload.
+fn parse_request_generally(
+    kind: RequestKind,
+    text: &str,
+    max_bytes: u64,
+    max_depth: u32,
+) -> Result<GuestRequest, RequestPayloadError> {
+    let value = parse_guest_json(text, max_bytes, max_depth).map_err(RequestPayloadError::Adapter)?;
+    GuestRequest::parse(kind, value).map_err(RequestPayloadError::Shape)
 }
 
 /// Rewrites `\uXXXX` escapes of unpaired UTF-16 surrogates in JSON text as `\ufffd`; paired
@@ -352,15 +354,17 @@ mod tests {
             }
         }
 
-        /// `parse_tool_call` is a shortcut: for every payload a tool call can carry, it answers what
-        /// `parse_guest_json` + `GuestRequest::parse` answer (the same request, or a refusal of the
-        /// same class: a limit or bad JSON, or a wrong shape).
+        /// `parse_request`'s shortcut for tool calls: for every payload a tool call can carry, it
+        /// answers what `parse_guest_json` + `GuestRequest::parse` answer (the same request, or a
+        /// refusal of the same class: a limit or bad JSON, or a wrong shape).
         #[test]
         fn tool_calls_parse_as_the_general_path_does(
             input in arb_json(),
             mcp in any::<bool>(),
             id in prop_oneof![Just(json!("plugin:demo:x")), Just(json!(7)), Just(json!(null))],
-            mode in prop_oneof![Just(None), Just(Some(json!("raw"))), Just(Some(json!("value"))), Just(Some(json!("x")))],
+            mode in prop_oneof![
+                Just(None), Just(Some(json!("raw"))), Just(Some(json!("value"))), Just(Some(json!("x")))
+            ],
             line in prop_oneof![Just(None), Just(Some(json!(3))), Just(Some(json!(-1))), Just(Some(json!(null)))],
             with_input in any::<bool>(),
             extra in prop_oneof![Just(None), arb_json().prop_map(Some)],
@@ -392,16 +396,16 @@ mod tests {
             if surrogate {
                 text = text.replacen('{', "{\"s\":\"\\ud800\",", 1);
             }
-            let general = parse_guest_json(&text, max_bytes, max_depth)
-                .map_err(CallPayloadError::Adapter)
-                .and_then(|v| GuestRequest::parse(kind, v).map_err(CallPayloadError::Shape));
-            let direct = parse_tool_call(kind, &text, max_bytes, max_depth).expect("a tool call kind");
+            let general = parse_request_generally(kind, &text, max_bytes, max_depth);
+            let direct = parse_request(kind, &text, max_bytes, max_depth);
             match (&direct, &general) {
                 (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-                (Err(CallPayloadError::Adapter(a)), Err(CallPayloadError::Adapter(b))) => {
+                (Err(RequestPayloadError::Adapter(a)), Err(RequestPayloadError::Adapter(b))) => {
                     prop_assert_eq!(std::mem::discriminant(a), std::mem::discriminant(b))
                 }
-                (Err(CallPayloadError::Shape(a)), Err(CallPayloadError::Shape(b))) => prop_assert_eq!(a.kind, b.kind),
+                (Err(RequestPayloadError::Shape(a)), Err(RequestPayloadError::Shape(b))) => {
+                    prop_assert_eq!(a.kind, b.kind)
+                }
                 _ => prop_assert!(false, "{}: direct {:?}, general {:?}", text, direct, general),
             }
         }

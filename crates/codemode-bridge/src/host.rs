@@ -2,11 +2,10 @@
 //! settled requests are encoded for delivery. Shared by every engine, so the protocol's rules (ids,
 //! limits, output accounting) are implemented exactly once.
 
-use crate::adapter::{AdapterError, CallPayloadError, encode_for_guest, parse_guest_json, parse_tool_call};
+use crate::adapter::{RequestPayloadError, encode_for_guest, parse_guest_json, parse_request};
 use codemode_core::engine::BootSource;
 use codemode_core::engine::{BridgeRequest, Delivery, GuestFailure, GuestLimits, RequestId, RequestKind};
 use codemode_core::error::CodeModeErrorCode;
-use codemode_core::guest::{GuestRequest, GuestRequestError};
 use codemode_core::result::CodeModeOutput;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -154,25 +153,19 @@ impl BridgeHost {
                     });
                     return HostCallResult::Fatal;
                 }
-                let (max_bytes, max_depth) = (self.limits.max_message_bytes, self.limits.max_json_depth);
-                let refused_json = |e: AdapterError| HostCallResult::Throw {
-                    name: "RangeError",
-                    message: format!("{}: {e}", kind.as_str()),
-                };
-                let refused_shape =
-                    |e: GuestRequestError| HostCallResult::Throw { name: "TypeError", message: e.to_string() };
                 // Parsed once, here: everything after the primitive matches on the typed request.
-                let request = match parse_tool_call(kind, payload, max_bytes, max_depth) {
-                    Some(Ok(r)) => r,
-                    Some(Err(CallPayloadError::Adapter(e))) => return refused_json(e),
-                    Some(Err(CallPayloadError::Shape(e))) => return refused_shape(e),
-                    None => match parse_guest_json(payload, max_bytes, max_depth) {
-                        Ok(v) => match GuestRequest::parse(kind, v) {
-                            Ok(r) => r,
-                            Err(e) => return refused_shape(e),
-                        },
-                        Err(e) => return refused_json(e),
-                    },
+                let (max_bytes, max_depth) = (self.limits.max_message_bytes, self.limits.max_json_depth);
+                let request = match parse_request(kind, payload, max_bytes, max_depth) {
+                    Ok(r) => r,
+                    Err(RequestPayloadError::Adapter(e)) => {
+                        return HostCallResult::Throw {
+                            name: "RangeError",
+                            message: format!("{}: {e}", kind.as_str()),
+                        };
+                    }
+                    Err(RequestPayloadError::Shape(e)) => {
+                        return HostCallResult::Throw { name: "TypeError", message: e.to_string() };
+                    }
                 };
                 let id = self.state.next_id;
                 self.state.next_id += 1;
@@ -257,6 +250,7 @@ fn error_json(name: &str, message: &str, code: Option<&str>) -> String {
 mod tests {
     use super::*;
     use codemode_core::engine::GuestError;
+    use codemode_core::guest::GuestRequest;
     use serde_json::json;
 
     fn host() -> BridgeHost {

@@ -410,9 +410,9 @@ mod tests {
             assert_eq!(e.kind, kind);
             assert!(e.to_string().starts_with(kind.as_str()), "{e}");
         }
-        // The shortcut for tool calls (parse_tool_call) skips the tagged enum: what it accepts, it
-        // must parse exactly as GuestRequest::parse does; fields it does not know it refuses (its
-        // callers then take the general path).
+        // The shortcut for tool calls (parse_tool_call, behind codemode_bridge::adapter::parse_request)
+        // skips the tagged enum: what it accepts, it must parse exactly as GuestRequest::parse does;
+        // fields it does not know it refuses (its callers then take the general path).
         for (kind, payload) in [
             (RequestKind::Call, json!({"id": "x", "input": [1, {"a": null}], "mode": "value", "line": 7})),
             (RequestKind::Call, json!({"id": "x", "line": null, "extra": true})),

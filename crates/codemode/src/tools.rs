@@ -231,15 +231,10 @@ pub(crate) async fn run_gated(
             }
         }
     }
-    // Without hooks nothing looks at the call after the tool: it is handed over, not copied.
-    if hooks.is_empty() {
-        return Gated::Done(match refused {
-            Some(e) => Err(e),
-            None => executor.call(call).await,
-        });
-    }
     let mut outcome = match refused {
         Some(e) => Err(e),
+        // Without hooks nothing looks at the call after the tool: it is handed over, not copied.
+        None if hooks.is_empty() => return Gated::Done(executor.call(call).await),
         None => executor.call(call.clone()).await,
     };
     for h in hooks {

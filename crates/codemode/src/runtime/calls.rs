@@ -353,11 +353,7 @@ impl Inner {
             run.accept(Finished::Denied(Delivery { id, outcome: Err(tool_failure(&tool.id, &why)) }));
             return;
         }
-        run.emit_with(|| RunEvent::CallStarted {
-            run_id: run.id.to_string(),
-            request_id: id,
-            tool_id: tool.id.clone(),
-        });
+        run.emit(|| RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
         if run.traced() {
             let outcome = match origin {
                 CallOrigin::New => CallOutcome::Issued,

@@ -302,7 +302,7 @@ impl Run {
                     if let Some((issued, input)) = record {
                         self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
                     }
-                    self.emit(RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
+                    self.emit(|| RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
                 }
                 return;
             }
@@ -326,7 +326,7 @@ impl Run {
                 };
                 self.entry(d.id, &tool_id, outcome, Some(p.issued_at_ms), None, result, error);
             }
-            self.emit_with(|| RunEvent::CallFinished {
+            self.emit(|| RunEvent::CallFinished {
                 run_id: self.id.to_string(),
                 request_id: d.id,
                 tool_id,
@@ -336,15 +336,9 @@ impl Run {
         self.ready.push(d);
     }
 
-    fn emit(&self, event: RunEvent) {
-        if let Some(o) = &self.observer {
-            o.on_event(event);
-        }
-    }
-
-    /// [`Self::emit`] for events built only when someone observes the run (the nested-call path
-    /// would otherwise copy ids into events nobody receives).
-    fn emit_with(&self, event: impl FnOnce() -> RunEvent) {
+    /// Sends an event to the run's observer. The event is built only when there is one (the
+    /// nested-call path would otherwise copy ids into events nobody receives).
+    fn emit(&self, event: impl FnOnce() -> RunEvent) {
         if let Some(o) = &self.observer {
             o.on_event(event());
         }
@@ -385,7 +379,7 @@ impl Run {
         if let Some(sink) = &t.sink {
             sink.on_event(RunEvent::Trace(Box::new(record.clone())));
         }
-        self.emit(RunEvent::Trace(Box::new(record)));
+        self.emit(|| RunEvent::Trace(Box::new(record)));
     }
 
     /// Emits a `cancelled` entry for every nested call still outstanding (the run is aborted).
@@ -939,9 +933,7 @@ impl Inner {
             }
             for item in report.output {
                 call.output_used += item.cost() as u64;
-                if run.observer.is_some() {
-                    run.emit(RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
-                }
+                run.emit(|| RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
                 call.output.push(item);
             }
             match report.outcome {
@@ -960,9 +952,7 @@ impl Inner {
             for text in std::mem::take(&mut run.loop_warnings) {
                 let item = CodeModeOutput::Text { text };
                 call.output_used += item.cost() as u64;
-                if run.observer.is_some() {
-                    run.emit(RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
-                }
+                run.emit(|| RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
                 call.output.push(item);
             }
             run.collect_finished();
