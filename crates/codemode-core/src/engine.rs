@@ -21,8 +21,9 @@
 //!   and call the handle's `boot(program.boot)`. No cell code runs before the first `drive`.
 //!   `plainJson(value, depth, maxDepth)` is optional: a native serializer of plain data that must
 //!   return `JSON.stringify(value)` byte for byte, or `undefined` for anything it does not handle,
-//!   and must run no guest code (the prelude's contract for it is in its layer 0; the quickjs-wasi
-//!   engine's shim provides one, the conformance case `plain_json_exact_size` checks the bytes).
+//!   and must run no guest code (the prelude's contract for it is in its layer 0; both QuickJS
+//!   engines provide one, the quickjs-wasi shim in C and the native engine in Rust over QuickJS's
+//!   C API; the conformance cases `plain_json_*` check the bytes and the prototype-chain rules).
 //! - **`drive(input)`**, in this order (`codemode_bridge::drive` implements it over the few VM
 //!   primitives of `codemode_bridge::GuestVm`): on the first step compile the cell wrapped by
 //!   `codemode_bridge::wrap_code` and pass the function to the handle's `run`; deliver each

@@ -6,7 +6,9 @@
 //!
 //! Guest code runs on the shared worker threads of `codemode-bridge` (with a known stack size, so
 //! QuickJS's stack limit is meaningful). The bridge prelude is compiled to QuickJS bytecode once per
-//! process, so a new VM only loads it. A suspended run keeps its VM alive: its
+//! process, so a new VM only loads it. Plain data a cell sends or returns is serialized by a native
+//! `plainJson` (module `plain_json`, written against QuickJS's C API) instead of the
+//! prelude's walk plus `JSON.stringify`. A suspended run keeps its VM alive: its
 //! snapshot is [`SnapshotBody::Live`], sized by QuickJS's memory accounting, and cannot leave the
 //! process (only the in-memory store accepts it).
 //!
@@ -22,6 +24,7 @@
 #![deny(unsafe_code)]
 
 mod alloc;
+mod plain_json;
 
 use codemode_bridge::driver::{GuestVm, VmFault, drive, failure_from_parts};
 use codemode_bridge::{BridgeHost, CELL_FILENAME, HostCallResult, PRELUDE, PRELUDE_FILENAME, workers};
@@ -184,7 +187,7 @@ impl Interrupt {
 /// Field order matters: the prelude handle must be released before the context and the runtime
 /// (QuickJS asserts that no object outlives its runtime).
 struct Vm {
-    api: Persistent<Object<'static>>,
+    api: Api,
     ctx: Context,
     rt: Runtime,
     bridge: Arc<Mutex<BridgeHost>>,
@@ -192,6 +195,26 @@ struct Vm {
     boot: Option<String>,
     /// Set by the allocator when it refuses an allocation; cleared at every drive step.
     refused: Arc<AtomicBool>,
+    /// The native serializer's state, which the context points at: dropped after the runtime.
+    _serializer: Box<plain_json::SerializerState>,
+}
+
+/// The prelude's private handle `{ boot, run, settle, poll }`, each function kept on its own (no
+/// property lookup per call: `settle` runs once per nested call).
+struct Api {
+    boot: Persistent<Function<'static>>,
+    run: Persistent<Function<'static>>,
+    settle: Persistent<Function<'static>>,
+    poll: Persistent<Function<'static>>,
+}
+
+impl Api {
+    fn save<'js>(ctx: &Ctx<'js>, handle: &Object<'js>) -> rquickjs::Result<Self> {
+        let get = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
+            Ok(Persistent::save(ctx, handle.get::<_, Function<'js>>(name)?))
+        };
+        Ok(Api { boot: get("boot")?, run: get("run")?, settle: get("settle")?, poll: get("poll")? })
+    }
 }
 
 // SAFETY: with rquickjs's `parallel` feature the runtime and context are `Send` and every access
@@ -255,7 +278,10 @@ impl Vm {
         let ctx = Context::full(&rt).map_err(unavailable("cannot create a QuickJS context"))?;
         let bridge = Arc::new(Mutex::new(BridgeHost::new(limits)));
         let bytecode = prelude_bytecode()?;
-        let api = ctx.with(|ctx| -> Result<Persistent<Object<'static>>, EngineError> {
+        let stop_check = interrupt.clone();
+        let mut serializer =
+            plain_json::SerializerState::new(refused.clone(), heap_limit, move || stop_check.should_stop());
+        let api = ctx.with(|ctx| -> Result<Api, EngineError> {
             let installed = (|| -> rquickjs::Result<Object<'_>> {
                 // SAFETY: the bytes were produced by `Module::write` of this same QuickJS build in this
                 // process (see `prelude_bytecode`), from our own prelude source, and live for the rest
@@ -266,14 +292,15 @@ impl Vm {
                 done.finish::<()>()?;
                 let install: Function<'_> = module.namespace()?.get("default")?;
                 let host = host_function(&ctx, bridge.clone(), interrupt.clone())?;
-                install.call((host,))
+                let plain = plain_json::function(&ctx, &mut serializer)?;
+                install.call((host, plain))
             })();
-            let api = installed
+            installed
+                .and_then(|api| Api::save(&ctx, &api))
                 .catch(&ctx)
-                .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))?;
-            Ok(Persistent::save(&ctx, api))
+                .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))
         })?;
-        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused })
+        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, _serializer: serializer })
     }
 
     /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.
@@ -291,12 +318,12 @@ impl Vm {
 
     fn call_api(
         &mut self,
-        name: &str,
+        f: impl FnOnce(&Api) -> &Persistent<Function<'static>>,
         args: impl for<'js> FnOnce(&Ctx<'js>, Function<'js>) -> rquickjs::Result<Value<'js>>,
     ) -> Result<Option<String>, VmFault> {
-        let api = self.api.clone();
+        let f = f(&self.api).clone();
         self.ctx.with(|ctx| {
-            let result = api.restore(&ctx).and_then(|api| api.get::<_, Function<'_>>(name)).and_then(|f| args(&ctx, f));
+            let result = f.restore(&ctx).and_then(|f| args(&ctx, f));
             match result {
                 Ok(v) => Ok(v.as_string().and_then(|s| s.to_string().ok())),
                 Err(e) => Err(self.fault(&ctx, e)),
@@ -370,19 +397,19 @@ impl GuestVm for Vm {
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
-        self.call_api("boot", |_, f| f.call((boot,)))?;
-        let api = self.api.clone();
+        self.call_api(|api| &api.boot, |_, f| f.call((boot,)))?;
+        let run = self.api.run.clone();
         let wrapped = wrapped.to_string();
         self.ctx.with(|ctx| {
             let result = ctx
                 .eval_with_options::<Value<'_>, _>(wrapped, eval_options(CELL_FILENAME))
-                .and_then(|cell| api.restore(&ctx)?.get::<_, Function<'_>>("run")?.call::<_, Value<'_>>((cell,)));
+                .and_then(|cell| run.restore(&ctx)?.call::<_, Value<'_>>((cell,)));
             result.map(|_| ()).map_err(|e| self.fault(&ctx, e))
         })
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        self.call_api("settle", |_, f| f.call((id as f64, ok, json))).map(|_| ())
+        self.call_api(|api| &api.settle, |_, f| f.call((id as f64, ok, json))).map(|_| ())
     }
 
     fn run_jobs(&mut self) -> Result<(), VmFault> {
@@ -404,7 +431,7 @@ impl GuestVm for Vm {
     }
 
     fn poll(&mut self) -> Result<Option<String>, VmFault> {
-        self.call_api("poll", |_, f| f.call(()))
+        self.call_api(|api| &api.poll, |_, f| f.call(()))
     }
 
     fn memory_refused(&mut self) -> bool {

@@ -1,6 +1,7 @@
-//! Plain data leaves the guest as JSON.stringify's text to the byte on every engine (issue 14): the
-//! quickjs-wasi shim serializes plain data natively (`plainJson`), the other engines through the
-//! prelude's isPlain + JSON.stringify. Seeded random values (every escape class of strings, numbers
+//! Plain data leaves the guest as JSON.stringify's text to the byte on every engine (issue 14): both
+//! QuickJS engines serialize plain data natively (`plainJson`: the quickjs-wasi shim in C inside the
+//! sandbox, the native engine in Rust over QuickJS's C API); without it, the prelude's isPlain +
+//! JSON.stringify do. Seeded random values (every escape class of strings, numbers
 //! at their formatting edges, integer-like keys, null-prototype objects, nesting) are returned with
 //! `maxOutputBytes` set to their JSON's UTF-8 length, computed in the guest from JSON.stringify:
 //! the run must complete at exactly that length and fail with `output_limit_exceeded` one byte
@@ -116,19 +117,49 @@ async fn plain_data_is_serialized_to_the_byte_on_every_engine() {
 /// that runs out of heap, the prelude's own path serializes the value instead (it needs less room
 /// at once), so a return value that fit under `memoryLimitBytes` before the shortcut still does.
 /// 1.25 MB of strings in a 4 MiB heap: the shortcut alone failed with `memory_limit_exceeded`
-/// from about 1.1 MB; the prelude's path fits up to about 1.5 MB.
+/// from about 1.1 MB; the prelude's path fits up to about 1.5 MB. The native engine's serializer
+/// builds its text in host memory and copies it into the guest heap once; it must fit too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_out_of_heap_in_the_native_serializer_falls_back_to_the_prelude() {
-    let config = CodeModeConfig {
-        timeout_ms: 10_000,
-        memory_limit_bytes: 4 << 20,
-        max_output_bytes: 10 << 20,
-        ..CodeModeConfig::enabled()
-    };
-    let cm = CodeMode::builder(config).engine_name("quickjs-wasi").local_tools(demo_tools()).build();
-    let code = "const a = []; for (let i = 0; i < 40; i++) a.push('x'.repeat(31250) + i); return a;";
-    let r = cm.exec(&RunContext::session("plain-json"), &CodeModeExecInput::code(code)).await;
-    let v = value(&r);
-    assert_eq!(v.as_array().map(Vec::len), Some(40));
-    assert_eq!(v[39].as_str().map(str::len), Some(31252));
+    for engine in ENGINES {
+        let config = CodeModeConfig {
+            timeout_ms: 10_000,
+            memory_limit_bytes: 4 << 20,
+            max_output_bytes: 10 << 20,
+            ..CodeModeConfig::enabled()
+        };
+        let cm = CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build();
+        let code = "const a = []; for (let i = 0; i < 40; i++) a.push('x'.repeat(31250) + i); return a;";
+        let r = cm.exec(&RunContext::session("plain-json"), &CodeModeExecInput::code(code)).await;
+        let v = value(&r);
+        assert_eq!(v.as_array().map(Vec::len), Some(40), "{engine}");
+        assert_eq!(v[39].as_str().map(str::len), Some(31252), "{engine}");
+    }
+}
+
+/// A hostile cell hands the serializer a small value that stands for an enormous text: 40 levels
+/// of an array holding the level below twice (2^40 leaves, a few kilobytes of heap). Neither
+/// engine's serializer may hold the worker past the deadline (the native one checks the engine's
+/// interrupt while it writes, the wasm one is stopped by its epoch deadline), nor build the text
+/// outside the memory limit: the run ends with `timeout` (the prelude's walk is stopped by the
+/// interrupt handler) or `memory_limit_exceeded`, and the engine serves the next cell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exponentially_shared_value_ends_at_the_deadline_or_the_memory_limit() {
+    for engine in ENGINES {
+        let config = CodeModeConfig { timeout_ms: 300, ..CodeModeConfig::enabled() };
+        let cm = CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build();
+        for code in [
+            "let x = [1, 'two']; for (let i = 0; i < 40; i++) x = [x, x]; return x;",
+            "let x = { a: 'b' }; for (let i = 0; i < 40; i++) x = { l: x, r: x }; await tools.demo_echo(x);",
+        ] {
+            let r = cm.exec(&RunContext::session("plain-json"), &CodeModeExecInput::code(code)).await;
+            assert!(
+                matches!(r.error_code(), Some(CodeModeErrorCode::Timeout | CodeModeErrorCode::MemoryLimitExceeded)),
+                "{engine}: {code}: {}",
+                r.to_json()
+            );
+        }
+        let after = cm.exec(&RunContext::session("plain-json"), &CodeModeExecInput::code("return [1, 2];")).await;
+        assert_eq!(value(&after), serde_json::json!([1, 2]), "{engine}");
+    }
 }

@@ -10,7 +10,7 @@
 //     any other kind: queues a request; returns its id (> 0).
 //     Throws a plain error when the host refuses the request.
 //
-//   plainJson(value, depth, maxDepth) -> string | undefined   (optional; the wasm engine's shim)
+//   plainJson(value, depth, maxDepth) -> string | undefined   (optional; both QuickJS engines give one)
 //     JSON.stringify(value), byte for byte, for plain data it handles (nesting at most maxDepth
 //     levels below `depth`); undefined for anything else, which then takes isPlain + toSafe as
 //     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
