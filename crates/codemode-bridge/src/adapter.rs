@@ -154,6 +154,28 @@ fn parse_request_generally(
     GuestRequest::parse(kind, value).map_err(RequestPayloadError::Shape)
 }
 
+/// Text a QuickJS guest hands the host (a C string of QuickJS: UTF-8, except that an unpaired
+/// UTF-16 surrogate is kept as its own 3-byte sequence, `ED A0..BF 80..BF`) as a Rust string: each
+/// unpaired surrogate becomes one U+FFFD, as it does in values (SPEC O3), and any other invalid
+/// byte becomes U+FFFD too. Borrows when the text is valid UTF-8 already.
+pub fn guest_text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    // U+FFFD is three bytes in UTF-8 too: rewrite each surrogate sequence in place.
+    let mut fixed = bytes.to_vec();
+    let mut i = 0;
+    while i + 2 < fixed.len() {
+        if fixed[i] == 0xED && (0xA0..=0xBF).contains(&fixed[i + 1]) && (0x80..=0xBF).contains(&fixed[i + 2]) {
+            fixed[i..i + 3].copy_from_slice("\u{FFFD}".as_bytes());
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    std::borrow::Cow::Owned(String::from_utf8_lossy(&fixed).into_owned())
+}
+
 /// Rewrites `\uXXXX` escapes of unpaired UTF-16 surrogates in JSON text as `\ufffd`; paired
 /// surrogates and everything else are kept. Linear; borrows when there is nothing to rewrite.
 pub fn replace_lone_surrogates(text: &str) -> std::borrow::Cow<'_, str> {
@@ -266,6 +288,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn guest_text_writes_one_replacement_character_per_lone_surrogate() {
+        // "a", lone high surrogate U+D800, "b", lone low surrogate U+DC00, "c", as QuickJS encodes them.
+        let bytes = b"a\xED\xA0\x80b\xED\xB0\x80c";
+        assert_eq!(guest_text(bytes), "a\u{FFFD}b\u{FFFD}c");
+        // A surrogate sequence cut short, and a stray continuation byte: lossy, one U+FFFD each.
+        assert_eq!(guest_text(b"x\xED\xA0"), "x\u{FFFD}\u{FFFD}");
+        assert_eq!(guest_text(b"\x80y"), "\u{FFFD}y");
+        // Valid text (a pair arrives as one 4-byte sequence) is borrowed as it is.
+        let valid = "é 😀 漢";
+        assert!(matches!(guest_text(valid.as_bytes()), std::borrow::Cow::Borrowed(t) if t == valid));
+    }
 
     #[test]
     fn forbidden_keys_are_dropped_both_ways() {

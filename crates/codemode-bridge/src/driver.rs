@@ -174,7 +174,9 @@ struct FailureData {
 /// - errors of the module guards (`module access denied…`) are `module_access_denied`;
 /// - anything else is a plain exception without a code.
 pub fn classify_failure(json: &str) -> GuestFailure {
-    let data: FailureData = serde_json::from_str(json).unwrap_or_default();
+    // JSON.stringify escapes a lone surrogate (`\ud800`), which serde_json refuses: as U+FFFD.
+    let json = crate::adapter::replace_lone_surrogates(json);
+    let data: FailureData = serde_json::from_str(&json).unwrap_or_default();
     failure_from_parts(&data.name, &data.message, &data.stack, data.code.as_deref())
 }
 

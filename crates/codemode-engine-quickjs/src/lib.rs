@@ -24,18 +24,17 @@
 #![deny(unsafe_code)]
 
 mod alloc;
+mod ffi;
 mod plain_json;
 
 use codemode_bridge::driver::{GuestVm, VmFault, drive, failure_from_parts};
-use codemode_bridge::{BridgeHost, CELL_FILENAME, HostCallResult, PRELUDE, PRELUDE_FILENAME, workers};
+use codemode_bridge::{BridgeHost, CELL_FILENAME, PRELUDE, PRELUDE_FILENAME, workers};
 use codemode_core::engine::{
     DriveInput, DriveReport, EngineError, GuestEngine, GuestInstance, GuestLimits, GuestProgram, RequestId, Snapshot,
     SnapshotBody,
 };
 use rquickjs::context::EvalOptions;
-use rquickjs::{
-    CatchResultExt, Context, Ctx, Exception, Function, Module, Object, Persistent, Runtime, Value, WriteOptions,
-};
+use rquickjs::{CatchResultExt, Context, Ctx, Function, Module, Object, Persistent, Runtime, Value, WriteOptions};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -195,8 +194,8 @@ struct Vm {
     boot: Option<String>,
     /// Set by the allocator when it refuses an allocation; cleared at every drive step.
     refused: Arc<AtomicBool>,
-    /// The native serializer's state, which the context points at: dropped after the runtime.
-    _serializer: Box<plain_json::SerializerState>,
+    /// The primitives' state, which the context points at (see `ffi`): dropped after the runtime.
+    _state: Box<ffi::ContextState>,
 }
 
 /// The prelude's private handle `{ boot, run, settle, poll }`, each function kept on its own (no
@@ -278,9 +277,7 @@ impl Vm {
         let ctx = Context::full(&rt).map_err(unavailable("cannot create a QuickJS context"))?;
         let bridge = Arc::new(Mutex::new(BridgeHost::new(limits)));
         let bytecode = prelude_bytecode()?;
-        let stop_check = interrupt.clone();
-        let mut serializer =
-            plain_json::SerializerState::new(refused.clone(), heap_limit, move || stop_check.should_stop());
+        let mut state = ffi::ContextState::new(bridge.clone(), interrupt.clone(), refused.clone(), heap_limit);
         let api = ctx.with(|ctx| -> Result<Api, EngineError> {
             let installed = (|| -> rquickjs::Result<Object<'_>> {
                 // SAFETY: the bytes were produced by `Module::write` of this same QuickJS build in this
@@ -291,8 +288,7 @@ impl Vm {
                 let (module, done) = module.eval()?;
                 done.finish::<()>()?;
                 let install: Function<'_> = module.namespace()?.get("default")?;
-                let host = host_function(&ctx, bridge.clone(), interrupt.clone())?;
-                let plain = plain_json::function(&ctx, &mut serializer)?;
+                let (host, plain) = ffi::primitives(&ctx, &mut state)?;
                 install.call((host, plain))
             })();
             installed
@@ -300,7 +296,7 @@ impl Vm {
                 .catch(&ctx)
                 .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))
         })?;
-        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, _serializer: serializer })
+        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, _state: state })
     }
 
     /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.
@@ -325,7 +321,7 @@ impl Vm {
         self.ctx.with(|ctx| {
             let result = f.restore(&ctx).and_then(|f| args(&ctx, f));
             match result {
-                Ok(v) => Ok(v.as_string().and_then(|s| s.to_string().ok())),
+                Ok(v) => Ok(v.as_string().and_then(ffi::text_of)),
                 Err(e) => Err(self.fault(&ctx, e)),
             }
         })
@@ -337,7 +333,7 @@ fn exception_fault(value: &Value<'_>) -> VmFault {
         value
             .as_object()
             .and_then(|o| o.get::<_, Value<'_>>(key).ok())
-            .and_then(|v| v.as_string().and_then(|s| s.to_string().ok()))
+            .and_then(|v| v.as_string().and_then(ffi::text_of))
             .unwrap_or_default()
     };
     let (name, message) = if value.is_object() {
@@ -348,39 +344,11 @@ fn exception_fault(value: &Value<'_>) -> VmFault {
         } else if value.is_undefined() {
             "undefined".to_string()
         } else {
-            value.as_string().and_then(|s| s.to_string().ok()).unwrap_or_else(|| format!("{:?}", value.type_of()))
+            value.as_string().and_then(ffi::text_of).unwrap_or_else(|| format!("{:?}", value.type_of()))
         };
         ("Uncaught".to_string(), text)
     };
     VmFault::Failure(failure_from_parts(&name, &message, &get("stack"), None))
-}
-
-fn host_function<'js>(
-    ctx: &Ctx<'js>,
-    bridge: Arc<Mutex<BridgeHost>>,
-    interrupt: Arc<Interrupt>,
-) -> rquickjs::Result<Function<'js>> {
-    Function::new(ctx.clone(), move |ctx: Ctx<'js>, kind: String, payload: String| -> rquickjs::Result<Value<'js>> {
-        let answer = match bridge.lock() {
-            Ok(mut b) => b.host_call(&kind, &payload),
-            Err(_) => HostCallResult::Fatal,
-        };
-        match answer {
-            HostCallResult::Request(id) => Ok(Value::new_float(ctx, id as f64)),
-            HostCallResult::Accepted => Ok(Value::new_int(ctx, 0)),
-            HostCallResult::Data(Some(text)) => Ok(rquickjs::String::from_str(ctx, &text)?.into_value()),
-            HostCallResult::Data(None) => Ok(Value::new_undefined(ctx)),
-            HostCallResult::Throw { name, message } => Err(match name {
-                "TypeError" => Exception::throw_type(&ctx, &message),
-                "RangeError" => Exception::throw_range(&ctx, &message),
-                _ => Exception::throw_message(&ctx, &message),
-            }),
-            HostCallResult::Fatal => {
-                interrupt.fatal.store(true, Ordering::Relaxed);
-                Err(Exception::throw_internal(&ctx, "a code mode limit was reached; the cell is being stopped"))
-            }
-        }
-    })
 }
 
 impl GuestVm for Vm {

@@ -1,6 +1,6 @@
 //! `plainJson` for the native engine: the optional accelerator the prelude's `install(host,
 //! plainJson?)` accepts (its contract is in the prelude's layer 0 and in `codemode_core::engine`),
-//! written against QuickJS's C API.
+//! written against QuickJS's C API and installed by [`crate::ffi::primitives`].
 //!
 //! It replaces the prelude's isPlain walk plus `JSON.stringify` (the largest guest-side cost of a
 //! nested call) for the data cells send: ordinary objects and arrays of strings, finite numbers,
@@ -37,11 +37,11 @@
 //! value that fit before this shortcut existed still does.
 #![allow(unsafe_code)]
 
-use rquickjs::{Array, Ctx, Object, Value, qjs};
-use std::ffi::{c_int, c_void};
+use crate::ffi::ContextState;
+use rquickjs::qjs;
+use std::ffi::c_int;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Deepest recursion of the serializer, whatever `maxDepth` the prelude passes (its default is 64).
 pub(crate) const MAX_NESTING: i32 = 256;
@@ -52,86 +52,13 @@ pub(crate) const MAX_CHAIN: usize = 16;
 /// How many values the serializer writes between two looks at the engine's interrupt check.
 pub(crate) const INTERRUPT_EVERY: u32 = 1024;
 
-/// What the serializer needs from its VM. Boxed and owned by the VM, which outlives its context;
-/// the context's opaque pointer points at it (nothing else in this process uses a context's opaque
-/// pointer: rquickjs keeps its own state on the runtime).
-pub(crate) struct SerializerState {
-    /// The engine allocator's "refused" flag (see `alloc`), restored after a fallback.
-    refused: Arc<AtomicBool>,
-    /// Most bytes of text built before giving up (the guest heap limit).
-    max_bytes: usize,
-    /// The engine's interrupt check (deadline, cancel, fatal limit): true when the run must stop.
-    should_stop: Box<dyn Fn() -> bool + Send + Sync>,
-    class_object: qjs::JSClassID,
-    class_array: qjs::JSClassID,
-}
-
-impl SerializerState {
-    /// State for a VM whose heap holds at most `max_bytes`, whose allocator sets `refused` and
-    /// whose interrupt handler asks `should_stop`.
-    pub(crate) fn new(
-        refused: Arc<AtomicBool>,
-        max_bytes: usize,
-        should_stop: impl Fn() -> bool + Send + Sync + 'static,
-    ) -> Box<Self> {
-        Box::new(SerializerState {
-            refused,
-            max_bytes,
-            should_stop: Box::new(should_stop),
-            class_object: 0,
-            class_array: 0,
-        })
-    }
-}
-
-/// Makes the `plainJson` function of `ctx` and points the context at `state`.
-///
-/// `state` must stay where it is, alive, for as long as the context can run JavaScript: the VM
-/// owns both and drops the state after the runtime.
-pub(crate) fn function<'js>(ctx: &Ctx<'js>, state: &mut SerializerState) -> rquickjs::Result<Value<'js>> {
-    // The class ids of an ordinary object and of an array, read off fresh ones made before any
-    // guest code runs.
-    let object = Object::new(ctx.clone())?;
-    let array = Array::new(ctx.clone())?;
-    let raw = ctx.as_raw().as_ptr();
-    // SAFETY: both values are live objects of this context (held above); JS_GetClassID only reads
-    // the class id of the object a value points to.
-    unsafe {
-        state.class_object = qjs::JS_GetClassID(object.as_raw());
-        state.class_array = qjs::JS_GetClassID(array.as_raw());
-    }
-    if state.class_object == state.class_array {
-        return Err(rquickjs::Error::new_from_js_message("object", "plainJson", "indistinct class ids"));
-    }
-    // SAFETY: `raw` is this context, used under its runtime's lock (we are inside `ctx.with`). The
-    // opaque pointer is only read back by `plain_json` below, which runs inside this context while
-    // the VM (and so `state`, boxed at a stable address) is alive. The name is a NUL-terminated
-    // static string; the function takes 3 arguments and is a generic C function. The returned
-    // value is a new reference, handed to rquickjs's `Value`, which frees it.
-    unsafe {
-        qjs::JS_SetContextOpaque(raw, (state as *mut SerializerState).cast::<c_void>());
-        let f = qjs::JS_NewCFunction2(
-            raw,
-            Some(plain_json),
-            c"plainJson".as_ptr(),
-            3,
-            qjs::JSCFunctionEnum_JS_CFUNC_generic,
-            0,
-        );
-        if qjs::JS_IsException(f) {
-            return Err(rquickjs::Error::Exception);
-        }
-        Ok(Value::from_raw(ctx.clone(), f))
-    }
-}
-
 /// `plainJson(value, depth, maxDepth)`: JSON text, or `undefined` (see the module docs).
 ///
 /// # Safety
 /// Called by QuickJS only: `ctx` is a live context whose opaque pointer is null or a live
-/// [`SerializerState`], and `argv` holds at least `argc` values (QuickJS pads it to the declared
+/// [`ContextState`], and `argv` holds at least `argc` values (QuickJS pads it to the declared
 /// length, 3, with `undefined`).
-unsafe extern "C" fn plain_json(
+pub(crate) unsafe extern "C" fn plain_json(
     ctx: *mut qjs::JSContext,
     _this: qjs::JSValue,
     argc: c_int,
@@ -145,8 +72,8 @@ unsafe extern "C" fn plain_json(
 /// # Safety
 /// As [`plain_json`].
 unsafe fn serialize(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSValue) -> qjs::JSValue {
-    // SAFETY: the opaque pointer is null or the VM's live state (see `function`).
-    let state = unsafe { qjs::JS_GetContextOpaque(ctx).cast::<SerializerState>().as_ref() };
+    // SAFETY: the opaque pointer is null or the VM's live state (see `ffi::primitives`).
+    let state = unsafe { crate::ffi::state(ctx) };
     let Some(state) = state else { return qjs::JS_UNDEFINED };
     if argc < 3 || argv.is_null() {
         return qjs::JS_UNDEFINED;
@@ -232,7 +159,7 @@ impl Drop for Names {
 
 struct Writer<'s> {
     ctx: *mut qjs::JSContext,
-    state: &'s SerializerState,
+    state: &'s ContextState,
     /// The `toJSON` atom, made when the first object is met (0 until then).
     to_json: qjs::JSAtom,
     out: Vec<u8>,
@@ -253,7 +180,7 @@ impl Writer<'_> {
 
     fn value(&mut self, v: qjs::JSValue, depth: i32, max_depth: i32) -> Result<(), Step> {
         self.visits = self.visits.wrapping_add(1);
-        if self.visits.is_multiple_of(INTERRUPT_EVERY) && (self.state.should_stop)() {
+        if self.visits.is_multiple_of(INTERRUPT_EVERY) && self.state.interrupt.should_stop() {
             return Err(Step::NotPlain);
         }
         // SAFETY: reading the tag of a value this call holds a reference to (directly or through

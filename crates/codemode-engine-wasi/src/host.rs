@@ -80,7 +80,7 @@ fn read_str(data: &[u8], ptr: u32, len: u32) -> wasmtime::Result<String> {
     let start = ptr as usize;
     let end = start.checked_add(len as usize).ok_or_else(|| wasmtime::format_err!("guest pointer overflow"))?;
     let bytes = data.get(start..end).ok_or_else(|| wasmtime::format_err!("guest pointer out of bounds"))?;
-    Ok(String::from_utf8_lossy(bytes).into_owned())
+    Ok(codemode_bridge::adapter::guest_text(bytes).into_owned())
 }
 
 fn write_u32(mem: &Memory, caller: &mut Caller<'_, HostState>, at: u32, v: u32) -> wasmtime::Result<()> {

@@ -146,7 +146,7 @@ impl Vm {
         let bytes = data
             .get(ptr..ptr.saturating_add(len))
             .ok_or_else(|| VmFault::Engine(internal("guest output out of bounds")))?;
-        Ok(String::from_utf8_lossy(bytes).into_owned())
+        Ok(codemode_bridge::adapter::guest_text(bytes).into_owned())
     }
 
     /// Maps a shim status: 0 is fine, anything else is a guest failure described in the out buffer.

@@ -163,3 +163,16 @@ async fn an_exponentially_shared_value_ends_at_the_deadline_or_the_memory_limit(
         assert_eq!(value(&after), serde_json::json!([1, 2]), "{engine}");
     }
 }
+
+/// Text that never went through JSON (an error's message) reaches the host with each lone UTF-16
+/// surrogate as one U+FFFD on every engine, as values and output text do (SPEC O3; the conformance
+/// case `text_lone_surrogates` covers output text, and compares failures by code only). Before,
+/// the native engine lost such a message entirely and quickjs-wasi wrote three U+FFFD for each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_surrogates_in_error_messages_become_one_replacement_character() {
+    for engine in ENGINES {
+        let r = run(engine, 1 << 20, r#"throw new Error("bad \uD800 input \uDFFF");"#).await;
+        let error = r.to_json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(error.contains("bad \u{FFFD} input \u{FFFD}"), "{engine}: {}", r.to_json());
+    }
+}

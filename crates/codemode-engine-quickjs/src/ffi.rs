@@ -1,0 +1,246 @@
+//! The prelude's primitives as plain QuickJS C functions: `host(kind, payload)` and `plainJson`
+//! (module [`crate::plain_json`]).
+//!
+//! They are C functions rather than rquickjs closures because they run on every nested call:
+//! rquickjs's closure path (a class call, a panic guard, argument conversion into owned Rust
+//! strings) cost about 1,800 instructions per call, more than the host's own request handling.
+//! Here the arguments are read in place and the answer is built directly.
+//!
+//! Both reach their VM's state through the context's opaque pointer, which points at a boxed
+//! [`ContextState`] the VM owns and drops after its runtime (nothing else in this process sets a
+//! context's opaque pointer: rquickjs keeps its own state on the runtime).
+#![allow(unsafe_code)]
+
+use crate::Interrupt;
+use codemode_bridge::{BridgeHost, HostCallResult};
+use rquickjs::{Array, Ctx, Exception, Object, Value, qjs};
+use std::ffi::{c_int, c_void};
+use std::panic::AssertUnwindSafe;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What a VM's primitives need, reached through its context's opaque pointer.
+pub(crate) struct ContextState {
+    pub(crate) bridge: Arc<Mutex<BridgeHost>>,
+    pub(crate) interrupt: Arc<Interrupt>,
+    /// The engine allocator's "refused" flag (see `alloc`), restored after a serializer fallback.
+    pub(crate) refused: Arc<AtomicBool>,
+    /// Most bytes of text the serializer builds before giving up (the guest heap limit).
+    pub(crate) max_bytes: usize,
+    /// Class id of an ordinary object, read off a fresh one.
+    pub(crate) class_object: qjs::JSClassID,
+    /// Class id of an array, read off a fresh one.
+    pub(crate) class_array: qjs::JSClassID,
+}
+
+impl ContextState {
+    /// State for a VM; the class ids are filled in by [`primitives`].
+    pub(crate) fn new(
+        bridge: Arc<Mutex<BridgeHost>>,
+        interrupt: Arc<Interrupt>,
+        refused: Arc<AtomicBool>,
+        max_bytes: usize,
+    ) -> Box<Self> {
+        Box::new(ContextState { bridge, interrupt, refused, max_bytes, class_object: 0, class_array: 0 })
+    }
+}
+
+/// Makes `host` and `plainJson` for `ctx` and points the context at `state`.
+///
+/// `state` must stay where it is, alive, for as long as the context can run JavaScript: the VM
+/// owns both and drops the state after the runtime.
+pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquickjs::Result<(Value<'js>, Value<'js>)> {
+    // The class ids of an ordinary object and of an array, read before any guest code runs.
+    let object = Object::new(ctx.clone())?;
+    let array = Array::new(ctx.clone())?;
+    // SAFETY: both values are live objects of this context (held above); JS_GetClassID only reads
+    // the class id of the object a value points to.
+    unsafe {
+        state.class_object = qjs::JS_GetClassID(object.as_raw());
+        state.class_array = qjs::JS_GetClassID(array.as_raw());
+    }
+    if state.class_object == state.class_array {
+        return Err(rquickjs::Error::new_from_js_message("object", "array", "QuickJS gave both the same class id"));
+    }
+    let raw = ctx.as_raw().as_ptr();
+    // SAFETY: `raw` is this context, used under its runtime's lock (we are inside `ctx.with`). The
+    // opaque pointer is only read back by the two functions below, which run inside this context
+    // while the VM (and so `state`, boxed at a stable address) is alive.
+    unsafe { qjs::JS_SetContextOpaque(raw, (state as *mut ContextState).cast::<c_void>()) };
+    let host = c_function(ctx, host, c"host", 2)?;
+    let plain = c_function(ctx, crate::plain_json::plain_json, c"plainJson", 3)?;
+    Ok((host, plain))
+}
+
+type CFunction = unsafe extern "C" fn(*mut qjs::JSContext, qjs::JSValue, c_int, *mut qjs::JSValue) -> qjs::JSValue;
+
+fn c_function<'js>(ctx: &Ctx<'js>, f: CFunction, name: &std::ffi::CStr, length: c_int) -> rquickjs::Result<Value<'js>> {
+    // SAFETY: a generic C function of this context with a static NUL-terminated name; the
+    // returned value is a new reference, handed to rquickjs's `Value`, which frees it.
+    unsafe {
+        let v = qjs::JS_NewCFunction2(
+            ctx.as_raw().as_ptr(),
+            Some(f),
+            name.as_ptr(),
+            length,
+            qjs::JSCFunctionEnum_JS_CFUNC_generic,
+            0,
+        );
+        if qjs::JS_IsException(v) {
+            return Err(rquickjs::Error::Exception);
+        }
+        Ok(Value::from_raw(ctx.clone(), v))
+    }
+}
+
+/// The context state behind `ctx`, if any.
+///
+/// # Safety
+/// `ctx` is a live context whose opaque pointer is null or a live [`ContextState`].
+pub(crate) unsafe fn state<'a>(ctx: *mut qjs::JSContext) -> Option<&'a ContextState> {
+    // SAFETY: as this function's contract says.
+    unsafe { qjs::JS_GetContextOpaque(ctx).cast::<ContextState>().as_ref() }
+}
+
+/// A string argument's text (QuickJS's UTF-8, lone surrogates as U+FFFD), passed to `f`.
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock and `v` a value it holds.
+unsafe fn with_text<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f: impl FnOnce(&str) -> R) -> Option<R> {
+    // SAFETY: as the contract says; a string value only (no conversion that could run code).
+    if !unsafe { qjs::JS_IsString(v) } {
+        return None;
+    }
+    let mut len: qjs::size_t = 0;
+    // SAFETY: `v` is a string; the buffer (null when out of memory) is freed below.
+    let p = unsafe { qjs::JS_ToCStringLen2(ctx, &mut len, v, false) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: QuickJS returned `len` readable bytes at `p`, valid until freed.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) };
+    let r = f(&codemode_bridge::adapter::guest_text(bytes));
+    // SAFETY: the buffer JS_ToCStringLen2 returned, freed once.
+    unsafe { qjs::JS_FreeCString(ctx, p) };
+    Some(r)
+}
+
+/// `host(kind, payload)`: the prelude's one host primitive (its contract is in the prelude's
+/// layer 0), answered by [`BridgeHost::host_call`].
+///
+/// # Safety
+/// Called by QuickJS only: `ctx` is a live context whose opaque pointer is null or a live
+/// [`ContextState`], and `argv` holds at least `argc` values (QuickJS pads it to the declared
+/// length, 2, with `undefined`).
+unsafe extern "C" fn host(
+    ctx: *mut qjs::JSContext,
+    _this: qjs::JSValue,
+    argc: c_int,
+    argv: *mut qjs::JSValue,
+) -> qjs::JSValue {
+    // SAFETY: as this function's contract says. A panic (none is expected) becomes a fatal stop
+    // of the cell rather than an abort of the process.
+    match std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { host_call(ctx, argc, argv) })) {
+        Ok(v) => v,
+        // SAFETY: as above.
+        Err(_) => unsafe { answer(ctx, None, HostCallResult::Fatal) },
+    }
+}
+
+/// # Safety
+/// As [`host`].
+unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSValue) -> qjs::JSValue {
+    // SAFETY: as the contract says.
+    let Some(state) = (unsafe { state(ctx) }) else {
+        // SAFETY: as above.
+        return unsafe { answer(ctx, None, HostCallResult::Fatal) };
+    };
+    if argc < 2 || argv.is_null() {
+        // SAFETY: as above.
+        return unsafe { throw_type(ctx, "host(kind, payload) takes two strings") };
+    }
+    // SAFETY: `argv` holds at least `argc` >= 2 values, borrowed for this call.
+    let args = unsafe { std::slice::from_raw_parts(argv, 2) };
+    // SAFETY: values of this call, under the runtime's lock.
+    let answered = unsafe {
+        with_text(ctx, args[0], |kind| {
+            with_text(ctx, args[1], |payload| match state.bridge.lock() {
+                Ok(mut bridge) => bridge.host_call(kind, payload),
+                Err(_) => HostCallResult::Fatal,
+            })
+        })
+    };
+    match answered {
+        // SAFETY: as above.
+        Some(Some(result)) => unsafe { answer(ctx, Some(state), result) },
+        // SAFETY: as above.
+        _ => unsafe { throw_type(ctx, "host(kind, payload) takes two strings") },
+    }
+}
+
+/// The JavaScript answer to a host call: a value, or a thrown exception (`JS_EXCEPTION`).
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock.
+unsafe fn answer(ctx: *mut qjs::JSContext, state: Option<&ContextState>, result: HostCallResult) -> qjs::JSValue {
+    match result {
+        HostCallResult::Request(id) => qjs::JS_NewFloat64(id as f64),
+        HostCallResult::Accepted => qjs::JS_MKVAL(qjs::JS_TAG_INT, 0),
+        // SAFETY: `text` is valid UTF-8 of the given length; the new string (or the exception
+        // marker, with an out-of-memory error pending) goes to QuickJS.
+        HostCallResult::Data(Some(text)) => unsafe {
+            qjs::JS_NewStringLen(ctx, text.as_ptr().cast(), text.len() as qjs::size_t)
+        },
+        HostCallResult::Data(None) => qjs::JS_UNDEFINED,
+        HostCallResult::Throw { name, message } => {
+            // SAFETY: as the contract says.
+            let Some(ctx) = (unsafe { rquickjs_ctx(ctx) }) else { return qjs::JS_EXCEPTION };
+            let _ = match name {
+                "TypeError" => Exception::throw_type(&ctx, &message),
+                "RangeError" => Exception::throw_range(&ctx, &message),
+                _ => Exception::throw_message(&ctx, &message),
+            };
+            qjs::JS_EXCEPTION
+        }
+        HostCallResult::Fatal => {
+            if let Some(state) = state {
+                state.interrupt.fatal.store(true, Ordering::Relaxed);
+            }
+            // SAFETY: as the contract says.
+            let Some(ctx) = (unsafe { rquickjs_ctx(ctx) }) else { return qjs::JS_EXCEPTION };
+            let _ = Exception::throw_internal(&ctx, "a code mode limit was reached; the cell is being stopped");
+            qjs::JS_EXCEPTION
+        }
+    }
+}
+
+/// # Safety
+/// `ctx` is a live context under its runtime's lock.
+unsafe fn throw_type(ctx: *mut qjs::JSContext, message: &str) -> qjs::JSValue {
+    // SAFETY: as the contract says.
+    if let Some(ctx) = unsafe { rquickjs_ctx(ctx) } {
+        let _ = Exception::throw_type(&ctx, message);
+    }
+    qjs::JS_EXCEPTION
+}
+
+/// rquickjs's handle on a raw context, for its exception helpers (it takes a reference of the
+/// context and gives it back when dropped).
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock (we are inside a call QuickJS makes while
+/// rquickjs holds that lock), and the handle does not outlive this call.
+unsafe fn rquickjs_ctx<'js>(ctx: *mut qjs::JSContext) -> Option<Ctx<'js>> {
+    // SAFETY: as the contract says.
+    NonNull::new(ctx).map(|nn| unsafe { Ctx::from_raw(nn) })
+}
+
+/// A JavaScript string's text, lone surrogates as U+FFFD (rquickjs's own conversion refuses them,
+/// which would turn an error message such as `"bad \uD800"` into no message at all).
+pub(crate) fn text_of(s: &rquickjs::String<'_>) -> Option<String> {
+    let v = s.as_raw();
+    let ctx = s.ctx().as_raw().as_ptr();
+    // SAFETY: `s` is a live string of a context whose lock the caller holds (it has a `String<'js>`).
+    unsafe { with_text(ctx, v, |text| text.to_string()) }
+}
