@@ -231,7 +231,8 @@ pub fn encode_for_guest(value: &Value, max_bytes: u64, max_depth: u32) -> Result
     if depth(value) > max_depth as usize {
         return Err(AdapterError::TooDeep { limit: max_depth });
     }
-    let mut w = LimitedWriter { buf: Vec::new(), limit: max_bytes as usize };
+    // Most results are small: one allocation instead of a chain of doublings from 8 bytes.
+    let mut w = LimitedWriter { buf: Vec::with_capacity(128), limit: max_bytes as usize };
     match serde_json::to_writer(&mut w, &Sanitized(value)) {
         Ok(()) => Ok(String::from_utf8(w.buf).map_err(|e| AdapterError::Invalid(e.to_string()))?),
         Err(e) if e.is_io() => Err(AdapterError::TooLarge { size: max_bytes.saturating_add(1), limit: max_bytes }),

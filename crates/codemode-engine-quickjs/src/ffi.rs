@@ -244,3 +244,29 @@ pub(crate) fn text_of(s: &rquickjs::String<'_>) -> Option<String> {
     // SAFETY: `s` is a live string of a context whose lock the caller holds (it has a `String<'js>`).
     unsafe { with_text(ctx, v, |text| text.to_string()) }
 }
+
+/// Calls `f` with `args` (borrowed: QuickJS takes its own references) and `this` undefined, without
+/// rquickjs's argument marshalling (the prelude's `settle` and `poll` run at every drive step).
+pub(crate) fn call<'js>(
+    ctx: &Ctx<'js>,
+    f: &rquickjs::Function<'js>,
+    args: &mut [qjs::JSValue],
+) -> rquickjs::Result<Value<'js>> {
+    let argc =
+        c_int::try_from(args.len()).map_err(|_| rquickjs::Error::TooManyArgs { expected: 0, given: args.len() })?;
+    // SAFETY: `f` and every argument are live values of `ctx`, whose lock the caller holds (it has
+    // a `Ctx<'js>`); JS_Call does not consume them. The result is a new reference, handed to
+    // rquickjs's `Value`, which frees it; an exception stays pending for the caller to catch.
+    unsafe {
+        let r = qjs::JS_Call(ctx.as_raw().as_ptr(), f.as_raw(), qjs::JS_UNDEFINED, argc, args.as_mut_ptr());
+        if qjs::JS_IsException(r) {
+            return Err(rquickjs::Error::Exception);
+        }
+        Ok(Value::from_raw(ctx.clone(), r))
+    }
+}
+
+/// A boolean value.
+pub(crate) fn boolean(b: bool) -> qjs::JSValue {
+    qjs::JS_MKVAL(qjs::JS_TAG_BOOL, i32::from(b))
+}

@@ -377,7 +377,18 @@ impl GuestVm for Vm {
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        self.call_api(|api| &api.settle, |_, f| f.call((id as f64, ok, json))).map(|_| ())
+        // QuickJS's own JSON parser, as JSON.parse uses it, without a JavaScript string of the
+        // text in between.
+        self.call_api(
+            |api| &api.settle,
+            |ctx, f| {
+                let value = ctx.json_parse(json)?;
+                let mut args =
+                    [rquickjs::qjs::JS_NewFloat64(id as f64), ffi::boolean(ok), value.as_raw(), ffi::boolean(true)];
+                ffi::call(ctx, &f, &mut args)
+            },
+        )
+        .map(|_| ())
     }
 
     fn run_jobs(&mut self) -> Result<(), VmFault> {
@@ -399,7 +410,7 @@ impl GuestVm for Vm {
     }
 
     fn poll(&mut self) -> Result<Option<String>, VmFault> {
-        self.call_api(|api| &api.poll, |_, f| f.call(()))
+        self.call_api(|api| &api.poll, |ctx, f| ffi::call(ctx, &f, &mut []))
     }
 
     fn memory_refused(&mut self) -> bool {

@@ -16,7 +16,9 @@
 //     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
 //     toJson, invisible to the cell.
 //
-// `install` returns the engine's private handle { boot, run, settle, poll }. Neither `host` nor the
+// `install` returns the engine's private handle { boot, run, settle, poll }. `settle(id, ok, json)`
+// delivers a request's outcome as JSON text; an engine that parses JSON natively (as JSON.parse
+// would) may call `settle(id, ok, value, true)` with the parsed value instead. Neither `host` nor the
 // handle is reachable from guest code. Every builtin used here is captured now, so guest code that
 // patches globals or prototypes later cannot change how results are delivered or serialized.
 (function () {

@@ -90,13 +90,14 @@
       return hostError({ name: name || "Error", message, code });
     }
 
-    function settle(id, ok, json) {
+    // `parsed === true`: the engine parsed the JSON itself (natively) and `json` is its value.
+    function settle(id, ok, json, parsed) {
       const resolve = resolvers[id];
       if (resolve === undefined) return false;
       const reject = rejecters[id];
       delete resolvers[id];
       delete rejecters[id];
-      const value = parse(json);
+      const value = parsed === true ? json : parse(json);
       if (ok) resolve(value);
       else reject(hostError(value));
       return true;
