@@ -17,7 +17,9 @@ pub trait Tool: Send + Sync {
     /// What the tool declares (name, schemas, source, owner, read-only).
     fn definition(&self) -> &ToolDefinition;
 
-    /// Runs the tool.
+    /// Runs the tool on `input`. `call` says who calls and how (run, request, tool id, context,
+    /// progress sink); the input has been moved out of it into `input` (so `call.input` is `null`:
+    /// no copy of the input per call).
     async fn call(&self, input: Value, call: &NestedToolCall) -> Result<ToolResult, ToolError>;
 }
 
@@ -115,12 +117,13 @@ impl LocalTools {
 
 #[async_trait::async_trait]
 impl ToolExecutor for LocalTools {
-    async fn call(&self, call: NestedToolCall) -> Result<ToolResult, ToolError> {
+    async fn call(&self, mut call: NestedToolCall) -> Result<ToolResult, ToolError> {
         let Some(&i) = self.by_id.get(&call.tool_id) else {
             return Err(ToolError::new(ToolErrorKind::Unavailable, format!("no executor for `{}`", call.tool_id)));
         };
         let tool = self.tools[i].clone();
-        tool.call(call.input.clone(), &call).await
+        let input = std::mem::take(&mut call.input);
+        tool.call(input, &call).await
     }
 }
 
