@@ -27,9 +27,10 @@
 //! - **`drive(input)`**, in this order (`codemode_bridge::drive` implements it over the few VM
 //!   primitives of `codemode_bridge::GuestVm`): on the first step compile the cell wrapped by
 //!   `codemode_bridge::wrap_code` and pass the function to the handle's `run`; deliver each
-//!   [`Delivery`] through the handle's `settle(id, ok, json)` (or `settle(id, ok, value, true)` with
-//!   the JSON parsed natively, exactly as `JSON.parse` would; the bridge encodes it once and never
-//!   twice); run jobs until none is left; read the handle's `poll()`. Report [`DriveOutcome::Pending`]
+//!   [`Delivery`] through the handle's `settle(id, ok, json)` (the bridge encodes it once and never
+//!   twice; an engine whose `host` answered the request with a promise settles that promise itself:
+//!   resolved with the JSON parsed exactly as `JSON.parse` would, or rejected with the handle's
+//!   `hostError(failure)`); run jobs until none is left; read the handle's `poll()`. Report [`DriveOutcome::Pending`]
 //!   while the cell waits, `Completed`/`Failed` when it ended, with the requests and output of this
 //!   step in order. Guest code still running at `input.deadline` ends the step as a `timeout`
 //!   failure, and so does `input.cancel` being set (the run is being aborted; the runtime reports

@@ -1,5 +1,7 @@
 //! The prelude's primitives as plain QuickJS C functions: `host(kind, payload)` and `plainJson`
-//! (module [`crate::plain_json`]).
+//! (module [`crate::plain_json`]). `host` answers a request with its promise (made here, settled by
+//! `Vm::settle` through the kept resolving functions) rather than with an id the prelude would turn
+//! into a promise and file.
 //!
 //! They are C functions rather than rquickjs closures because they run on every nested call:
 //! rquickjs's closure path (a class call, a panic guard, argument conversion into owned Rust
@@ -13,7 +15,10 @@
 
 use crate::Interrupt;
 use codemode_bridge::{BridgeHost, HostCallResult};
+use codemode_core::engine::RequestId;
 use rquickjs::{Array, Ctx, Exception, Object, Value, qjs};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
@@ -32,6 +37,10 @@ pub(crate) struct ContextState {
     pub(crate) class_object: qjs::JSClassID,
     /// Class id of an array, read off a fresh one.
     pub(crate) class_array: qjs::JSClassID,
+    /// The resolving functions `[resolve, reject]` of every request `host` answered with a promise,
+    /// by request id: owned references, released when the request is settled or by
+    /// [`ContextState::release_pending`] before the runtime goes.
+    pub(crate) pending: RefCell<HashMap<RequestId, [qjs::JSValue; 2]>>,
 }
 
 impl ContextState {
@@ -42,7 +51,34 @@ impl ContextState {
         refused: Arc<AtomicBool>,
         max_bytes: usize,
     ) -> Box<Self> {
-        Box::new(ContextState { bridge, interrupt, refused, max_bytes, class_object: 0, class_array: 0 })
+        Box::new(ContextState {
+            bridge,
+            interrupt,
+            refused,
+            max_bytes,
+            class_object: 0,
+            class_array: 0,
+            pending: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// The resolving functions of request `id`, handed over (wrapped so that they are released when
+    /// dropped), if `host` answered it with a promise that is not settled yet.
+    pub(crate) fn take_pending<'js>(&self, ctx: &Ctx<'js>, id: RequestId) -> Option<[Value<'js>; 2]> {
+        let funcs = self.pending.borrow_mut().remove(&id)?;
+        // SAFETY: owned references of this context (made by JS_NewPromiseCapability in `host`), now
+        // handed to rquickjs's `Value`, which frees each once.
+        Some(funcs.map(|f| unsafe { Value::from_raw(ctx.clone(), f) }))
+    }
+
+    /// Releases the resolving functions of requests never settled (the run ended, or was dropped,
+    /// with calls in flight). Must run while the context is alive; the VM calls it when dropped.
+    pub(crate) fn release_pending(&self, ctx: &Ctx<'_>) {
+        let pending = std::mem::take(&mut *self.pending.borrow_mut());
+        for f in pending.into_values().flatten() {
+            // SAFETY: owned references of this live context, each freed once.
+            unsafe { qjs::JS_FreeValue(ctx.as_raw().as_ptr(), f) };
+        }
     }
 }
 
@@ -185,7 +221,11 @@ unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
 /// `ctx` is a live context under its runtime's lock.
 unsafe fn answer(ctx: *mut qjs::JSContext, state: Option<&ContextState>, result: HostCallResult) -> qjs::JSValue {
     match result {
-        HostCallResult::Request(id) => qjs::JS_NewFloat64(id as f64),
+        HostCallResult::Request(id) => match state {
+            // SAFETY: as the contract says.
+            Some(state) => unsafe { promise_for(ctx, state, id) },
+            None => qjs::JS_NewFloat64(id as f64),
+        },
         HostCallResult::Accepted => qjs::JS_MKVAL(qjs::JS_TAG_INT, 0),
         // SAFETY: `text` is valid UTF-8 of the given length; the new string (or the exception
         // marker, with an out-of-memory error pending) goes to QuickJS.
@@ -213,6 +253,29 @@ unsafe fn answer(ctx: *mut qjs::JSContext, state: Option<&ContextState>, result:
             qjs::JS_EXCEPTION
         }
     }
+}
+
+/// A new promise for request `id`, its resolving functions kept in `state.pending` until the
+/// request is settled (see `Vm::settle`): the prelude's `track` then has nothing to do.
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock, `state` its context state.
+unsafe fn promise_for(ctx: *mut qjs::JSContext, state: &ContextState, id: RequestId) -> qjs::JSValue {
+    let mut funcs = [qjs::JS_UNDEFINED; 2];
+    // SAFETY: as the contract says; on success `funcs` holds two owned references.
+    let promise = unsafe { qjs::JS_NewPromiseCapability(ctx, funcs.as_mut_ptr()) };
+    // SAFETY: checking the value just made.
+    if unsafe { qjs::JS_IsException(promise) } {
+        return promise;
+    }
+    if let Some(stale) = state.pending.borrow_mut().insert(id, funcs) {
+        // Request ids are never reused within a VM; should one be, the older promise stays pending.
+        for f in stale {
+            // SAFETY: owned references of this context, freed once.
+            unsafe { qjs::JS_FreeValue(ctx, f) };
+        }
+    }
+    promise
 }
 
 /// # Safety
@@ -264,9 +327,4 @@ pub(crate) fn call<'js>(
         }
         Ok(Value::from_raw(ctx.clone(), r))
     }
-}
-
-/// A boolean value.
-pub(crate) fn boolean(b: bool) -> qjs::JSValue {
-    qjs::JS_MKVAL(qjs::JS_TAG_BOOL, i32::from(b))
 }

@@ -198,13 +198,13 @@ struct Vm {
     _state: Box<ffi::ContextState>,
 }
 
-/// The prelude's private handle `{ boot, run, settle, poll }`, each function kept on its own (no
-/// property lookup per call: `settle` runs once per nested call).
+/// The prelude's private handle, each function kept on its own (no property lookup per drive step).
+/// `settle` is not among them: `host` answers requests with promises this engine settles itself.
 struct Api {
     boot: Persistent<Function<'static>>,
     run: Persistent<Function<'static>>,
-    settle: Persistent<Function<'static>>,
     poll: Persistent<Function<'static>>,
+    host_error: Persistent<Function<'static>>,
 }
 
 impl Api {
@@ -212,7 +212,18 @@ impl Api {
         let get = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
             Ok(Persistent::save(ctx, handle.get::<_, Function<'js>>(name)?))
         };
-        Ok(Api { boot: get("boot")?, run: get("run")?, settle: get("settle")?, poll: get("poll")? })
+        Ok(Api { boot: get("boot")?, run: get("run")?, poll: get("poll")?, host_error: get("hostError")? })
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // Resolving functions of requests still in flight are owned references: release them while
+        // the context is alive (the fields, context and runtime included, are dropped after this).
+        if !self._state.pending.borrow().is_empty() {
+            let state = &self._state;
+            self.ctx.with(|ctx| state.release_pending(&ctx));
+        }
     }
 }
 
@@ -301,15 +312,7 @@ impl Vm {
 
     /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.
     fn fault(&self, ctx: &Ctx<'_>, err: rquickjs::Error) -> VmFault {
-        if self.interrupt.fired.load(Ordering::Relaxed) {
-            // Clear the uncatchable exception so the context stays consistent.
-            let _ = ctx.catch();
-            return VmFault::Interrupted;
-        }
-        match err {
-            rquickjs::Error::Exception => exception_fault(&ctx.catch()),
-            other => VmFault::Engine(EngineError::Internal(other.to_string())),
-        }
+        fault(&self.interrupt, ctx, err)
     }
 
     fn call_api(
@@ -325,6 +328,19 @@ impl Vm {
                 Err(e) => Err(self.fault(&ctx, e)),
             }
         })
+    }
+}
+
+/// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.
+fn fault(interrupt: &Interrupt, ctx: &Ctx<'_>, err: rquickjs::Error) -> VmFault {
+    if interrupt.fired.load(Ordering::Relaxed) {
+        // Clear the uncatchable exception so the context stays consistent.
+        let _ = ctx.catch();
+        return VmFault::Interrupted;
+    }
+    match err {
+        rquickjs::Error::Exception => exception_fault(&ctx.catch()),
+        other => VmFault::Engine(EngineError::Internal(other.to_string())),
     }
 }
 
@@ -377,18 +393,25 @@ impl GuestVm for Vm {
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        // QuickJS's own JSON parser, as JSON.parse uses it, without a JavaScript string of the
-        // text in between.
-        self.call_api(
-            |api| &api.settle,
-            |ctx, f| {
+        let host_error = self.api.host_error.clone();
+        let state = &self._state;
+        let interrupt = &self.interrupt;
+        self.ctx.with(|ctx| {
+            // A request that is not pending (settled already, or never answered with a promise)
+            // has nothing to deliver to, as in the prelude's own `settle`.
+            let Some([resolve, reject]) = state.take_pending(&ctx, id) else { return Ok(()) };
+            let settled = (|| -> rquickjs::Result<Value<'_>> {
+                // QuickJS's own JSON parser, as JSON.parse uses it.
                 let value = ctx.json_parse(json)?;
-                let mut args =
-                    [rquickjs::qjs::JS_NewFloat64(id as f64), ffi::boolean(ok), value.as_raw(), ffi::boolean(true)];
-                ffi::call(ctx, &f, &mut args)
-            },
-        )
-        .map(|_| ())
+                if ok {
+                    ffi::call(&ctx, &resolve.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [value.as_raw()])
+                } else {
+                    let error = ffi::call(&ctx, &host_error.restore(&ctx)?, &mut [value.as_raw()])?;
+                    ffi::call(&ctx, &reject.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [error.as_raw()])
+                }
+            })();
+            settled.map(|_| ()).map_err(|e| fault(interrupt, &ctx, e))
+        })
     }
 
     fn run_jobs(&mut self) -> Result<(), VmFault> {

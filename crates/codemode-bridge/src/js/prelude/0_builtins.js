@@ -7,7 +7,9 @@
 //   host(kind: string, payload: string) -> number | string | undefined
 //     kind "text" | "json": synchronous output; returns 0.
 //     kind "pull": catalog data under the key `payload` (a string), or undefined.
-//     any other kind: queues a request; returns its id (> 0).
+//     any other kind: queues a request; returns its id (> 0), or a promise of its outcome when the
+//     engine settles requests natively (it then resolves the promise with the parsed result, or
+//     rejects it with `hostError(failure)` from the handle, and never calls `settle` for it).
 //     Throws a plain error when the host refuses the request.
 //
 //   plainJson(value, depth, maxDepth) -> string | undefined   (optional; both QuickJS engines give one)
@@ -16,9 +18,9 @@
 //     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
 //     toJson, invisible to the cell.
 //
-// `install` returns the engine's private handle { boot, run, settle, poll }. `settle(id, ok, json)`
-// delivers a request's outcome as JSON text; an engine that parses JSON natively (as JSON.parse
-// would) may call `settle(id, ok, value, true)` with the parsed value instead. Neither `host` nor the
+// `install` returns the engine's private handle { boot, run, settle, poll, hostError }:
+// `settle(id, ok, json)` delivers a request's outcome as JSON text, `hostError(failure)` makes the
+// error a failed request rejects with (engines that settle natively use it). Neither `host` nor the
 // handle is reachable from guest code. Every builtin used here is captured now, so guest code that
 // patches globals or prototypes later cannot change how results are delivered or serialized.
 (function () {

@@ -8,7 +8,10 @@
       capturedResolve = resolve;
       capturedReject = reject;
     }
+    // `id` is what the host answered a request with: its id, or the promise itself when the engine
+    // settles requests natively (then it keeps the resolving functions and never calls `settle`).
     function track(id) {
+      if (typeof id !== "number") return id;
       const p = new PromiseCtor(capture);
       resolvers[id] = capturedResolve;
       rejecters[id] = capturedReject;
@@ -90,14 +93,13 @@
       return hostError({ name: name || "Error", message, code });
     }
 
-    // `parsed === true`: the engine parsed the JSON itself (natively) and `json` is its value.
-    function settle(id, ok, json, parsed) {
+    function settle(id, ok, json) {
       const resolve = resolvers[id];
       if (resolve === undefined) return false;
       const reject = rejecters[id];
       delete resolvers[id];
       delete rejecters[id];
-      const value = parsed === true ? json : parse(json);
+      const value = parse(json);
       if (ok) resolve(value);
       else reject(hostError(value));
       return true;

@@ -57,6 +57,6 @@
     }
 
     installApi();
-    return { boot, run, settle, poll, reserved: RESERVED };
+    return { boot, run, settle, poll, hostError, reserved: RESERVED };
   };
 })();
