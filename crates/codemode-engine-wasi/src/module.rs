@@ -34,6 +34,12 @@ const MAX_MEMORY: usize = (1 << 30) + (64 << 20);
 /// (below) only the pages a run wrote are restored when its instance ends.
 const KEEP_RESIDENT: usize = 4 << 20;
 
+/// Table memory kept resident between instances of a pool slot. The guest's one function table
+/// (QuickJS's function pointers, 8 KiB) was otherwise released with `madvise` at the end of every
+/// instance and faulted back in by the next: a system call, two page faults and, in a process with
+/// several threads, a TLB shootdown per run. Kept, it is reset by a plain write.
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+
 /// A first compile slower than this is reported with its usual cause (wasmtime built unoptimized).
 const SLOW_COMPILE: Duration = Duration::from_secs(15);
 
@@ -100,6 +106,7 @@ fn engine_config(pooling: bool) -> Config {
             .total_core_instances(MAX_INSTANCES)
             .max_memory_size(MAX_MEMORY)
             .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(TABLE_KEEP_RESIDENT)
             // Without the scan, every instance's end resets the whole kept-resident range by hand
             // (the guest's 1.6 MiB: a 1 MiB zero fill of the stack and a copy of the image), however
             // little the run touched; with it (Linux ≥ 6.7), only the pages the run wrote. Elsewhere
