@@ -184,7 +184,9 @@ impl Interrupt {
 /// The whole VM (runtime, context, prelude handle) moves between worker threads as one value.
 ///
 /// Field order matters: the prelude handle must be released before the context and the runtime
-/// (QuickJS asserts that no object outlives its runtime).
+/// (QuickJS asserts that no object outlives its runtime), and the primitives' state after them
+/// (the context points at it). The resolving functions of requests in flight, held in that state,
+/// are released by `Drop` before any field goes.
 struct Vm {
     api: Api,
     ctx: Context,
@@ -195,7 +197,7 @@ struct Vm {
     /// Set by the allocator when it refuses an allocation; cleared at every drive step.
     refused: Arc<AtomicBool>,
     /// The primitives' state, which the context points at (see `ffi`): dropped after the runtime.
-    _state: Box<ffi::ContextState>,
+    context_state: Box<ffi::ContextState>,
 }
 
 /// The prelude's private handle, each function kept on its own (no property lookup per drive step).
@@ -220,8 +222,8 @@ impl Drop for Vm {
     fn drop(&mut self) {
         // Resolving functions of requests still in flight are owned references: release them while
         // the context is alive (the fields, context and runtime included, are dropped after this).
-        if !self._state.pending.borrow().is_empty() {
-            let state = &self._state;
+        if !self.context_state.pending.borrow().is_empty() {
+            let state = &self.context_state;
             self.ctx.with(|ctx| state.release_pending(&ctx));
         }
     }
@@ -307,7 +309,7 @@ impl Vm {
                 .catch(&ctx)
                 .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))
         })?;
-        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, _state: state })
+        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, context_state: state })
     }
 
     /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.
@@ -394,7 +396,7 @@ impl GuestVm for Vm {
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
         let host_error = self.api.host_error.clone();
-        let state = &self._state;
+        let state = &self.context_state;
         let interrupt = &self.interrupt;
         self.ctx.with(|ctx| {
             // A request that is not pending (settled already, or never answered with a promise)
