@@ -3,9 +3,9 @@
 #
 # Timings on a shared 2-core machine move by up to 2x from one run to the next; instruction counts
 # barely do (repeated runs of one binary agree within about 4%, mostly in the host share), so they
-# show whether a change to the nested-call path helps even when its time gain is lost in the noise. They are not times: an instruction
-# of QuickJS interpreting the prelude and one of a malloc cost differently. Numbers are printed,
-# never asserted.
+# show whether a change to the nested-call path helps even when its time gain is lost in the noise.
+# They are not times: an instruction of QuickJS interpreting the prelude and one of a malloc cost
+# differently. Numbers are printed, never asserted.
 #
 # Usage: scripts/count-instructions.sh [ENGINE...]   (default: quickjs-wasi quickjs)
 #   BENCH_BIN  the criterion bench binary of `benches/runtime.rs` (default: built here, in the

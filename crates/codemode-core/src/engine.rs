@@ -30,8 +30,8 @@
 //!   [`Delivery`] through the handle's `settle(id, ok, json)` (the bridge encodes it once and never
 //!   twice; an engine whose `host` answered the request with a promise settles that promise itself:
 //!   resolved with the JSON parsed exactly as `JSON.parse` would, or rejected with the handle's
-//!   `hostError(failure)`); run jobs until none is left; read the handle's `poll()`. Report [`DriveOutcome::Pending`]
-//!   while the cell waits, `Completed`/`Failed` when it ended, with the requests and output of this
+//!   `hostError(failure)`); run jobs until none is left; read the handle's `poll()`. Report
+//!   [`DriveOutcome::Pending`] while the cell waits, `Completed`/`Failed` when it ended, with the requests and output of this
 //!   step in order. Guest code still running at `input.deadline` ends the step as a `timeout`
 //!   failure, and so does `input.cancel` being set (the run is being aborted; the runtime reports
 //!   `aborted`); a guest that exceeds its limits fails with the matching code, and the host process

@@ -139,7 +139,8 @@ pub(crate) unsafe fn state<'a>(ctx: *mut qjs::JSContext) -> Option<&'a ContextSt
     unsafe { qjs::JS_GetContextOpaque(ctx).cast::<ContextState>().as_ref() }
 }
 
-/// A string argument's text (QuickJS's UTF-8, lone surrogates as U+FFFD), passed to `f`.
+/// A string argument's text (QuickJS's UTF-8, lone surrogates as U+FFFD), passed to `f`; `None`
+/// for a value that is not a string or when QuickJS runs out of memory copying it.
 ///
 /// # Safety
 /// `ctx` is a live context under its runtime's lock and `v` a value it holds.
@@ -148,15 +149,25 @@ unsafe fn with_text<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f: impl FnOnce
     if !unsafe { qjs::JS_IsString(v) } {
         return None;
     }
+    // SAFETY: as the contract says, and `v` is a string.
+    unsafe { with_bytes(ctx, v, |bytes| f(&codemode_bridge::adapter::guest_text(bytes))) }
+}
+
+/// The bytes of string `v` as QuickJS encodes it (UTF-8, an unpaired surrogate kept as its own
+/// 3-byte sequence), passed to `f`; `None` when QuickJS runs out of memory copying them.
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock and `v` a string value it holds.
+pub(crate) unsafe fn with_bytes<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
     let mut len: qjs::size_t = 0;
     // SAFETY: `v` is a string; the buffer (null when out of memory) is freed below.
     let p = unsafe { qjs::JS_ToCStringLen2(ctx, &mut len, v, false) };
     if p.is_null() {
         return None;
     }
-    // SAFETY: QuickJS returned `len` readable bytes at `p`, valid until freed.
-    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) };
-    let r = f(&codemode_bridge::adapter::guest_text(bytes));
+    // SAFETY: QuickJS returned `len` readable bytes at `p` (a length that fits in memory, so in
+    // usize), valid until freed.
+    let r = f(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) });
     // SAFETY: the buffer JS_ToCStringLen2 returned, freed once.
     unsafe { qjs::JS_FreeCString(ctx, p) };
     Some(r)

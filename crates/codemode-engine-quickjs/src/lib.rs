@@ -395,7 +395,7 @@ impl GuestVm for Vm {
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        let host_error = self.api.host_error.clone();
+        let host_error = &self.api.host_error;
         let state = &self.context_state;
         let interrupt = &self.interrupt;
         self.ctx.with(|ctx| {
@@ -408,7 +408,7 @@ impl GuestVm for Vm {
                 if ok {
                     ffi::call(&ctx, &resolve.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [value.as_raw()])
                 } else {
-                    let error = ffi::call(&ctx, &host_error.restore(&ctx)?, &mut [value.as_raw()])?;
+                    let error = ffi::call(&ctx, &host_error.clone().restore(&ctx)?, &mut [value.as_raw()])?;
                     ffi::call(&ctx, &reject.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [error.as_raw()])
                 }
             })();

@@ -187,7 +187,7 @@ impl Writer<'_> {
         // its holder).
         let tag = unsafe { qjs::JS_VALUE_GET_NORM_TAG(v) };
         match tag {
-            qjs::JS_TAG_STRING | qjs::JS_TAG_STRING_ROPE => self.string(v),
+            qjs::JS_TAG_STRING | qjs::JS_TAG_STRING_ROPE => self.c_string(v, true),
             // SAFETY: tag-checked payload reads.
             qjs::JS_TAG_BOOL => self.put(if unsafe { qjs::JS_VALUE_GET_BOOL(v) } { b"true" } else { b"false" }),
             qjs::JS_TAG_NULL => self.put(b"null"),
@@ -222,26 +222,13 @@ impl Writer<'_> {
         self.c_string(s.v, false)
     }
 
-    fn string(&mut self, v: qjs::JSValue) -> Result<(), Step> {
-        self.c_string(v, true)
-    }
-
-    /// The UTF-8 text of string `v`, quoted or as it is.
+    /// The text of string `v`, quoted or as it is.
     fn c_string(&mut self, v: qjs::JSValue, quoted: bool) -> Result<(), Step> {
-        let mut len: qjs::size_t = 0;
-        // SAFETY: `v` is a string value held by the caller; the returned buffer (or null on
-        // failure) is freed below with JS_FreeCString.
-        let p = unsafe { qjs::JS_ToCStringLen2(self.ctx, &mut len, v, false) };
-        if p.is_null() {
-            return Err(Step::Failed);
-        }
-        // SAFETY: QuickJS returned `len` readable bytes at `p` (a length that fits in memory, so
-        // in usize), valid until freed.
-        let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) };
-        let r = if quoted { self.quote(bytes) } else { self.put(bytes) };
-        // SAFETY: the buffer JS_ToCStringLen2 returned, freed once.
-        unsafe { qjs::JS_FreeCString(self.ctx, p) };
-        r
+        // SAFETY: `v` is a string value held by the caller, in this writer's context.
+        let written = unsafe {
+            crate::ffi::with_bytes(self.ctx, v, |bytes| if quoted { self.quote(bytes) } else { self.put(bytes) })
+        };
+        written.unwrap_or(Err(Step::Failed))
     }
 
     /// `s` (QuickJS's UTF-8, which keeps an unpaired surrogate as its 3-byte sequence) quoted as

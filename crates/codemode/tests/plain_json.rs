@@ -138,11 +138,12 @@ async fn running_out_of_heap_in_the_native_serializer_falls_back_to_the_prelude(
 }
 
 /// A hostile cell hands the serializer a small value that stands for an enormous text: 40 levels
-/// of an array holding the level below twice (2^40 leaves, a few kilobytes of heap). Neither
-/// engine's serializer may hold the worker past the deadline (the native one checks the engine's
-/// interrupt while it writes, the wasm one is stopped by its epoch deadline), nor build the text
-/// outside the memory limit: the run ends with `timeout` (the prelude's walk is stopped by the
-/// interrupt handler) or `memory_limit_exceeded`, and the engine serves the next cell.
+/// of an array holding the level below twice (2^40 leaves, a few kilobytes of heap). The run must
+/// end with `timeout` (the prelude's walk is stopped by the interrupt handler) or
+/// `memory_limit_exceeded` — no crash, no text built outside the limit — and the engine must serve
+/// the next cell. How long the worker stays busy is measured, not asserted (no timed assertions):
+/// without the native serializer's interrupt check this test took 11.4 s instead of 1.6 s, the
+/// worker held ~5 s past a 300 ms deadline per cell; it passes either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exponentially_shared_value_ends_at_the_deadline_or_the_memory_limit() {
     for engine in ENGINES {
