@@ -280,6 +280,7 @@ mod tests {
                 }],
                 resources: false,
                 prompts: true,
+                down: None,
             }],
             gated: vec!["plugin:demo:demo_echo".into()],
             namespaces: vec![],

@@ -149,6 +149,8 @@ pub struct Catalog {
     conveniences: Vec<(String, String)>,
     index: SearchIndex,
     dropped: Vec<String>,
+    /// Upstream MCP servers that are down (failed to start or crashed), with the reason.
+    mcp_down: std::collections::BTreeMap<String, String>,
 }
 
 impl Catalog {
@@ -239,6 +241,19 @@ impl Catalog {
     /// Ids left out because another tool already had them.
     pub fn dropped(&self) -> &[String] {
         &self.dropped
+    }
+
+    /// Marks upstream MCP servers as down, each with the reason (the host restarts them). They stay
+    /// in the guest's `MCP` namespace (a call fails with a coded error that says why), in
+    /// `API.list("mcp")` and in the model's `exec` description, instead of vanishing.
+    pub fn with_unavailable_mcp_servers(mut self, down: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.mcp_down.extend(down);
+        self
+    }
+
+    /// The upstream MCP servers that are down, with the reason.
+    pub fn unavailable_mcp_servers(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.mcp_down
     }
 
     /// Any catalogued tool by exact id (MCP included).

@@ -177,11 +177,47 @@ impl LoopPolicy {
 }
 
 /// A 64-bit fingerprint of a JSON value (inputs and outputs are compared by fingerprint).
+///
+/// Canonical: object keys are hashed in sorted order, so `{a, b}` and `{b, a}` are the same call.
+/// Prevents: a cell that cycles the key order of one input evading the repeat detectors (every
+/// order used to be a "different" call). Numbers hash by their JSON text, so `1` and `1.0` differ.
+/// Hashes the value in place (no text is built), and stops descending past [`MAX_FINGERPRINT_DEPTH`]
+/// levels (deeper levels are hashed by their kind only: the bridge's depth limit is far lower).
 pub fn fingerprint(v: &Value) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    // serde_json's output is deterministic for one value (maps keep their order).
-    serde_json::to_string(v).unwrap_or_default().hash(&mut h);
+    hash_canonical(v, &mut h, 0);
     h.finish()
+}
+
+/// Deepest level [`fingerprint`] descends into.
+const MAX_FINGERPRINT_DEPTH: usize = 128;
+
+fn hash_canonical(v: &Value, h: &mut impl Hasher, depth: usize) {
+    match v {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, b).hash(h),
+        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::String(s) => (3u8, s).hash(h),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(h);
+            if depth < MAX_FINGERPRINT_DEPTH {
+                for item in items {
+                    hash_canonical(item, h, depth + 1);
+                }
+            }
+        }
+        Value::Object(map) => {
+            (5u8, map.len()).hash(h);
+            if depth < MAX_FINGERPRINT_DEPTH {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (k, item) in entries {
+                    k.hash(h);
+                    hash_canonical(item, h, depth + 1);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -413,6 +449,34 @@ mod tests {
         assert!(matches!(verdicts[6], Verdict::Breaker(_)));
         // A different input is another signature.
         assert_eq!(h.check(&c, 99, "plugin:x:t", &json!({"q": 2})), Verdict::Ok);
+    }
+
+    /// Issue 23 §5: cycling the key order of one input is the same call to every detector (it used to
+    /// be three "different" calls, so 300 identical calls ran under the default thresholds).
+    #[test]
+    fn key_order_does_not_evade_detection() {
+        let c = LoopConfig { poll_no_progress: false, ping_pong: false, history: 50, ..on(3, 5, 7) };
+        let orders = [
+            serde_json::from_str::<Value>(r#"{"a":1,"b":{"x":[1,{"p":1,"q":2}],"y":2},"c":3}"#).unwrap(),
+            serde_json::from_str::<Value>(r#"{"c":3,"a":1,"b":{"y":2,"x":[1,{"q":2,"p":1}]}}"#).unwrap(),
+            serde_json::from_str::<Value>(r#"{"b":{"x":[1,{"p":1,"q":2}],"y":2},"c":3,"a":1}"#).unwrap(),
+        ];
+        assert_eq!(fingerprint(&orders[0]), fingerprint(&orders[1]));
+        assert_eq!(fingerprint(&orders[0]), fingerprint(&orders[2]));
+        let mut h = History::default();
+        let verdicts: Vec<Verdict> = (0..7).map(|i| h.check(&c, i, "plugin:x:t", &orders[i as usize % 3])).collect();
+        assert!(matches!(verdicts[2], Verdict::Warn(_)), "{verdicts:?}");
+        assert!(matches!(verdicts[6], Verdict::Breaker(_)), "{verdicts:?}");
+        // Still distinct: array order, values, and a key moved to another level.
+        for (a, b) in [
+            (json!([1, 2]), json!([2, 1])),
+            (json!({"a": 1}), json!({"a": 2})),
+            (json!({"a": {"b": 1}}), json!({"b": {"a": 1}})),
+            (json!({"a": "1"}), json!({"a": 1})),
+            (json!({}), json!([])),
+        ] {
+            assert_ne!(fingerprint(&a), fingerprint(&b), "{a} vs {b}");
+        }
     }
 
     #[test]

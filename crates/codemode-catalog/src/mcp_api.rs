@@ -83,6 +83,11 @@ pub fn mcp_views(catalog: &Catalog) -> Vec<McpServerView> {
     for t in catalog.tools().iter().filter(|t| t.def.source == ToolSource::Mcp) {
         by_server.entry(t.def.owner.as_str()).or_default().push(t.def.name.as_str());
     }
+    // A server that is down keeps its place (with the tools it had, if it had any).
+    let down = catalog.unavailable_mcp_servers();
+    for name in down.keys() {
+        by_server.entry(name.as_str()).or_default();
+    }
     let server_alias = aliases(by_server.keys().copied());
     by_server
         .iter()
@@ -103,6 +108,7 @@ pub fn mcp_views(catalog: &Catalog) -> Vec<McpServerView> {
                     .collect(),
                 resources: names.contains(&RESOURCES_READ),
                 prompts: names.contains(&PROMPTS_GET),
+                down: down.get(*server).cloned(),
             }
         })
         .collect()
@@ -198,8 +204,12 @@ pub fn render_index(views: &[McpServerView]) -> String {
         "/** Result of every MCP tool call. */\ntype McpToolResult = {\n  content?: unknown[];\n  structuredContent?: unknown;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n/** Header returned by MCP.<server>.$api(). */\ntype McpApiHeader = {\n  server: string;\n  tools: { name: string; call: string; description: string; input: string; inputSchema?: unknown }[];\n};\n\n",
     );
     for v in views {
+        let state = match &v.down {
+            Some(why) => format!(" DOWN ({}): calls fail until it is back", comment_text(why)),
+            None => String::new(),
+        };
         s.push_str(&format!(
-            "/** {} tool(s); read mcp/{}.d.ts */\ndeclare const {}: Record<string, (input?: object) => Promise<McpToolResult>>;\n",
+            "/** {} tool(s){state}; read mcp/{}.d.ts */\ndeclare const {}: Record<string, (input?: object) => Promise<McpToolResult>>;\n",
             v.tools.len(),
             comment_text(&v.name),
             member("MCP", &v.name, v.alias.as_deref())
@@ -215,8 +225,15 @@ pub fn render_index(views: &[McpServerView]) -> String {
 /// members are declared as constants with their call form in a comment.
 pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
     let ns = member("MCP", &view.name, view.alias.as_deref());
+    let state = match &view.down {
+        Some(why) => format!(
+            " It is DOWN ({}): codemode restarts it, and every call fails with nested_tool_failed until it is back.",
+            comment_text(why)
+        ),
+        None => String::new(),
+    };
     let mut s = format!(
-        "/** MCP server `{}`. Every function takes one object argument. */\ndeclare namespace {ns} {{\n",
+        "/** MCP server `{}`.{state} Every function takes one object argument. */\ndeclare namespace {ns} {{\n",
         comment_text(&view.name)
     );
     s.push_str("  /** This API as data: one tool's header (and its JSON Schema with {schema: true}), or all. */\n");

@@ -61,24 +61,44 @@ pub fn quick_index(catalog: &Catalog, max_chars: usize) -> QuickIndex {
     QuickIndex { text: lines.join("\n"), listed, omitted }
 }
 
+/// Longest reason shown for a server that is down.
+const MAX_DOWN_REASON_CHARS: usize = 200;
+
 /// The `exec` tool's description: how to use the guest API, the `API` hint when MCP servers are
 /// visible, each visible namespace's description and prompt, and the quick index.
 pub fn exec_description(catalog: &Catalog, namespaces: &[NamespaceInfo], mcp_servers: &[String]) -> String {
-    let mut s = String::from(
-        "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use tools: \
-         loops, joins, parallel calls (Promise.all) and transforms in one step. The code is the body of an async \
-         function: use await and return; the return value is the result. Tools are functions on `tools`: \
-         tools.search(query, {limit}) finds catalog entries, tools.describe(id) gives full schemas, \
-         tools.callValue(id, input) returns a tool's value, tools.call(id, input) its raw result, and \
-         tools.<name>(input) calls a tool by name. ALL_TOOLS lists the catalog. text(value) and json(value) add \
-         output. No imports, files, network or timers. If the result is `waiting`, call `wait` with its runId.",
-    );
-    if !mcp_servers.is_empty() {
+    // What the run can reach leads (issue 23 §13): with only upstream MCP servers (the common
+    // `codemode serve` case), `tools.search` would find nothing, so the description starts from `MCP`.
+    let down = catalog.unavailable_mcp_servers();
+    let mut servers: Vec<String> = mcp_servers.iter().filter(|n| !down.contains_key(*n)).cloned().collect();
+    for (name, why) in down {
+        let why: String = why.chars().take(MAX_DOWN_REASON_CHARS).collect();
+        servers.push(format!("{name} (down: {}; calls fail until it is back)", codemode_core::text::for_display(&why)));
+    }
+    let mut s = if catalog.all_tools().is_empty() && !servers.is_empty() {
+        String::from(
+            "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use the MCP \
+             servers' tools: loops, joins, parallel calls (Promise.all) and transforms in one step. The code is the body \
+             of an async function: use await and return; the return value is the result. text(value) and json(value) \
+             add output. No imports, files, network or timers. If the result is `waiting`, call `wait` with its runId.",
+        )
+    } else {
+        String::from(
+            "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use tools: \
+             loops, joins, parallel calls (Promise.all) and transforms in one step. The code is the body of an async \
+             function: use await and return; the return value is the result. Tools are functions on `tools`: \
+             tools.search(query, {limit}) finds catalog entries, tools.describe(id) gives full schemas, \
+             tools.callValue(id, input) returns a tool's value, tools.call(id, input) its raw result, and \
+             tools.<name>(input) calls a tool by name. ALL_TOOLS lists the catalog. text(value) and json(value) add \
+             output. No imports, files, network or timers. If the result is `waiting`, call `wait` with its runId.",
+        )
+    };
+    if !servers.is_empty() {
         s.push_str(&format!(
             "\n\nMCP servers ({}): read their TypeScript declarations with API.list(\"mcp\") and \
              API.read(\"mcp/<server>.d.ts\"), then call MCP.<server>.<tool>({{...}}) with one object argument; \
              MCP.<server>.$api(tool) shows one tool's schema.",
-            mcp_servers.join(", ")
+            servers.join(", ")
         ));
     }
     // SPEC §10 "Prompts": only namespaces visible in this catalog (the caller passes

@@ -57,10 +57,11 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     let hub = codemode_mcp::connect_servers(&file).await?;
     tools.extend(hub.tool_definitions());
     let statuses = hub.statuses();
+    let down = hub.unavailable_servers();
     hub.shutdown().await;
     let cx = target.context();
     let outcome = file.policy.apply(tools.clone(), cx);
-    let catalog = Catalog::build(outcome.kept.clone());
+    let catalog = Catalog::build(outcome.kept.clone()).with_unavailable_mcp_servers(down);
     let index = quick_index(&catalog, QUICK_INDEX_MAX_CHARS);
     // The demo plugin's namespace and the file's declared ones, as a run of this catalog sees them.
     let namespaces = codemode::demo::demo_namespaces();
@@ -126,6 +127,10 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
+    // Everything below may quote upstream servers (tool names, descriptions, errors): each value is
+    // printed with control, line-break and bidi characters escaped (issue 23 §6), so a hostile
+    // server cannot clear the operator's screen, move the cursor or forge or hide entries.
+    let d = |s: &str| codemode::text::for_display(s).into_owned();
     println!("catalog: {} tools ({} in ALL_TOOLS)", catalog.len(), catalog.all_tools().len());
     for t in catalog.tools() {
         let conv = catalog
@@ -135,47 +140,48 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
             .map(|(n, _)| format!("tools.{n}"))
             .unwrap_or_else(|| "-".into());
         let view = if t.guest_visible { "" } else { " [not in tools.*]" };
-        println!("  {:<48} {:<8} {:<28} {}{}", t.id, t.def.source.as_str(), conv, t.entry.input, view);
+        println!("  {:<48} {:<8} {:<28} {}{}", d(&t.id), t.def.source.as_str(), d(&conv), d(&t.entry.input), view);
     }
     if !outcome.removed.is_empty() {
         println!("\nremoved by policy:");
         for (id, why) in &outcome.removed {
-            println!("  {id:<48} {why}");
+            println!("  {:<48} {}", d(id), d(&why.to_string()));
         }
     }
     for w in &outcome.warnings {
-        println!("\nwarning: {w}");
+        println!("\nwarning: {}", d(w));
     }
     for ns in &visible {
-        println!("\nnamespace {} ({}, owner {}): {}", ns.global_name, ns.id, ns.owner, ns.description);
-        println!("  backing tools: {}", ns.required_tools.join(", "));
+        println!("\nnamespace {} ({}, owner {}): {}", d(&ns.global_name), d(&ns.id), d(&ns.owner.to_string()), d(&ns.description));
+        println!("  backing tools: {}", d(&ns.required_tools.join(", ")));
         if let Some(p) = &ns.prompt {
-            println!("  prompt: {p}");
+            println!("  prompt: {}", d(p));
         }
     }
     for ns in &hidden {
         println!(
             "\nnamespace {} ({}, owner {}): hidden — not every backing tool ({}) is in this catalog",
-            ns.global_name,
-            ns.id,
-            ns.owner,
-            ns.required_tools.join(", ")
+            d(&ns.global_name),
+            d(&ns.id),
+            d(&ns.owner.to_string()),
+            d(&ns.required_tools.join(", "))
         );
     }
     for s in &statuses {
         println!(
             "\nMCP server {}: {} ({} tools){}",
-            s.name,
+            d(&s.name),
             s.state,
             s.tools,
-            s.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+            s.error.as_ref().map(|e| format!(": {}", d(e))).unwrap_or_default()
         );
     }
-    println!("\nquick index ({} listed, {} omitted):\n{}", index.listed.len(), index.omitted, index.text);
+    let index_text: Vec<String> = index.text.lines().map(d).collect();
+    println!("\nquick index ({} listed, {} omitted):\n{}", index.listed.len(), index.omitted, index_text.join("\n"));
     if let (Some(q), Some(hits)) = (&args.search, &hits) {
         println!("\nsearch {q:?}:");
         for h in hits {
-            println!("  {}  {}", h.id, h.description);
+            println!("  {}  {}", d(&h.id), d(&h.description));
         }
     }
     if !measure.is_null() {

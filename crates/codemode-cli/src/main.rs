@@ -244,7 +244,9 @@ fn init_tracing() -> TracingGuard {
             filter = filter.add_directive(d);
         }
     }
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    // Colours only on a terminal (issue 23 §6): a log file or pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi).with_filter(filter);
     #[cfg(feature = "otel")]
     {
         let provider = match codemode::otel::otlp_provider_from_env() {
@@ -265,13 +267,32 @@ fn init_tracing() -> TracingGuard {
     }
 }
 
-/// Loads the code-mode config: the file's `tools.codeMode` when a file is given (which must enable
-/// code mode), else the defaults with code mode enabled.
+/// Loads the code-mode config: the file's `tools.codeMode` when a file is given (a file without that
+/// section, such as another MCP client's config, gets code mode enabled with every default; a section
+/// that does not enable it is an error), else the defaults with code mode enabled. Keys another
+/// program wrote are ignored with one warning.
 pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
     let mut file = match &common.config {
         None => ConfigFile { code_mode: CodeModeConfig::enabled(), ..ConfigFile::default() },
         Some(path) => {
-            let file = ConfigFile::load(path)?;
+            let mut file = ConfigFile::load(path)?;
+            // A file written for another MCP client (Claude Desktop, Cursor, Claude Code) has no
+            // `tools.codeMode`: serving it is asking for code mode (issue 23 §12). An explicit
+            // `enabled: false` (or a section without `enabled: true`) still stops here.
+            if !file.code_mode_present {
+                file.code_mode = CodeModeConfig::enabled();
+            }
+            let mut ignored = file.ignored_keys.clone();
+            if let Some(servers) = &file.mcp_servers {
+                ignored.extend(codemode_mcp::config::foreign_server_keys(servers));
+            }
+            if !ignored.is_empty() {
+                tracing::warn!(
+                    file = %path.display(),
+                    "ignoring settings codemode does not use (another program's): {}",
+                    ignored.join(", ")
+                );
+            }
             if !file.code_mode.enabled {
                 bail!(
                     "code mode is disabled in {}: set `tools.codeMode.enabled: true` (or `tools.codeMode: true`)",
@@ -336,7 +357,8 @@ async fn build_runtime_with(
 pub(crate) fn report_servers(gw: &codemode_mcp::server::Gateway) {
     for s in gw.hub().statuses() {
         if s.state == codemode_mcp::hub::ServerState::Failed {
-            tracing::warn!(server = %s.name, error = s.error.as_deref().unwrap_or(""), "MCP server unavailable");
+            let error = codemode::text::for_display(s.error.as_deref().unwrap_or("")).into_owned();
+            tracing::warn!(server = %s.name, %error, "MCP server unavailable (codemode restarts it)");
         }
     }
 }
@@ -519,6 +541,25 @@ async fn run(
         let Some(run_id) = result.run_id().map(str::to_string) else {
             break;
         };
+        // Only calls waiting for a human are left (issue 23 §7): this run lives in this process's
+        // memory, so nobody can approve them, and waiting would poll until the run expires.
+        if let CodeModeResult::Waiting { pending_tool_calls, .. } = &result
+            && !pending_tool_calls.is_empty()
+            && pending_tool_calls.iter().all(|p| p.kind == codemode::PendingCallKind::Approval)
+        {
+            let ids: Vec<String> = pending_tool_calls.iter().map(|p| p.request_id.to_string()).collect();
+            eprintln!(
+                "codemode: the run is waiting for approval of request {} and `codemode run` keeps it in this process, \
+                 where nobody can approve it. Start it with `codemode exec --snapshot-dir DIR`, decide with \
+                 `codemode approve --snapshot-dir DIR RUN_ID REQUEST_ID [--deny REASON]`, then resume it with \
+                 `codemode wait --snapshot-dir DIR RUN_ID`; or serve it to an MCP client that answers elicitation.",
+                ids.join(", ")
+            );
+            if let Ok(id) = codemode::RunId::parse(&run_id) {
+                cm.abort(&id).await;
+            }
+            break;
+        }
         if steps {
             print_json(&result);
         }

@@ -450,6 +450,17 @@ fn approvals_across_processes() {
     let pending = &first["pendingToolCalls"][0];
     assert_eq!(pending["kind"], "approval", "{first}");
     assert_eq!(pending["toolId"], "plugin:demo:demo_invoice_send");
+    // Issue 23 §4: a mistyped request id is refused (exit 1) naming what is parked.
+    let out = approve(&first["runId"], &json!(978), None);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "request 978 is not waiting for approval; the calls waiting for approval are request {}",
+            pending["requestId"]
+        )),
+        "{stderr}"
+    );
     let out = approve(&first["runId"], &pending["requestId"], None);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(last_json(&out)["decision"], json!({"decision": "approve"}));
@@ -473,6 +484,92 @@ fn approvals_across_processes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unavailable or expired"));
     let out = bin().args(["approve", "--snapshot-dir"]).arg(&snaps).args(["../etc", "1"]).output().unwrap();
     assert_ne!(out.status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 23 §7: `codemode run` keeps its run in memory, where nobody can approve it: at the first
+/// `waiting` whose calls all wait for approval it stops (exit 1) and says how to approve, instead of
+/// polling `wait` until the run expires.
+#[test]
+fn run_stops_at_calls_nobody_can_approve() {
+    let dir = tempdir("run-approval");
+    let config = write(
+        &dir,
+        "c.json5",
+        "{ tools: { codeMode: { enabled: true, timeoutMs: 300 } }, approvals: { require: ['demo_invoice_send'] } }",
+    );
+    let started = std::time::Instant::now();
+    let out = run_stdin(
+        &["run", "--config", config.to_str().unwrap(), "-"],
+        "return await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 1 })",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = last_json(&out);
+    assert_eq!(v["status"], "waiting", "{v}");
+    assert_eq!(v["pendingToolCalls"][0]["kind"], "approval", "{v}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("codemode approve --snapshot-dir"), "{stderr}");
+    // It did not poll: well under the 28 hours a poll could last (a generous bound, not a timing).
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 23 §12: the config files other MCP clients keep work as they are: Claude Code's `type`,
+/// other programs' keys (ignored with one warning), and code mode on without `tools.codeMode`.
+#[test]
+fn other_clients_config_files_work_as_they_are() {
+    let dir = tempdir("foreign-config");
+    let claude_code = write(
+        &dir,
+        "claude.json",
+        r#"{ "numStartups": 4, "theme": "dark",
+             "mcpServers": { "gone": { "type": "stdio", "command": "/nonexistent/codemode-no-such-server", "autoApprove": [] } } }"#,
+    );
+    let out = run_stdin(&["run", "--config", claude_code.to_str().unwrap(), "-"], "return Object.keys(MCP)");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(last_json(&out)["value"], json!(["gone"]), "the server that cannot start keeps its name in MCP");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("ignoring settings codemode does not use")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    for key in ["numStartups", "theme", "mcpServers.gone.autoApprove"] {
+        assert!(warnings[0].contains(key), "{stderr}");
+    }
+    // Colours only on a terminal: this stderr is a pipe.
+    assert!(!stderr.contains('\u{1b}'), "ANSI escapes in a piped log: {stderr:?}");
+    // codemode's own keys stay strict; a typo of one of them is an error.
+    let typo = write(&dir, "typo.json", r#"{ "mcpServer": {} }"#);
+    let out = bin().args(["run", "--config"]).arg(&typo).arg("-").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean `mcpServers`"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 23 §7: a FIFO or a huge sparse file named like a run file neither hangs nor bloats the
+/// `exec` / `wait` of that directory.
+#[cfg(unix)]
+#[test]
+fn hostile_files_in_the_snapshot_directory() {
+    let dir = tempdir("hostile-files");
+    let snaps = dir.join("runs");
+    std::fs::create_dir_all(&snaps).unwrap();
+    let fifo = snaps.join("cm_0000000000000000000000000000fifo.run");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let sparse = std::fs::File::create(snaps.join("cm_000000000000000000000000000sparse.run")).unwrap();
+    sparse.set_len(1 << 40).unwrap();
+    drop(sparse);
+    let config = write(&dir, "c.json5", "{ tools: { codeMode: { enabled: true, timeoutMs: 300 } } }");
+    // Resuming one of them fails at once (it is not a run file), and the store removes both as garbage.
+    for id in ["cm_0000000000000000000000000000fifo", "cm_000000000000000000000000000sparse"] {
+        let out = bin().args(["wait", "--snapshot-dir"]).arg(&snaps).arg(id).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        let code = last_json(&out)["code"].clone();
+        assert!(code == "snapshot_restore_failed" || code == "invalid_input", "{code}");
+    }
+    assert!(!fifo.exists(), "the FIFO is removed as garbage");
+    let (first, last) = exec_then_wait(&dir, &config, "await yield_control(); return 7");
+    assert_eq!(first["status"], "waiting", "{first}");
+    assert_eq!(last["value"], 7, "{last}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

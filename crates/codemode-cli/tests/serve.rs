@@ -153,6 +153,37 @@ fn human_in_the_loop_through_serve_over_streamable_http() {
     human_in_the_loop("http");
 }
 
+/// Issue 23 §8: both generations of MCP clients — Python `mcp` 2.x's `Client` negotiating the
+/// sessionless 2026-07-28 protocol, and the 2025-11-25 handshake — resume `waiting` runs with `wait`
+/// and answer approvals through their elicitation callback (MRTR input requests, or
+/// `elicitation/create`); over HTTP a run belongs to the client's credentials, not to a request.
+/// The config also carries another program's key (`theme`), ignored with a warning (issue 23 §12).
+fn modern_clients(transport: &str) {
+    let dir = tempdir(&format!("modern-{transport}"));
+    let config = dir.join("codemode.json5");
+    std::fs::write(
+        &config,
+        "{ theme: 'dark', tools: { codeMode: { enabled: true, timeoutMs: 1000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 5000 } }\n",
+    )
+    .unwrap();
+    let snapdir = dir.join("runs");
+    run_python(
+        "modern_clients.py",
+        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
+        &format!("ok: modern clients over {transport}"),
+    );
+}
+
+#[test]
+fn modern_and_legacy_mcp_clients_over_stdio() {
+    modern_clients("stdio");
+}
+
+#[test]
+fn modern_and_legacy_mcp_clients_over_streamable_http() {
+    modern_clients("http");
+}
+
 /// `serve --audit FILE` (issue 13): every line is a trajectory record; nested calls name the MCP
 /// request (`<session>/<JSON-RPC id>`) of the `exec` / `wait` that drove them; a run that suspended
 /// in `exec` finishes under a `wait`.

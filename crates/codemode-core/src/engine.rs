@@ -405,6 +405,25 @@ pub trait GuestEngine: Send + Sync + 'static {
     /// [`GuestInstance::drive`].
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError>;
 
+    /// Checks, without running anything, that [`restore`](Self::restore) would accept `snapshot`:
+    /// that it was taken by this engine and build and is intact (for serialized snapshots, its
+    /// digest). The runtime calls it when a `wait` takes a run out of the store, before any call of
+    /// the run is approved, re-issued or delivered: a run that cannot resume must fail before it
+    /// has side effects (a corrupt or cut-off run file, a snapshot of an older build after an
+    /// upgrade). The default checks the engine name; an engine with a serialized format should
+    /// check its integrity too.
+    fn verify(&self, snapshot: &Snapshot) -> Result<(), EngineError> {
+        if snapshot.engine == self.name() {
+            Ok(())
+        } else {
+            Err(EngineError::Restore(format!(
+                "snapshot was taken by engine `{}`, not `{}`",
+                snapshot.engine,
+                self.name()
+            )))
+        }
+    }
+
     /// Restores an instance from a snapshot taken by this engine.
     ///
     /// A snapshot of another engine or engine build fails with [`EngineError::Restore`].

@@ -337,6 +337,11 @@ pub struct McpServerView {
     pub resources: bool,
     /// `prompts.get` is available.
     pub prompts: bool,
+    /// Set when the server is down (it failed to start or crashed; the host restarts it): why. The
+    /// guest keeps `MCP.<server>`, and any member it has no tool for fails with a coded error
+    /// saying so, instead of the namespace vanishing (`cannot read property of undefined`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<String>,
 }
 
 /// Per-run data the guest prelude installs at boot: the catalog's guest views. The catalog produces

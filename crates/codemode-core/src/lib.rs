@@ -40,6 +40,7 @@ pub mod result;
 pub mod scope;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod trajectory;
 
 pub use approval::{ApprovalDecision, ApprovalRequest, Approver};

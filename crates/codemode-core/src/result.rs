@@ -34,6 +34,12 @@ impl CodeModeOutput {
 
 /// Length in bytes of the compact JSON text of `value`.
 pub fn json_len(value: &Value) -> usize {
+    serialized_len(value)
+}
+
+/// Length in bytes of `value` serialized as compact JSON, counted without building the text (0 when
+/// it cannot be serialized).
+pub fn serialized_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     struct Counter(usize);
     impl std::io::Write for Counter {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -45,7 +51,7 @@ pub fn json_len(value: &Value) -> usize {
         }
     }
     let mut c = Counter(0);
-    // Writing a `Value` into an infallible writer cannot fail.
+    // The writer cannot fail; a value that cannot be serialized counts what was written.
     let _ = serde_json::to_writer(&mut c, value);
     c.0
 }

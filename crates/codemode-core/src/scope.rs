@@ -146,6 +146,11 @@ pub struct RunContext {
     /// (codemode itself does not interpret it; see the README's tool policy section.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sandboxed: bool,
+    /// The caller's W3C trace context (`traceparent`, e.g. from an MCP request's `_meta`): the
+    /// `exec` span becomes its child, and a `wait` span links to it (the run's own trace is the
+    /// one its `exec` started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 impl RunContext {

@@ -42,6 +42,11 @@ impl PendingRequest {
     }
 }
 
+/// The ids of the requests in `pending` that are parked for approval, in order.
+pub fn parked_ids(pending: &[PendingRequest]) -> Vec<RequestId> {
+    pending.iter().filter(|p| p.awaiting_approval).map(|p| p.id).collect()
+}
+
 /// Everything a suspended run needs to be resumed.
 #[derive(Debug)]
 pub struct SuspendedRun {
@@ -68,6 +73,27 @@ pub struct SuspendedRun {
     /// How error positions map back to the cell's source (kept so that a resuming process reports
     /// the model's own lines).
     pub positions: crate::positions::CellPositions,
+}
+
+impl SuspendedRun {
+    /// The requests parked for approval (see [`PendingRequest::awaiting_approval`]).
+    pub fn parked(&self) -> Vec<RequestId> {
+        parked_ids(&self.pending)
+    }
+
+    /// Bytes the stored run takes: the snapshot plus its metadata as JSON (pending requests with
+    /// their inputs, undelivered results, positions, telemetry). The runtime holds this to
+    /// `maxSnapshotBytes`. Prevents: calls parked for approval or results waiting for delivery
+    /// growing a stored run past the limit that the VM snapshot alone respects (100 parked calls
+    /// with a 1 MB input each wrote a 105 MB run file against a 10 MiB limit).
+    pub fn stored_bytes(&self) -> u64 {
+        let meta = crate::result::serialized_len(&self.pending)
+            + crate::result::serialized_len(&self.ready)
+            + crate::result::serialized_len(&self.positions)
+            + crate::result::serialized_len(&self.telemetry)
+            + crate::result::serialized_len(&self.scope);
+        self.snapshot.size_bytes().saturating_add(meta as u64)
+    }
 }
 
 /// Why a store operation failed.
@@ -99,6 +125,26 @@ pub enum StoreError {
     /// An I/O failure.
     #[error("snapshot store I/O failed: {0}")]
     Io(String),
+    /// An approval decision names a request that is not parked for approval (a mistyped id, a call
+    /// that already ran or was decided). Prevents: a human believing a call was approved when the
+    /// decision went nowhere.
+    #[error("{}", not_parked_message(*.request_id, .parked))]
+    NotParked {
+        /// The request the decision named.
+        request_id: RequestId,
+        /// The requests of the run that are parked for approval.
+        parked: Vec<RequestId>,
+    },
+}
+
+fn not_parked_message(request_id: RequestId, parked: &[RequestId]) -> String {
+    let parked = if parked.is_empty() {
+        "no call of this run is waiting for approval".to_string()
+    } else {
+        let ids: Vec<String> = parked.iter().map(|id| id.to_string()).collect();
+        format!("the calls waiting for approval are request {}", ids.join(", "))
+    };
+    format!("request {request_id} is not waiting for approval; {parked}")
 }
 
 impl StoreError {
@@ -106,7 +152,7 @@ impl StoreError {
     pub fn to_code_mode_error(&self) -> CodeModeError {
         match self {
             StoreError::TooMany => CodeModeError::uncoded(MSG_TOO_MANY),
-            StoreError::Unavailable | StoreError::Busy | StoreError::WrongScope(_) => {
+            StoreError::Unavailable | StoreError::Busy | StoreError::WrongScope(_) | StoreError::NotParked { .. } => {
                 CodeModeError::new(CodeModeErrorCode::InvalidInput, self.to_string())
             }
             StoreError::Expired => CodeModeError::new(CodeModeErrorCode::SnapshotExpired, self.to_string()),
@@ -172,7 +218,8 @@ pub trait SnapshotStore: Send + Sync {
     /// whichever process resumes it. A later decision on the same call replaces an earlier one
     /// that was not collected yet. Fails with [`StoreError::Unavailable`] when the run is unknown,
     /// settled, and with [`StoreError::Expired`] when it is still known but past its TTL (its state is
-    /// deleted then). The default: this store cannot record decisions.
+    /// deleted then), and with [`StoreError::NotParked`] when the request is not parked for approval
+    /// in the run as last stored. The default: this store cannot record decisions.
     async fn record_decision(
         &self,
         _run_id: &RunId,

@@ -117,7 +117,9 @@ pub enum TraceRecord {
 impl TraceRecord {
     /// One JSON line (no trailing newline).
     pub fn to_json_line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string())
+        // U+2028, U+2029 and the C1 controls escaped (issue 23 §6): a reader that splits on Unicode
+        // line breaks must not lose the record (a cell could otherwise hide its own call).
+        crate::text::json_line_safe(serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string()))
     }
 }
 

@@ -96,6 +96,20 @@ impl GuestEngine for QuickJsWasiEngine {
         Ok(Box::new(WasiInstance::fresh(vm, program.boot.clone(), codemode_bridge::wrap_code(&program.code))))
     }
 
+    fn verify(&self, snapshot: &Snapshot) -> Result<(), EngineError> {
+        if snapshot.engine != ENGINE_NAME {
+            return Err(EngineError::Restore(format!(
+                "snapshot was taken by engine `{}`, not `{ENGINE_NAME}`",
+                snapshot.engine
+            )));
+        }
+        let SnapshotBody::Serialized(bytes) = &snapshot.body else {
+            return Err(EngineError::Restore("quickjs-wasi restores serialized snapshots only".into()));
+        };
+        let loaded = loaded()?;
+        snapshot::check(bytes, ENGINE_NAME, &loaded.build_id).map(|_| ()).map_err(|e| EngineError::Restore(e.to_string()))
+    }
+
     fn restore(&self, snapshot: Snapshot, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
         if snapshot.engine != ENGINE_NAME {
             return Err(EngineError::Restore(format!(

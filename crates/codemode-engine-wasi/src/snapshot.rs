@@ -188,6 +188,31 @@ fn u32_at(bytes: &[u8], at: &mut usize) -> Result<u32, SnapshotError> {
 /// Decodes and checks a snapshot: magic, digest, format, engine, build, bounds of every page. Pages
 /// come back as the memory content (already XOR-ed back with `base`).
 pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Result<Decoded, SnapshotError> {
+    let (header, body) = check(bytes, engine, build)?;
+    let pages_in_memory = header.memory_bytes as usize / PAGE;
+    let max_raw = pages_in_memory.saturating_mul(PAGE + 4);
+    let raw = zstd::bulk::decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
+    if !raw.len().is_multiple_of(PAGE + 4) {
+        return Err(SnapshotError::PartialPage);
+    }
+    let mut pages = Vec::with_capacity(raw.len() / (PAGE + 4));
+    for rec in raw.chunks_exact(PAGE + 4) {
+        let index = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
+        if index as usize >= pages_in_memory {
+            return Err(SnapshotError::PageOutOfRange(index));
+        }
+        let mut page = rec[4..].to_vec();
+        xor_base(base, index as usize, &mut page);
+        pages.push((index, page));
+    }
+    Ok(Decoded { header, pages })
+}
+
+/// Checks a snapshot without decompressing it: magic, digest, format, engine, build and layout.
+/// Returns the header and the compressed body. What [`decode`] checks first, and what the engine's
+/// `verify` checks before a resumed run's calls start (a run file that is corrupt, cut off, or of
+/// another engine build is refused before anything of the run happens).
+pub(crate) fn check<'a>(bytes: &'a [u8], engine: &str, build: &str) -> Result<(Header, &'a [u8]), SnapshotError> {
     if bytes.len() < MAGIC.len() + DIGEST_LEN || &bytes[..MAGIC.len()] != MAGIC {
         return Err(SnapshotError::BadMagic);
     }
@@ -218,23 +243,7 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Re
     if at != content.len() {
         return Err(SnapshotError::Trailing);
     }
-    let pages_in_memory = header.memory_bytes as usize / PAGE;
-    let max_raw = pages_in_memory.saturating_mul(PAGE + 4);
-    let raw = zstd::bulk::decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
-    if !raw.len().is_multiple_of(PAGE + 4) {
-        return Err(SnapshotError::PartialPage);
-    }
-    let mut pages = Vec::with_capacity(raw.len() / (PAGE + 4));
-    for rec in raw.chunks_exact(PAGE + 4) {
-        let index = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
-        if index as usize >= pages_in_memory {
-            return Err(SnapshotError::PageOutOfRange(index));
-        }
-        let mut page = rec[4..].to_vec();
-        xor_base(base, index as usize, &mut page);
-        pages.push((index, page));
-    }
-    Ok(Decoded { header, pages })
+    Ok((header, body))
 }
 
 #[cfg(test)]

@@ -2,23 +2,90 @@
 //! elicitation capability, a gated nested call made by that session's cell is put to the human with
 //! `elicitation/create`. Accept runs the call inside the same `exec`; decline or cancel deny it; no
 //! answer within `approvals.timeoutMs` parks it (then `codemode approve` decides).
+//!
+//! A question is never left behind (issue 23 §9): one still open when `approvals.timeoutMs` passes
+//! stays open, and a late answer is recorded for the parked call (the next `wait` applies it); when
+//! the run's request is cancelled or its session closes, the open questions are withdrawn with
+//! `notifications/cancelled`; an answer that comes after its run is gone is not dropped silently:
+//! the client gets a `notifications/message` warning saying it came too late.
 
 use codemode::{ApprovalDecision, ApprovalRequest, Approver};
-use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
-use rmcp::service::ElicitationMode;
+use rmcp::model::{
+    ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, RequestId, ServerRequest,
+};
+use rmcp::service::{ElicitationMode, PeerRequestOptions};
 use rmcp::{Peer, RoleServer};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Longest tool id, reason or input preview quoted to the human (each is bounded again by the
 /// approval request itself).
 const MAX_FIELD_CHARS: usize = 1_000;
 
 /// Asks the human behind each MCP session about that session's gated calls.
-#[derive(Default)]
 pub struct ElicitingApprover {
     peers: Mutex<HashMap<String, Peer<RoleServer>>>,
+    /// Requests this approver could not put to a human at once (the client cannot receive
+    /// `elicitation/create`: MCP 2026-07-28), kept so the server can ask them with the run's result
+    /// (MRTR) with their input and cell line. At most [`MAX_UNASKED`] are kept.
+    unasked: Mutex<HashMap<(String, u64), ApprovalRequest>>,
+    /// Questions sent and not answered yet, per session: withdrawn when the session's request is
+    /// cancelled or the session closes.
+    open: Arc<Mutex<HashMap<String, Vec<OpenQuestion>>>>,
+    /// Answers that came after `approvals.timeoutMs`, to record (see [`Self::late_answers`]).
+    late: tokio::sync::mpsc::Sender<LateAnswer>,
+    late_rx: Mutex<Option<tokio::sync::mpsc::Receiver<LateAnswer>>>,
 }
+
+impl Default for ElicitingApprover {
+    fn default() -> Self {
+        let (late, late_rx) = tokio::sync::mpsc::channel(MAX_LATE);
+        ElicitingApprover {
+            peers: Mutex::default(),
+            unasked: Mutex::default(),
+            open: Arc::default(),
+            late,
+            late_rx: Mutex::new(Some(late_rx)),
+        }
+    }
+}
+
+/// An `elicitation/create` in flight.
+struct OpenQuestion {
+    id: RequestId,
+    peer: Peer<RoleServer>,
+    /// The task awaiting the answer.
+    task: tokio::task::AbortHandle,
+}
+
+/// An answer that came after the runtime stopped waiting for it (the call parked).
+pub struct LateAnswer {
+    /// The run.
+    pub run_id: codemode::RunId,
+    /// The parked call.
+    pub request_id: u64,
+    /// The human's decision.
+    pub decision: ApprovalDecision,
+    /// The client that answered (told if the answer can no longer be applied).
+    pub peer: Peer<RoleServer>,
+}
+
+impl std::fmt::Debug for LateAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LateAnswer")
+            .field("run_id", &self.run_id)
+            .field("request_id", &self.request_id)
+            .field("decision", &self.decision)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Most late answers waiting to be recorded. Prevents: a client answering stale questions without
+/// end growing the queue.
+const MAX_LATE: usize = 1_024;
+
+/// Most unasked requests kept. Prevents: parked calls of runs nobody resumes growing the map.
+const MAX_UNASKED: usize = 1_024;
 
 impl std::fmt::Debug for ElicitingApprover {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -26,11 +93,16 @@ impl std::fmt::Debug for ElicitingApprover {
     }
 }
 
+/// `s` bounded to [`MAX_FIELD_CHARS`] and with control, line-break and bidi characters escaped
+/// (issue 23 §3): a tool id or input from an upstream server or a cell cannot write lines of its own
+/// ("Why approval is needed: …") into the question put to the human, or reorder what it shows.
 fn cut(s: &str) -> String {
-    if s.chars().count() <= MAX_FIELD_CHARS {
-        return s.to_string();
-    }
-    s.chars().take(MAX_FIELD_CHARS).chain(std::iter::once('…')).collect()
+    let bounded: String = if s.chars().count() <= MAX_FIELD_CHARS {
+        s.to_string()
+    } else {
+        s.chars().take(MAX_FIELD_CHARS).chain(std::iter::once('…')).collect()
+    };
+    codemode::text::for_display(&bounded).into_owned()
 }
 
 impl ElicitingApprover {
@@ -45,9 +117,55 @@ impl ElicitingApprover {
         }
     }
 
-    /// Forgets a closed session.
+    /// The request of a parked call this approver could not ask about (see [`Self::decide`]).
+    pub fn unasked(&self, run_id: &str, request_id: u64) -> Option<ApprovalRequest> {
+        self.unasked.lock().unwrap_or_else(|p| p.into_inner()).get(&(run_id.to_string(), request_id)).cloned()
+    }
+
+    fn remember_unasked(&self, request: &ApprovalRequest) {
+        let mut unasked = self.unasked.lock().unwrap_or_else(|p| p.into_inner());
+        if unasked.len() >= MAX_UNASKED
+            && let Some(k) = unasked.keys().next().cloned()
+        {
+            unasked.remove(&k);
+        }
+        unasked.insert((request.run_id.to_string(), request.request_id), request.clone());
+    }
+
+    /// Forgets a closed session, withdrawing its open questions.
     pub fn forget(&self, session: &str) {
         self.peers.lock().unwrap_or_else(|p| p.into_inner()).remove(session);
+        self.withdraw(session);
+    }
+
+    /// Withdraws the session's open questions: `notifications/cancelled` for each (the client closes
+    /// its dialog), and their answers are no longer awaited. For a cancelled request (its run is
+    /// aborted) or a closed session.
+    pub fn withdraw(&self, session: &str) {
+        let questions = self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(session).unwrap_or_default();
+        for q in questions {
+            q.task.abort();
+            let Ok(rt) = tokio::runtime::Handle::try_current() else { continue };
+            rt.spawn(async move {
+                let params = rmcp::model::CancelledNotificationParam::new(
+                    Some(q.id),
+                    Some("the code mode run that asked was cancelled".into()),
+                );
+                let note = rmcp::model::CancelledNotification::new(params);
+                let _ = q.peer.send_notification(note.into()).await;
+            });
+        }
+    }
+
+    /// The answers that come late, to be recorded with `CodeMode::decide` as they arrive (the
+    /// gateway takes this once and does so). `None` after the first call.
+    pub fn late_answers(&self) -> Option<tokio::sync::mpsc::Receiver<LateAnswer>> {
+        self.late_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Whether any question of `session` is open (tests).
+    pub fn has_open_questions(&self, session: &str) -> bool {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).get(session).is_some_and(|q| !q.is_empty())
     }
 
     /// The question put to the human.
@@ -67,8 +185,17 @@ impl ElicitingApprover {
 #[async_trait::async_trait]
 impl Approver for ElicitingApprover {
     async fn decide(&self, request: &ApprovalRequest) -> Option<ApprovalDecision> {
-        let session = request.context.scope.session_id.as_deref()?;
-        let peer = self.peers.lock().unwrap_or_else(|p| p.into_inner()).get(session).cloned()?;
+        let peer = request
+            .context
+            .scope
+            .session_id
+            .as_deref()
+            .and_then(|session| self.peers.lock().unwrap_or_else(|p| p.into_inner()).get(session).cloned());
+        let Some(peer) = peer else {
+            self.remember_unasked(request);
+            return None;
+        };
+        let session = request.context.scope.session_id.clone().unwrap_or_default();
         // An empty form: the answer is the action itself.
         let schema: ElicitationSchema =
             serde_json::from_value(serde_json::json!({ "type": "object", "properties": {} })).ok()?;
@@ -77,18 +204,61 @@ impl Approver for ElicitingApprover {
             message: Self::message(request),
             requested_schema: schema,
         };
-        let decision = match peer.create_elicitation(params).await {
-            Ok(answer) => match answer.action {
-                ElicitationAction::Accept => ApprovalDecision::Approve,
-                ElicitationAction::Decline => ApprovalDecision::deny("declined by the user"),
-                ElicitationAction::Cancel => ApprovalDecision::deny("cancelled by the user"),
-                // A newer protocol's action: not an approval.
-                _ => ApprovalDecision::deny("the client's answer was not an approval"),
-            },
+        let sent = peer
+            .send_request_with_option(ServerRequest::ElicitRequest(ElicitRequest::new(params)), PeerRequestOptions::no_options())
+            .await;
+        let handle = match sent {
+            Ok(h) => h,
             Err(e) => {
                 tracing::warn!(target: "codemode::approval", %session, error = %e, "elicitation failed; the call is parked");
+                self.remember_unasked(request);
                 return None;
             }
+        };
+        // The answer is awaited by a task of its own, which outlives this call when the runtime
+        // stops waiting (`approvals.timeoutMs`): a late answer is then queued for recording.
+        let (tx, rx) = tokio::sync::oneshot::channel::<Option<ApprovalDecision>>();
+        let id = handle.id.clone();
+        let (open, late) = (self.open.clone(), self.late.clone());
+        let (run_id, request_id, answering_peer, key) =
+            (request.run_id.clone(), request.request_id, peer.clone(), session.clone());
+        let question_id = id.clone();
+        // Registered under the lock the task takes to remove it: it cannot finish in between.
+        {
+            let mut open_guard = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            let task = tokio::spawn(async move {
+                let decision = match handle.await_response().await {
+                    Ok(ClientResult::ElicitResult(answer)) => Some(match answer.action {
+                        ElicitationAction::Accept => ApprovalDecision::Approve,
+                        ElicitationAction::Decline => ApprovalDecision::deny("declined by the user"),
+                        ElicitationAction::Cancel => ApprovalDecision::deny("cancelled by the user"),
+                        // A newer protocol's action: not an approval.
+                        _ => ApprovalDecision::deny("the client's answer was not an approval"),
+                    }),
+                    Ok(_) => Some(ApprovalDecision::deny("the client's answer was not an approval")),
+                    Err(e) => {
+                        tracing::warn!(target: "codemode::approval", session = %key, error = %e, "elicitation failed; the call is parked");
+                        None
+                    }
+                };
+                if let Some(list) = open.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key) {
+                    list.retain(|q| q.id != question_id);
+                }
+                if let Err(Some(decision)) = tx.send(decision) {
+                    // Nobody waits any more: the call parked. Record the answer for it (dropped only
+                    // when MAX_LATE answers are already queued).
+                    let _ = late.try_send(LateAnswer { run_id, request_id, decision, peer: answering_peer });
+                }
+            });
+            open_guard.entry(session.clone()).or_default().push(OpenQuestion {
+                id,
+                peer: peer.clone(),
+                task: task.abort_handle(),
+            });
+        }
+        let Ok(Some(decision)) = rx.await else {
+            self.remember_unasked(request);
+            return None;
         };
         tracing::info!(
             target: "codemode::approval",

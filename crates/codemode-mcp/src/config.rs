@@ -49,6 +49,13 @@ pub enum Transport {
     },
 }
 
+/// The transport a server entry's `type` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TransportKind {
+    Stdio,
+    Http,
+}
+
 /// One configured upstream server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -69,8 +76,36 @@ pub struct ServerConfig {
     pub disabled: bool,
 }
 
-const KEYS: [&str; 11] =
-    ["command", "args", "env", "cwd", "url", "headers", "allow", "deny", "timeoutMs", "startupTimeoutMs", "disabled"];
+/// The keys of a server entry codemode reads (their values are checked strictly). `type` is the
+/// transport as Claude Code and others write it (`stdio`, `http`, `streamable-http`; `sse` is the
+/// deprecated HTTP+SSE transport, which is not supported).
+pub const KEYS: [&str; 12] = [
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "allow",
+    "deny",
+    "timeoutMs",
+    "startupTimeoutMs",
+    "disabled",
+    "type",
+];
+
+/// Paths of the keys of server entries that codemode does not read: other clients' settings
+/// (`autoApprove`, `alwaysAllow`, `description`, …) in a config file written for them. They are
+/// ignored, so that a Claude Desktop, Cursor or Claude Code file works as it is; the caller warns once.
+pub fn foreign_server_keys(value: &Value) -> Vec<String> {
+    let Some(obj) = value.as_object() else { return Vec::new() };
+    obj.iter()
+        .filter_map(|(name, spec)| spec.as_object().map(|spec| (name, spec)))
+        .flat_map(|(name, spec)| {
+            spec.keys().filter(|k| !KEYS.contains(&k.as_str())).map(move |k| format!("mcpServers.{name}.{k}"))
+        })
+        .collect()
+}
 
 /// Expands `${VAR}` and `${VAR:-default}` using `lookup`.
 pub fn expand(text: &str, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
@@ -145,13 +180,38 @@ pub fn parse_servers_with(
             ));
         }
         let spec = spec.as_object().ok_or_else(|| ConfigError::new(&path, "expected an object"))?;
-        if let Some(k) = spec.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(ConfigError::new(
-                format!("{path}.{k}"),
-                format!("unknown key `{k}` (known keys: {})", KEYS.join(", ")),
-            ));
-        }
+        // Keys other clients write are ignored (see `foreign_server_keys`); codemode's own are checked.
         let at = |k: &str| format!("{path}.{k}");
+        let kind = match spec.get("type") {
+            None => None,
+            Some(Value::String(t)) => match t.as_str() {
+                "stdio" => Some(TransportKind::Stdio),
+                "http" | "streamable-http" | "streamableHttp" | "streamable_http" => Some(TransportKind::Http),
+                "sse" => {
+                    return Err(ConfigError::new(
+                        at("type"),
+                        "the deprecated HTTP+SSE transport (`type: \"sse\"`) is not supported; give the server's \
+                         streamable HTTP endpoint with `type: \"http\"` (most servers serve it at `/mcp`), or run it with `command`",
+                    ));
+                }
+                other => {
+                    return Err(ConfigError::new(
+                        at("type"),
+                        format!("unknown transport type `{other}` (expected `stdio` or `http`)"),
+                    ));
+                }
+            },
+            Some(other) => return Err(ConfigError::new(at("type"), format!("expected a string, got {}", type_name(other)))),
+        };
+        match (kind, spec.contains_key("command"), spec.contains_key("url")) {
+            (Some(TransportKind::Stdio), false, _) => {
+                return Err(ConfigError::new(&path, "`type: \"stdio\"` needs `command`"));
+            }
+            (Some(TransportKind::Http), _, false) => {
+                return Err(ConfigError::new(&path, "`type: \"http\"` needs `url`"));
+            }
+            _ => {}
+        }
         let transport = match (spec.get("command"), spec.get("url")) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::new(&path, "give either `command` (stdio) or `url` (HTTP), not both"));
@@ -267,7 +327,11 @@ mod tests {
         for (bad, path) in [
             (json!({"x": {}}), "mcpServers.x"),
             (json!({"x": {"command": "a", "url": "http://h"}}), "mcpServers.x"),
-            (json!({"x": {"command": "a", "argz": []}}), "mcpServers.x.argz"),
+            (json!({"x": {"type": "sse", "url": "http://h/sse"}}), "mcpServers.x.type"),
+            (json!({"x": {"type": "carrier-pigeon", "command": "a"}}), "mcpServers.x.type"),
+            (json!({"x": {"type": "stdio", "url": "http://h/mcp"}}), "mcpServers.x"),
+            (json!({"x": {"type": "http", "command": "a"}}), "mcpServers.x"),
+            (json!({"x": {"type": 1, "command": "a"}}), "mcpServers.x.type"),
             (json!({"x": {"command": 3}}), "mcpServers.x.command"),
             (json!({"x": {"url": "ftp://h"}}), "mcpServers.x.url"),
             (json!({"bad name": {"command": "a"}}), "mcpServers.bad name"),
@@ -276,5 +340,25 @@ mod tests {
         ] {
             assert_eq!(parse_servers_with(&bad, &env).unwrap_err().path, path, "{bad}");
         }
+    }
+
+    /// Issue 23 §12: server entries as Claude Code, Cursor and Claude Desktop write them parse as
+    /// they are; the other clients' keys are listed (for one warning) and ignored.
+    #[test]
+    fn other_clients_server_entries() {
+        let v = json!({
+            "fs": {"type": "stdio", "command": "fs-server", "args": [], "env": {}, "autoApprove": ["read"], "alwaysAllow": []},
+            "remote": {"type": "http", "url": "https://h/mcp", "headers": {}, "description": "a remote one"},
+            "cursor": {"url": "https://c/mcp"},
+        });
+        let s = parse_servers_with(&v, &env).unwrap();
+        assert_eq!(s.len(), 3);
+        assert!(matches!(&s[0].transport, Transport::Stdio { command, .. } if command == "fs-server"), "{s:?}");
+        assert!(matches!(&s[1].transport, Transport::Http { url, .. } if url == "https://h/mcp"), "{s:?}");
+        assert!(matches!(&s[2].transport, Transport::Http { url, .. } if url == "https://c/mcp"), "{s:?}");
+        assert_eq!(
+            foreign_server_keys(&v),
+            ["mcpServers.fs.autoApprove", "mcpServers.fs.alwaysAllow", "mcpServers.remote.description"]
+        );
     }
 }

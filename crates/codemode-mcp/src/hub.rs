@@ -2,8 +2,10 @@
 //! (`mcp:<server>:<tool>`), and a [`ToolExecutor`] that runs `MCP.<server>.<tool>()` calls on them.
 //!
 //! Failure is contained per server: a server that cannot start, never answers, answers garbage, or
-//! crashes is recorded as failed (its tools leave the catalog; calls to it fail with a clear message
-//! that the guest sees as `nested_tool_failed`). Every request has a time limit, so no `exec` ever
+//! crashes is recorded as failed and restarted with exponential backoff (1 s, 2 s, 4 s, … at most
+//! 60 s). While it is down it stays in the guest's `MCP` namespace with the tools it last listed:
+//! calls to it fail with a message saying it is down and why, which the guest sees as
+//! `nested_tool_failed`. Every request has a time limit, so no `exec` ever
 //! hangs on an upstream server; dropping a call cancels it upstream. Child processes are shut down
 //! (stdin closed, then SIGTERM, then killed) by [`McpHub::shutdown`], and killed if dropped.
 
@@ -28,6 +30,20 @@ use tokio::sync::mpsc;
 
 /// Longest graceful shutdown of one server before its process is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+/// How often the hub looks for servers that went away and for restarts that are due.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(250);
+/// First restart delay after a failure; it doubles with each failed attempt.
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+/// Longest delay between two restart attempts. Prevents: a server that can never start (a wrong
+/// command) being spawned in a tight loop.
+const RESTART_MAX: Duration = Duration::from_secs(60);
+/// Longest failure reason kept for a server (it is shown to the model and the operator).
+const MAX_REASON_CHARS: usize = 500;
+
+/// The delay before restart attempt `attempt` (1 for the first).
+fn restart_delay(attempt: u32) -> Duration {
+    RESTART_FIRST.saturating_mul(1u32 << attempt.saturating_sub(1).min(16)).min(RESTART_MAX)
+}
 
 /// The state of one upstream server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,13 +86,37 @@ pub struct ServerStatus {
     pub tools: usize,
     /// Tools dropped by its allow/deny.
     pub filtered: usize,
+    /// Restart attempts since it last failed (0 while it is connected).
+    pub restarts: u32,
 }
 
 #[derive(Clone)]
 struct Handler {
     server: String,
-    changed: mpsc::UnboundedSender<String>,
+    senders: Senders,
 }
+
+/// Where every connection reports: tool-list changes (by server name) and log messages.
+#[derive(Clone)]
+struct Senders {
+    changed: mpsc::UnboundedSender<String>,
+    logs: mpsc::Sender<UpstreamLog>,
+}
+
+/// A `notifications/message` an upstream server sent (relayed to downstream clients that asked for
+/// log messages with `logging/setLevel`).
+#[derive(Debug, Clone)]
+pub struct UpstreamLog {
+    /// The server's configured name.
+    pub server: String,
+    /// The message as the server sent it.
+    #[allow(deprecated)]
+    pub message: rmcp::model::LoggingMessageNotificationParam,
+}
+
+/// Most upstream log messages queued for relaying. Prevents: a chatty or hostile server growing
+/// the queue without bound (further messages are dropped until it drains).
+const MAX_QUEUED_LOGS: usize = 256;
 
 /// Progress tokens of upstream calls in flight → where their progress goes (tokens are unique ids,
 /// so one table serves every connection).
@@ -127,7 +167,16 @@ const MAX_UPSTREAM_PROGRESS_CHARS: usize = 500;
 
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
-        let _ = self.changed.send(self.server.clone());
+        let _ = self.senders.changed.send(self.server.clone());
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        message: rmcp::model::LoggingMessageNotificationParam,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.senders.logs.try_send(UpstreamLog { server: self.server.clone(), message });
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _cx: NotificationContext<RoleClient>) {
@@ -159,14 +208,31 @@ struct Server {
     peer: Mutex<Option<Peer<RoleClient>>>,
     tools: Mutex<Vec<ToolDefinition>>,
     status: Mutex<ServerStatus>,
+    restart: Mutex<Restart>,
+}
+
+/// When a failed server is tried again.
+#[derive(Default)]
+struct Restart {
+    /// Failed attempts since the last success.
+    attempts: u32,
+    /// When the next attempt is due (`None`: not failed).
+    due: Option<std::time::Instant>,
+    /// An attempt is running.
+    running: bool,
 }
 
 /// The connections to every configured upstream server.
 pub struct McpHub {
     servers: Vec<Arc<Server>>,
     generation: Arc<AtomicU64>,
+    /// Where connections report `tools/list_changed` and log messages (handed to every
+    /// (re)connection).
+    senders: Senders,
+    /// The upstream log messages, until taken by [`McpHub::upstream_logs`].
+    logs: Mutex<Option<mpsc::Receiver<UpstreamLog>>>,
     /// Set by [`McpHub::shutdown`]: connections closing then are not failures.
-    closing: std::sync::atomic::AtomicBool,
+    closing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for McpHub {
@@ -184,19 +250,67 @@ fn unavailable(msg: impl Into<String>) -> ToolError {
 }
 
 impl Server {
+    /// Records a failure: the server is down until a restart succeeds. The tools it last listed stay
+    /// (calls to them fail saying it is down), and the next restart is scheduled with backoff.
     fn set_failed(&self, error: String) {
-        tracing::warn!(server = %self.config.name, %error, "MCP server failed");
+        let error: String = error.chars().take(MAX_REASON_CHARS).collect();
+        tracing::warn!(server = %self.config.name, error = %codemode::text::for_display(&error), "MCP server failed");
         *lock(&self.peer) = None;
-        lock(&self.tools).clear();
+        let attempts = {
+            let mut r = lock(&self.restart);
+            r.due = Some(std::time::Instant::now() + restart_delay(r.attempts + 1));
+            r.attempts
+        };
         let mut st = lock(&self.status);
         st.state = ServerState::Failed;
         st.error = Some(error);
-        st.tools = 0;
+        st.restarts = attempts;
+    }
+
+    /// Installs a (re)established connection and its tools.
+    async fn set_connected(&self, live: Live, tools: Vec<rmcp::model::Tool>, resources: bool, prompts: bool) {
+        *lock(&self.peer) = Some(live.peer.clone());
+        // The previous connection, if any, is dropped here (its child process is killed).
+        *self.live.lock().await = Some(live);
+        *lock(&self.restart) = Restart::default();
+        lock(&self.status).restarts = 0;
+        self.set_tools(tools, resources, prompts);
+    }
+
+    /// Connects and lists the tools; a failure is recorded (see [`Self::set_failed`]).
+    async fn start(self: &Arc<Self>, senders: Senders) -> bool {
+        match connect(&self.config, senders).await {
+            Ok(live) => match list(&self.config, &live.peer).await {
+                Ok((tools, resources, prompts)) => {
+                    self.set_connected(live, tools, resources, prompts).await;
+                    true
+                }
+                Err(e) => {
+                    let _ = live.service.cancel().await;
+                    self.set_failed(e.to_string());
+                    false
+                }
+            },
+            Err(e) => {
+                self.set_failed(e.to_string());
+                false
+            }
+        }
     }
 
     fn set_tools(&self, tools: Vec<rmcp::model::Tool>, resources: bool, prompts: bool) {
         let name = &self.config.name;
-        let mut defs: Vec<ToolDefinition> = tools.into_iter().map(|t| tool_definition(name, t)).collect();
+        let mut defs: Vec<ToolDefinition> = Vec::with_capacity(tools.len());
+        for t in tools {
+            match tool_name_refusal(&t.name) {
+                None => defs.push(tool_definition(name, t)),
+                Some(why) => tracing::warn!(
+                    server = %codemode::text::for_display(name),
+                    tool = %codemode::text::for_display(&t.name),
+                    "MCP tool left out of the catalog: its name {why}"
+                ),
+            }
+        }
         if resources {
             defs.push(
                 ToolDefinition::new(ToolSource::Mcp, name.clone(), RESOURCES_READ)
@@ -232,6 +346,28 @@ impl Server {
         st.filtered = outcome.removed.len();
         *lock(&self.tools) = outcome.kept;
     }
+}
+
+/// Longest upstream tool name accepted (the MCP specification's limit).
+pub const MAX_TOOL_NAME_CHARS: usize = 128;
+
+/// Why an upstream tool name is refused at ingestion, if it is (issue 23 §6). The MCP specification
+/// asks for 1–128 ASCII letters, digits, `_`, `-`, `.` (and `/`); other printable names (`$api`,
+/// non-ASCII letters) are still accepted for compatibility and escaped wherever they are shown, but
+/// a name with a control character, whitespace, a line or paragraph separator or a bidirectional
+/// control is refused. Prevents: an upstream server forging lines in the operator's log or in the
+/// question put to a human, clearing a terminal, or disguising one tool as another.
+pub fn tool_name_refusal(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("is empty");
+    }
+    if name.chars().count() > MAX_TOOL_NAME_CHARS {
+        return Some("is longer than 128 characters");
+    }
+    if name.chars().any(|c| c.is_whitespace() || codemode::text::is_unsafe_for_display(c)) {
+        return Some("holds whitespace, control, line-break or bidirectional characters");
+    }
+    None
 }
 
 /// An MCP tool as a catalog definition. MCP metadata is untrusted: its output schema is kept for
@@ -289,8 +425,8 @@ pub enum ConnectError {
     },
 }
 
-async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) -> Result<Live, ConnectError> {
-    let handler = Handler { server: config.name.clone(), changed };
+async fn connect(config: &ServerConfig, senders: Senders) -> Result<Live, ConnectError> {
+    let handler = Handler { server: config.name.clone(), senders };
     let startup = Duration::from_millis(config.startup_timeout_ms);
     let service = match &config.transport {
         Transport::Stdio { command, args, env, cwd } => {
@@ -309,7 +445,7 @@ async fn connect(config: &ServerConfig, changed: mpsc::UnboundedSender<String>) 
                     use tokio::io::AsyncBufReadExt;
                     let mut lines = tokio::io::BufReader::new(stderr).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
-                        tracing::debug!(target: "codemode::mcp::stderr", %server, "{line}");
+                        tracing::debug!(target: "codemode::mcp::stderr", %server, "{}", codemode::text::for_display(&line));
                     }
                 });
             }
@@ -365,6 +501,8 @@ impl McpHub {
     /// that fail are recorded, never fatal.
     pub async fn connect(configs: Vec<ServerConfig>) -> Arc<Self> {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let (logs_tx, logs_rx) = mpsc::channel::<UpstreamLog>(MAX_QUEUED_LOGS);
+        let senders = Senders { changed: tx, logs: logs_tx };
         let servers: Vec<Arc<Server>> = configs
             .into_iter()
             .map(|config| {
@@ -374,6 +512,7 @@ impl McpHub {
                     error: None,
                     tools: 0,
                     filtered: 0,
+                    restarts: 0,
                 };
                 Arc::new(Server {
                     config,
@@ -381,31 +520,25 @@ impl McpHub {
                     peer: Mutex::new(None),
                     tools: Mutex::new(Vec::new()),
                     status: Mutex::new(status),
+                    restart: Mutex::new(Restart::default()),
                 })
             })
             .collect();
         let mut joins = tokio::task::JoinSet::new();
         for s in servers.iter().filter(|s| !s.config.disabled).cloned() {
-            let tx = tx.clone();
+            let senders = senders.clone();
             joins.spawn(async move {
-                match connect(&s.config, tx).await {
-                    Ok(live) => match list(&s.config, &live.peer).await {
-                        Ok((tools, resources, prompts)) => {
-                            *lock(&s.peer) = Some(live.peer.clone());
-                            *s.live.lock().await = Some(live);
-                            s.set_tools(tools, resources, prompts);
-                        }
-                        Err(e) => {
-                            let _ = live.service.cancel().await;
-                            s.set_failed(e.to_string());
-                        }
-                    },
-                    Err(e) => s.set_failed(e.to_string()),
-                }
+                s.start(senders).await;
             });
         }
         while joins.join_next().await.is_some() {}
-        let hub = Arc::new(McpHub { servers, generation: Arc::new(AtomicU64::new(1)), closing: Default::default() });
+        let hub = Arc::new(McpHub {
+            servers,
+            generation: Arc::new(AtomicU64::new(1)),
+            senders,
+            logs: Mutex::new(Some(logs_rx)),
+            closing: Default::default(),
+        });
         // Tool-list changes: list the server's tools again and bump the generation.
         let weak = Arc::downgrade(&hub);
         tokio::spawn(async move {
@@ -414,7 +547,88 @@ impl McpHub {
                 hub.refresh(&name).await;
             }
         });
+        // Servers that went away are noticed, and failed ones restarted with backoff.
+        let weak = Arc::downgrade(&hub);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SUPERVISE_EVERY).await;
+                let Some(hub) = weak.upgrade() else { break };
+                if hub.closing.load(Ordering::SeqCst) {
+                    break;
+                }
+                hub.supervise();
+            }
+        });
         hub
+    }
+
+    /// One supervision pass: a connected server whose connection closed (its process exited) is
+    /// marked failed; a failed server whose restart is due is started again, in a task of its own.
+    fn supervise(&self) {
+        let now = std::time::Instant::now();
+        for server in self.servers.iter().filter(|s| !s.config.disabled) {
+            let state = lock(&server.status).state;
+            if state == ServerState::Connected {
+                let closed = lock(&server.peer).as_ref().is_some_and(|p| p.is_transport_closed());
+                if closed {
+                    server.set_failed("the server closed the connection (its process exited or crashed)".into());
+                    self.generation.fetch_add(1, Ordering::SeqCst);
+                }
+                continue;
+            }
+            if state != ServerState::Failed {
+                continue;
+            }
+            {
+                let mut r = lock(&server.restart);
+                if r.running || r.due.is_none_or(|due| due > now) {
+                    continue;
+                }
+                r.running = true;
+                r.attempts += 1;
+            }
+            let (server, senders, generation) = (server.clone(), self.senders.clone(), self.generation.clone());
+            let closing = self.closing.clone();
+            let name = server.config.name.clone();
+            tokio::spawn(async move {
+                tracing::info!(server = %name, attempt = lock(&server.restart).attempts, "restarting MCP server");
+                let ok = server.start(senders).await;
+                lock(&server.restart).running = false;
+                if closing.load(Ordering::SeqCst) {
+                    // The hub shut down meanwhile: the new connection must not outlive it.
+                    *lock(&server.peer) = None;
+                    if let Some(live) = server.live.lock().await.take() {
+                        let _ = tokio::time::timeout(SHUTDOWN_GRACE, live.service.cancel()).await;
+                    }
+                    return;
+                }
+                if ok {
+                    tracing::info!(server = %name, "MCP server is back");
+                }
+                // Either way the catalog changes: its tools are back, or its reason is new.
+                generation.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    }
+
+    /// The log messages upstream servers send (`notifications/message`), for relaying; `None` after
+    /// the first call.
+    pub fn upstream_logs(&self) -> Option<mpsc::Receiver<UpstreamLog>> {
+        lock(&self.logs).take()
+    }
+
+    /// The servers that are down (failed to start or crashed, being restarted), with the reason.
+    pub fn unavailable_servers(&self) -> Vec<(String, String)> {
+        self.servers
+            .iter()
+            .filter_map(|s| {
+                let st = lock(&s.status);
+                (st.state == ServerState::Failed).then(|| {
+                    let why = st.error.clone().unwrap_or_else(|| "not connected".into());
+                    (st.name.clone(), why)
+                })
+            })
+            .collect()
     }
 
     /// Lists one server's tools again (after a `tools/list_changed` notification).
@@ -481,8 +695,12 @@ impl McpHub {
     ) -> Result<ToolResult, ToolError> {
         let name = &server.config.name;
         let peer = lock(&server.peer).clone().ok_or_else(|| {
-            let why = lock(&server.status).error.clone().unwrap_or_else(|| "not connected".into());
-            unavailable(format!("MCP server `{name}` is unavailable: {why}"))
+            let st = lock(&server.status).clone();
+            let why = st.error.unwrap_or_else(|| "not connected".into());
+            unavailable(format!(
+                "MCP server `{name}` is down: {why}. codemode restarts it ({} attempt(s) so far); call it again in a later cell",
+                st.restarts
+            ))
         })?;
         let args = match input {
             Value::Object(m) => m,

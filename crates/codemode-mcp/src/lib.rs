@@ -93,6 +93,7 @@ pub async fn build_gateway(
         .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())
+        .unavailable_mcp_servers(hub.unavailable_servers())
         .namespaces(Arc::new(namespaces))
         .executor(hub.clone());
     if let Some(store) = store {

@@ -33,6 +33,25 @@ pub struct Gateway {
     stopping: std::sync::atomic::AtomicBool,
     /// The SPEC §18 debugging switches (read from the environment).
     debug: Arc<crate::debug::DebugSwitches>,
+    /// The clients that asked for log messages (`logging/setLevel`), by session, with their level.
+    #[allow(deprecated)]
+    log_clients: std::sync::Mutex<std::collections::HashMap<String, (rmcp::Peer<RoleServer>, rmcp::model::LoggingLevel)>>,
+}
+
+/// The rank of a log level (higher is more severe).
+#[allow(deprecated)]
+fn level_rank(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => 0,
+        L::Info => 1,
+        L::Notice => 2,
+        L::Warning => 3,
+        L::Error => 4,
+        L::Critical => 5,
+        L::Alert => 6,
+        L::Emergency => 7,
+    }
 }
 
 impl std::fmt::Debug for Gateway {
@@ -56,7 +75,85 @@ impl Gateway {
     fn build(cm: CodeMode, hub: Arc<McpHub>, approver: Option<Arc<ElicitingApprover>>) -> Arc<Self> {
         let applied = AtomicU64::new(hub.generation());
         let debug = Arc::new(crate::debug::DebugSwitches::from_env());
-        Arc::new(Gateway { cm, hub, approver, applied, stopping: Default::default(), debug })
+        let late = approver.as_ref().and_then(|a| a.late_answers());
+        let logs = hub.upstream_logs();
+        let gateway = Arc::new(Gateway {
+            cm,
+            hub,
+            approver,
+            applied,
+            stopping: Default::default(),
+            debug,
+            log_clients: Default::default(),
+        });
+        // Upstream servers' log messages reach the clients that asked for them, at their level.
+        if let (Some(mut logs), Ok(rt)) = (logs, tokio::runtime::Handle::try_current()) {
+            let weak = Arc::downgrade(&gateway);
+            rt.spawn(async move {
+                while let Some(log) = logs.recv().await {
+                    let Some(gateway) = weak.upgrade() else { break };
+                    gateway.relay_log(log).await;
+                }
+            });
+        }
+        // Answers that came after `approvals.timeoutMs` are recorded as they arrive (the next `wait`
+        // of the run applies them); one whose run is gone is reported back to the client.
+        if let (Some(mut late), Ok(rt)) = (late, tokio::runtime::Handle::try_current()) {
+            let weak = Arc::downgrade(&gateway);
+            rt.spawn(async move {
+                while let Some(answer) = late.recv().await {
+                    let Some(gateway) = weak.upgrade() else { break };
+                    gateway.record_late(answer).await;
+                }
+            });
+        }
+        gateway
+    }
+
+    /// Sends an upstream server's log message to every client whose level admits it, under the
+    /// logger `mcp:<server>` (or `mcp:<server>/<logger>`).
+    #[allow(deprecated)]
+    async fn relay_log(&self, log: crate::hub::UpstreamLog) {
+        let crate::hub::UpstreamLog { server, mut message } = log;
+        let rank = level_rank(message.level);
+        message.logger = Some(match message.logger.take() {
+            Some(l) => format!("mcp:{server}/{}", l.chars().take(100).collect::<String>()),
+            None => format!("mcp:{server}"),
+        });
+        let clients: Vec<rmcp::Peer<RoleServer>> = self
+            .log_clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|(_, min)| rank >= level_rank(*min))
+            .map(|(peer, _)| peer.clone())
+            .collect();
+        for peer in clients {
+            let _ = peer.notify_logging_message(message.clone()).await;
+        }
+    }
+
+    /// Records an answer that came after the runtime stopped waiting for it; tells the client when it
+    /// came too late to matter (`notifications/message`, which SEP-2577 deprecates and clients
+    /// still show).
+    #[allow(deprecated)]
+    async fn record_late(&self, answer: crate::approval::LateAnswer) {
+        let crate::approval::LateAnswer { run_id, request_id, decision, peer } = answer;
+        match self.cm.decide(&run_id, request_id, decision.clone()).await {
+            Ok(()) => tracing::info!(target: "codemode::approval", run = %run_id, request = request_id, ?decision, "late approval answer recorded; the next wait applies it"),
+            Err(e) => {
+                tracing::warn!(target: "codemode::approval", run = %run_id, request = request_id, error = %e.message, "an approval answer came too late");
+                let note = rmcp::model::LoggingMessageNotificationParam::new(
+                    rmcp::model::LoggingLevel::Warning,
+                    serde_json::json!(format!(
+                        "Your answer about request {request_id} of code mode run {run_id} came too late and was not applied: {}",
+                        e.message
+                    )),
+                )
+                .with_logger("codemode.approvals");
+                let _ = peer.notify_logging_message(note).await;
+            }
+        }
     }
 
     /// The code-mode runtime.
@@ -75,7 +172,7 @@ impl Gateway {
         if self.applied.swap(current, Ordering::SeqCst) == current {
             return false;
         }
-        self.cm.set_host_tools(self.hub.tool_definitions());
+        self.cm.set_upstream(self.hub.tool_definitions(), self.hub.unavailable_servers());
         true
     }
 
@@ -111,8 +208,22 @@ impl Gateway {
         args: &Value,
         observer: Option<Arc<dyn RunObserver>>,
     ) -> Option<CodeModeResult> {
+        self.call_traced(session, call_id, None, tool, args, observer).await
+    }
+
+    /// [`Self::call`] continuing the client's W3C trace context (`traceparent` from the request's
+    /// `_meta`), see [`RunContext::trace_parent`].
+    pub async fn call_traced(
+        &self,
+        session: &str,
+        call_id: Option<String>,
+        trace_parent: Option<String>,
+        tool: &str,
+        args: &Value,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> Option<CodeModeResult> {
         self.sync();
-        let ctx = RunContext { tool_call_id: call_id, ..RunContext::session(session) };
+        let ctx = RunContext { tool_call_id: call_id, trace_parent, ..RunContext::session(session) };
         match tool {
             EXEC => Some(self.cm.exec_json_observed(&ctx, args, observer).await),
             WAIT => Some(self.cm.wait_json_observed(&ctx, args, observer).await),
@@ -137,7 +248,100 @@ impl Gateway {
 pub struct ExecWaitServer {
     gateway: Arc<Gateway>,
     session: Arc<str>,
+    /// Served over streamable HTTP (where a sessionless request gets a handler of its own).
+    http: bool,
     _end: Option<Arc<SessionEnd>>,
+}
+
+/// The run scope of the sessionless requests of clients that present no credentials.
+pub const SESSIONLESS_SCOPE: &str = "mcp-sessionless";
+
+/// Prefix of the request keys of MRTR approval questions (`approval:<requestId>`).
+const APPROVAL_KEY: &str = "approval:";
+
+/// The run scope of an HTTP request made without a session (MCP 2026-07-28, where every request
+/// stands alone and rmcp gives each one a handler of its own): the client's, not the transport's.
+/// A client that sends `Authorization` owns its runs by that credential (its SHA-256 digest is the
+/// scope; the credential itself is never kept); one that sends none shares [`SESSIONLESS_SCOPE`],
+/// where the `runId` (122 random bits, shown only to the client that started the run) is the
+/// capability that resumes, approves or aborts a run.
+fn sessionless_scope(cx: &RequestContext<RoleServer>) -> String {
+    use sha2::Digest;
+    let auth = cx
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.headers.get(http::header::AUTHORIZATION))
+        .map(|v| v.as_bytes().to_vec());
+    match auth {
+        Some(a) if !a.is_empty() => {
+            let digest = sha2::Sha256::digest(&a);
+            let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+            format!("mcp-client-{hex}")
+        }
+        _ => SESSIONLESS_SCOPE.to_string(),
+    }
+}
+
+/// Whether the request speaks a protocol without sessions (2026-07-28 and later).
+fn modern(cx: &RequestContext<RoleServer>) -> bool {
+    cx.protocol_version().is_some_and(|v| !v.has_initialize())
+}
+
+/// The state echoed back by an MRTR retry: the run whose approvals were asked.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApprovalState {
+    run_id: String,
+}
+
+/// A decision from the human's answer to an MRTR approval question.
+fn decision_of(answer: &Value) -> codemode::ApprovalDecision {
+    match answer.get("action").and_then(Value::as_str) {
+        Some("accept") => codemode::ApprovalDecision::Approve,
+        Some("decline") => codemode::ApprovalDecision::deny("declined by the user"),
+        Some("cancel") => codemode::ApprovalDecision::deny("cancelled by the user"),
+        _ => codemode::ApprovalDecision::deny("the client's answer was not an approval"),
+    }
+}
+
+/// The MRTR questions for the calls of a `waiting` result that are parked for approval: one form
+/// elicitation each, keyed `approval:<requestId>` (MCP 2026-07-28, where a server cannot send
+/// `elicitation/create` but returns the questions and gets the answers with the client's retry).
+fn approval_questions(gateway: &Gateway, result: &CodeModeResult) -> Option<rmcp::model::InputRequiredResult> {
+    use rmcp::model::{ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequiredResult};
+    let CodeModeResult::Waiting { run_id, pending_tool_calls, .. } = result else { return None };
+    let parked: Vec<_> =
+        pending_tool_calls.iter().filter(|p| p.kind == codemode::PendingCallKind::Approval).collect();
+    if parked.is_empty() {
+        return None;
+    }
+    let schema: ElicitationSchema = serde_json::from_value(serde_json::json!({ "type": "object", "properties": {} })).ok()?;
+    let mut questions = std::collections::BTreeMap::new();
+    for p in parked {
+        // What the approver was told when the call parked (input, reason, cell line), if it still
+        // knows; else what the result says.
+        let known = gateway.approver.as_ref().and_then(|a| a.unasked(run_id, p.request_id));
+        let request = match known {
+            Some(r) => r,
+            None => codemode::ApprovalRequest {
+                run_id: codemode::RunId::parse(run_id).ok()?,
+                request_id: p.request_id,
+                tool_id: p.tool_id.clone(),
+                input_preview: "(not shown)".into(),
+                reason: "the approval policy or a hook gates this tool".into(),
+                cell_line: None,
+                context: RunContext::default(),
+            },
+        };
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: ElicitingApprover::message(&request),
+            requested_schema: schema.clone(),
+        };
+        questions.insert(format!("{APPROVAL_KEY}{}", p.request_id), InputRequest::Elicitation(ElicitRequest::new(params)));
+    }
+    let state = serde_json::to_string(&ApprovalState { run_id: run_id.clone() }).ok()?;
+    Some(InputRequiredResult::new(Some(questions), Some(state)))
 }
 
 /// Aborts a closed session's suspended runs when the last handle of its handler is dropped.
@@ -151,6 +355,7 @@ impl Drop for SessionEnd {
         if let Some(approver) = &self.gateway.approver {
             approver.forget(&self.session);
         }
+        self.gateway.log_clients.lock().unwrap_or_else(|p| p.into_inner()).remove(&*self.session);
         if self.gateway.stopping.load(Ordering::SeqCst) {
             return;
         }
@@ -170,13 +375,19 @@ impl ExecWaitServer {
     /// A handler with a fresh session id. Its suspended runs stay when the session ends (stdio: the
     /// process ends with it, and a directory store keeps them).
     pub fn new(gateway: Arc<Gateway>) -> Self {
-        ExecWaitServer { gateway, session: format!("mcp-{}", uuid::Uuid::new_v4().simple()).into(), _end: None }
+        ExecWaitServer {
+            gateway,
+            session: format!("mcp-{}", uuid::Uuid::new_v4().simple()).into(),
+            http: false,
+            _end: None,
+        }
     }
 
     /// A handler whose suspended runs are aborted when the session closes (streamable HTTP: nobody
     /// else can resume them, and they would hold slots of the suspended-run cap until they expire).
     pub fn aborting_on_close(gateway: Arc<Gateway>) -> Self {
         let mut server = Self::new(gateway);
+        server.http = true;
         server._end = Some(Arc::new(SessionEnd { gateway: server.gateway.clone(), session: server.session.clone() }));
         server
     }
@@ -196,13 +407,33 @@ fn rmcp_tool(t: ModelTool) -> Tool {
 }
 
 impl ServerHandler for ExecWaitServer {
+    // `enable_logging`: SEP-2577 deprecates server logging; clients of the 2025 protocols use it.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_logging().enable_tools().enable_tool_list_changed().build(),
+        )
             .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Code mode: write a JavaScript program with the `exec` tool; it calls the real tools through `tools.*` and \
                  `MCP.*`. Call `wait` with the runId when a result is `waiting`.",
             )
+    }
+
+    /// `logging/setLevel`: the session's client gets the upstream servers' log messages at `level`
+    /// and above (SEP-2577 deprecates server logging; clients of the 2025 protocols still use it).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.gateway
+            .log_clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.session.to_string(), (cx.peer.clone(), request.level));
+        Ok(())
     }
 
     async fn list_tools(
@@ -227,10 +458,52 @@ impl ServerHandler for ExecWaitServer {
         if self.gateway.debug.transport {
             tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, method = "tools/call", tool = %request.name, "request received");
         }
+        // Runs belong to the client (issue 23 §8): on a sessionless HTTP request (MCP 2026-07-28) the
+        // handler lives for this one request, so the run scope is the client's, not the handler's.
+        let modern = modern(&cx);
+        let session: String =
+            if self.http && modern { sessionless_scope(&cx) } else { self.session.to_string() };
         if let Some(approver) = &self.gateway.approver {
-            approver.register(&self.session, &cx.peer);
+            // Elicitation requests can only be sent on a session (2025 protocols): a modern client
+            // is asked through MRTR questions in the result instead (below).
+            approver.register(&session, &cx.peer);
         }
-        let args = Value::Object(request.arguments.unwrap_or_default());
+        // An MRTR retry carries the human's answers to the approval questions of a run: they are
+        // recorded, and the retried request resumes that run (it never runs the original `exec`
+        // again).
+        let mut tool_name = request.name.to_string();
+        let mut arguments = request.arguments.unwrap_or_default();
+        if modern && let Some(state) = request.request_state.as_deref() {
+            let Ok(ApprovalState { run_id }) = serde_json::from_str::<ApprovalState>(state) else {
+                return Err(ErrorData::invalid_params("requestState is not one this server issued", None));
+            };
+            let Ok(id) = codemode::RunId::parse(&run_id) else {
+                return Err(ErrorData::invalid_params("requestState names no valid run", None));
+            };
+            for (key, answer) in request.input_responses.iter().flatten() {
+                let Some(request_id) = key.strip_prefix(APPROVAL_KEY).and_then(|r| r.parse::<u64>().ok()) else {
+                    continue;
+                };
+                let decision = decision_of(answer);
+                tracing::info!(target: "codemode::approval", run = %run_id, request = request_id, ?decision, "approval decided through MCP input request");
+                if let Err(e) = self.gateway.cm.decide(&id, request_id, decision).await {
+                    tracing::warn!(target: "codemode::approval", run = %run_id, request = request_id, error = %e.message, "cannot record the answer");
+                }
+            }
+            tool_name = WAIT.to_string();
+            arguments = serde_json::Map::from_iter([("runId".to_string(), Value::String(run_id))]);
+        }
+        let args = Value::Object(arguments);
+        // The client's trace context (`_meta.traceparent`, as W3C trace context propagation over MCP
+        // carries it), for the run's spans.
+        let trace_parent = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get("traceparent"))
+            .or_else(|| cx.meta.get("traceparent"))
+            .and_then(Value::as_str)
+            .filter(|t| t.len() <= 128)
+            .map(str::to_string);
         // With a progress token, the run's events reach the client as progress notifications.
         let token = cx.meta.get_progress_token().or_else(|| request.meta.as_ref().and_then(|m| m.get_progress_token()));
         let relay = token.map(|t| ProgressRelay::start(cx.peer.clone(), t, self.gateway.debug.clone()));
@@ -238,9 +511,12 @@ impl ServerHandler for ExecWaitServer {
         // `notifications/cancelled` for this request (or the session going away) cancels the call:
         // dropping it aborts the run (its nested calls stop, its state is deleted).
         let call = tokio::select! {
-            result = self.gateway.call(&self.session, Some(format!("{}/{}", self.session, cx.id)), &request.name, &args, observer) => result,
+            result = self.gateway.call_traced(&session, Some(format!("{}/{}", session, cx.id)), trace_parent, &tool_name, &args, observer) => result,
             () = cx.ct.cancelled() => {
-                tracing::info!(session = %self.session, tool = %request.name, "MCP request cancelled: its code mode run is aborted");
+                if let Some(approver) = &self.gateway.approver {
+                    approver.withdraw(&session);
+                }
+                tracing::info!(%session, tool = %tool_name, "MCP request cancelled: its code mode run is aborted");
                 return Err(ErrorData::internal_error("the request was cancelled; its code mode run was aborted", None));
             }
         };
@@ -251,7 +527,7 @@ impl ServerHandler for ExecWaitServer {
         }
         let Some(result) = call else {
             return Err(ErrorData::invalid_params(
-                format!("unknown tool `{}`: this server has `exec` and `wait`", request.name),
+                format!("unknown tool `{tool_name}`: this server has `exec` and `wait`"),
                 None,
             ));
         };
@@ -260,6 +536,15 @@ impl ServerHandler for ExecWaitServer {
         }
         if self.gateway.debug.transport {
             tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, status = result.status(), ms = started.elapsed().as_millis() as u64, "response sent");
+        }
+        // A modern client that can answer form elicitations is asked about parked calls in the
+        // result itself (MRTR); its retry brings the answers and resumes the run.
+        let elicits = cx.client_capabilities().and_then(|c| c.elicitation).is_some();
+        if modern
+            && elicits
+            && let Some(questions) = approval_questions(&self.gateway, &result)
+        {
+            return Ok(questions.into());
         }
         let json = result.to_json();
         let out = match result {
@@ -420,8 +705,8 @@ pub async fn serve_http(
     let (hosts, origins) = allowed_hosts_and_origins(addr);
     let ct = tokio_util::sync::CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
+        .with_allowed_hosts(hosts.clone())
+        .with_allowed_origins(origins.clone())
         .with_cancellation_token(ct.child_token());
     let gw = gateway.clone();
     let service: StreamableHttpService<ExecWaitServer, LocalSessionManager> = StreamableHttpService::new(
@@ -434,7 +719,12 @@ pub async fn serve_http(
         if token.chars().count() < MIN_APPROVAL_TOKEN_LEN {
             return Err(ServeError::WeakToken);
         }
-        let endpoint = ApprovalEndpoint { gateway: gateway.clone(), token: Arc::from(token) };
+        let endpoint = ApprovalEndpoint {
+            gateway: gateway.clone(),
+            token: Arc::from(token),
+            hosts: hosts.into(),
+            origins: origins.into(),
+        };
         app = app.route("/approvals/{run}/{request}", axum::routing::post(approve_over_http).with_state(endpoint));
         tracing::info!(%addr, "approval endpoint at /approvals/{{runId}}/{{requestId}} (bearer token)");
     }
@@ -461,11 +751,29 @@ pub async fn serve_http(
 struct ApprovalEndpoint {
     gateway: Arc<Gateway>,
     token: Arc<str>,
+    /// Accepted `Host` values (as for `/mcp`).
+    hosts: Arc<[String]>,
+    /// Accepted `Origin` values (as for `/mcp`).
+    origins: Arc<[String]>,
 }
 
-/// Compares without an early exit on the first differing byte (no timing hint about the token).
+/// Compares two secrets in time that depends on neither their content nor their lengths: both are
+/// hashed (SHA-256) and the fixed-size digests compared without an early exit. Prevents: timing
+/// that hints at the token's bytes or, as a plain length check did, its length.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use sha2::Digest;
+    let (x, y) = (sha2::Sha256::digest(a), sha2::Sha256::digest(b));
+    x.iter().zip(y.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether a request to the approval endpoint comes through an accepted `Host` and (when the
+/// browser sent one) `Origin`: the same DNS-rebinding protection as `/mcp`. Prevents: a web page
+/// the operator visits posting decisions to a loopback gateway through a rebound name.
+fn approval_request_allowed(headers: &axum::http::HeaderMap, hosts: &[String], origins: &[String]) -> bool {
+    let header = |name| headers.get(name).map(|v: &axum::http::HeaderValue| v.to_str().unwrap_or("\u{0}"));
+    let host_ok = header(axum::http::header::HOST).is_some_and(|h| hosts.iter().any(|a| a.eq_ignore_ascii_case(h)));
+    let origin_ok = header(axum::http::header::ORIGIN).is_none_or(|o| origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
+    host_ok && origin_ok
 }
 
 async fn approve_over_http(
@@ -475,6 +783,10 @@ async fn approve_over_http(
     body: axum::body::Bytes,
 ) -> (axum::http::StatusCode, String) {
     use axum::http::StatusCode;
+    if !approval_request_allowed(&headers, &endpoint.hosts, &endpoint.origins) {
+        tracing::warn!(%run, request, "approval endpoint: Host or Origin not accepted");
+        return (StatusCode::FORBIDDEN, "Host or Origin not accepted (DNS-rebinding protection)\n".into());
+    }
     let presented = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -518,6 +830,32 @@ mod tests {
         assert!(!same_secret(b"0123456789abcdef", b"0123456789abcdeX"));
         assert!(!same_secret(b"0123456789abcdef", b"0123456789abcde"));
         assert!(!same_secret(b"", b"x"));
+    }
+
+    #[test]
+    fn approval_requests_need_an_accepted_host_and_origin() {
+        let (hosts, origins) = allowed_hosts_and_origins("127.0.0.1:8765".parse().unwrap());
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut h = axum::http::HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, v.parse().unwrap());
+            }
+            h
+        };
+        assert!(approval_request_allowed(&headers(&[("host", "127.0.0.1:8765")]), &hosts, &origins));
+        assert!(approval_request_allowed(
+            &headers(&[("host", "localhost:8765"), ("origin", "http://localhost:8765")]),
+            &hosts,
+            &origins
+        ));
+        // A rebound name, a foreign page, no Host at all.
+        assert!(!approval_request_allowed(&headers(&[("host", "evil.example:8765")]), &hosts, &origins));
+        assert!(!approval_request_allowed(
+            &headers(&[("host", "127.0.0.1:8765"), ("origin", "http://evil.example")]),
+            &hosts,
+            &origins
+        ));
+        assert!(!approval_request_allowed(&headers(&[]), &hosts, &origins));
     }
 
     #[test]

@@ -157,11 +157,21 @@ async fn broken(servers: Value, expect: &str) {
     assert_eq!(status.state, codemode_mcp::hub::ServerState::Failed, "{status:?}");
     let error = status.error.clone().unwrap_or_default();
     assert!(error.contains(expect), "error `{error}` should mention `{expect}`");
-    // The gateway still runs cells; a call to the failed server is a nested tool failure.
-    let v = run(&gw, "s", r#"return Object.keys(MCP).length"#).await;
-    assert_eq!(completed(&v), &json!(0));
+    // The gateway still runs cells. Issue 23 §11: the failed server keeps its name in `MCP`, and a
+    // call to it is a coded nested tool failure that says it is down and why (it used to be a bare
+    // `TypeError: cannot read property … of undefined`).
+    let v = run(&gw, "s", r#"return Object.keys(MCP)"#).await;
+    assert_eq!(completed(&v), &json!(["broken"]));
     let v = run(&gw, "s", r#"return await MCP.broken.anything({})"#).await;
     assert_eq!(v["status"], "failed", "{v:#}");
+    assert_eq!(v["code"], "nested_tool_failed", "{v:#}");
+    let message = v["error"].as_str().unwrap_or_default();
+    assert!(message.contains("MCP server `broken` is down: ") && message.contains(expect), "{v:#}");
+    // The exec description and the declarations say so too.
+    let description = gw.model_tools()[0].description.clone();
+    assert!(description.contains("broken (down: "), "{description}");
+    let v = run(&gw, "s", r#"return await API.read("mcp/index.d.ts")"#).await;
+    assert!(completed(&v).as_str().unwrap_or_default().contains("DOWN"), "{v:#}");
     assert!(started.elapsed() < Duration::from_secs(30), "a broken server must not hold the gateway up");
     gw.shutdown().await;
 }
@@ -210,6 +220,49 @@ async fn upstream_crashing_mid_call() {
     let v = run(&gw, "s", "return 1 + 1").await;
     assert_eq!(completed(&v), &json!(2));
     gw.shutdown().await;
+}
+
+/// Issue 23 §11: a server that fails to start is restarted with backoff; once it is up, its tools
+/// are in the catalog and calls work, without restarting the gateway. A server that crashes
+/// mid-session keeps its tools in `MCP` while it is down (calls fail saying so) and comes back too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_servers_are_restarted_with_backoff() {
+    let dir = std::env::temp_dir().join(format!("codemode-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("started-once");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/crash_on_call.js");
+    // Fails its first start (no marker yet), then runs the crash-on-call server.
+    let shell = format!(
+        "if [ -e '{m}' ]; then exec node '{s}'; else touch '{m}'; exit 1; fi",
+        m = marker.display(),
+        s = script.display()
+    );
+    let gw = gateway(json!({ "flaky": { "command": "sh", "args": ["-c", shell], "startupTimeoutMs": 5000 } })).await;
+    assert_eq!(gw.hub().statuses()[0].state, codemode_mcp::hub::ServerState::Failed);
+    let v = run(&gw, "s", r#"try { await MCP.flaky.boom({}) } catch (e) { return [e.code, e.message] }"#).await;
+    assert_eq!(completed(&v)[0], "nested_tool_failed", "{v:#}");
+    assert!(completed(&v)[1].as_str().unwrap_or_default().contains("is down"), "{v:#}");
+    // The first restart is due after 1 s.
+    let until = Instant::now() + Duration::from_secs(20);
+    while gw.hub().statuses()[0].state != codemode_mcp::hub::ServerState::Connected && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gw.hub().statuses()[0].state, codemode_mcp::hub::ServerState::Connected, "{:?}", gw.hub().statuses());
+    let v = run(&gw, "s", r#"return Object.keys(MCP.flaky)"#).await;
+    assert_eq!(completed(&v), &json!(["boom"]));
+    // Now it crashes on the call: the call fails coded, the tool stays, and the server comes back.
+    let v = run(&gw, "s", r#"try { await MCP.flaky.boom({}) } catch (e) { return e.code }"#).await;
+    assert_eq!(completed(&v), &json!("nested_tool_failed"));
+    let v = run(&gw, "s", r#"return typeof MCP.flaky.boom"#).await;
+    assert_eq!(completed(&v), &json!("function"), "the crashed server's tools stay in MCP");
+    let until = Instant::now() + Duration::from_secs(20);
+    while gw.hub().statuses()[0].state != codemode_mcp::hub::ServerState::Connected && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gw.hub().statuses()[0].state, codemode_mcp::hub::ServerState::Connected, "{:?}", gw.hub().statuses());
+    gw.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A call to a server that hangs is bounded by the server's `timeoutMs`.

@@ -26,7 +26,9 @@ use codemode_core::engine::{Delivery, RequestId, Snapshot, SnapshotBody};
 use codemode_core::positions::CellPositions;
 use codemode_core::result::WaitReason;
 use codemode_core::scope::{RunId, RunScope};
-use codemode_core::store::{CallsClaim, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+use codemode_core::store::{
+    CallsClaim, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun, parked_ids,
+};
 use codemode_core::telemetry::CodeModeTelemetry;
 use serde::{Deserialize, Serialize};
 use std::io::Write as _;
@@ -34,9 +36,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 6] = b"CMRUN\x01";
-/// Largest metadata block accepted when reading a run file (stops a corrupt length from allocating
-/// gigabytes).
-const MAX_META_BYTES: usize = 64 << 20;
+/// Largest file of the directory that is read: a whole stored run is at most `maxSnapshotBytes`
+/// (at most 256 MiB), plus the file's header. Stops a corrupt, forged or sparse file from being read
+/// into memory.
+const MAX_FILE_BYTES: u64 = codemode_core::config::MAX_SNAPSHOT_BYTES.max + (1 << 20);
+/// Largest metadata block accepted when reading a run file: the runtime holds a whole stored run,
+/// metadata included, to `maxSnapshotBytes`, so any run it wrote fits (stops a corrupt length from
+/// allocating more than the file holds).
+const MAX_META_BYTES: usize = MAX_FILE_BYTES as usize;
 /// How long after its expiry a `.lock` file (a `wait` in progress, or one that crashed) is kept.
 const LOCK_GRACE_MS: u64 = 120_000;
 
@@ -159,12 +166,60 @@ impl DirectorySnapshotStore {
         Ok((meta, start + len))
     }
 
+    /// Reads a run or side file of the directory. Only a regular file of at most [`MAX_FILE_BYTES`] is
+    /// read; anything else named like one (a FIFO, a device, a symbolic link, a huge sparse file)
+    /// is [`StoreError::Corrupt`]. Prevents: a FIFO that blocks every `exec`/`wait` of the
+    /// directory on its open or read, and a sparse file of terabytes read into memory. The checks
+    /// are made on the opened file (non-blocking, without following links), so the file cannot be
+    /// swapped between the check and the read.
     fn read(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
-        match std::fs::read(path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(e)),
+        use std::io::Read as _;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
         }
+        let file = match options.open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            // O_NOFOLLOW on a symbolic link.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(StoreError::Corrupt(format!("{} is a symbolic link, not a run file", path.display())));
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(StoreError::Corrupt(format!("{} is not a regular file", path.display())));
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(StoreError::Corrupt(format!(
+                "{} is {} bytes, more than any run file ({MAX_FILE_BYTES})",
+                path.display(),
+                meta.len()
+            )));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(StoreError::Corrupt(format!("{} grew past {MAX_FILE_BYTES} bytes", path.display())));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Opens a claim file without blocking or following links; `None` unless it is a regular file.
+    fn open_claim(path: &Path) -> Option<std::fs::File> {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+        }
+        let f = options.open(path).ok()?;
+        f.metadata().ok().filter(|m| m.is_file()).map(|_| f)
     }
 
     /// Holds the directory's admission lock until the returned file is dropped.
@@ -314,6 +369,8 @@ impl SnapshotStore for DirectorySnapshotStore {
                     // Unreadable files are garbage.
                     Err(_) => true,
                 },
+                // Not a run file at all (a FIFO, a link, a file too large to be one): garbage too.
+                Err(StoreError::Corrupt(_)) => true,
                 _ => false,
             };
             if expired && std::fs::remove_file(&path).is_ok() {
@@ -360,9 +417,9 @@ impl SnapshotStore for DirectorySnapshotStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         let run = self.path(run_id, "run");
-        match Self::read(&run)? {
+        let parked = match Self::read(&run)? {
             Some(bytes) => match Self::decode_meta(&bytes) {
-                Ok((meta, _)) if now < meta.expires_at_ms => {}
+                Ok((meta, _)) if now < meta.expires_at_ms => parked_ids(&meta.pending),
                 Ok(_) => {
                     // Past its TTL: delete it now, and say so.
                     let _ = std::fs::remove_file(&run);
@@ -371,9 +428,18 @@ impl SnapshotStore for DirectorySnapshotStore {
                 }
                 Err(_) => return Err(StoreError::Unavailable),
             },
-            // Checked out by a `wait` right now: it collects the decision while it waits.
-            None if self.path(run_id, "lock").exists() => {}
-            None => return Err(StoreError::Unavailable),
+            // Checked out by a `wait` right now (the lock file is the run as it was taken): it
+            // collects the decision while it waits.
+            None => match Self::read(&self.path(run_id, "lock"))? {
+                Some(bytes) => match Self::decode_meta(&bytes) {
+                    Ok((meta, _)) => parked_ids(&meta.pending),
+                    Err(_) => return Err(StoreError::Unavailable),
+                },
+                None => return Err(StoreError::Unavailable),
+            },
+        };
+        if !parked.contains(&request_id) {
+            return Err(StoreError::NotParked { request_id, parked });
         }
         let bytes = serde_json::to_vec(decision).map_err(|e| StoreError::Io(e.to_string()))?;
         self.write_atomically(&self.dir.join(format!("{run_id}.decision-{request_id}")), &bytes)
@@ -410,7 +476,11 @@ impl SnapshotStore for DirectorySnapshotStore {
                 // This process's own claim (a `wait` that resumed the run watches the other ones).
                 continue;
             }
-            let Ok(f) = std::fs::File::open(&path) else { continue };
+            let Some(f) = Self::open_claim(&path) else {
+                // Not a claim this store wrote (a FIFO, a link, a directory): garbage.
+                let _ = std::fs::remove_file(&path);
+                continue;
+            };
             match f.try_lock_shared() {
                 // Nobody holds it: its process ended without cleaning up.
                 Ok(()) => {

@@ -14,7 +14,9 @@ const CHECKOUT_GRACE_MS: u64 = 120_000;
 
 enum Slot {
     Suspended(Box<SuspendedRun>),
-    CheckedOut { scope: RunScope, expires_at_ms: u64 },
+    /// Held by a `wait`; `parked` are the requests that were parked for approval when it took the
+    /// run (the ids a human was shown), the only ones a decision may name meanwhile.
+    CheckedOut { scope: RunScope, expires_at_ms: u64, parked: Vec<RequestId> },
 }
 
 impl Slot {
@@ -124,7 +126,11 @@ impl SnapshotStore for MemorySnapshotStore {
         owner.check(scope).map_err(StoreError::WrongScope)?;
         match slots.remove(run_id) {
             Some(Slot::Suspended(run)) => {
-                let hold = Slot::CheckedOut { scope: run.scope.clone(), expires_at_ms: run.expires_at_ms };
+                let hold = Slot::CheckedOut {
+                    scope: run.scope.clone(),
+                    expires_at_ms: run.expires_at_ms,
+                    parked: run.parked(),
+                };
                 slots.insert(run_id.clone(), hold);
                 Ok(*run)
             }
@@ -161,7 +167,15 @@ impl SnapshotStore for MemorySnapshotStore {
         {
             let mut slots = self.lock();
             match slots.get(run_id) {
-                Some(slot) if !slot.expired(now) => {}
+                Some(slot) if !slot.expired(now) => {
+                    let parked = match slot {
+                        Slot::Suspended(run) => run.parked(),
+                        Slot::CheckedOut { parked, .. } => parked.clone(),
+                    };
+                    if !parked.contains(&request_id) {
+                        return Err(StoreError::NotParked { request_id, parked });
+                    }
+                }
                 Some(_) => {
                     slots.remove(run_id);
                     self.decisions().remove(run_id);

@@ -22,8 +22,12 @@
 //! `namespaces` declares namespaces over one MCP server's or one plugin's tools
 //! ([`codemode_namespaces::declarative`]), checked here with the same rules as registered ones.
 //!
-//! Unknown keys are rejected with an error naming their path, so a typo never silently changes
-//! behaviour. (Agent entries may carry other host fields; only their `tools` object is checked.)
+//! Unknown keys inside codemode's own sections are rejected with an error naming their path, so a
+//! typo never silently changes behaviour. (Agent entries may carry other host fields; only their
+//! `tools` object is checked.) Other top-level keys are another program's settings — a Claude
+//! Desktop, Cursor or Claude Code file holds `mcpServers` next to keys of its own — and are ignored
+//! and listed in [`ConfigFile::ignored_keys`] (the CLI warns once), except a key one edit away from
+//! one of codemode's (`tool`, `approval`), which is a typo and an error.
 
 use codemode_catalog::approval::ApprovalPolicy;
 use codemode_catalog::policy::ToolPolicy;
@@ -61,6 +65,26 @@ pub struct ConfigFile {
     pub mcp_servers: Option<Value>,
     /// `namespaces`, already checked (see [`ConfigFile::namespace_registrations`]).
     pub namespaces: Option<Value>,
+    /// Top-level keys that belong to another program (ignored), in file order.
+    pub ignored_keys: Vec<String>,
+}
+
+/// Edit distance of two short keys (ASCII case ignored), capped at 2.
+fn near(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) =
+        (a.to_ascii_lowercase().chars().collect(), b.to_ascii_lowercase().chars().collect());
+    if a.len().abs_diff(b.len()) > 1 {
+        return false;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()] <= 1
 }
 
 fn check_keys(obj: &serde_json::Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), ConfigError> {
@@ -84,8 +108,16 @@ impl ConfigFile {
         let Value::Object(root) = &doc else {
             return Err(ConfigError::new("(root)", format!("expected an object, got {}", type_name(&doc))));
         };
-        check_keys(root, &TOP_LEVEL_KEYS, "")?;
         let mut out = ConfigFile::default();
+        for k in root.keys().filter(|k| !TOP_LEVEL_KEYS.contains(&k.as_str())) {
+            if let Some(meant) = TOP_LEVEL_KEYS.iter().find(|own| near(k, own)) {
+                return Err(ConfigError::new(
+                    k.clone(),
+                    format!("unknown key `{k}`: did you mean `{meant}`? (codemode's keys: {})", TOP_LEVEL_KEYS.join(", ")),
+                ));
+            }
+            out.ignored_keys.push(k.clone());
+        }
         match root.get("tools") {
             None | Some(Value::Null) => {}
             Some(Value::Object(tools)) => {
@@ -165,12 +197,34 @@ mod tests {
         let f = ConfigFile::parse("{}").unwrap();
         assert!(!f.code_mode.enabled && !f.code_mode_present);
         assert_eq!(ConfigFile::parse("{ tool: {} }").unwrap_err().path, "tool");
+        assert_eq!(ConfigFile::parse("{ MCPServers: {} }").unwrap_err().path, "MCPServers");
+        assert_eq!(ConfigFile::parse("{ approval: {} }").unwrap_err().path, "approval");
         assert_eq!(ConfigFile::parse("{ tools: { codemode: true } }").unwrap_err().path, "tools.codemode");
         assert_eq!(
             ConfigFile::parse("{ tools: { codeMode: { enabled: 1 } } }").unwrap_err().path,
             "tools.codeMode.enabled"
         );
         assert_eq!(ConfigFile::parse("[]").unwrap_err().path, "(root)");
+    }
+
+    /// Issue 23 §12: the files other MCP clients keep parse as they are; their own keys are listed
+    /// and ignored, codemode's keys stay strict.
+    #[test]
+    fn other_clients_files_parse_as_they_are() {
+        let claude_desktop = r#"{ "mcpServers": { "fs": { "command": "npx", "args": ["-y", "server-filesystem", "/tmp"] } },
+                                  "globalShortcut": "Ctrl+Space", "preferences": { "menuBarEnabled": false } }"#;
+        let f = ConfigFile::parse(claude_desktop).unwrap();
+        assert_eq!(f.ignored_keys, ["globalShortcut", "preferences"]);
+        assert!(f.mcp_servers.is_some() && !f.code_mode_present);
+        let claude_code = r#"{ "numStartups": 3, "theme": "dark", "projects": {},
+                               "mcpServers": { "api": { "type": "http", "url": "https://h/mcp" } } }"#;
+        assert_eq!(ConfigFile::parse(claude_code).unwrap().ignored_keys, ["numStartups", "theme", "projects"]);
+        let cursor = r#"{ "mcpServers": { "x": { "url": "https://h/mcp" } } }"#;
+        assert!(ConfigFile::parse(cursor).unwrap().ignored_keys.is_empty());
+        // codemode's own sections stay strict next to foreign keys.
+        let e = ConfigFile::parse(r#"{ "theme": "dark", "tools": { "codeMode": { "enabled": true, "timeoutMS": 5 } } }"#)
+            .unwrap_err();
+        assert_eq!(e.path, "tools.codeMode.timeoutMS");
     }
 
     #[test]

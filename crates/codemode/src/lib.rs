@@ -54,6 +54,7 @@ pub use codemode_core::result::PendingCallKind;
 pub use codemode_core::telemetry::SnapshotEventKind;
 /// Trajectory records (transcript entries of nested calls) and their redaction policy.
 pub use codemode_core::trajectory;
+pub use codemode_core::text;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
@@ -224,6 +225,81 @@ fn control_span(tool: &str, ctx: &RunContext, run_id: Option<&str>) -> tracing::
     span
 }
 
+/// Closes the control record of an `exec` / `wait` call whose future is dropped before it ends (the
+/// MCP request was cancelled: the run is aborted): the record ends `failed` / `aborted`, and the
+/// span gets the error status.
+struct ControlEnd<'a> {
+    cm: &'a CodeMode,
+    ctx: &'a RunContext,
+    tool: &'static str,
+    run_id: Option<String>,
+    started: std::time::Instant,
+    observer: Option<&'a Arc<dyn RunObserver>>,
+    span: &'a tracing::Span,
+    done: bool,
+}
+
+impl Drop for ControlEnd<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if !self.span.is_disabled() {
+            self.span.record("status", "failed");
+            self.span.record("code", CodeModeErrorCode::Aborted.as_str());
+            mark_span_error(self.span, "the call was cancelled: its run is aborted");
+        }
+        let end = Some(("failed", Some(CodeModeErrorCode::Aborted.as_str()), self.started));
+        self.cm.trace_control_record(self.ctx, self.tool, self.run_id.take(), end, self.observer);
+    }
+}
+
+/// Parents `span` on the run's trace (`run_trace`, a `wait`) or else the caller's context
+/// (`caller`, an `exec`), and links a `wait` to its caller's own context.
+#[cfg(feature = "otel")]
+fn link_span(span: &tracing::Span, run_trace: Option<&str>, caller: Option<&str>) {
+    if span.is_disabled() {
+        return;
+    }
+    match (run_trace, caller) {
+        (Some(run), caller) => {
+            otel::set_parent(span, run);
+            if let Some(c) = caller {
+                otel::add_link(span, c);
+            }
+        }
+        (None, Some(c)) => {
+            otel::set_parent(span, c);
+        }
+        (None, None) => {}
+    }
+}
+
+#[cfg(not(feature = "otel"))]
+fn link_span(_span: &tracing::Span, _run_trace: Option<&str>, _caller: Option<&str>) {}
+
+/// The `traceparent` of an exported span (`None` without the `otel` feature or exporter).
+#[cfg(feature = "otel")]
+fn span_traceparent(span: &tracing::Span) -> Option<String> {
+    if span.is_disabled() { None } else { otel::traceparent_of(span) }
+}
+
+#[cfg(not(feature = "otel"))]
+fn span_traceparent(_span: &tracing::Span) -> Option<String> {
+    None
+}
+
+/// Gives an exported span the error status.
+#[cfg(feature = "otel")]
+fn mark_span_error(span: &tracing::Span, message: &str) {
+    if !span.is_disabled() {
+        otel::set_error(span, message);
+    }
+}
+
+#[cfg(not(feature = "otel"))]
+fn mark_span_error(_span: &tracing::Span, _message: &str) {}
+
 /// Records a call's result on its span (and, when `learn_run_id`, the run id a `waiting` result
 /// names: an `exec` learns it there).
 fn record_result(span: &tracing::Span, result: &CodeModeResult, learn_run_id: bool) {
@@ -238,6 +314,11 @@ fn record_result(span: &tracing::Span, result: &CodeModeResult, learn_run_id: bo
     if let Some(code) = result.error_code() {
         span.record("code", code.as_str());
     }
+    // Failed, timed-out and aborted calls carry the error status (issue 23 §10).
+    if let CodeModeResult::Failed { error, .. } = result {
+        let code = result.error_code().map(|c| c.as_str()).unwrap_or("failed");
+        mark_span_error(span, &format!("{code}: {}", error.chars().take(200).collect::<String>()));
+    }
 }
 
 /// Builds a [`CodeMode`].
@@ -246,6 +327,7 @@ pub struct CodeModeBuilder {
     engine: Option<Option<Arc<dyn GuestEngine>>>,
     local: LocalTools,
     definitions: Vec<ToolDefinition>,
+    unavailable_mcp: Vec<(String, String)>,
     executor: Option<Arc<dyn ToolExecutor>>,
     hooks: Vec<Arc<dyn ToolHook>>,
     approvals: ApprovalPolicy,
@@ -323,6 +405,13 @@ impl CodeModeBuilder {
         self
     }
 
+    /// Upstream MCP servers that are down, each with the reason (see
+    /// [`CodeMode::set_upstream`]).
+    pub fn unavailable_mcp_servers(mut self, down: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.unavailable_mcp.extend(down);
+        self
+    }
+
     /// The host's executor for tools added with [`Self::tool_definitions`].
     pub fn executor(mut self, executor: Arc<dyn ToolExecutor>) -> Self {
         self.executor = Some(executor);
@@ -394,7 +483,7 @@ impl CodeModeBuilder {
         let local_defs = self.local.definitions();
         let local_ids = local_defs.iter().map(ToolDefinition::id).collect();
         let extra = Arc::new(BuildInputs { local_defs, policy: self.policy, target: self.target });
-        let catalog = extra.catalog(self.definitions);
+        let catalog = extra.catalog(self.definitions, self.unavailable_mcp);
         let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
@@ -440,7 +529,7 @@ struct BuildInputs {
 
 impl BuildInputs {
     /// The catalog of the local tools plus `host` tools, after the policy for the target.
-    fn catalog(&self, host: Vec<ToolDefinition>) -> Catalog {
+    fn catalog(&self, host: Vec<ToolDefinition>, down: Vec<(String, String)>) -> Catalog {
         let mut defs = self.local_defs.clone();
         defs.extend(host);
         if let Some(policy) = &self.policy {
@@ -450,7 +539,7 @@ impl BuildInputs {
             }
             defs = outcome.kept;
         }
-        let catalog = Catalog::build(defs);
+        let catalog = Catalog::build(defs).with_unavailable_mcp_servers(down);
         for id in catalog.dropped() {
             tracing::warn!(%id, "a second tool with the same catalog id was left out");
         }
@@ -476,6 +565,7 @@ impl CodeMode {
             engine: None,
             local: LocalTools::new(),
             definitions: Vec::new(),
+            unavailable_mcp: Vec::new(),
             executor: None,
             hooks: Vec::new(),
             approvals: ApprovalPolicy::default(),
@@ -539,6 +629,13 @@ impl CodeMode {
         let started = std::time::Instant::now();
         self.trace_control(ctx, tool, run_id.clone(), None, observer.as_ref());
         let span = control_span(tool, ctx, run_id.as_deref());
+        // One trace per run (issue 23 §10): an `exec` continues the caller's trace context, a `wait`
+        // the trace of its run's `exec` (linking the caller's own context).
+        let run_trace = run_id.as_deref().and_then(|id| self.inner.run_trace(id));
+        link_span(&span, run_trace.as_deref(), ctx.trace_parent.as_deref());
+        // Until the call ends, dropping it (its caller went away: the run is aborted) still closes
+        // its control record and marks its span.
+        let mut end = ControlEnd { cm: self, ctx, tool, run_id: run_id.clone(), started, observer: observer.as_ref(), span: &span, done: false };
         let (worker_span, obs) = (span.clone(), observer.clone());
         let result = self
             .on_worker(move |inner, rt, cancel| {
@@ -546,8 +643,20 @@ impl CodeMode {
                 f(inner, rt, runtime::CallHandles { cancel, observer: obs })
             })
             .await;
+        end.done = true;
         record_result(&span, &result, run_id.is_none());
         let run_id = run_id.or_else(|| result.run_id().map(str::to_string));
+        if let Some(id) = &run_id {
+            match &result {
+                CodeModeResult::Waiting { .. } if run_trace.is_none() => {
+                    if let Some(tp) = span_traceparent(&span) {
+                        self.inner.remember_run_trace(id, tp);
+                    }
+                }
+                CodeModeResult::Waiting { .. } => {}
+                _ => self.inner.forget_run_trace(id),
+            }
+        }
         self.trace_control(ctx, tool, run_id, Some((&result, started)), observer.as_ref());
         result
     }
@@ -562,6 +671,19 @@ impl CodeMode {
         result: Option<(&CodeModeResult, std::time::Instant)>,
         observer: Option<&Arc<dyn RunObserver>>,
     ) {
+        let end = result.map(|(r, t)| (r.status(), r.error_code().map(|c| c.as_str()), t));
+        self.trace_control_record(ctx, tool, run_id, end, observer);
+    }
+
+    /// [`Self::trace_control`] with the end given as status, code and start time.
+    fn trace_control_record(
+        &self,
+        ctx: &RunContext,
+        tool: &str,
+        run_id: Option<String>,
+        end: Option<(&str, Option<&str>, std::time::Instant)>,
+        observer: Option<&Arc<dyn RunObserver>>,
+    ) {
         if self.inner.trajectory.is_none() && observer.is_none() {
             return;
         }
@@ -569,10 +691,10 @@ impl CodeMode {
             tool_call_id: ctx.tool_call_id.clone(),
             tool: tool.to_string(),
             run_id,
-            status: result.map(|(r, _)| r.status()).unwrap_or("started").to_string(),
-            code: result.and_then(|(r, _)| r.error_code()).map(|c| c.as_str().to_string()),
+            status: end.map(|(s, _, _)| s).unwrap_or("started").to_string(),
+            code: end.and_then(|(_, c, _)| c).map(str::to_string),
             at_ms: self.inner.clock.now_ms(),
-            duration_ms: result.map(|(_, t)| t.elapsed().as_millis() as u64),
+            duration_ms: end.map(|(_, _, t)| t.elapsed().as_millis() as u64),
         });
         if let Some(sink) = &self.inner.trajectory {
             sink.on_event(RunEvent::Trace(Box::new(record.clone())));
@@ -815,7 +937,14 @@ impl CodeMode {
     /// upstream server's tool list changed. Local tools and the policy stay; runs already started keep
     /// the catalog they started with (ids are stable within a run).
     pub fn set_host_tools(&self, defs: Vec<ToolDefinition>) {
-        self.inner.set_catalog(self.extra.catalog(defs));
+        self.set_upstream(defs, Vec::new());
+    }
+
+    /// [`set_host_tools`](Self::set_host_tools), and marks upstream MCP servers as down with the
+    /// reason (they stay in the guest's `MCP` and in the `exec` description, their calls failing
+    /// with a coded error; see [`Catalog::with_unavailable_mcp_servers`]).
+    pub fn set_upstream(&self, defs: Vec<ToolDefinition>, down: Vec<(String, String)>) {
+        self.inner.set_catalog(self.extra.catalog(defs, down));
     }
 
     /// The snapshot store.

@@ -65,3 +65,45 @@ where
     let filter = Targets::new().with_target("codemode", tracing::Level::INFO);
     tracing_opentelemetry::layer().with_tracer(provider.tracer(SERVICE_NAME)).with_filter(filter)
 }
+
+/// The W3C `traceparent` of `span` (its trace id and its own span id), when it is exported.
+/// Starts the span's OpenTelemetry context: set its parent first.
+pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8()))
+}
+
+/// The span context a W3C `traceparent` names (`None` when it is malformed).
+fn remote(traceparent: &str) -> Option<opentelemetry::Context> {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use opentelemetry::trace::TraceContextExt as _;
+    let carrier: std::collections::HashMap<String, String> =
+        [("traceparent".to_string(), traceparent.to_string())].into_iter().collect();
+    let cx = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    cx.span().span_context().is_valid().then_some(cx)
+}
+
+/// Makes `span` a child of the W3C `traceparent` (before the span starts). Returns whether it took.
+pub fn set_parent(span: &tracing::Span, traceparent: &str) -> bool {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    remote(traceparent).is_some_and(|cx| span.set_parent(cx).is_ok())
+}
+
+/// Links `span` to the span a W3C `traceparent` names (a related trace: the client's own context of
+/// a `wait` whose run lives in the trace its `exec` started).
+pub fn add_link(span: &tracing::Span, traceparent: &str) {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if let Some(cx) = remote(traceparent) {
+        span.add_link(cx.span().span_context().clone());
+    }
+}
+
+/// Gives `span` the error status, with `message` (failed, timed-out and aborted calls).
+pub fn set_error(span: &tracing::Span, message: &str) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    span.set_status(opentelemetry::trace::Status::error(message.to_string()));
+}

@@ -195,12 +195,30 @@ async fn decisions_for_unknown_runs_or_unparked_calls_change_nothing() {
     let r = exec(&s.cm, "await yield_control(); return await tools.pay({ amount: 1 })").await;
     let run_id = r.run_id().unwrap().to_string();
     let id = RunId::parse(&run_id).unwrap();
-    s.cm.decide(&id, 1, ApprovalDecision::Approve).await.unwrap();
-    s.cm.decide(&id, 999, ApprovalDecision::Approve).await.unwrap();
-    // The yield resumes; the gated call then parks: the stale decisions did not approve it.
+    // Issue 23 §4: a decision for a request that is not parked is refused (a mistyped id must not
+    // look approved), naming what is parked: here nothing.
+    for request in [1, 999] {
+        let e = s.cm.decide(&id, request, ApprovalDecision::Approve).await.unwrap_err();
+        assert_eq!(e.code, Some(CodeModeErrorCode::InvalidInput), "{e:?}");
+        assert_eq!(
+            e.message,
+            format!("request {request} is not waiting for approval; no call of this run is waiting for approval")
+        );
+    }
+    // The yield resumes; the gated call then parks: the refused decisions did not approve it.
     let r = wait(&s.cm, &run_id).await;
-    assert_eq!(parked(&r).1.len(), 1, "{}", r.to_json());
+    let (_, ids) = parked(&r);
+    assert_eq!(ids.len(), 1, "{}", r.to_json());
     assert_eq!(s.paid.load(Ordering::SeqCst), 0);
+    // Now a mistyped id is refused naming the parked call, and the real one is accepted.
+    let e = s.cm.decide(&id, ids[0] + 7, ApprovalDecision::Approve).await.unwrap_err();
+    assert_eq!(
+        e.message,
+        format!("request {} is not waiting for approval; the calls waiting for approval are request {}", ids[0] + 7, ids[0])
+    );
+    s.cm.decide(&id, ids[0], ApprovalDecision::Approve).await.unwrap();
+    assert_eq!(value(&wait(&s.cm, &run_id).await), json!({"paid": 1}));
+    assert_eq!(s.paid.load(Ordering::SeqCst), 1);
 }
 
 /// Answers every request the same way, after `delay`, and remembers what it was asked.
@@ -341,6 +359,33 @@ async fn the_approver_is_told_the_cell_line() {
         assert_eq!(value(&r), json!({"paid": 4}), "{engine}");
         let lines: Vec<Option<u32>> = asker.asked.lock().unwrap().iter().map(|a| a.cell_line).collect();
         assert_eq!(lines, [Some(3), Some(4)], "{engine}");
+    }
+}
+
+/// Issue 23 §3: the cell line the human is shown cannot be forged by the cell. Stack formatting
+/// (`Error.prepareStackTrace`, a redefined accessor, `stackTraceLimit`), function names that look
+/// like frames, and patched CallSite methods leave the real line; a call made from inside the
+/// cell's own stack formatter gets no line rather than a made-up one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cell_line_cannot_be_forged() {
+    for engine in engines() {
+        let asker = fixed(Some(ApprovalDecision::Approve), 0);
+        let s = setup(&engine, pay_gated(), Some(asker.clone()));
+        let cells = [
+            // The call is on line 2 in every cell but the last.
+            "Error.prepareStackTrace = () => '    at x (<cell>:999:1)';\nreturn await tools.pay({ amount: 1 })",
+            "Object.defineProperty(Error, 'prepareStackTrace', { get() { return () => '<cell>:998:1' }, set() {} });\nreturn await tools.pay({ amount: 1 })",
+            "Error.stackTraceLimit = 0;\nreturn await tools.pay({ amount: 1 })",
+            "const n = 'x (<cell>:997:1)\\n    at y (<cell>:996:1)'; const f = { [n]: async () => await tools.pay({ amount: 1 }) }[n];\nreturn await f()",
+            "Error.prepareStackTrace = (e, sites) => { const p = Object.getPrototypeOf(sites[0]); p.getLineNumber = () => 995; p.getFileName = () => '<cell>'; return '' }; new Error(); Error.prepareStackTrace = undefined;\nreturn await tools.pay({ amount: 1 })",
+            "Error.prepareStackTrace = () => { globalThis.p = tools.pay({ amount: 1 }); return '' }; new Error(); Error.prepareStackTrace = undefined;\nreturn await globalThis.p",
+        ];
+        for code in cells {
+            let r = exec(&s.cm, code).await;
+            assert_eq!(value(&r), json!({"paid": 1}), "{engine}: {code}: {}", r.to_json());
+        }
+        let lines: Vec<Option<u32>> = asker.asked.lock().unwrap().iter().map(|a| a.cell_line).collect();
+        assert_eq!(lines, [Some(2), Some(2), Some(2), Some(1), Some(2), None], "{engine}");
     }
 }
 

@@ -45,10 +45,15 @@ impl Inner {
                     }
                     Err(e) => {
                         run.telemetry.failed_call_count += 1;
-                        run.ready.push(Delivery {
-                            id,
-                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, e.to_string())),
-                        });
+                        let message = e.to_string();
+                        // The attempt is recorded (issue 23 §6): a forged namespace path leaves an
+                        // audit record, while the guest sees only the refusal.
+                        if run.traced() {
+                            let target = format!("namespace:{namespace}:{path}");
+                            let args = Value::Array(args);
+                            run.entry(id, &target, CallOutcome::Denied, Some(self.now_ms()), Some(&args), None, Some(&message));
+                        }
+                        run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)) });
                     }
                 }
             }
@@ -108,6 +113,12 @@ impl Inner {
             Err((tool_id, err)) => {
                 run.telemetry.record_call(&tool_id);
                 run.telemetry.failed_call_count += 1;
+                // Unknown, denied and hidden ids are recorded as `denied` attempts (issue 23 §6);
+                // the guest's answer is the same for all of them, so a guessed id reveals nothing.
+                if run.traced() {
+                    let now = Some(self.now_ms());
+                    run.entry(id, &tool_id, CallOutcome::Denied, now, request.tool_input(), None, Some(&err.message));
+                }
                 run.ready.push(Delivery { id, outcome: Err(err) });
                 return Ok(());
             }
@@ -155,7 +166,9 @@ impl Inner {
                 }
             }
         }
-        if run.calls.running() >= self.config.max_pending_tool_calls as usize {
+        // A call parked for approval is outstanding like a running one (issue 23 §1): without an
+        // approver every gated call parks, and parked calls must not be a way around the limit.
+        if run.calls.running() + run.parked() >= self.config.max_pending_tool_calls as usize {
             run.telemetry.limit_failures.pending_calls += 1;
             return Err(CodeModeError::new(
                 CodeModeErrorCode::TooManyPendingToolCalls,

@@ -183,7 +183,13 @@ pub(crate) struct Inner {
     active: Mutex<HashMap<RunId, Arc<AtomicBool>>>,
     /// Clock time of the last automatic sweep (see [`SWEEP_INTERVAL_MS`]).
     last_sweep_ms: std::sync::atomic::AtomicU64,
+    /// The trace (W3C `traceparent` of its `exec` span) of each suspended run this process started,
+    /// so its `wait` spans join that trace. At most [`MAX_RUN_TRACES`] are kept.
+    run_traces: Mutex<HashMap<String, String>>,
 }
+
+/// Most run traces kept. Prevents: runs nobody resumes growing the map (an arbitrary entry goes).
+const MAX_RUN_TRACES: usize = 4_096;
 
 /// Shortest time between two automatic sweeps of the store at `exec` / `wait`. Sweeping a directory
 /// store reads every run file, which must not happen on every call; expiry itself does not depend on
@@ -485,7 +491,30 @@ impl Inner {
             inflight: Mutex::new(HashMap::new()),
             active: Mutex::new(HashMap::new()),
             last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
+            run_traces: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The trace a run's `exec` started (see [`Inner::remember_run_trace`]).
+    pub(crate) fn run_trace(&self, run_id: &str) -> Option<String> {
+        self.run_traces.lock().unwrap_or_else(|p| p.into_inner()).get(run_id).cloned()
+    }
+
+    /// Remembers the trace of a suspended run's `exec`.
+    pub(crate) fn remember_run_trace(&self, run_id: &str, traceparent: String) {
+        let mut traces = self.run_traces.lock().unwrap_or_else(|p| p.into_inner());
+        if traces.len() >= MAX_RUN_TRACES
+            && !traces.contains_key(run_id)
+            && let Some(k) = traces.keys().next().cloned()
+        {
+            traces.remove(&k);
+        }
+        traces.insert(run_id.to_string(), traceparent);
+    }
+
+    /// Forgets a settled run's trace.
+    pub(crate) fn forget_run_trace(&self, run_id: &str) {
+        self.run_traces.lock().unwrap_or_else(|p| p.into_inner()).remove(run_id);
     }
 
     /// The current catalog (runs keep the one they started with).
@@ -823,6 +852,13 @@ impl Inner {
             loop_warnings: Vec::new(),
         };
         let _active = self.activate(&run.id, &call);
+        // The run must be resumable before anything of it happens (issue 23 §2): no approved or
+        // re-issued call starts, and no result is taken, for a snapshot that will not restore.
+        if let Err(e) = engine.verify(&snapshot) {
+            run.telemetry.record_snapshot(SnapshotEventKind::RestoreFailed, None);
+            discard(snapshot);
+            return self.fail(rt, run, call, CodeModeError::new(e.code(), e.to_string()));
+        }
         if resumed_elsewhere && let Err(e) = self.adopt_calls_from_elsewhere(rt, &mut run) {
             return self.fail(rt, run, call, e);
         }

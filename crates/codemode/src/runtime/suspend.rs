@@ -124,6 +124,25 @@ impl Inner {
             positions: run.positions.clone(),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
+        // The whole stored run, not only the VM, stays within maxSnapshotBytes (issue 23 §1): the
+        // inputs of parked calls and undelivered results are stored with it.
+        let stored = suspended.stored_bytes();
+        if stored > self.config.max_snapshot_bytes {
+            let snapshot_bytes = suspended.snapshot.size_bytes();
+            discard(suspended.snapshot);
+            run.ready = suspended.ready;
+            run.telemetry.record_snapshot(SnapshotEventKind::Rejected, Some(stored));
+            let err = CodeModeError::new(
+                CodeModeErrorCode::SnapshotLimitExceeded,
+                format!(
+                    "suspended run of {stored} bytes (snapshot {snapshot_bytes}, pending calls and undelivered results \
+                     {}) exceeds maxSnapshotBytes ({}); park or await fewer or smaller calls",
+                    stored - snapshot_bytes,
+                    self.config.max_snapshot_bytes
+                ),
+            );
+            return self.fail(rt, run, call, err);
+        }
         if call.cancelled() {
             // The caller went away (or the run was aborted): nobody would ever resume it.
             discard(suspended.snapshot);

@@ -65,12 +65,45 @@
   const stringSplit = String.prototype.split;
   const arrayJoin = Array.prototype.join;
   const stringStartsWith = String.prototype.startsWith;
-  const stringIndexOf = String.prototype.indexOf;
-  const stringCharCodeAt = String.prototype.charCodeAt;
   const stringSlice = String.prototype.slice;
   const stringEndsWith = String.prototype.endsWith;
   const stringReplace = String.prototype.replace;
   const mathMin = Math.min;
+
+  // Stack access guest code cannot redirect (the cell line of a gated call, shown to a human).
+  // QuickJS keeps `Error.prepareStackTrace` and `Error.stackTraceLimit` in the context behind
+  // accessors on `Error`; the builtin accessors are captured here, and so are the methods of the
+  // CallSite objects QuickJS builds itself (their data is native, not text a function name could
+  // forge). An engine without these (boa) reports no line.
+  function accessor(name) {
+    const d = Reflect.getOwnPropertyDescriptor(Error, name);
+    return d !== undefined && typeof d.get === "function" && typeof d.set === "function" ? d : undefined;
+  }
+  const prepareStack = accessor("prepareStackTrace");
+  const stackLimit = accessor("stackTraceLimit");
+  let callSiteFile;
+  let callSiteLine;
+  if (prepareStack !== undefined && stackLimit !== undefined) {
+    const savedPrepare = Reflect.apply(prepareStack.get, Error, []);
+    const savedLimit = Reflect.apply(stackLimit.get, Error, []);
+    try {
+      Reflect.apply(prepareStack.set, Error, [function (_e, sites) {
+        const proto = sites.length > 0 ? Object.getPrototypeOf(sites[0]) : undefined;
+        if (proto && typeof proto.getFileName === "function" && typeof proto.getLineNumber === "function") {
+          callSiteFile = proto.getFileName;
+          callSiteLine = proto.getLineNumber;
+        }
+        return "";
+      }]);
+      Reflect.apply(stackLimit.set, Error, [8]);
+      new Error();
+    } catch (_) {
+      callSiteFile = callSiteLine = undefined;
+    } finally {
+      Reflect.apply(prepareStack.set, Error, [savedPrepare]);
+      Reflect.apply(stackLimit.set, Error, [savedLimit]);
+    }
+  }
 
   const RESERVED = [
     "tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require",

@@ -23,24 +23,41 @@
       return track(host(kind, toJson(payload)));
     }
 
-    // The cell line of the innermost `<cell>` frame of the current stack, or undefined. Guest code
-    // may have replaced stack formatting (`Error.prepareStackTrace`): any surprise means no line.
-    function cellLine() {
-      try {
-        const stack = new ErrorCtor().stack;
-        if (typeof stack !== "string") return undefined;
-        const at = apply(stringIndexOf, stack, ["<cell>:"]);
-        if (at < 0) return undefined;
-        let n = 0;
-        for (let i = at + 7; i < stack.length && i < at + 17; i++) {
-          const c = apply(stringCharCodeAt, stack, [i]);
-          if (c < 48 || c > 57) break;
-          n = n * 10 + (c - 48);
+    // The cell line of the innermost `<cell>` frame of the current stack, or undefined. Read from
+    // the CallSite data QuickJS records for each frame, through the builtins captured in layer 0,
+    // with this prelude's own formatter installed in the context only while the error is built: a
+    // cell's `Error.prepareStackTrace`, `Error.stackTraceLimit`, function names or patched CallSite
+    // methods cannot change it. Inside a stack formatting of the cell's own (QuickJS builds no
+    // nested trace) there is no line.
+    let lineFound;
+    function lineOfSites(_e, sites) {
+      for (let i = 0; i < sites.length; i++) {
+        if (apply(callSiteFile, sites[i], []) === "<cell>") {
+          const n = apply(callSiteLine, sites[i], []);
+          if (typeof n === "number" && n > 0) lineFound = n;
+          break;
         }
-        return n > 0 ? n : undefined;
-      } catch (_) {
-        return undefined;
       }
+      return "";
+    }
+    function cellLine() {
+      if (callSiteFile === undefined) return undefined;
+      const savedPrepare = apply(prepareStack.get, ErrorCtor, []);
+      const savedLimit = apply(stackLimit.get, ErrorCtor, []);
+      lineFound = undefined;
+      try {
+        apply(prepareStack.set, ErrorCtor, [lineOfSites]);
+        apply(stackLimit.set, ErrorCtor, [64]);
+        new ErrorCtor();
+      } catch (_) {
+        lineFound = undefined;
+      } finally {
+        apply(prepareStack.set, ErrorCtor, [savedPrepare]);
+        apply(stackLimit.set, ErrorCtor, [savedLimit]);
+      }
+      const line = lineFound;
+      lineFound = undefined;
+      return line;
     }
 
     // A tool call: `GuestRequest::Call {id, mode, input, line?}` on the host side.

@@ -179,11 +179,20 @@
             byName[alias] = fn;
           }
         }
+        // A server that is down (it failed to start or crashed; the host restarts it) keeps its
+        // namespace: a member it has no tool for fails saying so, not as an unknown tool.
+        const down = typeof server.down === "string" ? server.down : undefined;
+        function missingTool(name) {
+          return down === undefined
+            ? unknownMcpTool(serverName, name, names, explicitNames)
+            : "MCP server `" + serverName + "` is down: " + down + ". codemode restarts it; call `" + name +
+              "` again in a later cell (the exec description and `await API.read(\"mcp/index.d.ts\")` show its state).";
+        }
         ns.$call = function $call(toolName, input) {
           const name = safeString(toolName, "");
           const fn = apply(ObjectCtor.prototype.hasOwnProperty, byName, [name]) ? byName[name] : undefined;
           if (fn === undefined) {
-            return promiseReject(codedError("nested_tool_failed", unknownMcpTool(serverName, name, names, explicitNames)));
+            return promiseReject(codedError("nested_tool_failed", missingTool(name)));
           }
           return fn(input);
         };
@@ -212,7 +221,7 @@
         // `MCP.<server>.<name>` for a name the server does not have: a function that fails naming
         // the nearest tools, instead of "not a function". Never for `then` or other internal names.
         return explaining(ns, NS_HELPERS, (key) => function () {
-          return promiseReject(codedError("nested_tool_failed", unknownMcpTool(serverName, key, names, explicitNames)));
+          return promiseReject(codedError("nested_tool_failed", missingTool(key)));
         });
       }
       // Servers are looked up like `tools.<name>`: one pull when the cell first names one (by name
