@@ -45,21 +45,37 @@ CELL = (
 
 
 class Human:
-    """An elicitation callback that answers with `action` after `delay` seconds, and records the questions."""
+    """An elicitation callback that answers with `action` after `delay` seconds, and records the
+    questions and whether the server withdrew one (the callback is cancelled)."""
 
     def __init__(self, action: str, delay: float = 0.0):
         self.action = action
         self.delay = delay
         self.asked: list[str] = []
+        self.withdrawn = 0
 
     async def __call__(self, context, params):
         self.asked.append(params.message)
-        await asyncio.sleep(self.delay)
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.withdrawn += 1
+            raise
         return types.ElicitResult(action=self.action, content={} if self.action == "accept" else None)
 
 
+class Logs:
+    """A logging callback keeping the server's `notifications/message` texts."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    async def __call__(self, params):
+        self.messages.append(str(params.data))
+
+
 @asynccontextmanager
-async def session(transport: str, bin_path: str, config: str, snapdir: str, human, server=None):
+async def session(transport: str, bin_path: str, config: str, snapdir: str, human, server=None, logs=None):
     if transport == "stdio":
         params = StdioServerParameters(
             command=bin_path,
@@ -67,12 +83,12 @@ async def session(transport: str, bin_path: str, config: str, snapdir: str, huma
             env={**os.environ, "RUST_LOG": "warn"},
         )
         async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=human) as s:
+            async with ClientSession(read, write, elicitation_callback=human, logging_callback=logs) as s:
                 await s.initialize()
                 yield s
     else:
         async with streamable_http_client(server.url) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=human) as s:
+            async with ClientSession(read, write, elicitation_callback=human, logging_callback=logs) as s:
                 await s.initialize()
                 yield s
 
@@ -164,6 +180,29 @@ async def main() -> None:
             assert "text: hello" in messages, messages
             assert any(m.startswith("call started: plugin:demo:demo_echo") for m in messages), messages
             assert any(m.startswith("call finished: plugin:demo:demo_echo") for m in messages), messages
+        # Issue 23 §9: a question still open when `approvals.timeoutMs` passes stays open, and the
+        # late answer decides the parked call (nobody runs `codemode approve`).
+        late = Human("accept", delay=1.5)
+        async with session(transport, bin_path, config, snapdir, late, server) as s:
+            first = await exec_cell(s)
+            parked_call(first)
+            done = await wait_until_settled(s, first)
+            assert done["status"] == "completed" and done["value"] == "sent INV-", done
+            assert len(late.asked) == 1 and late.withdrawn == 0, (late.asked, late.withdrawn)
+        # Issue 23 §9: cancelling the request that asked withdraws the question (the client's
+        # dialog closes: its callback is cancelled).
+        never = Human("accept", delay=30.0)
+        async with session(transport, bin_path, config, snapdir, never, server) as s:
+            try:
+                await asyncio.wait_for(s.call_tool("exec", {"code": CELL}), timeout=0.3)
+                raise AssertionError("the exec should have been cancelled")
+            except asyncio.TimeoutError:
+                pass
+            for _ in range(50):
+                if never.withdrawn:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(never.asked) == 1 and never.withdrawn == 1, (never.asked, never.withdrawn)
         if transport == "http":
             # Out-of-band approval over HTTP, for a client that cannot be asked.
             async with session(transport, bin_path, config, snapdir, None, server) as s:
@@ -178,14 +217,22 @@ async def main() -> None:
                 assert done["status"] == "completed" and done["value"] == "sent INV-", done
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, TOKEN) == 404
         if transport == "stdio":
-            # A human who answers too late: the call parks, another process approves it.
+            # A human who answers too late: the call parks, another process approves it; the
+            # human's answer, which comes after the run ended, is reported back as too late
+            # (issue 23 §9), not dropped silently.
             slow = Human("accept", delay=5.0)
-            async with session(transport, bin_path, config, snapdir, slow) as s:
+            logs = Logs()
+            async with session(transport, bin_path, config, snapdir, slow, logs=logs) as s:
                 first = await exec_cell(s)
                 call = parked_call(first)
                 approve(bin_path, snapdir, first["runId"], call["requestId"])
                 done = await wait_until_settled(s, first)
                 assert done["status"] == "completed" and done["value"] == "sent INV-", done
+                for _ in range(100):
+                    if any("came too late" in m for m in logs.messages):
+                        break
+                    await asyncio.sleep(0.1)
+                assert any(f"request {call['requestId']}" in m and "came too late" in m for m in logs.messages), logs.messages
             # A client that cannot be asked: the call parks at once; a denial from the command line.
             async with session(transport, bin_path, config, snapdir, None) as s:
                 first = await exec_cell(s)

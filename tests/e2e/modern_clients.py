@@ -22,8 +22,10 @@ Exit status 0 on success; an AssertionError (non-zero) names what failed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+import time
 
 import httpx2 as httpx
 import mcp_types as types
@@ -112,6 +114,65 @@ async def check_ownership(server: HttpServer) -> None:
         assert done["status"] == "completed" and done["value"] == 1800, done
 
 
+def sse_events(resp):
+    """The events of an SSE response, as dicts of their fields."""
+    ev: dict[str, str] = {}
+    for line in resp.iter_lines():
+        if line == "":
+            if ev:
+                yield ev
+            ev = {}
+            continue
+        key, _, value = line.partition(":")
+        ev[key] = value[1:] if value.startswith(" ") else value
+
+
+def check_resume(server: HttpServer) -> None:
+    """A dropped POST stream is resumed with Last-Event-ID (SEP-1699), also after the result was sent
+    while the client was away: the result of a slow `exec` is not lost."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    cell = "const t = Date.now(); while (Date.now() - t < 700) {} return 42"
+    with httpx.Client(timeout=30) as c:
+        init = c.post(server.url, headers=headers, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "resume", "version": "0"}},
+        })
+        assert init.status_code == 200, init.text
+        h = {**headers, "Mcp-Session-Id": init.headers["mcp-session-id"]}
+        c.post(server.url, headers=h, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for pause, rpc_id in [(0.0, 7), (2.5, 8)]:
+            # Read the priming event, then drop the stream mid-call.
+            with c.stream("POST", server.url, headers=h, json={
+                "jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
+                "params": {"name": "exec", "arguments": {"code": cell}},
+            }) as resp:
+                first = next(sse_events(resp))
+            last = first.get("id")
+            assert last, f"no event id to resume from: {first}"
+            # Reconnect at once (before the result) or after it was produced; poll as a client does
+            # when a replay ends without the response (the stream's `retry` hint).
+            time.sleep(pause)
+            got = None
+            for _ in range(20):
+                with c.stream("GET", server.url, headers={**h, "Last-Event-ID": last}) as resp:
+                    assert resp.status_code == 200, resp.status_code
+                    for ev in sse_events(resp):
+                        last = ev.get("id") or last
+                        if f'"id":{rpc_id}' in ev.get("data", ""):
+                            got = ev["data"]
+                            break
+                if got:
+                    break
+                time.sleep(0.3)
+            assert got, f"pause {pause}: the result never arrived on a resumed stream"
+            value = json.loads(got)["result"]["structuredContent"]
+            assert value["status"] == "completed" and value["value"] == 42, f"pause {pause}: {value}"
+
+
 async def main() -> None:
     bin_path, config, snapdir, transport = sys.argv[1:5]
     server = HttpServer(bin_path, config, snapdir) if transport == "http" else None
@@ -120,6 +181,7 @@ async def main() -> None:
             await check(transport, mode, bin_path, config, snapdir, server)
         if server is not None:
             await check_ownership(server)
+            check_resume(server)
     finally:
         if server is not None:
             server.stop()

@@ -166,12 +166,16 @@ impl BootText {
             .mcp
             .iter()
             .map(|server| {
-                serde_json::json!({
+                let mut entry = serde_json::json!({
                     "name": server.name,
                     "alias": server.alias,
                     "resources": server.resources,
                     "prompts": server.prompts,
-                })
+                });
+                if let (Some(why), Some(map)) = (&server.down, entry.as_object_mut()) {
+                    map.insert("down".into(), serde_json::Value::String(why.clone()));
+                }
+                entry
             })
             .collect();
         let mut mcp_servers = std::collections::HashMap::new();

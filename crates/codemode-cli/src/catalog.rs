@@ -152,7 +152,13 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         println!("\nwarning: {}", d(w));
     }
     for ns in &visible {
-        println!("\nnamespace {} ({}, owner {}): {}", d(&ns.global_name), d(&ns.id), d(&ns.owner.to_string()), d(&ns.description));
+        println!(
+            "\nnamespace {} ({}, owner {}): {}",
+            d(&ns.global_name),
+            d(&ns.id),
+            d(&ns.owner.to_string()),
+            d(&ns.description)
+        );
         println!("  backing tools: {}", d(&ns.required_tools.join(", ")));
         if let Some(p) = &ns.prompt {
             println!("  prompt: {}", d(p));

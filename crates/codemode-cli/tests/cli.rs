@@ -529,7 +529,8 @@ fn other_clients_config_files_work_as_they_are() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(last_json(&out)["value"], json!(["gone"]), "the server that cannot start keeps its name in MCP");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("ignoring settings codemode does not use")).collect();
+    let warnings: Vec<&str> =
+        stderr.lines().filter(|l| l.contains("ignoring settings codemode does not use")).collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
     for key in ["numStartups", "theme", "mcpServers.gone.autoApprove"] {
         assert!(warnings[0].contains(key), "{stderr}");

@@ -107,7 +107,9 @@ impl GuestEngine for QuickJsWasiEngine {
             return Err(EngineError::Restore("quickjs-wasi restores serialized snapshots only".into()));
         };
         let loaded = loaded()?;
-        snapshot::check(bytes, ENGINE_NAME, &loaded.build_id).map(|_| ()).map_err(|e| EngineError::Restore(e.to_string()))
+        snapshot::check(bytes, ENGINE_NAME, &loaded.build_id)
+            .map(|_| ())
+            .map_err(|e| EngineError::Restore(e.to_string()))
     }
 
     fn restore(&self, snapshot: Snapshot, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {

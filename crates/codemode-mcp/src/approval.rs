@@ -205,7 +205,10 @@ impl Approver for ElicitingApprover {
             requested_schema: schema,
         };
         let sent = peer
-            .send_request_with_option(ServerRequest::ElicitRequest(ElicitRequest::new(params)), PeerRequestOptions::no_options())
+            .send_request_with_option(
+                ServerRequest::ElicitRequest(ElicitRequest::new(params)),
+                PeerRequestOptions::no_options(),
+            )
             .await;
         let handle = match sent {
             Ok(h) => h,

@@ -201,7 +201,9 @@ pub fn parse_servers_with(
                     ));
                 }
             },
-            Some(other) => return Err(ConfigError::new(at("type"), format!("expected a string, got {}", type_name(other)))),
+            Some(other) => {
+                return Err(ConfigError::new(at("type"), format!("expected a string, got {}", type_name(other))));
+            }
         };
         match (kind, spec.contains_key("command"), spec.contains_key("url")) {
             (Some(TransportKind::Stdio), false, _) => {

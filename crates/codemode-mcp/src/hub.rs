@@ -525,8 +525,8 @@ impl McpHub {
             })
             .collect();
         let mut joins = tokio::task::JoinSet::new();
-        for s in servers.iter().filter(|s| !s.config.disabled).cloned() {
-            let senders = senders.clone();
+        for s in servers.iter().filter(|s| !s.config.disabled) {
+            let (s, senders) = (Arc::clone(s), senders.clone());
             joins.spawn(async move {
                 s.start(senders).await;
             });

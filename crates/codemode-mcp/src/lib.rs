@@ -21,6 +21,7 @@ pub mod approval;
 pub mod config;
 pub mod debug;
 pub mod hub;
+pub mod replay;
 pub mod server;
 
 pub use hub::{McpHub, ServerStatus};

@@ -35,7 +35,8 @@ pub struct Gateway {
     debug: Arc<crate::debug::DebugSwitches>,
     /// The clients that asked for log messages (`logging/setLevel`), by session, with their level.
     #[allow(deprecated)]
-    log_clients: std::sync::Mutex<std::collections::HashMap<String, (rmcp::Peer<RoleServer>, rmcp::model::LoggingLevel)>>,
+    log_clients:
+        std::sync::Mutex<std::collections::HashMap<String, (rmcp::Peer<RoleServer>, rmcp::model::LoggingLevel)>>,
 }
 
 /// The rank of a log level (higher is more severe).
@@ -140,7 +141,9 @@ impl Gateway {
     async fn record_late(&self, answer: crate::approval::LateAnswer) {
         let crate::approval::LateAnswer { run_id, request_id, decision, peer } = answer;
         match self.cm.decide(&run_id, request_id, decision.clone()).await {
-            Ok(()) => tracing::info!(target: "codemode::approval", run = %run_id, request = request_id, ?decision, "late approval answer recorded; the next wait applies it"),
+            Ok(()) => {
+                tracing::info!(target: "codemode::approval", run = %run_id, request = request_id, ?decision, "late approval answer recorded; the next wait applies it")
+            }
             Err(e) => {
                 tracing::warn!(target: "codemode::approval", run = %run_id, request = request_id, error = %e.message, "an approval answer came too late");
                 let note = rmcp::model::LoggingMessageNotificationParam::new(
@@ -310,12 +313,12 @@ fn decision_of(answer: &Value) -> codemode::ApprovalDecision {
 fn approval_questions(gateway: &Gateway, result: &CodeModeResult) -> Option<rmcp::model::InputRequiredResult> {
     use rmcp::model::{ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequiredResult};
     let CodeModeResult::Waiting { run_id, pending_tool_calls, .. } = result else { return None };
-    let parked: Vec<_> =
-        pending_tool_calls.iter().filter(|p| p.kind == codemode::PendingCallKind::Approval).collect();
+    let parked: Vec<_> = pending_tool_calls.iter().filter(|p| p.kind == codemode::PendingCallKind::Approval).collect();
     if parked.is_empty() {
         return None;
     }
-    let schema: ElicitationSchema = serde_json::from_value(serde_json::json!({ "type": "object", "properties": {} })).ok()?;
+    let schema: ElicitationSchema =
+        serde_json::from_value(serde_json::json!({ "type": "object", "properties": {} })).ok()?;
     let mut questions = std::collections::BTreeMap::new();
     for p in parked {
         // What the approver was told when the call parked (input, reason, cell line), if it still
@@ -338,7 +341,8 @@ fn approval_questions(gateway: &Gateway, result: &CodeModeResult) -> Option<rmcp
             message: ElicitingApprover::message(&request),
             requested_schema: schema.clone(),
         };
-        questions.insert(format!("{APPROVAL_KEY}{}", p.request_id), InputRequest::Elicitation(ElicitRequest::new(params)));
+        questions
+            .insert(format!("{APPROVAL_KEY}{}", p.request_id), InputRequest::Elicitation(ElicitRequest::new(params)));
     }
     let state = serde_json::to_string(&ApprovalState { run_id: run_id.clone() }).ok()?;
     Some(InputRequiredResult::new(Some(questions), Some(state)))
@@ -413,11 +417,11 @@ impl ServerHandler for ExecWaitServer {
         ServerConfig::new(
             ServerCapabilities::builder().enable_logging().enable_tools().enable_tool_list_changed().build(),
         )
-            .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Code mode: write a JavaScript program with the `exec` tool; it calls the real tools through `tools.*` and \
+        .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Code mode: write a JavaScript program with the `exec` tool; it calls the real tools through `tools.*` and \
                  `MCP.*`. Call `wait` with the runId when a result is `waiting`.",
-            )
+        )
     }
 
     /// `logging/setLevel`: the session's client gets the upstream servers' log messages at `level`
@@ -461,8 +465,7 @@ impl ServerHandler for ExecWaitServer {
         // Runs belong to the client (issue 23 §8): on a sessionless HTTP request (MCP 2026-07-28) the
         // handler lives for this one request, so the run scope is the client's, not the handler's.
         let modern = modern(&cx);
-        let session: String =
-            if self.http && modern { sessionless_scope(&cx) } else { self.session.to_string() };
+        let session: String = if self.http && modern { sessionless_scope(&cx) } else { self.session.to_string() };
         if let Some(approver) = &self.gateway.approver {
             // Elicitation requests can only be sent on a session (2025 protocols): a modern client
             // is asked through MRTR questions in the result instead (below).
@@ -709,9 +712,12 @@ pub async fn serve_http(
         .with_allowed_origins(origins.clone())
         .with_cancellation_token(ct.child_token());
     let gw = gateway.clone();
+    // Recent SSE events are kept (bounded) so a client whose stream dropped resumes it with
+    // `Last-Event-ID` and still gets what was sent meanwhile, such as a long `exec`'s result.
+    let sessions = LocalSessionManager::default().with_event_store(Arc::new(crate::replay::ReplayWindow::new()));
     let service: StreamableHttpService<ExecWaitServer, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(ExecWaitServer::aborting_on_close(gw.clone())),
-        Default::default(),
+        Arc::new(sessions),
         config,
     );
     let mut app = axum::Router::new().nest_service("/mcp", service);
@@ -772,7 +778,8 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 fn approval_request_allowed(headers: &axum::http::HeaderMap, hosts: &[String], origins: &[String]) -> bool {
     let header = |name| headers.get(name).map(|v: &axum::http::HeaderValue| v.to_str().unwrap_or("\u{0}"));
     let host_ok = header(axum::http::header::HOST).is_some_and(|h| hosts.iter().any(|a| a.eq_ignore_ascii_case(h)));
-    let origin_ok = header(axum::http::header::ORIGIN).is_none_or(|o| origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
+    let origin_ok =
+        header(axum::http::header::ORIGIN).is_none_or(|o| origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
     host_ok && origin_ok
 }
 

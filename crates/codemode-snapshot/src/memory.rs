@@ -16,7 +16,11 @@ enum Slot {
     Suspended(Box<SuspendedRun>),
     /// Held by a `wait`; `parked` are the requests that were parked for approval when it took the
     /// run (the ids a human was shown), the only ones a decision may name meanwhile.
-    CheckedOut { scope: RunScope, expires_at_ms: u64, parked: Vec<RequestId> },
+    CheckedOut {
+        scope: RunScope,
+        expires_at_ms: u64,
+        parked: Vec<RequestId>,
+    },
 }
 
 impl Slot {

@@ -113,7 +113,10 @@ impl ConfigFile {
             if let Some(meant) = TOP_LEVEL_KEYS.iter().find(|own| near(k, own)) {
                 return Err(ConfigError::new(
                     k.clone(),
-                    format!("unknown key `{k}`: did you mean `{meant}`? (codemode's keys: {})", TOP_LEVEL_KEYS.join(", ")),
+                    format!(
+                        "unknown key `{k}`: did you mean `{meant}`? (codemode's keys: {})",
+                        TOP_LEVEL_KEYS.join(", ")
+                    ),
                 ));
             }
             out.ignored_keys.push(k.clone());
@@ -222,8 +225,9 @@ mod tests {
         let cursor = r#"{ "mcpServers": { "x": { "url": "https://h/mcp" } } }"#;
         assert!(ConfigFile::parse(cursor).unwrap().ignored_keys.is_empty());
         // codemode's own sections stay strict next to foreign keys.
-        let e = ConfigFile::parse(r#"{ "theme": "dark", "tools": { "codeMode": { "enabled": true, "timeoutMS": 5 } } }"#)
-            .unwrap_err();
+        let e =
+            ConfigFile::parse(r#"{ "theme": "dark", "tools": { "codeMode": { "enabled": true, "timeoutMS": 5 } } }"#)
+                .unwrap_err();
         assert_eq!(e.path, "tools.codeMode.timeoutMS");
     }
 

@@ -52,9 +52,9 @@ pub use codemode_core::executor::{
 pub use codemode_core::namespace::{NamespaceInfo, NamespaceOwner, NamespaceRegistry};
 pub use codemode_core::result::PendingCallKind;
 pub use codemode_core::telemetry::SnapshotEventKind;
+pub use codemode_core::text;
 /// Trajectory records (transcript entries of nested calls) and their redaction policy.
 pub use codemode_core::trajectory;
-pub use codemode_core::text;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
@@ -635,7 +635,16 @@ impl CodeMode {
         link_span(&span, run_trace.as_deref(), ctx.trace_parent.as_deref());
         // Until the call ends, dropping it (its caller went away: the run is aborted) still closes
         // its control record and marks its span.
-        let mut end = ControlEnd { cm: self, ctx, tool, run_id: run_id.clone(), started, observer: observer.as_ref(), span: &span, done: false };
+        let mut end = ControlEnd {
+            cm: self,
+            ctx,
+            tool,
+            run_id: run_id.clone(),
+            started,
+            observer: observer.as_ref(),
+            span: &span,
+            done: false,
+        };
         let (worker_span, obs) = (span.clone(), observer.clone());
         let result = self
             .on_worker(move |inner, rt, cancel| {

@@ -214,7 +214,11 @@ async fn decisions_for_unknown_runs_or_unparked_calls_change_nothing() {
     let e = s.cm.decide(&id, ids[0] + 7, ApprovalDecision::Approve).await.unwrap_err();
     assert_eq!(
         e.message,
-        format!("request {} is not waiting for approval; the calls waiting for approval are request {}", ids[0] + 7, ids[0])
+        format!(
+            "request {} is not waiting for approval; the calls waiting for approval are request {}",
+            ids[0] + 7,
+            ids[0]
+        )
     );
     s.cm.decide(&id, ids[0], ApprovalDecision::Approve).await.unwrap();
     assert_eq!(value(&wait(&s.cm, &run_id).await), json!({"paid": 1}));

@@ -84,7 +84,34 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
     let r = cm.exec(&ctx, &CodeModeExecInput::code("await new Promise(() => {}); return 1")).await;
     assert_eq!(r.error_code(), None, "{}", r.to_json());
     assert_eq!(r.to_json()["error"], MSG_STALLED);
+    // A real snapshot of a run that yielded, stored again without anything to resume with.
+    let r = cm.exec(&ctx, &CodeModeExecInput::code("await yield_control(); return 1")).await;
+    let run_id = r.run_id().unwrap().to_string();
+    let taken = store.checkout(&RunId::parse(&run_id).unwrap(), &ctx.scope).await.unwrap();
     let id = RunId::parse("cm_emptyrun").unwrap();
+    store
+        .put(SuspendedRun {
+            run_id: id.clone(),
+            scope: ctx.scope.clone(),
+            snapshot: taken.snapshot,
+            reason: codemode_core::result::WaitReason::PendingTools,
+            pending: vec![],
+            ready: vec![],
+            restart_safe: false,
+            telemetry: Default::default(),
+            created_at_ms: 0,
+            expires_at_ms: u64::MAX / 2,
+            positions: Default::default(),
+        })
+        .await
+        .unwrap();
+    store.remove(&RunId::parse(&run_id).unwrap()).await;
+    let r = cm.wait(&ctx, &codemode::CodeModeWaitInput::new("cm_emptyrun")).await;
+    assert_eq!(r.error_code(), Some(CodeModeErrorCode::InternalError), "{}", r.to_json());
+    assert_eq!(r.to_json()["error"], MSG_NOTHING_TO_RESUME);
+    assert_eq!(store.count().await, 0, "the run is released");
+    // Snapshot bytes that are not a snapshot of this engine build fail as `snapshot_restore_failed`
+    // when the run is taken, before anything else of it is looked at (issue 23 §2).
     store
         .put(SuspendedRun {
             run_id: id.clone(),
@@ -102,8 +129,7 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
         .await
         .unwrap();
     let r = cm.wait(&ctx, &codemode::CodeModeWaitInput::new("cm_emptyrun")).await;
-    assert_eq!(r.error_code(), Some(CodeModeErrorCode::InternalError), "{}", r.to_json());
-    assert_eq!(r.to_json()["error"], MSG_NOTHING_TO_RESUME);
+    assert_eq!(r.error_code(), Some(CodeModeErrorCode::SnapshotRestoreFailed), "{}", r.to_json());
     assert_eq!(store.count().await, 0, "the run is released");
 }
 

@@ -150,7 +150,12 @@ async fn p8_run_events_reach_the_observer() {
     // Trajectory records (`trace`) are tested in tests/trajectory.rs; here the other events.
     let all: Vec<serde_json::Value> =
         events.0.lock().unwrap().iter().map(|e| serde_json::to_value(e).unwrap()).collect();
-    assert_eq!(all.iter().filter(|e| e["event"] == "trace").count(), 4, "{all:?}");
+    // Control start and end, the call to the unknown id (a `denied` attempt, issue 23 §6), the
+    // notify call issued and parked.
+    assert_eq!(all.iter().filter(|e| e["event"] == "trace").count(), 5, "{all:?}");
+    let denied: Vec<&serde_json::Value> = all.iter().filter(|e| e["outcome"] == "denied").collect();
+    assert_eq!(denied.len(), 1, "{all:?}");
+    assert_eq!(denied[0]["toolId"], "client:app:missing");
     let seen: Vec<serde_json::Value> = all.into_iter().filter(|e| e["event"] != "trace").collect();
     let kinds: Vec<&str> = seen.iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["output", "output", "callStarted", "callParked"], "{seen:?}");
@@ -177,7 +182,7 @@ async fn p8_run_events_reach_the_observer() {
         .filter(|k| k != "trace")
         .collect();
     assert_eq!(kinds, ["callStarted", "callFinished"]);
-    assert!(events.0.lock().unwrap().len() == 8, "the exec's observer saw nothing of the wait");
+    assert!(events.0.lock().unwrap().len() == 9, "the exec's observer saw nothing of the wait");
 }
 
 /// P4, SPEC §22: nested calls of a sandboxed caller meet the sandbox tool policy; others do not.

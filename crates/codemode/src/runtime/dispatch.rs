@@ -51,9 +51,20 @@ impl Inner {
                         if run.traced() {
                             let target = format!("namespace:{namespace}:{path}");
                             let args = Value::Array(args);
-                            run.entry(id, &target, CallOutcome::Denied, Some(self.now_ms()), Some(&args), None, Some(&message));
+                            run.entry(
+                                id,
+                                &target,
+                                CallOutcome::Denied,
+                                Some(self.now_ms()),
+                                Some(&args),
+                                None,
+                                Some(&message),
+                            );
                         }
-                        run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)) });
+                        run.ready.push(Delivery {
+                            id,
+                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)),
+                        });
                     }
                 }
             }
