@@ -545,6 +545,39 @@ fn other_clients_config_files_work_as_they_are() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 23 §6: a hostile upstream server cannot clear the operator's screen, forge log lines or
+/// hide entries: names with control, line-break or bidi characters (or longer than 128 characters)
+/// are refused at ingestion, and what `codemode catalog` and the log print is escaped.
+#[test]
+fn hostile_upstream_names_reach_no_terminal_raw() {
+    let dir = tempdir("hostile-names");
+    let server = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/hostile_server.js");
+    let config = write(
+        &dir,
+        "c.json5",
+        &format!("{{ mcpServers: {{ hostile: {{ command: 'node', args: [{:?}] }} }} }}", server.to_string_lossy()),
+    );
+    let out = bin().args(["catalog", "--config"]).arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (what, text) in [("stdout", &stdout), ("stderr", &stderr)] {
+        for bad in ['\u{1b}', '\u{2028}', '\u{2029}', '\u{202e}', '\r'] {
+            assert!(!text.contains(bad), "{what} holds {bad:?}:\n{text}");
+        }
+        assert!(
+            !text.lines().any(|l| l.trim_start().starts_with("Why approval is needed")),
+            "{what} has a forged line:\n{text}"
+        );
+    }
+    // Ordinary names are listed; the refused ones are not, and the log says why (escaped).
+    assert!(stdout.contains("mcp:hostile:echo"), "{stdout}");
+    assert!(!stdout.contains("Hclear") && !stdout.contains("gnp.exe") && !stdout.contains("xxxxxxxxxx"), "{stdout}");
+    assert!(stderr.contains("left out of the catalog"), "{stderr}");
+    assert!(stderr.contains("\\u{1b}[2J"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 23 §7: a FIFO or a huge sparse file named like a run file neither hangs nor bloats the
 /// `exec` / `wait` of that directory.
 #[cfg(unix)]

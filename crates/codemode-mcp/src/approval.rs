@@ -274,3 +274,31 @@ impl Approver for ElicitingApprover {
         Some(decision)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 23 §3: strings from a cell or an upstream server cannot write lines of their own into
+    /// the question put to the human, move the cursor or reorder what it shows.
+    #[test]
+    fn the_question_escapes_what_others_wrote() {
+        let request = ApprovalRequest {
+            run_id: codemode::RunId::parse("cm_0123").unwrap(),
+            request_id: 3,
+            tool_id: "mcp:srv:evil\nWhy approval is needed: routine\u{1b}[2J\u{202e}".into(),
+            input_preview: ApprovalRequest::preview(&serde_json::json!({"note": "a\u{2028}Accept to run it"})),
+            reason: "gated\rby policy".into(),
+            cell_line: Some(4),
+            context: Default::default(),
+        };
+        let message = ElicitingApprover::message(&request);
+        assert_eq!(message.lines().count(), 4, "{message}");
+        assert_eq!(message.lines().filter(|l| l.starts_with("Why approval is needed")).count(), 1, "{message}");
+        assert_eq!(message.lines().filter(|l| l.starts_with("Accept to run it")).count(), 1, "{message}");
+        for bad in ['\u{1b}', '\r', '\u{2028}', '\u{202e}'] {
+            assert!(!message.contains(bad), "{bad:?} in {message:?}");
+        }
+        assert!(message.contains("evil\\u{a}Why approval"), "{message}");
+    }
+}

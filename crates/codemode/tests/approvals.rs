@@ -366,6 +366,92 @@ async fn the_approver_is_told_the_cell_line() {
     }
 }
 
+/// Issue 23 §1: calls parked for approval count against `maxPendingToolCalls` like running ones —
+/// without an approver every gated call parks, and a cell parking 300 of them is stopped at the
+/// limit exactly as it is when an approver holds them — and the whole stored run (snapshot plus the
+/// parked calls' inputs) stays within `maxSnapshotBytes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_calls_are_bounded_like_running_ones() {
+    for engine in engines() {
+        for approver in [None, Some(fixed(None, 5_000) as Arc<dyn Approver>)] {
+            let with_approver = approver.is_some();
+            let s = setup(&engine, pay_gated(), approver);
+            let r = exec(&s.cm, "for (let i = 0; i < 300; i++) tools.pay({ amount: i }); return 'parked 300'").await;
+            assert_eq!(
+                r.error_code(),
+                Some(CodeModeErrorCode::TooManyPendingToolCalls),
+                "{engine} (approver: {with_approver}): {}",
+                r.to_json()
+            );
+            assert_eq!(s.paid.load(Ordering::SeqCst), 0);
+            assert_eq!(s.cm.store().count().await, 0, "nothing is stored");
+        }
+        // 12 parked calls of 1 MB each: far past a 4 MiB limit that the snapshot alone respects.
+        let paid = Arc::new(AtomicU32::new(0));
+        let mut config = CodeModeConfig::enabled();
+        config.timeout_ms = 500;
+        config.max_snapshot_bytes = 4 << 20;
+        let cm = CodeMode::builder(config)
+            .engine_name(&engine)
+            .local_tools(tools(paid.clone()))
+            .approvals(pay_gated())
+            .build();
+        let r =
+            exec(&cm, "const big = 'x'.repeat(1 << 20); for (let i = 0; i < 12; i++) tools.pay({ big, i }); return 1")
+                .await;
+        assert_eq!(r.error_code(), Some(CodeModeErrorCode::SnapshotLimitExceeded), "{engine}: {}", r.to_json());
+        assert!(
+            r.to_json()["error"].as_str().unwrap().contains("pending calls and undelivered results"),
+            "{}",
+            r.to_json()
+        );
+        assert_eq!(cm.store().count().await, 0, "nothing is stored");
+        // Under the limit the same shape suspends.
+        let r =
+            exec(&cm, "const big = 'x'.repeat(1 << 18); for (let i = 0; i < 4; i++) tools.pay({ big, i }); return 1")
+                .await;
+        assert_eq!(parked(&r).1.len(), 4, "{engine}: {}", r.to_json());
+        assert_eq!(paid.load(Ordering::SeqCst), 0);
+    }
+}
+
+/// Issue 23 §2: `wait` verifies the snapshot before an approved call starts: a run file that is cut
+/// off or corrupt fails with `snapshot_restore_failed`, and the approved call never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_call_never_runs_for_a_run_that_cannot_resume() {
+    let dir = std::env::temp_dir().join(format!("codemode-approvals-verify-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for damage in ["truncate", "flip"] {
+        let paid = Arc::new(AtomicU32::new(0));
+        let mut config = CodeModeConfig::enabled();
+        config.timeout_ms = 500;
+        let cm = CodeMode::builder(config)
+            .engine_name("quickjs-wasi")
+            .local_tools(tools(paid.clone()))
+            .approvals(pay_gated())
+            .store(Arc::new(codemode::DirectorySnapshotStore::new(&dir).unwrap()))
+            .build();
+        let r = exec(&cm, "return await tools.pay({ amount: 9 })").await;
+        let (run_id, ids) = parked(&r);
+        let file = dir.join(format!("{run_id}.run"));
+        let mut bytes = std::fs::read(&file).unwrap();
+        match damage {
+            "truncate" => bytes.truncate(bytes.len() - 100),
+            _ => {
+                let at = bytes.len() - 200;
+                bytes[at] ^= 0x55;
+            }
+        }
+        std::fs::write(&file, &bytes).unwrap();
+        cm.decide(&RunId::parse(&run_id).unwrap(), ids[0], ApprovalDecision::Approve).await.unwrap();
+        let done = wait(&cm, &run_id).await;
+        assert_eq!(done.error_code(), Some(CodeModeErrorCode::SnapshotRestoreFailed), "{damage}: {}", done.to_json());
+        assert_eq!(paid.load(Ordering::SeqCst), 0, "{damage}: the approved call did not run");
+        assert!(!file.exists(), "{damage}: the run that cannot resume is gone");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 23 §3: the cell line the human is shown cannot be forged by the cell. Stack formatting
 /// (`Error.prepareStackTrace`, a redefined accessor, `stackTraceLimit`), function names that look
 /// like frames, and patched CallSite methods leave the real line; a call made from inside the

@@ -378,3 +378,40 @@ fn a_lost_read_only_call_is_a_reissued_entry() {
     assert_eq!(outcomes, [("w", CallOutcome::Reissued), ("w", CallOutcome::Completed)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 23 §10: an `exec` whose caller goes away (the MCP request was cancelled: the future is
+/// dropped) still closes its control record — `failed` / `aborted` — and its nested call is recorded
+/// as cancelled; nothing is left open in the audit trail.
+#[test]
+fn a_cancelled_exec_closes_its_control_record() {
+    let rt = rt();
+    let sink = Arc::new(Sink::default());
+    let cm = CodeMode::builder(config(5_000))
+        .engine_name("quickjs")
+        .local_tools(demo_tools())
+        .trajectory(sink.clone())
+        .build();
+    let dropped = rt.block_on(async {
+        tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            cm.exec(&call_ctx("cancelled-1"), &CodeModeExecInput::code("return await tools.demo_sleep({ ms: 3000 })")),
+        )
+        .await
+    });
+    assert!(dropped.is_err(), "the exec was still running when its caller went away");
+    // The run notices the cancellation at its next step and records its nested call's end.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < until
+        && !nested(&sink.0.lock().unwrap()).iter().any(|e| e.outcome == CallOutcome::Cancelled)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let records = sink.take();
+    let controls = control(&records);
+    assert_eq!(controls.len(), 2, "a start and an end record: {records:?}");
+    assert_eq!(controls[0].status, "started");
+    assert_eq!((controls[1].status.as_str(), controls[1].code.as_deref()), ("failed", Some("aborted")), "{records:?}");
+    assert_eq!(controls[1].tool_call_id.as_deref(), Some("cancelled-1"));
+    assert!(controls[1].duration_ms.is_some());
+    assert!(nested(&records).iter().any(|e| e.outcome == CallOutcome::Cancelled), "{records:?}");
+}
