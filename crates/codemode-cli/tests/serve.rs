@@ -184,6 +184,31 @@ fn modern_and_legacy_mcp_clients_over_streamable_http() {
     modern_clients("http");
 }
 
+/// Issue 23 §8: a PydanticAI agent (its `MCPToolset`, FastMCP's client, which negotiates the
+/// sessionless 2026-07-28 protocol) driven by PydanticAI's scripted `FunctionModel`: `exec` suspends
+/// on a slow tool, `wait` resumes it, and the agent's answer uses the run's value.
+fn pydantic_agent(transport: &str) {
+    let dir = tempdir(&format!("pydantic-{transport}"));
+    let config = dir.join("codemode.json5");
+    std::fs::write(&config, "{ tools: { codeMode: { enabled: true, timeoutMs: 1000 } } }\n").unwrap();
+    let snapdir = dir.join("runs");
+    run_python(
+        "pydantic_agent.py",
+        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
+        &format!("ok: pydantic-ai agent over {transport}"),
+    );
+}
+
+#[test]
+fn pydantic_ai_agent_over_stdio() {
+    pydantic_agent("stdio");
+}
+
+#[test]
+fn pydantic_ai_agent_over_streamable_http() {
+    pydantic_agent("http");
+}
+
 /// `serve --audit FILE` (issue 13): every line is a trajectory record; nested calls name the MCP
 /// request (`<session>/<JSON-RPC id>`) of the `exec` / `wait` that drove them; a run that suspended
 /// in `exec` finishes under a `wait`.

@@ -144,3 +144,21 @@ fn polls_without_progress_are_caught_polls_with_progress_are_not() {
     ));
     assert_eq!(r.to_json()["value"], json!(1), "{}", r.to_json());
 }
+
+/// Issue 23 §5: cycling the key order of one input is still one repeated call: under the default
+/// thresholds 300 such calls used to run (each order was a "different" call); now the circuit
+/// breaker fails the run as it does for one order.
+#[test]
+fn key_order_does_not_evade_the_breaker() {
+    let rt = rt();
+    let cm = runtime(json!({"tools": {"loopDetection": {"enabled": true}}}));
+    let ctx = RunContext::session("loops-key-order");
+    let code = "const inputs = [{ a: 1, b: 2, c: 3 }, { c: 3, a: 1, b: 2 }, { b: 2, c: 3, a: 1 }];\n\
+                let ran = 0;\n\
+                for (let i = 0; i < 300; i++) { try { await tools.demo_echo(inputs[i % 3]); ran++; } catch (e) {} }\n\
+                return ran;";
+    let r = rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code(code)));
+    assert_eq!(r.error_code(), Some(CodeModeErrorCode::NestedToolFailed), "{}", r.to_json());
+    assert!(r.to_json()["error"].as_str().unwrap().contains("genericRepeat"), "{}", r.to_json());
+    assert!(r.telemetry().call_count < 300, "{}", r.to_json()["telemetry"]);
+}
