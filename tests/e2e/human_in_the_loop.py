@@ -126,12 +126,14 @@ def parked_call(result: dict) -> dict:
 TOKEN = "test-token-0123456789abcdef"
 
 
-def post_decision(server, run_id: str, request_id: int, body, token: str | None) -> int:
+def post_decision(server, run_id: str, request_id: int, body, token: str | None, origin: str | None = None) -> int:
     """POSTs a decision to the approval endpoint; returns the HTTP status."""
     base = server.url.rsplit("/mcp", 1)[0]
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(f"{base}/approvals/{run_id}/{request_id}", data=data, method="POST")
     req.add_header("Content-Type", "application/json")
+    if origin is not None:
+        req.add_header("Origin", origin)
     if token is not None:
         req.add_header("Authorization", f"Bearer {token}")
     try:
@@ -212,6 +214,10 @@ async def main() -> None:
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, None) == 401
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, "wrong-token-0123456789") == 401
                 assert post_decision(server, run_id, request_id, b"{not json", TOKEN) == 400
+                # Issue 23 §7: the endpoint applies /mcp's DNS-rebinding check (a foreign page).
+                assert post_decision(server, run_id, request_id, {"decision": "approve"}, TOKEN, "http://evil.example") == 403
+                # Issue 23 §4: a decision for a request that is not parked is refused, not accepted.
+                assert post_decision(server, run_id, request_id + 7, {"decision": "approve"}, TOKEN) == 404
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, TOKEN) == 204
                 done = await wait_until_settled(s, first)
                 assert done["status"] == "completed" and done["value"] == "sent INV-", done

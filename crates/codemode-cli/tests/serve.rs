@@ -209,6 +209,34 @@ fn pydantic_ai_agent_over_streamable_http() {
     pydantic_agent("http");
 }
 
+/// Issue 23 §13: `logging/setLevel` and the relay of upstream log messages, over both transports.
+fn logging_relay(transport: &str) {
+    let dir = tempdir(&format!("logging-{transport}"));
+    let config = dir.join("codemode.json5");
+    let server = peer("tests/e2e/logging_server.js");
+    std::fs::write(
+        &config,
+        format!("{{ mcpServers: {{ logger: {{ command: 'node', args: [{:?}] }} }} }}\n", server.to_string_lossy()),
+    )
+    .unwrap();
+    let snapdir = dir.join("runs");
+    run_python(
+        "logging_relay.py",
+        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
+        &format!("ok: logging relay over {transport}"),
+    );
+}
+
+#[test]
+fn upstream_logs_reach_clients_that_asked_over_stdio() {
+    logging_relay("stdio");
+}
+
+#[test]
+fn upstream_logs_reach_clients_that_asked_over_streamable_http() {
+    logging_relay("http");
+}
+
 /// `serve --audit FILE` (issue 13): every line is a trajectory record; nested calls name the MCP
 /// request (`<session>/<JSON-RPC id>`) of the `exec` / `wait` that drove them; a run that suspended
 /// in `exec` finishes under a `wait`.
