@@ -108,6 +108,30 @@ fn exec_description_snapshot() {
     insta::assert_snapshot!("exec_description_224", text);
 }
 
+/// Issue 23 §13, §11: with only upstream MCP servers (the common `codemode serve` case) the exec
+/// description leads with what the run can reach — `MCP.<server>` — not with `tools.search`, which
+/// would find nothing; a server that is down is listed with its state, escaped.
+#[test]
+fn exec_description_of_an_mcp_only_catalog() {
+    let cat = Catalog::build([
+        ToolDefinition::new(ToolSource::Mcp, "files", "read_file"),
+        ToolDefinition::new(ToolSource::Mcp, "files", "list_dir"),
+    ])
+    .with_unavailable_mcp_servers([("github".to_string(), "cannot start `gh-mcp`\n\u{1b}[2J".to_string())]);
+    let text = exec_description(&cat, &[], &["files".to_string()]);
+    assert!(text.starts_with("Run a JavaScript program") && text.contains("to use the MCP servers' tools"), "{text}");
+    assert!(!text.contains("tools.search"), "{text}");
+    assert!(
+        text.contains(
+            "MCP servers (files, github (down: cannot start `gh-mcp`\\u{a}\\u{1b}[2J; calls fail until it is back))"
+        ),
+        "{text}"
+    );
+    // With catalog tools, tools.search leads as before.
+    let mixed = Catalog::build(realistic(12));
+    assert!(exec_description(&mixed, &[], &[]).contains("tools.search(query"));
+}
+
 #[test]
 fn d4_output_contracts() {
     let good = ToolDefinition::new(ToolSource::Plugin, "p", "good").with_output_schema(json!({"type": "object", "additionalProperties": false, "properties": {"n": {"type": "integer"}}, "required": ["n"]}));

@@ -415,3 +415,39 @@ fn a_cancelled_exec_closes_its_control_record() {
     assert!(controls[1].duration_ms.is_some());
     assert!(nested(&records).iter().any(|e| e.outcome == CallOutcome::Cancelled), "{records:?}");
 }
+
+/// Issue 23 §6: a value holding U+2028, U+2029 or C1 controls cannot split (and so hide) its own
+/// audit record for readers that split on Unicode line breaks: the JSON line escapes them and still
+/// means the same value.
+#[test]
+fn audit_lines_hold_no_unicode_line_breaks() {
+    let rt = rt();
+    let path = std::env::temp_dir().join(format!("codemode-audit-breaks-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let audit =
+        Arc::new(codemode::audit::JsonLinesAudit::start(codemode::audit::AuditTarget::File(path.clone())).unwrap());
+    let cm = CodeMode::builder(config(2_000))
+        .engine_name("quickjs")
+        .local_tools(demo_tools())
+        .trajectory(audit.clone())
+        .build();
+    let code = "return await tools.demo_echo({ s: 'hidden\\u2028call\\u2029here\\u0085and\\u009bthere' })";
+    let r = rt.block_on(cm.exec(&call_ctx("breaks"), &CodeModeExecInput::code(code)));
+    assert_eq!(r.status(), "completed", "{}", r.to_json());
+    audit.close();
+    let text = std::fs::read_to_string(&path).unwrap();
+    for bad in ['\u{2028}', '\u{2029}', '\u{85}', '\u{9b}'] {
+        assert!(!text.contains(bad), "{bad:?} raw in the audit log: {text:?}");
+    }
+    let transcript = Transcript::from_json_lines(&text).unwrap();
+    let issued = transcript
+        .records
+        .iter()
+        .find_map(|r| match r {
+            TraceRecord::Nested(e) if e.outcome == CallOutcome::Issued => Some(e.clone()),
+            _ => None,
+        })
+        .expect("the call's record");
+    assert_eq!(issued.input.unwrap()["s"], json!("hidden\u{2028}call\u{2029}here\u{85}and\u{9b}there"));
+    let _ = std::fs::remove_file(&path);
+}
