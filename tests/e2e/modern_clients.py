@@ -29,7 +29,7 @@ import time
 
 import httpx2 as httpx
 import mcp_types as types
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from client import HttpServer, result_json
@@ -150,6 +150,32 @@ async def check_ownership(server: HttpServer) -> None:
         assert "different session" in stolen["error"], stolen
         done = await settle(a, first)
         assert done["status"] == "completed" and done["value"] == 1800, done
+
+    # The MRTR `requestState` of an approval question is bound to the client that was asked: another
+    # client replaying it, or a forged one, is refused and decides nothing.
+    async with Client(transport("client-a-0123456789"), elicitation_callback=Human("decline")) as a, Client(
+        transport("client-b-0123456789"), elicitation_callback=Human("accept")
+    ) as b:
+        asked = await a.session.call_tool("exec", {"code": GATED}, allow_input_required=True)
+        assert isinstance(asked, types.InputRequiredResult), asked
+        keys = list(asked.input_requests or {})
+        assert len(keys) == 1 and keys[0].startswith("approval:"), keys
+        accept = {keys[0]: {"action": "accept", "content": {}}}
+        state = json.loads(asked.request_state)
+        forged = json.dumps({"runId": state["runId"], "tag": "0" * 64})
+        for who, replayed in [(b, asked.request_state), (a, forged)]:
+            try:
+                await who.session.call_tool("exec", {"code": GATED}, input_responses=accept, request_state=replayed)
+                raise AssertionError("a foreign or forged requestState was accepted")
+            except MCPError as e:
+                assert "not one this server issued" in str(e), e
+        # The real client answers: declined, so the call never ran.
+        declined = {keys[0]: {"action": "decline"}}
+        out = result_json(
+            await a.session.call_tool("exec", {"code": GATED}, input_responses=declined, request_state=asked.request_state)
+        )
+        out = await settle(a, out)
+        assert out["status"] == "completed" and "declined by the user" in out["value"], out
 
 
 def sse_events(resp):

@@ -33,6 +33,8 @@ pub struct Gateway {
     stopping: std::sync::atomic::AtomicBool,
     /// The SPEC §18 debugging switches (read from the environment).
     debug: Arc<crate::debug::DebugSwitches>,
+    /// The secret behind the tags of MRTR `requestState`s (random per process).
+    state_key: [u8; 32],
     /// The clients that asked for log messages (`logging/setLevel`), by session, with their level.
     #[allow(deprecated)]
     log_clients:
@@ -85,6 +87,12 @@ impl Gateway {
             applied,
             stopping: Default::default(),
             debug,
+            state_key: {
+                let mut key = [0u8; 32];
+                key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+                key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+                key
+            },
             log_clients: Default::default(),
         });
         // Upstream servers' log messages reach the clients that asked for them, at their level.
@@ -290,11 +298,28 @@ fn modern(cx: &RequestContext<RoleServer>) -> bool {
     cx.protocol_version().is_some_and(|v| !v.has_initialize())
 }
 
-/// The state echoed back by an MRTR retry: the run whose approvals were asked.
+/// The state echoed back by an MRTR retry: the run whose approvals were asked, and a tag binding it
+/// to the client (run scope) that was asked. `requestState` is client input: a forged or replayed one
+/// — another client's run, a made-up run id — fails the tag and is refused.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ApprovalState {
     run_id: String,
+    tag: String,
+}
+
+impl ApprovalState {
+    /// The tag of `run_id` asked of the client in `scope`: SHA-256 over the gateway's secret key,
+    /// the scope and the run id.
+    fn tag(key: &[u8; 32], scope: &str, run_id: &str) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(key);
+        h.update(scope.as_bytes());
+        h.update([0]);
+        h.update(run_id.as_bytes());
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 /// A decision from the human's answer to an MRTR approval question.
@@ -310,7 +335,11 @@ fn decision_of(answer: &Value) -> codemode::ApprovalDecision {
 /// The MRTR questions for the calls of a `waiting` result that are parked for approval: one form
 /// elicitation each, keyed `approval:<requestId>` (MCP 2026-07-28, where a server cannot send
 /// `elicitation/create` but returns the questions and gets the answers with the client's retry).
-fn approval_questions(gateway: &Gateway, result: &CodeModeResult) -> Option<rmcp::model::InputRequiredResult> {
+fn approval_questions(
+    gateway: &Gateway,
+    scope: &str,
+    result: &CodeModeResult,
+) -> Option<rmcp::model::InputRequiredResult> {
     use rmcp::model::{ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequiredResult};
     let CodeModeResult::Waiting { run_id, pending_tool_calls, .. } = result else { return None };
     let parked: Vec<_> = pending_tool_calls.iter().filter(|p| p.kind == codemode::PendingCallKind::Approval).collect();
@@ -344,7 +373,8 @@ fn approval_questions(gateway: &Gateway, result: &CodeModeResult) -> Option<rmcp
         questions
             .insert(format!("{APPROVAL_KEY}{}", p.request_id), InputRequest::Elicitation(ElicitRequest::new(params)));
     }
-    let state = serde_json::to_string(&ApprovalState { run_id: run_id.clone() }).ok()?;
+    let tag = ApprovalState::tag(&gateway.state_key, scope, run_id);
+    let state = serde_json::to_string(&ApprovalState { run_id: run_id.clone(), tag }).ok()?;
     Some(InputRequiredResult::new(Some(questions), Some(state)))
 }
 
@@ -477,8 +507,17 @@ impl ServerHandler for ExecWaitServer {
         let mut tool_name = request.name.to_string();
         let mut arguments = request.arguments.unwrap_or_default();
         if modern && let Some(state) = request.request_state.as_deref() {
-            let Ok(ApprovalState { run_id }) = serde_json::from_str::<ApprovalState>(state) else {
-                return Err(ErrorData::invalid_params("requestState is not one this server issued", None));
+            let issued = serde_json::from_str::<ApprovalState>(state).ok().filter(|s| {
+                same_secret(
+                    s.tag.as_bytes(),
+                    ApprovalState::tag(&self.gateway.state_key, &session, &s.run_id).as_bytes(),
+                )
+            });
+            let Some(ApprovalState { run_id, .. }) = issued else {
+                return Err(ErrorData::invalid_params(
+                    "requestState is not one this server issued to this client",
+                    None,
+                ));
             };
             let Ok(id) = codemode::RunId::parse(&run_id) else {
                 return Err(ErrorData::invalid_params("requestState names no valid run", None));
@@ -545,7 +584,7 @@ impl ServerHandler for ExecWaitServer {
         let elicits = cx.client_capabilities().and_then(|c| c.elicitation).is_some();
         if modern
             && elicits
-            && let Some(questions) = approval_questions(&self.gateway, &result)
+            && let Some(questions) = approval_questions(&self.gateway, &session, &result)
         {
             return Ok(questions.into());
         }
