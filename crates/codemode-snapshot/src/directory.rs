@@ -44,6 +44,11 @@ const MAX_FILE_BYTES: u64 = codemode_core::config::MAX_SNAPSHOT_BYTES.max + (1 <
 /// metadata included, to `maxSnapshotBytes`, so any run it wrote fits (stops a corrupt length from
 /// allocating more than the file holds).
 const MAX_META_BYTES: usize = MAX_FILE_BYTES as usize;
+/// The error `open` gives for a symbolic link under `O_NOFOLLOW`.
+#[cfg(unix)]
+const ELOOP: i32 = libc::ELOOP;
+#[cfg(not(unix))]
+const ELOOP: i32 = -1;
 /// How long after its expiry a `.lock` file (a `wait` in progress, or one that crashed) is kept.
 const LOCK_GRACE_MS: u64 = 120_000;
 
@@ -185,7 +190,7 @@ impl DirectorySnapshotStore {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             // O_NOFOLLOW on a symbolic link.
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            Err(e) if cfg!(unix) && e.raw_os_error() == Some(ELOOP) => {
                 return Err(StoreError::Corrupt(format!("{} is a symbolic link, not a run file", path.display())));
             }
             Err(e) => return Err(io(e)),
@@ -535,6 +540,27 @@ mod tests {
         let d = std::env::temp_dir().join(format!("codemode-dirstore-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    /// Issue 23 §7: only regular files of a bounded size are read; a symbolic link (which could point
+    /// at a device or another user's file) or a FIFO is refused without blocking, and purged.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn links_and_fifos_named_like_runs_are_refused_and_purged() {
+        let dir = tempdir("links");
+        let store = DirectorySnapshotStore::new(&dir).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("rlink.run")).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(dir.join("rfifo.run")).status().unwrap();
+        assert!(made.success());
+        for id in ["rlink", "rfifo"] {
+            let e = store.checkout(&RunId::parse(id).unwrap(), &RunScope::session("s")).await.unwrap_err();
+            assert!(matches!(e, StoreError::Corrupt(_)), "{id}: {e:?}");
+        }
+        let mut gone = store.purge_expired().await;
+        gone.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        assert_eq!(gone, [RunId::parse("rfifo").unwrap(), RunId::parse("rlink").unwrap()]);
+        assert_eq!(store.count().await, 0);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
