@@ -193,12 +193,13 @@ impl Gateway {
         vec![self.cm.exec_tool(&self.hub.server_names()), wait_tool()]
     }
 
-    /// The tool list as sent: [`Self::model_tools`] through the SPEC §4 payload guard (exactly
-    /// `exec` and `wait`, or the list fails closed), logged as the debugging switches say.
-    pub fn guarded_tool_list(&self) -> Result<Vec<ModelTool>, codemode::CodeModeError> {
-        let tools = self.model_tools();
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-        codemode::surface::guard_tool_names(&[EXEC, WAIT], &names)?;
+    /// The tool list as sent: [`Self::model_tools`] converted to the MCP payload, which then passes
+    /// the SPEC §4 payload guard (exactly `exec` and `wait`, or the list fails closed) — the guard
+    /// looks at the very list the server returns — and is logged as the debugging switches say.
+    pub fn guarded_tool_list(&self) -> Result<Vec<Tool>, codemode::CodeModeError> {
+        let tools: Vec<Tool> = self.model_tools().into_iter().map(rmcp_tool).collect();
+        guard_payload(&tools)?;
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
         self.debug.log_tool_list(&names, || serde_json::to_value(&tools).unwrap_or_default());
         Ok(tools)
     }
@@ -432,6 +433,13 @@ impl ExecWaitServer {
     }
 }
 
+/// The SPEC §4 payload guard on the tool list a `tools/list` answer carries: exactly `exec` and
+/// `wait`, else an error (the list is not sent).
+fn guard_payload(tools: &[Tool]) -> Result<(), codemode::CodeModeError> {
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    codemode::surface::guard_tool_names(&[EXEC, WAIT], &names)
+}
+
 fn rmcp_tool(t: ModelTool) -> Tool {
     let schema = match t.input_schema {
         Value::Object(m) => m,
@@ -479,7 +487,7 @@ impl ServerHandler for ExecWaitServer {
             tracing::error!(error = %e.message, "tools/list refused by the payload guard");
             ErrorData::internal_error(e.message, None)
         })?;
-        Ok(ListToolsResult::with_all_items(tools.into_iter().map(rmcp_tool).collect()))
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -876,6 +884,27 @@ mod tests {
         assert!(!same_secret(b"0123456789abcdef", b"0123456789abcdeX"));
         assert!(!same_secret(b"0123456789abcdef", b"0123456789abcde"));
         assert!(!same_secret(b"", b"x"));
+    }
+
+    /// Issue 24 §8: the guard inspects the payload itself, and refuses anything but exactly `exec`
+    /// and `wait` (an extra tool, a missing one, a renamed one).
+    #[test]
+    fn the_payload_guard_refuses_any_other_list() {
+        let tool = |name: &str| {
+            rmcp_tool(ModelTool { name: name.into(), description: String::new(), input_schema: serde_json::json!({}) })
+        };
+        assert!(guard_payload(&[tool("exec"), tool("wait")]).is_ok());
+        assert!(guard_payload(&[tool("wait"), tool("exec")]).is_ok());
+        for bad in [
+            vec![tool("exec")],
+            vec![tool("exec"), tool("wait"), tool("read_file")],
+            vec![tool("exec"), tool("Wait")],
+            vec![],
+        ] {
+            let e = guard_payload(&bad).unwrap_err();
+            assert_eq!(e.code, Some(codemode::CodeModeErrorCode::InternalError));
+            assert!(e.message.contains("failing closed"), "{}", e.message);
+        }
     }
 
     #[test]

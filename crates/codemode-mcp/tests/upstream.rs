@@ -1,6 +1,6 @@
 //! End-to-end tests of the upstream side against real MCP servers nobody here wrote
 //! (`@modelcontextprotocol/server-everything`, installed by `scripts/setup.sh` into
-//! `tests/e2e/node_modules`), and against broken ones. SPEC §9 (M-items) and issue 5.
+//! `tests/e2e/node_modules`), and against broken ones. SPEC §9 (M1–M8) and issue 5.
 
 use codemode::config_file::ConfigFile;
 use codemode::{CodeModeResult, PolicyTarget, RunContext};
@@ -61,7 +61,8 @@ async fn everything_server_through_the_mcp_namespace() {
     assert_eq!(statuses[0].state, codemode_mcp::hub::ServerState::Connected, "{statuses:?}");
     assert!(statuses[0].tools >= 10, "{statuses:?}");
 
-    // M9: the virtual declaration files, from tool metadata, without a bridge call.
+    // M1–M3: the virtual declaration files, rendered from tool metadata, read through `API` without a
+    // bridge call (the run's telemetry shows no nested call).
     let v = run(
         &gw,
         "s",
@@ -69,6 +70,7 @@ async fn everything_server_through_the_mcp_namespace() {
                    dts: await API.read("mcp/everything.d.ts") }"#,
     )
     .await;
+    assert_eq!(v["telemetry"]["callCount"], 0, "API.read is no bridge call: {v:#}");
     let v = completed(&v);
     let list: Vec<&str> = v["list"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     assert!(list.contains(&"mcp/index.d.ts") && list.contains(&"mcp/everything.d.ts"), "{list:?}");
@@ -78,7 +80,7 @@ async fn everything_server_through_the_mcp_namespace() {
     }
     assert!(v["index"].as_str().unwrap_or_default().contains("everything"));
 
-    // M1–M3: tool calls with the McpToolResult shape, by exact name and by alias.
+    // M7, M8: tool calls with the McpToolResult shape, by exact name and by the deterministic alias.
     let v = run(
         &gw,
         "s",
@@ -98,7 +100,7 @@ async fn everything_server_through_the_mcp_namespace() {
     assert!(v["structured"]["structuredContent"].is_object(), "structured content missing: {v:#}");
     assert_ne!(v["echo"]["isError"], true);
 
-    // MCP tools are not reachable through tools.* (M7), and the calls are catalog calls (M4).
+    // SPEC §9: `MCP` is the only way to MCP tools — not `tools.search`, `ALL_TOOLS` or `tools.call`.
     let v = run(
         &gw,
         "s",
@@ -110,6 +112,18 @@ async fn everything_server_through_the_mcp_namespace() {
     assert_eq!(v["hits"], 0, "{v:#}");
     assert_eq!(v["all"], 0, "{v:#}");
     assert_ne!(v["err"], "reachable", "{v:#}");
+    // M7: an `MCP.<server>.<tool>` call resolves to the exact catalog id and runs on the normal path of
+    // nested calls: counted and named in the run's telemetry like any catalog call, under that id
+    // (also when reached by its alias).
+    let v = run(
+        &gw,
+        "s",
+        r#"await MCP.everything.echo({ message: "a" }); await MCP.everything.getSum({ a: 1, b: 2 }); return 1"#,
+    )
+    .await;
+    assert_eq!(v["status"], "completed", "{v:#}");
+    assert_eq!(v["telemetry"]["callCount"], 2, "{v:#}");
+    assert_eq!(v["telemetry"]["nestedToolIds"], json!(["mcp:everything:echo", "mcp:everything:get-sum"]), "{v:#}");
 
     // Resources and prompts where the server supports them (M6).
     let v = run(

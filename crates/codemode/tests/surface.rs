@@ -89,10 +89,18 @@ fn x4_exec_schema_uses_a_flat_enum() {
 }
 
 #[test]
-fn surface_is_95_percent_smaller_at_200_tools() {
+fn surface_is_over_90_percent_smaller_at_200_tools() {
     let tools = realistic(200);
     let off = activate(&CodeModeConfig::default(), &ToolPolicy::default(), request(tools.clone())).unwrap();
     let on = activate(&CodeModeConfig::enabled(), &ToolPolicy::default(), request(tools)).unwrap();
     let (a, b) = (serde_json::to_string(off.tools()).unwrap().len(), serde_json::to_string(on.tools()).unwrap().len());
-    assert!((b as f64) < 0.05 * a as f64 + 4000.0, "direct {a} bytes, code mode {b} bytes");
+    // The real figure, without slack (issue 24 §8): 54,268 bytes direct, 4,662 with code mode, 91.4 %
+    // smaller. The exec description carries a size-capped quick index, so the code-mode side stays
+    // flat as the catalog grows, and 95 % is passed by 400 tools.
+    assert!(b * 10 < a, "direct {a} bytes, code mode {b} bytes: {:.1} % smaller", 100.0 - 100.0 * b as f64 / a as f64);
+    let tools = realistic(400);
+    let off = activate(&CodeModeConfig::default(), &ToolPolicy::default(), request(tools.clone())).unwrap();
+    let on = activate(&CodeModeConfig::enabled(), &ToolPolicy::default(), request(tools)).unwrap();
+    let (a, b) = (serde_json::to_string(off.tools()).unwrap().len(), serde_json::to_string(on.tools()).unwrap().len());
+    assert!(b * 20 < a, "400 tools: direct {a} bytes, code mode {b} bytes");
 }
