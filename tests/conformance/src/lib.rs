@@ -377,6 +377,35 @@ macro_rules! __conformance_case {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 24 §8: the recorded expected results agree with the hand-written contract
+    /// (`contract.json`, written from the SPEC and the case sources, not from an engine): a bug every
+    /// engine shares, recorded into `snapshots/`, fails here.
+    #[test]
+    fn snapshots_keep_the_hand_written_contract() {
+        let contract: serde_json::Value = serde_json::from_str(include_str!("../contract.json")).unwrap();
+        let entries = contract.as_object().unwrap();
+        let mut checked = 0;
+        for (name, want) in entries.iter().filter(|(k, _)| !k.starts_with('_')) {
+            assert!(CASES.iter().any(|(n, _)| n == name), "contract.json names no case `{name}`");
+            let (_, text) =
+                EXPECTED.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("`{name}` has no snapshot"));
+            let mut got = expected_value(text).unwrap();
+            // A `@steps` case records every result: the contract is about the last.
+            if let serde_json::Value::Array(steps) = got {
+                got = steps.last().cloned().unwrap_or_default();
+            }
+            assert_eq!(got["status"], want["status"], "`{name}`: status");
+            if let Some(code) = want.get("code") {
+                assert_eq!(got.get("code").cloned().unwrap_or(serde_json::Value::Null), *code, "`{name}`: code");
+            }
+            if let Some(value) = want.get("value") {
+                assert_eq!(got["value"], *value, "`{name}`: value");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 30, "the contract covers {checked} cases");
+    }
     use codemode_core::engine::{EngineError, GuestInstance, GuestLimits, GuestProgram, Snapshot};
 
     /// An engine that cannot run anything: every case fails against it.
