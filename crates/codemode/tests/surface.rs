@@ -104,3 +104,19 @@ fn surface_is_over_90_percent_smaller_at_200_tools() {
     let (a, b) = (serde_json::to_string(off.tools()).unwrap().len(), serde_json::to_string(on.tools()).unwrap().len());
     assert!(b * 20 < a, "400 tools: direct {a} bytes, code mode {b} bytes");
 }
+
+/// Issue 24 §6: the README's embedding snippet is the `embed` example's own code (which `make test`
+/// compiles), line for line, so it cannot drift into a fragment that does not compile.
+#[test]
+fn the_readme_embedding_snippet_is_the_compiled_example() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("../../README.md")).unwrap();
+    let example = std::fs::read_to_string(root.join("examples/embed.rs")).unwrap();
+    let section = readme.split("## Embedding").nth(1).unwrap();
+    let snippet = section.split("```rust\n").nth(1).unwrap().split("```").next().unwrap();
+    let lines: Vec<&str> = snippet.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    assert!(lines.len() >= 10, "{snippet}");
+    let body: Vec<&str> = example.lines().map(str::trim).collect();
+    let at = body.iter().position(|l| *l == lines[0]).unwrap_or_else(|| panic!("`{}` is not in embed.rs", lines[0]));
+    assert_eq!(&body[at..at + lines.len()], &lines[..], "the README snippet differs from examples/embed.rs");
+}
