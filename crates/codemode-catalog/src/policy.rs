@@ -117,7 +117,7 @@ pub struct PolicyContext<'a> {
 }
 
 /// An owned [`PolicyContext`]: which agent, provider and model a runtime serves.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct PolicyTarget {
     /// Agent id (`agents.list[].id`).
     pub agent: Option<String>,

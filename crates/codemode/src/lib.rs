@@ -482,7 +482,12 @@ impl CodeModeBuilder {
         let engine = self.engine.unwrap_or_else(|| Engines::by_name(&self.config.runtime));
         let local_defs = self.local.definitions();
         let local_ids = local_defs.iter().map(ToolDefinition::id).collect();
-        let extra = Arc::new(BuildInputs { local_defs, policy: self.policy, target: self.target });
+        let extra = Arc::new(BuildInputs {
+            local_defs,
+            policy: self.policy,
+            target: self.target,
+            host: std::sync::RwLock::new((Vec::new(), Vec::new())),
+        });
         let catalog = extra.catalog(self.definitions, self.unavailable_mcp);
         let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
@@ -492,6 +497,7 @@ impl CodeModeBuilder {
                 self.config,
                 engine,
                 catalog,
+                extra.clone(),
                 executor,
                 runtime::CallGates {
                     loops: self.loops,
@@ -520,20 +526,51 @@ pub struct CodeMode {
     extra: Arc<BuildInputs>,
 }
 
-/// What building the catalog needs besides the host tools (kept for `set_host_tools`).
-struct BuildInputs {
+/// What building a catalog needs: the local tools, the policy and the runtime's default target,
+/// and the current host tools (kept for `set_host_tools` and for the catalogs of other targets).
+pub(crate) struct BuildInputs {
     local_defs: Vec<ToolDefinition>,
     policy: Option<ToolPolicy>,
     target: PolicyTarget,
+    /// The host-executed tools and the upstream servers that are down, as last set.
+    host: std::sync::RwLock<(Vec<ToolDefinition>, Vec<(String, String)>)>,
 }
 
 impl BuildInputs {
-    /// The catalog of the local tools plus `host` tools, after the policy for the target.
+    /// The catalog of the local tools plus `host` tools, after the policy for the default target;
+    /// remembers `host` and `down` for later catalogs.
     fn catalog(&self, host: Vec<ToolDefinition>, down: Vec<(String, String)>) -> Catalog {
+        *self.host.write().unwrap_or_else(|p| p.into_inner()) = (host, down);
+        self.catalog_for(&self.target)
+    }
+
+    /// Whether runs of different agents, providers or models may see different catalogs.
+    pub(crate) fn has_policy(&self) -> bool {
+        self.policy.is_some()
+    }
+
+    /// The target of a run: the context's agent, provider and model, each falling back to the
+    /// runtime's default target.
+    pub(crate) fn target_of(&self, ctx: &RunContext) -> PolicyTarget {
+        PolicyTarget {
+            agent: ctx.scope.agent_id.clone().or_else(|| self.target.agent.clone()),
+            provider: ctx.provider.clone().or_else(|| self.target.provider.clone()),
+            model: ctx.model.clone().or_else(|| self.target.model.clone()),
+        }
+    }
+
+    /// The runtime's default target.
+    pub(crate) fn default_target(&self) -> &PolicyTarget {
+        &self.target
+    }
+
+    /// The catalog of the local and current host tools, after the policy for `target`.
+    pub(crate) fn catalog_for(&self, target: &PolicyTarget) -> Catalog {
+        let (host, down) = self.host.read().unwrap_or_else(|p| p.into_inner()).clone();
         let mut defs = self.local_defs.clone();
         defs.extend(host);
         if let Some(policy) = &self.policy {
-            let outcome = policy.apply(defs, self.target.context());
+            let outcome = policy.apply(defs, target.context());
             for w in &outcome.warnings {
                 tracing::warn!("{w}");
             }
@@ -940,6 +977,21 @@ impl CodeMode {
     /// namespaces and, when given, the MCP servers.
     pub fn exec_tool(&self, mcp_servers: &[String]) -> surface::ModelTool {
         surface::exec_tool(&self.catalog(), &self.visible_namespaces(), mcp_servers)
+    }
+
+    /// The catalog a run of `ctx` sees: the tool policy applied for the context's agent, provider and
+    /// model (each falling back to [`CodeModeBuilder::policy_target`]). Runs of different agents on
+    /// one runtime see and can call only their own tools.
+    pub fn catalog_for(&self, ctx: &RunContext) -> Arc<Catalog> {
+        self.inner.catalog_for(ctx).catalog.clone()
+    }
+
+    /// [`Self::exec_tool`] for the model of `ctx`: the description its runs' catalog gives (quick
+    /// index, visible namespaces).
+    pub fn exec_tool_for(&self, ctx: &RunContext, mcp_servers: &[String]) -> surface::ModelTool {
+        let catalog = self.catalog_for(ctx);
+        let namespaces = self.inner.namespaces.visible(catalog.as_ref());
+        surface::exec_tool(&catalog, &namespaces, mcp_servers)
     }
 
     /// Replaces the host-executed tools (those of [`CodeModeBuilder::tool_definitions`]), e.g. when an

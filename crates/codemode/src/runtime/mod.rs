@@ -157,7 +157,13 @@ impl RunCatalog {
 pub(crate) struct Inner {
     pub(crate) config: CodeModeConfig,
     pub(crate) engine: Option<Arc<dyn GuestEngine>>,
+    /// The catalog of the runtime's default target (agent, provider, model).
     catalog: std::sync::RwLock<Arc<RunCatalog>>,
+    /// What the catalogs of other targets are built from (issue 24 §1: a policy per run).
+    inputs: Arc<crate::BuildInputs>,
+    /// The catalogs of the other targets runs came with, built once each and dropped when the tools
+    /// change. At most [`MAX_TARGET_CATALOGS`]: an arbitrary one goes to make room.
+    target_catalogs: Mutex<HashMap<codemode_catalog::policy::PolicyTarget, Arc<RunCatalog>>>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
     pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
     /// Which nested calls wait for a human (SPEC P5).
@@ -190,6 +196,10 @@ pub(crate) struct Inner {
 
 /// Most run traces kept. Prevents: runs nobody resumes growing the map (an arbitrary entry goes).
 const MAX_RUN_TRACES: usize = 4_096;
+
+/// Most per-target catalogs kept. Prevents: a stream of made-up agent, provider or model names
+/// growing the cache without bound.
+const MAX_TARGET_CATALOGS: usize = 256;
 
 /// Shortest time between two automatic sweeps of the store at `exec` / `wait`. Sweeping a directory
 /// store reads every run file, which must not happen on every call; expiry itself does not depend on
@@ -463,6 +473,7 @@ impl Inner {
         config: CodeModeConfig,
         engine: Option<Arc<dyn GuestEngine>>,
         catalog: Catalog,
+        inputs: Arc<crate::BuildInputs>,
         executor: Arc<dyn ToolExecutor>,
         gates: CallGates,
         store: Arc<dyn SnapshotStore>,
@@ -475,6 +486,8 @@ impl Inner {
             config,
             engine,
             catalog,
+            inputs,
+            target_catalogs: Mutex::new(HashMap::new()),
             executor,
             hooks,
             approvals,
@@ -522,10 +535,53 @@ impl Inner {
         self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Replaces the catalog for runs started from now on.
+    /// Replaces the catalog for runs started from now on (the default target's; the other targets'
+    /// are built again when next needed).
     pub(crate) fn set_catalog(&self, catalog: Catalog) {
         let next = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals));
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
+        self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// The catalog a resumed run keeps for this `wait`: the one it started with (ids are stable
+    /// within a run), narrowed to what the policy allows the wait's own context (issue 24 §1: the
+    /// policy is re-checked at every `wait`; a provider or model change may only take tools away).
+    /// Costs nothing without a policy.
+    fn recheck_catalog(&self, started: &Arc<Catalog>, ctx: &RunContext) -> Arc<Catalog> {
+        if !self.inputs.has_policy() {
+            return started.clone();
+        }
+        let now = self.catalog_for(ctx);
+        if started.tools().iter().all(|t| now.catalog.get(&t.id).is_some()) {
+            return started.clone();
+        }
+        let kept = started.tools().iter().filter(|t| now.catalog.get(&t.id).is_some()).map(|t| (*t.def).clone());
+        Arc::new(Catalog::build(kept).with_unavailable_mcp_servers(started.unavailable_mcp_servers().clone()))
+    }
+
+    /// The catalog a run of `ctx` sees (issue 24 §1, SPEC §4, §22: the policy is per agent): the
+    /// tool policy applied for the context's agent, provider and model. The default target's
+    /// catalog serves every run when there is no policy or the context names no other target, so
+    /// the single-agent case costs nothing; other targets' catalogs are built once and cached.
+    pub(crate) fn catalog_for(&self, ctx: &RunContext) -> Arc<RunCatalog> {
+        if !self.inputs.has_policy() {
+            return self.catalog();
+        }
+        let target = self.inputs.target_of(ctx);
+        if &target == self.inputs.default_target() {
+            return self.catalog();
+        }
+        if let Some(c) = self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).get(&target) {
+            return c.clone();
+        }
+        let built = Arc::new(RunCatalog::new(self.inputs.catalog_for(&target), &self.limits, &self.approvals));
+        let mut cache = self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= MAX_TARGET_CATALOGS
+            && let Some(k) = cache.keys().next().cloned()
+        {
+            cache.remove(&k);
+        }
+        cache.entry(target).or_insert(built).clone()
     }
 
     fn now_ms(&self) -> u64 {
@@ -742,7 +798,9 @@ impl Inner {
         };
         let positions = CellPositions::of(&code, source_map);
         rt.block_on(self.sweep_if_due());
-        let catalog = self.catalog();
+        let catalog = self.catalog_for(ctx);
+        telemetry.catalog_size = catalog.catalog.len() as u32;
+        telemetry.catalog_by_source = catalog.by_source.clone();
         let run_id = new_run_id();
         // SPEC L3–L5: the visible namespaces' scopes for this run, before any guest code runs.
         let namespaces = match self.open_namespaces(ctx, &run_id, &catalog.catalog, &call.cancel) {
@@ -812,12 +870,14 @@ impl Inner {
             // this `wait` makes carry the wait's call id (transcript projection, SPEC U9).
             Some(l) => {
                 let context = RunContext { tool_call_id: ctx.tool_call_id.clone(), ..l.context };
-                (context, l.catalog, l.source, l.namespaces, l.calls)
+                let catalog = self.recheck_catalog(&l.catalog, ctx);
+                (context, catalog, l.source, l.namespaces, l.calls)
             }
             None => {
-                // Resumed in a process that did not start it: this process's catalog and
-                // namespace registrations (a namespace no longer registered here fails its calls).
-                let current = self.catalog();
+                // Resumed in a process that did not start it: this process's catalog for the
+                // run's context and its namespace registrations (a namespace no longer registered
+                // here fails its calls).
+                let current = self.catalog_for(ctx);
                 let (catalog, source) = (current.catalog.clone(), current.boot.source());
                 let namespaces = match self.open_namespaces(ctx, &run_id, &catalog, &call.cancel) {
                     Ok(n) => n,

@@ -1,0 +1,156 @@
+//! A policy per run (issue 24 §1; SPEC §4, §22: the tool policy is per agent, and code mode never
+//! leaks tools across agents): one runtime serving several agents resolves each run's catalog from
+//! its context (agent, provider, model) — what `ALL_TOOLS`, `tools.*`, calls by id, namespaces and
+//! the `exec` description show — and a run suspended by one agent cannot be resumed by another.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode::demo::{demo_namespaces, demo_tools};
+use codemode::{
+    CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext, RunScope, ToolPolicy,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+fn runtime(policy: Value) -> CodeMode {
+    CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name("quickjs")
+        .local_tools(demo_tools())
+        .namespaces(Arc::new(demo_namespaces()))
+        .policy(ToolPolicy::from_document(&policy).unwrap())
+        .build()
+}
+
+fn ctx(agent: Option<&str>, provider: Option<&str>) -> RunContext {
+    RunContext {
+        scope: RunScope { agent_id: agent.map(String::from), ..RunScope::session("agents") },
+        provider: provider.map(String::from),
+        ..RunContext::default()
+    }
+}
+
+const DEMO: [&str; 8] = [
+    "demo_customer_get",
+    "demo_echo",
+    "demo_fail",
+    "demo_invoice_send",
+    "demo_shipping_list",
+    "demo_shipping_mark_paid",
+    "demo_sleep",
+    "demo_customer_get",
+];
+
+/// What a cell of `ctx` sees and reaches: `ALL_TOOLS`, the ids that calls by id do not refuse as
+/// unknown, whether the `Shipping` namespace exists.
+async fn probe(cm: &CodeMode, ctx: &RunContext) -> Value {
+    let code = format!(
+        "const ids = {ids};
+         const reached = [];
+         for (const id of ids) {{
+           try {{ await tools.callValue(id, id.endsWith('sleep') ? {{ ms: 1 }} : {{}}); reached.push(id); }}
+           catch (e) {{ if (!String(e.message).includes('unknown tool id')) reached.push(id); }}
+         }}
+         return {{ all: ALL_TOOLS.map((t) => t.id).sort(), reached: reached.sort(), shipping: typeof Shipping }};",
+        ids = json!(DEMO.iter().map(|n| format!("plugin:demo:{n}")).collect::<BTreeSet<_>>())
+    );
+    let r = cm.exec(ctx, &CodeModeExecInput::code(code)).await;
+    assert_eq!(r.status(), "completed", "{}", r.to_json());
+    r.to_json()["value"].clone()
+}
+
+fn ids(names: &[&str]) -> Value {
+    json!(names.iter().map(|n| format!("plugin:demo:{n}")).collect::<BTreeSet<_>>())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_agent_sees_and_calls_only_its_own_tools() {
+    let cm = runtime(json!({
+        "tools": { "byProvider": { "openai": { "deny": ["demo_echo"] } } },
+        "agents": { "list": [
+            { "id": "support", "tools": { "allow": ["demo_customer_get", "demo_echo"] } },
+            { "id": "ops", "tools": { "deny": ["demo_customer_get", "demo_invoice_*"] } },
+        ] },
+    }));
+    // Concurrently, on one runtime.
+    let contexts =
+        [ctx(Some("support"), None), ctx(Some("ops"), None), ctx(Some("support"), Some("openai")), ctx(None, None)];
+    let (support, ops, support_openai, anyone) = tokio::join!(
+        probe(&cm, &contexts[0]),
+        probe(&cm, &contexts[1]),
+        probe(&cm, &contexts[2]),
+        probe(&cm, &contexts[3]),
+    );
+    assert_eq!(support["all"], ids(&["demo_customer_get", "demo_echo"]), "{support}");
+    assert_eq!(support["reached"], support["all"], "{support}");
+    assert_eq!(support["shipping"], "undefined", "its backing tools are not the agent's: {support}");
+    let ops_tools = ["demo_echo", "demo_fail", "demo_shipping_list", "demo_shipping_mark_paid", "demo_sleep"];
+    assert_eq!(ops["all"], ids(&ops_tools), "{ops}");
+    assert_eq!(ops["reached"], ops["all"], "{ops}");
+    assert_eq!(ops["shipping"], "object", "{ops}");
+    assert_eq!(support_openai["all"], ids(&["demo_customer_get"]), "byProvider narrows: {support_openai}");
+    assert_eq!(support_openai["reached"], support_openai["all"]);
+    assert_eq!(anyone["all"].as_array().unwrap().len(), 7, "no agent: the global policy: {anyone}");
+    // The exec description of each agent's model lists its own tools only.
+    let d = cm.exec_tool_for(&ctx(Some("support"), None), &[]).description;
+    assert!(d.contains("demo_customer_get") && !d.contains("demo_shipping_list"), "{d}");
+    let d = cm.exec_tool_for(&ctx(Some("ops"), None), &[]).description;
+    assert!(d.contains("demo_shipping_list") && !d.contains("demo_customer_get"), "{d}");
+    assert!(d.contains("Shipping:"), "the ops agent's namespace: {d}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cannot_be_resumed_under_another_agent() {
+    let cm = runtime(json!({ "agents": { "list": [{ "id": "a", "tools": {} }, { "id": "b", "tools": {} }] } }));
+    let first = cm.exec(&ctx(Some("a"), None), &CodeModeExecInput::code("await yield_control(); return 1")).await;
+    let CodeModeResult::Waiting { run_id, .. } = &first else { panic!("{}", first.to_json()) };
+    let other = cm.wait(&ctx(Some("b"), None), &CodeModeWaitInput::new(run_id.clone())).await;
+    assert_eq!(other.status(), "failed", "{}", other.to_json());
+    let mine = cm.wait(&ctx(Some("a"), None), &CodeModeWaitInput::new(run_id.clone())).await;
+    assert_eq!(mine.to_json()["value"], 1, "{}", mine.to_json());
+}
+
+/// The policy is re-checked at every `wait`: a run resumed under a provider whose `byProvider` entry
+/// takes a tool away cannot call it any more (the refusal is the unknown-id one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_is_rechecked_at_every_wait() {
+    let cm = runtime(json!({ "tools": { "byProvider": { "openai": { "deny": ["demo_echo"] } } } }));
+    let code = "const a = await tools.demo_echo({ n: 1 }); await yield_control();
+                try { await tools.callValue('plugin:demo:demo_echo', { n: 2 }); return 'called again'; }
+                catch (e) { return [a.n, e.code, String(e.message).includes('unknown tool id')]; }";
+    let first = cm.exec(&ctx(None, Some("anthropic")), &CodeModeExecInput::code(code)).await;
+    let CodeModeResult::Waiting { run_id, .. } = &first else { panic!("{}", first.to_json()) };
+    let done = cm.wait(&ctx(None, Some("openai")), &CodeModeWaitInput::new(run_id.clone())).await;
+    assert_eq!(done.to_json()["value"], json!([1, "nested_tool_failed", true]), "{}", done.to_json());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+
+    /// Whatever the agents' allow and deny lists, what a run of an agent can call is exactly its
+    /// own catalog: never a tool another agent was given.
+    #[test]
+    fn runs_reach_exactly_their_agents_catalog(
+        allow_a in proptest::collection::btree_set(0usize..7, 0..5),
+        deny_a in proptest::collection::btree_set(0usize..7, 0..3),
+        deny_b in proptest::collection::btree_set(0usize..7, 0..4),
+    ) {
+        let name = |i: &usize| DEMO[*i].to_string();
+        let mut a = json!({ "deny": deny_a.iter().map(name).collect::<Vec<_>>() });
+        if !allow_a.is_empty() {
+            a["allow"] = json!(allow_a.iter().map(name).collect::<Vec<_>>());
+        }
+        let policy = json!({ "agents": { "list": [
+            { "id": "a", "tools": a },
+            { "id": "b", "tools": { "deny": deny_b.iter().map(name).collect::<Vec<_>>() } },
+        ] } });
+        let cm = runtime(policy);
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        for agent in ["a", "b"] {
+            let c = ctx(Some(agent), None);
+            let seen = rt.block_on(probe(&cm, &c));
+            let catalog: BTreeSet<String> = cm.catalog_for(&c).all_tools().iter().map(|t| t.id.clone()).collect();
+            proptest::prop_assert_eq!(&seen["reached"], &json!(catalog), "agent {}", agent);
+            proptest::prop_assert_eq!(&seen["all"], &json!(catalog), "agent {}", agent);
+        }
+    }
+}
