@@ -488,7 +488,7 @@ impl CodeModeBuilder {
             target: self.target,
             host: std::sync::RwLock::new((Vec::new(), Vec::new())),
         });
-        let catalog = extra.catalog(self.definitions, self.unavailable_mcp);
+        *extra.host.write().unwrap_or_else(|p| p.into_inner()) = (self.definitions, self.unavailable_mcp);
         let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
@@ -496,7 +496,6 @@ impl CodeModeBuilder {
             inner: Arc::new(Inner::new(
                 self.config,
                 engine,
-                catalog,
                 extra.clone(),
                 executor,
                 runtime::CallGates {
@@ -533,8 +532,11 @@ pub(crate) struct BuildInputs {
     policy: Option<ToolPolicy>,
     target: PolicyTarget,
     /// The host-executed tools and the upstream servers that are down, as last set.
-    host: std::sync::RwLock<(Vec<ToolDefinition>, Vec<(String, String)>)>,
+    host: std::sync::RwLock<HostTools>,
 }
+
+/// Host-executed tool definitions, and the upstream MCP servers that are down with the reason.
+type HostTools = (Vec<ToolDefinition>, Vec<(String, String)>);
 
 impl BuildInputs {
     /// The catalog of the local tools plus `host` tools, after the policy for the default target;

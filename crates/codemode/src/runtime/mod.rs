@@ -472,7 +472,6 @@ impl Inner {
     pub(crate) fn new(
         config: CodeModeConfig,
         engine: Option<Arc<dyn GuestEngine>>,
-        catalog: Catalog,
         inputs: Arc<crate::BuildInputs>,
         executor: Arc<dyn ToolExecutor>,
         gates: CallGates,
@@ -481,6 +480,7 @@ impl Inner {
     ) -> Self {
         let limits = guest_limits(&config);
         let CallGates { loops, namespaces, trajectory, redaction, hooks, approvals, approver, sandbox } = gates;
+        let catalog = inputs.catalog_for(inputs.default_target());
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals)));
         Inner {
             config,
