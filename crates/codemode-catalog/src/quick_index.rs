@@ -75,24 +75,24 @@ pub fn exec_description(catalog: &Catalog, namespaces: &[NamespaceInfo], mcp_ser
         let why: String = why.chars().take(MAX_DOWN_REASON_CHARS).collect();
         servers.push(format!("{name} (down: {}; calls fail until it is back)", codemode_core::text::for_display(&why)));
     }
-    let mut s = if catalog.all_tools().is_empty() && !servers.is_empty() {
-        String::from(
-            "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use the MCP \
-             servers' tools: loops, joins, parallel calls (Promise.all) and transforms in one step. The code is the body \
-             of an async function: use await and return; the return value is the result. text(value) and json(value) \
-             add output. No imports, files, network or timers. If the result is `waiting`, call `wait` with its runId.",
-        )
-    } else {
-        String::from(
-            "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use tools: \
-             loops, joins, parallel calls (Promise.all) and transforms in one step. The code is the body of an async \
-             function: use await and return; the return value is the result. Tools are functions on `tools`: \
-             tools.search(query, {limit}) finds catalog entries, tools.describe(id) gives full schemas, \
-             tools.callValue(id, input) returns a tool's value, tools.call(id, input) its raw result, and \
-             tools.<name>(input) calls a tool by name. ALL_TOOLS lists the catalog. text(value) and json(value) add \
-             output. No imports, files, network or timers. If the result is `waiting`, call `wait` with its runId.",
-        )
-    };
+    let mcp_only = catalog.all_tools().is_empty() && !servers.is_empty();
+    let mut s = format!(
+        "Run a JavaScript program (or TypeScript, with language: \"typescript\") in a sandbox to use {}: loops, joins, \
+         parallel calls (Promise.all) and transforms in one step. The code is the body of an async function: use await \
+         and return; the return value is the result.",
+        if mcp_only { "the MCP servers' tools" } else { "tools" }
+    );
+    if !mcp_only {
+        s.push_str(
+            " Tools are functions on `tools`: tools.search(query, {limit}) finds catalog entries, tools.describe(id) \
+             gives full schemas, tools.callValue(id, input) returns a tool's value, tools.call(id, input) its raw \
+             result, and tools.<name>(input) calls a tool by name. ALL_TOOLS lists the catalog.",
+        );
+    }
+    s.push_str(
+        " text(value) and json(value) add output. No imports, files, network or timers. If the result is `waiting`, \
+         call `wait` with its runId.",
+    );
     if !servers.is_empty() {
         s.push_str(&format!(
             "\n\nMCP servers ({}): read their TypeScript declarations with API.list(\"mcp\") and \

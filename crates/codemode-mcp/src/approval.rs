@@ -18,6 +18,20 @@ use rmcp::{Peer, RoleServer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// The denial reason of an answer that is not one of the approval actions.
+pub(crate) const NOT_AN_APPROVAL: &str = "the client's answer was not an approval";
+
+/// The decision a human's answer to an approval question means: accept approves; decline and
+/// cancel deny; anything else (a newer protocol's action) is not an approval.
+pub(crate) fn decision_of(action: &ElicitationAction) -> ApprovalDecision {
+    match action {
+        ElicitationAction::Accept => ApprovalDecision::Approve,
+        ElicitationAction::Decline => ApprovalDecision::deny("declined by the user"),
+        ElicitationAction::Cancel => ApprovalDecision::deny("cancelled by the user"),
+        _ => ApprovalDecision::deny(NOT_AN_APPROVAL),
+    }
+}
+
 /// Longest tool id, reason or input preview quoted to the human (each is bounded again by the
 /// approval request itself).
 const MAX_FIELD_CHARS: usize = 1_000;
@@ -231,14 +245,8 @@ impl Approver for ElicitingApprover {
             let mut open_guard = self.open.lock().unwrap_or_else(|p| p.into_inner());
             let task = tokio::spawn(async move {
                 let decision = match handle.await_response().await {
-                    Ok(ClientResult::ElicitResult(answer)) => Some(match answer.action {
-                        ElicitationAction::Accept => ApprovalDecision::Approve,
-                        ElicitationAction::Decline => ApprovalDecision::deny("declined by the user"),
-                        ElicitationAction::Cancel => ApprovalDecision::deny("cancelled by the user"),
-                        // A newer protocol's action: not an approval.
-                        _ => ApprovalDecision::deny("the client's answer was not an approval"),
-                    }),
-                    Ok(_) => Some(ApprovalDecision::deny("the client's answer was not an approval")),
+                    Ok(ClientResult::ElicitResult(answer)) => Some(decision_of(&answer.action)),
+                    Ok(_) => Some(ApprovalDecision::deny(NOT_AN_APPROVAL)),
                     Err(e) => {
                         tracing::warn!(target: "codemode::approval", session = %key, error = %e, "elicitation failed; the call is parked");
                         None
