@@ -126,7 +126,9 @@ impl Gateway {
         let crate::hub::UpstreamLog { server, mut message } = log;
         let rank = level_rank(message.level);
         message.logger = Some(match message.logger.take() {
-            Some(l) => format!("mcp:{server}/{}", l.chars().take(100).collect::<String>()),
+            Some(l) => {
+                format!("mcp:{server}/{}", codemode::text::for_display(&l.chars().take(100).collect::<String>()))
+            }
             None => format!("mcp:{server}"),
         });
         let clients: Vec<rmcp::Peer<RoleServer>> = self

@@ -552,7 +552,8 @@ impl Inner {
             return started.clone();
         }
         let now = self.catalog_for(ctx);
-        if started.tools().iter().all(|t| now.catalog.get(&t.id).is_some()) {
+        // The same catalog (same target, tools unchanged): nothing to narrow.
+        if Arc::ptr_eq(started, &now.catalog) || started.tools().iter().all(|t| now.catalog.get(&t.id).is_some()) {
             return started.clone();
         }
         let kept = started.tools().iter().filter(|t| now.catalog.get(&t.id).is_some()).map(|t| (*t.def).clone());
