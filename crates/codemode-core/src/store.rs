@@ -96,8 +96,9 @@ impl SuspendedRun {
     }
 }
 
-/// Why a store operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a store operation failed. More reasons may be added (a store over a network has its own).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The per-process cap of suspended runs is reached.
     #[error("{MSG_TOO_MANY}")]
@@ -122,9 +123,15 @@ pub enum StoreError {
     /// The stored data could not be read back.
     #[error("stored run is corrupt: {0}")]
     Corrupt(String),
-    /// An I/O failure.
+    /// An I/O failure, with the operating system's error as its source.
     #[error("snapshot store I/O failed: {0}")]
-    Io(String),
+    Io(#[source] std::sync::Arc<std::io::Error>),
+    /// A run or a record could not be encoded for storage.
+    #[error("cannot encode for the snapshot store: {0}")]
+    Encode(String),
+    /// This store does not do what was asked (e.g. record approval decisions).
+    #[error("{0}")]
+    Unsupported(String),
     /// An approval decision names a request that is not parked for approval (a mistyped id, a call
     /// that already ran or was decided). Prevents: a human believing a call was approved when the
     /// decision went nowhere.
@@ -136,6 +143,36 @@ pub enum StoreError {
         parked: Vec<RequestId>,
     },
 }
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Io(std::sync::Arc::new(e))
+    }
+}
+
+/// Errors compare by reason; I/O errors by their kind and text (an `io::Error` has no equality).
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        use StoreError as E;
+        match (self, other) {
+            (E::Io(a), E::Io(b)) => a.kind() == b.kind() && a.to_string() == b.to_string(),
+            (E::WrongScope(a), E::WrongScope(b)) => a == b,
+            (E::LiveNotSupported(a), E::LiveNotSupported(b))
+            | (E::Corrupt(a), E::Corrupt(b))
+            | (E::Encode(a), E::Encode(b))
+            | (E::Unsupported(a), E::Unsupported(b)) => a == b,
+            (E::NotParked { request_id: a, parked: pa }, E::NotParked { request_id: b, parked: pb }) => {
+                a == b && pa == pb
+            }
+            (a, b) => {
+                std::mem::discriminant(a) == std::mem::discriminant(b)
+                    && matches!(a, E::TooMany | E::Unavailable | E::Expired | E::Busy)
+            }
+        }
+    }
+}
+
+impl Eq for StoreError {}
 
 fn not_parked_message(request_id: RequestId, parked: &[RequestId]) -> String {
     let parked = if parked.is_empty() {
@@ -157,9 +194,10 @@ impl StoreError {
             }
             StoreError::Expired => CodeModeError::new(CodeModeErrorCode::SnapshotExpired, self.to_string()),
             StoreError::Corrupt(_) => CodeModeError::new(CodeModeErrorCode::SnapshotRestoreFailed, self.to_string()),
-            StoreError::LiveNotSupported(_) | StoreError::Io(_) => {
-                CodeModeError::new(CodeModeErrorCode::InternalError, self.to_string())
-            }
+            StoreError::LiveNotSupported(_)
+            | StoreError::Io(_)
+            | StoreError::Encode(_)
+            | StoreError::Unsupported(_) => CodeModeError::new(CodeModeErrorCode::InternalError, self.to_string()),
         }
     }
 }
@@ -226,7 +264,7 @@ pub trait SnapshotStore: Send + Sync {
         _request_id: RequestId,
         _decision: &crate::approval::ApprovalDecision,
     ) -> Result<(), StoreError> {
-        Err(StoreError::Io(format!("the `{}` snapshot store cannot record approval decisions", self.name())))
+        Err(StoreError::Unsupported(format!("the `{}` snapshot store cannot record approval decisions", self.name())))
     }
 
     /// Takes (and removes) the decisions recorded for a run, by request id.
@@ -276,5 +314,12 @@ mod tests {
         let e = StoreError::WrongScope(ScopeMismatch::Session).to_code_mode_error();
         assert_eq!(e.message, "code mode run belongs to a different session.");
         assert_eq!(StoreError::Busy.to_code_mode_error().code, Some(CodeModeErrorCode::InvalidInput));
+        // Issue 24 §5: the operating system's error stays the source of an I/O failure.
+        let io = StoreError::from(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no access"));
+        let source = std::error::Error::source(&io).unwrap();
+        assert_eq!(source.to_string(), "no access");
+        assert_eq!(io.to_code_mode_error().code, Some(CodeModeErrorCode::InternalError));
+        assert_eq!(io.clone(), io);
+        assert_ne!(io, StoreError::Encode("no access".into()));
     }
 }

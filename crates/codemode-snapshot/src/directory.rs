@@ -81,7 +81,7 @@ pub struct DirectorySnapshotStore {
 }
 
 fn io(e: std::io::Error) -> StoreError {
-    StoreError::Io(e.to_string())
+    StoreError::from(e)
 }
 
 impl DirectorySnapshotStore {
@@ -145,10 +145,10 @@ impl DirectorySnapshotStore {
             expires_at_ms: run.expires_at_ms,
             positions: run.positions,
         };
-        let meta = serde_json::to_vec(&meta).map_err(|e| StoreError::Io(e.to_string()))?;
+        let meta = serde_json::to_vec(&meta).map_err(|e| StoreError::Encode(e.to_string()))?;
         let mut out = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + bytes.len());
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&u32::try_from(meta.len()).map_err(|e| StoreError::Io(e.to_string()))?.to_le_bytes());
+        out.extend_from_slice(&u32::try_from(meta.len()).map_err(|e| StoreError::Encode(e.to_string()))?.to_le_bytes());
         out.extend_from_slice(&meta);
         out.extend_from_slice(&bytes);
         Ok(out)
@@ -395,7 +395,7 @@ impl SnapshotStore for DirectorySnapshotStore {
             // The run is gone (settled, aborted, expired): nobody will collect the result.
             return Ok(false);
         }
-        let bytes = serde_json::to_vec(delivery).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = serde_json::to_vec(delivery).map_err(|e| StoreError::Encode(e.to_string()))?;
         self.write_atomically(&self.dir.join(format!("{run_id}.result-{}", delivery.id)), &bytes)?;
         Ok(true)
     }
@@ -446,7 +446,7 @@ impl SnapshotStore for DirectorySnapshotStore {
         if !parked.contains(&request_id) {
             return Err(StoreError::NotParked { request_id, parked });
         }
-        let bytes = serde_json::to_vec(decision).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = serde_json::to_vec(decision).map_err(|e| StoreError::Encode(e.to_string()))?;
         self.write_atomically(&self.dir.join(format!("{run_id}.decision-{request_id}")), &bytes)
     }
 
