@@ -97,52 +97,102 @@ pub const LANGUAGE_GLOBALS: [&str; 80] = [
     "performance",
 ];
 
+/// Why a namespace's global name is refused (SPEC S4, S5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GlobalNameError {
+    /// No name at all.
+    #[error("the global name is empty")]
+    Empty,
+    /// Longer than [`MAX_GLOBAL_NAME_CHARS`].
+    #[error("the global name is longer than {MAX_GLOBAL_NAME_CHARS} characters")]
+    TooLong,
+    /// Not a JavaScript identifier.
+    #[error(
+        "global name `{0}` is not a JavaScript identifier (letters, digits, `_` and `$`, not starting with a digit)"
+    )]
+    NotIdentifier(String),
+    /// A JavaScript reserved word.
+    #[error("global name `{0}` is a JavaScript reserved word")]
+    ReservedWord(String),
+    /// One of code mode's own globals (`tools`, `MCP`, …).
+    #[error("global name `{0}` collides with a code-mode global")]
+    CodeModeGlobal(String),
+    /// Starts with a prefix reserved for the host.
+    #[error("global name `{name}` uses the reserved prefix `{prefix}`")]
+    ReservedPrefix {
+        /// The name.
+        name: String,
+        /// The prefix it starts with.
+        prefix: &'static str,
+    },
+    /// A built-in global of the JavaScript language or its hosts.
+    #[error("global name `{0}` collides with a built-in JavaScript global")]
+    LanguageGlobal(String),
+}
+
 /// Checks a namespace's global name (SPEC S4, S5). The error says what is wrong.
-pub fn check_global_name(name: &str) -> Result<(), String> {
+pub fn check_global_name(name: &str) -> Result<(), GlobalNameError> {
     let mut chars = name.chars();
     let Some(first) = chars.next() else {
-        return Err("the global name is empty".into());
+        return Err(GlobalNameError::Empty);
     };
     if name.chars().count() > MAX_GLOBAL_NAME_CHARS {
-        return Err(format!("the global name is longer than {MAX_GLOBAL_NAME_CHARS} characters"));
+        return Err(GlobalNameError::TooLong);
     }
     let ident_start = |c: char| c.is_ascii_alphabetic() || c == '_' || c == '$';
     if !ident_start(first) || !chars.all(|c| ident_start(c) || c.is_ascii_digit()) {
-        return Err(format!(
-            "global name `{name}` is not a JavaScript identifier (letters, digits, `_` and `$`, not starting with a digit)"
-        ));
+        return Err(GlobalNameError::NotIdentifier(name.to_string()));
     }
     if JS_RESERVED_WORDS.contains(&name) {
-        return Err(format!("global name `{name}` is a JavaScript reserved word"));
+        return Err(GlobalNameError::ReservedWord(name.to_string()));
     }
     if RESERVED_GLOBALS.contains(&name) || ["MCP", "API", "ALL_TOOLS"].contains(&name) {
-        return Err(format!("global name `{name}` collides with a code-mode global"));
+        return Err(GlobalNameError::CodeModeGlobal(name.to_string()));
     }
     let lower = name.to_ascii_lowercase();
     if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| lower.starts_with(*p)) {
-        return Err(format!("global name `{name}` uses the reserved prefix `{prefix}`"));
+        return Err(GlobalNameError::ReservedPrefix { name: name.to_string(), prefix });
     }
     if LANGUAGE_GLOBALS.contains(&name) {
-        return Err(format!("global name `{name}` collides with a built-in JavaScript global"));
+        return Err(GlobalNameError::LanguageGlobal(name.to_string()));
     }
     Ok(())
+}
+
+/// Why a key of a scope object is refused (SPEC S3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// An empty key.
+    #[error("empty keys are not allowed")]
+    Empty,
+    /// `__proto__`, `constructor`, `prototype`.
+    #[error("key `{0}` is not allowed (prototype pollution)")]
+    PrototypePollution(String),
+    /// A name the language looks up by itself (`then`, `toString`, …).
+    #[error("key `{0}` is a name JavaScript looks up by itself and is not allowed")]
+    LanguageLookup(String),
+    /// Contains the path separator.
+    #[error("key `{0}` contains the path separator `{PATH_SEPARATOR}`")]
+    PathSeparator(String),
 }
 
 /// Checks one key of a scope object (SPEC S3): not empty, not a prototype-polluting key, not a name
 /// the language looks up by itself (`then` would make `await Shipping` call a tool), and without the
 /// path separator.
-pub fn check_key(key: &str) -> Result<(), String> {
+pub fn check_key(key: &str) -> Result<(), KeyError> {
     if key.is_empty() {
-        return Err("empty keys are not allowed".into());
+        return Err(KeyError::Empty);
     }
     if FORBIDDEN_KEYS.contains(&key) {
-        return Err(format!("key `{key}` is not allowed (prototype pollution)"));
+        return Err(KeyError::PrototypePollution(key.to_string()));
     }
     if JS_INTERNAL_NAMES.contains(&key) {
-        return Err(format!("key `{key}` is a name JavaScript looks up by itself and is not allowed"));
+        return Err(KeyError::LanguageLookup(key.to_string()));
     }
     if key.contains(PATH_SEPARATOR) {
-        return Err(format!("key `{key}` contains the path separator `{PATH_SEPARATOR}`"));
+        return Err(KeyError::PathSeparator(key.to_string()));
     }
     Ok(())
 }
@@ -177,10 +227,12 @@ mod tests {
             ("globalThis", "built-in JavaScript global"),
             ("setImmediate", "built-in JavaScript global"),
         ] {
-            let err = check_global_name(bad).unwrap_err();
+            let err = check_global_name(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
         }
-        assert!(check_global_name(&"a".repeat(65)).unwrap_err().contains("longer"));
+        assert_eq!(check_global_name(&"a".repeat(65)), Err(GlobalNameError::TooLong));
+        assert_eq!(check_global_name("class"), Err(GlobalNameError::ReservedWord("class".into())));
+        assert_eq!(check_key("then"), Err(KeyError::LanguageLookup("then".into())));
     }
 
     #[test]

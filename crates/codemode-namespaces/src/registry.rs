@@ -98,7 +98,7 @@ impl NamespaceRegistration {
         if self.id.is_empty() || self.id.len() > MAX_ID_CHARS || !self.id.chars().all(id_ok) {
             return Err(bad(format!("the id must be 1 to {MAX_ID_CHARS} characters of letters, digits and `._:-`")));
         }
-        check_global_name(&self.global_name).map_err(bad)?;
+        check_global_name(&self.global_name).map_err(|e| bad(e.to_string()))?;
         if self.description.trim().is_empty() || self.description.chars().count() > MAX_DESCRIPTION_CHARS {
             return Err(bad(format!("the description must be 1 to {MAX_DESCRIPTION_CHARS} characters")));
         }
