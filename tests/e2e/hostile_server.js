@@ -5,7 +5,7 @@
 // schema, and names with escape codes, newlines, bidi overrides or 200 characters (refused at
 // ingestion). Every `tools/call` is appended to the log file given as the first argument, so a test can
 // prove which tools were really called. `hang` never answers; a `notifications/cancelled` is logged
-// as `cancelled`. Plain newline-delimited JSON-RPC on stdio, no dependencies.
+// as `cancelled`. Newline-delimited JSON-RPC on stdio (tests/e2e/stdio_jsonrpc.js), no packages.
 const fs = require("fs");
 const log = process.argv[2];
 const record = (name) => { if (log) fs.appendFileSync(log, name + "\n"); };
@@ -30,37 +30,26 @@ const tools = names.map((name) => ({
   },
 }));
 
-let buf = "";
-const send = (msg) => process.stdout.write(JSON.stringify(msg) + "\n");
-process.stdin.on("data", (chunk) => {
-  buf += chunk;
-  let nl;
-  while ((nl = buf.indexOf("\n")) >= 0) {
-    const line = buf.slice(0, nl).trim();
-    buf = buf.slice(nl + 1);
-    if (!line) continue;
-    const msg = JSON.parse(line);
-    if (msg.method === "initialize") {
-      send({ jsonrpc: "2.0", id: msg.id, result: {
-        protocolVersion: msg.params.protocolVersion,
-        capabilities: { tools: {} },
-        serverInfo: { name: "hostile", version: "0.0.0" },
-      } });
-    } else if (msg.method === "tools/list") {
-      send({ jsonrpc: "2.0", id: msg.id, result: { tools } });
-    } else if (msg.method === "notifications/cancelled") {
-      record("cancelled");
-    } else if (msg.method === "tools/call" && msg.params.name === "hang") {
-      record("hang");
-    } else if (msg.method === "tools/call") {
-      record(msg.params.name);
-      send({ jsonrpc: "2.0", id: msg.id, result: {
-        content: [{ type: "text", text: "called " + msg.params.name }],
-        structuredContent: { called: msg.params.name },
-      } });
-    } else if (msg.id !== undefined) {
-      send({ jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "method not found" } });
-    }
+require("./stdio_jsonrpc.js").serve((msg, send) => {
+  if (msg.method === "initialize") {
+    send({ jsonrpc: "2.0", id: msg.id, result: {
+      protocolVersion: msg.params.protocolVersion,
+      capabilities: { tools: {} },
+      serverInfo: { name: "hostile", version: "0.0.0" },
+    } });
+  } else if (msg.method === "tools/list") {
+    send({ jsonrpc: "2.0", id: msg.id, result: { tools } });
+  } else if (msg.method === "notifications/cancelled") {
+    record("cancelled");
+  } else if (msg.method === "tools/call" && msg.params.name === "hang") {
+    record("hang");
+  } else if (msg.method === "tools/call") {
+    record(msg.params.name);
+    send({ jsonrpc: "2.0", id: msg.id, result: {
+      content: [{ type: "text", text: "called " + msg.params.name }],
+      structuredContent: { called: msg.params.name },
+    } });
+  } else if (msg.id !== undefined) {
+    send({ jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "method not found" } });
   }
 });
-process.stdin.on("end", () => process.exit(0));

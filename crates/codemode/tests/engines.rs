@@ -89,22 +89,21 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
     let run_id = r.run_id().unwrap().to_string();
     let taken = store.checkout(&RunId::parse(&run_id).unwrap(), &ctx.scope).await.unwrap();
     let id = RunId::parse("cm_emptyrun").unwrap();
-    store
-        .put(SuspendedRun {
-            run_id: id.clone(),
-            scope: ctx.scope.clone(),
-            snapshot: taken.snapshot,
-            reason: codemode_core::result::WaitReason::PendingTools,
-            pending: vec![],
-            ready: vec![],
-            restart_safe: false,
-            telemetry: Default::default(),
-            created_at_ms: 0,
-            expires_at_ms: u64::MAX / 2,
-            positions: Default::default(),
-        })
-        .await
-        .unwrap();
+    // A stored run with nothing pending and nothing to deliver.
+    let empty = |snapshot| SuspendedRun {
+        run_id: id.clone(),
+        scope: ctx.scope.clone(),
+        snapshot,
+        reason: codemode_core::result::WaitReason::PendingTools,
+        pending: vec![],
+        ready: vec![],
+        restart_safe: false,
+        telemetry: Default::default(),
+        created_at_ms: 0,
+        expires_at_ms: u64::MAX / 2,
+        positions: Default::default(),
+    };
+    store.put(empty(taken.snapshot)).await.unwrap();
     store.remove(&RunId::parse(&run_id).unwrap()).await;
     let r = cm.wait(&ctx, &codemode::CodeModeWaitInput::new("cm_emptyrun")).await;
     assert_eq!(r.error_code(), Some(CodeModeErrorCode::InternalError), "{}", r.to_json());
@@ -112,22 +111,8 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
     assert_eq!(store.count().await, 0, "the run is released");
     // Snapshot bytes that are not a snapshot of this engine build fail as `snapshot_restore_failed`
     // when the run is taken, before anything else of it is looked at (issue 23 §2).
-    store
-        .put(SuspendedRun {
-            run_id: id.clone(),
-            scope: ctx.scope.clone(),
-            snapshot: Snapshot { engine: cm.engine_name().to_string(), body: SnapshotBody::Serialized(vec![]) },
-            reason: codemode_core::result::WaitReason::PendingTools,
-            pending: vec![],
-            ready: vec![],
-            restart_safe: false,
-            telemetry: Default::default(),
-            created_at_ms: 0,
-            expires_at_ms: u64::MAX / 2,
-            positions: Default::default(),
-        })
-        .await
-        .unwrap();
+    let bytes = Snapshot { engine: cm.engine_name().to_string(), body: SnapshotBody::Serialized(vec![]) };
+    store.put(empty(bytes)).await.unwrap();
     let r = cm.wait(&ctx, &codemode::CodeModeWaitInput::new("cm_emptyrun")).await;
     assert_eq!(r.error_code(), Some(CodeModeErrorCode::SnapshotRestoreFailed), "{}", r.to_json());
     assert_eq!(store.count().await, 0, "the run is released");
