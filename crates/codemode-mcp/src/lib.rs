@@ -82,20 +82,15 @@ pub async fn build_gateway(
 ) -> Result<Arc<server::Gateway>, ConfigError> {
     let GatewayOptions { local, namespaces, store, trajectory } = options;
     check_target(file, target)?;
-    file.register_namespaces(&namespaces)?;
+    let builder = CodeMode::builder(file.code_mode.clone()).config_file(file, namespaces)?;
     let hub = connect_servers(file).await?;
     let approver = Arc::new(approval::ElicitingApprover::default());
-    let mut builder = CodeMode::builder(file.code_mode.clone())
+    let mut builder = builder
         .approver(approver.clone())
-        .policy(file.policy.clone())
-        .approvals(file.approvals.clone())
-        .sandbox(file.sandbox.clone())
-        .loop_detection(file.loops.clone())
         .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())
         .unavailable_mcp_servers(hub.unavailable_servers())
-        .namespaces(Arc::new(namespaces))
         .executor(hub.clone());
     if let Some(store) = store {
         builder = builder.store(store);

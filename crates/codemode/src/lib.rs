@@ -463,6 +463,32 @@ impl CodeModeBuilder {
         self
     }
 
+    /// Applies a configuration file as the `codemode` command does: `tools.codeMode` (this
+    /// builder's configuration), the tool policy, the approval policy, the sandbox tool policy, loop
+    /// detection, and the file's declared namespaces, registered into `namespaces` next to whatever
+    /// plugins registered there (and used as this runtime's registry). An embedder gets exactly the
+    /// semantics of the CLI. A declared namespace that clashes with a registered one is an error
+    /// naming `namespaces`. (`mcpServers` is for `codemode-mcp`, which connects them.)
+    pub fn config_file(
+        mut self,
+        file: &config_file::ConfigFile,
+        namespaces: Namespaces,
+    ) -> Result<Self, codemode_core::ConfigError> {
+        file.register_namespaces(&namespaces)?;
+        // An engine chosen on this builder before keeps its choice; otherwise the file's `runtime`.
+        let chosen = self.engine.is_some().then(|| self.config.runtime.clone());
+        self.config = file.code_mode.clone();
+        if let Some(runtime) = chosen {
+            self.config.runtime = runtime;
+        }
+        Ok(self
+            .policy(file.policy.clone())
+            .approvals(file.approvals.clone())
+            .sandbox(file.sandbox.clone())
+            .loop_detection(file.loops.clone())
+            .namespaces(Arc::new(namespaces)))
+    }
+
     /// Selects the agent's overrides (`agents.list[].tools`) and the `tools.byProvider` entry the
     /// policy applies.
     pub fn policy_target(mut self, target: PolicyTarget) -> Self {

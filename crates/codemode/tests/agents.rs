@@ -154,3 +154,53 @@ proptest::proptest! {
         }
     }
 }
+
+/// Issue 24 §3: `CodeModeBuilder::config_file` gives an embedder the CLI's semantics of a config
+/// file: `tools.codeMode`, the tool policy, approvals, loop detection and declared namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builder_applies_a_config_file_as_the_cli_does() {
+    let file = codemode::config_file::ConfigFile::parse(
+        "{ tools: { codeMode: { enabled: true, timeoutMs: 2000 }, deny: ['demo_fail'],
+                    loopDetection: { enabled: true, warningThreshold: 2, criticalThreshold: 3, globalCircuitBreakerThreshold: 4 } },
+           approvals: { require: ['plugin:demo:demo_invoice_send'] },
+           namespaces: [{ owner: 'plugin:demo', globalName: 'Echo', description: 'Echo helpers.',
+                          members: { say: { tool: 'demo_echo', input: { text: '$1' } } } }] }",
+    )
+    .unwrap();
+    let cm = CodeMode::builder(CodeModeConfig::default())
+        .engine_name("quickjs")
+        .local_tools(demo_tools())
+        .config_file(&file, codemode::Namespaces::new())
+        .unwrap()
+        .build();
+    assert!(cm.config().enabled && cm.config().timeout_ms == 2000, "tools.codeMode applies");
+    assert_eq!(cm.engine_name(), "quickjs", "an engine chosen on the builder stays");
+    let ctx = RunContext::session("config-file");
+    let run = |code: &'static str| {
+        let (cm, ctx) = (cm.clone(), ctx.clone());
+        async move { cm.exec(&ctx, &CodeModeExecInput::code(code)).await }
+    };
+    let denied = run("return await tools.callValue('plugin:demo:demo_fail', {}).then(() => 'ran', (e) => String(e.message).includes('unknown tool id'))").await;
+    assert_eq!(denied.to_json()["value"], true, "the policy applies: {}", denied.to_json());
+    let echoed = run("return (await Echo.say('hi')).text").await;
+    assert_eq!(echoed.to_json()["value"], "hi", "the declared namespace applies: {}", echoed.to_json());
+    let gated = run("return await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 1 })").await;
+    assert_eq!(gated.to_json()["pendingToolCalls"][0]["kind"], "approval", "approvals apply: {}", gated.to_json());
+    let looped =
+        run("for (let i = 0; i < 6; i++) { try { await tools.demo_echo({ q: 1 }) } catch (e) {} } return 'ran'").await;
+    assert_eq!(
+        looped.error_code().map(|c| c.as_str()),
+        Some("nested_tool_failed"),
+        "loop detection applies: {}",
+        looped.to_json()
+    );
+    // A declared namespace that clashes with a registered one is an error naming `namespaces`.
+    let taken = codemode::Namespaces::new();
+    file.register_namespaces(&taken).unwrap();
+    let other = codemode::config_file::ConfigFile::parse(
+        "{ namespaces: [{ owner: 'plugin:other', globalName: 'Echo', description: 'd', members: { a: { tool: 'demo_echo' } } }] }",
+    )
+    .unwrap();
+    let e = CodeMode::builder(CodeModeConfig::enabled()).config_file(&other, taken).err().unwrap();
+    assert_eq!(e.path, "namespaces");
+}
