@@ -217,7 +217,7 @@ pub(crate) async fn run(common: CommonArgs, trace: bool) -> Result<ExitCode> {
         build_traced_runtime(config, &common, writer.clone().map(|w| w as std::sync::Arc<dyn codemode::RunObserver>))
             .await?;
     let cm = gw.cm().clone();
-    crate::prepare_engine(&cm).await;
+    crate::commands::prepare_engine(&cm).await;
     println!(
         "codemode demo — engine `{}`, {} demo tools, timeoutMs {}",
         cm.engine_name(),

@@ -85,7 +85,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         gw.shutdown().await;
         bail!("engine `{}` is not available in this build", gw.code_mode().engine_name());
     }
-    crate::prepare_engine(gw.code_mode()).await;
+    crate::commands::prepare_engine(gw.code_mode()).await;
     report_surface(&gw);
     let served = match args.http {
         None => {

@@ -20,6 +20,7 @@
 pub mod approval;
 pub mod config;
 pub mod debug;
+pub mod http;
 pub mod hub;
 pub mod replay;
 pub mod server;

@@ -1,12 +1,17 @@
 //! The downstream side: an MCP server exposing exactly two tools, `exec` and `wait`, over stdio or
 //! streamable HTTP (`codemode serve`).
 //!
-//! Every MCP session is its own run scope: a `runId` from one session cannot be resumed from
-//! another. `exec`'s description carries the quick index of the catalog, the `API` hint for the
+//! Runs belong to their client: a handshake-era MCP session is its own run scope (a `runId` from one
+//! session cannot be resumed from another); a sessionless request (MCP 2026-07-28 over HTTP) is in
+//! its client's scope (its credential's digest, or the shared scope where the `runId` is the
+//! capability), and its approvals are asked with MRTR input requests. The HTTP transport and the
+//! approval endpoint live in [`crate::http`]. `exec`'s description carries the quick index of the catalog, the `API` hint for the
 //! upstream MCP servers, and (later) namespace prompts; when an upstream server's tool list changes,
 //! the catalog is rebuilt and clients are told with `notifications/tools/list_changed`.
 
 use crate::approval::ElicitingApprover;
+use crate::http::same_secret;
+pub use crate::http::{MIN_APPROVAL_TOKEN_LEN, allowed_hosts_and_origins, serve_http};
 use crate::hub::McpHub;
 use codemode::surface::{EXEC, ModelTool, WAIT, wait_tool};
 use codemode::{CodeMode, CodeModeResult, RunContext, RunEvent, RunObserver};
@@ -17,7 +22,6 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -713,180 +717,9 @@ pub enum ServeError {
     WeakToken,
 }
 
-/// Hosts and origins accepted by the HTTP server (DNS-rebinding protection): the bound address,
-/// and `localhost` forms of it for loopback binds.
-pub fn allowed_hosts_and_origins(addr: SocketAddr) -> (Vec<String>, Vec<String>) {
-    let port = addr.port();
-    let mut hosts = vec![addr.to_string(), addr.ip().to_string()];
-    let mut origins = vec![format!("http://{addr}")];
-    if addr.ip().is_loopback() {
-        for h in ["localhost", "127.0.0.1", "[::1]", "::1"] {
-            hosts.push(h.to_string());
-            hosts.push(format!("{h}:{port}"));
-        }
-        origins.push(format!("http://localhost:{port}"));
-        origins.push(format!("http://127.0.0.1:{port}"));
-    }
-    hosts.sort();
-    hosts.dedup();
-    (hosts, origins)
-}
-
-/// Shortest token [`serve_http`] accepts for its approval endpoint (a guessable token would let
-/// anyone on the network approve calls).
-pub const MIN_APPROVAL_TOKEN_LEN: usize = 16;
-
-/// Serves streamable HTTP at `/mcp` on `listener` until `shutdown` resolves; every MCP session gets
-/// its own handler (and run scope), and its suspended runs are aborted when it closes.
-///
-/// With `approval_token` (at least [`MIN_APPROVAL_TOKEN_LEN`] characters), also
-/// `POST /approvals/{runId}/{requestId}` with `Authorization: Bearer <token>` and a JSON body
-/// `{"decision":"approve"}` or `{"decision":"deny","reason":"…"}` records a human's decision on a
-/// parked call (see `CodeMode::decide`): 204 when recorded, 401 for a missing or wrong token, 400 for
-/// a bad body, 404 for an unknown or settled run, 410 for a run past its TTL. Without a token the endpoint does not exist.
-pub async fn serve_http(
-    gateway: Arc<Gateway>,
-    listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    approval_token: Option<String>,
-) -> Result<(), ServeError> {
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-    };
-    let addr = listener.local_addr().map_err(ServeError::Http)?;
-    let (hosts, origins) = allowed_hosts_and_origins(addr);
-    let ct = tokio_util::sync::CancellationToken::new();
-    let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts.clone())
-        .with_allowed_origins(origins.clone())
-        .with_cancellation_token(ct.child_token());
-    let gw = gateway.clone();
-    // Recent SSE events are kept (bounded) so a client whose stream dropped resumes it with
-    // `Last-Event-ID` and still gets what was sent meanwhile, such as a long `exec`'s result.
-    let sessions = LocalSessionManager::default().with_event_store(Arc::new(crate::replay::ReplayWindow::new()));
-    let service: StreamableHttpService<ExecWaitServer, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(ExecWaitServer::aborting_on_close(gw.clone())),
-        Arc::new(sessions),
-        config,
-    );
-    let mut app = axum::Router::new().nest_service("/mcp", service);
-    if let Some(token) = approval_token {
-        if token.chars().count() < MIN_APPROVAL_TOKEN_LEN {
-            return Err(ServeError::WeakToken);
-        }
-        let endpoint = ApprovalEndpoint {
-            gateway: gateway.clone(),
-            token: Arc::from(token),
-            hosts: hosts.into(),
-            origins: origins.into(),
-        };
-        app = app.route("/approvals/{run}/{request}", axum::routing::post(approve_over_http).with_state(endpoint));
-        tracing::info!(%addr, "approval endpoint at /approvals/{{runId}}/{{requestId}} (bearer token)");
-    }
-    tracing::info!(%addr, "serving MCP (streamable HTTP) at /mcp");
-    // TCP_NODELAY: a result is written as small SSE frames; with Nagle's algorithm a client that keeps
-    // its connection alive waits for its own delayed ACK (~40 ms) before the last frame arrives.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
-        }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            gateway.begin_shutdown();
-            ct.cancel();
-        })
-        .await
-        .map_err(ServeError::Http)
-}
-
-/// State of the approval endpoint.
-#[derive(Clone)]
-struct ApprovalEndpoint {
-    gateway: Arc<Gateway>,
-    token: Arc<str>,
-    /// Accepted `Host` values (as for `/mcp`).
-    hosts: Arc<[String]>,
-    /// Accepted `Origin` values (as for `/mcp`).
-    origins: Arc<[String]>,
-}
-
-/// Compares two secrets in time that depends on neither their content nor their lengths: both are
-/// hashed (SHA-256) and the fixed-size digests compared without an early exit. Prevents: timing
-/// that hints at the token's bytes or, as a plain length check did, its length.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    use sha2::Digest;
-    let (x, y) = (sha2::Sha256::digest(a), sha2::Sha256::digest(b));
-    x.iter().zip(y.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether a request to the approval endpoint comes through an accepted `Host` and (when the
-/// browser sent one) `Origin`: the same DNS-rebinding protection as `/mcp`. Prevents: a web page
-/// the operator visits posting decisions to a loopback gateway through a rebound name.
-fn approval_request_allowed(headers: &axum::http::HeaderMap, hosts: &[String], origins: &[String]) -> bool {
-    let header = |name| headers.get(name).map(|v: &axum::http::HeaderValue| v.to_str().unwrap_or("\u{0}"));
-    let host_ok = header(axum::http::header::HOST).is_some_and(|h| hosts.iter().any(|a| a.eq_ignore_ascii_case(h)));
-    let origin_ok =
-        header(axum::http::header::ORIGIN).is_none_or(|o| origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
-    host_ok && origin_ok
-}
-
-async fn approve_over_http(
-    axum::extract::State(endpoint): axum::extract::State<ApprovalEndpoint>,
-    axum::extract::Path((run, request)): axum::extract::Path<(String, u64)>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> (axum::http::StatusCode, String) {
-    use axum::http::StatusCode;
-    if !approval_request_allowed(&headers, &endpoint.hosts, &endpoint.origins) {
-        tracing::warn!(%run, request, "approval endpoint: Host or Origin not accepted");
-        return (StatusCode::FORBIDDEN, "Host or Origin not accepted (DNS-rebinding protection)\n".into());
-    }
-    let presented = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !same_secret(presented.as_bytes(), endpoint.token.as_bytes()) {
-        tracing::warn!(%run, request, "approval endpoint: missing or wrong token");
-        return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n".into());
-    }
-    let decision: codemode::ApprovalDecision = match serde_json::from_slice(&body) {
-        Ok(d) => d,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("expected {{\"decision\":\"approve\"}} or {{\"decision\":\"deny\",\"reason\":\"…\"}}: {e}\n"),
-            );
-        }
-    };
-    let Ok(run_id) = codemode::RunId::parse(&run) else {
-        return (StatusCode::NOT_FOUND, "code mode run is unavailable or expired.\n".into());
-    };
-    match endpoint.gateway.cm.decide(&run_id, request, decision.clone()).await {
-        Ok(()) => {
-            tracing::info!(target: "codemode::approval", %run, request, ?decision, "approval decision recorded over HTTP");
-            (StatusCode::NO_CONTENT, String::new())
-        }
-        Err(e) if e.code == Some(codemode::CodeModeErrorCode::SnapshotExpired) => {
-            (StatusCode::GONE, format!("{}\n", e.message))
-        }
-        Err(e) => (StatusCode::NOT_FOUND, format!("{}\n", e.message)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets_compare_by_content_and_length() {
-        assert!(same_secret(b"0123456789abcdef", b"0123456789abcdef"));
-        assert!(!same_secret(b"0123456789abcdef", b"0123456789abcdeX"));
-        assert!(!same_secret(b"0123456789abcdef", b"0123456789abcde"));
-        assert!(!same_secret(b"", b"x"));
-    }
 
     /// Issue 24 §8: the guard inspects the payload itself, and refuses anything but exactly `exec`
     /// and `wait` (an extra tool, a missing one, a renamed one).
@@ -907,40 +740,5 @@ mod tests {
             assert_eq!(e.code, Some(codemode::CodeModeErrorCode::InternalError));
             assert!(e.message.contains("failing closed"), "{}", e.message);
         }
-    }
-
-    #[test]
-    fn approval_requests_need_an_accepted_host_and_origin() {
-        let (hosts, origins) = allowed_hosts_and_origins("127.0.0.1:8765".parse().unwrap());
-        let headers = |pairs: &[(&'static str, &str)]| {
-            let mut h = axum::http::HeaderMap::new();
-            for (k, v) in pairs {
-                h.insert(*k, v.parse().unwrap());
-            }
-            h
-        };
-        assert!(approval_request_allowed(&headers(&[("host", "127.0.0.1:8765")]), &hosts, &origins));
-        assert!(approval_request_allowed(
-            &headers(&[("host", "localhost:8765"), ("origin", "http://localhost:8765")]),
-            &hosts,
-            &origins
-        ));
-        // A rebound name, a foreign page, no Host at all.
-        assert!(!approval_request_allowed(&headers(&[("host", "evil.example:8765")]), &hosts, &origins));
-        assert!(!approval_request_allowed(
-            &headers(&[("host", "127.0.0.1:8765"), ("origin", "http://evil.example")]),
-            &hosts,
-            &origins
-        ));
-        assert!(!approval_request_allowed(&headers(&[]), &hosts, &origins));
-    }
-
-    #[test]
-    fn loopback_hosts() {
-        let (hosts, origins) = allowed_hosts_and_origins("127.0.0.1:8765".parse().unwrap());
-        assert!(hosts.contains(&"localhost:8765".to_string()) && hosts.contains(&"127.0.0.1:8765".to_string()));
-        assert!(origins.contains(&"http://localhost:8765".to_string()));
-        let (hosts, _) = allowed_hosts_and_origins("10.1.2.3:80".parse().unwrap());
-        assert!(!hosts.iter().any(|h| h.starts_with("localhost")));
     }
 }

@@ -30,9 +30,11 @@
 pub mod audit;
 #[cfg(feature = "demo")]
 pub mod bench;
+mod builder;
 pub mod config_file;
 #[cfg(feature = "demo")]
 pub mod demo;
+mod engines;
 #[cfg(feature = "otel")]
 pub mod otel;
 mod runtime;
@@ -70,111 +72,12 @@ pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySn
 pub use runtime::{MSG_ABORTED, MSG_NOTHING_TO_RESUME, MSG_PARKED_TOO_LATE, MSG_STALLED, guest_limits};
 pub use tools::{FnTool, LocalTools, Tool, ToolHook, denial_message};
 
+use builder::BuildInputs;
+pub use builder::CodeModeBuilder;
+pub use engines::{Engines, RegisterError};
 use runtime::Inner;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-
-/// The engine registry: engines are selected by name (`tools.codeMode.runtime`, `--engine`).
-///
-/// The built-in engines are those compiled into this build by Cargo feature (`engine-wasi` →
-/// `quickjs-wasi`, `engine-quickjs` → `quickjs`). An application adds its own engine — for instance
-/// one written outside this repository against the `codemode_core::engine` contract — with
-/// [`Engines::register`]; from then on it is selected by name exactly like a built-in one. A name
-/// that is neither compiled in nor registered gives `None`, and runs fail closed with
-/// `runtime_unavailable`: there is never a silent switch to another engine.
-///
-/// ```no_run
-/// # use std::sync::Arc;
-/// # use codemode::{CodeMode, CodeModeConfig, Engines, GuestEngine};
-/// # fn my_engine() -> Arc<dyn GuestEngine> { unimplemented!() }
-/// // At start-up, before building runtimes that name it:
-/// Engines::register(my_engine()).expect("a new engine name");
-/// let mut config = CodeModeConfig::enabled();
-/// config.runtime = "my-engine".into(); // or `runtime: "my-engine"` in the config file
-/// let cm = CodeMode::builder(config).build();
-/// assert!(Engines::by_name("no-such-engine").is_none());
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct Engines;
-
-/// Why [`Engines::register`] refused an engine.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegisterError {
-    /// A built-in engine has this name (built-in engines cannot be replaced).
-    #[error("engine name `{0}` belongs to a built-in engine")]
-    BuiltIn(String),
-    /// Another engine was registered under this name.
-    #[error("an engine named `{0}` is already registered")]
-    Taken(String),
-    /// The name is empty or not made of letters, digits, `-`, `_` and `.`.
-    #[error("`{0}` is not a valid engine name (letters, digits, `-`, `_`, `.`)")]
-    BadName(String),
-}
-
-fn registered() -> &'static std::sync::RwLock<std::collections::BTreeMap<String, Arc<dyn GuestEngine>>> {
-    static REGISTERED: std::sync::OnceLock<
-        std::sync::RwLock<std::collections::BTreeMap<String, Arc<dyn GuestEngine>>>,
-    > = std::sync::OnceLock::new();
-    REGISTERED.get_or_init(Default::default)
-}
-
-impl Engines {
-    /// Names of the engines that ship with codemode, compiled in or not.
-    pub const KNOWN: [&'static str; 3] = ["quickjs-wasi", "quickjs", "boa"];
-
-    /// The engine called `name`: a built-in one compiled into this build, else a registered one;
-    /// `None` makes runs fail closed with `runtime_unavailable`.
-    pub fn by_name(name: &str) -> Option<Arc<dyn GuestEngine>> {
-        Self::built_in(name).or_else(|| registered().read().unwrap_or_else(|p| p.into_inner()).get(name).cloned())
-    }
-
-    fn built_in(name: &str) -> Option<Arc<dyn GuestEngine>> {
-        match name {
-            #[cfg(feature = "engine-wasi")]
-            codemode_engine_wasi::ENGINE_NAME => Some(Arc::new(codemode_engine_wasi::QuickJsWasiEngine::new())),
-            #[cfg(feature = "engine-quickjs")]
-            codemode_engine_quickjs::ENGINE_NAME => Some(Arc::new(codemode_engine_quickjs::QuickJsEngine::new())),
-            #[cfg(feature = "engine-boa")]
-            codemode_engine_boa::ENGINE_NAME => Some(Arc::new(codemode_engine_boa::BoaEngine::new())),
-            _ => None,
-        }
-    }
-
-    /// Registers an engine under its [`GuestEngine::name`], for the whole process. Built-in names
-    /// and names already registered are refused (an engine is never replaced behind a running
-    /// runtime's back).
-    pub fn register(engine: Arc<dyn GuestEngine>) -> Result<(), RegisterError> {
-        let name = engine.name().to_string();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-            return Err(RegisterError::BadName(name));
-        }
-        if Self::KNOWN.contains(&name.as_str()) {
-            return Err(RegisterError::BuiltIn(name));
-        }
-        let mut map = registered().write().unwrap_or_else(|p| p.into_inner());
-        if map.contains_key(&name) {
-            return Err(RegisterError::Taken(name));
-        }
-        map.insert(name, engine);
-        Ok(())
-    }
-
-    /// Names of the engines available in this process: the built-in ones compiled in, then the
-    /// registered ones.
-    pub fn compiled() -> Vec<String> {
-        Self::all().into_iter().map(|(n, _)| n).collect()
-    }
-
-    /// Every available engine with its name (built-in ones first).
-    pub fn all() -> Vec<(String, Arc<dyn GuestEngine>)> {
-        let mut out: Vec<(String, Arc<dyn GuestEngine>)> =
-            Self::KNOWN.iter().filter_map(|n| Self::built_in(n).map(|e| (n.to_string(), e))).collect();
-        let map = registered().read().unwrap_or_else(|p| p.into_inner());
-        out.extend(map.iter().map(|(n, e)| (n.clone(), e.clone())));
-        out
-    }
-}
 
 /// Cancels an `exec` / `wait` whose future is dropped before it finished (see `CodeMode::on_worker`).
 struct CancelOnDrop {
@@ -321,227 +224,6 @@ fn record_result(span: &tracing::Span, result: &CodeModeResult, learn_run_id: bo
     }
 }
 
-/// Builds a [`CodeMode`].
-pub struct CodeModeBuilder {
-    config: CodeModeConfig,
-    engine: Option<Option<Arc<dyn GuestEngine>>>,
-    local: LocalTools,
-    definitions: Vec<ToolDefinition>,
-    unavailable_mcp: Vec<(String, String)>,
-    executor: Option<Arc<dyn ToolExecutor>>,
-    hooks: Vec<Arc<dyn ToolHook>>,
-    approvals: ApprovalPolicy,
-    approver: Option<Arc<dyn Approver>>,
-    sandbox: SandboxPolicy,
-    store: Option<Arc<dyn SnapshotStore>>,
-    clock: Option<Arc<dyn Clock>>,
-    policy: Option<ToolPolicy>,
-    target: PolicyTarget,
-    namespaces: Option<Arc<dyn NamespaceRegistry>>,
-    trajectory: Option<Arc<dyn RunObserver>>,
-    redaction: Option<codemode_core::trajectory::Redaction>,
-    loops: LoopPolicy,
-}
-
-impl CodeModeBuilder {
-    /// Enforces loop detection on nested calls (`tools.loopDetection` and
-    /// `agents.list[].tools.loopDetection`, SPEC §22; off unless a configuration enables it): a
-    /// session's repeated calls without progress get a warning in the output, then are refused,
-    /// then fail the run (see [`codemode_catalog::loops`]).
-    pub fn loop_detection(mut self, policy: LoopPolicy) -> Self {
-        self.loops = policy;
-        self
-    }
-
-    /// Sends every run's trajectory records ([`RunEvent::Trace`]: each `exec` / `wait` call's start
-    /// and end, each nested call issued, parked, approved, denied, completed, failed, cancelled or
-    /// re-issued, under the call id of the `exec` / `wait` that drove it) to `sink`, e.g. an audit
-    /// log. Called on guest worker threads: hand records to a channel. Observers given to
-    /// [`CodeMode::exec_observed`] receive the same records for their call.
-    pub fn trajectory(mut self, sink: Arc<dyn RunObserver>) -> Self {
-        self.trajectory = Some(sink);
-        self
-    }
-
-    /// How inputs, results and messages are redacted in trajectory records (default:
-    /// [`Redaction::default`](codemode_core::trajectory::Redaction::default): 2 KiB per value,
-    /// secret-looking keys and this process's environment values masked).
-    pub fn redaction(mut self, redaction: codemode_core::trajectory::Redaction) -> Self {
-        self.redaction = Some(redaction);
-        self
-    }
-
-    /// Serves the namespaces of `registry` (SPEC §10): each run sees those whose backing tools its
-    /// catalog holds, as guest globals whose calls are catalog tool calls. Default: none. A
-    /// [`Namespaces`] registry is shared by cloning, so plugins may
-    /// keep registering and clearing after the runtime is built.
-    pub fn namespaces(mut self, registry: Arc<dyn NamespaceRegistry>) -> Self {
-        self.namespaces = Some(registry);
-        self
-    }
-
-    /// Uses this engine instance (instead of resolving `config.runtime`).
-    pub fn engine(mut self, engine: Arc<dyn GuestEngine>) -> Self {
-        self.engine = Some(Some(engine));
-        self
-    }
-
-    /// Uses the engine of this name; an unknown or not compiled name makes runs fail closed.
-    pub fn engine_name(mut self, name: &str) -> Self {
-        self.config.runtime = name.to_string();
-        self.engine = Some(Engines::by_name(name));
-        self
-    }
-
-    /// Adds host tools implemented in Rust (their definitions join the catalog, calls go to them).
-    pub fn local_tools(mut self, tools: LocalTools) -> Self {
-        self.local.extend(&tools);
-        self
-    }
-
-    /// Adds definitions of tools run by the host's own executor (see [`Self::executor`]).
-    pub fn tool_definitions(mut self, defs: impl IntoIterator<Item = ToolDefinition>) -> Self {
-        self.definitions.extend(defs);
-        self
-    }
-
-    /// Upstream MCP servers that are down, each with the reason (see
-    /// [`CodeMode::set_upstream`]).
-    pub fn unavailable_mcp_servers(mut self, down: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.unavailable_mcp.extend(down);
-        self
-    }
-
-    /// The host's executor for tools added with [`Self::tool_definitions`].
-    pub fn executor(mut self, executor: Arc<dyn ToolExecutor>) -> Self {
-        self.executor = Some(executor);
-        self
-    }
-
-    /// Adds a hook that sees every nested call.
-    pub fn hook(mut self, hook: Arc<dyn ToolHook>) -> Self {
-        self.hooks.push(hook);
-        self
-    }
-
-    /// Gates nested calls behind a human's approval (SPEC P5; the config file's top-level
-    /// `approvals`). A gated call goes to the [`approver`](Self::approver) if there is one, else it
-    /// parks: the run suspends with the call listed as `kind: "approval"` until
-    /// [`CodeMode::decide`] records a decision.
-    pub fn approvals(mut self, policy: ApprovalPolicy) -> Self {
-        self.approvals = policy;
-        self
-    }
-
-    /// Asks `approver` about every gated call (from the [`approvals`](Self::approvals) policy or a
-    /// hook's [`ToolHook::requires_approval`]); when it has no answer (`None`, or none within
-    /// `approvals.timeoutMs`) the call parks.
-    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
-        self.approver = Some(approver);
-        self
-    }
-
-    /// Applies the sandbox tool policy (`tools.sandbox.tools`, `tools.elevated`,
-    /// `agents.list[].tools.elevated`) to nested calls of runs whose caller is sandboxed
-    /// ([`RunContext::sandboxed`]). Runs of callers that are not sandboxed are not affected.
-    pub fn sandbox(mut self, policy: SandboxPolicy) -> Self {
-        self.sandbox = policy;
-        self
-    }
-
-    /// Uses this snapshot store (default: a new [`MemorySnapshotStore`]).
-    pub fn store(mut self, store: Arc<dyn SnapshotStore>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
-    /// Applies a tool policy (SPEC §22) to every tool before the catalog is built, for the agent,
-    /// provider and model set with [`Self::policy_target`] (none by default). Build one runtime per
-    /// agent/provider when their policies differ.
-    pub fn policy(mut self, policy: ToolPolicy) -> Self {
-        self.policy = Some(policy);
-        self
-    }
-
-    /// Applies a configuration file as the `codemode` command does: `tools.codeMode` (this
-    /// builder's configuration), the tool policy, the approval policy, the sandbox tool policy, loop
-    /// detection, and the file's declared namespaces, registered into `namespaces` next to whatever
-    /// plugins registered there (and used as this runtime's registry). An embedder gets exactly the
-    /// semantics of the CLI. A declared namespace that clashes with a registered one is an error
-    /// naming `namespaces`. (`mcpServers` is for `codemode-mcp`, which connects them.)
-    pub fn config_file(
-        mut self,
-        file: &config_file::ConfigFile,
-        namespaces: Namespaces,
-    ) -> Result<Self, codemode_core::ConfigError> {
-        file.register_namespaces(&namespaces)?;
-        // An engine chosen on this builder before keeps its choice; otherwise the file's `runtime`.
-        let chosen = self.engine.is_some().then(|| self.config.runtime.clone());
-        self.config = file.code_mode.clone();
-        if let Some(runtime) = chosen {
-            self.config.runtime = runtime;
-        }
-        Ok(self
-            .policy(file.policy.clone())
-            .approvals(file.approvals.clone())
-            .sandbox(file.sandbox.clone())
-            .loop_detection(file.loops.clone())
-            .namespaces(Arc::new(namespaces)))
-    }
-
-    /// Selects the agent's overrides (`agents.list[].tools`) and the `tools.byProvider` entry the
-    /// policy applies.
-    pub fn policy_target(mut self, target: PolicyTarget) -> Self {
-        self.target = target;
-        self
-    }
-
-    /// Uses this clock for expiry times (share it with the store; tests use a
-    /// [`ManualClock`](codemode_snapshot::ManualClock)).
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// Builds the runtime.
-    pub fn build(self) -> CodeMode {
-        let engine = self.engine.unwrap_or_else(|| Engines::by_name(&self.config.runtime));
-        let local_defs = self.local.definitions();
-        let local_ids = local_defs.iter().map(ToolDefinition::id).collect();
-        let extra = Arc::new(BuildInputs {
-            local_defs,
-            policy: self.policy,
-            target: self.target,
-            host: std::sync::RwLock::new((Vec::new(), Vec::new())),
-        });
-        *extra.host.write().unwrap_or_else(|p| p.into_inner()) = (self.definitions, self.unavailable_mcp);
-        let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
-        let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
-        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        CodeMode {
-            inner: Arc::new(Inner::new(
-                self.config,
-                engine,
-                extra.clone(),
-                executor,
-                runtime::CallGates {
-                    loops: self.loops,
-                    namespaces: self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
-                    trajectory: self.trajectory,
-                    redaction: self.redaction.unwrap_or_default(),
-                    hooks: self.hooks,
-                    approvals: self.approvals,
-                    approver: self.approver,
-                    sandbox: self.sandbox,
-                },
-                store,
-                clock,
-            )),
-            extra,
-        }
-    }
-}
-
 /// The code-mode runtime: `exec` and `wait` (SPEC §5).
 ///
 /// Cheap to clone; clones share suspended runs.
@@ -549,67 +231,6 @@ impl CodeModeBuilder {
 pub struct CodeMode {
     inner: Arc<Inner>,
     extra: Arc<BuildInputs>,
-}
-
-/// What building a catalog needs: the local tools, the policy and the runtime's default target,
-/// and the current host tools (kept for `set_host_tools` and for the catalogs of other targets).
-pub(crate) struct BuildInputs {
-    local_defs: Vec<ToolDefinition>,
-    policy: Option<ToolPolicy>,
-    target: PolicyTarget,
-    /// The host-executed tools and the upstream servers that are down, as last set.
-    host: std::sync::RwLock<HostTools>,
-}
-
-/// Host-executed tool definitions, and the upstream MCP servers that are down with the reason.
-type HostTools = (Vec<ToolDefinition>, Vec<(String, String)>);
-
-impl BuildInputs {
-    /// The catalog of the local tools plus `host` tools, after the policy for the default target;
-    /// remembers `host` and `down` for later catalogs.
-    fn catalog(&self, host: Vec<ToolDefinition>, down: Vec<(String, String)>) -> Catalog {
-        *self.host.write().unwrap_or_else(|p| p.into_inner()) = (host, down);
-        self.catalog_for(&self.target)
-    }
-
-    /// Whether runs of different agents, providers or models may see different catalogs.
-    pub(crate) fn has_policy(&self) -> bool {
-        self.policy.is_some()
-    }
-
-    /// The target of a run: the context's agent, provider and model, each falling back to the
-    /// runtime's default target.
-    pub(crate) fn target_of(&self, ctx: &RunContext) -> PolicyTarget {
-        PolicyTarget {
-            agent: ctx.scope.agent_id.clone().or_else(|| self.target.agent.clone()),
-            provider: ctx.provider.clone().or_else(|| self.target.provider.clone()),
-            model: ctx.model.clone().or_else(|| self.target.model.clone()),
-        }
-    }
-
-    /// The runtime's default target.
-    pub(crate) fn default_target(&self) -> &PolicyTarget {
-        &self.target
-    }
-
-    /// The catalog of the local and current host tools, after the policy for `target`.
-    pub(crate) fn catalog_for(&self, target: &PolicyTarget) -> Catalog {
-        let (host, down) = self.host.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut defs = self.local_defs.clone();
-        defs.extend(host);
-        if let Some(policy) = &self.policy {
-            let outcome = policy.apply(defs, target.context());
-            for w in &outcome.warnings {
-                tracing::warn!("{w}");
-            }
-            defs = outcome.kept;
-        }
-        let catalog = Catalog::build(defs).with_unavailable_mcp_servers(down);
-        for id in catalog.dropped() {
-            tracing::warn!(%id, "a second tool with the same catalog id was left out");
-        }
-        catalog
-    }
 }
 
 impl std::fmt::Debug for CodeMode {
@@ -625,26 +246,7 @@ impl std::fmt::Debug for CodeMode {
 impl CodeMode {
     /// Starts building a runtime with `config`.
     pub fn builder(config: CodeModeConfig) -> CodeModeBuilder {
-        CodeModeBuilder {
-            config,
-            engine: None,
-            local: LocalTools::new(),
-            definitions: Vec::new(),
-            unavailable_mcp: Vec::new(),
-            executor: None,
-            hooks: Vec::new(),
-            approvals: ApprovalPolicy::default(),
-            approver: None,
-            sandbox: SandboxPolicy::default(),
-            store: None,
-            clock: None,
-            policy: None,
-            target: PolicyTarget::default(),
-            namespaces: None,
-            trajectory: None,
-            redaction: None,
-            loops: LoopPolicy::default(),
-        }
+        CodeModeBuilder::new(config)
     }
 
     /// Runs one cell (SPEC §5.1). Never panics on hostile input; every problem is a `failed` result.
