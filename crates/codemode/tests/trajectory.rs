@@ -393,8 +393,9 @@ fn a_cancelled_exec_closes_its_control_record() {
         .build();
     let dropped = rt.block_on(async {
         tokio::time::timeout(
-            std::time::Duration::from_millis(300),
-            cm.exec(&call_ctx("cancelled-1"), &CodeModeExecInput::code("return await tools.demo_sleep({ ms: 3000 })")),
+            // Long enough for the nested call to start even on a loaded machine, well before it ends.
+            std::time::Duration::from_millis(1_500),
+            cm.exec(&call_ctx("cancelled-1"), &CodeModeExecInput::code("return await tools.demo_sleep({ ms: 4000 })")),
         )
         .await
     });
