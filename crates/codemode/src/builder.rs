@@ -73,7 +73,7 @@ impl CodeModeBuilder {
         self
     }
 
-    /// Sends every run's trajectory records ([`RunEvent::Trace`]: each `exec` / `wait` call's start
+    /// Sends every run's trajectory records ([`RunEvent::Trace`](codemode_core::executor::RunEvent::Trace): each `exec` / `wait` call's start
     /// and end, each nested call issued, parked, approved, denied, completed, failed, cancelled or
     /// re-issued, under the call id of the `exec` / `wait` that drove it) to `sink`, e.g. an audit
     /// log. Called on guest worker threads: hand records to a channel. Observers given to

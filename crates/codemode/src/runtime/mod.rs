@@ -15,13 +15,27 @@
 //! switch. Only calls that really wait are spawned on the tokio runtime; their results come back
 //! through a channel.
 //!
-//! The module is split by concern: this file holds the run state and the exec/wait/drive loop;
-//! `calls` the nested calls (starting, collecting, handing over between processes); `dispatch` the
-//! answer to each typed guest request; `suspend` the three ways a call ends (completed, failed,
-//! suspended into the store).
+//! # Map of the types
+//!
+//! - [`Inner`] — the runtime behind every `CodeMode` clone: configuration, engine, the default
+//!   catalog and the per-target catalogs (a policy per run), the gates of nested calls, the store,
+//!   the process-local state of suspended runs ([`Inflight`]) and the runs being driven now.
+//! - [`RunCatalog`] — a catalog plus the boot data its runs start with (`run.rs` holds the run).
+//! - [`Run`] (`run.rs`) — one run while an `exec` / `wait` holds it: catalog, namespaces,
+//!   outstanding requests, ready results, telemetry, trajectory target ([`TraceTarget`]).
+//! - `Call` — the budget and output of one `exec` / `wait` call (deadline, output bytes, cancel flag).
+//! - [`CallGates`] — what every nested call passes besides the executor (loop detection,
+//!   namespaces, trajectory, hooks, approvals, sandbox).
+//! - `NestedCalls` (`calls.rs`) — the nested calls of a run still executing on the host.
+//!
+//! The code is split by concern: this file holds the exec/wait/drive loop and the lifecycle
+//! (sweep, abort); `run` the run state; `calls` the nested calls (starting, collecting, handing
+//! over between processes); `dispatch` the answer to each typed guest request; `suspend` the three
+//! ways a call ends (completed, failed, suspended into the store).
 
 mod calls;
 mod dispatch;
+mod run;
 mod suspend;
 
 use crate::tools::{Gate, Gated, ToolHook, run_gated};
@@ -52,6 +66,7 @@ use codemode_core::store::{PendingRequest, SnapshotStore, StoreError, SuspendedR
 use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
 use codemode_core::trajectory::{CallOutcome, Redaction, TraceRecord, TranscriptEntry};
 use codemode_snapshot::Clock;
+use run::Run;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -206,35 +221,6 @@ const MAX_TARGET_CATALOGS: usize = 256;
 /// it (stores refuse expired runs at checkout and purge them before the capacity check of `put`).
 const SWEEP_INTERVAL_MS: u64 = 1_000;
 
-/// One run while an `exec` or `wait` call holds it.
-struct Run {
-    id: RunId,
-    context: RunContext,
-    catalog: Arc<Catalog>,
-    /// The catalog data the guest pulls on demand (`ALL_TOOLS`, `tools.<name>`, `API`, `MCP`).
-    source: Arc<dyn BootSource>,
-    /// The run's namespaces and how their calls resolve (SPEC §10).
-    namespaces: Arc<dyn RunNamespaces>,
-    restart_safe: bool,
-    telemetry: CodeModeTelemetry,
-    pending: BTreeMap<RequestId, PendingRequest>,
-    ready: Vec<Delivery>,
-    calls: NestedCalls,
-    created_at_ms: u64,
-    stored: bool,
-    /// Maps error positions back to the cell's own source.
-    positions: CellPositions,
-    /// Who watches this call's events (not kept across suspensions: each call brings its own).
-    observer: Option<Arc<dyn RunObserver>>,
-    /// The trajectory of the current `exec` / `wait` call: its call id, its tool, where records go
-    /// besides the observer (the runtime's trajectory sink) and how values are redacted.
-    trace: TraceTarget,
-    /// The session's loop-detection history (when loop detection is on for the run's agent).
-    loops: Option<(codemode_catalog::loops::LoopConfig, Arc<Mutex<History>>)>,
-    /// Loop-detection warnings not yet added to the call's output.
-    loop_warnings: Vec<String>,
-}
-
 /// Most sessions whose loop-detection history is kept. Prevents: a stream of one-off sessions
 /// growing the map without bound (an arbitrary session's history is dropped to make room).
 const MAX_LOOP_SESSIONS: usize = 4_096;
@@ -301,137 +287,6 @@ enum Next {
     Finished(Finished),
     Deadline,
     Cancelled,
-}
-
-impl Run {
-    fn accept(&mut self, f: Finished) {
-        let (d, denied) = match f {
-            Finished::Settled(d) => (d, false),
-            Finished::Denied(d) => (d, true),
-            Finished::Parked(id) => {
-                let traced = self.traced();
-                if let Some(p) = self.pending.get_mut(&id) {
-                    p.awaiting_approval = true;
-                    let tool_id = p.tool_id.clone().unwrap_or_default();
-                    // The input is copied only when a record is made (not on the plain path).
-                    let record = traced.then(|| (p.issued_at_ms, p.request.tool_input().cloned()));
-                    if let Some((issued, input)) = record {
-                        self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
-                    }
-                    self.emit(|| RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
-                }
-                return;
-            }
-        };
-        if let Some(p) = self.pending.remove(&d.id)
-            && p.kind().is_tool_call()
-        {
-            if d.outcome.is_err() {
-                self.telemetry.failed_call_count += 1;
-            }
-            let tool_id = p.tool_id.unwrap_or_default();
-            if let (Some((_, history)), Ok(v)) = (&self.loops, &d.outcome) {
-                history.lock().unwrap_or_else(|p| p.into_inner()).record_output(loop_key(&self.id, d.id), v);
-            }
-            if self.traced() {
-                let (outcome, result, error) = match &d.outcome {
-                    Ok(v) => (CallOutcome::Completed, Some(v), None),
-                    Err(e) => {
-                        (if denied { CallOutcome::Denied } else { CallOutcome::Failed }, None, Some(e.message.as_str()))
-                    }
-                };
-                self.entry(d.id, &tool_id, outcome, Some(p.issued_at_ms), None, result, error);
-            }
-            self.emit(|| RunEvent::CallFinished {
-                run_id: self.id.to_string(),
-                request_id: d.id,
-                tool_id,
-                ok: d.outcome.is_ok(),
-            });
-        }
-        self.ready.push(d);
-    }
-
-    /// Sends an event to the run's observer. The event is built only when there is one (the
-    /// nested-call path would otherwise copy ids into events nobody receives).
-    fn emit(&self, event: impl FnOnce() -> RunEvent) {
-        if let Some(o) = &self.observer {
-            o.on_event(event());
-        }
-    }
-
-    /// Whether anyone receives trajectory records (building them is skipped otherwise).
-    fn traced(&self) -> bool {
-        self.observer.is_some() || self.trace.sink.is_some()
-    }
-
-    /// Emits a nested-call transcript entry under the call driving the run.
-    #[allow(clippy::too_many_arguments)]
-    fn entry(
-        &self,
-        request_id: RequestId,
-        tool_id: &str,
-        outcome: CallOutcome,
-        issued_at_ms: Option<u64>,
-        input: Option<&Value>,
-        result: Option<&Value>,
-        error: Option<&str>,
-    ) {
-        let t = &self.trace;
-        let at_ms = t.clock.now_ms();
-        let record = TraceRecord::Nested(TranscriptEntry {
-            parent_tool_call_id: t.parent.clone(),
-            parent_tool: t.parent_tool.to_string(),
-            run_id: self.id.to_string(),
-            request_id,
-            tool_id: tool_id.to_string(),
-            outcome,
-            at_ms,
-            duration_ms: issued_at_ms.map(|i| at_ms.saturating_sub(i)),
-            input: input.map(|v| t.redaction.value(v)),
-            result: result.map(|v| t.redaction.value(v)),
-            error: error.map(|e| t.redaction.message(e)),
-        });
-        if let Some(sink) = &t.sink {
-            sink.on_event(RunEvent::Trace(Box::new(record.clone())));
-        }
-        self.emit(|| RunEvent::Trace(Box::new(record)));
-    }
-
-    /// Emits a `cancelled` entry for every nested call still outstanding (the run is aborted).
-    fn trace_cancelled(&self) {
-        if !self.traced() {
-            return;
-        }
-        for p in self.pending.values().filter(|p| p.kind().is_tool_call()) {
-            let tool_id = p.tool_id.clone().unwrap_or_default();
-            self.entry(p.id, &tool_id, CallOutcome::Cancelled, Some(p.issued_at_ms), None, None, Some(MSG_ABORTED));
-        }
-    }
-
-    /// Calls parked until a human decides.
-    fn parked(&self) -> usize {
-        self.pending.values().filter(|p| p.awaiting_approval).count()
-    }
-
-    fn collect_finished(&mut self) {
-        while let Some(d) = self.calls.try_next() {
-            self.accept(d);
-        }
-    }
-
-    fn pending_tool_calls(&self, now: u64) -> Vec<CodeModePendingToolCall> {
-        self.pending
-            .values()
-            .filter(|p| p.kind().is_tool_call())
-            .map(|p| CodeModePendingToolCall {
-                request_id: p.id,
-                kind: if p.awaiting_approval { PendingCallKind::Approval } else { PendingCallKind::running(p.kind()) },
-                tool_id: p.tool_id.clone().unwrap_or_default(),
-                elapsed_ms: now.saturating_sub(p.issued_at_ms),
-            })
-            .collect()
-    }
 }
 
 /// How [`Inner::drive_steps`] ended.

@@ -1,0 +1,165 @@
+//! [`Run`]: one run while an `exec` or `wait` call holds it — its catalog, namespaces, outstanding
+//! requests and ready results, telemetry and trajectory target — and what happens to it as nested
+//! calls settle or park.
+
+use super::*;
+
+/// One run while an `exec` or `wait` call holds it.
+pub(super) struct Run {
+    pub(super) id: RunId,
+    pub(super) context: RunContext,
+    pub(super) catalog: Arc<Catalog>,
+    /// The catalog data the guest pulls on demand (`ALL_TOOLS`, `tools.<name>`, `API`, `MCP`).
+    pub(super) source: Arc<dyn BootSource>,
+    /// The run's namespaces and how their calls resolve (SPEC §10).
+    pub(super) namespaces: Arc<dyn RunNamespaces>,
+    pub(super) restart_safe: bool,
+    pub(super) telemetry: CodeModeTelemetry,
+    pub(super) pending: BTreeMap<RequestId, PendingRequest>,
+    pub(super) ready: Vec<Delivery>,
+    pub(super) calls: NestedCalls,
+    pub(super) created_at_ms: u64,
+    pub(super) stored: bool,
+    /// Maps error positions back to the cell's own source.
+    pub(super) positions: CellPositions,
+    /// Who watches this call's events (not kept across suspensions: each call brings its own).
+    pub(super) observer: Option<Arc<dyn RunObserver>>,
+    /// The trajectory of the current `exec` / `wait` call: its call id, its tool, where records go
+    /// besides the observer (the runtime's trajectory sink) and how values are redacted.
+    pub(super) trace: TraceTarget,
+    /// The session's loop-detection history (when loop detection is on for the run's agent).
+    pub(super) loops: Option<(codemode_catalog::loops::LoopConfig, Arc<Mutex<History>>)>,
+    /// Loop-detection warnings not yet added to the call's output.
+    pub(super) loop_warnings: Vec<String>,
+}
+
+impl Run {
+    pub(super) fn accept(&mut self, f: Finished) {
+        let (d, denied) = match f {
+            Finished::Settled(d) => (d, false),
+            Finished::Denied(d) => (d, true),
+            Finished::Parked(id) => {
+                let traced = self.traced();
+                if let Some(p) = self.pending.get_mut(&id) {
+                    p.awaiting_approval = true;
+                    let tool_id = p.tool_id.clone().unwrap_or_default();
+                    // The input is copied only when a record is made (not on the plain path).
+                    let record = traced.then(|| (p.issued_at_ms, p.request.tool_input().cloned()));
+                    if let Some((issued, input)) = record {
+                        self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
+                    }
+                    self.emit(|| RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
+                }
+                return;
+            }
+        };
+        if let Some(p) = self.pending.remove(&d.id)
+            && p.kind().is_tool_call()
+        {
+            if d.outcome.is_err() {
+                self.telemetry.failed_call_count += 1;
+            }
+            let tool_id = p.tool_id.unwrap_or_default();
+            if let (Some((_, history)), Ok(v)) = (&self.loops, &d.outcome) {
+                history.lock().unwrap_or_else(|p| p.into_inner()).record_output(loop_key(&self.id, d.id), v);
+            }
+            if self.traced() {
+                let (outcome, result, error) = match &d.outcome {
+                    Ok(v) => (CallOutcome::Completed, Some(v), None),
+                    Err(e) => {
+                        (if denied { CallOutcome::Denied } else { CallOutcome::Failed }, None, Some(e.message.as_str()))
+                    }
+                };
+                self.entry(d.id, &tool_id, outcome, Some(p.issued_at_ms), None, result, error);
+            }
+            self.emit(|| RunEvent::CallFinished {
+                run_id: self.id.to_string(),
+                request_id: d.id,
+                tool_id,
+                ok: d.outcome.is_ok(),
+            });
+        }
+        self.ready.push(d);
+    }
+
+    /// Sends an event to the run's observer. The event is built only when there is one (the
+    /// nested-call path would otherwise copy ids into events nobody receives).
+    pub(super) fn emit(&self, event: impl FnOnce() -> RunEvent) {
+        if let Some(o) = &self.observer {
+            o.on_event(event());
+        }
+    }
+
+    /// Whether anyone receives trajectory records (building them is skipped otherwise).
+    pub(super) fn traced(&self) -> bool {
+        self.observer.is_some() || self.trace.sink.is_some()
+    }
+
+    /// Emits a nested-call transcript entry under the call driving the run.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn entry(
+        &self,
+        request_id: RequestId,
+        tool_id: &str,
+        outcome: CallOutcome,
+        issued_at_ms: Option<u64>,
+        input: Option<&Value>,
+        result: Option<&Value>,
+        error: Option<&str>,
+    ) {
+        let t = &self.trace;
+        let at_ms = t.clock.now_ms();
+        let record = TraceRecord::Nested(TranscriptEntry {
+            parent_tool_call_id: t.parent.clone(),
+            parent_tool: t.parent_tool.to_string(),
+            run_id: self.id.to_string(),
+            request_id,
+            tool_id: tool_id.to_string(),
+            outcome,
+            at_ms,
+            duration_ms: issued_at_ms.map(|i| at_ms.saturating_sub(i)),
+            input: input.map(|v| t.redaction.value(v)),
+            result: result.map(|v| t.redaction.value(v)),
+            error: error.map(|e| t.redaction.message(e)),
+        });
+        if let Some(sink) = &t.sink {
+            sink.on_event(RunEvent::Trace(Box::new(record.clone())));
+        }
+        self.emit(|| RunEvent::Trace(Box::new(record)));
+    }
+
+    /// Emits a `cancelled` entry for every nested call still outstanding (the run is aborted).
+    pub(super) fn trace_cancelled(&self) {
+        if !self.traced() {
+            return;
+        }
+        for p in self.pending.values().filter(|p| p.kind().is_tool_call()) {
+            let tool_id = p.tool_id.clone().unwrap_or_default();
+            self.entry(p.id, &tool_id, CallOutcome::Cancelled, Some(p.issued_at_ms), None, None, Some(MSG_ABORTED));
+        }
+    }
+
+    /// Calls parked until a human decides.
+    pub(super) fn parked(&self) -> usize {
+        self.pending.values().filter(|p| p.awaiting_approval).count()
+    }
+
+    pub(super) fn collect_finished(&mut self) {
+        while let Some(d) = self.calls.try_next() {
+            self.accept(d);
+        }
+    }
+
+    pub(super) fn pending_tool_calls(&self, now: u64) -> Vec<CodeModePendingToolCall> {
+        self.pending
+            .values()
+            .filter(|p| p.kind().is_tool_call())
+            .map(|p| CodeModePendingToolCall {
+                request_id: p.id,
+                kind: if p.awaiting_approval { PendingCallKind::Approval } else { PendingCallKind::running(p.kind()) },
+                tool_id: p.tool_id.clone().unwrap_or_default(),
+                elapsed_ms: now.saturating_sub(p.issued_at_ms),
+            })
+            .collect()
+    }
+}
