@@ -44,27 +44,11 @@ impl Inner {
                         self.tool_request(rt, run, id, request)?;
                     }
                     Err(e) => {
-                        run.telemetry.failed_call_count += 1;
-                        let message = e.to_string();
                         // The attempt is recorded (issue 23 §6): a forged namespace path leaves an
                         // audit record, while the guest sees only the refusal.
-                        if run.traced() {
-                            let target = format!("namespace:{namespace}:{path}");
-                            let args = Value::Array(args);
-                            run.entry(
-                                id,
-                                &target,
-                                CallOutcome::Denied,
-                                Some(self.now_ms()),
-                                Some(&args),
-                                None,
-                                Some(&message),
-                            );
-                        }
-                        run.ready.push(Delivery {
-                            id,
-                            outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)),
-                        });
+                        let target = format!("namespace:{namespace}:{path}");
+                        let err = guest_error(CodeModeErrorCode::NestedToolFailed, e.to_string());
+                        run.refuse(id, &target, Some(&Value::Array(args)), err);
                     }
                 }
             }
@@ -123,14 +107,9 @@ impl Inner {
             Ok(found) => found,
             Err((tool_id, err)) => {
                 run.telemetry.record_call(&tool_id);
-                run.telemetry.failed_call_count += 1;
                 // Unknown, denied and hidden ids are recorded as `denied` attempts (issue 23 §6);
                 // the guest's answer is the same for all of them, so a guessed id reveals nothing.
-                if run.traced() {
-                    let now = Some(self.now_ms());
-                    run.entry(id, &tool_id, CallOutcome::Denied, now, request.tool_input(), None, Some(&err.message));
-                }
-                run.ready.push(Delivery { id, outcome: Err(err) });
+                run.refuse(id, &tool_id, request.tool_input(), err);
                 return Ok(());
             }
         };
@@ -143,12 +122,7 @@ impl Inner {
             None
         };
         if let Some(msg) = refusal {
-            run.telemetry.failed_call_count += 1;
-            if run.traced() {
-                let now = Some(self.now_ms());
-                run.entry(id, &tool.id, CallOutcome::Denied, now, request.tool_input(), None, Some(&msg));
-            }
-            run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, msg)) });
+            run.refuse(id, &tool.id, request.tool_input(), guest_error(CodeModeErrorCode::NestedToolFailed, msg));
             return Ok(());
         }
         if let Some((config, history)) = &run.loops {
@@ -163,12 +137,8 @@ impl Inner {
                 }
                 Verdict::Critical(m) => {
                     tracing::warn!(run = %run.id, tool = %tool.id, "{m}");
-                    run.telemetry.failed_call_count += 1;
-                    if run.traced() {
-                        let now = Some(self.now_ms());
-                        run.entry(id, &tool.id, CallOutcome::Denied, now, Some(input), None, Some(&m));
-                    }
-                    run.ready.push(Delivery { id, outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, m)) });
+                    let err = guest_error(CodeModeErrorCode::NestedToolFailed, m);
+                    run.refuse(id, &tool.id, Some(input), err);
                     return Ok(());
                 }
                 Verdict::Breaker(m) => {

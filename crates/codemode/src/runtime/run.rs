@@ -128,6 +128,19 @@ impl Run {
         self.emit(|| RunEvent::Trace(Box::new(record)));
     }
 
+    /// Refuses a nested call before it starts — the one refusal path of the checks a call meets
+    /// before it runs (unknown or hidden id, forged namespace path, a tool that cannot run here,
+    /// `restartSafe`, loop detection): the guest gets `err`, the trajectory a `denied` entry with the
+    /// reason, the telemetry one failed call.
+    pub(super) fn refuse(&mut self, id: RequestId, tool_id: &str, input: Option<&Value>, err: GuestError) {
+        self.telemetry.failed_call_count += 1;
+        if self.traced() {
+            let now = Some(self.trace.clock.now_ms());
+            self.entry(id, tool_id, CallOutcome::Denied, now, input, None, Some(&err.message));
+        }
+        self.ready.push(Delivery { id, outcome: Err(err) });
+    }
+
     /// Emits a `cancelled` entry for every nested call still outstanding (the run is aborted).
     pub(super) fn trace_cancelled(&self) {
         if !self.traced() {
