@@ -204,3 +204,89 @@ async fn the_builder_applies_a_config_file_as_the_cli_does() {
     let e = CodeMode::builder(CodeModeConfig::enabled()).config_file(&other, taken).err().unwrap();
     assert_eq!(e.path, "namespaces");
 }
+
+/// The order of the checks a nested call passes (issue 24 §2; the README's security model lists
+/// it): resolution in the run's catalog → runnable / `restartSafe` → loop detection → pending limit
+/// → sandbox policy → `before_tool_call` hooks → the approval gate → the tool → `after_tool_call`
+/// hooks → the output contract. A call refused by an earlier check never reaches a later one: the hooks and the approver
+/// never see it, and it is recorded as `denied`; an approval is asked after the hooks and before
+/// the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_calls_meet_their_checks_in_the_documented_order() {
+    use codemode::{ApprovalDecision, ApprovalRequest, Approver, NestedToolCall, ToolError, ToolHook, ToolResult};
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<String>>);
+    struct Hook(Arc<Seen>);
+    #[async_trait::async_trait]
+    impl ToolHook for Hook {
+        async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {
+            self.0.0.lock().unwrap().push(format!("before {}", call.tool_id));
+            Ok(())
+        }
+        async fn after_tool_call(&self, call: &NestedToolCall, _: &mut Result<ToolResult, ToolError>) {
+            self.0.0.lock().unwrap().push(format!("after {}", call.tool_id));
+        }
+    }
+    struct Asker(Arc<Seen>);
+    #[async_trait::async_trait]
+    impl Approver for Asker {
+        async fn decide(&self, request: &ApprovalRequest) -> Option<ApprovalDecision> {
+            self.0.0.lock().unwrap().push(format!("approve {}", request.tool_id));
+            Some(ApprovalDecision::Approve)
+        }
+    }
+    let seen = Arc::new(Seen::default());
+    let mut tools = codemode::LocalTools::new();
+    let log = seen.clone();
+    let def = codemode::ToolDefinition::new(codemode::ToolSource::Plugin, "order", "pay");
+    tools.add(Arc::new(codemode::FnTool::new(def, move |_| {
+        let log = log.clone();
+        async move {
+            log.0.lock().unwrap().push("tool plugin:order:pay".into());
+            Ok(ToolResult::value(json!("paid")))
+        }
+    })));
+    let echo = codemode::ToolDefinition::new(codemode::ToolSource::Plugin, "order", "echo").read_only();
+    tools.add(Arc::new(codemode::FnTool::new(echo, |input| async move { Ok(ToolResult::value(input)) })));
+    let cm = CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name("quickjs")
+        .local_tools(tools)
+        .hook(Arc::new(Hook(seen.clone())))
+        .approvals(codemode::ApprovalPolicy::require(["plugin:order:pay"]))
+        .approver(Arc::new(Asker(seen.clone())))
+        .sandbox(codemode::SandboxPolicy::from_document(&json!({ "tools": { "sandbox": { "tools": { "deny": ["pay"] } } } })).unwrap())
+        .loop_detection(codemode::LoopPolicy::from_document(&json!({ "tools": { "loopDetection": { "enabled": true, "warningThreshold": 1, "criticalThreshold": 2, "globalCircuitBreakerThreshold": 9 } } })).unwrap())
+        .build();
+    // 1. The whole path of an allowed, gated call: hooks before, then the approval, the tool, hooks after.
+    let r = cm.exec(&ctx(None, None), &CodeModeExecInput::code("return await tools.pay({})")).await;
+    assert_eq!(r.to_json()["value"], "paid", "{}", r.to_json());
+    assert_eq!(
+        std::mem::take(&mut *seen.0.lock().unwrap()),
+        ["before plugin:order:pay", "approve plugin:order:pay", "tool plugin:order:pay", "after plugin:order:pay"]
+    );
+    // 2. Refused before the hooks: an unknown id, the sandbox policy, loop detection.
+    let sandboxed = RunContext { sandboxed: true, ..ctx(None, None) };
+    let refused = cm
+        .exec(
+            &sandboxed,
+            &CodeModeExecInput::code(
+                "const out = [];
+                 for (const f of [() => tools.callValue('plugin:order:nope', {}), () => tools.pay({}),
+                                  () => tools.echo({ a: 1 }), () => tools.echo({ a: 1 })]) {
+                   try { await f(); out.push('ok'); } catch (e) { out.push(e.code); }
+                 }
+                 return out;",
+            ),
+        )
+        .await;
+    assert_eq!(
+        refused.to_json()["value"],
+        json!(["nested_tool_failed", "nested_tool_failed", "ok", "nested_tool_failed"]),
+        "{}",
+        refused.to_json()
+    );
+    // Only the one echo call that passed every check reached the hooks; nothing reached the approver.
+    assert_eq!(std::mem::take(&mut *seen.0.lock().unwrap()), ["before plugin:order:echo", "after plugin:order:echo"]);
+}
