@@ -208,9 +208,9 @@ async fn the_builder_applies_a_config_file_as_the_cli_does() {
 /// The order of the checks a nested call passes (issue 24 §2; the README's security model lists
 /// it): resolution in the run's catalog → runnable / `restartSafe` → loop detection → pending limit
 /// → sandbox policy → `before_tool_call` hooks → the approval gate → the tool → `after_tool_call`
-/// hooks → the output contract. A call refused by an earlier check never reaches a later one: the hooks and the approver
-/// never see it, and it is recorded as `denied`; an approval is asked after the hooks and before
-/// the tool.
+/// hooks → the output contract. A call refused by an earlier check never reaches a later one (the
+/// hooks and the approver never see it); an approval is asked after the hooks and before the tool.
+/// (That such refusals are `denied` trajectory entries is tested in `hooks.rs` and `loops.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_calls_meet_their_checks_in_the_documented_order() {
     use codemode::{ApprovalDecision, ApprovalRequest, Approver, NestedToolCall, ToolError, ToolHook, ToolResult};
