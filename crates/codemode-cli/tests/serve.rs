@@ -124,23 +124,22 @@ fn which(cmd: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("`{cmd}` is not on PATH: install Node.js (scripts/setup.sh needs it too)"))
 }
 
+/// Writes `config` into a fresh directory and runs `tests/e2e/<script>` against `codemode serve`
+/// over `transport` with it (and a snapshot directory), expecting `ok: <what> <transport>`.
+fn serve_script(script: &str, name: &str, transport: &str, config: &str, ok: &str) {
+    let dir = tempdir(&format!("{name}-{transport}"));
+    let file = dir.join("codemode.json5");
+    std::fs::write(&file, config).unwrap();
+    let snapdir = dir.join("runs");
+    run_python(script, &[file.as_os_str(), snapdir.as_os_str(), transport.as_ref()], &format!("{ok} {transport}"));
+}
+
 /// Issue 11 §2–§4: approvals through `codemode serve` — MCP elicitation (accept, decline, cancel, no
 /// answer in time), `codemode approve` from another process, the HTTP endpoint — plus cancellation
 /// and progress, with Python's `mcp` client.
 fn human_in_the_loop(transport: &str) {
-    let dir = tempdir(&format!("approvals-{transport}"));
-    let config = dir.join("codemode.json5");
-    std::fs::write(
-        &config,
-        "{ tools: { codeMode: { enabled: true, timeoutMs: 2000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 600 } }\n",
-    )
-    .unwrap();
-    let snapdir = dir.join("runs");
-    run_python(
-        "human_in_the_loop.py",
-        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
-        &format!("ok: human in the loop {transport}"),
-    );
+    let config = "{ tools: { codeMode: { enabled: true, timeoutMs: 2000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 600 } }\n";
+    serve_script("human_in_the_loop.py", "approvals", transport, config, "ok: human in the loop");
 }
 
 #[test]
@@ -159,19 +158,8 @@ fn human_in_the_loop_through_serve_over_streamable_http() {
 /// `elicitation/create`); over HTTP a run belongs to the client's credentials, not to a request.
 /// The config also carries another program's key (`theme`), ignored with a warning (issue 23 §12).
 fn modern_clients(transport: &str) {
-    let dir = tempdir(&format!("modern-{transport}"));
-    let config = dir.join("codemode.json5");
-    std::fs::write(
-        &config,
-        "{ theme: 'dark', tools: { codeMode: { enabled: true, timeoutMs: 1000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 5000 } }\n",
-    )
-    .unwrap();
-    let snapdir = dir.join("runs");
-    run_python(
-        "modern_clients.py",
-        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
-        &format!("ok: modern clients over {transport}"),
-    );
+    let config = "{ theme: 'dark', tools: { codeMode: { enabled: true, timeoutMs: 1000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 5000 } }\n";
+    serve_script("modern_clients.py", "modern", transport, config, "ok: modern clients over");
 }
 
 #[test]
@@ -188,15 +176,8 @@ fn modern_and_legacy_mcp_clients_over_streamable_http() {
 /// sessionless 2026-07-28 protocol) driven by PydanticAI's scripted `FunctionModel`: `exec` suspends
 /// on a slow tool, `wait` resumes it, and the agent's answer uses the run's value.
 fn pydantic_agent(transport: &str) {
-    let dir = tempdir(&format!("pydantic-{transport}"));
-    let config = dir.join("codemode.json5");
-    std::fs::write(&config, "{ tools: { codeMode: { enabled: true, timeoutMs: 1000 } } }\n").unwrap();
-    let snapdir = dir.join("runs");
-    run_python(
-        "pydantic_agent.py",
-        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
-        &format!("ok: pydantic-ai agent over {transport}"),
-    );
+    let config = "{ tools: { codeMode: { enabled: true, timeoutMs: 1000 } } }\n";
+    serve_script("pydantic_agent.py", "pydantic", transport, config, "ok: pydantic-ai agent over");
 }
 
 #[test]
@@ -211,20 +192,10 @@ fn pydantic_ai_agent_over_streamable_http() {
 
 /// Issue 23 §13: `logging/setLevel` and the relay of upstream log messages, over both transports.
 fn logging_relay(transport: &str) {
-    let dir = tempdir(&format!("logging-{transport}"));
-    let config = dir.join("codemode.json5");
     let server = peer("tests/e2e/logging_server.js");
-    std::fs::write(
-        &config,
-        format!("{{ mcpServers: {{ logger: {{ command: 'node', args: [{:?}] }} }} }}\n", server.to_string_lossy()),
-    )
-    .unwrap();
-    let snapdir = dir.join("runs");
-    run_python(
-        "logging_relay.py",
-        &[config.as_os_str(), snapdir.as_os_str(), transport.as_ref()],
-        &format!("ok: logging relay over {transport}"),
-    );
+    let config =
+        format!("{{ mcpServers: {{ logger: {{ command: 'node', args: [{:?}] }} }} }}\n", server.to_string_lossy());
+    serve_script("logging_relay.py", "logging", transport, &config, "ok: logging relay over");
 }
 
 #[test]

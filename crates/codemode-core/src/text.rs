@@ -27,18 +27,7 @@ pub fn is_unsafe_for_display(c: char) -> bool {
 /// `s` with every character of [`is_unsafe_for_display`] written as `\u{XX}`. Borrowed when
 /// nothing needs escaping (the common case costs one scan).
 pub fn for_display(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(is_unsafe_for_display) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 16);
-    for c in s.chars() {
-        if is_unsafe_for_display(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
+    escape(s, is_unsafe_for_display, |c| format!("\\u{{{:x}}}", c as u32))
 }
 
 /// Whether `c` must be escaped in a JSON line (see [`json_line_safe`]).
@@ -52,18 +41,26 @@ fn breaks_json_lines(c: char) -> bool {
 /// upstream server splitting (and so hiding) its own record for readers that split on Unicode
 /// line breaks.
 pub fn json_line_safe(json: String) -> String {
-    if !json.chars().any(breaks_json_lines) {
-        return json;
+    match escape(&json, breaks_json_lines, |c| format!("\\u{:04x}", c as u32)) {
+        Cow::Borrowed(_) => json,
+        Cow::Owned(escaped) => escaped,
     }
-    let mut out = String::with_capacity(json.len() + 16);
-    for c in json.chars() {
-        if breaks_json_lines(c) {
-            out.push_str(&format!("\\u{:04x}", c as u32));
+}
+
+/// `s` with each character `unsafe_char` selects replaced by `escaped(c)`; borrowed when there is none.
+fn escape(s: &str, unsafe_char: fn(char) -> bool, escaped: impl Fn(char) -> String) -> Cow<'_, str> {
+    if !s.chars().any(unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.push_str(&escaped(c));
         } else {
             out.push(c);
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 #[cfg(test)]

@@ -555,9 +555,8 @@ impl ServerHandler for ExecWaitServer {
         let trace_parent = request
             .meta
             .as_ref()
-            .and_then(|m| m.get("traceparent"))
-            .or_else(|| cx.meta.get("traceparent"))
-            .and_then(Value::as_str)
+            .and_then(|m| m.get_traceparent())
+            .or_else(|| cx.meta.get_traceparent())
             .filter(|t| t.len() <= 128)
             .map(str::to_string);
         // With a progress token, the run's events reach the client as progress notifications.
