@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz
+.PHONY: setup demo test docs bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz
 
 setup:
 	./scripts/setup.sh
@@ -13,6 +13,16 @@ demo: setup
 ## Everything CI checks: formatting, lints, all tests (unit, conformance on both engines, end to end).
 test: setup
 	./scripts/test.sh
+
+## The book in docs/ (mdBook, installed on first use under the cache folder), built into docs/book/.
+MDBOOK_VERSION ?= 0.5.4
+TOOLS_DIR ?= $(HOME)/.cache/codemode-ci/tools
+docs:
+	python3 scripts/check-links.py
+	@test -x $(TOOLS_DIR)/bin/mdbook || $(CARGO) install --locked mdbook --version $(MDBOOK_VERSION) \
+	  --no-default-features --features search --root $(TOOLS_DIR)
+	$(TOOLS_DIR)/bin/mdbook build docs
+	@echo "book: docs/book/index.html"
 
 ## Benchmarks (not part of the tests): `codemode bench` in release, and criterion.
 bench: setup

@@ -25,8 +25,10 @@ npm_install() {
 }
 
 # 1. Debian packages: clang-16 + lld-16 + wasi-libc + the wasm32 compiler runtime build the QuickJS-ng guest
-#    module of the default engine (crates/codemode-engine-wasi).
-debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32)
+#    module of the default engine (crates/codemode-engine-wasi); redis-server backs the fleet's
+#    snapshot store and haproxy balances the fleet's replicas (tests and `make fleet-demo` start
+#    their own instances on loopback ports; the packages' system services are not used).
+debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 redis-server haproxy)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI="${CI:-1}"            # insta: never write snapshots, fail on any difference
 export INSTA_UPDATE=no
+echo "[test] links of the README and the book" >&2
+python3 scripts/check-links.py
 echo "[test] cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "[test] cargo clippy" >&2

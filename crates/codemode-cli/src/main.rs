@@ -328,34 +328,50 @@ pub(crate) fn trace_writer(trace: Option<&std::path::Path>) -> Result<Option<Arc
     Ok(Some(Arc::new(writer)))
 }
 
+/// Builds the runtime of `run`, `demo`, `exec`, `wait`: the config file's semantics through
+/// [`CodeModeBuilder::config_file`](codemode::CodeModeBuilder::config_file) (policy, approvals,
+/// sandbox, loop detection, namespaces — exactly what an embedding gets), the demo catalog, and the
+/// config's MCP servers as the `MCP` namespace. No MCP server is built: these commands have no MCP
+/// client, so a gated call parks until `codemode approve` decides it.
 async fn build_runtime_with(
     config: ConfigFile,
     common: &CommonArgs,
     store: Option<Arc<dyn codemode::SnapshotStore>>,
     trajectory: Option<Arc<dyn codemode::RunObserver>>,
 ) -> Result<Gateway> {
-    let options = codemode_mcp::GatewayOptions {
-        local: codemode::demo::demo_tools(),
-        namespaces: codemode::demo::demo_namespaces(),
-        store,
-        trajectory,
-    };
-    let gw = codemode_mcp::build_gateway(&config, &common.target(), options).await?;
-    report_servers(&gw);
-    let cm = gw.code_mode();
+    let target = common.target();
+    codemode_mcp::check_target(&config, &target)?;
+    let builder = CodeMode::builder(config.code_mode.clone())
+        .config_file(&config, codemode_testing::demo::demo_namespaces())?
+        .policy_target(target);
+    let hub = codemode_mcp::connect_servers(&config).await?;
+    report_servers(&hub);
+    let mut builder = builder
+        .local_tools(codemode_testing::demo::demo_tools())
+        .tool_definitions(hub.tool_definitions())
+        .unavailable_mcp_servers(hub.unavailable_servers())
+        .executor(hub.clone());
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    if let Some(sink) = trajectory {
+        builder = builder.trajectory(sink);
+    }
+    let cm = builder.build();
     if !cm.engine_available() {
+        hub.shutdown().await;
         bail!(
             "engine `{}` is not available in this build (compiled engines: {})",
             cm.engine_name(),
             codemode::Engines::compiled().join(", ")
         );
     }
-    Ok(Gateway(gw))
+    Ok(Gateway { cm, hub })
 }
 
 /// Warns on stderr about upstream servers that did not connect.
-pub(crate) fn report_servers(gw: &codemode_mcp::server::Gateway) {
-    for s in gw.hub().statuses() {
+pub(crate) fn report_servers(hub: &codemode_mcp::McpHub) {
+    for s in hub.statuses() {
         if s.state == codemode_mcp::hub::ServerState::Failed {
             let error = codemode::text::for_display(s.error.as_deref().unwrap_or("")).into_owned();
             tracing::warn!(server = %s.name, %error, "MCP server unavailable (codemode restarts it)");
@@ -363,16 +379,20 @@ pub(crate) fn report_servers(gw: &codemode_mcp::server::Gateway) {
     }
 }
 
-/// The gateway, shut down (upstream servers stopped) when dropped at the end of a command.
-pub(crate) struct Gateway(Arc<codemode_mcp::server::Gateway>);
+/// A command's runtime and its upstream MCP servers, which [`close`](Self::close) stops at the end
+/// of the command.
+pub(crate) struct Gateway {
+    cm: CodeMode,
+    hub: Arc<codemode_mcp::McpHub>,
+}
 
 impl Gateway {
     pub(crate) fn cm(&self) -> &CodeMode {
-        self.0.code_mode()
+        &self.cm
     }
 
     pub(crate) async fn close(self) {
-        self.0.shutdown().await;
+        self.hub.shutdown().await;
     }
 }
 

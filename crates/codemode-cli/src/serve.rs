@@ -63,9 +63,10 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         )),
         None => None,
     };
-    let local = if args.demo_tools { codemode::demo::demo_tools() } else { codemode::LocalTools::new() };
+    let local = if args.demo_tools { codemode_testing::demo::demo_tools() } else { codemode::LocalTools::new() };
     // The demo plugin's namespace is registered with its tools; it is visible only when they are.
-    let namespaces = if args.demo_tools { codemode::demo::demo_namespaces() } else { codemode::Namespaces::new() };
+    let namespaces =
+        if args.demo_tools { codemode_testing::demo::demo_namespaces() } else { codemode::Namespaces::new() };
     let audit = match &args.audit {
         Some(path) => Some(Arc::new(
             codemode::audit::JsonLinesAudit::start(codemode::audit::AuditTarget::File(path.clone()))
@@ -80,7 +81,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         trajectory: audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>),
     };
     let gw = codemode_mcp::build_gateway(&file, &args.common.target(), options).await?;
-    report_servers(&gw);
+    report_servers(gw.hub());
     if !gw.code_mode().engine_available() {
         gw.shutdown().await;
         bail!("engine `{}` is not available in this build", gw.code_mode().engine_name());

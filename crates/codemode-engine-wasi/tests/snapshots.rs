@@ -44,7 +44,7 @@ fn tempdir(name: &str) -> PathBuf {
 fn runtime_with_dir(dir: &PathBuf) -> CodeMode {
     CodeMode::builder(config(json!({})))
         .engine(engine())
-        .local_tools(codemode::demo::demo_tools())
+        .local_tools(codemode_testing::demo::demo_tools())
         .store(Arc::new(DirectorySnapshotStore::new(dir).unwrap()))
         .build()
 }
@@ -207,7 +207,7 @@ fn a_runaway_guest_ends_only_its_own_run() {
     // serving other runs.
     let cm = CodeMode::builder(config(json!({ "timeoutMs": 300 })))
         .engine(engine())
-        .local_tools(codemode::demo::demo_tools())
+        .local_tools(codemode_testing::demo::demo_tools())
         .build();
     let ctx = RunContext::session("trap");
     let rt = tokio_runtime();

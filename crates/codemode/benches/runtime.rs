@@ -3,7 +3,7 @@
 //! `cargo bench -p codemode --features engine-wasi,engine-quickjs,engine-boa,demo --bench runtime`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use codemode::bench;
+use codemode_testing::bench;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::time::Duration;
 

@@ -28,12 +28,8 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
-#[cfg(feature = "demo")]
-pub mod bench;
 mod builder;
 pub mod config_file;
-#[cfg(feature = "demo")]
-pub mod demo;
 mod engines;
 #[cfg(feature = "otel")]
 pub mod otel;
@@ -69,8 +65,7 @@ pub use codemode_namespaces::{
     namespace_tool, namespace_tool_with,
 };
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
-pub use runtime::{MSG_ABORTED, MSG_NOTHING_TO_RESUME, MSG_PARKED_TOO_LATE, MSG_STALLED, guest_limits};
-pub use tools::{FnTool, LocalTools, Tool, ToolHook, denial_message};
+pub use tools::{FnTool, LocalTools, Tool, ToolHook};
 
 use builder::BuildInputs;
 pub use builder::CodeModeBuilder;

@@ -2,7 +2,6 @@
 //! [`ToolExecutor`] over a set of them), and [`ToolHook`]s that see every nested call on its way in and
 //! out (SPEC P6, V13).
 
-use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 use codemode_core::catalog::ToolDefinition;
 use codemode_core::executor::{CodeModeCallEvent, NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
 use serde_json::Value;
@@ -162,86 +161,8 @@ pub trait ToolHook: Send + Sync {
     }
 }
 
-/// How a nested call meets the approval gate.
-#[derive(Clone)]
-pub(crate) struct Gate {
-    /// Why the approval policy gates this tool (`None`: only a hook can gate it).
-    pub(crate) policy_reason: Option<String>,
-    /// A human already approved this call (it was parked and is now resumed).
-    pub(crate) approved: bool,
-    /// The host's approver, if any.
-    pub(crate) approver: Option<Arc<dyn Approver>>,
-    /// Longest wait for the approver.
-    pub(crate) timeout: std::time::Duration,
-    /// The cell line that made the call, if the guest sent it.
-    pub(crate) cell_line: Option<u32>,
-}
-
-/// How [`run_gated`] ended.
-pub(crate) enum Gated {
-    /// The call ran (or was refused or denied).
-    Done(Result<ToolResult, ToolError>),
-    /// The call needs a decision nobody gave yet: it is parked and did not run.
-    Parked,
-}
-
 /// The message of a denied call (the guest sees it prefixed by the tool id, coded
 /// `nested_tool_failed`).
-pub fn denial_message(reason: &str) -> String {
+pub(crate) fn denial_message(reason: &str) -> String {
     format!("approval denied: {reason}")
-}
-
-/// Runs one nested call: `before` hooks (rewrite, refuse), the approval gate (policy or hook; the
-/// host's approver answers, or the call parks), the executor, `after` hooks.
-pub(crate) async fn run_gated(
-    hooks: &[Arc<dyn ToolHook>],
-    executor: &dyn ToolExecutor,
-    mut call: NestedToolCall,
-    gate: &Gate,
-) -> Gated {
-    let mut refused = None;
-    for h in hooks {
-        if let Err(e) = h.before_tool_call(&mut call).await {
-            refused = Some(e);
-            break;
-        }
-    }
-    if refused.is_none() && !gate.approved {
-        let mut reason = gate.policy_reason.clone();
-        for h in hooks {
-            if reason.is_some() {
-                break;
-            }
-            reason = h.requires_approval(&call).await;
-        }
-        if let Some(reason) = reason {
-            let Some(approver) = &gate.approver else { return Gated::Parked };
-            let request = ApprovalRequest {
-                run_id: call.run_id.clone(),
-                request_id: call.request_id,
-                tool_id: call.tool_id.clone(),
-                input_preview: ApprovalRequest::preview(&call.input),
-                reason,
-                cell_line: gate.cell_line,
-                context: call.context.clone(),
-            };
-            match tokio::time::timeout(gate.timeout, approver.decide(&request)).await {
-                Ok(Some(ApprovalDecision::Approve)) => {}
-                Ok(Some(ApprovalDecision::Deny { reason })) => {
-                    refused = Some(ToolError::new(ToolErrorKind::Denied, denial_message(&reason)));
-                }
-                Ok(None) | Err(_) => return Gated::Parked,
-            }
-        }
-    }
-    let mut outcome = match refused {
-        Some(e) => Err(e),
-        // Without hooks nothing looks at the call after the tool: it is handed over, not copied.
-        None if hooks.is_empty() => return Gated::Done(executor.call(call).await),
-        None => executor.call(call.clone()).await,
-    };
-    for h in hooks {
-        h.after_tool_call(&call, &mut outcome).await;
-    }
-    Gated::Done(outcome)
 }

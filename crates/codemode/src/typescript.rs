@@ -10,28 +10,82 @@
 //! native stack overflow aborts the whole process. Two bounds keep a cell from doing that:
 //! [`codemode_bridge::nesting`] refuses cells whose tree may nest deeper than
 //! [`MAX_NESTING`](codemode_bridge::nesting::MAX_NESTING) before anything parses them, and the
-//! transform runs on its own thread with a [`TRANSFORM_STACK`] stack, sized for that bound with a
+//! transform runs on threads of its own with a [`TRANSFORM_STACK`] stack, sized for that bound with a
 //! wide margin.
 //!
-//! The transformer is loaded lazily: nothing of it runs for JavaScript cells or when code mode is
-//! disabled ([`is_loaded`] tells whether it ran in this process, SPEC V16).
+//! The transformer is loaded lazily (SPEC V16): its threads (named [`TRANSFORM_THREAD`], at most
+//! [`MAX_TRANSFORM_THREADS`]) start with the first TypeScript cell of the process and then serve
+//! every later one; nothing of it runs, and no such thread exists, for JavaScript cells or when code
+//! mode is disabled ([`is_loaded`] tells whether it started).
 
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::positions::SourcePositions;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-static LOADED: AtomicBool = AtomicBool::new(false);
+/// The name of the transform threads (what `/proc/<pid>/task/*/comm` shows, cut to 15 bytes).
+pub const TRANSFORM_THREAD: &str = "codemode-ts";
 
-/// Native stack of the thread that runs the TypeScript transform: address space reserved, pages
+/// Most transform threads. Transforms take about a millisecond; more threads than this would only
+/// reserve more stacks. Prevents: a burst of TypeScript cells starting a thread each.
+pub const MAX_TRANSFORM_THREADS: usize = 4;
+
+/// Native stack of a thread that runs the TypeScript transform: address space reserved, pages
 /// committed only as the parser goes deeper. Measured need of the deepest cells the nesting bound
 /// admits (the `deepest_allowed_cells_transform` test, 17 shapes): more than 1 MiB, at most 4 MiB;
 /// the 16× margin covers unoptimized builds and shapes the estimate scores generously. Prevents: a
 /// process abort on a stack overflow in swc.
 pub const TRANSFORM_STACK: usize = 64 << 20;
 
-/// Whether the TypeScript transformer has been used in this process.
+/// A cell to transform and where its result goes.
+#[cfg(feature = "typescript")]
+type Job = (String, std::sync::mpsc::SyncSender<Result<Transpiled, CodeModeError>>);
+
+/// The transform threads, started by the first TypeScript cell (or the error that kept them from
+/// starting).
+#[cfg(feature = "typescript")]
+static TRANSFORMER: std::sync::OnceLock<Result<std::sync::mpsc::Sender<Job>, String>> = std::sync::OnceLock::new();
+
+/// Whether the TypeScript transformer has been started in this process.
 pub fn is_loaded() -> bool {
-    LOADED.load(Ordering::Relaxed)
+    #[cfg(feature = "typescript")]
+    return TRANSFORMER.get().is_some();
+    #[cfg(not(feature = "typescript"))]
+    false
+}
+
+/// Starts the transform threads; they share one queue of cells.
+#[cfg(feature = "typescript")]
+fn start_transformer() -> Result<std::sync::mpsc::Sender<Job>, String> {
+    use std::sync::{Arc, Mutex, mpsc};
+    let (tx, rx) = mpsc::channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    let threads = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, MAX_TRANSFORM_THREADS);
+    let mut started = 0;
+    for _ in 0..threads {
+        let rx = rx.clone();
+        let spawned =
+            std::thread::Builder::new().name(TRANSFORM_THREAD.into()).stack_size(TRANSFORM_STACK).spawn(move || {
+                loop {
+                    // The lock is held only while taking the next cell, not while transforming it.
+                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok((source, reply)) = job else { return };
+                    let result =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transpile_on_this_thread(&source)))
+                            .unwrap_or_else(|panic| {
+                                Err(failed(format!(
+                                    "the TypeScript transform failed: {}",
+                                    codemode_bridge::workers::panic_message(panic)
+                                )))
+                            });
+                    let _ = reply.send(result);
+                }
+            });
+        match spawned {
+            Ok(_) => started += 1,
+            Err(e) if started == 0 => return Err(format!("cannot start the TypeScript transform: {e}")),
+            Err(_) => break,
+        }
+    }
+    Ok(tx)
 }
 
 /// A transpiled cell.
@@ -63,22 +117,11 @@ pub fn transpile(source: &str) -> Result<Transpiled, CodeModeError> {
              {MAX_NESTING}). Split the deeply nested expression into separate statements, or send plain JavaScript."
         )));
     }
-    LOADED.store(true, Ordering::Relaxed);
-    std::thread::scope(|scope| {
-        let worker = std::thread::Builder::new()
-            .name("codemode-typescript".into())
-            .stack_size(TRANSFORM_STACK)
-            .spawn_scoped(scope, || transpile_on_this_thread(source))
-            .map_err(|e| {
-                CodeModeError::new(
-                    CodeModeErrorCode::InternalError,
-                    format!("cannot start the TypeScript transform: {e}"),
-                )
-            })?;
-        worker.join().unwrap_or_else(|panic| {
-            Err(failed(format!("the TypeScript transform failed: {}", codemode_bridge::workers::panic_message(panic))))
-        })
-    })
+    let internal = |m: String| CodeModeError::new(CodeModeErrorCode::InternalError, m);
+    let queue = TRANSFORMER.get_or_init(start_transformer).as_ref().map_err(|e| internal(e.clone()))?;
+    let (reply, result) = std::sync::mpsc::sync_channel(1);
+    queue.send((source.to_owned(), reply)).map_err(|_| internal("the TypeScript transform threads are gone".into()))?;
+    result.recv().unwrap_or_else(|_| Err(internal("the TypeScript transform thread ended without an answer".into())))
 }
 
 #[cfg(feature = "typescript")]

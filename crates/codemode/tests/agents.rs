@@ -4,10 +4,10 @@
 //! the `exec` description show — and a run suspended by one agent cannot be resumed by another.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::{demo_namespaces, demo_tools};
 use codemode::{
     CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext, RunScope, ToolPolicy,
 };
+use codemode_testing::demo::{demo_namespaces, demo_tools};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -205,7 +205,7 @@ async fn the_builder_applies_a_config_file_as_the_cli_does() {
     assert_eq!(e.path, "namespaces");
 }
 
-/// The order of the checks a nested call passes (issue 24 §2; the README's security model lists
+/// The order of the checks a nested call passes (issue 24 §2; the book's security model (docs/src/security.md) lists
 /// it): resolution in the run's catalog → runnable / `restartSafe` → loop detection → pending limit
 /// → sandbox policy → `before_tool_call` hooks → the approval gate → the tool → `after_tool_call`
 /// hooks → the output contract. A call refused by an earlier check never reaches a later one (the

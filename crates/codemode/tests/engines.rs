@@ -71,11 +71,11 @@ async fn a_registered_engine_is_selected_by_name() {
 }
 
 /// The two "nothing will happen" endings are told apart (issue 10 §1 drift): a cell awaiting a
-/// promise nothing settles is the guest's own failure (no code, `MSG_STALLED`); a stored run with
-/// nothing to resume with is the store's fault (`internal_error`, `MSG_NOTHING_TO_RESUME`).
+/// promise nothing settles is the guest's own failure (no code, saying nothing will settle it); a
+/// stored run with nothing to resume with is the store's fault (`internal_error`).
 #[tokio::test]
 async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
-    use codemode::{MSG_NOTHING_TO_RESUME, MSG_STALLED, MemorySnapshotStore, RunId, SnapshotStore};
+    use codemode::{MemorySnapshotStore, RunId, SnapshotStore};
     use codemode_core::engine::SnapshotBody;
     use codemode_core::store::SuspendedRun;
     let store = Arc::new(MemorySnapshotStore::new());
@@ -83,7 +83,8 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
     let ctx = RunContext::session("s");
     let r = cm.exec(&ctx, &CodeModeExecInput::code("await new Promise(() => {}); return 1")).await;
     assert_eq!(r.error_code(), None, "{}", r.to_json());
-    assert_eq!(r.to_json()["error"], MSG_STALLED);
+    let message = r.to_json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("waiting on a promise that nothing will settle"), "{message}");
     // A real snapshot of a run that yielded, stored again without anything to resume with.
     let r = cm.exec(&ctx, &CodeModeExecInput::code("await yield_control(); return 1")).await;
     let run_id = r.run_id().unwrap().to_string();
@@ -107,7 +108,8 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
     store.remove(&RunId::parse(&run_id).unwrap()).await;
     let r = cm.wait(&ctx, &codemode::CodeModeWaitInput::new("cm_emptyrun")).await;
     assert_eq!(r.error_code(), Some(CodeModeErrorCode::InternalError), "{}", r.to_json());
-    assert_eq!(r.to_json()["error"], MSG_NOTHING_TO_RESUME);
+    let message = r.to_json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("nothing to resume with"), "{message}");
     assert_eq!(store.count().await, 0, "the run is released");
     // Snapshot bytes that are not a snapshot of this engine build fail as `snapshot_restore_failed`
     // when the run is taken, before anything else of it is looked at (issue 23 §2).

@@ -6,8 +6,8 @@
 //! runs several times; the engine must go on serving cells afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::demo_tools;
 use codemode::{CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, RunContext};
+use codemode_testing::demo::demo_tools;
 use serde_json::json;
 
 const ENGINES: [&str; 2] = ["quickjs", "quickjs-wasi"];

@@ -5,8 +5,8 @@
 //! views and pulls catalog data must leave nothing the next run on the same runtime can see.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::demo_tools;
 use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, RunContext};
+use codemode_testing::demo::demo_tools;
 use serde_json::{Value, json};
 
 const ENGINES: [&str; 2] = ["quickjs-wasi", "quickjs"];

@@ -3,10 +3,10 @@
 //! `exec` / `wait` calls of one session; off by default.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::demo_tools;
 use codemode::{
     CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, LoopPolicy, RunContext,
 };
+use codemode_testing::demo::demo_tools;
 use serde_json::json;
 
 fn runtime(loops: serde_json::Value) -> CodeMode {

@@ -3,12 +3,12 @@
 //! `crates/codemode-namespaces/tests/registry.rs`; across processes in `codemode-cli`'s tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::{PLUGIN_ID, demo_tools, shipping_namespace};
 use codemode::{
     ApprovalPolicy, CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput,
     NamespaceRegistration, Namespaces, NestedToolCall, RunContext, ScopeValue, ToolError, ToolHook, ToolPolicy,
     namespace_tool, namespace_tool_with,
 };
+use codemode_testing::demo::{PLUGIN_ID, demo_tools, shipping_namespace};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};

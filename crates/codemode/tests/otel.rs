@@ -3,8 +3,8 @@
 //! the call that drove them. (One test in this binary: it installs the global subscriber.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::demo_tools;
 use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext};
+use codemode_testing::demo::demo_tools;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use std::sync::{Arc, Mutex};

@@ -9,8 +9,8 @@
 //! round-trip through a nested call equal on both engines.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::demo_tools;
 use codemode::{CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, RunContext};
+use codemode_testing::demo::demo_tools;
 use serde_json::Value;
 
 const ENGINES: [&str; 2] = ["quickjs-wasi", "quickjs"];

@@ -3,12 +3,12 @@
 //! in order.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::demo::demo_tools;
 use codemode::trajectory::{CallOutcome, ControlRecord, MASK, TraceRecord, Transcript, TranscriptEntry};
 use codemode::{
     ApprovalDecision, ApprovalPolicy, CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput,
     NestedToolCall, RunContext, RunEvent, RunId, RunObserver, ToolError, ToolErrorKind, ToolHook,
 };
+use codemode_testing::demo::demo_tools;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 

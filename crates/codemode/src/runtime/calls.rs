@@ -1,7 +1,26 @@
 //! Nested calls of a run: started on the host's executor (polled once inline, else spawned),
 //! collected as they settle, and handed over between processes through the snapshot store.
 
-use super::*;
+use super::gates::{self, Approval, AtGate, InFlight, resolve_tool, tool_failure};
+use super::run::Run;
+use super::{Inflight, Inner, MSG_PARKED_TOO_LATE, RECORDED_POLL, guest_error};
+use codemode_catalog::CatalogTool;
+use codemode_core::approval::ApprovalDecision;
+use codemode_core::engine::{Delivery, GuestError, RequestId};
+use codemode_core::error::{CodeModeError, CodeModeErrorCode};
+use codemode_core::executor::{NestedToolCall, RunEvent, ToolErrorKind};
+use codemode_core::guest::{CallMode, GuestRequest};
+use codemode_core::scope::RunId;
+use codemode_core::store::{PendingRequest, SnapshotStore};
+use codemode_core::trajectory::CallOutcome;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, mpsc};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+use tokio::task::AbortHandle;
 
 /// How a started call ended.
 pub(super) enum CallEnd {
@@ -152,12 +171,6 @@ impl NestedCalls {
     }
 }
 
-/// The guest error of a nested call that failed, was refused or was denied: a catchable
-/// `ToolError` naming the tool, coded `nested_tool_failed`.
-fn tool_failure(tool_id: &str, message: &str) -> GuestError {
-    GuestError::new("ToolError", format!("{tool_id}: {message}"), Some(CodeModeErrorCode::NestedToolFailed))
-}
-
 fn finished(id: RequestId, end: CallEnd) -> Finished {
     match end {
         CallEnd::Settled(outcome) => Finished::Settled(Delivery { id, outcome }),
@@ -192,34 +205,6 @@ pub(super) enum CallOrigin {
     Approved,
     /// A resuming process issues it again: the process running it was lost (read-only tools only).
     Reissued,
-}
-
-/// Finds the catalog tool a call request names: guest-visible tools for `tools.*`, MCP entries for
-/// `MCP.*`. The error carries the id for telemetry.
-pub(super) fn resolve_tool(
-    catalog: &Catalog,
-    request: &GuestRequest,
-) -> Result<(Arc<CatalogTool>, CallMode), (String, GuestError)> {
-    match request {
-        GuestRequest::Mcp { server, tool, .. } => match catalog.mcp_tool(server, tool) {
-            Some(t) => Ok((t.clone(), CallMode::Value)),
-            None => {
-                let err = guest_error(
-                    CodeModeErrorCode::NestedToolFailed,
-                    format!("unknown MCP tool `{tool}` of server `{server}`; see API.list(\"mcp\")"),
-                );
-                Err((codemode_core::catalog::catalog_id(codemode_core::ToolSource::Mcp, server, tool), err))
-            }
-        },
-        GuestRequest::Call { id, mode, .. } => match catalog.guest_tool(id) {
-            Some(t) => Ok((t.clone(), *mode)),
-            None => Err((id.clone(), unknown_tool(id, CodeModeErrorCode::NestedToolFailed))),
-        },
-        other => Err((
-            String::new(),
-            guest_error(CodeModeErrorCode::InternalError, format!("`{}` is not a tool call", other.kind().as_str())),
-        )),
-    }
 }
 
 impl Inner {
@@ -312,7 +297,7 @@ impl Inner {
                     rt,
                     run,
                     CallSpec { id: p.id, request: p.request, tool, mode, origin: CallOrigin::Reissued },
-                ),
+                )?,
                 Err((_, err)) => {
                     run.pending.remove(&p.id);
                     run.ready.push(Delivery { id: p.id, outcome: Err(err) });
@@ -322,22 +307,19 @@ impl Inner {
         Ok(())
     }
 
-    /// Starts a nested call of a catalog tool on the host's executor, through the hooks and the
-    /// approval gate.
-    pub(super) fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) {
+    /// Starts a nested call of a catalog tool on the host's executor, through the gates (`gates.rs`):
+    /// those before the start here, the in-flight stages on the executor. A refused call is answered
+    /// at once; a gate that fails the run returns the error.
+    pub(super) fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) -> Result<(), CodeModeError> {
         let CallSpec { id, request, tool, mode, origin } = spec;
+        let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
+        if !gates::pass_before_start(self, run, origin, &AtGate { id, tool: &tool, input: &input })? {
+            return Ok(());
+        }
         let approved = origin == CallOrigin::Approved;
         let raw = mode == CallMode::Raw;
         // The guest reports engine lines of the wrapped (or transpiled) cell: map to the model's own.
         let cell_line = request.call_line().map(|l| run.positions.map(l, None).0);
-        let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
-        // SPEC P4: a sandboxed caller's nested calls meet the sandbox tool policy; a refused call
-        // fails like any refused call, without reaching hooks or the tool.
-        let refusal = if run.context.sandboxed {
-            self.sandbox.refusal(&tool.def, &input, run.context.scope.agent_id.as_deref())
-        } else {
-            None
-        };
         run.pending.insert(
             id,
             PendingRequest {
@@ -349,10 +331,6 @@ impl Inner {
                 awaiting_approval: false,
             },
         );
-        if let Some(why) = refusal {
-            run.accept(Finished::Denied(Delivery { id, outcome: Err(tool_failure(&tool.id, &why)) }));
-            return;
-        }
         run.emit(|| RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
         if run.traced() {
             let outcome = match origin {
@@ -383,7 +361,7 @@ impl Inner {
             context: run.context.clone(),
             progress,
         };
-        let gate = Gate {
+        let approval = Approval {
             policy_reason: self.approvals.reason(&tool.def),
             approved,
             approver: self.approver.clone(),
@@ -406,16 +384,9 @@ impl Inner {
         );
         let call_span = span.clone();
         let call = async move {
-            let outcome = match run_gated(&hooks, executor.as_ref(), nested, &gate).await {
-                Gated::Parked => return CallEnd::Parked,
-                // SPEC D4: the declared output contract is checked after the hooks, before the
-                // value reaches the guest; a mismatch fails the call and the value is never emitted.
-                Gated::Done(outcome) => outcome.and_then(|r| {
-                    contract
-                        .check_output(&r.details)
-                        .map(|()| r)
-                        .map_err(|m| ToolError::new(ToolErrorKind::OutputContract, m.to_string()))
-                }),
+            let outcome = match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract).await {
+                InFlight::Parked => return CallEnd::Parked,
+                InFlight::Done(outcome) => outcome,
             };
             let end = match outcome {
                 Ok(r) if raw => {
@@ -446,6 +417,7 @@ impl Inner {
         if let Some(f) = finished {
             run.accept(f);
         }
+        Ok(())
     }
 
     /// Applies the decisions recorded for the run's parked calls: an approved call starts (past the
@@ -466,7 +438,7 @@ impl Inner {
                         rt,
                         run,
                         CallSpec { id, request: p.request, tool, mode, origin: CallOrigin::Approved },
-                    ),
+                    )?,
                     Err((_, err)) => {
                         run.pending.remove(&id);
                         run.ready.push(Delivery { id, outcome: Err(err) });

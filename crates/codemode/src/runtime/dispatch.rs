@@ -1,7 +1,16 @@
 //! The answer to each typed guest request (`GuestRequest`): lookups at once, tool calls started,
 //! yields recorded.
 
-use super::*;
+use super::calls::{CallOrigin, CallSpec};
+use super::gates::resolve_tool;
+use super::run::Run;
+use super::{Inner, guest_error, unknown_tool};
+use codemode_core::engine::{BridgeRequest, Delivery, RequestId};
+use codemode_core::error::{CodeModeError, CodeModeErrorCode};
+use codemode_core::guest::{CallMode, GuestRequest};
+use codemode_core::store::PendingRequest;
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
 
 impl Inner {
     /// Answers one bridge request. Returns whether it was a yield.
@@ -95,7 +104,8 @@ impl Inner {
         Ok(false)
     }
 
-    /// Starts a catalog or MCP tool call (`Call` / `Mcp`), or answers it at once when it is refused.
+    /// Starts a catalog or MCP tool call (`Call` / `Mcp`) through the gates (`gates.rs`), or answers
+    /// it at once when it is refused.
     fn tool_request(
         &self,
         rt: &Handle,
@@ -114,53 +124,6 @@ impl Inner {
             }
         };
         run.telemetry.record_call(&tool.id);
-        let refusal = if let Err(e) = tool.check_runnable() {
-            Some(e.to_string())
-        } else if run.restart_safe && !tool.def.read_only {
-            Some(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", tool.id))
-        } else {
-            None
-        };
-        if let Some(msg) = refusal {
-            run.refuse(id, &tool.id, request.tool_input(), guest_error(CodeModeErrorCode::NestedToolFailed, msg));
-            return Ok(());
-        }
-        if let Some((config, history)) = &run.loops {
-            let input = request.tool_input().unwrap_or(&Value::Null);
-            let verdict =
-                history.lock().unwrap_or_else(|p| p.into_inner()).check(config, loop_key(&run.id, id), &tool.id, input);
-            match verdict {
-                Verdict::Ok => {}
-                Verdict::Warn(m) => {
-                    tracing::info!(run = %run.id, tool = %tool.id, "{m}");
-                    run.loop_warnings.push(m);
-                }
-                Verdict::Critical(m) => {
-                    tracing::warn!(run = %run.id, tool = %tool.id, "{m}");
-                    let err = guest_error(CodeModeErrorCode::NestedToolFailed, m);
-                    run.refuse(id, &tool.id, Some(input), err);
-                    return Ok(());
-                }
-                Verdict::Breaker(m) => {
-                    tracing::warn!(run = %run.id, tool = %tool.id, "{m}");
-                    return Err(CodeModeError::new(CodeModeErrorCode::NestedToolFailed, m));
-                }
-            }
-        }
-        // A call parked for approval is outstanding like a running one (issue 23 §1): without an
-        // approver every gated call parks, and parked calls must not be a way around the limit.
-        if run.calls.running() + run.parked() >= self.config.max_pending_tool_calls as usize {
-            run.telemetry.limit_failures.pending_calls += 1;
-            return Err(CodeModeError::new(
-                CodeModeErrorCode::TooManyPendingToolCalls,
-                format!(
-                    "too many nested tool calls in flight at once (maxPendingToolCalls is {}); await some before \
-                     starting more",
-                    self.config.max_pending_tool_calls
-                ),
-            ));
-        }
-        self.start_call(rt, run, CallSpec { id, request, tool, mode, origin: CallOrigin::New });
-        Ok(())
+        self.start_call(rt, run, CallSpec { id, request, tool, mode, origin: CallOrigin::New })
     }
 }

@@ -24,77 +24,78 @@
 //! - [`Run`] (`run.rs`) — one run while an `exec` / `wait` holds it: catalog, namespaces,
 //!   outstanding requests, ready results, telemetry, trajectory target ([`TraceTarget`]).
 //! - `Call` — the budget and output of one `exec` / `wait` call (deadline, output bytes, cancel flag).
-//! - [`CallGates`] — what every nested call passes besides the executor (loop detection,
-//!   namespaces, trajectory, hooks, approvals, sandbox).
+//! - [`CallGates`] — what the builder hands the runtime for the gates of nested calls (loop
+//!   detection, namespaces, trajectory, hooks, approvals, sandbox).
+//! - `StartGate` and `BEFORE_START` (`gates.rs`) — the ordered, declared list of checks a nested
+//!   call passes before it starts, and `run_in_flight`, the stages while it runs (hooks, approval,
+//!   tool, output contract). The order is documented there and in the book's security model.
 //! - `NestedCalls` (`calls.rs`) — the nested calls of a run still executing on the host.
+//! - `ActiveRun` (`lifecycle.rs`) — a run registered as driven, so an abort reaches it.
 //!
-//! The code is split by concern: this file holds the exec/wait/drive loop and the lifecycle
-//! (sweep, abort); `run` the run state; `calls` the nested calls (starting, collecting, handing
-//! over between processes); `dispatch` the answer to each typed guest request; `suspend` the three
-//! ways a call ends (completed, failed, suspended into the store).
+//! The code is split by concern: this file holds the exec/wait/drive loop; `run` the run state;
+//! `gates` the checks of nested calls; `calls` the nested calls (starting, collecting, handing over
+//! between processes); `dispatch` the answer to each typed guest request; `suspend` the three ways
+//! a call ends (completed, failed, suspended into the store); `lifecycle` sweeps, aborts and
+//! lifecycle records.
 
 mod calls;
 mod dispatch;
+mod gates;
+mod lifecycle;
 mod run;
 mod suspend;
 
-use crate::tools::{Gate, Gated, ToolHook, run_gated};
-use calls::{CallOrigin, CallSpec, Finished, NestedCalls, resolve_tool};
+use crate::tools::ToolHook;
+use calls::{Finished, NestedCalls};
 use codemode_bridge::driver::TIMEOUT_MESSAGE;
 use codemode_bridge::modules::find_module_access;
+use codemode_catalog::Catalog;
 use codemode_catalog::approval::ApprovalPolicy;
-use codemode_catalog::loops::{History, LoopPolicy, Verdict};
+use codemode_catalog::loops::{History, LoopPolicy};
 use codemode_catalog::sandbox::SandboxPolicy;
-use codemode_catalog::{Catalog, CatalogTool};
-use codemode_core::approval::{ApprovalDecision, Approver};
+use codemode_core::approval::Approver;
 use codemode_core::config::{CodeModeConfig, Language};
 use codemode_core::engine::{
-    BootSource, BridgeRequest, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure,
-    GuestInstance, GuestLimits, GuestProgram, RequestId, RequestKind, Snapshot,
+    BootSource, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure, GuestInstance, GuestLimits,
+    GuestProgram, RequestId, RequestKind, Snapshot,
 };
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
-use codemode_core::executor::{NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolExecutor};
-use codemode_core::guest::{CallMode, GuestRequest};
+use codemode_core::executor::{RunEvent, RunObserver, ToolExecutor};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
 use codemode_core::namespace::{NamespaceContext, NamespaceRegistry, NoNamespaces, RunNamespaces};
 use codemode_core::positions::CellPositions;
-use codemode_core::result::{
-    CodeModeOutput, CodeModePendingToolCall, CodeModeResult, PendingCallKind, WaitReason, json_len,
-};
+use codemode_core::result::{CodeModeOutput, CodeModeResult, WaitReason};
 use codemode_core::scope::{RunContext, RunId};
-use codemode_core::store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+use codemode_core::store::{SnapshotStore, SuspendedRun};
 use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
-use codemode_core::trajectory::{CallOutcome, Redaction, TraceRecord, TranscriptEntry};
+use codemode_core::trajectory::Redaction;
 use codemode_snapshot::Clock;
 use run::Run;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, mpsc};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
-use tokio::task::AbortHandle;
 
 /// Message of the failure when a cell awaits something that nothing will ever settle (a guest
 /// program error, like an uncaught exception: no code).
-pub const MSG_STALLED: &str =
+pub(crate) const MSG_STALLED: &str =
     "the cell is waiting on a promise that nothing will settle (no nested calls are in flight)";
 
 /// Message of a gated call whose approver did not answer before the process that started it ended
 /// (`codemode exec` handing its run over): the call fails instead of parking in a run that is
 /// already stored.
-pub const MSG_PARKED_TOO_LATE: &str = "approval was not given before the process running the call ended; the call did \
+pub(crate) const MSG_PARKED_TOO_LATE: &str = "approval was not given before the process running the call ended; the call did \
      not run (call it again to ask for approval again)";
 
 /// Message of an `aborted` run.
-pub const MSG_ABORTED: &str = "code mode run was aborted: its caller cancelled the call or the host aborted the run; its nested calls were \
+pub(crate) const MSG_ABORTED: &str = "code mode run was aborted: its caller cancelled the call or the host aborted the run; its nested calls were \
      stopped and its state deleted";
 
 /// Message of the `internal_error` when a stored run has nothing to resume with: no result to
 /// deliver and no call in flight (a store that lost part of a run).
-pub const MSG_NOTHING_TO_RESUME: &str =
+pub(crate) const MSG_NOTHING_TO_RESUME: &str =
     "the suspended run has nothing to resume with: no result is ready and no nested call is in flight";
 
 fn new_run_id() -> RunId {
@@ -102,7 +103,7 @@ fn new_run_id() -> RunId {
 }
 
 /// Guest limits derived from the config.
-pub fn guest_limits(config: &CodeModeConfig) -> GuestLimits {
+pub(crate) fn guest_limits(config: &CodeModeConfig) -> GuestLimits {
     let base = GuestLimits::default();
     GuestLimits {
         memory_limit_bytes: config.memory_limit_bytes,
@@ -485,73 +486,6 @@ impl Inner {
         }
     }
 
-    /// Drops expired runs and stops their nested calls.
-    /// Sweeps unless the last automatic sweep was less than [`SWEEP_INTERVAL_MS`] ago.
-    async fn sweep_if_due(&self) {
-        use std::sync::atomic::Ordering;
-        let now = self.now_ms();
-        let last = self.last_sweep_ms.load(Ordering::Relaxed);
-        let due = last == 0 || now.saturating_sub(last) >= SWEEP_INTERVAL_MS;
-        if due && self.last_sweep_ms.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            self.sweep().await;
-        }
-    }
-
-    pub(crate) async fn sweep(&self) {
-        let expired = self.store.purge_expired().await;
-        if !expired.is_empty() {
-            let mut inflight = self.inflight();
-            for id in &expired {
-                inflight.remove(id);
-                // Lifecycle event: the run passed its TTL; its snapshot and nested calls are gone.
-                tracing::info!(target: "codemode::lifecycle", run = %id, event = "expired", "suspended code mode run expired");
-                self.lifecycle(id, SnapshotEventKind::Expired);
-            }
-        }
-    }
-
-    pub(crate) async fn abort(&self, run_id: &RunId) -> bool {
-        // A run being driven right now stops at its next step and deletes itself.
-        let driven = match self.active.lock().unwrap_or_else(|p| p.into_inner()).get(run_id) {
-            Some(flag) => {
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                true
-            }
-            None => false,
-        };
-        let local = self.inflight().remove(run_id).is_some() || driven;
-        let aborted = self.store.remove(run_id).await || local;
-        // A driven run reports its abort in its call's result and trajectory; a suspended one here.
-        if aborted && !driven {
-            self.lifecycle(run_id, SnapshotEventKind::Aborted);
-        }
-        aborted
-    }
-
-    /// Sends a lifecycle record (expiry, out-of-band abort) to the trajectory sink.
-    fn lifecycle(&self, run_id: &RunId, event: SnapshotEventKind) {
-        if let Some(sink) = &self.trajectory {
-            let record = TraceRecord::Lifecycle(codemode_core::trajectory::LifecycleRecord {
-                run_id: run_id.to_string(),
-                event,
-                at_ms: self.now_ms(),
-            });
-            sink.on_event(RunEvent::Trace(Box::new(record)));
-        }
-    }
-
-    pub(crate) async fn abort_scope(&self, scope: &codemode_core::RunScope) -> usize {
-        let ids: Vec<RunId> =
-            self.inflight().iter().filter(|(_, r)| r.context.scope == *scope).map(|(id, _)| id.clone()).collect();
-        let mut aborted = 0;
-        for id in ids {
-            if self.abort(&id).await {
-                aborted += 1;
-            }
-        }
-        aborted
-    }
-
     /// The loop-detection configuration and history of `ctx`'s session, when detection is on for
     /// its agent. The history spans the session's `exec` / `wait` calls (in this process).
     fn loop_history(&self, ctx: &RunContext) -> Option<(codemode_catalog::loops::LoopConfig, Arc<Mutex<History>>)> {
@@ -824,18 +758,6 @@ impl Inner {
         self.drive_loop(rt, run, instance, call)
     }
 
-    /// How many runs an `exec` / `wait` is driving right now.
-    pub(crate) fn driven(&self) -> usize {
-        self.active.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// Registers `run` as driven by `call` until the returned guard drops, so that
-    /// [`abort`](Self::abort) reaches it.
-    fn activate(&self, run: &RunId, call: &Call) -> ActiveRun<'_> {
-        self.active.lock().unwrap_or_else(|p| p.into_inner()).insert(run.clone(), call.cancel.clone());
-        ActiveRun { inner: self, run: run.clone() }
-    }
-
     fn drive_loop(
         &self,
         rt: &Handle,
@@ -946,18 +868,6 @@ impl Inner {
                 Next::Deadline => return StepsEnd::Suspend(WaitReason::PendingTools),
             }
         }
-    }
-}
-
-/// Removes a run from [`Inner::active`] when its `exec` / `wait` ends.
-struct ActiveRun<'a> {
-    inner: &'a Inner,
-    run: RunId,
-}
-
-impl Drop for ActiveRun<'_> {
-    fn drop(&mut self) {
-        self.inner.active.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.run);
     }
 }
 

@@ -2,7 +2,22 @@
 //! requests and ready results, telemetry and trajectory target — and what happens to it as nested
 //! calls settle or park.
 
-use super::*;
+use super::calls::{Finished, NestedCalls};
+use super::{MSG_ABORTED, TraceTarget, loop_key};
+use codemode_catalog::Catalog;
+use codemode_catalog::loops::History;
+use codemode_core::engine::{BootSource, Delivery, GuestError, RequestId};
+use codemode_core::executor::{RunEvent, RunObserver};
+use codemode_core::namespace::RunNamespaces;
+use codemode_core::positions::CellPositions;
+use codemode_core::result::{CodeModePendingToolCall, PendingCallKind};
+use codemode_core::scope::{RunContext, RunId};
+use codemode_core::store::PendingRequest;
+use codemode_core::telemetry::CodeModeTelemetry;
+use codemode_core::trajectory::{CallOutcome, TraceRecord, TranscriptEntry};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// One run while an `exec` or `wait` call holds it.
 pub(super) struct Run {
@@ -128,11 +143,13 @@ impl Run {
         self.emit(|| RunEvent::Trace(Box::new(record)));
     }
 
-    /// Refuses a nested call before it starts — the one refusal path of the checks a call meets
-    /// before it runs (unknown or hidden id, forged namespace path, a tool that cannot run here,
-    /// `restartSafe`, loop detection): the guest gets `err`, the trajectory a `denied` entry with the
+    /// Refuses a nested call before it starts — the one refusal path of the gates a call meets
+    /// before it runs (`gates.rs`: unknown or hidden id, forged namespace path, a tool that cannot
+    /// run here, `restartSafe`, loop detection, sandbox policy): the guest gets `err`, the trajectory a `denied` entry with the
     /// reason, the telemetry one failed call.
     pub(super) fn refuse(&mut self, id: RequestId, tool_id: &str, input: Option<&Value>, err: GuestError) {
+        // An approved call refused when it starts at last was parked: it is outstanding no more.
+        self.pending.remove(&id);
         self.telemetry.failed_call_count += 1;
         if self.traced() {
             let now = Some(self.trace.clock.now_ms());

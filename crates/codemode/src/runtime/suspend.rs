@@ -1,7 +1,15 @@
 //! How an `exec` / `wait` call ends: completed, failed, or suspended into the snapshot store (with
 //! this process's claim on the calls it keeps running).
 
-use super::*;
+use super::run::Run;
+use super::{Call, Inflight, Inner, MSG_ABORTED, discard};
+use codemode_core::engine::{GuestInstance, Snapshot};
+use codemode_core::error::{CodeModeError, CodeModeErrorCode};
+use codemode_core::result::{CodeModeResult, WaitReason, json_len};
+use codemode_core::store::{StoreError, SuspendedRun};
+use codemode_core::telemetry::SnapshotEventKind;
+use serde_json::Value;
+use tokio::runtime::Handle;
 
 impl Inner {
     pub(super) fn complete(&self, rt: &Handle, mut run: Run, mut call: Call, value: Value) -> CodeModeResult {

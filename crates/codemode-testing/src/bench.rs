@@ -1,7 +1,7 @@
 //! Benchmark scenarios shared by the criterion benches (`benches/`) and `codemode bench`: the same
 //! cells, measured the same way, so numbers from both agree.
 
-use crate::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext};
+use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext};
 use std::time::{Duration, Instant};
 
 /// `return 1+1`: trivial exec latency, end to end.
@@ -25,7 +25,7 @@ pub fn runtime(engine: &str, timeout_ms: u64) -> CodeMode {
 }
 
 /// The builder every scenario starts from: the demo catalog on `engine`, code mode enabled.
-fn demo_builder(engine: &str, timeout_ms: u64) -> crate::CodeModeBuilder {
+fn demo_builder(engine: &str, timeout_ms: u64) -> codemode::CodeModeBuilder {
     let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
     CodeMode::builder(config).engine_name(engine).local_tools(crate::demo::demo_tools())
 }
@@ -60,20 +60,20 @@ pub fn runtime_with_namespaces(engine: &str, timeout_ms: u64) -> CodeMode {
 struct NoopHook;
 
 #[async_trait::async_trait]
-impl crate::ToolHook for NoopHook {
-    async fn before_tool_call(&self, _call: &mut crate::NestedToolCall) -> Result<(), crate::ToolError> {
+impl codemode::ToolHook for NoopHook {
+    async fn before_tool_call(&self, _call: &mut codemode::NestedToolCall) -> Result<(), codemode::ToolError> {
         Ok(())
     }
 
     async fn after_tool_call(
         &self,
-        _call: &crate::NestedToolCall,
-        _outcome: &mut Result<crate::ToolResult, crate::ToolError>,
+        _call: &codemode::NestedToolCall,
+        _outcome: &mut Result<codemode::ToolResult, codemode::ToolError>,
     ) {
     }
 }
 
-/// [`runtime`] with one no-op [`ToolHook`](crate::ToolHook): [`nested`] on it minus [`nested`] on
+/// [`runtime`] with one no-op [`ToolHook`](codemode::ToolHook): [`nested`] on it minus [`nested`] on
 /// [`runtime`] is the cost of a hook on a nested call.
 pub fn runtime_with_hook(engine: &str, timeout_ms: u64) -> CodeMode {
     demo_builder(engine, timeout_ms).hook(std::sync::Arc::new(NoopHook)).build()
@@ -82,8 +82,8 @@ pub fn runtime_with_hook(engine: &str, timeout_ms: u64) -> CodeMode {
 /// A trajectory sink that drops every record (what building the records costs, without I/O).
 struct DropRecords;
 
-impl crate::RunObserver for DropRecords {
-    fn on_event(&self, event: crate::RunEvent) {
+impl codemode::RunObserver for DropRecords {
+    fn on_event(&self, event: codemode::RunEvent) {
         std::hint::black_box(event);
     }
 }
@@ -119,7 +119,7 @@ pub fn disabled_span_ns(n: u32) -> f64 {
 /// [`runtime`] with `demo_invoice_send` gated behind approval (no approver: the call parks).
 pub fn runtime_gated(engine: &str, timeout_ms: u64) -> CodeMode {
     demo_builder(engine, timeout_ms)
-        .approvals(crate::ApprovalPolicy::require(["plugin:demo:demo_invoice_send"]))
+        .approvals(codemode::ApprovalPolicy::require(["plugin:demo:demo_invoice_send"]))
         .build()
 }
 
@@ -133,12 +133,12 @@ pub async fn approval_cycle(cm: &CodeMode) -> Duration {
     let t = Instant::now();
     let first = cm.exec(&ctx(), &CodeModeExecInput::code(GATED)).await;
     let (Some(id), Some(request)) = (
-        first.run_id().and_then(|id| crate::RunId::parse(id).ok()),
-        first.pending_tool_calls().iter().find(|p| p.kind == crate::PendingCallKind::Approval).map(|p| p.request_id),
+        first.run_id().and_then(|id| codemode::RunId::parse(id).ok()),
+        first.pending_tool_calls().iter().find(|p| p.kind == codemode::PendingCallKind::Approval).map(|p| p.request_id),
     ) else {
         panic!("expected a parked call: {}", first.to_json());
     };
-    if let Err(e) = cm.decide(&id, request, crate::ApprovalDecision::Approve).await {
+    if let Err(e) = cm.decide(&id, request, codemode::ApprovalDecision::Approve).await {
         panic!("cannot approve: {}", e.message);
     }
     let done = cm.wait(&ctx(), &CodeModeWaitInput::new(id.to_string())).await;
@@ -191,7 +191,7 @@ pub async fn suspend_resume(cm: &CodeMode) -> Duration {
 pub async fn pending_snapshot_bytes(cm: &CodeMode) -> u64 {
     let r = cm.exec(&ctx(), &CodeModeExecInput::code(PENDING_ONE_CALL)).await;
     let bytes = r.telemetry().snapshot_events.last().and_then(|e| e.bytes).unwrap_or(0);
-    if let Some(id) = r.run_id().and_then(|id| crate::RunId::parse(id).ok()) {
+    if let Some(id) = r.run_id().and_then(|id| codemode::RunId::parse(id).ok()) {
         cm.abort(&id).await;
     }
     bytes
@@ -288,7 +288,7 @@ pub async fn suspended_footprint(cm: &CodeMode, runs: usize) -> SuspendedFootpri
     for _ in 0..runs {
         let r = cm.exec(&ctx(), &CodeModeExecInput::code(SUSPEND_RESUME)).await;
         bytes += r.telemetry().snapshot_events.last().and_then(|e| e.bytes).unwrap_or(0);
-        match r.run_id().and_then(|id| crate::RunId::parse(id).ok()) {
+        match r.run_id().and_then(|id| codemode::RunId::parse(id).ok()) {
             Some(id) => ids.push(id),
             None => panic!("expected a suspended run: {}", r.to_json()),
         }
@@ -306,7 +306,11 @@ pub async fn suspended_footprint(cm: &CodeMode, runs: usize) -> SuspendedFootpri
 }
 
 /// [`runtime`] keeping its snapshots in `store` (the footprint rows of each store).
-pub fn runtime_with_store(engine: &str, timeout_ms: u64, store: std::sync::Arc<dyn crate::SnapshotStore>) -> CodeMode {
+pub fn runtime_with_store(
+    engine: &str,
+    timeout_ms: u64,
+    store: std::sync::Arc<dyn codemode::SnapshotStore>,
+) -> CodeMode {
     demo_builder(engine, timeout_ms).store(store).build()
 }
 

@@ -2,7 +2,7 @@
 //! code mode without any external service — search → call → filter, joins, parallel fan-out, a slow
 //! tool that makes a run suspend, a failing tool, and a side-effecting tool.
 
-use crate::tools::{FnTool, LocalTools};
+use codemode::{FnTool, LocalTools};
 use codemode_core::catalog::{ToolDefinition, ToolSource};
 use codemode_core::executor::{ToolError, ToolErrorKind, ToolResult};
 use serde_json::{Value, json};

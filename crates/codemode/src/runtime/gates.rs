@@ -1,0 +1,395 @@
+//! The gates of a nested call: every check a call passes between the guest asking for it and its
+//! result reaching the guest, declared once, in order.
+//!
+//! # The order
+//!
+//! Before the call starts (synchronous, on the guest worker; [`BEFORE_START`]):
+//!
+//! 0. **resolve** — the id (or `MCP.<server>.<tool>`, or a namespace path already turned into a
+//!    catalog id) must name a tool of the run's own catalog ([`resolve_tool`]). Unknown, hidden and
+//!    denied ids get the same answer, so a guessed id reveals nothing.
+//! 1. [`Runnable`] — a tool whose declared output schema does not compile never runs.
+//! 2. [`RestartSafe`] — a `restartSafe` cell calls only read-only tools.
+//! 3. [`LoopDetection`] — the session's loop detector (warn, refuse, or trip the breaker).
+//! 4. [`PendingLimit`] — at most `maxPendingToolCalls` calls running or parked at once.
+//! 5. [`Sandbox`] — a sandboxed run's calls meet the sandbox tool policy (SPEC P4).
+//!
+//! A gate that refuses answers the guest through [`Run::refuse`], the one refusal path: a catchable
+//! `nested_tool_failed` error, a `denied` trajectory entry and one failed call in the telemetry.
+//! Nothing after it runs: no hook, approver or tool sees a refused call. A gate may instead fail the
+//! whole run (the pending limit, the loop breaker).
+//!
+//! While the call runs (asynchronous, on the host's executor; [`run_in_flight`]):
+//!
+//! 6. `before_tool_call` hooks — may rewrite the input or refuse.
+//! 7. **approval** — the approval policy or a hook's `requires_approval` gates the call; the host's
+//!    approver decides, or the call parks until a decision is recorded.
+//! 8. the **tool** itself (the executor).
+//! 9. `after_tool_call` hooks — may inspect or replace the outcome.
+//! 10. **output contract** — a declared output schema is checked before the value reaches the
+//!     guest (SPEC D4); a mismatch fails the call and the value is never delivered.
+//!
+//! Which calls meet which gate: a call the guest makes meets all of them. A parked call that a
+//! human approved meets only [`Sandbox`] again and then the in-flight stages without the approval
+//! step; a read-only call re-issued after the process running it was lost meets [`Sandbox`] and
+//! the in-flight stages (it was counted and checked when it was first made).
+
+use super::calls::CallOrigin;
+use super::run::Run;
+use super::{Inner, loop_key};
+use crate::tools::ToolHook;
+use codemode_catalog::loops::Verdict;
+use codemode_catalog::{Catalog, CatalogTool};
+use codemode_core::ToolSource;
+use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
+use codemode_core::catalog::catalog_id;
+use codemode_core::engine::{GuestError, RequestId};
+use codemode_core::error::{CodeModeError, CodeModeErrorCode};
+use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
+use codemode_core::guest::{CallMode, GuestRequest};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A nested call at the gates before it starts.
+pub(super) struct AtGate<'a> {
+    /// The request id the guest gave the call.
+    pub(super) id: RequestId,
+    /// The catalog tool it resolved to.
+    pub(super) tool: &'a CatalogTool,
+    /// Its input (`{}` when the guest sent none).
+    pub(super) input: &'a Value,
+}
+
+/// What a gate decides about a call.
+pub(super) enum GateVerdict {
+    /// The call goes on to the next gate.
+    Pass,
+    /// The call is refused: the guest gets this error (through [`Run::refuse`]).
+    Refuse(GuestError),
+    /// The whole run fails with this error (the call is not made).
+    FailRun(CodeModeError),
+}
+
+/// One check a nested call passes before it starts. Each gate is a small type with this one method;
+/// [`BEFORE_START`] lists them in order.
+pub(super) trait StartGate: Sync {
+    /// The gate's name, as the book's security model (docs/src/security.md) lists it.
+    fn name(&self) -> &'static str;
+
+    /// Whether calls that start for `origin` meet this gate. By default only calls the guest makes
+    /// (approved and re-issued calls passed it when they were first made).
+    fn applies_to(&self, origin: CallOrigin) -> bool {
+        origin == CallOrigin::New
+    }
+
+    /// Decides about `call` of `run`. A gate may record what it saw (loop detection's history and
+    /// warnings) but never starts, answers or refuses the call itself.
+    fn check(&self, inner: &Inner, run: &mut Run, call: &AtGate<'_>) -> GateVerdict;
+}
+
+/// The gates before a call starts, in the order they run.
+pub(super) const BEFORE_START: &[&dyn StartGate] = &[&Runnable, &RestartSafe, &LoopDetection, &PendingLimit, &Sandbox];
+
+/// Passes `call` through the gates of [`BEFORE_START`] that apply to `origin`. `Ok(true)`: the call
+/// may start. `Ok(false)`: a gate refused it and the refusal is delivered (through
+/// [`Run::refuse`]). `Err`: a gate failed the run.
+pub(super) fn pass_before_start(
+    inner: &Inner,
+    run: &mut Run,
+    origin: CallOrigin,
+    call: &AtGate<'_>,
+) -> Result<bool, CodeModeError> {
+    for gate in BEFORE_START.iter().filter(|g| g.applies_to(origin)) {
+        match gate.check(inner, run, call) {
+            GateVerdict::Pass => {}
+            GateVerdict::Refuse(err) => {
+                tracing::debug!(run = %run.id, request = call.id, tool = %call.tool.id, gate = gate.name(), "nested call refused");
+                run.refuse(call.id, &call.tool.id, Some(call.input), err);
+                return Ok(false);
+            }
+            GateVerdict::FailRun(err) => return Err(err),
+        }
+    }
+    Ok(true)
+}
+
+/// Gate 0: finds the catalog tool a call request names — guest-visible tools for `tools.*`, MCP
+/// entries for `MCP.*`. The error carries the id for telemetry and the trajectory.
+pub(super) fn resolve_tool(
+    catalog: &Catalog,
+    request: &GuestRequest,
+) -> Result<(Arc<CatalogTool>, CallMode), (String, GuestError)> {
+    match request {
+        GuestRequest::Mcp { server, tool, .. } => match catalog.mcp_tool(server, tool) {
+            Some(t) => Ok((t.clone(), CallMode::Value)),
+            None => {
+                let err = super::guest_error(
+                    CodeModeErrorCode::NestedToolFailed,
+                    format!("unknown MCP tool `{tool}` of server `{server}`; see API.list(\"mcp\")"),
+                );
+                Err((catalog_id(ToolSource::Mcp, server, tool), err))
+            }
+        },
+        GuestRequest::Call { id, mode, .. } => match catalog.guest_tool(id) {
+            Some(t) => Ok((t.clone(), *mode)),
+            None => Err((id.clone(), super::unknown_tool(id, CodeModeErrorCode::NestedToolFailed))),
+        },
+        other => Err((
+            String::new(),
+            super::guest_error(
+                CodeModeErrorCode::InternalError,
+                format!("`{}` is not a tool call", other.kind().as_str()),
+            ),
+        )),
+    }
+}
+
+fn refuse(message: String) -> GateVerdict {
+    GateVerdict::Refuse(super::guest_error(CodeModeErrorCode::NestedToolFailed, message))
+}
+
+/// Gate 1: a tool whose declared output schema does not compile is never run (its results could not
+/// be checked, SPEC D4).
+pub(super) struct Runnable;
+
+impl StartGate for Runnable {
+    fn name(&self) -> &'static str {
+        "runnable"
+    }
+
+    fn check(&self, _: &Inner, _: &mut Run, call: &AtGate<'_>) -> GateVerdict {
+        match call.tool.check_runnable() {
+            Ok(()) => GateVerdict::Pass,
+            Err(e) => refuse(e.to_string()),
+        }
+    }
+}
+
+/// Gate 2: a `restartSafe` cell may only call read-only tools (so that running it again can repeat
+/// no side effect).
+pub(super) struct RestartSafe;
+
+impl StartGate for RestartSafe {
+    fn name(&self) -> &'static str {
+        "restartSafe"
+    }
+
+    fn check(&self, _: &Inner, run: &mut Run, call: &AtGate<'_>) -> GateVerdict {
+        if run.restart_safe && !call.tool.def.read_only {
+            refuse(format!("`{}` has side effects; a restartSafe cell may only call read-only tools", call.tool.id))
+        } else {
+            GateVerdict::Pass
+        }
+    }
+}
+
+/// Gate 3: the session's loop detector (SPEC §22). A warning is added to the call's output and the
+/// call goes on; a critical repetition refuses the call; the breaker fails the run.
+pub(super) struct LoopDetection;
+
+impl StartGate for LoopDetection {
+    fn name(&self) -> &'static str {
+        "loopDetection"
+    }
+
+    fn check(&self, _: &Inner, run: &mut Run, call: &AtGate<'_>) -> GateVerdict {
+        let Some((config, history)) = &run.loops else { return GateVerdict::Pass };
+        let key = loop_key(&run.id, call.id);
+        let verdict = history.lock().unwrap_or_else(|p| p.into_inner()).check(config, key, &call.tool.id, call.input);
+        match verdict {
+            Verdict::Ok => GateVerdict::Pass,
+            Verdict::Warn(m) => {
+                tracing::info!(run = %run.id, tool = %call.tool.id, "{m}");
+                run.loop_warnings.push(m);
+                GateVerdict::Pass
+            }
+            Verdict::Critical(m) => {
+                tracing::warn!(run = %run.id, tool = %call.tool.id, "{m}");
+                refuse(m)
+            }
+            Verdict::Breaker(m) => {
+                tracing::warn!(run = %run.id, tool = %call.tool.id, "{m}");
+                GateVerdict::FailRun(CodeModeError::new(CodeModeErrorCode::NestedToolFailed, m))
+            }
+        }
+    }
+}
+
+/// Gate 4: at most `maxPendingToolCalls` nested calls outstanding at once. A call parked for
+/// approval counts like a running one (issue 23 §1): without an approver every gated call parks,
+/// and parked calls must not be a way around the limit. Exceeding it fails the run
+/// (`too_many_pending_tool_calls`).
+pub(super) struct PendingLimit;
+
+impl StartGate for PendingLimit {
+    fn name(&self) -> &'static str {
+        "pendingLimit"
+    }
+
+    fn check(&self, inner: &Inner, run: &mut Run, _: &AtGate<'_>) -> GateVerdict {
+        let max = inner.config.max_pending_tool_calls;
+        if run.calls.running() + run.parked() < max as usize {
+            return GateVerdict::Pass;
+        }
+        run.telemetry.limit_failures.pending_calls += 1;
+        GateVerdict::FailRun(CodeModeError::new(
+            CodeModeErrorCode::TooManyPendingToolCalls,
+            format!(
+                "too many nested tool calls in flight at once (maxPendingToolCalls is {max}); await some before \
+                 starting more"
+            ),
+        ))
+    }
+}
+
+/// Gate 5: a sandboxed run's nested calls meet the sandbox tool policy (SPEC P4), also when an
+/// approved or re-issued call starts (the policy may have changed since).
+pub(super) struct Sandbox;
+
+impl StartGate for Sandbox {
+    fn name(&self) -> &'static str {
+        "sandbox"
+    }
+
+    fn applies_to(&self, _: CallOrigin) -> bool {
+        true
+    }
+
+    fn check(&self, inner: &Inner, run: &mut Run, call: &AtGate<'_>) -> GateVerdict {
+        if !run.context.sandboxed {
+            return GateVerdict::Pass;
+        }
+        match inner.sandbox.refusal(&call.tool.def, call.input, run.context.scope.agent_id.as_deref()) {
+            None => GateVerdict::Pass,
+            Some(why) => GateVerdict::Refuse(tool_failure(&call.tool.id, &why)),
+        }
+    }
+}
+
+/// The guest error of a nested call that failed, was refused or was denied: a catchable
+/// `ToolError` naming the tool, coded `nested_tool_failed`.
+pub(super) fn tool_failure(tool_id: &str, message: &str) -> GuestError {
+    GuestError::new("ToolError", format!("{tool_id}: {message}"), Some(CodeModeErrorCode::NestedToolFailed))
+}
+
+/// How a started call meets the approval step (stage 7).
+#[derive(Clone)]
+pub(super) struct Approval {
+    /// Why the approval policy gates this tool (`None`: only a hook can gate it).
+    pub(super) policy_reason: Option<String>,
+    /// A human already approved this call (it was parked and is now resumed).
+    pub(super) approved: bool,
+    /// The host's approver, if any.
+    pub(super) approver: Option<Arc<dyn Approver>>,
+    /// Longest wait for the approver.
+    pub(super) timeout: Duration,
+    /// The cell line that made the call, if the guest sent it.
+    pub(super) cell_line: Option<u32>,
+}
+
+/// How [`run_in_flight`] ended.
+pub(super) enum InFlight {
+    /// The call ran, or a hook, the approver or the output contract refused it.
+    Done(Result<ToolResult, ToolError>),
+    /// The call needs a decision nobody gave yet: it is parked and did not run.
+    Parked,
+}
+
+/// Stages 6–10 of a started call: `before` hooks (rewrite, refuse), the approval step (policy or
+/// hook; the host's approver answers, or the call parks), the tool, `after` hooks, the output
+/// contract.
+pub(super) async fn run_in_flight(
+    hooks: &[Arc<dyn ToolHook>],
+    executor: &dyn ToolExecutor,
+    mut call: NestedToolCall,
+    approval: &Approval,
+    contract: &CatalogTool,
+) -> InFlight {
+    let mut refused = None;
+    for h in hooks {
+        if let Err(e) = h.before_tool_call(&mut call).await {
+            refused = Some(e);
+            break;
+        }
+    }
+    if refused.is_none() && !approval.approved {
+        let mut reason = approval.policy_reason.clone();
+        for h in hooks {
+            if reason.is_some() {
+                break;
+            }
+            reason = h.requires_approval(&call).await;
+        }
+        if let Some(reason) = reason {
+            let Some(approver) = &approval.approver else { return InFlight::Parked };
+            let request = ApprovalRequest {
+                run_id: call.run_id.clone(),
+                request_id: call.request_id,
+                tool_id: call.tool_id.clone(),
+                input_preview: ApprovalRequest::preview(&call.input),
+                reason,
+                cell_line: approval.cell_line,
+                context: call.context.clone(),
+            };
+            match tokio::time::timeout(approval.timeout, approver.decide(&request)).await {
+                Ok(Some(ApprovalDecision::Approve)) => {}
+                Ok(Some(ApprovalDecision::Deny { reason })) => {
+                    refused = Some(ToolError::new(ToolErrorKind::Denied, crate::tools::denial_message(&reason)));
+                }
+                Ok(None) | Err(_) => return InFlight::Parked,
+            }
+        }
+    }
+    let mut outcome = if hooks.is_empty() {
+        // Nothing looks at the call after the tool: it is handed over, not copied.
+        match refused {
+            Some(e) => Err(e),
+            None => executor.call(call).await,
+        }
+    } else {
+        let mut outcome = match refused {
+            Some(e) => Err(e),
+            None => executor.call(call.clone()).await,
+        };
+        // After a refusal too: an `after` hook sees every outcome (see `ToolHook::after_tool_call`).
+        for h in hooks {
+            h.after_tool_call(&call, &mut outcome).await;
+        }
+        outcome
+    };
+    // SPEC D4: the declared output contract is checked after the hooks, before the value reaches
+    // the guest; a mismatch fails the call and the value is never delivered.
+    if let Ok(r) = &outcome
+        && let Err(m) = contract.check_output(&r.details)
+    {
+        outcome = Err(ToolError::new(ToolErrorKind::OutputContract, m.to_string()));
+    }
+    InFlight::Done(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BEFORE_START;
+
+    /// The security model in the book lists the gates before a call starts, by name, in the order
+    /// [`BEFORE_START`] runs them (issue 24 §2: the order is written once and documented).
+    #[test]
+    fn the_security_model_lists_the_gates_in_their_order() {
+        let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/security.md"))
+            .expect("docs/src/security.md");
+        let list = page
+            .split("**The checks of a nested call, in order.**")
+            .nth(1)
+            .and_then(|s| s.split("While it runs").next())
+            .expect("the security model's list of checks");
+        let documented: Vec<&str> = list
+            .lines()
+            .filter_map(|l| l.trim_start().split_once(". `"))
+            .filter(|(n, _)| n.parse::<u32>().is_ok())
+            .filter_map(|(_, rest)| rest.split('`').next())
+            .collect();
+        let declared: Vec<&str> = BEFORE_START.iter().map(|g| g.name()).collect();
+        assert_eq!(documented, declared, "docs/src/security.md lists the gates in another order than gates.rs");
+    }
+}
