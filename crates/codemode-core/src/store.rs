@@ -132,6 +132,16 @@ pub enum StoreError {
     /// This store does not do what was asked (e.g. record approval decisions).
     #[error("{0}")]
     Unsupported(String),
+    /// Another process took the run over (its lease expired: this process was paused, partitioned
+    /// or too slow to renew it) — this process's write for the run is refused (fencing). Prevents: a
+    /// replica that wakes up delivering, recording or running anything more for a run another
+    /// replica now drives.
+    #[error("code mode run was taken over by another replica after this one lost its lease; this replica's result is void (wait again to continue the run)")]
+    TakenOver,
+    /// The store cannot be reached (a network store whose server is down or unreachable). The
+    /// connection is retried by itself; the failed operation is not.
+    #[error("snapshot store unreachable: {0}")]
+    Unreachable(String),
     /// An approval decision names a request that is not parked for approval (a mistyped id, a call
     /// that already ran or was decided). Prevents: a human believing a call was approved when the
     /// decision went nowhere.
@@ -160,13 +170,14 @@ impl PartialEq for StoreError {
             (E::LiveNotSupported(a), E::LiveNotSupported(b))
             | (E::Corrupt(a), E::Corrupt(b))
             | (E::Encode(a), E::Encode(b))
-            | (E::Unsupported(a), E::Unsupported(b)) => a == b,
+            | (E::Unsupported(a), E::Unsupported(b))
+            | (E::Unreachable(a), E::Unreachable(b)) => a == b,
             (E::NotParked { request_id: a, parked: pa }, E::NotParked { request_id: b, parked: pb }) => {
                 a == b && pa == pb
             }
             (a, b) => {
                 std::mem::discriminant(a) == std::mem::discriminant(b)
-                    && matches!(a, E::TooMany | E::Unavailable | E::Expired | E::Busy)
+                    && matches!(a, E::TooMany | E::Unavailable | E::Expired | E::Busy | E::TakenOver)
             }
         }
     }
@@ -189,7 +200,11 @@ impl StoreError {
     pub fn to_code_mode_error(&self) -> CodeModeError {
         match self {
             StoreError::TooMany => CodeModeError::uncoded(MSG_TOO_MANY),
-            StoreError::Unavailable | StoreError::Busy | StoreError::WrongScope(_) | StoreError::NotParked { .. } => {
+            StoreError::Unavailable
+            | StoreError::Busy
+            | StoreError::TakenOver
+            | StoreError::WrongScope(_)
+            | StoreError::NotParked { .. } => {
                 CodeModeError::new(CodeModeErrorCode::InvalidInput, self.to_string())
             }
             StoreError::Expired => CodeModeError::new(CodeModeErrorCode::SnapshotExpired, self.to_string()),
@@ -197,6 +212,7 @@ impl StoreError {
             StoreError::LiveNotSupported(_)
             | StoreError::Io(_)
             | StoreError::Encode(_)
+            | StoreError::Unreachable(_)
             | StoreError::Unsupported(_) => CodeModeError::new(CodeModeErrorCode::InternalError, self.to_string()),
         }
     }
@@ -248,7 +264,7 @@ pub trait SnapshotStore: Send + Sync {
     /// Declares that this process is running nested calls of a suspended run and will record their
     /// results. The claim lasts until the returned guard is dropped (or the process ends, however it
     /// ends). `None`: the store needs no claims (runs never leave this process).
-    fn claim_calls(&self, _run_id: &RunId) -> Result<Option<CallsClaim>, StoreError> {
+    async fn claim_calls(&self, _run_id: &RunId) -> Result<Option<CallsClaim>, StoreError> {
         Ok(None)
     }
 
@@ -277,9 +293,76 @@ pub trait SnapshotStore: Send + Sync {
 
     /// Whether a live process holds a [`claim_calls`](Self::claim_calls) claim on the run's calls:
     /// then a resuming process waits for their recorded results instead of issuing them again.
-    fn calls_claimed(&self, _run_id: &RunId) -> bool {
+    async fn calls_claimed(&self, _run_id: &RunId) -> bool {
         false
     }
+
+    /// Whether several live processes share this store's runs (a fleet of replicas): then any
+    /// replica may resume a run at any time, so the runtime logs every nested call it starts
+    /// ([`begin_call`](Self::begin_call)) and records every result as the call finishes
+    /// ([`finish_call`](Self::finish_call)), and a settled run's end is committed through
+    /// [`settle`](Self::settle). Stores of one process (memory) or of processes taking turns
+    /// (directory) say `false`.
+    fn fleet(&self) -> bool {
+        false
+    }
+
+    /// Logs the start of a nested call of `run_id`, right before the tool runs (after the gates and
+    /// the approval step), and says whether it may run. A fleet store answers from its call log:
+    /// a call this request id already made (a replica that replays the run from its last snapshot,
+    /// after the replica driving it died) gets its recorded result instead of running again; a call
+    /// another replica started and never finished is [`CallStart::Lost`] unless it is read-only
+    /// (then it runs again, [`CallStart::Reissued`]). The default (stores that are not fleet
+    /// stores): [`CallStart::Fresh`].
+    async fn begin_call(&self, _run_id: &RunId, _issue: &CallIssue) -> Result<CallStart, StoreError> {
+        Ok(CallStart::Fresh)
+    }
+
+    /// Records the result of a nested call this process logged with
+    /// [`begin_call`](Self::begin_call), as soon as it finishes. `Ok(false)`: not recorded (the run
+    /// is gone, or another replica took the call over). The default records nothing.
+    async fn finish_call(&self, _run_id: &RunId, _delivery: &Delivery) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Commits the end of a run that settled (completed or failed) in this process: its state
+    /// leaves the store. A fleet store refuses with [`StoreError::TakenOver`] when another replica
+    /// took the run over meanwhile, and the runtime then reports that instead of the run's result
+    /// (so a result is never delivered by two replicas). The default: [`remove`](Self::remove).
+    async fn settle(&self, run_id: &RunId) -> Result<bool, StoreError> {
+        Ok(self.remove(run_id).await)
+    }
+}
+
+/// A nested call about to run, as a fleet store's call log records it (see
+/// [`SnapshotStore::begin_call`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallIssue {
+    /// The request id the guest gave the call (deterministic: a run replayed from the same snapshot
+    /// with the same results numbers its calls the same way).
+    pub request_id: RequestId,
+    /// The catalog tool.
+    pub tool_id: String,
+    /// A digest of the call's input: a replay whose call differs from the logged one (guest code
+    /// that is not deterministic) does not get the other call's result.
+    pub input_digest: String,
+    /// The tool is read-only: a call lost with the replica that ran it may run again.
+    pub read_only: bool,
+}
+
+/// What the call log says about a nested call about to run (see [`SnapshotStore::begin_call`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallStart {
+    /// Never logged before: run it.
+    Fresh,
+    /// Logged by a replica that stopped before it finished, and the tool is read-only: run it again.
+    Reissued,
+    /// Already ran to the end: this is its result, delivered without running the tool again.
+    Recorded(Result<serde_json::Value, crate::engine::GuestError>),
+    /// Logged by a replica that stopped before it finished (or, in a replay, logged with another
+    /// tool or input), and the tool has side effects: it must not run again; the guest gets this
+    /// failure. The log now records it as failed, so no replica runs it.
+    Lost(String),
 }
 
 /// A claim on a suspended run's nested calls (see [`SnapshotStore::claim_calls`]); released on drop.

@@ -464,7 +464,7 @@ impl SnapshotStore for DirectorySnapshotStore {
         Ok(out)
     }
 
-    fn claim_calls(&self, run_id: &RunId) -> Result<Option<CallsClaim>, StoreError> {
+    async fn claim_calls(&self, run_id: &RunId) -> Result<Option<CallsClaim>, StoreError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = self.dir.join(format!("{run_id}.calls-{}-{n}", std::process::id()));
@@ -473,7 +473,7 @@ impl SnapshotStore for DirectorySnapshotStore {
         Ok(Some(CallsClaim::new(Claim { path, _file: file })))
     }
 
-    fn calls_claimed(&self, run_id: &RunId) -> bool {
+    async fn calls_claimed(&self, run_id: &RunId) -> bool {
         let mut claimed = false;
         let own = format!("{}-", std::process::id());
         for (rest, path) in self.side_files(run_id, "calls") {
@@ -655,9 +655,9 @@ mod tests {
         assert!(store.take_results(&id).await.unwrap().is_empty(), "taken once");
         // This process's own claims do not count; another process's claim counts while it is
         // locked (simulated here by a claim file with a foreign pid that this test locks).
-        assert!(!store.calls_claimed(&id));
-        let claim = store.claim_calls(&id).unwrap().unwrap();
-        assert!(!store.calls_claimed(&id), "own claim");
+        assert!(!store.calls_claimed(&id).await);
+        let claim = store.claim_calls(&id).await.unwrap().unwrap();
+        assert!(!store.calls_claimed(&id).await, "own claim");
         drop(claim);
         assert!(
             std::fs::read_dir(&dir).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().contains(".calls-"))
@@ -665,13 +665,13 @@ mod tests {
         let foreign = dir.join("r1.calls-4000000001-0");
         let held = std::fs::File::create(&foreign).unwrap();
         held.lock().unwrap();
-        assert!(store.calls_claimed(&id));
+        assert!(store.calls_claimed(&id).await);
         drop(held);
-        assert!(!store.calls_claimed(&id), "released: the process ended");
+        assert!(!store.calls_claimed(&id).await, "released: the process ended");
         assert!(!foreign.exists(), "a stale claim file is cleaned up");
         // A claim file nobody holds (its process died) does not count and is cleaned up.
         std::fs::write(dir.join("r1.calls-999999-0"), b"").unwrap();
-        assert!(!store.calls_claimed(&id));
+        assert!(!store.calls_claimed(&id).await);
         assert!(!dir.join("r1.calls-999999-0").exists());
         // Removing the run removes its results.
         assert!(store.record_result(&id, &d).await.unwrap());

@@ -9,14 +9,26 @@
 //!   serialized ones.
 //! - [`DirectorySnapshotStore`]: suspended runs as files, so `exec` and `wait` can run in different
 //!   processes. Serialized snapshots only.
+//! - `RedisSnapshotStore` (feature `redis`): the store of a fleet of gateways — runs, the call log,
+//!   approval decisions and leases in Redis, so any replica resumes any run with exactly-once
+//!   nested calls.
+//!
+//! The `conformance` feature adds the store conformance suite every store passes (memory,
+//! directory, Redis) and a `redis-server` launcher for tests.
 //!
 //! Layering (DESIGN §2): depends on `codemode-core` only; never names an engine.
 #![forbid(unsafe_code)]
 
 mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod directory;
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use directory::DirectorySnapshotStore;
 pub use memory::MemorySnapshotStore;
+#[cfg(feature = "redis")]
+pub use redis::{RedisSnapshotStore, RedisStoreConfig};

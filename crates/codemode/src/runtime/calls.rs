@@ -104,7 +104,7 @@ impl NestedCalls {
         let mut missing: BTreeMap<RequestId, String> = calls.iter().cloned().collect();
         let handle = rt.spawn(async move {
             loop {
-                let claimed = store.calls_claimed(&run_id);
+                let claimed = store.calls_claimed(&run_id).await;
                 for d in store.take_results(&run_id).await.unwrap_or_default() {
                     if missing.remove(&d.id).is_some() {
                         let _ = tx.send((d.id, CallEnd::Settled(d.outcome)));
@@ -212,7 +212,7 @@ impl Inner {
     /// recorded are delivered; calls a live process still runs are awaited (their results will be
     /// recorded); the rest are lost and handled by [`reissue_lost_calls`](Self::reissue_lost_calls).
     pub(super) fn adopt_calls_from_elsewhere(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
-        let claimed = self.store.calls_claimed(&run.id);
+        let claimed = rt.block_on(self.store.calls_claimed(&run.id));
         let recorded = rt.block_on(self.store.take_results(&run.id)).map_err(|e| e.to_code_mode_error())?;
         for d in recorded {
             if run.pending.contains_key(&d.id) {

@@ -167,7 +167,7 @@ impl Inner {
             return self.aborted(rt, run, call);
         }
         let claim = if run.calls.running() > 0 {
-            match self.store.claim_calls(&run.id) {
+            match rt.block_on(self.store.claim_calls(&run.id)) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(run = %run.id, error = %e, "cannot claim nested calls in the store");

@@ -1,0 +1,400 @@
+//! The store conformance suite (feature `conformance`): the contract of
+//! [`SnapshotStore`] as tests any store runs, like the engine conformance suite for engines. The
+//! memory, directory and Redis stores run it (`tests/store_conformance.rs`); a later store (Postgres,
+//! NATS) proves itself the same way, with one call per check or [`run_all`].
+//!
+//! Each check gets a [`StoreUnderTest`]: a factory of store instances over one shared backend (two
+//! instances are two processes or replicas; for the memory store, the same instance) and the
+//! manual clock those instances read.
+//!
+//! Also here: [`RedisServer`], a real `redis-server` started on a free loopback port with its own
+//! temporary directory and stopped on drop, whatever the test's outcome.
+
+use crate::clock::ManualClock;
+use codemode_core::approval::ApprovalDecision;
+use codemode_core::engine::{Delivery, GuestError, Snapshot, SnapshotBody};
+use codemode_core::guest::GuestRequest;
+use codemode_core::result::WaitReason;
+use codemode_core::scope::{RunId, RunScope};
+use codemode_core::store::{CallIssue, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+use codemode_core::telemetry::CodeModeTelemetry;
+use serde_json::json;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A boxed future of a new store instance.
+pub type NewStore = Pin<Box<dyn Future<Output = Arc<dyn SnapshotStore>> + Send>>;
+
+/// A store under test: instances over one backend, all reading [`clock`](Self::clock).
+pub struct StoreUnderTest {
+    /// The clock every instance reads (starts at [`T0`]).
+    pub clock: Arc<ManualClock>,
+    /// Makes another instance over the same backend (another process or replica).
+    pub instance: Box<dyn Fn() -> NewStore + Send + Sync>,
+}
+
+impl StoreUnderTest {
+    async fn store(&self) -> Arc<dyn SnapshotStore> {
+        (self.instance)().await
+    }
+}
+
+/// The clock's start.
+pub const T0: u64 = 1_000_000;
+
+/// A suspended run of `session` expiring at `expires_at_ms`, with a serialized snapshot `body`
+/// and `pending` tool calls (request ids; those in `parked` are parked for approval).
+pub fn suspended(id: &str, session: &str, expires_at_ms: u64, body: Vec<u8>, pending: &[(u64, bool)]) -> SuspendedRun {
+    SuspendedRun {
+        run_id: RunId::parse(id).unwrap_or_else(|_| RunId::from_generated(id.to_string())),
+        scope: RunScope::session(session),
+        snapshot: Snapshot { engine: "quickjs-wasi".into(), body: SnapshotBody::Serialized(body) },
+        reason: WaitReason::PendingTools,
+        pending: pending
+            .iter()
+            .map(|&(id, parked)| PendingRequest {
+                id,
+                tool_id: Some("plugin:t:pay".into()),
+                request: GuestRequest::Call {
+                    id: "plugin:t:pay".into(),
+                    input: json!({ "n": id }),
+                    mode: codemode_core::guest::CallMode::Value,
+                    line: None,
+                },
+                read_only: false,
+                issued_at_ms: T0,
+                awaiting_approval: parked,
+            })
+            .collect(),
+        ready: vec![Delivery { id: 99, outcome: Ok(json!({ "x": 1 })) }],
+        restart_safe: false,
+        telemetry: CodeModeTelemetry { exec_count: 1, ..Default::default() },
+        created_at_ms: T0,
+        expires_at_ms,
+        positions: Default::default(),
+    }
+}
+
+fn id(s: &str) -> RunId {
+    RunId::parse(s).unwrap_or_else(|_| RunId::from_generated(s.to_string()))
+}
+
+fn check(ok: bool, what: &str) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(what.to_string()) }
+}
+
+fn eq<T: PartialEq + std::fmt::Debug>(got: T, want: T, what: &str) -> Result<(), String> {
+    if got == want { Ok(()) } else { Err(format!("{what}: got {got:?}, want {want:?}")) }
+}
+
+/// put → checkout gives back every field; a second checkout is busy; remove releases.
+pub async fn put_checkout_roundtrip(t: &StoreUnderTest) -> Result<(), String> {
+    let s = t.store().await;
+    let run = suspended("cm_roundtrip", "s1", T0 + 60_000, vec![1, 2, 3, 4], &[(1, false), (2, true)]);
+    s.put(run).await.map_err(|e| format!("put: {e}"))?;
+    let back = s.checkout(&id("cm_roundtrip"), &RunScope::session("s1")).await.map_err(|e| format!("checkout: {e}"))?;
+    let bytes = match &back.snapshot.body {
+        SnapshotBody::Serialized(b) => b.clone(),
+        SnapshotBody::Live { .. } => Vec::new(),
+    };
+    eq(bytes, vec![1, 2, 3, 4], "snapshot")?;
+    eq(back.pending.len(), 2, "pending")?;
+    eq(back.parked(), vec![2], "parked")?;
+    eq(back.ready.clone(), vec![Delivery { id: 99, outcome: Ok(json!({ "x": 1 })) }], "ready")?;
+    eq(back.telemetry.exec_count, 1, "telemetry")?;
+    eq(back.expires_at_ms, T0 + 60_000, "expiry")?;
+    let again = s.checkout(&id("cm_roundtrip"), &RunScope::session("s1")).await;
+    eq(again.err(), Some(StoreError::Busy), "second checkout")?;
+    check(s.remove(&id("cm_roundtrip")).await, "remove reports the run")?;
+    let gone = s.checkout(&id("cm_roundtrip"), &RunScope::session("s1")).await;
+    eq(gone.err(), Some(StoreError::Unavailable), "after remove")
+}
+
+/// Lookup failures: unknown id, another scope (which leaves the run resumable by its owner).
+pub async fn lookup_failures(t: &StoreUnderTest) -> Result<(), String> {
+    let s = t.store().await;
+    eq(s.checkout(&id("cm_nobody"), &RunScope::session("s1")).await.err(), Some(StoreError::Unavailable), "unknown")?;
+    s.put(suspended("cm_scoped", "owner", T0 + 60_000, vec![7], &[])).await.map_err(|e| e.to_string())?;
+    let other = s.checkout(&id("cm_scoped"), &RunScope::session("intruder")).await;
+    check(matches!(other, Err(StoreError::WrongScope(_))), "another scope is refused")?;
+    s.checkout(&id("cm_scoped"), &RunScope::session("owner")).await.map_err(|e| format!("owner after intruder: {e}"))?;
+    s.remove(&id("cm_scoped")).await;
+    Ok(())
+}
+
+/// An expired run cannot be resumed and is purged.
+pub async fn expiry(t: &StoreUnderTest) -> Result<(), String> {
+    let s = t.store().await;
+    s.put(suspended("cm_old", "s1", T0 + 1_000, vec![1], &[])).await.map_err(|e| e.to_string())?;
+    s.put(suspended("cm_young", "s1", T0 + 100_000, vec![1], &[])).await.map_err(|e| e.to_string())?;
+    t.clock.advance_ms(2_000);
+    let purged = s.purge_expired().await;
+    eq(purged, vec![id("cm_old")], "purged")?;
+    eq(s.checkout(&id("cm_old"), &RunScope::session("s1")).await.err(), Some(StoreError::Unavailable), "expired")?;
+    eq(s.count().await, 1, "count after purge")?;
+    s.remove(&id("cm_young")).await;
+    Ok(())
+}
+
+/// At most 64 suspended runs (per process for local stores, per scope for a fleet store); a
+/// removed run makes room; re-suspending a checked-out run never counts twice.
+pub async fn capacity(t: &StoreUnderTest) -> Result<(), String> {
+    let s = t.store().await;
+    for i in 0..MAX_SUSPENDED_RUNS {
+        s.put(suspended(&format!("cm_cap{i}"), "cap", T0 + 60_000, vec![1], &[])).await.map_err(|e| format!("{i}: {e}"))?;
+    }
+    let over = s.put(suspended("cm_capover", "cap", T0 + 60_000, vec![1], &[])).await;
+    eq(over.err(), Some(StoreError::TooMany), "65th")?;
+    let out = s.checkout(&id("cm_cap0"), &RunScope::session("cap")).await.map_err(|e| e.to_string())?;
+    s.put(out).await.map_err(|e| format!("re-suspension at the cap: {e}"))?;
+    s.remove(&id("cm_cap1")).await;
+    s.put(suspended("cm_capover", "cap", T0 + 60_000, vec![1], &[])).await.map_err(|e| format!("after remove: {e}"))?;
+    for i in 0..MAX_SUSPENDED_RUNS {
+        s.remove(&id(&format!("cm_cap{i}"))).await;
+    }
+    s.remove(&id("cm_capover")).await;
+    Ok(())
+}
+
+/// Concurrent `wait`s on one run (from several instances when the store is shared): exactly one
+/// takes it.
+pub async fn concurrent_checkouts(t: &StoreUnderTest) -> Result<(), String> {
+    let s = t.store().await;
+    s.put(suspended("cm_race", "s1", T0 + 60_000, vec![1], &[])).await.map_err(|e| e.to_string())?;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let inst = if s.accepts_live() { s.clone() } else { t.store().await };
+        tasks.push(tokio::spawn(async move { inst.checkout(&id("cm_race"), &RunScope::session("s1")).await.is_ok() }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        if task.await.map_err(|e| e.to_string())? {
+            won += 1;
+        }
+    }
+    eq(won, 1, "checkouts that won")?;
+    s.remove(&id("cm_race")).await;
+    Ok(())
+}
+
+/// Approval decisions: recorded for a parked call and taken once; refused for a call that is not
+/// parked (naming what is) and for an unknown run.
+pub async fn decisions(t: &StoreUnderTest) -> Result<(), String> {
+    let s = t.store().await;
+    s.put(suspended("cm_dec", "s1", T0 + 60_000, vec![1], &[(1, false), (2, true)])).await.map_err(|e| e.to_string())?;
+    let other = t.store().await;
+    other.record_decision(&id("cm_dec"), 2, &ApprovalDecision::Approve).await.map_err(|e| format!("record: {e}"))?;
+    let not_parked = other.record_decision(&id("cm_dec"), 1, &ApprovalDecision::Approve).await;
+    eq(not_parked.err(), Some(StoreError::NotParked { request_id: 1, parked: vec![2] }), "not parked")?;
+    let unknown = other.record_decision(&id("cm_nodec"), 1, &ApprovalDecision::Approve).await;
+    eq(unknown.err(), Some(StoreError::Unavailable), "unknown run")?;
+    eq(s.take_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, vec![(2, ApprovalDecision::Approve)], "taken")?;
+    eq(s.take_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, vec![], "taken once")?;
+    s.remove(&id("cm_dec")).await;
+    Ok(())
+}
+
+/// Stores shared across processes (every store that keeps only serialized snapshots): a result
+/// recorded by one instance is taken by another; nothing is recorded for a run that is gone.
+pub async fn recorded_results(t: &StoreUnderTest) -> Result<(), String> {
+    let s = t.store().await;
+    if s.accepts_live() {
+        return Ok(());
+    }
+    let d = Delivery { id: 1, outcome: Ok(json!({ "paid": true })) };
+    s.put(suspended("cm_res", "s1", T0 + 60_000, vec![1], &[(1, false)])).await.map_err(|e| e.to_string())?;
+    let runner = t.store().await;
+    if s.fleet() {
+        // A fleet store records only calls it logged (every call is logged before it runs).
+        let issue = CallIssue { request_id: 1, tool_id: "plugin:t:pay".into(), input_digest: "d".into(), read_only: false };
+        // The call was issued while the run was held: check it out on the runner, log, store.
+        let out = runner.checkout(&id("cm_res"), &RunScope::session("s1")).await.map_err(|e| e.to_string())?;
+        eq(runner.begin_call(&id("cm_res"), &issue).await.map_err(|e| e.to_string())?, CallStart::Fresh, "begin")?;
+        runner.put(out).await.map_err(|e| e.to_string())?;
+    }
+    check(runner.record_result(&id("cm_res"), &d).await.map_err(|e| e.to_string())?, "recorded")?;
+    let taken = s.take_results(&id("cm_res")).await.map_err(|e| e.to_string())?;
+    eq(taken, vec![d.clone()], "taken by another instance")?;
+    s.remove(&id("cm_res")).await;
+    eq(runner.record_result(&id("cm_res"), &d).await.unwrap_or(false), false, "run gone: not recorded")
+}
+
+/// Fleet stores only: leases and fencing. A replica that stopped renewing loses the run to
+/// another; its later writes (store, settle, log a call, record a result of a call the new holder
+/// took over) are refused, and nothing it does reaches the run.
+pub async fn fencing(t: &StoreUnderTest, pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync)) -> Result<(), String> {
+    let a = t.store().await;
+    if !a.fleet() {
+        return Ok(());
+    }
+    let b = t.store().await;
+    let scope = RunScope::session("s1");
+    a.put(suspended("cm_fence", "s1", T0 + 600_000, vec![1], &[(1, false)])).await.map_err(|e| e.to_string())?;
+    let held = a.checkout(&id("cm_fence"), &scope).await.map_err(|e| e.to_string())?;
+    eq(b.checkout(&id("cm_fence"), &scope).await.err(), Some(StoreError::Busy), "held by a live replica")?;
+    let issue = CallIssue { request_id: 2, tool_id: "plugin:t:pay".into(), input_digest: "x".into(), read_only: false };
+    eq(a.begin_call(&id("cm_fence"), &issue).await.map_err(|e| e.to_string())?, CallStart::Fresh, "a logs call 2")?;
+    // A is paused past its lease: B takes the run over.
+    pause(&a);
+    t.clock.advance_ms(60_000);
+    let taken = b.checkout(&id("cm_fence"), &scope).await.map_err(|e| format!("takeover: {e}"))?;
+    // Everything A does for the run now is refused.
+    eq(a.put(held).await.err(), Some(StoreError::TakenOver), "a's store after takeover")?;
+    eq(a.settle(&id("cm_fence")).await.err(), Some(StoreError::TakenOver), "a's settle after takeover")?;
+    let issue3 = CallIssue { request_id: 3, ..issue.clone() };
+    eq(a.begin_call(&id("cm_fence"), &issue3).await.err(), Some(StoreError::TakenOver), "a logs a new call")?;
+    // B replays: call 2 was A's, unfinished; A counts as dead (its liveness expired with the lease),
+    // and the tool has side effects: lost, never run again.
+    let start = b.begin_call(&id("cm_fence"), &issue).await.map_err(|e| e.to_string())?;
+    check(matches!(start, CallStart::Lost(_)), &format!("b meets a's unfinished call: {start:?}"))?;
+    let late = Delivery { id: 2, outcome: Ok(json!("paid by a")) };
+    eq(a.finish_call(&id("cm_fence"), &late).await.map_err(|e| e.to_string())?, false, "a's late result")?;
+    let results = b.take_results(&id("cm_fence")).await.map_err(|e| e.to_string())?;
+    check(
+        results.iter().all(|d| d.id != 2 || d.outcome.is_err()),
+        "the log holds the lost call's failure, not a's late result",
+    )?;
+    // B stores the run again and settles it; the fence holds for B's own writes.
+    b.put(taken).await.map_err(|e| format!("b's store: {e}"))?;
+    let _ = b.checkout(&id("cm_fence"), &scope).await.map_err(|e| e.to_string())?;
+    eq(b.settle(&id("cm_fence")).await.map_err(|e| e.to_string())?, true, "b settles")?;
+    Ok(())
+}
+
+/// Fleet stores only: the call log gives exactly-once calls. A finished call's result is returned
+/// instead of running it again (a replay from the last snapshot); a read-only call lost with its
+/// replica runs again; a replay that makes another call under a logged id does not get its result.
+pub async fn call_log(t: &StoreUnderTest, pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync)) -> Result<(), String> {
+    let a = t.store().await;
+    if !a.fleet() {
+        return Ok(());
+    }
+    let b = t.store().await;
+    let scope = RunScope::session("s1");
+    let run = id("cm_log");
+    a.put(suspended("cm_log", "s1", T0 + 600_000, vec![1], &[])).await.map_err(|e| e.to_string())?;
+    let _held = a.checkout(&run, &scope).await.map_err(|e| e.to_string())?;
+    let pay = CallIssue { request_id: 1, tool_id: "plugin:t:pay".into(), input_digest: "p".into(), read_only: false };
+    let read = CallIssue { request_id: 2, tool_id: "plugin:t:get".into(), input_digest: "g".into(), read_only: true };
+    eq(a.begin_call(&run, &pay).await.map_err(|e| e.to_string())?, CallStart::Fresh, "pay")?;
+    eq(a.begin_call(&run, &read).await.map_err(|e| e.to_string())?, CallStart::Fresh, "read")?;
+    let paid = Delivery { id: 1, outcome: Ok(json!({ "receipt": 7 })) };
+    check(a.finish_call(&run, &paid).await.map_err(|e| e.to_string())?, "a records pay's result")?;
+    // A dies (no store of the new state): B replays from the stored snapshot.
+    pause(&a);
+    t.clock.advance_ms(60_000);
+    let _taken = b.checkout(&run, &scope).await.map_err(|e| e.to_string())?;
+    eq(
+        b.begin_call(&run, &pay).await.map_err(|e| e.to_string())?,
+        CallStart::Recorded(Ok(json!({ "receipt": 7 }))),
+        "replayed pay gets its recorded result",
+    )?;
+    eq(b.begin_call(&run, &read).await.map_err(|e| e.to_string())?, CallStart::Reissued, "lost read-only call")?;
+    let other = CallIssue { request_id: 1, tool_id: "plugin:t:refund".into(), ..pay.clone() };
+    let diverged = b.begin_call(&run, &other).await.map_err(|e| e.to_string())?;
+    check(matches!(diverged, CallStart::Lost(_)), &format!("a different call under a logged id: {diverged:?}"))?;
+    let failed: Result<serde_json::Value, GuestError> = match b.begin_call(&run, &other).await {
+        Ok(CallStart::Recorded(o)) => o,
+        other => return Err(format!("the divergent call's failure is logged: {other:?}")),
+    };
+    check(failed.is_err(), "logged as failed")?;
+    b.settle(&run).await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Runs every check; the error names the first that failed. `pause` stops a fleet store instance
+/// from renewing its leases (a paused or partitioned replica); other stores ignore it.
+pub async fn run_all(
+    t: &StoreUnderTest,
+    pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync),
+) -> Result<(), String> {
+    put_checkout_roundtrip(t).await.map_err(|e| format!("put_checkout_roundtrip: {e}"))?;
+    lookup_failures(t).await.map_err(|e| format!("lookup_failures: {e}"))?;
+    expiry(t).await.map_err(|e| format!("expiry: {e}"))?;
+    capacity(t).await.map_err(|e| format!("capacity: {e}"))?;
+    concurrent_checkouts(t).await.map_err(|e| format!("concurrent_checkouts: {e}"))?;
+    decisions(t).await.map_err(|e| format!("decisions: {e}"))?;
+    recorded_results(t).await.map_err(|e| format!("recorded_results: {e}"))?;
+    fencing(t, pause).await.map_err(|e| format!("fencing: {e}"))?;
+    call_log(t, pause).await.map_err(|e| format!("call_log: {e}"))?;
+    Ok(())
+}
+
+/// A real `redis-server` on a free loopback port, with its own temporary directory (AOF on, so a
+/// restart keeps what was written), stopped when dropped.
+pub struct RedisServer {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl RedisServer {
+    /// Starts one; `None` when `redis-server` is not installed (the caller decides whether that
+    /// skips or fails).
+    pub fn start() -> Option<RedisServer> {
+        let dir = std::env::temp_dir().join(format!("codemode-redis-{}-{}", std::process::id(), uuid_like()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let mut server = RedisServer { child: None, port, dir };
+        server.spawn().then_some(server)
+    }
+
+    fn spawn(&mut self) -> bool {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"])
+            .args(["--appendfsync", "always", "--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(child) = child else { return false };
+        self.child = Some(child);
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        false
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server (SIGKILL: whatever the AOF holds survives).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory (reloading the AOF).
+    pub fn restart(&mut self) -> bool {
+        self.stop();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{nanos:x}-{}", N.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,0 +1,119 @@
+//! The store conformance suite (`codemode_snapshot::conformance`) against every store: memory,
+//! directory and Redis (a real `redis-server` each test starts on a free loopback port, in its own
+//! temporary directory, and stops whatever the outcome).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode_core::store::SnapshotStore;
+use codemode_snapshot::conformance::{RedisServer, StoreUnderTest, T0, run_all};
+use codemode_snapshot::{DirectorySnapshotStore, ManualClock, MemorySnapshotStore, RedisSnapshotStore, RedisStoreConfig};
+use std::sync::{Arc, Mutex};
+
+fn no_pause(_: &Arc<dyn SnapshotStore>) {}
+
+#[tokio::test]
+async fn memory_store_conforms() {
+    let clock = Arc::new(ManualClock::at(T0));
+    let store: Arc<dyn SnapshotStore> = Arc::new(MemorySnapshotStore::with_clock(clock.clone()));
+    let t = StoreUnderTest {
+        clock,
+        instance: Box::new(move || {
+            let s = store.clone();
+            Box::pin(async move { s })
+        }),
+    };
+    run_all(&t, &no_pause).await.unwrap();
+}
+
+#[tokio::test]
+async fn directory_store_conforms() {
+    let dir = std::env::temp_dir().join(format!("codemode-conformance-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = Arc::new(ManualClock::at(T0));
+    let (d, c) = (dir.clone(), clock.clone());
+    let t = StoreUnderTest {
+        clock,
+        instance: Box::new(move || {
+            let s: Arc<dyn SnapshotStore> = Arc::new(DirectorySnapshotStore::with_clock(&d, c.clone()).unwrap());
+            Box::pin(async move { s })
+        }),
+    };
+    let outcome = run_all(&t, &no_pause).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome.unwrap();
+}
+
+/// Redis: every instance is another replica (its own connection, replica id and heartbeat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_conforms() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let clock = Arc::new(ManualClock::at(T0));
+    let made: Arc<Mutex<Vec<Arc<RedisSnapshotStore>>>> = Arc::default();
+    let (url, c, m) = (server.url(), clock.clone(), made.clone());
+    let t = StoreUnderTest {
+        clock,
+        instance: Box::new(move || {
+            let (url, c, m) = (url.clone(), c.clone(), m.clone());
+            Box::pin(async move {
+                let config = RedisStoreConfig { lease_ms: 1_000, ..RedisStoreConfig::new(url) };
+                let s = Arc::new(RedisSnapshotStore::connect_with_clock(config, c).await.unwrap());
+                m.lock().unwrap().push(s.clone());
+                s as Arc<dyn SnapshotStore>
+            })
+        }),
+    };
+    let pause = move |s: &Arc<dyn SnapshotStore>| {
+        let target = Arc::as_ptr(s) as *const ();
+        for r in made.lock().unwrap().iter() {
+            if Arc::as_ptr(r) as *const () == target {
+                r.stop_heartbeat();
+            }
+        }
+    };
+    run_all(&t, &pause).await.unwrap();
+}
+
+/// Redis down at start: a clear error, not a hang.
+#[tokio::test]
+async fn redis_store_unreachable_at_start() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let started = std::time::Instant::now();
+    let err = RedisSnapshotStore::connect(RedisStoreConfig::new(format!("redis://127.0.0.1:{port}"))).await.unwrap_err();
+    assert!(matches!(err, codemode_core::store::StoreError::Unreachable(_)), "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+/// Redis restarted with AOF: a suspended run survives; Redis lost meanwhile: operations fail with
+/// `Unreachable` (no hang, no panic) and work again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_keeps_runs_and_outage_is_reported() {
+    use codemode_core::scope::{RunId, RunScope};
+    use codemode_core::store::StoreError;
+    let mut server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let store = RedisSnapshotStore::connect(RedisStoreConfig::new(server.url())).await.unwrap();
+    let now = codemode_snapshot::Clock::now_ms(&codemode_snapshot::SystemClock);
+    let run = codemode_snapshot::conformance::suspended("cm_aof", "s1", now + 600_000, vec![9, 9], &[(1, false)]);
+    store.put(run).await.unwrap();
+    server.stop();
+    let id = RunId::parse("cm_aof").unwrap();
+    let down = store.checkout(&id, &RunScope::session("s1")).await;
+    assert!(matches!(down, Err(StoreError::Unreachable(_))), "{down:?}");
+    assert!(server.restart());
+    let mut back = None;
+    for _ in 0..40 {
+        match store.checkout(&id, &RunScope::session("s1")).await {
+            Ok(r) => {
+                back = Some(r);
+                break;
+            }
+            Err(StoreError::Unreachable(_)) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let back = back.expect("the connection comes back by itself");
+    assert!(
+        matches!(&back.snapshot.body, codemode_core::engine::SnapshotBody::Serialized(b) if b == &vec![9, 9]),
+        "the run survived"
+    );
+    assert!(store.settle(&id).await.unwrap());
+}
