@@ -1,6 +1,7 @@
 //! `codemode serve`: an MCP server exposing `exec` and `wait` in front of the configured MCP servers.
 
 use crate::{CommonArgs, load_config, report_servers};
+use codemode::config_file::SnapshotStoreConfig;
 use anyhow::{Context as _, Result, bail};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,8 +18,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
     /// Keep suspended runs in this directory (they survive a restart) instead of in memory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "store")]
     snapshot_dir: Option<PathBuf>,
+    /// Where suspended runs are kept: `memory`, a directory, or `redis://HOST:PORT[/DB]` — a store
+    /// shared by a fleet of replicas (any replica resumes any run). `redis` alone takes the URL from
+    /// CODEMODE_REDIS_URL. Overrides the config file's `snapshotStore`.
+    #[arg(long, value_name = "STORE")]
+    store: Option<String>,
     /// Also offer the built-in demo tools (`plugin:demo:*`).
     #[arg(long)]
     demo_tools: bool,
@@ -54,15 +60,65 @@ async fn shutdown_signal() {
     }
 }
 
+/// Environment variable holding the Redis URL of a fleet's store when neither `--store` nor the
+/// config file's `snapshotStore.url` gives one.
+pub(crate) const REDIS_URL_ENV: &str = "CODEMODE_REDIS_URL";
+
+/// Reads `--store`: `memory`, `redis`, `redis://…`, `rediss://…`, or a directory.
+fn store_from_flag(flag: &str) -> Result<SnapshotStoreConfig> {
+    Ok(match flag {
+        "memory" => SnapshotStoreConfig::Memory,
+        "redis" => SnapshotStoreConfig::Redis { url: None, key_prefix: None, lease_ms: None },
+        url if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("valkey://") => {
+            SnapshotStoreConfig::Redis { url: Some(url.to_string()), key_prefix: None, lease_ms: None }
+        }
+        "" => bail!("--store needs a value: memory, a directory, or redis://HOST:PORT"),
+        dir => SnapshotStoreConfig::Directory { dir: dir.into() },
+    })
+}
+
+/// Opens the chosen store; for a fleet store (Redis) also the fleet's shared secret. `None`: the
+/// default (memory).
+async fn open_store(
+    choice: Option<SnapshotStoreConfig>,
+) -> Result<(Option<Arc<dyn codemode::SnapshotStore>>, Option<[u8; 32]>)> {
+    match choice {
+        None | Some(SnapshotStoreConfig::Memory) => Ok((None, None)),
+        Some(SnapshotStoreConfig::Directory { dir }) => {
+            let store = codemode::DirectorySnapshotStore::new(&dir)
+                .map_err(|e| anyhow::anyhow!("snapshot directory {}: {e}", dir.display()))?;
+            Ok((Some(Arc::new(store)), None))
+        }
+        Some(SnapshotStoreConfig::Redis { url, key_prefix, lease_ms }) => {
+            let url = match url.or_else(|| std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.is_empty())) {
+                Some(u) => u,
+                None => bail!("a redis snapshot store needs a URL: snapshotStore.url, --store redis://HOST:PORT or {REDIS_URL_ENV}"),
+            };
+            let mut config = codemode_snapshot::RedisStoreConfig::new(url);
+            if let Some(p) = key_prefix {
+                config.key_prefix = p;
+            }
+            if let Some(l) = lease_ms {
+                config.lease_ms = l;
+            }
+            let store = codemode_snapshot::RedisSnapshotStore::connect(config)
+                .await
+                .map_err(|e| anyhow::anyhow!("redis snapshot store: {e}"))?;
+            let key = store.fleet_secret().await.map_err(|e| anyhow::anyhow!("redis snapshot store: {e}"))?;
+            tracing::info!(replica = store.replica_id(), prefix = store.key_prefix(), "snapshot store: redis (fleet mode)");
+            Ok((Some(Arc::new(store)), Some(key)))
+        }
+    }
+}
+
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let file = load_config(&args.common)?;
-    let store: Option<Arc<dyn codemode::SnapshotStore>> = match &args.snapshot_dir {
-        Some(dir) => Some(Arc::new(
-            codemode::DirectorySnapshotStore::new(dir)
-                .map_err(|e| anyhow::anyhow!("snapshot directory {}: {e}", dir.display()))?,
-        )),
-        None => None,
+    let choice = match (&args.store, &args.snapshot_dir) {
+        (Some(s), _) => Some(store_from_flag(s)?),
+        (None, Some(dir)) => Some(SnapshotStoreConfig::Directory { dir: dir.clone() }),
+        (None, None) => file.snapshot_store.clone(),
     };
+    let (store, fleet_key) = open_store(choice).await?;
     let local = if args.demo_tools { codemode_testing::demo::demo_tools() } else { codemode::LocalTools::new() };
     // The demo plugin's namespace is registered with its tools; it is visible only when they are.
     let namespaces =
@@ -79,6 +135,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         namespaces,
         store,
         trajectory: audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>),
+        fleet_key,
     };
     let gw = codemode_mcp::build_gateway(&file, &args.common.target(), options).await?;
     report_servers(gw.hub());

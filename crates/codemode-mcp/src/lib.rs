@@ -70,6 +70,9 @@ pub struct GatewayOptions {
     pub store: Option<Arc<dyn SnapshotStore>>,
     /// Receives every run's trajectory records (e.g. `serve --audit`).
     pub trajectory: Option<Arc<dyn codemode::RunObserver>>,
+    /// The fleet's shared secret when `store` is shared by several replicas (see
+    /// [`server::Gateway::fleet_replica`]); `None`: a lone gateway.
+    pub fleet_key: Option<[u8; 32]>,
 }
 
 /// Connects the configured upstream servers and builds the code-mode runtime over them (plus
@@ -81,7 +84,7 @@ pub async fn build_gateway(
     target: &PolicyTarget,
     options: GatewayOptions,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
-    let GatewayOptions { local, namespaces, store, trajectory } = options;
+    let GatewayOptions { local, namespaces, store, trajectory, fleet_key } = options;
     check_target(file, target)?;
     let builder = CodeMode::builder(file.code_mode.clone()).config_file(file, namespaces)?;
     let hub = connect_servers(file).await?;
@@ -99,5 +102,8 @@ pub async fn build_gateway(
     if let Some(sink) = trajectory {
         builder = builder.trajectory(sink);
     }
-    Ok(server::Gateway::with_approver(builder.build(), hub, approver))
+    Ok(match fleet_key {
+        Some(key) => server::Gateway::fleet_replica(builder.build(), hub, approver, key),
+        None => server::Gateway::with_approver(builder.build(), hub, approver),
+    })
 }

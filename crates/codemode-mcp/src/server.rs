@@ -37,8 +37,13 @@ pub struct Gateway {
     stopping: std::sync::atomic::AtomicBool,
     /// The SPEC §18 debugging switches (read from the environment).
     debug: Arc<crate::debug::DebugSwitches>,
-    /// The secret behind the tags of MRTR `requestState`s (random per process).
+    /// The secret behind the tags of MRTR `requestState`s (random per process; shared by the
+    /// fleet in fleet mode, so a retry may land on any replica).
     state_key: [u8; 32],
+    /// Fleet mode (a store shared by replicas): runs belong to the client on every transport (its
+    /// credential's digest, or the `runId` as capability), never to one replica's MCP session, and
+    /// a session closing does not abort its runs (the client may continue on another replica).
+    fleet: bool,
     /// The clients that asked for log messages (`logging/setLevel`), by session, with their level.
     #[allow(deprecated)]
     log_clients:
@@ -70,16 +75,37 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// A gateway over `cm` (built with the hub's tools as host tools and the hub as executor).
     pub fn new(cm: CodeMode, hub: Arc<McpHub>) -> Arc<Self> {
-        Self::build(cm, hub, None)
+        Self::build(cm, hub, None, None)
     }
 
     /// A gateway whose runtime asks `approver` about gated calls (`cm` must have been built with
     /// `.approver(approver)`); each session's client is registered with it as it calls `exec`/`wait`.
     pub fn with_approver(cm: CodeMode, hub: Arc<McpHub>, approver: Arc<ElicitingApprover>) -> Arc<Self> {
-        Self::build(cm, hub, Some(approver))
+        Self::build(cm, hub, Some(approver), None)
     }
 
-    fn build(cm: CodeMode, hub: Arc<McpHub>, approver: Option<Arc<ElicitingApprover>>) -> Arc<Self> {
+    /// [`with_approver`](Self::with_approver) for one replica of a fleet sharing `cm`'s store:
+    /// `fleet_key` is the fleet's shared secret (MRTR tags made by one replica check on another).
+    pub fn fleet_replica(
+        cm: CodeMode,
+        hub: Arc<McpHub>,
+        approver: Arc<ElicitingApprover>,
+        fleet_key: [u8; 32],
+    ) -> Arc<Self> {
+        Self::build(cm, hub, Some(approver), Some(fleet_key))
+    }
+
+    /// Whether this gateway is a replica of a fleet.
+    pub fn is_fleet(&self) -> bool {
+        self.fleet
+    }
+
+    fn build(
+        cm: CodeMode,
+        hub: Arc<McpHub>,
+        approver: Option<Arc<ElicitingApprover>>,
+        fleet_key: Option<[u8; 32]>,
+    ) -> Arc<Self> {
         let applied = AtomicU64::new(hub.generation());
         let debug = Arc::new(crate::debug::DebugSwitches::from_env());
         let late = approver.as_ref().and_then(|a| a.late_answers());
@@ -91,12 +117,13 @@ impl Gateway {
             applied,
             stopping: Default::default(),
             debug,
-            state_key: {
+            state_key: fleet_key.unwrap_or_else(|| {
                 let mut key = [0u8; 32];
                 key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
                 key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
                 key
-            },
+            }),
+            fleet: fleet_key.is_some(),
             log_clients: Default::default(),
         });
         // Upstream servers' log messages reach the clients that asked for them, at their level.
@@ -397,7 +424,8 @@ impl Drop for SessionEnd {
             approver.forget(&self.session);
         }
         self.gateway.log_clients.lock().unwrap_or_else(|p| p.into_inner()).remove(&*self.session);
-        if self.gateway.stopping.load(Ordering::SeqCst) {
+        // A fleet's runs belong to the client, who may go on from another replica.
+        if self.gateway.stopping.load(Ordering::SeqCst) || self.gateway.fleet {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
@@ -509,7 +537,10 @@ impl ServerHandler for ExecWaitServer {
         // Runs belong to the client (issue 23 §8): on a sessionless HTTP request (MCP 2026-07-28) the
         // handler lives for this one request, so the run scope is the client's, not the handler's.
         let modern = modern(&cx);
-        let session: String = if self.http && modern { sessionless_scope(&cx) } else { self.session.to_string() };
+        // So do a fleet's runs on every HTTP request: the client's next request may reach another
+        // replica, in another MCP session or none (issue 25 §4).
+        let session: String =
+            if self.http && (modern || self.gateway.fleet) { sessionless_scope(&cx) } else { self.session.to_string() };
         if let Some(approver) = &self.gateway.approver {
             // Elicitation requests can only be sent on a session (2025 protocols): a modern client
             // is asked through MRTR questions in the result instead (below).

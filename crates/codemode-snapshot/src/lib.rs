@@ -30,5 +30,43 @@ pub mod redis;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use directory::DirectorySnapshotStore;
 pub use memory::MemorySnapshotStore;
+/// SHA-256 of the input's canonical JSON (keys sorted), hex: the call log's input digest.
+pub fn input_digest(input: &serde_json::Value) -> String {
+    use sha2::Digest;
+    fn canonical(v: &serde_json::Value, out: &mut String) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::Value::String(k.clone()).to_string());
+                    out.push(':');
+                    canonical(&m[k], out);
+                }
+                out.push('}');
+            }
+            serde_json::Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical(x, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut text = String::new();
+    canonical(input, &mut text);
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+
 #[cfg(feature = "redis")]
 pub use redis::{RedisSnapshotStore, RedisStoreConfig};

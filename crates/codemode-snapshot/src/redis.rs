@@ -390,43 +390,6 @@ fn encode_err(e: serde_json::Error) -> StoreError {
     StoreError::Encode(e.to_string())
 }
 
-/// SHA-256 of the input's canonical JSON (keys sorted), hex: the call log's input digest.
-pub fn input_digest(input: &serde_json::Value) -> String {
-    use sha2::Digest;
-    fn canonical(v: &serde_json::Value, out: &mut String) {
-        match v {
-            serde_json::Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                out.push('{');
-                for (i, k) in keys.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&serde_json::Value::String(k.clone()).to_string());
-                    out.push(':');
-                    canonical(&m[k], out);
-                }
-                out.push('}');
-            }
-            serde_json::Value::Array(a) => {
-                out.push('[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    canonical(x, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut text = String::new();
-    canonical(input, &mut text);
-    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl RedisSnapshotStore {
     /// Connects (failing when Redis cannot be reached), registers this replica and starts its
     /// heartbeat. Must be called inside a tokio runtime.
@@ -790,8 +753,22 @@ impl SnapshotStore for RedisSnapshotStore {
         redis::cmd("ZCARD").arg(format!("{}expiry", s.prefix)).query_async::<usize>(&mut conn).await.unwrap_or(0)
     }
 
+    /// Every call of a fleet store records its own result the moment it finishes
+    /// ([`finish_call`](SnapshotStore::finish_call)); this records one that was not yet, and says
+    /// whether anyone can still collect it (the run or its call log is still there).
     async fn record_result(&self, run_id: &RunId, delivery: &Delivery) -> Result<bool, StoreError> {
-        self.finish_call(run_id, delivery).await
+        if self.finish_call(run_id, delivery).await? {
+            return Ok(true);
+        }
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let n: u64 = redis::cmd("EXISTS")
+            .arg(s.key("run", run_id))
+            .arg(s.key("calls", run_id))
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(n > 0)
     }
 
     async fn take_results(&self, run_id: &RunId) -> Result<Vec<Delivery>, StoreError> {

@@ -37,7 +37,91 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 5] = ["tools", "agents", "mcpServers", "approvals", "namespaces"];
+pub const TOP_LEVEL_KEYS: [&str; 6] = ["tools", "agents", "mcpServers", "approvals", "namespaces", "snapshotStore"];
+/// Keys accepted under `snapshotStore`.
+pub const SNAPSHOT_STORE_KEYS: [&str; 5] = ["kind", "dir", "url", "keyPrefix", "leaseMs"];
+
+/// Where suspended runs are kept (top-level `snapshotStore`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotStoreConfig {
+    /// `{ kind: "memory" }`: in the process (the default of `codemode serve`).
+    Memory,
+    /// `{ kind: "directory", dir }`: files in `dir`, shared by processes of one machine.
+    Directory {
+        /// The directory.
+        dir: std::path::PathBuf,
+    },
+    /// `{ kind: "redis", url, keyPrefix, leaseMs }`: Redis ≥ 7 or Valkey, shared by a fleet of
+    /// replicas. `url` may be left out and given as `CODEMODE_REDIS_URL`.
+    Redis {
+        /// `redis://host:port[/db]`; `None`: from `CODEMODE_REDIS_URL`.
+        url: Option<String>,
+        /// Prefix of every key (default `codemode:`).
+        key_prefix: Option<String>,
+        /// Lease of a checkout and of a replica's liveness, ms (default 10,000; at least 300).
+        lease_ms: Option<u64>,
+    },
+}
+
+impl SnapshotStoreConfig {
+    fn from_value(v: &Value) -> Result<Self, ConfigError> {
+        let obj = expect_object(v, "snapshotStore")?;
+        check_keys(obj, &SNAPSHOT_STORE_KEYS, "snapshotStore")?;
+        let text = |key: &str| -> Result<Option<String>, ConfigError> {
+            match obj.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+                Some(other) => Err(ConfigError::new(
+                    format!("snapshotStore.{key}"),
+                    format!("expected a non-empty string, got {}", type_name(other)),
+                )),
+            }
+        };
+        let kind = text("kind")?.ok_or_else(|| {
+            ConfigError::new("snapshotStore.kind", "missing: one of \"memory\", \"directory\", \"redis\"")
+        })?;
+        let allowed: &[&str] = match kind.as_str() {
+            "memory" => &["kind"],
+            "directory" => &["kind", "dir"],
+            "redis" => &["kind", "url", "keyPrefix", "leaseMs"],
+            other => {
+                return Err(ConfigError::new(
+                    "snapshotStore.kind",
+                    format!("unknown store `{other}` (one of \"memory\", \"directory\", \"redis\")"),
+                ));
+            }
+        };
+        if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(ConfigError::new(
+                format!("snapshotStore.{k}"),
+                format!("`{k}` does not apply to a {kind} store (its keys: {})", allowed.join(", ")),
+            ));
+        }
+        Ok(match kind.as_str() {
+            "memory" => SnapshotStoreConfig::Memory,
+            "directory" => SnapshotStoreConfig::Directory {
+                dir: text("dir")?
+                    .ok_or_else(|| ConfigError::new("snapshotStore.dir", "missing: the directory of a directory store"))?
+                    .into(),
+            },
+            _ => {
+                let lease_ms = match obj.get("leaseMs") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => match v.as_u64() {
+                        Some(n) if (300..=3_600_000).contains(&n) => Some(n),
+                        _ => {
+                            return Err(ConfigError::new(
+                                "snapshotStore.leaseMs",
+                                "expected milliseconds from 300 to 3600000",
+                            ));
+                        }
+                    },
+                };
+                SnapshotStoreConfig::Redis { url: text("url")?, key_prefix: text("keyPrefix")?, lease_ms }
+            }
+        })
+    }
+}
 /// Keys accepted under `tools`.
 pub const TOOLS_KEYS: [&str; 8] =
     ["codeMode", "profile", "allow", "deny", "byProvider", "loopDetection", "sandbox", "elevated"];
@@ -67,6 +151,8 @@ pub struct ConfigFile {
     pub namespaces: Option<Value>,
     /// Top-level keys that belong to another program (ignored), in file order.
     pub ignored_keys: Vec<String>,
+    /// `snapshotStore`: where suspended runs are kept (`None`: the command's default).
+    pub snapshot_store: Option<SnapshotStoreConfig>,
 }
 
 /// Edit distance of two short keys (ASCII case ignored), capped at 2.
@@ -153,6 +239,9 @@ impl ConfigFile {
             codemode_namespaces::declarative::from_config(ns, "namespaces")?;
             out.namespaces = Some(ns.clone());
         }
+        if let Some(store) = root.get("snapshotStore").filter(|v| !v.is_null()) {
+            out.snapshot_store = Some(SnapshotStoreConfig::from_value(store)?);
+        }
         out.policy = ToolPolicy::from_document(&doc)?;
         out.approvals = ApprovalPolicy::from_document(&doc)?;
         out.sandbox = SandboxPolicy::from_document(&doc)?;
@@ -191,6 +280,39 @@ impl ConfigFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25: `snapshotStore` selects the store; bad kinds, stray keys and short leases are
+    /// errors naming their path.
+    #[test]
+    fn snapshot_store_section() {
+        let f = ConfigFile::parse(
+            "{ snapshotStore: { kind: 'redis', url: 'redis://127.0.0.1:6379', keyPrefix: 'team:', leaseMs: 2000 } }",
+        )
+        .unwrap();
+        assert_eq!(
+            f.snapshot_store,
+            Some(SnapshotStoreConfig::Redis {
+                url: Some("redis://127.0.0.1:6379".into()),
+                key_prefix: Some("team:".into()),
+                lease_ms: Some(2000)
+            })
+        );
+        let f = ConfigFile::parse("{ snapshotStore: { kind: 'directory', dir: '/tmp/runs' } }").unwrap();
+        assert_eq!(f.snapshot_store, Some(SnapshotStoreConfig::Directory { dir: "/tmp/runs".into() }));
+        assert_eq!(ConfigFile::parse("{}").unwrap().snapshot_store, None);
+        for (doc, path) in [
+            ("{ snapshotStore: { kind: 'postgres' } }", "snapshotStore.kind"),
+            ("{ snapshotStore: {} }", "snapshotStore.kind"),
+            ("{ snapshotStore: { kind: 'memory', url: 'x' } }", "snapshotStore.url"),
+            ("{ snapshotStore: { kind: 'redis', leaseMs: 10 } }", "snapshotStore.leaseMs"),
+            ("{ snapshotStore: { kind: 'redis', ttl: 1 } }", "snapshotStore.ttl"),
+            ("{ snapshotStore: { kind: 'directory' } }", "snapshotStore.dir"),
+            ("{ snapshotStore: 'redis' }", "snapshotStore"),
+        ] {
+            let e = ConfigFile::parse(doc).unwrap_err();
+            assert_eq!(e.path, path, "{doc}: {e}");
+        }
+    }
 
     #[test]
     fn parses_and_rejects_unknown_keys() {

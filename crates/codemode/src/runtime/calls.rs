@@ -1,7 +1,7 @@
 //! Nested calls of a run: started on the host's executor (polled once inline, else spawned),
 //! collected as they settle, and handed over between processes through the snapshot store.
 
-use super::gates::{self, Approval, AtGate, InFlight, resolve_tool, tool_failure};
+use super::gates::{self, Approval, AtGate, CallLog, InFlight, resolve_tool, tool_failure};
 use super::run::Run;
 use super::{Inflight, Inner, MSG_PARKED_TOO_LATE, RECORDED_POLL, guest_error};
 use codemode_catalog::CatalogTool;
@@ -11,7 +11,7 @@ use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::executor::{NestedToolCall, RunEvent, ToolErrorKind};
 use codemode_core::guest::{CallMode, GuestRequest};
 use codemode_core::scope::RunId;
-use codemode_core::store::{PendingRequest, SnapshotStore};
+use codemode_core::store::{CallIssue, PendingRequest, SnapshotStore};
 use codemode_core::trajectory::CallOutcome;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -162,6 +162,16 @@ impl NestedCalls {
         let (id, end) = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
         self.running.remove(&id);
         Some(finished(id, end))
+    }
+
+    /// Lets the calls run on without this handle: they are no longer aborted when it drops (on a
+    /// fleet store each records its own result in the call log, for whichever replica resumes the
+    /// run).
+    pub(super) fn detach(mut self) {
+        self.running.clear();
+        if let Some((watcher, _)) = self.watcher.take() {
+            watcher.abort();
+        }
     }
 
     pub(super) fn abort_all(&mut self) {
@@ -368,6 +378,20 @@ impl Inner {
             timeout: Duration::from_millis(self.approvals.timeout_ms),
             cell_line,
         };
+        let log = self.store.fleet().then(|| {
+            run.logged = true;
+            CallLog {
+                store: self.store.clone(),
+                run_id: run.id.clone(),
+                issue: CallIssue {
+                    request_id: id,
+                    tool_id: tool.id.clone(),
+                    input_digest: codemode_snapshot::input_digest(&nested.input),
+                    read_only: tool.def.read_only,
+                },
+                stored: run.stored,
+            }
+        });
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
         let tool_id = tool.id.clone();
@@ -384,10 +408,12 @@ impl Inner {
         );
         let call_span = span.clone();
         let call = async move {
-            let outcome = match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract).await {
-                InFlight::Parked => return CallEnd::Parked,
-                InFlight::Done(outcome) => outcome,
-            };
+            let outcome =
+                match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract, log.as_ref()).await {
+                    InFlight::Parked => return CallEnd::Parked,
+                    InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
+                    InFlight::Done(outcome) => outcome,
+                };
             let end = match outcome {
                 Ok(r) if raw => {
                     let content = if r.content.is_empty() {
@@ -401,6 +427,13 @@ impl Inner {
                 Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&tool_id, &e.message)),
                 Err(e) => CallEnd::Settled(Err(tool_failure(&tool_id, &e.message))),
             };
+            if let Some(log) = &log {
+                match &end {
+                    CallEnd::Settled(outcome) => log.finish(outcome).await,
+                    CallEnd::Denied(e) => log.finish(&Err(e.clone())).await,
+                    CallEnd::Parked => {}
+                }
+            }
             if !call_span.is_disabled() {
                 call_span.record(
                     "outcome",

@@ -24,10 +24,14 @@
 //! 6. `before_tool_call` hooks — may rewrite the input or refuse.
 //! 7. **approval** — the approval policy or a hook's `requires_approval` gates the call; the host's
 //!    approver decides, or the call parks until a decision is recorded.
-//! 8. the **tool** itself (the executor).
-//! 9. `after_tool_call` hooks — may inspect or replace the outcome.
-//! 10. **output contract** — a declared output schema is checked before the value reaches the
-//!     guest (SPEC D4); a mismatch fails the call and the value is never delivered.
+//! 8. the **call log** (fleet stores only, [`CallLog`]): the call is logged right before the tool
+//!    runs; a call the log already finished gets its logged result instead of running again, and a
+//!    call another replica started and lost runs again only if it is read-only.
+//! 9. the **tool** itself (the executor).
+//! 10. `after_tool_call` hooks — may inspect or replace the outcome.
+//! 11. **output contract** — a declared output schema is checked before the value reaches the
+//!     guest (SPEC D4); a mismatch fails the call and the value is never delivered. On a fleet
+//!     store the outcome is then recorded in the call log the moment the call finishes.
 //!
 //! Which calls meet which gate: a call the guest makes meets all of them. A parked call that a
 //! human approved meets only [`Sandbox`] again and then the in-flight stages without the approval
@@ -43,7 +47,9 @@ use codemode_catalog::{Catalog, CatalogTool};
 use codemode_core::ToolSource;
 use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 use codemode_core::catalog::catalog_id;
-use codemode_core::engine::{GuestError, RequestId};
+use codemode_core::engine::{Delivery, GuestError, RequestId};
+use codemode_core::scope::RunId;
+use codemode_core::store::{CallIssue, CallStart, SnapshotStore, StoreError};
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::executor::{NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
 use codemode_core::guest::{CallMode, GuestRequest};
@@ -292,11 +298,54 @@ pub(super) struct Approval {
 pub(super) enum InFlight {
     /// The call ran, or a hook, the approver or the output contract refused it.
     Done(Result<ToolResult, ToolError>),
+    /// The call log answered (a logged result, or a lost call's failure): the tool did not run.
+    Logged(Result<Value, GuestError>),
     /// The call needs a decision nobody gave yet: it is parked and did not run.
     Parked,
 }
 
-/// Stages 6–10 of a started call: `before` hooks (rewrite, refuse), the approval step (policy or
+/// Stage 8 on a fleet store (see [`SnapshotStore::fleet`]): the call's entry in the store's call
+/// log, written right before the tool runs and completed the moment it finishes.
+pub(super) struct CallLog {
+    pub(super) store: Arc<dyn SnapshotStore>,
+    pub(super) run_id: RunId,
+    pub(super) issue: CallIssue,
+    /// The run is in the store, so a replica could replay it: a side-effecting call that cannot be
+    /// logged (the store is unreachable) must not run.
+    pub(super) stored: bool,
+}
+
+impl CallLog {
+    /// Logs the call. `None`: run the tool. `Some`: the guest's answer without running it.
+    async fn begin(&self) -> Option<Result<Value, GuestError>> {
+        match self.store.begin_call(&self.run_id, &self.issue).await {
+            Ok(CallStart::Fresh | CallStart::Reissued) => None,
+            Ok(CallStart::Recorded(outcome)) => Some(outcome),
+            Ok(CallStart::Lost(why)) => Some(Err(tool_failure(&self.issue.tool_id, &why))),
+            Err(StoreError::Unreachable(e)) if self.stored && !self.issue.read_only => Some(Err(tool_failure(
+                &self.issue.tool_id,
+                &format!(
+                    "not run: the snapshot store is unreachable ({e}), so the call could not be logged, and the tool has                      side effects"
+                ),
+            ))),
+            Err(StoreError::Unreachable(e)) => {
+                tracing::warn!(run = %self.run_id, tool = %self.issue.tool_id, error = %e, "call not logged: the snapshot store is unreachable");
+                None
+            }
+            Err(e) => Some(Err(tool_failure(&self.issue.tool_id, &e.to_string()))),
+        }
+    }
+
+    /// Records the call's outcome for any replica that resumes or replays the run.
+    pub(super) async fn finish(&self, outcome: &Result<Value, GuestError>) {
+        let delivery = Delivery { id: self.issue.request_id, outcome: outcome.clone() };
+        if let Err(e) = self.store.finish_call(&self.run_id, &delivery).await {
+            tracing::warn!(run = %self.run_id, tool = %self.issue.tool_id, error = %e, "cannot record a nested call's result");
+        }
+    }
+}
+
+/// Stages 6–11 of a started call: `before` hooks (rewrite, refuse), the approval step (policy or
 /// hook; the host's approver answers, or the call parks), the tool, `after` hooks, the output
 /// contract.
 pub(super) async fn run_in_flight(
@@ -305,6 +354,7 @@ pub(super) async fn run_in_flight(
     mut call: NestedToolCall,
     approval: &Approval,
     contract: &CatalogTool,
+    log: Option<&CallLog>,
 ) -> InFlight {
     let mut refused = None;
     for h in hooks {
@@ -340,6 +390,12 @@ pub(super) async fn run_in_flight(
                 Ok(None) | Err(_) => return InFlight::Parked,
             }
         }
+    }
+    if refused.is_none()
+        && let Some(log) = log
+        && let Some(answer) = log.begin().await
+    {
+        return InFlight::Logged(answer);
     }
     let mut outcome = if hooks.is_empty() {
         // Nothing looks at the call after the tool: it is handed over, not copied.

@@ -615,6 +615,7 @@ impl Inner {
             calls: NestedCalls::new(),
             created_at_ms: self.now_ms(),
             stored: false,
+            logged: false,
             positions,
             observer: handles.observer,
             trace: self.trace_target(ctx, "exec"),
@@ -653,7 +654,15 @@ impl Inner {
             Ok(s) => s,
             Err(e) => return lookup_failure(e.to_code_mode_error()),
         };
-        let local = self.inflight().remove(&run_id);
+        let mut local = self.inflight().remove(&run_id);
+        if self.store.fleet()
+            && let Some(l) = local.take()
+        {
+            // On a fleet store the run may have moved through other replicas since this one
+            // suspended it: its state comes from the store, and the calls this replica still runs
+            // deliver through the call log like anyone else's.
+            l.calls.detach();
+        }
         let resumed_elsewhere = local.is_none();
         let (context, catalog, source, namespaces, calls) = match local {
             // The run keeps its own context, except the model call now driving it: nested calls
@@ -695,6 +704,7 @@ impl Inner {
             calls,
             created_at_ms,
             stored: true,
+            logged: false,
             positions,
             observer: handles.observer,
             trace: self.trace_target(ctx, "wait"),

@@ -34,7 +34,11 @@ pub(super) struct Run {
     pub(super) ready: Vec<Delivery>,
     pub(super) calls: NestedCalls,
     pub(super) created_at_ms: u64,
+    /// The run is in the store (suspended at least once).
     pub(super) stored: bool,
+    /// A nested call of the run was logged in a fleet store's call log (its log must go when the
+    /// run settles, even if the run was never stored).
+    pub(super) logged: bool,
     /// Maps error positions back to the cell's own source.
     pub(super) positions: CellPositions,
     /// Who watches this call's events (not kept across suspensions: each call brings its own).

@@ -25,12 +25,24 @@ impl Inner {
             );
             return self.fail(rt, run, call, err);
         }
-        self.release(rt, &mut run);
+        if let Err(taken) = self.release(rt, &mut run) {
+            return self.failed(run, call, taken);
+        }
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
     }
 
-    pub(super) fn fail(&self, rt: &Handle, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
+    pub(super) fn fail(&self, rt: &Handle, mut run: Run, call: Call, err: CodeModeError) -> CodeModeResult {
+        // A run another replica took over reports that, not its own failure.
+        let err = match self.release(rt, &mut run) {
+            Err(taken) => taken,
+            Ok(()) => err,
+        };
+        self.failed(run, call, err)
+    }
+
+    /// The `failed` result of a released run.
+    fn failed(&self, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
         err.message = run.positions.rewrite(&err.message);
         let limits = &mut run.telemetry.limit_failures;
         match err.code {
@@ -42,7 +54,6 @@ impl Inner {
             _ => {}
         }
         tracing::debug!(run = %run.id, code = ?err.code, "code mode run failed");
-        self.release(rt, &mut run);
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         CodeModeResult::failed(err, call.output, run.telemetry)
     }
@@ -62,12 +73,27 @@ impl Inner {
         self.fail(rt, run, call, CodeModeError::new(CodeModeErrorCode::Aborted, MSG_ABORTED))
     }
 
-    /// A settled run: its snapshot leaves the store at once and its nested calls stop.
-    pub(super) fn release(&self, rt: &Handle, run: &mut Run) {
+    /// A settled run: its snapshot leaves the store at once and its nested calls stop. On a fleet
+    /// store the end is committed under the run's fence: `Err` when another replica took the run
+    /// over meanwhile — then this replica's result is void and must not be delivered.
+    pub(super) fn release(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
         run.calls.abort_all();
-        if run.stored && rt.block_on(self.store.remove(&run.id)) {
-            run.telemetry.record_snapshot(SnapshotEventKind::Deleted, None);
+        if !run.stored && !run.logged {
+            return Ok(());
         }
+        let was_stored = std::mem::replace(&mut run.stored, false);
+        run.logged = false;
+        match rt.block_on(self.store.settle(&run.id)) {
+            Ok(true) if was_stored => run.telemetry.record_snapshot(SnapshotEventKind::Deleted, None),
+            Ok(_) => {}
+            Err(StoreError::TakenOver) => {
+                tracing::warn!(run = %run.id, "run taken over by another replica: this replica's result is void");
+                return Err(StoreError::TakenOver.to_code_mode_error());
+            }
+            // The run's state expires by itself.
+            Err(e) => tracing::warn!(run = %run.id, error = %e, "cannot delete a settled run from the store"),
+        }
+        Ok(())
     }
 
     pub(super) fn suspend(
