@@ -1,0 +1,153 @@
+//! Issue 25: runtimes of a fleet sharing a Redis snapshot store (a real `redis-server` each test
+//! starts on a free loopback port, in its own temporary directory, and stops whatever the
+//! outcome). Each `CodeMode` here is a replica: its own store connection, replica id and
+//! heartbeat. The tools count their own calls, so "nothing runs twice" is checked from the tool's
+//! side.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode::{
+    CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, FnTool,
+    LocalTools, RunContext, ToolDefinition, ToolResult, ToolSource,
+};
+use codemode_snapshot::conformance::RedisServer;
+use codemode_snapshot::{RedisSnapshotStore, RedisStoreConfig};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// The tools of a replica: `slow` (read-only, sleeps `ms`) and `pay` (side effect; counts its runs
+/// in `paid` and, when `on_pay` is set, runs it — a test's way to stop a replica mid-run).
+fn tools(paid: Arc<AtomicU32>, on_pay: Option<Arc<dyn Fn() + Send + Sync>>) -> LocalTools {
+    let mut t = LocalTools::new();
+    let slow = ToolDefinition::new(ToolSource::Plugin, "t", "slow").read_only();
+    t.add(Arc::new(FnTool::new(slow, |input| async move {
+        let ms = input["ms"].as_u64().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok(ToolResult::value(json!({ "slept": ms })))
+    })));
+    let pay = ToolDefinition::new(ToolSource::Plugin, "t", "pay");
+    t.add(Arc::new(FnTool::new(pay, move |_| {
+        let (paid, on_pay) = (paid.clone(), on_pay.clone());
+        async move {
+            let n = paid.fetch_add(1, Ordering::SeqCst) + 1;
+            if let Some(f) = on_pay {
+                f();
+            }
+            Ok(ToolResult::value(json!({ "receipt": n })))
+        }
+    })));
+    t
+}
+
+async fn store(server: &RedisServer, lease_ms: u64) -> Arc<RedisSnapshotStore> {
+    let config = RedisStoreConfig { lease_ms, ..RedisStoreConfig::new(server.url()) };
+    Arc::new(RedisSnapshotStore::connect(config).await.unwrap())
+}
+
+fn replica(store: Arc<RedisSnapshotStore>, timeout_ms: u64, tools: LocalTools) -> CodeMode {
+    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
+    CodeMode::builder(config).engine_name("quickjs-wasi").local_tools(tools).store(store).build()
+}
+
+fn run_id(r: &CodeModeResult) -> String {
+    r.run_id().unwrap_or_else(|| panic!("not waiting: {}", r.to_json())).to_string()
+}
+
+/// exec on one replica, wait on another: the nested call the first replica ran is recorded in
+/// the call log the moment it finishes, and the second delivers it. Another client's `wait` is
+/// refused on any replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_on_one_replica_wait_on_another() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let paid = Arc::new(AtomicU32::new(0));
+    let a = replica(store(&server, 2_000).await, 300, tools(paid.clone(), None));
+    let b = replica(store(&server, 2_000).await, 3_000, tools(paid.clone(), None));
+    let ctx = RunContext::session("client-1");
+    let r = a
+        .exec(&ctx, &CodeModeExecInput::code("const s = await tools.slow({ ms: 700 }); const p = await tools.pay({}); return [s, p]"))
+        .await;
+    let id = run_id(&r);
+    let other = b.wait(&RunContext::session("client-2"), &CodeModeWaitInput::new(id.clone())).await;
+    assert_eq!(other.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", other.to_json());
+    let done = b.wait(&ctx, &CodeModeWaitInput::new(id.clone())).await;
+    assert_eq!(done.to_json()["value"], json!([{ "slept": 700 }, { "receipt": 1 }]), "{}", done.to_json());
+    assert_eq!(paid.load(Ordering::SeqCst), 1);
+    // Settled: gone on every replica.
+    let again = a.wait(&ctx, &CodeModeWaitInput::new(id)).await;
+    assert_eq!(again.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", again.to_json());
+}
+
+/// A replica stops (paused past its lease) right after a side-effecting call ran, before it
+/// stored the run's new state. Another replica takes the run over and replays it from the last
+/// snapshot: the side-effecting call gets its logged result instead of running again, the
+/// read-only call the stopped replica left unfinished runs again, and the stopped replica's
+/// later result is void — its client gets a coded error, never a second delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_stops_mid_run_runs_nothing_twice() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let paid = Arc::new(AtomicU32::new(0));
+    let store_a = store(&server, 500).await;
+    let stop_a: Arc<dyn Fn() + Send + Sync> = {
+        let s = store_a.clone();
+        Arc::new(move || s.stop_heartbeat())
+    };
+    // Replica A: one store (one replica id), a short budget for exec and a long one for wait.
+    let a = replica(store_a.clone(), 300, tools(paid.clone(), Some(stop_a.clone())));
+    let a_long = replica(store_a.clone(), 6_000, tools(paid.clone(), Some(stop_a)));
+    let b = replica(store(&server, 500).await, 8_000, tools(paid.clone(), None));
+    let ctx = RunContext::session("client-1");
+    let cell = "await tools.slow({ ms: 400 }); const p = await tools.pay({}); await tools.slow({ ms: 2500 }); return p";
+    let r = a.exec(&ctx, &CodeModeExecInput::code(cell)).await;
+    let id = run_id(&r);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // A resumes with a long budget: it delivers the first result, pays (and stops renewing), then
+    // waits on the second slow call.
+    let a_wait = {
+        let (a, ctx, id) = (a_long.clone(), ctx.clone(), id.clone());
+        tokio::spawn(async move { a.wait(&ctx, &CodeModeWaitInput::new(id)).await })
+    };
+    while paid.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Past A's lease: B takes over.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let b_result = b.wait(&ctx, &CodeModeWaitInput::new(id.clone())).await;
+    assert_eq!(b_result.to_json()["value"], json!({ "receipt": 1 }), "{}", b_result.to_json());
+    assert_eq!(paid.load(Ordering::SeqCst), 1, "the side effect ran once");
+    let a_result = a_wait.await.unwrap();
+    assert_eq!(a_result.status(), "failed", "{}", a_result.to_json());
+    assert_eq!(a_result.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", a_result.to_json());
+    assert!(a_result.to_json()["error"].as_str().unwrap().contains("taken over"), "{}", a_result.to_json());
+}
+
+/// Redis lost while serving: a cell that completes without suspending still works; one that must
+/// suspend fails with a coded error naming the unreachable store; nothing crashes; once Redis is
+/// back (AOF on: nothing lost) runs suspend and resume again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_fails_only_what_needs_the_store() {
+    let mut server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let paid = Arc::new(AtomicU32::new(0));
+    let cm = replica(store(&server, 2_000).await, 300, tools(paid.clone(), None));
+    let ctx = RunContext::session("client-1");
+    let parked = cm.exec(&ctx, &CodeModeExecInput::code("await yield_control(); return 'kept'")).await;
+    let kept = run_id(&parked);
+    server.stop();
+    let plain = cm.exec(&ctx, &CodeModeExecInput::code("return 1 + 1")).await;
+    assert_eq!(plain.to_json()["value"], 2, "{}", plain.to_json());
+    let suspending = cm.exec(&ctx, &CodeModeExecInput::code("await yield_control(); return 1")).await;
+    assert_eq!(suspending.error_code(), Some(CodeModeErrorCode::InternalError), "{}", suspending.to_json());
+    assert!(suspending.to_json()["error"].as_str().unwrap().contains("unreachable"), "{}", suspending.to_json());
+    assert!(server.restart());
+    let mut resumed = None;
+    for _ in 0..40 {
+        let r = cm.wait(&ctx, &CodeModeWaitInput::new(kept.clone())).await;
+        if r.status() == "completed" {
+            resumed = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let resumed = resumed.expect("the run suspended before the outage resumes once Redis is back");
+    assert_eq!(resumed.to_json()["value"], "kept");
+}
