@@ -22,7 +22,8 @@ pub(crate) struct ServeArgs {
     snapshot_dir: Option<PathBuf>,
     /// Where suspended runs are kept: `memory`, a directory, or `redis://HOST:PORT[/DB]` — a store
     /// shared by a fleet of replicas (any replica resumes any run). `redis` alone takes the URL from
-    /// CODEMODE_REDIS_URL. Overrides the config file's `snapshotStore`.
+    /// CODEMODE_REDIS_URL. Overrides the config file's `snapshotStore` (whose `keyPrefix` and
+    /// `leaseMs` still apply to a Redis URL given here).
     #[arg(long, value_name = "STORE")]
     store: Option<String>,
     /// Also offer the built-in demo tools (`plugin:demo:*`).
@@ -114,7 +115,18 @@ async fn open_store(
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let file = load_config(&args.common)?;
     let choice = match (&args.store, &args.snapshot_dir) {
-        (Some(s), _) => Some(store_from_flag(s)?),
+        (Some(s), _) => Some(match (store_from_flag(s)?, &file.snapshot_store) {
+            // `--store redis://…` names the server; the file's keyPrefix and leaseMs still apply.
+            (
+                SnapshotStoreConfig::Redis { url, .. },
+                Some(SnapshotStoreConfig::Redis { key_prefix, lease_ms, url: file_url }),
+            ) => SnapshotStoreConfig::Redis {
+                url: url.or_else(|| file_url.clone()),
+                key_prefix: key_prefix.clone(),
+                lease_ms: *lease_ms,
+            },
+            (flag, _) => flag,
+        }),
         (None, Some(dir)) => Some(SnapshotStoreConfig::Directory { dir: dir.clone() }),
         (None, None) => file.snapshot_store.clone(),
     };

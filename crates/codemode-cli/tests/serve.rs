@@ -309,3 +309,16 @@ fn official_mcp_conformance_suite() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 25: three `codemode serve --http` replicas on one real `redis-server` (started by the
+/// script on a free loopback port, AOF on, in its own directory), driven by the Python `mcp`
+/// client: exec/approve/wait on different replicas, SIGKILL and SIGSTOP of replicas mid-run, Redis
+/// restarted and stopped, another client refused, and 1,000 runs suspended and resumed on random
+/// replicas with every side effect checked in the upstream server's own ledger
+/// (`tests/e2e/fleet.py`).
+#[test]
+fn fleet_of_three_replicas_on_redis() {
+    let dir = tempdir("fleet");
+    run_python("fleet.py", &[dir.as_os_str(), "--load".as_ref(), "1000".as_ref()], "ok: load: 1000 runs");
+    let _ = std::fs::remove_dir_all(&dir);
+}

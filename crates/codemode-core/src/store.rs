@@ -136,7 +136,9 @@ pub enum StoreError {
     /// or too slow to renew it) — this process's write for the run is refused (fencing). Prevents: a
     /// replica that wakes up delivering, recording or running anything more for a run another
     /// replica now drives.
-    #[error("code mode run was taken over by another replica after this one lost its lease; this replica's result is void (wait again to continue the run)")]
+    #[error(
+        "code mode run was taken over by another replica (or removed) after this one lost its lease; this replica's result is void (wait again to continue the run)"
+    )]
     TakenOver,
     /// The store cannot be reached (a network store whose server is down or unreachable). The
     /// connection is retried by itself; the failed operation is not.

@@ -82,6 +82,9 @@ const KEY_GRACE_MS: u64 = 120_000;
 /// writes `run:`; its log is deleted when it settles, this bounds it if the replica dies first).
 const UNSTORED_LOG_MS: u64 = 24 * 3_600_000;
 
+/// The token of a run whose lease this replica lost.
+const LOST: i64 = -1;
+
 /// How long one operation may take before Redis counts as unreachable.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -358,7 +361,9 @@ struct Shared {
     lease_ms: u64,
     clock: Arc<dyn Clock>,
     scripts: Scripts,
-    /// Fence tokens of the runs this replica holds (checked out and not yet stored or settled).
+    /// Fence tokens of the runs this replica holds (checked out and not yet stored or settled);
+    /// [`LOST`] for a run whose lease the heartbeat found taken over or removed (every later write
+    /// for it is refused, until the runtime gives it up).
     held: Mutex<HashMap<RunId, i64>>,
     max_runs: usize,
 }
@@ -380,6 +385,12 @@ impl std::fmt::Debug for RedisSnapshotStore {
             .field("replica", &self.shared.replica)
             .finish()
     }
+}
+
+/// Whether the connection broke before a command could be sent (the manager reconnects by itself;
+/// a command that only reads may be sent again at once).
+fn reconnecting(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error()
 }
 
 fn unreachable(e: redis::RedisError) -> StoreError {
@@ -544,7 +555,7 @@ impl Shared {
                 let mut map = self.held.lock().unwrap_or_else(|p| p.into_inner());
                 if map.get(run) == Some(token) {
                     tracing::warn!(run = %run, "lease lost: another replica took the run over, or it was removed");
-                    map.remove(run);
+                    map.insert(run.clone(), LOST);
                 }
             }
         }
@@ -593,6 +604,10 @@ impl SnapshotStore for RedisSnapshotStore {
         let parked = serde_json::to_string(&parked_ids(&run.pending)).map_err(encode_err)?;
         let id = &run.run_id;
         let token = s.token(id);
+        if token == LOST {
+            s.release(id);
+            return Err(StoreError::TakenOver);
+        }
         let mut conn = s.conn.clone();
         let status: String = s
             .scripts
@@ -635,8 +650,13 @@ impl SnapshotStore for RedisSnapshotStore {
         let key = s.key("run", run_id);
         // The scope is checked before anything changes: a caller of another scope never takes the
         // lease (nor learns more than that the run is not theirs).
-        let meta: Option<String> =
-            redis::cmd("HGET").arg(&key).arg("meta").query_async(&mut conn).await.map_err(unreachable)?;
+        // A read: sent again once if the connection was found broken (the first command after a
+        // Redis restart meets the dead connection).
+        let read = redis::cmd("HGET").arg(&key).arg("meta").to_owned();
+        let meta: Option<String> = match read.query_async(&mut conn).await {
+            Err(e) if reconnecting(&e) => read.query_async(&mut conn).await.map_err(unreachable)?,
+            other => other.map_err(unreachable)?,
+        };
         let Some(meta) = meta else { return Err(StoreError::Unavailable) };
         let parsed: Meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         if parsed.run_id != *run_id {
@@ -705,6 +725,10 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn settle(&self, run_id: &RunId) -> Result<bool, StoreError> {
         let s = &self.shared;
         let token = s.token(run_id);
+        if token == LOST {
+            s.release(run_id);
+            return Err(StoreError::TakenOver);
+        }
         let mut conn = s.conn.clone();
         let status: String = s
             .scripts
@@ -812,6 +836,9 @@ impl SnapshotStore for RedisSnapshotStore {
                          may not have happened); it is not repeated"
             .to_string();
         let lost_json = serde_json::to_string(&lost(lost_text.clone())).map_err(encode_err)?;
+        if s.token(run_id) == LOST {
+            return Err(StoreError::TakenOver);
+        }
         let mut conn = s.conn.clone();
         let (status, detail): (String, String) = s
             .scripts

@@ -1,0 +1,322 @@
+"""A fleet of `codemode serve --http` replicas sharing one Redis (issue 25), driven by Python's
+official `mcp` 2.x client (sessionless 2026-07-28; each client identified by its `Authorization`).
+
+Usage: fleet.py CODEMODE_BIN WORKDIR [--load N]
+
+Starts its own `redis-server` (AOF on) on a free loopback port in WORKDIR and three replicas in
+front of `ledger_server.js` (an upstream MCP server whose side effects append to a ledger file),
+then checks:
+  - exec on replica 1, another client's `wait` refused on replica 2, `wait` on replica 3 completes;
+  - a gated call parked on replica 1, approved through replica 2's approval endpoint, run by a
+    `wait` on replica 3 — once (the ledger);
+  - SIGKILL of the replica running a side-effecting call: the run fails on another replica with
+    `nested_tool_failed` naming the tool, and the call never runs again; a read-only call lost the
+    same way is re-issued;
+  - SIGSTOP of a replica driving a run, past its lease, then SIGCONT: another replica took the run
+    over; the woken replica's answer is a coded failure (taken over), and no side effect ran twice;
+  - Redis restarted (AOF): a suspended run survives; Redis stopped: a plain cell still completes, a
+    cell that must suspend fails with a coded error naming the unreachable store, and the fleet
+    recovers when Redis is back;
+  - with --load N: N runs suspended across the replicas and resumed on random replicas: none lost,
+    none delivered twice, no side effect twice (the ledger).
+Exit status 0 on success; an AssertionError names what failed. Everything started is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import httpx2 as httpx
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+HERE = Path(__file__).resolve().parent
+TOKEN = "fleet-approval-token-0123456789"
+LEASE_MS = 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    def __init__(self, workdir: Path):
+        self.dir = workdir / "redis"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.025)
+        raise AssertionError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+
+class Replica:
+    def __init__(self, bin_path: str, config: Path, redis: Redis, workdir: Path, n: int):
+        self.log = workdir / f"replica-{n}.log"
+        self.n = n
+        self.proc = subprocess.Popen(
+            [bin_path, "serve", "--config", str(config), "--http", "127.0.0.1:0", "--store", redis.url],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),
+            env={**os.environ, "CODEMODE_APPROVAL_TOKEN": TOKEN, "RUST_LOG": "warn"},
+        )
+        self.url = None
+        for _ in range(600):
+            m = re.search(r"serving MCP at (http://\S+)", self.log.read_text())
+            if m:
+                self.url = m.group(1)
+                break
+            assert self.proc.poll() is None, f"replica {n} exited: {self.log.read_text()}"
+            time.sleep(0.05)
+        assert self.url, f"replica {n} did not report its address: {self.log.read_text()}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def client(url: str, who: str, timeout: float = 60.0) -> Client:
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {who}"}, timeout=httpx.Timeout(timeout, read=timeout))
+    return Client(streamable_http_client(url, http_client=http))
+
+
+def result(res) -> dict:
+    if res.structured_content is not None:
+        return res.structured_content
+    return json.loads(res.content[0].text)
+
+
+async def call(url: str, who: str, tool: str, args: dict, timeout: float = 60.0) -> dict:
+    async with client(url, who, timeout) as c:
+        return result(await c.call_tool(tool, args))
+
+
+def ledger_lines(ledger: Path) -> list[str]:
+    return [l.split()[0] for l in ledger.read_text().splitlines()] if ledger.exists() else []
+
+
+def approve(url: str, run_id: str, request_id: int) -> int:
+    base = url.rsplit("/mcp", 1)[0]
+    req = urllib.request.Request(f"{base}/approvals/{run_id}/{request_id}", data=json.dumps({"decision": "approve"}).encode(),
+                                 method="POST")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            return res.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+async def settle(url: str, who: str, first: dict) -> dict:
+    last = first
+    for _ in range(60):
+        if last["status"] != "waiting":
+            return last
+        last = await call(url, who, "wait", {"runId": last["runId"]})
+    raise AssertionError(f"run did not settle: {last}")
+
+
+async def across_replicas(r: list[Replica], ledger: Path) -> None:
+    first = await call(r[0].url, "alice", "exec", {"code": "const x = await MCP.ledger.read({ key: 'r', ms: 1500 }); return x.structuredContent.tool"})
+    assert first["status"] == "waiting", first
+    stolen = await call(r[1].url, "mallory", "wait", {"runId": first["runId"]})
+    assert stolen["status"] == "failed" and stolen.get("code") == "invalid_input", f"another client resumed it: {stolen}"
+    done = await settle(r[2].url, "alice", first)
+    assert done["status"] == "completed" and done["value"] == "read", done
+    print("ok: exec on one replica, wait on another, another client refused")
+
+
+async def approval_across_replicas(r: list[Replica], ledger: Path) -> None:
+    code = "const c = await MCP.ledger.charge({ key: 'approved-1' }); return c.structuredContent.key"
+    first = await call(r[0].url, "alice", "exec", {"code": code})
+    assert first["status"] == "waiting", first
+    parked = [p for p in first["pendingToolCalls"] if p["kind"] == "approval"]
+    assert parked and parked[0]["toolId"] == "mcp:ledger:charge", first
+    assert ledger_lines(ledger).count("approved-1") == 0, "a gated call ran before its approval"
+    status = approve(r[1].url, first["runId"], parked[0]["requestId"])
+    assert status == 204, f"approval on replica 2: HTTP {status}"
+    done = await settle(r[2].url, "alice", first)
+    assert done["status"] == "completed" and done["value"] == "approved-1", done
+    assert ledger_lines(ledger).count("approved-1") == 1, ledger_lines(ledger)
+    print("ok: parked on one replica, approved on another, run on a third, once")
+
+
+async def killed_replica(r: list[Replica], ledger: Path) -> None:
+    pay = "const p = await MCP.ledger.pay({ key: 'killed-pay', ms: 4000 }); return p.structuredContent.key"
+    read = "const x = await MCP.ledger.read({ key: 'killed-read', ms: 2500 }); return x.structuredContent.key"
+    a = await call(r[0].url, "alice", "exec", {"code": pay})
+    b = await call(r[0].url, "alice", "exec", {"code": read})
+    assert a["status"] == "waiting" and b["status"] == "waiting", (a, b)
+    r[0].proc.send_signal(signal.SIGKILL)
+    r[0].proc.wait()
+    # Past the dead replica's lease (its liveness key expires): the calls it ran are lost.
+    await asyncio.sleep(LEASE_MS / 1000 * 2)
+    failed = await settle(r[1].url, "alice", a)
+    assert failed["status"] == "failed" and failed.get("code") == "nested_tool_failed", failed
+    assert "mcp:ledger:pay" in failed["error"], failed
+    reissued = await settle(r[2].url, "alice", b)
+    assert reissued["status"] == "completed" and reissued["value"] == "killed-read", reissued
+    await asyncio.sleep(4.5)
+    assert ledger_lines(ledger).count("killed-pay") <= 1, "a side-effecting call ran again"
+    print("ok: SIGKILL mid-call: side effect not repeated, read-only call re-issued")
+
+
+async def stopped_replica(r: list[Replica], ledger: Path) -> None:
+    code = ("await MCP.ledger.read({ key: 'warm', ms: 1200 }); "
+            "const p = await MCP.ledger.pay({ key: 'stopped-pay', ms: 300 }); "
+            "await MCP.ledger.read({ key: 'slow', ms: 2500 }); return p.structuredContent.key")
+    first = await call(r[1].url, "bob", "exec", {"code": code})
+    assert first["status"] == "waiting", first
+    await asyncio.sleep(1.3)
+    # Replica 2 resumes it (its wait budget is the config's timeoutMs), pays, and is stopped while
+    # it waits on the slow read, holding the run's lease.
+    victim = asyncio.create_task(call(r[1].url, "bob", "wait", {"runId": first["runId"]}, timeout=120))
+    for _ in range(100):
+        if "stopped-pay" in ledger_lines(ledger):
+            break
+        await asyncio.sleep(0.05)
+    assert "stopped-pay" in ledger_lines(ledger), "replica 2 did not pay"
+    r[1].proc.send_signal(signal.SIGSTOP)
+    await asyncio.sleep(LEASE_MS / 1000 * 2.5)
+    taken = await settle(r[2].url, "bob", first)
+    assert taken["status"] == "completed" and taken["value"] == "stopped-pay", taken
+    r[1].proc.send_signal(signal.SIGCONT)
+    late = await asyncio.wait_for(victim, 60)
+    assert late["status"] == "failed" and "taken over" in late.get("error", ""), f"the woken replica delivered: {late}"
+    assert ledger_lines(ledger).count("stopped-pay") == 1, ledger_lines(ledger)
+    print("ok: SIGSTOP past the lease: taken over, the woken replica's result void, paid once")
+
+
+async def redis_failures(r: list[Replica], redis: Redis) -> None:
+    first = await call(r[1].url, "carol", "exec", {"code": "await yield_control(); return 'survived'"})
+    assert first["status"] == "waiting", first
+    redis.stop()
+    redis.start()
+    done = await settle(r[2].url, "carol", first)
+    assert done["status"] == "completed" and done["value"] == "survived", done
+    redis.stop()
+    plain = await call(r[1].url, "carol", "exec", {"code": "return 6 * 7"})
+    assert plain["status"] == "completed" and plain["value"] == 42, plain
+    down = await call(r[2].url, "carol", "exec", {"code": "await yield_control(); return 1"})
+    assert down["status"] == "failed" and down.get("code") == "internal_error" and "unreachable" in down["error"], down
+    redis.start()
+    for _ in range(40):
+        again = await call(r[1].url, "carol", "exec", {"code": "await yield_control(); return 2"})
+        if again["status"] == "waiting":
+            break
+        await asyncio.sleep(0.25)
+    assert again["status"] == "waiting", again
+    done = await settle(r[2].url, "carol", again)
+    assert done["value"] == 2, done
+    print("ok: Redis restarted with AOF keeps runs; Redis down: coded errors, recovery")
+
+
+async def load(r: list[Replica], ledger: Path, n: int) -> None:
+    clients = 20
+    code = "const k = await yield_control(); const p = await MCP.ledger.pay({ key: KEY }); return p.structuredContent.key"
+    values: dict[str, str] = {}
+
+    async def one_client(ci: int) -> None:
+        rnd = random.Random(ci)
+        who = f"load-{ci}"
+        # One connection per replica for this client, reused for all its runs.
+        async with client(r[0].url, who) as c0, client(r[1].url, who) as c1, client(r[2].url, who) as c2:
+            conns = [c0, c1, c2]
+            for i in range(ci, n, clients):
+                key = f"load-{i}"
+                first = result(await rnd.choice(conns).call_tool("exec", {"code": code.replace("KEY", json.dumps(key))}))
+                assert first["status"] == "waiting", first
+                done = first
+                while done["status"] == "waiting":
+                    done = result(await rnd.choice(conns).call_tool("wait", {"runId": first["runId"]}))
+                assert done["status"] == "completed", done
+                assert first["runId"] not in values, "a run delivered twice"
+                values[first["runId"]] = done["value"]
+                assert done["value"] == key, (key, done)
+
+    started = time.monotonic()
+    await asyncio.gather(*(one_client(ci) for ci in range(clients)))
+    elapsed = time.monotonic() - started
+    lines = [l for l in ledger_lines(ledger) if l.startswith("load-")]
+    assert len(values) == n, f"{n - len(values)} runs lost"
+    assert len(lines) == n and len(set(lines)) == n, f"ledger: {len(lines)} lines, {len(set(lines))} keys for {n} runs"
+    print(f"ok: load: {n} runs suspended and resumed on random replicas in {elapsed:.1f}s "
+          f"({n / elapsed:.0f} suspend+resume/s), none lost, none twice")
+
+
+async def main() -> None:
+    bin_path, workdir = sys.argv[1], Path(sys.argv[2])
+    n_load = int(sys.argv[sys.argv.index("--load") + 1]) if "--load" in sys.argv else 0
+    workdir.mkdir(parents=True, exist_ok=True)
+    ledger = workdir / "ledger.txt"
+    config = workdir / "fleet.json5"
+    config.write_text(json.dumps({
+        "tools": {"codeMode": {"enabled": True, "timeoutMs": 1000}},
+        "approvals": {"require": ["mcp:ledger:charge"], "timeoutMs": 1000},
+        "snapshotStore": {"kind": "redis", "leaseMs": LEASE_MS},
+        "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)]}},
+    }))
+    redis = Redis(workdir)
+    replicas: list[Replica] = []
+    try:
+        replicas = [Replica(bin_path, config, redis, workdir, i + 1) for i in range(3)]
+        await across_replicas(replicas, ledger)
+        await approval_across_replicas(replicas, ledger)
+        if n_load:
+            await load(replicas, ledger, n_load)
+        await stopped_replica(replicas, ledger)
+        await redis_failures(replicas, redis)
+        await killed_replica(replicas, ledger)
+    except BaseException:
+        for rep in replicas:
+            print(f"--- replica {rep.n} log ---\n{rep.log.read_text()[-4000:]}", file=sys.stderr)
+        raise
+    finally:
+        for rep in replicas:
+            rep.stop()
+        redis.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,38 @@
+// An upstream MCP server with a side effect it can prove (issue 25): `pay` appends one line
+// `<key> <pid>` to the ledger file given as the first argument (after sleeping `ms`), `charge`
+// does the same (a gated tool in the fleet test's config), and `read` is read-only
+// (`readOnlyHint`) and only sleeps. The fleet test reads the ledger to check that no side effect
+// ran twice, whatever happened to the replicas. Newline-delimited JSON-RPC on stdio
+// (tests/e2e/stdio_jsonrpc.js), no packages.
+const fs = require("fs");
+const ledger = process.argv[2];
+const schema = { type: "object", properties: { key: { type: "string" }, ms: { type: "number" } } };
+require("./stdio_jsonrpc.js").serve((msg, send) => {
+  if (msg.method === "initialize") {
+    send({ jsonrpc: "2.0", id: msg.id, result: {
+      protocolVersion: msg.params.protocolVersion,
+      capabilities: { tools: {} },
+      serverInfo: { name: "ledger", version: "0.0.0" },
+    } });
+  } else if (msg.method === "tools/list") {
+    send({ jsonrpc: "2.0", id: msg.id, result: { tools: [
+      { name: "pay", description: "Pays once per key (side effect).", inputSchema: schema },
+      { name: "charge", description: "Charges once per key (side effect, needs approval).", inputSchema: schema },
+      { name: "read", description: "Reads (no side effect).", inputSchema: schema, annotations: { readOnlyHint: true } },
+    ] } });
+  } else if (msg.method === "tools/call") {
+    const args = msg.params.arguments || {};
+    const name = msg.params.name;
+    setTimeout(() => {
+      if (name === "pay" || name === "charge") {
+        fs.appendFileSync(ledger, `${args.key} ${process.pid}\n`);
+      }
+      send({ jsonrpc: "2.0", id: msg.id, result: {
+        content: [{ type: "text", text: `${name} ${args.key || ""}` }],
+        structuredContent: { tool: name, key: args.key || null, pid: process.pid },
+      } });
+    }, Math.max(0, Number(args.ms) || 0));
+  } else if (msg.id !== undefined) {
+    send({ jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "method not found" } });
+  }
+});
