@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test docs bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz
+.PHONY: setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz
 
 setup:
 	./scripts/setup.sh
@@ -13,6 +13,12 @@ demo: setup
 ## Everything CI checks: formatting, lints, all tests (unit, conformance on both engines, end to end).
 test: setup
 	./scripts/test.sh
+
+## A fleet on loopback ports: redis-server, three `codemode serve --http --store redis://…` replicas
+## behind HAProxy, and a scripted MCP client through the balancer (a replica killed mid-call).
+fleet-demo: setup
+	$(CARGO) build --locked -p codemode-cli --bin codemode
+	.venv/bin/python tests/e2e/fleet_demo.py $${CARGO_TARGET_DIR:-target}/debug/codemode
 
 ## The book in docs/ (mdBook, installed on first use under the cache folder), built into docs/book/.
 MDBOOK_VERSION ?= 0.5.4
