@@ -357,3 +357,91 @@ fn otel_on() -> bool {
         .iter()
         .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
 }
+
+/// `codemode bench --stores-redis URL`: suspend (an `exec` that yields: snapshot + store) and
+/// resume (the `wait` that completes it: checkout + restore + settle) through each snapshot store,
+/// on the default engine, interleaved so noise hits all alike; and the bytes one parked run takes
+/// in Redis (`MEMORY USAGE` of its keys).
+pub(crate) async fn stores(samples: usize, as_json: bool, redis_url: &str) -> Result<ExitCode> {
+    use codemode::{CodeModeExecInput, CodeModeWaitInput, RunContext};
+    use std::sync::Arc;
+    let engine = "quickjs-wasi";
+    let samples = samples.max(5);
+    let dir = std::env::temp_dir().join(format!("codemode-bench-stores-{}", std::process::id()));
+    let directory = Arc::new(
+        codemode::DirectorySnapshotStore::new(&dir).map_err(|e| anyhow::anyhow!("cannot use {}: {e}", dir.display()))?,
+    );
+    let config = codemode_snapshot::RedisStoreConfig {
+        key_prefix: "codemode-bench:".into(),
+        ..codemode_snapshot::RedisStoreConfig::new(redis_url)
+    };
+    let redis = Arc::new(
+        codemode_snapshot::RedisSnapshotStore::connect(config).await.map_err(|e| anyhow::anyhow!("redis: {e}"))?,
+    );
+    let runtimes: Vec<(&str, codemode::CodeMode)> = vec![
+        ("memory", bench::runtime(engine, 10_000)),
+        ("directory", bench::runtime_with_store(engine, 10_000, directory)),
+        ("redis", bench::runtime_with_store(engine, 10_000, redis.clone())),
+    ];
+    let ctx = RunContext::session("bench-stores");
+    let mut suspend: Vec<Vec<Duration>> = vec![Vec::new(); runtimes.len()];
+    let mut resume: Vec<Vec<Duration>> = vec![Vec::new(); runtimes.len()];
+    for round in 0..samples + 3 {
+        for (i, (_, cm)) in runtimes.iter().enumerate() {
+            let t = Instant::now();
+            let first = cm.exec(&ctx, &CodeModeExecInput::code(bench::SUSPEND_RESUME)).await;
+            let s = t.elapsed();
+            let id = first.run_id().map(str::to_string).ok_or_else(|| anyhow::anyhow!("not waiting: {}", first.to_json()))?;
+            let t = Instant::now();
+            let done = cm.wait(&ctx, &CodeModeWaitInput::new(id)).await;
+            let r = t.elapsed();
+            anyhow::ensure!(done.status() == "completed", "{}", done.to_json());
+            if round >= 3 {
+                suspend[i].push(s);
+                resume[i].push(r);
+            }
+        }
+    }
+    // Bytes of one parked run in Redis.
+    let redis_cm = &runtimes[2].1;
+    let parked = redis_cm.exec(&ctx, &CodeModeExecInput::code(bench::SUSPEND_RESUME)).await;
+    let parked_id = parked.run_id().unwrap_or_default().to_string();
+    let parked_bytes = match codemode::RunId::parse(&parked_id) {
+        Ok(id) => redis.run_bytes(&id).await.unwrap_or(0),
+        Err(_) => 0,
+    };
+    let _ = redis_cm.wait(&ctx, &CodeModeWaitInput::new(parked_id)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let pct = |v: &mut Vec<Duration>, q: f64| {
+        v.sort();
+        bench::percentile(v, q)
+    };
+    let mut rows = Vec::new();
+    for (i, (name, _)) in runtimes.iter().enumerate() {
+        rows.push(json!({
+            "store": name,
+            "suspendP50Us": us(pct(&mut suspend[i], 0.5)),
+            "suspendP99Us": us(pct(&mut suspend[i], 0.99)),
+            "resumeP50Us": us(pct(&mut resume[i], 0.5)),
+            "resumeP99Us": us(pct(&mut resume[i], 0.99)),
+        }));
+    }
+    if as_json {
+        println!("{}", json!({ "engine": engine, "samples": samples, "stores": rows, "redisBytesPerParkedRun": parked_bytes }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("snapshot stores ({engine}, {samples} samples, µs)");
+    println!("{:<10} {:>12} {:>12} {:>12} {:>12}", "store", "suspend p50", "suspend p99", "resume p50", "resume p99");
+    for r in &rows {
+        println!(
+            "{:<10} {:>12.0} {:>12.0} {:>12.0} {:>12.0}",
+            r["store"].as_str().unwrap_or(""),
+            r["suspendP50Us"].as_f64().unwrap_or(0.0),
+            r["suspendP99Us"].as_f64().unwrap_or(0.0),
+            r["resumeP50Us"].as_f64().unwrap_or(0.0),
+            r["resumeP99Us"].as_f64().unwrap_or(0.0)
+        );
+    }
+    println!("bytes per parked run in Redis: {parked_bytes} (runs per GiB: {})", (1u64 << 30) / parked_bytes.max(1));
+    Ok(ExitCode::SUCCESS)
+}

@@ -153,6 +153,11 @@ enum Command {
         /// Seconds each throughput row runs.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
+        /// Instead of the engine rows: suspend and resume latency through the memory, directory
+        /// and Redis snapshot stores (this Redis; its keys use the prefix `codemode-bench:`), and
+        /// the bytes a parked run takes in Redis.
+        #[arg(long, value_name = "URL")]
+        stores_redis: Option<String>,
     },
     /// Approve (or, with --deny, refuse) a nested call parked for approval: a `pendingToolCalls`
     /// entry with `kind: "approval"`. The decision is recorded in the snapshot directory; the run's
@@ -423,10 +428,13 @@ fn main() -> ExitCode {
             Command::Approve { store, run_id, request_id, deny } => {
                 commands::approve(store, run_id, request_id, deny).await
             }
-            Command::Bench { engines, samples, json, concurrency, seconds } => {
-                let concurrency = concurrency.into_iter().map(usize::from).collect();
-                bench::run(engines, samples, json, bench::Options { concurrency, seconds }).await
-            }
+            Command::Bench { engines, samples, json, concurrency, seconds, stores_redis } => match stores_redis {
+                Some(url) => bench::stores(samples, json, &url).await,
+                None => {
+                    let concurrency = concurrency.into_iter().map(usize::from).collect();
+                    bench::run(engines, samples, json, bench::Options { concurrency, seconds }).await
+                }
+            },
             Command::Catalog(args) => catalog::run(args).await,
             Command::Serve(args) => serve::run(args).await,
         }

@@ -222,6 +222,11 @@ impl Inner {
     /// recorded are delivered; calls a live process still runs are awaited (their results will be
     /// recorded); the rest are lost and handled by [`reissue_lost_calls`](Self::reissue_lost_calls).
     pub(super) fn adopt_calls_from_elsewhere(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
+        // Nothing to adopt without outstanding tool calls (a run suspended by `yield_control`, or
+        // on parked calls only): no store round trips.
+        if !run.pending.values().any(|p| p.kind().is_tool_call() && !p.awaiting_approval) {
+            return Ok(());
+        }
         let claimed = rt.block_on(self.store.calls_claimed(&run.id));
         let recorded = rt.block_on(self.store.take_results(&run.id)).map_err(|e| e.to_code_mode_error())?;
         for d in recorded {
