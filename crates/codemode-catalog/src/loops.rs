@@ -220,7 +220,7 @@ fn hash_canonical(v: &Value, h: &mut impl Hasher, depth: usize) {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Call {
     /// Fingerprint of tool id + input.
     signature: u64,
@@ -265,8 +265,9 @@ pub enum Verdict {
     Breaker(String),
 }
 
-/// A session's recent nested calls.
-#[derive(Debug, Clone, Default)]
+/// A session's recent nested calls. Serializable, so a fleet of replicas shares one session's
+/// history through its snapshot store (the fingerprints are the same in every replica of one build).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct History {
     calls: VecDeque<Call>,
 }

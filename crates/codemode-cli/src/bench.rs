@@ -369,7 +369,8 @@ pub(crate) async fn stores(samples: usize, as_json: bool, redis_url: &str) -> Re
     let samples = samples.max(5);
     let dir = std::env::temp_dir().join(format!("codemode-bench-stores-{}", std::process::id()));
     let directory = Arc::new(
-        codemode::DirectorySnapshotStore::new(&dir).map_err(|e| anyhow::anyhow!("cannot use {}: {e}", dir.display()))?,
+        codemode::DirectorySnapshotStore::new(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot use {}: {e}", dir.display()))?,
     );
     let config = codemode_snapshot::RedisStoreConfig {
         key_prefix: "codemode-bench:".into(),
@@ -391,7 +392,10 @@ pub(crate) async fn stores(samples: usize, as_json: bool, redis_url: &str) -> Re
             let t = Instant::now();
             let first = cm.exec(&ctx, &CodeModeExecInput::code(bench::SUSPEND_RESUME)).await;
             let s = t.elapsed();
-            let id = first.run_id().map(str::to_string).ok_or_else(|| anyhow::anyhow!("not waiting: {}", first.to_json()))?;
+            let id = first
+                .run_id()
+                .map(str::to_string)
+                .ok_or_else(|| anyhow::anyhow!("not waiting: {}", first.to_json()))?;
             let t = Instant::now();
             let done = cm.wait(&ctx, &CodeModeWaitInput::new(id)).await;
             let r = t.elapsed();
@@ -427,7 +431,10 @@ pub(crate) async fn stores(samples: usize, as_json: bool, redis_url: &str) -> Re
         }));
     }
     if as_json {
-        println!("{}", json!({ "engine": engine, "samples": samples, "stores": rows, "redisBytesPerParkedRun": parked_bytes }));
+        println!(
+            "{}",
+            json!({ "engine": engine, "samples": samples, "stores": rows, "redisBytesPerParkedRun": parked_bytes })
+        );
         return Ok(ExitCode::SUCCESS);
     }
     println!("snapshot stores ({engine}, {samples} samples, µs)");

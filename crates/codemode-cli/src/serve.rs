@@ -1,8 +1,8 @@
 //! `codemode serve`: an MCP server exposing `exec` and `wait` in front of the configured MCP servers.
 
 use crate::{CommonArgs, load_config, report_servers};
-use codemode::config_file::SnapshotStoreConfig;
 use anyhow::{Context as _, Result, bail};
+use codemode::config_file::SnapshotStoreConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -93,7 +93,9 @@ async fn open_store(
         Some(SnapshotStoreConfig::Redis { url, key_prefix, lease_ms }) => {
             let url = match url.or_else(|| std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.is_empty())) {
                 Some(u) => u,
-                None => bail!("a redis snapshot store needs a URL: snapshotStore.url, --store redis://HOST:PORT or {REDIS_URL_ENV}"),
+                None => bail!(
+                    "a redis snapshot store needs a URL: snapshotStore.url, --store redis://HOST:PORT or {REDIS_URL_ENV}"
+                ),
             };
             let mut config = codemode_snapshot::RedisStoreConfig::new(url);
             if let Some(p) = key_prefix {
@@ -106,7 +108,11 @@ async fn open_store(
                 .await
                 .map_err(|e| anyhow::anyhow!("redis snapshot store: {e}"))?;
             let key = store.fleet_secret().await.map_err(|e| anyhow::anyhow!("redis snapshot store: {e}"))?;
-            tracing::info!(replica = store.replica_id(), prefix = store.key_prefix(), "snapshot store: redis (fleet mode)");
+            tracing::info!(
+                replica = store.replica_id(),
+                prefix = store.key_prefix(),
+                "snapshot store: redis (fleet mode)"
+            );
             Ok((Some(Arc::new(store)), Some(key)))
         }
     }

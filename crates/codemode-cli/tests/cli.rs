@@ -832,3 +832,34 @@ fn serve_debug_switches_log_to_stderr_only() {
         assert!(stderr.contains("catalog of") && stderr.contains("smaller"), "start-up report: {stderr}");
     }
 }
+
+/// Issue 25 §5: a fleet store that cannot be reached at start is a clear error with exit status 2
+/// (not a hang, not a server that fails later); so are a Redis store without a URL and a bad
+/// `snapshotStore` section.
+#[test]
+fn serve_refuses_an_unreachable_or_misconfigured_redis_store() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = bin()
+        .args(["serve", "--http", "127.0.0.1:0", "--store", &format!("redis://127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unreachable") && stderr.contains(&port.to_string()), "{stderr}");
+    let out = bin()
+        .args(["serve", "--store", "redis"])
+        .env_remove("CODEMODE_REDIS_URL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("CODEMODE_REDIS_URL"), "{stderr}");
+    let dir = tempdir("bad-store");
+    let config = write(&dir, "c.json5", "{ snapshotStore: { kind: 'redis', leaseMs: 5 } }");
+    let out = bin().args(["serve", "--config"]).arg(&config).stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("snapshotStore.leaseMs"), "{stderr}");
+}

@@ -206,9 +206,7 @@ impl StoreError {
             | StoreError::Busy
             | StoreError::TakenOver
             | StoreError::WrongScope(_)
-            | StoreError::NotParked { .. } => {
-                CodeModeError::new(CodeModeErrorCode::InvalidInput, self.to_string())
-            }
+            | StoreError::NotParked { .. } => CodeModeError::new(CodeModeErrorCode::InvalidInput, self.to_string()),
             StoreError::Expired => CodeModeError::new(CodeModeErrorCode::SnapshotExpired, self.to_string()),
             StoreError::Corrupt(_) => CodeModeError::new(CodeModeErrorCode::SnapshotRestoreFailed, self.to_string()),
             StoreError::LiveNotSupported(_)
@@ -333,6 +331,25 @@ pub trait SnapshotStore: Send + Sync {
     /// (so a result is never delivered by two replicas). The default: [`remove`](Self::remove).
     async fn settle(&self, run_id: &RunId) -> Result<bool, StoreError> {
         Ok(self.remove(run_id).await)
+    }
+
+    /// State of a session (`scope`) that a fleet shares across replicas, by `kind` (the runtime
+    /// keeps the session's loop-detection history here, kind `"loops"`). `None`: nothing stored,
+    /// or a store that keeps no session state (the default: each process keeps its own).
+    async fn session_state(&self, _scope: &RunScope, _kind: &str) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+
+    /// Stores a session's state of `kind` for `ttl_ms` (last writer wins). The default keeps
+    /// nothing.
+    async fn put_session_state(
+        &self,
+        _scope: &RunScope,
+        _kind: &str,
+        _value: &str,
+        _ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

@@ -16,7 +16,9 @@ use codemode_core::engine::{Delivery, GuestError, Snapshot, SnapshotBody};
 use codemode_core::guest::GuestRequest;
 use codemode_core::result::WaitReason;
 use codemode_core::scope::{RunId, RunScope};
-use codemode_core::store::{CallIssue, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+use codemode_core::store::{
+    CallIssue, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun,
+};
 use codemode_core::telemetry::CodeModeTelemetry;
 use serde_json::json;
 use std::future::Future;
@@ -118,7 +120,9 @@ pub async fn lookup_failures(t: &StoreUnderTest) -> Result<(), String> {
     s.put(suspended("cm_scoped", "owner", T0 + 60_000, vec![7], &[])).await.map_err(|e| e.to_string())?;
     let other = s.checkout(&id("cm_scoped"), &RunScope::session("intruder")).await;
     check(matches!(other, Err(StoreError::WrongScope(_))), "another scope is refused")?;
-    s.checkout(&id("cm_scoped"), &RunScope::session("owner")).await.map_err(|e| format!("owner after intruder: {e}"))?;
+    s.checkout(&id("cm_scoped"), &RunScope::session("owner"))
+        .await
+        .map_err(|e| format!("owner after intruder: {e}"))?;
     s.remove(&id("cm_scoped")).await;
     Ok(())
 }
@@ -142,7 +146,9 @@ pub async fn expiry(t: &StoreUnderTest) -> Result<(), String> {
 pub async fn capacity(t: &StoreUnderTest) -> Result<(), String> {
     let s = t.store().await;
     for i in 0..MAX_SUSPENDED_RUNS {
-        s.put(suspended(&format!("cm_cap{i}"), "cap", T0 + 60_000, vec![1], &[])).await.map_err(|e| format!("{i}: {e}"))?;
+        s.put(suspended(&format!("cm_cap{i}"), "cap", T0 + 60_000, vec![1], &[]))
+            .await
+            .map_err(|e| format!("{i}: {e}"))?;
     }
     let over = s.put(suspended("cm_capover", "cap", T0 + 60_000, vec![1], &[])).await;
     eq(over.err(), Some(StoreError::TooMany), "65th")?;
@@ -182,14 +188,20 @@ pub async fn concurrent_checkouts(t: &StoreUnderTest) -> Result<(), String> {
 /// parked (naming what is) and for an unknown run.
 pub async fn decisions(t: &StoreUnderTest) -> Result<(), String> {
     let s = t.store().await;
-    s.put(suspended("cm_dec", "s1", T0 + 60_000, vec![1], &[(1, false), (2, true)])).await.map_err(|e| e.to_string())?;
+    s.put(suspended("cm_dec", "s1", T0 + 60_000, vec![1], &[(1, false), (2, true)]))
+        .await
+        .map_err(|e| e.to_string())?;
     let other = t.store().await;
     other.record_decision(&id("cm_dec"), 2, &ApprovalDecision::Approve).await.map_err(|e| format!("record: {e}"))?;
     let not_parked = other.record_decision(&id("cm_dec"), 1, &ApprovalDecision::Approve).await;
     eq(not_parked.err(), Some(StoreError::NotParked { request_id: 1, parked: vec![2] }), "not parked")?;
     let unknown = other.record_decision(&id("cm_nodec"), 1, &ApprovalDecision::Approve).await;
     eq(unknown.err(), Some(StoreError::Unavailable), "unknown run")?;
-    eq(s.take_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, vec![(2, ApprovalDecision::Approve)], "taken")?;
+    eq(
+        s.take_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?,
+        vec![(2, ApprovalDecision::Approve)],
+        "taken",
+    )?;
     eq(s.take_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, vec![], "taken once")?;
     s.remove(&id("cm_dec")).await;
     Ok(())
@@ -207,7 +219,8 @@ pub async fn recorded_results(t: &StoreUnderTest) -> Result<(), String> {
     let runner = t.store().await;
     if s.fleet() {
         // A fleet store records only calls it logged (every call is logged before it runs).
-        let issue = CallIssue { request_id: 1, tool_id: "plugin:t:pay".into(), input_digest: "d".into(), read_only: false };
+        let issue =
+            CallIssue { request_id: 1, tool_id: "plugin:t:pay".into(), input_digest: "d".into(), read_only: false };
         // The call was issued while the run was held: check it out on the runner, log, store.
         let out = runner.checkout(&id("cm_res"), &RunScope::session("s1")).await.map_err(|e| e.to_string())?;
         eq(runner.begin_call(&id("cm_res"), &issue).await.map_err(|e| e.to_string())?, CallStart::Fresh, "begin")?;
@@ -223,7 +236,10 @@ pub async fn recorded_results(t: &StoreUnderTest) -> Result<(), String> {
 /// Fleet stores only: leases and fencing. A replica that stopped renewing loses the run to
 /// another; its later writes (store, settle, log a call, record a result of a call the new holder
 /// took over) are refused, and nothing it does reaches the run.
-pub async fn fencing(t: &StoreUnderTest, pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync)) -> Result<(), String> {
+pub async fn fencing(
+    t: &StoreUnderTest,
+    pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync),
+) -> Result<(), String> {
     let a = t.store().await;
     if !a.fleet() {
         return Ok(());
@@ -265,7 +281,10 @@ pub async fn fencing(t: &StoreUnderTest, pause: &(dyn Fn(&Arc<dyn SnapshotStore>
 /// Fleet stores only: the call log gives exactly-once calls. A finished call's result is returned
 /// instead of running it again (a replay from the last snapshot); a read-only call lost with its
 /// replica runs again; a replay that makes another call under a logged id does not get its result.
-pub async fn call_log(t: &StoreUnderTest, pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync)) -> Result<(), String> {
+pub async fn call_log(
+    t: &StoreUnderTest,
+    pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync),
+) -> Result<(), String> {
     let a = t.store().await;
     if !a.fleet() {
         return Ok(());

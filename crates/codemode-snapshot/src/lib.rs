@@ -67,6 +67,5 @@ pub fn input_digest(input: &serde_json::Value) -> String {
     sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-
 #[cfg(feature = "redis")]
 pub use redis::{RedisSnapshotStore, RedisStoreConfig};

@@ -15,6 +15,7 @@
 //! | `P expiry` | sorted set | every run id, scored by expiry (sweeps) |
 //! | `P replica:<replicaId>` | string | present while that replica lives (set with a `PX` of the lease, renewed every third of it) |
 //! | `P secret` | string | 32 random bytes shared by the fleet (tags of MRTR approval state) |
+//! | `P session:<digest>:loops` | string | a session's loop-detection history (JSON), expiring with `snapshotTtlSeconds` |
 //!
 //! Keys of a run expire (`PEXPIRE`) at the run's expiry plus a grace, so Redis cleans up runs no
 //! replica sweeps.
@@ -479,7 +480,8 @@ impl RedisSnapshotStore {
         let mut conn = self.shared.conn.clone();
         let mut total = 0u64;
         for key in [self.shared.key("run", run_id), self.shared.key("calls", run_id)] {
-            let n: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(key).query_async(&mut conn).await.map_err(unreachable)?;
+            let n: Option<u64> =
+                redis::cmd("MEMORY").arg("USAGE").arg(key).query_async(&mut conn).await.map_err(unreachable)?;
             total += n.unwrap_or(0);
         }
         Ok(total)
@@ -524,8 +526,15 @@ impl Shared {
     fn scope_key(&self, scope: &RunScope) -> String {
         use sha2::Digest;
         let text = serde_json::to_string(scope).unwrap_or_default();
-        let digest: String = sha2::Sha256::digest(text.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
+        let digest: String =
+            sha2::Sha256::digest(text.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
         format!("{}scope:{digest}", self.prefix)
+    }
+
+    fn session_key(&self, scope: &RunScope, kind: &str) -> String {
+        let scope_key = self.scope_key(scope);
+        let digest = scope_key.rsplit(':').next().unwrap_or_default();
+        format!("{}session:{digest}:{kind}", self.prefix)
     }
 
     fn token(&self, run: &RunId) -> i64 {
@@ -916,12 +925,36 @@ impl SnapshotStore for RedisSnapshotStore {
                 self.remove(run_id).await;
                 Err(StoreError::Expired)
             }
-            "NOT_PARKED" => Err(StoreError::NotParked {
-                request_id,
-                parked: serde_json::from_str(&parked).unwrap_or_default(),
-            }),
+            "NOT_PARKED" => {
+                Err(StoreError::NotParked { request_id, parked: serde_json::from_str(&parked).unwrap_or_default() })
+            }
             _ => Err(StoreError::Unavailable),
         }
+    }
+
+    async fn session_state(&self, scope: &RunScope, kind: &str) -> Result<Option<String>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        redis::cmd("GET").arg(s.session_key(scope, kind)).query_async(&mut conn).await.map_err(unreachable)
+    }
+
+    async fn put_session_state(
+        &self,
+        scope: &RunScope,
+        kind: &str,
+        value: &str,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        redis::cmd("SET")
+            .arg(s.session_key(scope, kind))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms.max(1))
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(unreachable)
     }
 
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {

@@ -5,7 +5,9 @@
 
 use codemode_core::store::SnapshotStore;
 use codemode_snapshot::conformance::{RedisServer, StoreUnderTest, T0, run_all};
-use codemode_snapshot::{DirectorySnapshotStore, ManualClock, MemorySnapshotStore, RedisSnapshotStore, RedisStoreConfig};
+use codemode_snapshot::{
+    DirectorySnapshotStore, ManualClock, MemorySnapshotStore, RedisSnapshotStore, RedisStoreConfig,
+};
 use std::sync::{Arc, Mutex};
 
 fn no_pause(_: &Arc<dyn SnapshotStore>) {}
@@ -77,7 +79,8 @@ async fn redis_store_conforms() {
 async fn redis_store_unreachable_at_start() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let started = std::time::Instant::now();
-    let err = RedisSnapshotStore::connect(RedisStoreConfig::new(format!("redis://127.0.0.1:{port}"))).await.unwrap_err();
+    let err =
+        RedisSnapshotStore::connect(RedisStoreConfig::new(format!("redis://127.0.0.1:{port}"))).await.unwrap_err();
     assert!(matches!(err, codemode_core::store::StoreError::Unreachable(_)), "{err}");
     assert!(err.to_string().contains(&port.to_string()), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));

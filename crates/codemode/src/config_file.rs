@@ -101,7 +101,9 @@ impl SnapshotStoreConfig {
             "memory" => SnapshotStoreConfig::Memory,
             "directory" => SnapshotStoreConfig::Directory {
                 dir: text("dir")?
-                    .ok_or_else(|| ConfigError::new("snapshotStore.dir", "missing: the directory of a directory store"))?
+                    .ok_or_else(|| {
+                        ConfigError::new("snapshotStore.dir", "missing: the directory of a directory store")
+                    })?
                     .into(),
             },
             _ => {

@@ -65,7 +65,12 @@ async fn exec_on_one_replica_wait_on_another() {
     let b = replica(store(&server, 2_000).await, 3_000, tools(paid.clone(), None));
     let ctx = RunContext::session("client-1");
     let r = a
-        .exec(&ctx, &CodeModeExecInput::code("const s = await tools.slow({ ms: 700 }); const p = await tools.pay({}); return [s, p]"))
+        .exec(
+            &ctx,
+            &CodeModeExecInput::code(
+                "const s = await tools.slow({ ms: 700 }); const p = await tools.pay({}); return [s, p]",
+            ),
+        )
         .await;
     let id = run_id(&r);
     let other = b.wait(&RunContext::session("client-2"), &CodeModeWaitInput::new(id.clone())).await;
@@ -150,4 +155,35 @@ async fn redis_outage_fails_only_what_needs_the_store() {
     }
     let resumed = resumed.expect("the run suspended before the outage resumes once Redis is back");
     assert_eq!(resumed.to_json()["value"], "kept");
+}
+
+/// Loop detection sees a session's calls across replicas: its history travels through the store,
+/// so a session that spreads the same call over replicas is stopped as if it stayed on one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loop_detection_history_is_shared_by_the_fleet() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let loops = codemode::LoopPolicy::from_document(&json!({ "tools": { "loopDetection": {
+        "enabled": true, "warningThreshold": 2, "criticalThreshold": 3, "globalCircuitBreakerThreshold": 9
+    } } }))
+    .unwrap();
+    let paid = Arc::new(AtomicU32::new(0));
+    let make = |store: Arc<RedisSnapshotStore>| {
+        CodeMode::builder(CodeModeConfig::enabled())
+            .engine_name("quickjs-wasi")
+            .local_tools(tools(paid.clone(), None))
+            .store(store)
+            .loop_detection(loops.clone())
+            .build()
+    };
+    let a = make(store(&server, 2_000).await);
+    let b = make(store(&server, 2_000).await);
+    let ctx = RunContext::session("looping");
+    let cell = "try { await tools.slow({ ms: 1 }); return 'ran' } catch (e) { return e.code }";
+    for (cm, want) in [(&a, "ran"), (&a, "ran"), (&b, "nested_tool_failed")] {
+        let r = cm.exec(&ctx, &CodeModeExecInput::code(cell)).await;
+        assert_eq!(r.to_json()["value"], want, "{}", r.to_json());
+    }
+    // Another session starts from a clean history on any replica.
+    let other = b.exec(&RunContext::session("fresh"), &CodeModeExecInput::code(cell)).await;
+    assert_eq!(other.to_json()["value"], "ran", "{}", other.to_json());
 }

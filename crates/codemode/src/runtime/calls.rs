@@ -414,7 +414,8 @@ impl Inner {
         let call_span = span.clone();
         let call = async move {
             let outcome =
-                match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract, log.as_ref()).await {
+                match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract, log.as_ref()).await
+                {
                     InFlight::Parked => return CallEnd::Parked,
                     InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
                     InFlight::Done(outcome) => outcome,

@@ -26,8 +26,9 @@ impl Inner {
             return self.fail(rt, run, call, err);
         }
         if let Err(taken) = self.release(rt, &mut run) {
-            return self.failed(run, call, taken);
+            return self.failed(rt, run, call, taken);
         }
+        self.save_loop_history(rt, &run);
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
     }
@@ -38,11 +39,12 @@ impl Inner {
             Err(taken) => taken,
             Ok(()) => err,
         };
-        self.failed(run, call, err)
+        self.failed(rt, run, call, err)
     }
 
     /// The `failed` result of a released run.
-    fn failed(&self, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
+    fn failed(&self, rt: &Handle, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
+        self.save_loop_history(rt, &run);
         err.message = run.positions.rewrite(&err.message);
         let limits = &mut run.telemetry.limit_failures;
         match err.code {
@@ -203,6 +205,7 @@ impl Inner {
         } else {
             None
         };
+        self.save_loop_history(rt, &run);
         let Run { id, context, catalog, source, namespaces, calls, telemetry, .. } = run;
         self.inflight()
             .insert(id.clone(), Inflight { context, catalog, source, namespaces, calls, _claim: claim, expires_at_ms });
