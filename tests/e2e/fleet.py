@@ -9,6 +9,8 @@ then checks:
   - exec on replica 1, another client's `wait` refused on replica 2, `wait` on replica 3 completes;
   - a gated call parked on replica 1, approved through replica 2's approval endpoint, run by a
     `wait` on replica 3 — once (the ledger);
+  - a run started on replica 1, aborted by its client cancelling a `wait` on replica 2, is gone on
+    replica 3;
   - SIGKILL of the replica running a side-effecting call: the run fails on another replica with
     `nested_tool_failed` naming the tool, and the call never runs again; a read-only call lost the
     same way is re-issued;
@@ -182,6 +184,25 @@ async def approval_across_replicas(r: list[Replica], ledger: Path) -> None:
     print("ok: parked on one replica, approved on another, run on a third, once")
 
 
+async def abort_across_replicas(r: list[Replica], ledger: Path) -> None:
+    first = await call(r[0].url, "dave", "exec", {"code": "await MCP.ledger.read({ key: 'abort', ms: 5000 }); return 1"})
+    assert first["status"] == "waiting", first
+    # The client cancels its `wait` on replica 2 (`notifications/cancelled`): the run is aborted for
+    # the whole fleet.
+    async with client(r[1].url, "dave") as c:
+        pending = asyncio.create_task(c.call_tool("wait", {"runId": first["runId"]}))
+        await asyncio.sleep(0.5)
+        pending.cancel()
+        try:
+            await pending
+        except asyncio.CancelledError:
+            pass
+        await asyncio.sleep(0.5)
+    gone = await call(r[2].url, "dave", "wait", {"runId": first["runId"]})
+    assert gone["status"] == "failed" and "unavailable" in gone["error"], f"aborted run still resumable: {gone}"
+    print("ok: exec on one replica, aborted by the client from another, gone on a third")
+
+
 async def killed_replica(r: list[Replica], ledger: Path) -> None:
     pay = "const p = await MCP.ledger.pay({ key: 'killed-pay', ms: 4000 }); return p.structuredContent.key"
     read = "const x = await MCP.ledger.read({ key: 'killed-read', ms: 2500 }); return x.structuredContent.key"
@@ -303,6 +324,7 @@ async def main() -> None:
         replicas = [Replica(bin_path, config, redis, workdir, i + 1) for i in range(3)]
         await across_replicas(replicas, ledger)
         await approval_across_replicas(replicas, ledger)
+        await abort_across_replicas(replicas, ledger)
         if n_load:
             await load(replicas, ledger, n_load)
         await stopped_replica(replicas, ledger)
