@@ -126,6 +126,11 @@ pub enum CodeModeResult {
         /// Output produced since the previous result of this run.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         output: Vec<CodeModeOutput>,
+        /// The cell was `restartSafe` (SPEC R2): it makes only read-only calls, so running it again
+        /// from the start repeats no side effect — a host that lost the run (or its store) may re-run
+        /// it instead. Sent only when true.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        rerunnable: bool,
         /// Counters for the run so far.
         telemetry: CodeModeTelemetry,
     },
@@ -225,9 +230,11 @@ mod tests {
                 elapsed_ms: 12,
             }],
             output: vec![CodeModeOutput::Text { text: "hi".into() }],
+            rerunnable: false,
             telemetry: t.clone(),
         };
         let v = waiting.to_json();
+        assert!(v.get("rerunnable").is_none(), "sent only when true");
         assert_eq!(v["status"], "waiting");
         assert_eq!(v["runId"], "run_1");
         assert_eq!(v["reason"], "pending_tools");

@@ -187,3 +187,24 @@ async fn loop_detection_history_is_shared_by_the_fleet() {
     let other = b.exec(&RunContext::session("fresh"), &CodeModeExecInput::code(cell)).await;
     assert_eq!(other.to_json()["value"], "ran", "{}", other.to_json());
 }
+
+/// SPEC R2 fleet-wide: a suspended `restartSafe` run says it can be re-run (`rerunnable`), on the
+/// replica that suspended it and on the one that suspends it again; another run does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2_restart_safe_runs_are_marked_rerunnable_on_every_replica() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let paid = Arc::new(AtomicU32::new(0));
+    let a = replica(store(&server, 2_000).await, 3_000, tools(paid.clone(), None));
+    let b = replica(store(&server, 2_000).await, 3_000, tools(paid.clone(), None));
+    let ctx = RunContext::session("r2");
+    let cell = "await yield_control(); await yield_control(); return 1";
+    let safe = CodeModeExecInput::from_json(&json!({ "code": cell, "restartSafe": true })).unwrap();
+    let first = a.exec(&ctx, &safe).await;
+    assert_eq!(first.to_json()["rerunnable"], true, "{}", first.to_json());
+    let second = b.wait(&ctx, &CodeModeWaitInput::new(run_id(&first))).await;
+    assert_eq!(second.to_json()["rerunnable"], true, "{}", second.to_json());
+    assert_eq!(a.wait(&ctx, &CodeModeWaitInput::new(run_id(&second))).await.to_json()["value"], 1);
+    let plain = a.exec(&ctx, &CodeModeExecInput::code(cell)).await;
+    assert!(plain.to_json().get("rerunnable").is_none(), "{}", plain.to_json());
+    let _ = b.abort(&codemode::RunId::parse(&run_id(&plain)).unwrap()).await;
+}

@@ -206,7 +206,7 @@ impl Inner {
             None
         };
         self.save_loop_history(rt, &run);
-        let Run { id, context, catalog, source, namespaces, calls, telemetry, .. } = run;
+        let Run { id, context, catalog, source, namespaces, calls, telemetry, restart_safe, .. } = run;
         self.inflight()
             .insert(id.clone(), Inflight { context, catalog, source, namespaces, calls, _claim: claim, expires_at_ms });
         CodeModeResult::Waiting {
@@ -214,6 +214,7 @@ impl Inner {
             reason,
             pending_tool_calls,
             output: std::mem::take(&mut call.output),
+            rerunnable: restart_safe,
             telemetry,
         }
     }
