@@ -394,8 +394,15 @@ fn reconnecting(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error()
 }
 
+/// A Redis failure as a store error: the connection's failures are [`StoreError::Unreachable`];
+/// an error Redis answered (a script that met data it cannot read, a wrong type under a key) is
+/// [`StoreError::Corrupt`].
 fn unreachable(e: redis::RedisError) -> StoreError {
-    StoreError::Unreachable(e.to_string())
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        StoreError::Unreachable(e.to_string())
+    } else {
+        StoreError::Corrupt(format!("redis: {e}"))
+    }
 }
 
 fn encode_err(e: serde_json::Error) -> StoreError {

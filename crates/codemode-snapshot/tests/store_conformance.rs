@@ -120,3 +120,40 @@ async fn redis_restart_keeps_runs_and_outage_is_reported() {
     );
     assert!(store.settle(&id).await.unwrap());
 }
+
+/// Hostile or damaged data in Redis (someone else writing under the prefix): a garbled run or call
+/// log entry is a `Corrupt` error for that run — never a panic, never another run's data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_garbage_is_corrupt_not_a_crash() {
+    use codemode_core::scope::{RunId, RunScope};
+    use codemode_core::store::{CallIssue, StoreError};
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let store = RedisSnapshotStore::connect(RedisStoreConfig::new(server.url())).await.unwrap();
+    let client = redis_cli(&server);
+    client(&["HSET", "codemode:run:cm_bad", "meta", "{not json", "snap", "x", "fence", "0", "holder", ""]);
+    let bad = store.checkout(&RunId::parse("cm_bad").unwrap(), &RunScope::session("s")).await;
+    assert!(matches!(bad, Err(StoreError::Corrupt(_))), "{bad:?}");
+    let now = codemode_snapshot::Clock::now_ms(&codemode_snapshot::SystemClock);
+    let run = codemode_snapshot::conformance::suspended("cm_log", "s", now + 600_000, vec![1], &[(1, false)]);
+    store.put(run).await.unwrap();
+    let _held = store.checkout(&RunId::parse("cm_log").unwrap(), &RunScope::session("s")).await.unwrap();
+    client(&["HSET", "codemode:calls:cm_log", "2", "][ garbage"]);
+    let issue = CallIssue { request_id: 2, tool_id: "plugin:t:pay".into(), input_digest: "d".into(), read_only: false };
+    let started = store.begin_call(&RunId::parse("cm_log").unwrap(), &issue).await;
+    assert!(matches!(started, Err(StoreError::Corrupt(_))), "{started:?}");
+    // A key of the wrong type under a run's name.
+    client(&["SET", "codemode:run:cm_str", "just a string"]);
+    let wrong = store.checkout(&RunId::parse("cm_str").unwrap(), &RunScope::session("s")).await;
+    assert!(matches!(wrong, Err(StoreError::Corrupt(_))), "{wrong:?}");
+    // The store still serves everything else.
+    assert!(store.settle(&RunId::parse("cm_log").unwrap()).await.unwrap());
+}
+
+/// Runs `redis-cli -p PORT ARGS…` against the test's server.
+fn redis_cli(server: &RedisServer) -> impl Fn(&[&str]) {
+    let port = server.port().to_string();
+    move |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli").arg("-p").arg(&port).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
