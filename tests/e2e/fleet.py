@@ -46,6 +46,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "fleet-approval-token-0123456789"
+BIN = ""
+REDIS_URL = ""
 LEASE_MS = 1000
 
 
@@ -181,7 +183,15 @@ async def approval_across_replicas(r: list[Replica], ledger: Path) -> None:
     done = await settle(r[2].url, "alice", first)
     assert done["status"] == "completed" and done["value"] == "approved-1", done
     assert ledger_lines(ledger).count("approved-1") == 1, ledger_lines(ledger)
-    print("ok: parked on one replica, approved on another, run on a third, once")
+    # An operator approves from the command line, against the fleet's store.
+    first = await call(r[2].url, "alice", "exec", {"code": code.replace("approved-1", "approved-2")})
+    parked = [p for p in first["pendingToolCalls"] if p["kind"] == "approval"]
+    out = subprocess.run([BIN, "approve", "--store", REDIS_URL, first["runId"], str(parked[0]["requestId"])],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    done = await settle(r[0].url, "alice", first)
+    assert done["status"] == "completed" and done["value"] == "approved-2", done
+    print("ok: parked on one replica, approved on another (HTTP endpoint, or codemode approve --store), run on a third, once")
 
 
 async def abort_across_replicas(r: list[Replica], ledger: Path) -> None:
@@ -319,6 +329,8 @@ async def main() -> None:
         "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)]}},
     }))
     redis = Redis(workdir)
+    global BIN, REDIS_URL
+    BIN, REDIS_URL = bin_path, redis.url
     replicas: list[Replica] = []
     try:
         replicas = [Replica(bin_path, config, redis, workdir, i + 1) for i in range(3)]

@@ -125,10 +125,8 @@ pub(crate) async fn approve(
     request_id: u64,
     deny: Option<String>,
 ) -> Result<ExitCode> {
-    let dir = store.dir()?;
-    let snapshots = codemode::DirectorySnapshotStore::new(&dir)
-        .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
-    let cm = CodeMode::builder(CodeModeConfig::enabled()).store(Arc::new(snapshots)).build();
+    let snapshots = store.open().await?;
+    let cm = CodeMode::builder(CodeModeConfig::enabled()).store(snapshots).build();
     let id = codemode::RunId::parse(&run_id).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let decision = match deny {
         Some(reason) => codemode::ApprovalDecision::deny(reason),

@@ -190,6 +190,10 @@ struct StoreArgs {
     /// ~/.local/state/codemode/runs).
     #[arg(long, value_name = "DIR", env = "CODEMODE_SNAPSHOT_DIR")]
     snapshot_dir: Option<PathBuf>,
+    /// Keep suspended runs in a fleet's store instead: `redis://HOST:PORT[/DB]` (or `redis` with
+    /// CODEMODE_REDIS_URL), e.g. to approve a call parked by a `codemode serve` replica.
+    #[arg(long, value_name = "STORE", conflicts_with = "snapshot_dir")]
+    store: Option<String>,
     /// The session the run belongs to; `wait` must name the same one.
     #[arg(long, default_value = "cli")]
     session: String,
@@ -209,12 +213,27 @@ impl StoreArgs {
         }
     }
 
-    async fn runtime(&self, common: &CommonArgs) -> Result<Gateway> {
-        let config = load_config(common)?;
+    /// The store these commands share: `--store` (a Redis URL, or a directory), else the snapshot
+    /// directory.
+    pub(crate) async fn open(&self) -> Result<Arc<dyn codemode::SnapshotStore>> {
+        if let Some(flag) = &self.store {
+            let choice = serve::store_from_flag(flag)?;
+            if choice == codemode::config_file::SnapshotStoreConfig::Memory {
+                bail!("--store memory cannot be shared between commands: use a directory or redis://HOST:PORT");
+            }
+            let (store, _) = serve::open_store(Some(choice)).await?;
+            return store.ok_or_else(|| anyhow::anyhow!("no snapshot store"));
+        }
         let dir = self.dir()?;
         let store = codemode::DirectorySnapshotStore::new(&dir)
             .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
-        build_runtime_with(config, common, Some(Arc::new(store)), None).await
+        Ok(Arc::new(store))
+    }
+
+    async fn runtime(&self, common: &CommonArgs) -> Result<Gateway> {
+        let config = load_config(common)?;
+        let store = self.open().await?;
+        build_runtime_with(config, common, Some(store), None).await
     }
 }
 

@@ -66,7 +66,7 @@ async fn shutdown_signal() {
 pub(crate) const REDIS_URL_ENV: &str = "CODEMODE_REDIS_URL";
 
 /// Reads `--store`: `memory`, `redis`, `redis://…`, `rediss://…`, or a directory.
-fn store_from_flag(flag: &str) -> Result<SnapshotStoreConfig> {
+pub(crate) fn store_from_flag(flag: &str) -> Result<SnapshotStoreConfig> {
     Ok(match flag {
         "memory" => SnapshotStoreConfig::Memory,
         "redis" => SnapshotStoreConfig::Redis { url: None, key_prefix: None, lease_ms: None },
@@ -80,7 +80,7 @@ fn store_from_flag(flag: &str) -> Result<SnapshotStoreConfig> {
 
 /// Opens the chosen store; for a fleet store (Redis) also the fleet's shared secret. `None`: the
 /// default (memory).
-async fn open_store(
+pub(crate) async fn open_store(
     choice: Option<SnapshotStoreConfig>,
 ) -> Result<(Option<Arc<dyn codemode::SnapshotStore>>, Option<[u8; 32]>)> {
     match choice {
