@@ -1,7 +1,10 @@
 //! The snapshot store contract (DESIGN §6, SPEC §6).
 //!
 //! A store keeps [`SuspendedRun`]s between an `exec` that returned `waiting` and the `wait` that
-//! resumes it. Implementations live in `codemode-snapshot` (memory, directory).
+//! resumes it. Implementations live in `codemode-snapshot` (memory, directory, and Redis for a
+//! fleet of replicas — a store that says [`SnapshotStore::fleet`] also keeps the call log that
+//! makes nested calls exactly-once, fences the writes of a replica that lost its lease, and shares
+//! session state); its `conformance` module holds the contract tests every store passes.
 
 use crate::engine::{Delivery, RequestId, RequestKind, Snapshot};
 use crate::error::{CodeModeError, CodeModeErrorCode};
@@ -100,7 +103,8 @@ impl SuspendedRun {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The per-process cap of suspended runs is reached.
+    /// The cap of suspended runs is reached (per process, per directory, or per client scope across
+    /// a fleet).
     #[error("{MSG_TOO_MANY}")]
     TooMany,
     /// Unknown, expired or removed run.
