@@ -169,6 +169,12 @@ async def across_replicas(r: list[Replica], ledger: Path) -> None:
     done = await settle(r[2].url, "alice", first)
     assert done["status"] == "completed" and done["value"] == "read", done
     print("ok: exec on one replica, wait on another, another client refused")
+    # Issue 26 §2: a wrong argument fails in the guest; the upstream server never sees the call.
+    code = "try { await MCP.ledger.pay({ key: 12345 }); return 'sent' } catch (e) { return [e.code, e.message] }"
+    refused = await call(r[1].url, "alice", "exec", {"code": code})
+    assert refused["value"][0] == "invalid_input" and "`/key` expected a string, got integer" in refused["value"][1], refused
+    assert "12345" not in ledger_lines(ledger), "the upstream server received a call with a wrong input"
+    print("ok: a wrong argument fails in the guest, nothing reaches the upstream server")
 
 
 async def approval_across_replicas(r: list[Replica], ledger: Path) -> None:

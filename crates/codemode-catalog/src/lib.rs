@@ -18,6 +18,7 @@ pub mod approval;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 pub mod hints;
+pub mod input;
 pub mod loops;
 pub mod mcp_api;
 pub mod names;
@@ -82,6 +83,8 @@ pub struct CatalogTool {
     pub guest_visible: bool,
     /// The declared output contract (trusted sources with an `outputSchema` only).
     pub contract: Option<Arc<OutputContract>>,
+    /// The check of call inputs against the input schema, compiled on the first call.
+    pub input: Arc<input::InputCheck>,
 }
 
 /// Why a declared output contract refuses a tool or its result (SPEC D4).
@@ -118,6 +121,15 @@ impl CatalogTool {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Checks a call's input against the tool's input schema (issue 26 §2); a tool marked
+    /// `unchecked_input` is always [`input::Checked::Valid`].
+    pub fn check_input(&self, input: &Value) -> input::Checked {
+        if self.def.unchecked_input {
+            return input::Checked::Valid;
+        }
+        self.input.check(&self.def.parameters, input)
     }
 
     /// Checks a result's `details` against the declared output schema (SPEC D4). The error names the
@@ -189,7 +201,8 @@ impl Catalog {
                 (Some(schema), true) => Some(Arc::new(OutputContract::compile(schema))),
                 _ => None,
             };
-            cat.tools.push(Arc::new(CatalogTool { id, def: Arc::new(def), entry, guest_visible, contract }));
+            let input = Arc::new(input::InputCheck::default());
+            cat.tools.push(Arc::new(CatalogTool { id, def: Arc::new(def), entry, guest_visible, contract, input }));
         }
         cat.index = SearchIndex::build(cat.guest.iter().map(|&i| {
             let t = &cat.tools[i];

@@ -76,6 +76,10 @@ pub struct ToolDefinition {
     /// after bundled ones in the catalog (SPEC §11).
     #[serde(default)]
     pub external: bool,
+    /// The input schema is not enforced at the bridge: calls go to the tool whatever their input
+    /// (`validateInputs: false` on an MCP server whose schemas do not describe what it accepts).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchecked_input: bool,
 }
 
 fn empty_object_schema() -> Value {
@@ -96,6 +100,7 @@ impl ToolDefinition {
             read_only: false,
             direct_only: false,
             external: false,
+            unchecked_input: false,
         }
     }
 
@@ -126,6 +131,12 @@ impl ToolDefinition {
     /// Marks the tool read-only / idempotent.
     pub fn read_only(mut self) -> Self {
         self.read_only = true;
+        self
+    }
+
+    /// Lets calls through whatever their input (see [`unchecked_input`](Self::unchecked_input)).
+    pub fn without_input_check(mut self) -> Self {
+        self.unchecked_input = true;
         self
     }
 

@@ -74,12 +74,15 @@ pub struct ServerConfig {
     pub startup_timeout_ms: u64,
     /// Configured but switched off.
     pub disabled: bool,
+    /// Check call inputs against the server's input schemas at the bridge (default `true`;
+    /// `validateInputs: false` for a server whose schemas do not describe what it accepts).
+    pub validate_inputs: bool,
 }
 
 /// The keys of a server entry codemode reads (their values are checked strictly). `type` is the
 /// transport as Claude Code and others write it (`stdio`, `http`, `streamable-http`; `sse` is the
 /// deprecated HTTP+SSE transport, which is not supported).
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 13] = [
     "command",
     "args",
     "env",
@@ -92,6 +95,7 @@ pub const KEYS: [&str; 12] = [
     "startupTimeoutMs",
     "disabled",
     "type",
+    "validateInputs",
 ];
 
 /// Paths of the keys of server entries that codemode does not read: other clients' settings
@@ -270,6 +274,10 @@ pub fn parse_servers_with(
                 None => false,
                 Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("disabled"), "expected a boolean"))?,
             },
+            validate_inputs: match spec.get("validateInputs") {
+                None => true,
+                Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("validateInputs"), "expected a boolean"))?,
+            },
         });
     }
     Ok(out)
@@ -305,9 +313,10 @@ mod tests {
     fn servers() {
         let v = json!({
             "files": {"command": "fs-server", "args": ["${HOME}/docs"], "env": {"T": "${TOKEN}"}, "deny": ["write_*"], "timeoutMs": 5000},
-            "remote": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+            "remote": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}, "validateInputs": false}
         });
         let s = parse_servers_with(&v, &env).unwrap();
+        assert!(!s[1].validate_inputs, "validateInputs: false");
         assert_eq!(s[0].name, "files");
         assert_eq!(
             s[0].transport,
@@ -319,6 +328,7 @@ mod tests {
             }
         );
         assert_eq!((s[0].timeout_ms, s[0].deny.clone()), (5000, vec!["write_*".to_string()]));
+        assert!(s[0].validate_inputs, "inputs are checked unless a server opts out");
         assert_eq!(
             s[1].transport,
             Transport::Http {
@@ -339,6 +349,7 @@ mod tests {
             (json!({"bad name": {"command": "a"}}), "mcpServers.bad name"),
             (json!({"x": {"command": "a", "env": {"K": "${NOPE}"}}}), "mcpServers.x.env.K"),
             (json!({"x": {"command": "a", "timeoutMs": 0}}), "mcpServers.x.timeoutMs"),
+            (json!({"x": {"command": "a", "validateInputs": "no"}}), "mcpServers.x.validateInputs"),
         ] {
             assert_eq!(parse_servers_with(&bad, &env).unwrap_err().path, path, "{bad}");
         }

@@ -303,7 +303,10 @@ impl Server {
         let mut defs: Vec<ToolDefinition> = Vec::with_capacity(tools.len());
         for t in tools {
             match tool_name_refusal(&t.name) {
-                None => defs.push(tool_definition(name, t)),
+                None => {
+                    let def = tool_definition(name, t);
+                    defs.push(if self.config.validate_inputs { def } else { def.without_input_check() });
+                }
                 Some(why) => tracing::warn!(
                     server = %codemode::text::for_display(name),
                     tool = %codemode::text::for_display(&t.name),

@@ -290,3 +290,42 @@ async fn nested_calls_meet_their_checks_in_the_documented_order() {
     // Only the one echo call that passed every check reached the hooks; nothing reached the approver.
     assert_eq!(std::mem::take(&mut *seen.0.lock().unwrap()), ["before plugin:order:echo", "after plugin:order:echo"]);
 }
+
+/// Issue 26 §2: inputs are checked at the bridge — a wrong input never reaches the tool (counted on
+/// the tool's side), through `tools.*` and by id; a tool that opted out
+/// (`validateInputs: false` → `ToolDefinition::without_input_check`) gets every input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_inputs_never_reach_the_tool() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let reached = Arc::new(AtomicU32::new(0));
+    let schema = json!({ "type": "object", "properties": { "n": { "type": "integer" } }, "required": ["n"] });
+    let mut tools = codemode::LocalTools::new();
+    for (name, checked) in [("strict", true), ("lax", false)] {
+        let def =
+            codemode::ToolDefinition::new(codemode::ToolSource::Plugin, "inputs", name).with_parameters(schema.clone());
+        let def = if checked { def } else { def.without_input_check() };
+        let reached = reached.clone();
+        tools.add(Arc::new(codemode::FnTool::new(def, move |input| {
+            let reached = reached.clone();
+            async move {
+                reached.fetch_add(1, Ordering::SeqCst);
+                Ok(codemode::ToolResult::value(input))
+            }
+        })));
+    }
+    let cm = CodeMode::builder(CodeModeConfig::enabled()).engine_name("quickjs").local_tools(tools).build();
+    let cell = "const out = [];
+        for (const f of [() => tools.strict({ n: 'x' }), () => tools.callValue('plugin:inputs:strict', {}),
+                         () => tools.strict({ n: 1 }), () => tools.lax({ n: 'x' })]) {
+          try { out.push(await f()); } catch (e) { out.push(e.code); }
+        }
+        return out;";
+    let r = cm.exec(&ctx(None, None), &CodeModeExecInput::code(cell)).await;
+    assert_eq!(
+        r.to_json()["value"],
+        json!(["invalid_input", "invalid_input", { "n": 1 }, { "n": "x" }]),
+        "{}",
+        r.to_json()
+    );
+    assert_eq!(reached.load(Ordering::SeqCst), 2, "only the valid call and the opted-out tool ran");
+}

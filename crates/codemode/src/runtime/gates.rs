@@ -9,10 +9,12 @@
 //!    catalog id) must name a tool of the run's own catalog ([`resolve_tool`]). Unknown, hidden and
 //!    denied ids get the same answer, so a guessed id reveals nothing.
 //! 1. [`Runnable`] — a tool whose declared output schema does not compile never runs.
-//! 2. [`RestartSafe`] — a `restartSafe` cell calls only read-only tools.
-//! 3. [`LoopDetection`] — the session's loop detector (warn, refuse, or trip the breaker).
-//! 4. [`PendingLimit`] — at most `maxPendingToolCalls` calls running or parked at once.
-//! 5. [`Sandbox`] — a sandboxed run's calls meet the sandbox tool policy (SPEC P4).
+//! 2. [`InputSchema`] — the input must match the tool's input schema (refused `invalid_input`,
+//!    naming the place, the expectation and the given type; nothing is sent).
+//! 3. [`RestartSafe`] — a `restartSafe` cell calls only read-only tools.
+//! 4. [`LoopDetection`] — the session's loop detector (warn, refuse, or trip the breaker).
+//! 5. [`PendingLimit`] — at most `maxPendingToolCalls` calls running or parked at once.
+//! 6. [`Sandbox`] — a sandboxed run's calls meet the sandbox tool policy (SPEC P4).
 //!
 //! A gate that refuses answers the guest through [`Run::refuse`], the one refusal path: a catchable
 //! `nested_tool_failed` error, a `denied` trajectory entry and one failed call in the telemetry.
@@ -21,15 +23,15 @@
 //!
 //! While the call runs (asynchronous, on the host's executor; [`run_in_flight`]):
 //!
-//! 6. `before_tool_call` hooks — may rewrite the input or refuse.
-//! 7. **approval** — the approval policy or a hook's `requires_approval` gates the call; the host's
+//! 7. `before_tool_call` hooks — may rewrite the input or refuse.
+//! 8. **approval** — the approval policy or a hook's `requires_approval` gates the call; the host's
 //!    approver decides, or the call parks until a decision is recorded.
-//! 8. the **call log** (fleet stores only, [`CallLog`]): the call is logged right before the tool
+//! 9. the **call log** (fleet stores only, [`CallLog`]): the call is logged right before the tool
 //!    runs; a call the log already finished gets its logged result instead of running again, and a
 //!    call another replica started and lost runs again only if it is read-only.
-//! 9. the **tool** itself (the executor).
-//! 10. `after_tool_call` hooks — may inspect or replace the outcome.
-//! 11. **output contract** — a declared output schema is checked before the value reaches the
+//! 10. the **tool** itself (the executor).
+//! 11. `after_tool_call` hooks — may inspect or replace the outcome.
+//! 12. **output contract** — a declared output schema is checked before the value reaches the
 //!     guest (SPEC D4); a mismatch fails the call and the value is never delivered. On a fleet
 //!     store the outcome is then recorded in the call log the moment the call finishes.
 //!
@@ -95,7 +97,8 @@ pub(super) trait StartGate: Sync {
 }
 
 /// The gates before a call starts, in the order they run.
-pub(super) const BEFORE_START: &[&dyn StartGate] = &[&Runnable, &RestartSafe, &LoopDetection, &PendingLimit, &Sandbox];
+pub(super) const BEFORE_START: &[&dyn StartGate] =
+    &[&Runnable, &InputSchema, &RestartSafe, &LoopDetection, &PendingLimit, &Sandbox];
 
 /// Passes `call` through the gates of [`BEFORE_START`] that apply to `origin`. `Ok(true)`: the call
 /// may start. `Ok(false)`: a gate refused it and the refusal is delivered (through
@@ -172,7 +175,38 @@ impl StartGate for Runnable {
     }
 }
 
-/// Gate 2: a `restartSafe` cell may only call read-only tools (so that running it again can repeat
+/// Gate 2: the input must match the tool's input schema (issue 26 §2): a wrong argument fails in the
+/// guest with `invalid_input` before anything leaves the sandbox, instead of costing a tool round
+/// trip and an upstream error text. The message names the JSON pointer, what the schema expects and
+/// the given JSON type, never the given value. A schema that does not compile leaves the tool's
+/// calls unchecked (logged once); `validateInputs: false` on an MCP server turns the check off.
+pub(super) struct InputSchema;
+
+impl StartGate for InputSchema {
+    fn name(&self) -> &'static str {
+        "inputSchema"
+    }
+
+    fn check(&self, _: &Inner, _: &mut Run, call: &AtGate<'_>) -> GateVerdict {
+        use codemode_catalog::input::Checked;
+        match call.tool.check_input(call.input) {
+            Checked::Valid => GateVerdict::Pass,
+            Checked::Invalid(e) => GateVerdict::Refuse(GuestError::new(
+                "ToolError",
+                format!("{}: {e}", call.tool.id),
+                Some(CodeModeErrorCode::InvalidInput),
+            )),
+            Checked::Unchecked { reason, first } => {
+                if first {
+                    tracing::warn!(tool = %call.tool.id, %reason, "input schema does not compile: calls to this tool are not checked");
+                }
+                GateVerdict::Pass
+            }
+        }
+    }
+}
+
+/// Gate 3: a `restartSafe` cell may only call read-only tools (so that running it again can repeat
 /// no side effect).
 pub(super) struct RestartSafe;
 
@@ -190,7 +224,7 @@ impl StartGate for RestartSafe {
     }
 }
 
-/// Gate 3: the session's loop detector (SPEC §22). A warning is added to the call's output and the
+/// Gate 4: the session's loop detector (SPEC §22). A warning is added to the call's output and the
 /// call goes on; a critical repetition refuses the call; the breaker fails the run.
 pub(super) struct LoopDetection;
 
@@ -222,7 +256,7 @@ impl StartGate for LoopDetection {
     }
 }
 
-/// Gate 4: at most `maxPendingToolCalls` nested calls outstanding at once. A call parked for
+/// Gate 5: at most `maxPendingToolCalls` nested calls outstanding at once. A call parked for
 /// approval counts like a running one (issue 23 §1): without an approver every gated call parks,
 /// and parked calls must not be a way around the limit. Exceeding it fails the run
 /// (`too_many_pending_tool_calls`).
@@ -249,7 +283,7 @@ impl StartGate for PendingLimit {
     }
 }
 
-/// Gate 5: a sandboxed run's nested calls meet the sandbox tool policy (SPEC P4), also when an
+/// Gate 6: a sandboxed run's nested calls meet the sandbox tool policy (SPEC P4), also when an
 /// approved or re-issued call starts (the policy may have changed since).
 pub(super) struct Sandbox;
 
@@ -279,7 +313,7 @@ pub(super) fn tool_failure(tool_id: &str, message: &str) -> GuestError {
     GuestError::new("ToolError", format!("{tool_id}: {message}"), Some(CodeModeErrorCode::NestedToolFailed))
 }
 
-/// How a started call meets the approval step (stage 7).
+/// How a started call meets the approval step (stage 8).
 #[derive(Clone)]
 pub(super) struct Approval {
     /// Why the approval policy gates this tool (`None`: only a hook can gate it).
@@ -304,7 +338,7 @@ pub(super) enum InFlight {
     Parked,
 }
 
-/// Stage 8 on a fleet store (see [`SnapshotStore::fleet`]): the call's entry in the store's call
+/// Stage 9 on a fleet store (see [`SnapshotStore::fleet`]): the call's entry in the store's call
 /// log, written right before the tool runs and completed the moment it finishes.
 pub(super) struct CallLog {
     pub(super) store: Arc<dyn SnapshotStore>,
@@ -345,7 +379,7 @@ impl CallLog {
     }
 }
 
-/// Stages 6–11 of a started call: `before` hooks (rewrite, refuse), the approval step (policy or
+/// Stages 7–12 of a started call: `before` hooks (rewrite, refuse), the approval step (policy or
 /// hook; the host's approver answers, or the call parks), the tool, `after` hooks, the output
 /// contract.
 pub(super) async fn run_in_flight(
