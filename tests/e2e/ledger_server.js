@@ -1,7 +1,7 @@
 // An upstream MCP server with a side effect it can prove (issue 25): `pay` appends one line
 // `<key> <pid>` to the ledger file given as the first argument (after sleeping `ms`), `charge`
 // does the same (a gated tool in the fleet test's config), and `read` is read-only
-// (`readOnlyHint`) and only sleeps. The fleet test reads the ledger to check that no side effect
+// (`readOnlyHint`) and only sleeps; `run_code` is a nested code mode codemode must flag. The fleet test reads the ledger to check that no side effect
 // ran twice, whatever happened to the replicas. Newline-delimited JSON-RPC on stdio
 // (tests/e2e/stdio_jsonrpc.js), no packages.
 const fs = require("fs");
@@ -19,6 +19,8 @@ require("./stdio_jsonrpc.js").serve((msg, send) => {
       { name: "pay", description: "Pays once per key (side effect).", inputSchema: schema },
       { name: "charge", description: "Charges once per key (side effect, needs approval).", inputSchema: schema },
       { name: "read", description: "Reads (no side effect).", inputSchema: schema, annotations: { readOnlyHint: true } },
+      // A nested code mode (issue 26 §5): codemode flags it, never calls it here.
+      { name: "run_code", description: "Runs JavaScript.", inputSchema: { type: "object", properties: { code: { type: "string" } }, required: ["code"] } },
     ] } });
   } else if (msg.method === "tools/call") {
     const args = msg.params.arguments || {};

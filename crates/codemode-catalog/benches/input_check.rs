@@ -1,6 +1,7 @@
 //! Issue 26 §2: the cost the input check adds to a nested call (goal ≤ 1 µs for a typical
 //! three-field object): a valid input (the common path), and a refused one (which builds the
 //! message). `cargo bench -p codemode-catalog --bench input_check`.
+#![allow(missing_docs)]
 
 use codemode_catalog::Catalog;
 use codemode_core::catalog::{ToolDefinition, ToolSource};

@@ -22,6 +22,7 @@ pub mod input;
 pub mod loops;
 pub mod mcp_api;
 pub mod names;
+pub mod nested;
 pub mod policy;
 pub mod quick_index;
 pub mod sandbox;

@@ -112,8 +112,15 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
             .collect();
         let removed: Vec<_> =
             outcome.removed.iter().map(|(id, r)| json!({ "id": id, "reason": r.to_string() })).collect();
+        let nested: Vec<&str> = catalog
+            .tools()
+            .iter()
+            .filter(|t| codemode_catalog::nested::is_nested_code_mode(&t.def))
+            .map(|t| t.id.as_str())
+            .collect();
         let out = json!({
             "catalog": entries,
+            "nestedCodeModes": nested,
             "conveniences": catalog.conveniences(),
             "removed": removed,
             "warnings": outcome.warnings,
@@ -150,6 +157,9 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     }
     for w in &outcome.warnings {
         println!("\nwarning: {}", d(w));
+    }
+    for t in catalog.tools().iter().filter(|t| codemode_catalog::nested::is_nested_code_mode(&t.def)) {
+        println!("\nnested code mode: {}: {}", d(&t.id), codemode_catalog::nested::ADVICE);
     }
     for ns in &visible {
         println!(

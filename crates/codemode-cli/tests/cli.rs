@@ -863,3 +863,30 @@ fn serve_refuses_an_unreachable_or_misconfigured_redis_store() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("snapshotStore.leaseMs"), "{stderr}");
 }
+
+/// Issue 26 §5: an upstream tool that runs code itself (a nested code mode) is flagged by
+/// `codemode catalog` (table and JSON) and in the start log, with advice; it is not removed.
+#[test]
+fn catalog_flags_nested_code_modes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let server = root.join("tests/e2e/ledger_server.js");
+    let dir = tempdir("nested-code-mode");
+    let config = write(
+        &dir,
+        "c.json5",
+        &format!(
+            "{{ mcpServers: {{ ledger: {{ command: 'node', args: [{:?}, {:?}] }} }} }}",
+            server.to_string_lossy(),
+            dir.join("ledger.txt").to_string_lossy()
+        ),
+    );
+    let out = bin().args(["catalog", "--json", "--config"]).arg(&config).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nestedCodeModes"], json!(["mcp:ledger:run_code"]), "{v}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nested code mode"), "start log");
+    let out = bin().args(["catalog", "--config"]).arg(&config).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("nested code mode: mcp:ledger:run_code") && text.contains("deny"), "{text}");
+    assert!(text.contains("mcp:ledger:pay"), "the other tools stay: {text}");
+}

@@ -305,6 +305,14 @@ impl Server {
             match tool_name_refusal(&t.name) {
                 None => {
                     let def = tool_definition(name, t);
+                    if codemode_catalog::nested::is_nested_code_mode(&def) {
+                        tracing::warn!(
+                            server = %codemode::text::for_display(name),
+                            tool = %codemode::text::for_display(&def.name),
+                            "MCP tool is a nested code mode: {}",
+                            codemode_catalog::nested::ADVICE
+                        );
+                    }
                     defs.push(if self.config.validate_inputs { def } else { def.without_input_check() });
                 }
                 Some(why) => tracing::warn!(
