@@ -130,6 +130,9 @@ async def check_upstream_call(session: ClientSession) -> None:
     assert out["status"] == "completed", out
     assert "via codemode" in out["value"], out
     assert "mcp:everything:echo" in out["telemetry"]["nestedToolIds"], out
+    # Issue 26 §3: `.value` unwraps the same result (the upstream's text).
+    out = result_json(await session.call_tool("exec", {"code": 'return await MCP.everything.echo.value({message: "unwrapped"})'}))
+    assert out["status"] == "completed" and out["value"] == "Echo: unwrapped", out
     code = 'const e = await Everything.say("via a namespace"); const s = await Shipping.unpaidOver(20); return [e.content[0].text, s.length]'
     out = result_json(await session.call_tool("exec", {"code": code}))
     assert out["status"] == "completed", out

@@ -201,7 +201,7 @@ fn input_type(schema: &Value) -> String {
 /// `mcp/index.d.ts`: the shared result type and one line per visible server.
 pub fn render_index(views: &[McpServerView]) -> String {
     let mut s = String::from(
-        "/** Result of every MCP tool call. */\ntype McpToolResult = {\n  content?: unknown[];\n  structuredContent?: unknown;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n/** Header returned by MCP.<server>.$api(). */\ntype McpApiHeader = {\n  server: string;\n  tools: { name: string; call: string; description: string; input: string; inputSchema?: unknown }[];\n};\n\n",
+        "/** Result of every MCP tool call. Every tool function `f` also has `f.value(input)`: the same call with its result\n * unwrapped: `structuredContent` if the server sent it, else the text parsed as JSON when it is JSON, else the\n * text; a result with `isError` throws a ToolError (code nested_tool_failed) with the server's message. */\ntype McpToolResult = {\n  content?: unknown[];\n  structuredContent?: unknown;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n/** Header returned by MCP.<server>.$api(). */\ntype McpApiHeader = {\n  server: string;\n  tools: { name: string; call: string; description: string; input: string; inputSchema?: unknown }[];\n};\n\n",
     );
     for v in views {
         let state = match &v.down {

@@ -112,6 +112,49 @@ pub enum CallMode {
     Value,
     /// `tools.call`: `{details, content}`.
     Raw,
+    /// `MCP.<server>.<tool>.value(input)`: the MCP result unwrapped by [`unwrap_mcp_result`]. Not
+    /// a mode a `tools.*` request can ask for (it is set from [`GuestRequest::Mcp::unwrap`]).
+    #[serde(skip)]
+    McpValue,
+}
+
+/// Longest server message kept in the error of an MCP result with `isError`. Prevents: a server
+/// putting megabytes of text into every failed call's error.
+const MAX_MCP_ERROR_CHARS: usize = 2_000;
+
+/// The one unwrapping rule of MCP results (issue 26 §3), for `MCP.<server>.<tool>.value(input)`:
+///
+/// 1. `isError: true` → `Err` with the server's text (its text content, joined; cut at 2,000
+///    characters), which the guest gets as a thrown `ToolError` coded `nested_tool_failed`;
+/// 2. `structuredContent`, when the server sent it (and it is not `null`);
+/// 3. else, one text content item whose text is JSON → that JSON, parsed;
+/// 4. else the text content items' texts joined with newlines (one item: its text);
+/// 5. else (no text: images, resources, nothing) the `content` array as it is.
+pub fn unwrap_mcp_result(result: &serde_json::Value) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    let content = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let texts: Vec<&str> = content
+        .iter()
+        .filter(|c| c.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|c| c.get("text").and_then(Value::as_str))
+        .collect();
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        let text = texts.join("\n");
+        let message: String = text.chars().take(MAX_MCP_ERROR_CHARS).collect();
+        return Err(if message.is_empty() {
+            "the MCP tool reported an error (isError) without a message".into()
+        } else {
+            message
+        });
+    }
+    if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
+        return Ok(structured.clone());
+    }
+    match texts.as_slice() {
+        [] => Ok(Value::Array(content.to_vec())),
+        [one] => Ok(serde_json::from_str::<Value>(one.trim()).unwrap_or_else(|_| Value::String((*one).to_string()))),
+        many => Ok(Value::String(many.join("\n"))),
+    }
 }
 
 /// One request of the guest, as the host primitive receives it (`host(kind, payloadJson)`), parsed
@@ -160,6 +203,9 @@ pub enum GuestRequest {
         /// The cell line that made the call (gated tools only, see `Call::line`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         line: Option<u32>,
+        /// `MCP.<server>.<tool>.value(input)`: the result is unwrapped ([`unwrap_mcp_result`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unwrap: bool,
     },
     /// `MCP.<server>.$api(tool?, {schema?})`, answered from the catalog.
     McpApi {
@@ -234,6 +280,8 @@ struct McpFields {
     input: serde_json::Value,
     #[serde(default)]
     line: Option<u32>,
+    #[serde(default)]
+    unwrap: bool,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -260,8 +308,15 @@ impl GuestRequest {
         Some(match kind {
             crate::engine::RequestKind::Call => serde_json::from_str(text)
                 .map(|CallFields { id, input, mode, line }| GuestRequest::Call { id, input, mode, line }),
-            crate::engine::RequestKind::Mcp => serde_json::from_str(text)
-                .map(|McpFields { server, tool, input, line }| GuestRequest::Mcp { server, tool, input, line }),
+            crate::engine::RequestKind::Mcp => {
+                serde_json::from_str(text).map(|McpFields { server, tool, input, line, unwrap }| GuestRequest::Mcp {
+                    server,
+                    tool,
+                    input,
+                    line,
+                    unwrap,
+                })
+            }
             _ => return None,
         })
     }
@@ -373,6 +428,36 @@ pub struct BootData {
 }
 
 #[cfg(test)]
+mod unwrap_tests {
+    use super::unwrap_mcp_result;
+    use serde_json::json;
+
+    /// Issue 26 §3: the unwrapping rule, case by case.
+    #[test]
+    fn mcp_results_unwrap_the_same_way_every_time() {
+        let text = |t: &str| json!({ "type": "text", "text": t });
+        let structured = json!({ "content": [text("{\"a\":1}")], "structuredContent": { "b": 2 } });
+        assert_eq!(unwrap_mcp_result(&structured), Ok(json!({ "b": 2 })));
+        assert_eq!(unwrap_mcp_result(&json!({ "content": [text(" {\"a\": [1, 2]} ")] })), Ok(json!({ "a": [1, 2] })));
+        assert_eq!(unwrap_mcp_result(&json!({ "content": [text("Echo: hi")] })), Ok(json!("Echo: hi")));
+        assert_eq!(unwrap_mcp_result(&json!({ "content": [text("a"), text("b")] })), Ok(json!("a\nb")));
+        let image = json!({ "content": [{ "type": "image", "data": "AA==", "mimeType": "image/png" }] });
+        assert_eq!(unwrap_mcp_result(&image), Ok(image["content"].clone()));
+        assert_eq!(unwrap_mcp_result(&json!({})), Ok(json!([])));
+        let failed = json!({ "content": [text("no such file")], "isError": true, "structuredContent": { "x": 1 } });
+        assert_eq!(unwrap_mcp_result(&failed), Err("no such file".to_string()));
+        assert!(unwrap_mcp_result(&json!({ "isError": true })).unwrap_err().contains("without a message"));
+        let long = json!({ "content": [text(&"e".repeat(10_000))], "isError": true });
+        assert_eq!(unwrap_mcp_result(&long).unwrap_err().len(), 2_000);
+        // `null` structured content does not count; a JSON `null` text is JSON.
+        assert_eq!(
+            unwrap_mcp_result(&json!({ "content": [text("null")], "structuredContent": null })),
+            Ok(json!(null))
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::RequestKind;
@@ -446,7 +531,13 @@ mod tests {
             }
         }
         // Serialized form (stored with suspended runs) round-trips.
-        let r = GuestRequest::Mcp { server: "s".into(), tool: "t".into(), input: json!({"x": [1]}), line: None };
+        let r = GuestRequest::Mcp {
+            server: "s".into(),
+            tool: "t".into(),
+            input: json!({"x": [1]}),
+            line: None,
+            unwrap: false,
+        };
         let back: GuestRequest = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back, r);
     }

@@ -429,6 +429,10 @@ impl Inner {
                     };
                     CallEnd::Settled(Ok(json!({ "details": r.details, "content": content })))
                 }
+                Ok(r) if mode == CallMode::McpValue => match codemode_core::guest::unwrap_mcp_result(&r.details) {
+                    Ok(v) => CallEnd::Settled(Ok(v)),
+                    Err(message) => CallEnd::Settled(Err(tool_failure(&tool_id, &message))),
+                },
                 Ok(r) => CallEnd::Settled(Ok(r.details)),
                 Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&tool_id, &e.message)),
                 Err(e) => CallEnd::Settled(Err(tool_failure(&tool_id, &e.message))),

@@ -41,7 +41,13 @@ impl Inner {
                 match run.namespaces.resolve(&namespace, &path, &args) {
                     Ok(call) => {
                         let request = if call.source == codemode_core::ToolSource::Mcp {
-                            GuestRequest::Mcp { server: call.owner, tool: call.tool, input: call.input, line }
+                            GuestRequest::Mcp {
+                                server: call.owner,
+                                tool: call.tool,
+                                input: call.input,
+                                line,
+                                unwrap: false,
+                            }
                         } else {
                             GuestRequest::Call {
                                 id: codemode_core::catalog::catalog_id(call.source, &call.owner, &call.tool),

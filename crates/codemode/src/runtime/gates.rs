@@ -130,8 +130,8 @@ pub(super) fn resolve_tool(
     request: &GuestRequest,
 ) -> Result<(Arc<CatalogTool>, CallMode), (String, GuestError)> {
     match request {
-        GuestRequest::Mcp { server, tool, .. } => match catalog.mcp_tool(server, tool) {
-            Some(t) => Ok((t.clone(), CallMode::Value)),
+        GuestRequest::Mcp { server, tool, unwrap, .. } => match catalog.mcp_tool(server, tool) {
+            Some(t) => Ok((t.clone(), if *unwrap { CallMode::McpValue } else { CallMode::Value })),
             None => {
                 let err = super::guest_error(
                     CodeModeErrorCode::NestedToolFailed,

@@ -78,11 +78,13 @@
     }
 
     // An MCP tool call: `GuestRequest::Mcp {server, tool, input, line?}`.
-    function mcpRequest(server, tool, input) {
+    // `unwrap`: `MCP.<server>.<tool>.value(input)`, whose result the host unwraps (one rule, see
+    // codemode_core::guest::unwrap_mcp_result).
+    function mcpRequest(server, tool, input, unwrap) {
       const inputJson = toJson(input === undefined ? {} : input, 1);
       const line = isGated("mcp:" + server + ":" + tool) ? cellLine() : undefined;
       const text = '{"server":' + stringify(server) + ',"tool":' + stringify(tool) + ',"input":' + inputJson +
-        (line === undefined ? "}" : ',"line":' + line + "}");
+        (line === undefined ? "" : ',"line":' + line) + (unwrap === true ? ',"unwrap":true}' : "}");
       return track(host("mcp", text));
     }
 

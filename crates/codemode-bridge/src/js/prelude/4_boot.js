@@ -163,6 +163,13 @@
             return mcpRequest(serverName, toolName, input);
           };
           defineProperty(fn, "name", { value: mcpTools[j].alias || toolName });
+          // `.value(input)`: the same call, its result unwrapped by the host (structured content,
+          // else JSON text parsed, else text; `isError` throws).
+          defineProperty(fn, "value", {
+            value: function value(input) {
+              return mcpRequest(serverName, toolName, input, true);
+            },
+          });
           byName[toolName] = fn;
           names[names.length] = toolName;
           // Names the language reaches for (`then`, `toString`, …) and the namespace's own helpers
