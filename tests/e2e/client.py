@@ -133,6 +133,11 @@ async def check_upstream_call(session: ClientSession) -> None:
     # Issue 26 §3: `.value` unwraps the same result (the upstream's text).
     out = result_json(await session.call_tool("exec", {"code": 'return await MCP.everything.echo.value({message: "unwrapped"})'}))
     assert out["status"] == "completed" and out["value"] == "Echo: unwrapped", out
+    # Issue 26 §4: echo declares no output schema; after the calls above its `$api` header shows
+    # the type learned from its results (the unwrapped text), marked observed.
+    out = result_json(await session.call_tool("exec", {"code": 'const h = await MCP.everything.$api("echo"); return h.tools[0].observedOutput'}))
+    learned = out.get("value") or {}
+    assert learned.get("type") == "string" and learned.get("observed") is True and learned.get("results", 0) >= 2, out
     code = 'const e = await Everything.say("via a namespace"); const s = await Shipping.unpaidOver(20); return [e.content[0].text, s.length]'
     out = result_json(await session.call_tool("exec", {"code": code}))
     assert out["status"] == "completed", out

@@ -23,6 +23,7 @@ pub mod loops;
 pub mod mcp_api;
 pub mod names;
 pub mod nested;
+pub mod observed;
 pub mod policy;
 pub mod quick_index;
 pub mod sandbox;

@@ -37,6 +37,7 @@ pub struct CodeModeBuilder {
     trajectory: Option<Arc<dyn RunObserver>>,
     redaction: Option<codemode_core::trajectory::Redaction>,
     loops: LoopPolicy,
+    observe_results: bool,
 }
 
 impl CodeModeBuilder {
@@ -61,6 +62,7 @@ impl CodeModeBuilder {
             trajectory: None,
             redaction: None,
             loops: LoopPolicy::default(),
+            observe_results: true,
         }
     }
 
@@ -70,6 +72,14 @@ impl CodeModeBuilder {
     /// then fail the run (see [`codemode_catalog::loops`]).
     pub fn loop_detection(mut self, policy: LoopPolicy) -> Self {
         self.loops = policy;
+        self
+    }
+
+    /// Learns the result types of tools that declare no output schema from the results runs see
+    /// (on by default; issue 26 §4): `tools.describe` and `MCP.<server>.$api()` show them marked
+    /// `observed`, with how many results they are based on. Only shapes are kept, never values.
+    pub fn observe_result_types(mut self, on: bool) -> Self {
+        self.observe_results = on;
         self
     }
 
@@ -206,6 +216,7 @@ impl CodeModeBuilder {
             .approvals(file.approvals.clone())
             .sandbox(file.sandbox.clone())
             .loop_detection(file.loops.clone())
+            .observe_result_types(file.observe_result_types.unwrap_or(true))
             .namespaces(Arc::new(namespaces)))
     }
 
@@ -246,6 +257,7 @@ impl CodeModeBuilder {
                 executor,
                 runtime::CallGates {
                     loops: self.loops,
+                    observe_results: self.observe_results,
                     namespaces: self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
                     trajectory: self.trajectory,
                     redaction: self.redaction.unwrap_or_default(),

@@ -37,7 +37,8 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 6] = ["tools", "agents", "mcpServers", "approvals", "namespaces", "snapshotStore"];
+pub const TOP_LEVEL_KEYS: [&str; 7] =
+    ["tools", "agents", "mcpServers", "approvals", "namespaces", "snapshotStore", "observeResultTypes"];
 /// Keys accepted under `snapshotStore`.
 pub const SNAPSHOT_STORE_KEYS: [&str; 5] = ["kind", "dir", "url", "keyPrefix", "leaseMs"];
 
@@ -155,6 +156,9 @@ pub struct ConfigFile {
     pub ignored_keys: Vec<String>,
     /// `snapshotStore`: where suspended runs are kept (`None`: the command's default).
     pub snapshot_store: Option<SnapshotStoreConfig>,
+    /// `observeResultTypes`: learn the result types of tools without an output schema from the
+    /// results runs see (issue 26 §4); `None` (absent): on.
+    pub observe_result_types: Option<bool>,
 }
 
 /// Edit distance of two short keys (ASCII case ignored), capped at 2.
@@ -240,6 +244,11 @@ impl ConfigFile {
         if let Some(ns) = root.get("namespaces") {
             codemode_namespaces::declarative::from_config(ns, "namespaces")?;
             out.namespaces = Some(ns.clone());
+        }
+        if let Some(v) = root.get("observeResultTypes") {
+            out.observe_result_types = Some(v.as_bool().ok_or_else(|| {
+                ConfigError::new("observeResultTypes", format!("expected a boolean, got {}", type_name(v)))
+            })?);
         }
         if let Some(store) = root.get("snapshotStore").filter(|v| !v.is_null()) {
             out.snapshot_store = Some(SnapshotStoreConfig::from_value(store)?);

@@ -329,3 +329,47 @@ async fn wrong_inputs_never_reach_the_tool() {
     );
     assert_eq!(reached.load(Ordering::SeqCst), 2, "only the valid call and the opted-out tool ran");
 }
+
+/// Issue 26 §4: the result type of a tool without an output schema is learned from the results
+/// runs see — shown by `tools.describe` marked observed with how many results it is based on,
+/// widened by a result that does not fit, never failing a call; `observe_result_types(false)`
+/// turns it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_types_are_learned_from_observed_results() {
+    let mut tools = codemode::LocalTools::new();
+    let def = codemode::ToolDefinition::new(codemode::ToolSource::Plugin, "shapes", "lookup")
+        .with_parameters(json!({ "type": "object", "properties": { "n": { "type": "integer" } } }));
+    tools.add(Arc::new(codemode::FnTool::new(def, |input| async move {
+        let n = input["n"].as_i64().unwrap_or(0);
+        Ok(codemode::ToolResult::value(if n < 2 {
+            json!({ "id": n, "name": format!("item-{n}") })
+        } else {
+            json!({ "id": n, "tags": ["x"], "name": null })
+        }))
+    })));
+    let describe = "return (await tools.describe('plugin:shapes:lookup')).observedOutput ?? null";
+    for (on, expected) in [
+        (
+            true,
+            json!([null, { "type": "{ id: number; name: string }", "results": 2, "observed": true },
+                      { "type": "{ id: number; name: null | string; tags?: string[] }", "results": 3, "observed": true }]),
+        ),
+        (false, json!([null, null, null])),
+    ] {
+        let cm = CodeMode::builder(CodeModeConfig::enabled())
+            .engine_name("quickjs")
+            .local_tools(tools.clone())
+            .observe_result_types(on)
+            .build();
+        let ctx = ctx(None, None);
+        let mut seen = Vec::new();
+        seen.push(cm.exec(&ctx, &CodeModeExecInput::code(describe)).await.to_json()["value"].clone());
+        let two = "await tools.lookup({ n: 0 }); await tools.lookup({ n: 1 });";
+        seen.push(
+            cm.exec(&ctx, &CodeModeExecInput::code(&format!("{two} {describe}"))).await.to_json()["value"].clone(),
+        );
+        let third = format!("const r = await tools.lookup({{ n: 5 }}); {describe}");
+        seen.push(cm.exec(&ctx, &CodeModeExecInput::code(&third)).await.to_json()["value"].clone());
+        assert_eq!(Value::Array(seen), expected, "observe_result_types({on})");
+    }
+}

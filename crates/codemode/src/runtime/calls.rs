@@ -3,7 +3,7 @@
 
 use super::gates::{self, Approval, AtGate, CallLog, InFlight, resolve_tool, tool_failure};
 use super::run::Run;
-use super::{Inflight, Inner, MSG_PARKED_TOO_LATE, RECORDED_POLL, guest_error};
+use super::{Inflight, Inner, MAX_OBSERVED_TOOLS, MSG_PARKED_TOO_LATE, RECORDED_POLL, guest_error};
 use codemode_catalog::CatalogTool;
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, RequestId};
@@ -400,6 +400,7 @@ impl Inner {
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
         let tool_id = tool.id.clone();
+        let observed = self.observed.clone().filter(|_| tool.def.output_schema.is_none());
         let contract = tool;
         // One span per nested call (exported by `codemode::otel` when enabled; a disabled callsite
         // check otherwise). Its parent is the `exec` / `wait` span driving the run.
@@ -420,6 +421,21 @@ impl Inner {
                     InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
                     InFlight::Done(outcome) => outcome,
                 };
+            // Issue 26 §4: learn the result's shape (tools without a declared output schema; for
+            // MCP tools, the unwrapped value `.value` returns).
+            if let (Some(observed), Ok(r)) = (&observed, &outcome) {
+                let value = if contract.def.source == codemode_core::ToolSource::Mcp {
+                    codemode_core::guest::unwrap_mcp_result(&r.details).ok()
+                } else {
+                    Some(r.details.clone())
+                };
+                if let Some(v) = value {
+                    let mut map = observed.lock().unwrap_or_else(|p| p.into_inner());
+                    if map.len() < MAX_OBSERVED_TOOLS || map.contains_key(&tool_id) {
+                        map.entry(tool_id.clone()).or_default().record(&v);
+                    }
+                }
+            }
             let end = match outcome {
                 Ok(r) if raw => {
                     let content = if r.content.is_empty() {

@@ -30,7 +30,14 @@ impl Inner {
             GuestRequest::Describe { id: tool_id } => {
                 run.telemetry.describe_count += 1;
                 let outcome = match run.catalog.describe(&tool_id) {
-                    Some(d) => Ok(json!(d)),
+                    Some(d) => {
+                        let mut d = json!(d);
+                        // Issue 26 §4: the type learned from this tool's results, marked observed.
+                        if let (Some(observed), Value::Object(m)) = (self.observed_output(&tool_id), &mut d) {
+                            m.insert("observedOutput".into(), observed);
+                        }
+                        Ok(d)
+                    }
                     None => Err(unknown_tool(&tool_id, CodeModeErrorCode::InvalidInput)),
                 };
                 run.ready.push(Delivery { id, outcome });
@@ -72,6 +79,10 @@ impl Inner {
             }
             GuestRequest::McpApi { server, tool, schema } => {
                 let outcome = codemode_catalog::mcp_api::api_header(&run.catalog, &server, tool.as_deref(), schema)
+                    .map(|mut header| {
+                        self.add_observed_outputs(&server, &mut header);
+                        header
+                    })
                     .ok_or_else(|| {
                         guest_error(
                             CodeModeErrorCode::InvalidInput,
@@ -108,6 +119,18 @@ impl Inner {
             }
         }
         Ok(false)
+    }
+
+    /// Adds the learned result type (`observedOutput`) to each tool of an `$api()` header.
+    fn add_observed_outputs(&self, server: &str, header: &mut Value) {
+        let Some(tools) = header.get_mut("tools").and_then(Value::as_array_mut) else { return };
+        for t in tools {
+            let Some(name) = t.get("name").and_then(Value::as_str) else { continue };
+            let id = codemode_core::catalog::catalog_id(codemode_core::ToolSource::Mcp, server, name);
+            if let (Some(observed), Value::Object(m)) = (self.observed_output(&id), t) {
+                m.insert("observedOutput".into(), observed);
+            }
+        }
     }
 
     /// Starts a catalog or MCP tool call (`Call` / `Mcp`) through the gates (`gates.rs`), or answers

@@ -131,6 +131,8 @@ const RECORDED_POLL: Duration = Duration::from_millis(25);
 /// call becomes a catalog call first, SPEC L6), hooks and the approval gate.
 pub(crate) struct CallGates {
     pub(crate) loops: LoopPolicy,
+    /// Learn result types of tools without an output schema (issue 26 §4).
+    pub(crate) observe_results: bool,
     pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
     pub(crate) trajectory: Option<Arc<dyn RunObserver>>,
     pub(crate) redaction: Redaction,
@@ -199,6 +201,10 @@ pub(crate) struct Inner {
     pub(crate) redaction: Arc<Redaction>,
     /// Loop detection (SPEC §22), and each session's history of nested calls.
     pub(crate) loops: LoopPolicy,
+    /// What was learned about the results of tools without an output schema, by tool id (`None`:
+    /// switched off). Cleared when the tools change (a new catalog version). At most
+    /// [`MAX_OBSERVED_TOOLS`] tools.
+    pub(crate) observed: Option<Arc<Mutex<HashMap<String, codemode_catalog::observed::Observed>>>>,
     loop_histories: Mutex<HashMap<codemode_core::RunScope, Arc<Mutex<History>>>>,
     pub(crate) store: Arc<dyn SnapshotStore>,
     pub(crate) limits: GuestLimits,
@@ -224,6 +230,10 @@ const MAX_TARGET_CATALOGS: usize = 256;
 /// store reads every run file, which must not happen on every call; expiry itself does not depend on
 /// it (stores refuse expired runs at checkout and purge them before the capacity check of `put`).
 const SWEEP_INTERVAL_MS: u64 = 1_000;
+
+/// Most tools whose observed result types are kept. Prevents: a catalog of thousands of tools
+/// growing the map without bound (results of further tools are not learned).
+pub(crate) const MAX_OBSERVED_TOOLS: usize = 4_096;
 
 /// Most sessions whose loop-detection history is kept. Prevents: a stream of one-off sessions
 /// growing the map without bound (an arbitrary session's history is dropped to make room).
@@ -338,7 +348,17 @@ impl Inner {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let limits = guest_limits(&config);
-        let CallGates { loops, namespaces, trajectory, redaction, hooks, approvals, approver, sandbox } = gates;
+        let CallGates {
+            loops,
+            observe_results,
+            namespaces,
+            trajectory,
+            redaction,
+            hooks,
+            approvals,
+            approver,
+            sandbox,
+        } = gates;
         let catalog = inputs.catalog_for(inputs.default_target());
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals)));
         Inner {
@@ -356,6 +376,7 @@ impl Inner {
             trajectory,
             redaction: Arc::new(redaction),
             loops,
+            observed: observe_results.then(|| Arc::new(Mutex::new(HashMap::new()))),
             loop_histories: Mutex::new(HashMap::new()),
             store,
             limits,
@@ -400,6 +421,16 @@ impl Inner {
         let next = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals));
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
         self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // A new catalog version: what its tools return is learned anew.
+        if let Some(o) = &self.observed {
+            o.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
+    /// The type learned from `tool_id`'s results, as shown to the model.
+    pub(crate) fn observed_output(&self, tool_id: &str) -> Option<Value> {
+        let map = self.observed.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(tool_id).filter(|o| o.results > 0).map(codemode_catalog::observed::Observed::to_json)
     }
 
     /// The catalog a resumed run keeps for this `wait`: the one it started with (ids are stable
