@@ -366,10 +366,10 @@ async fn result_types_are_learned_from_observed_results() {
         seen.push(cm.exec(&ctx, &CodeModeExecInput::code(describe)).await.to_json()["value"].clone());
         let two = "await tools.lookup({ n: 0 }); await tools.lookup({ n: 1 });";
         seen.push(
-            cm.exec(&ctx, &CodeModeExecInput::code(&format!("{two} {describe}"))).await.to_json()["value"].clone(),
+            cm.exec(&ctx, &CodeModeExecInput::code(format!("{two} {describe}"))).await.to_json()["value"].clone(),
         );
         let third = format!("const r = await tools.lookup({{ n: 5 }}); {describe}");
-        seen.push(cm.exec(&ctx, &CodeModeExecInput::code(&third)).await.to_json()["value"].clone());
+        seen.push(cm.exec(&ctx, &CodeModeExecInput::code(third)).await.to_json()["value"].clone());
         assert_eq!(Value::Array(seen), expected, "observe_result_types({on})");
     }
 }
