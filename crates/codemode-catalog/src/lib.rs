@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod approval;
+pub mod declarations;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 pub mod hints;
