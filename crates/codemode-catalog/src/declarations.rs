@@ -92,8 +92,10 @@ pub struct Prop {
     pub ty: TsType,
     /// Not in `required`.
     pub optional: bool,
-    /// Doc comment lines (description, constraints).
-    pub doc: Vec<String>,
+    /// Doc comment lines from the description.
+    pub description: Vec<String>,
+    /// Doc comment lines from the constraints (`@minimum 1`, …).
+    pub constraints: Vec<String>,
 }
 
 /// A schema's declaration: the root type, the aliases it refers to, and notes on what could not
@@ -174,14 +176,20 @@ fn intersection(parts: Vec<TsType>) -> TsType {
     }
 }
 
-/// The doc lines of a schema: description and constraints.
+/// The description lines of a schema.
+fn description_of(schema: &Map<String, Value>) -> Vec<String> {
+    schema
+        .get("description")
+        .and_then(Value::as_str)
+        .map(|d| {
+            d.split(['\r', '\n', '\u{2028}', '\u{2029}']).map(str::trim).filter(|l| !l.is_empty()).map(comment_text).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The constraint lines of a schema (what the type cannot say).
 fn doc_of(schema: &Map<String, Value>) -> Vec<String> {
     let mut doc = Vec::new();
-    if let Some(d) = schema.get("description").and_then(Value::as_str) {
-        doc.extend(
-            d.split(['\r', '\n', '\u{2028}', '\u{2029}']).map(str::trim).filter(|l| !l.is_empty()).map(comment_text),
-        );
-    }
     if schema.get("type").and_then(Value::as_str) == Some("integer") {
         doc.push("integer".into());
     }
@@ -342,19 +350,25 @@ impl Converter<'_> {
         let mut props = Vec::new();
         if let Some(p) = obj.get("properties").and_then(Value::as_object) {
             for (name, s) in p {
-                let doc = s.as_object().map(doc_of).unwrap_or_default();
                 props.push(Prop {
                     name: name.clone(),
                     ty: self.convert(s, depth + 1),
                     optional: !required.contains(&name.as_str()),
-                    doc,
+                    description: s.as_object().map(description_of).unwrap_or_default(),
+                    constraints: s.as_object().map(doc_of).unwrap_or_default(),
                 });
             }
         }
         // Required names without a property schema are still required, of any type.
         for r in &required {
             if !props.iter().any(|p| p.name == *r) {
-                props.push(Prop { name: (*r).to_string(), ty: TsType::Unknown, optional: false, doc: Vec::new() });
+                props.push(Prop {
+                    name: (*r).to_string(),
+                    ty: TsType::Unknown,
+                    optional: false,
+                    description: Vec::new(),
+                    constraints: Vec::new(),
+                });
             }
         }
         let pattern = obj.get("patternProperties").and_then(Value::as_object).filter(|p| !p.is_empty());
@@ -455,15 +469,17 @@ impl Declaration {
 
     /// The aliases as `type Name = …;` lines with `prefix` before each name, and the root type
     /// rendered multi-line at `indent` (property doc comments included), with the aliases renamed
-    /// `prefix + Name`. `None` when longer than [`MAX_DECLARATION`].
-    pub fn render(&self, indent: &str, prefix: &str) -> Option<(Vec<String>, String)> {
+    /// `prefix + Name`. `None` when longer than [`MAX_DECLARATION`]. `params_documented`: the
+    /// top-level properties' descriptions are already `@param` lines of the function's comment,
+    /// so only their constraints are repeated.
+    pub fn render(&self, indent: &str, prefix: &str, params_documented: bool) -> Option<(Vec<String>, String)> {
         let rename = |n: &str| format!("{prefix}{n}");
         let aliases: Vec<String> = self
             .aliases
             .iter()
-            .map(|(n, t)| format!("type {} = {};", rename(n), t.render_renamed(Some(indent), &rename)))
+            .map(|(n, t)| format!("type {} = {};", rename(n), t.render_with(Some(indent), &rename, false)))
             .collect();
-        let root = self.root.as_ref()?.render_renamed(Some(indent), &rename);
+        let root = self.root.as_ref()?.render_with(Some(indent), &rename, params_documented);
         let total = aliases.iter().map(String::len).sum::<usize>() + root.len();
         (total <= MAX_DECLARATION).then_some((aliases, root))
     }
@@ -476,6 +492,10 @@ impl TsType {
     }
 
     fn render_renamed(&self, indent: Option<&str>, rename: &dyn Fn(&str) -> String) -> String {
+        self.render_with(indent, rename, false)
+    }
+
+    fn render_with(&self, indent: Option<&str>, rename: &dyn Fn(&str) -> String, skip_descriptions: bool) -> String {
         let wrap = |t: &TsType| match t {
             TsType::Union(_) | TsType::Intersection(_) => format!("({})", t.render_renamed(indent, rename)),
             other => other.render_renamed(indent, rename),
@@ -510,12 +530,17 @@ impl TsType {
                     match &inner {
                         Some(pad) => {
                             let mut f = String::new();
-                            if !p.doc.is_empty() {
-                                if p.doc.len() == 1 {
-                                    f.push_str(&format!("{pad}/** {} */\n", p.doc[0]));
+                            let doc: Vec<&String> = if skip_descriptions {
+                                p.constraints.iter().collect()
+                            } else {
+                                p.description.iter().chain(&p.constraints).collect()
+                            };
+                            if !doc.is_empty() {
+                                if doc.len() == 1 {
+                                    f.push_str(&format!("{pad}/** {} */\n", doc[0]));
                                 } else {
                                     f.push_str(&format!("{pad}/**\n"));
-                                    for l in &p.doc {
+                                    for l in &doc {
                                         f.push_str(&format!("{pad} * {l}\n"));
                                     }
                                     f.push_str(&format!("{pad} */\n"));
@@ -656,7 +681,7 @@ mod tests {
             "type": "object", "properties": { "head": { "$ref": "#/$defs/node" } }
         }));
         assert_eq!(d.inline().as_deref(), Some("{ head?: Node }"));
-        let (aliases, root) = d.render("  ", "List_").unwrap();
+        let (aliases, root) = d.render("  ", "List_", false).unwrap();
         assert_eq!(aliases, vec!["type List_Node = {\n    value: number;\n    next?: List_Node;\n  };".to_string()]);
         assert_eq!(root, "{\n    head?: List_Node;\n  }");
         assert!(d.accepts(&json!({ "head": { "value": 1, "next": { "value": 2 } } })));
@@ -672,7 +697,7 @@ mod tests {
             "q": { "type": "string", "description": "Search text */ declare const pwned: 1; /*\nsecond line", "minLength": 1, "pattern": "^a*/$" },
             "n": { "type": "integer", "minimum": 1, "maximum": 100, "default": 10 }
         }, "required": ["q"] }));
-        let (_, root) = d.render("", "").unwrap();
+        let (_, root) = d.render("", "", false).unwrap();
         assert_eq!(
             root,
             "{\n  /**\n   * Search text *\\/ declare const pwned: 1; /*\n   * second line\n   * @pattern ^a*\\/$\n   * @minLength 1\n   */\n  q: string;\n  /**\n   * integer\n   * @minimum 1\n   * @maximum 100\n   * @default 10\n   */\n  n?: number;\n}"
@@ -694,7 +719,7 @@ mod tests {
             .map(|i| (format!("property_number_{i}"), json!({ "type": "string", "description": "x".repeat(50) })))
             .collect();
         let d = Declaration::of(&json!({ "type": "object", "properties": wide }));
-        assert!(d.render("", "").is_none(), "over MAX_DECLARATION");
+        assert!(d.render("", "", false).is_none(), "over MAX_DECLARATION");
     }
 
     fn small_value() -> impl Strategy<Value = Value> {

@@ -255,8 +255,24 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
                 comment_text(&exact)
             ));
         }
+        // The full declaration of the input (issue 26 §1), its `$defs` as aliases named after the
+        // tool; the compact hint when the declaration is over its size bound.
+        let local: String = tool.alias.as_deref().unwrap_or(&tool.name).chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        let mut prefix = local.clone();
+        if let Some(f) = prefix.get_mut(0..1) {
+            f.make_ascii_uppercase();
+        }
+        let declared = crate::declarations::Declaration::of(&t.def.parameters).render("  ", &format!("{prefix}_"), true);
+        let input = match declared {
+            Some((aliases, root)) => {
+                for a in aliases {
+                    s.push_str(&format!("  {a}\n"));
+                }
+                root
+            }
+            None => input_type(&t.def.parameters),
+        };
         doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters);
-        let input = input_type(&t.def.parameters);
         match key(&tool.name, tool.alias.as_deref(), tool.explicit) {
             Some(k) if !k.starts_with('[') && !JS_RESERVED_WORDS.contains(&k.as_str()) => {
                 s.push_str(&format!("  function {k}(input: {input}): Promise<McpToolResult>;\n"));
@@ -337,6 +353,9 @@ pub fn api_header(catalog: &Catalog, server: &str, tool: Option<&str>, schema: b
                 "description": c.def.description,
                 "input": hint(&c.def.parameters),
             });
+            if let Some(d) = crate::declarations::Declaration::of(&c.def.parameters).inline() {
+                e["declaration"] = Value::String(d);
+            }
             if schema {
                 e["inputSchema"] = c.def.parameters.clone();
             }
@@ -394,11 +413,12 @@ mod tests {
         assert_eq!(files.keys().collect::<Vec<_>>(), ["mcp/everything.d.ts", "mcp/index.d.ts"]);
         let dts = &files["mcp/everything.d.ts"];
         assert!(dts.contains("declare namespace MCP.everything {"), "{dts}");
-        assert!(dts.contains("function getSum(input: {a: number}): Promise<McpToolResult>;"), "{dts}");
+        assert!(dts.contains("function getSum(input: {\n    a: number;\n  }): Promise<McpToolResult>;"), "{dts}");
         assert!(dts.contains(" * @param a First"), "{dts}");
         let h = api_header(&cat, "everything", Some("getSum"), true).unwrap();
         assert_eq!(h["tools"][0]["name"], "get-sum");
         assert_eq!(h["tools"][0]["call"], "MCP.everything.getSum(input)");
+        assert_eq!(h["tools"][0]["declaration"], "{ a: number }");
         assert!(h["tools"][0]["inputSchema"].is_object());
         assert!(api_header(&cat, "everything", None, false).unwrap()["tools"][0].get("inputSchema").is_none());
         assert!(api_header(&cat, "nope", None, false).is_none());

@@ -79,6 +79,9 @@ async fn everything_server_through_the_mcp_namespace() {
         assert!(dts.contains(needle), "everything.d.ts lacks {needle}:\n{dts}");
     }
     assert!(v["index"].as_str().unwrap_or_default().contains("everything"));
+    // Issue 26 §1: the full declarations of a real server's real tool list (the version pinned by
+    // tests/e2e/package-lock.json), reviewed as a snapshot.
+    insta::assert_snapshot!("everything_dts", dts);
 
     // M7, M8: tool calls with the McpToolResult shape, by exact name and by the deterministic alias.
     let v = run(

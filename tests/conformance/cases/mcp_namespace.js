@@ -11,7 +11,7 @@ let unknown;
 try { await MCP.fakeMcp.$api("nope"); } catch (e) { unknown = e.code; }
 return {
   files,
-  dtsHasDecl: dts.includes("function getSum(input: {a: number, b: number}): Promise<McpToolResult>;"),
+  dtsHasDecl: dts.includes("function getSum(input: {\n    a: number;\n    b: number;\n  }): Promise<McpToolResult>;"),
   dtsHasDocs: dts.includes("@param a First number"),
   sum: sum.structuredContent.sum,
   same: same.content[0].text,

@@ -31,10 +31,20 @@ impl Inner {
                 run.telemetry.describe_count += 1;
                 let outcome = match run.catalog.describe(&tool_id) {
                     Some(d) => {
+                        let declaration = run
+                            .catalog
+                            .guest_tool(&tool_id)
+                            .and_then(|t| codemode_catalog::declarations::Declaration::of(&t.def.parameters).inline());
                         let mut d = json!(d);
-                        // Issue 26 §4: the type learned from this tool's results, marked observed.
-                        if let (Some(observed), Value::Object(m)) = (self.observed_output(&tool_id), &mut d) {
-                            m.insert("observedOutput".into(), observed);
+                        if let Value::Object(m) = &mut d {
+                            // Issue 26 §1: the input's full TypeScript declaration.
+                            if let Some(text) = declaration {
+                                m.insert("declaration".into(), Value::String(text));
+                            }
+                            // Issue 26 §4: the type learned from this tool's results, marked observed.
+                            if let Some(observed) = self.observed_output(&tool_id) {
+                                m.insert("observedOutput".into(), observed);
+                            }
                         }
                         Ok(d)
                     }
