@@ -182,7 +182,11 @@ fn description_of(schema: &Map<String, Value>) -> Vec<String> {
         .get("description")
         .and_then(Value::as_str)
         .map(|d| {
-            d.split(['\r', '\n', '\u{2028}', '\u{2029}']).map(str::trim).filter(|l| !l.is_empty()).map(comment_text).collect()
+            d.split(['\r', '\n', '\u{2028}', '\u{2029}'])
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(comment_text)
+                .collect()
         })
         .unwrap_or_default()
 }

@@ -257,12 +257,14 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
         }
         // The full declaration of the input (issue 26 §1), its `$defs` as aliases named after the
         // tool; the compact hint when the declaration is over its size bound.
-        let local: String = tool.alias.as_deref().unwrap_or(&tool.name).chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        let local: String =
+            tool.alias.as_deref().unwrap_or(&tool.name).chars().filter(|c| c.is_ascii_alphanumeric()).collect();
         let mut prefix = local.clone();
         if let Some(f) = prefix.get_mut(0..1) {
             f.make_ascii_uppercase();
         }
-        let declared = crate::declarations::Declaration::of(&t.def.parameters).render("  ", &format!("{prefix}_"), true);
+        let declared =
+            crate::declarations::Declaration::of(&t.def.parameters).render("  ", &format!("{prefix}_"), true);
         let input = match declared {
             Some((aliases, root)) => {
                 for a in aliases {
