@@ -151,7 +151,7 @@ fn union(mut alts: Vec<TsType>) -> TsType {
             other => flat.push(other),
         }
     }
-    if flat.iter().any(|t| *t == TsType::Unknown) {
+    if flat.contains(&TsType::Unknown) {
         return TsType::Unknown;
     }
     let mut out: Vec<TsType> = Vec::new();
