@@ -297,3 +297,27 @@ async fn upstream_hanging_call_times_out() {
     assert!(completed(&v).as_str().unwrap_or_default().contains("did not answer within 1000 ms"), "{v:#}");
     gw.shutdown().await;
 }
+
+/// Issue 26 §1: the full declarations of two more real servers' real tool lists (the versions
+/// pinned by tests/e2e/package-lock.json): server-filesystem and server-memory, reviewed as
+/// snapshots; the declarations are read through `API` like a cell would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_and_memory_server_declarations() {
+    let dir = std::env::temp_dir().join(format!("codemode-upstream-dts-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let gw = gateway(json!({
+        "files": { "command": e2e_bin("mcp-server-filesystem").to_string_lossy(), "args": [dir.to_string_lossy()] },
+        "memory": { "command": e2e_bin("mcp-server-memory").to_string_lossy(),
+                    "env": { "MEMORY_FILE_PATH": dir.join("memory.jsonl").to_string_lossy() } },
+    }))
+    .await;
+    let v = run(&gw, "s", r#"return [await API.read("mcp/files.d.ts"), await API.read("mcp/memory.d.ts")]"#).await;
+    let v = completed(&v);
+    let files = v[0].as_str().unwrap_or_default();
+    let memory = v[1].as_str().unwrap_or_default();
+    assert!(files.contains("function readTextFile(input: {") || files.contains("read_text_file"), "{files}");
+    insta::assert_snapshot!("filesystem_dts", files);
+    insta::assert_snapshot!("memory_dts", memory);
+    gw.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
