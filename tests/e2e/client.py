@@ -138,6 +138,9 @@ async def check_upstream_call(session: ClientSession) -> None:
     out = result_json(await session.call_tool("exec", {"code": 'const h = await MCP.everything.$api("echo"); return h.tools[0].observedOutput'}))
     learned = out.get("value") or {}
     assert learned.get("type") == "string" and learned.get("observed") is True and learned.get("results", 0) >= 2, out
+    # ... and the next run's declaration file states it in echo's doc comment.
+    out = result_json(await session.call_tool("exec", {"code": 'return await API.read("mcp/everything.d.ts")'}))
+    assert "@observed `.value()` has returned string" in out["value"], out["value"][:2000]
     code = 'const e = await Everything.say("via a namespace"); const s = await Shipping.unpaidOver(20); return [e.content[0].text, s.length]'
     out = result_json(await session.call_tool("exec", {"code": code}))
     assert out["status"] == "completed", out

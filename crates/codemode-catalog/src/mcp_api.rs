@@ -166,7 +166,7 @@ fn member(parent: &str, name: &str, alias: Option<&str>) -> String {
     }
 }
 
-fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value) {
+fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value, observed: Option<&str>) {
     let desc = comment_lines(description);
     let props = params.get("properties").and_then(Value::as_object);
     let param_docs: Vec<(String, String)> = props
@@ -178,7 +178,7 @@ fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value
                 .collect()
         })
         .unwrap_or_default();
-    if desc.is_empty() && param_docs.is_empty() {
+    if desc.is_empty() && param_docs.is_empty() && observed.is_none() {
         return;
     }
     out.push_str(&format!("{indent}/**\n"));
@@ -187,6 +187,9 @@ fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value
     }
     for (k, d) in param_docs {
         out.push_str(&format!("{indent} * @param {k} {d}\n"));
+    }
+    if let Some(o) = observed {
+        out.push_str(&format!("{indent} * @observed {}\n", comment_text(o)));
     }
     out.push_str(&format!("{indent} */\n"));
 }
@@ -224,6 +227,11 @@ pub fn render_index(views: &[McpServerView]) -> String {
 /// comment, names that are not identifiers are quoted, names that are reserved words or reserved
 /// members are declared as constants with their call form in a comment.
 pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
+    render_server_with(catalog, view, &ObservedDocs::new())
+}
+
+/// [`render_server`] with the result types learned so far in each tool's doc comment.
+pub fn render_server_with(catalog: &Catalog, view: &McpServerView, observed: &ObservedDocs) -> String {
     let ns = member("MCP", &view.name, view.alias.as_deref());
     let state = match &view.down {
         Some(why) => format!(
@@ -274,7 +282,7 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
             }
             None => input_type(&t.def.parameters),
         };
-        doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters);
+        doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters, observed.get(&t.id).map(String::as_str));
         match key(&tool.name, tool.alias.as_deref(), tool.explicit) {
             Some(k) if !k.starts_with('[') && !JS_RESERVED_WORDS.contains(&k.as_str()) => {
                 s.push_str(&format!("  function {k}(input: {input}): Promise<McpToolResult>;\n"));
@@ -300,15 +308,24 @@ pub fn render_server(catalog: &Catalog, view: &McpServerView) -> String {
     s
 }
 
+/// What was learned about tools' results (issue 26 §4), by tool id: the text the `.d.ts` adds to a
+/// tool's doc comment (see [`crate::observed::Observed::doc_line`]).
+pub type ObservedDocs = BTreeMap<String, String>;
+
 /// The per-run boot data of the guest: `ALL_TOOLS`, the convenience names, the `API` files and the
 /// MCP views, all from one catalog (the bridge carries it into the guest).
 pub fn boot_data(catalog: &Catalog, max_depth: u32) -> codemode_core::guest::BootData {
+    boot_data_with(catalog, max_depth, &ObservedDocs::new())
+}
+
+/// [`boot_data`] whose `.d.ts` files also state the result types learned so far.
+pub fn boot_data_with(catalog: &Catalog, max_depth: u32, observed: &ObservedDocs) -> codemode_core::guest::BootData {
     let views = mcp_views(catalog);
     codemode_core::guest::BootData {
         tools: catalog.all_tools(),
         conveniences: catalog.conveniences().to_vec(),
         max_depth,
-        api_files: api_files_of(catalog, &views),
+        api_files: api_files_with(catalog, &views, observed),
         mcp: views,
         // Set by the runtime from its approval policy.
         gated: Vec::new(),
@@ -324,13 +341,17 @@ pub fn api_files(catalog: &Catalog) -> BTreeMap<String, String> {
 
 /// [`api_files`] for views already computed with [`mcp_views`].
 pub fn api_files_of(catalog: &Catalog, views: &[McpServerView]) -> BTreeMap<String, String> {
+    api_files_with(catalog, views, &ObservedDocs::new())
+}
+
+fn api_files_with(catalog: &Catalog, views: &[McpServerView], observed: &ObservedDocs) -> BTreeMap<String, String> {
     let mut files = BTreeMap::new();
     if views.is_empty() {
         return files;
     }
     files.insert("mcp/index.d.ts".to_string(), render_index(views));
     for v in views {
-        files.insert(format!("mcp/{}.d.ts", v.name), render_server(catalog, v));
+        files.insert(format!("mcp/{}.d.ts", v.name), render_server_with(catalog, v, observed));
     }
     files
 }

@@ -223,11 +223,27 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Adds one result.
-    pub fn record(&mut self, value: &Value) {
+    /// Adds one result; returns whether the learned type widened. A result the type already
+    /// accepts only counts (the rendered type could not change: a field missing before stays
+    /// optional, a field always present stays required), so the common path allocates nothing.
+    pub fn record(&mut self, value: &Value) -> bool {
+        self.results += 1;
+        if self.results > 1 && self.shape.accepts(value) {
+            return false;
+        }
         let shape = std::mem::replace(&mut self.shape, Shape::Never);
         self.shape = shape.merge(Shape::of(value));
-        self.results += 1;
+        true
+    }
+
+    /// The line a `.d.ts` adds to the tool's doc comment.
+    pub fn doc_line(&self) -> String {
+        format!(
+            "`.value()` has returned {} ({} result{}; learned from results, the tool declares no output schema)",
+            self.shape.render(),
+            self.results,
+            if self.results == 1 { "" } else { "s" }
+        )
     }
 
     /// As shown to the model: `{ "type": "<TypeScript>", "results": N, "observed": true }`.

@@ -3,7 +3,7 @@
 
 use super::gates::{self, Approval, AtGate, CallLog, InFlight, resolve_tool, tool_failure};
 use super::run::Run;
-use super::{Inflight, Inner, MAX_OBSERVED_TOOLS, MSG_PARKED_TOO_LATE, RECORDED_POLL, guest_error};
+use super::{Inflight, Inner, MSG_PARKED_TOO_LATE, RECORDED_POLL, guest_error};
 use codemode_catalog::CatalogTool;
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, RequestId};
@@ -430,10 +430,7 @@ impl Inner {
                     Some(r.details.clone())
                 };
                 if let Some(v) = value {
-                    let mut map = observed.lock().unwrap_or_else(|p| p.into_inner());
-                    if map.len() < MAX_OBSERVED_TOOLS || map.contains_key(&tool_id) {
-                        map.entry(tool_id.clone()).or_default().record(&v);
-                    }
+                    observed.record(&tool_id, &v);
                 }
             }
             let end = match outcome {

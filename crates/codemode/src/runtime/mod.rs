@@ -160,18 +160,70 @@ pub(crate) struct RunCatalog {
     boot: codemode_bridge::BootText,
     /// Tools per source (telemetry of every call; counted once per catalog).
     by_source: std::collections::BTreeMap<String, u32>,
+    /// The [`Observations::generation`] its `.d.ts` files state.
+    observed_generation: u64,
+}
+
+/// What was learned about the results of tools without an output schema (issue 26 §4).
+pub(crate) struct Observations {
+    /// By tool id; at most [`MAX_OBSERVED_TOOLS`] tools.
+    pub(crate) map: Mutex<HashMap<String, codemode_catalog::observed::Observed>>,
+    /// Goes up when a learned type widens (or a tool's first result arrives): the boot data built
+    /// before states an older type and is built again for the next run.
+    pub(crate) generation: std::sync::atomic::AtomicU64,
+}
+
+impl Observations {
+    /// The `.d.ts` doc lines of what was learned so far.
+    fn docs(&self) -> codemode_catalog::mcp_api::ObservedDocs {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().filter(|(_, o)| o.results > 0).map(|(id, o)| (id.clone(), o.doc_line())).collect()
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records one result of `tool_id`; bumps the generation when the learned type widens.
+    pub(crate) fn record(&self, tool_id: &str, value: &Value) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_OBSERVED_TOOLS && !map.contains_key(tool_id) {
+            return;
+        }
+        let widened = match map.get_mut(tool_id) {
+            Some(entry) => entry.record(value),
+            None => map.entry(tool_id.to_string()).or_default().record(value),
+        };
+        if widened {
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl RunCatalog {
-    pub(crate) fn new(catalog: Catalog, limits: &GuestLimits, approvals: &ApprovalPolicy) -> Self {
-        let mut boot = codemode_catalog::mcp_api::boot_data(&catalog, limits.max_json_depth);
+    pub(crate) fn new(
+        catalog: Catalog,
+        limits: &GuestLimits,
+        approvals: &ApprovalPolicy,
+        observed: Option<&Observations>,
+    ) -> Self {
+        let (docs, observed_generation) = match observed {
+            Some(o) => (o.docs(), o.generation()),
+            None => (Default::default(), 0),
+        };
+        let mut boot = codemode_catalog::mcp_api::boot_data_with(&catalog, limits.max_json_depth, &docs);
         if !approvals.is_off() {
             boot.gated =
                 catalog.tools().iter().filter(|t| approvals.reason(&t.def).is_some()).map(|t| t.id.clone()).collect();
         }
         let boot = codemode_bridge::BootText::new(&boot);
         let by_source = catalog.count_by_source();
-        RunCatalog { catalog: Arc::new(catalog), boot, by_source }
+        RunCatalog { catalog: Arc::new(catalog), boot, by_source, observed_generation }
+    }
+
+    /// Whether its `.d.ts` files state an older learned type than `observed` holds now.
+    fn stale(&self, observed: Option<&Observations>) -> bool {
+        observed.is_some_and(|o| o.generation() != self.observed_generation)
     }
 }
 
@@ -204,7 +256,7 @@ pub(crate) struct Inner {
     /// What was learned about the results of tools without an output schema, by tool id (`None`:
     /// switched off). Cleared when the tools change (a new catalog version). At most
     /// [`MAX_OBSERVED_TOOLS`] tools.
-    pub(crate) observed: Option<Arc<Mutex<HashMap<String, codemode_catalog::observed::Observed>>>>,
+    pub(crate) observed: Option<Arc<Observations>>,
     loop_histories: Mutex<HashMap<codemode_core::RunScope, Arc<Mutex<History>>>>,
     pub(crate) store: Arc<dyn SnapshotStore>,
     pub(crate) limits: GuestLimits,
@@ -360,7 +412,7 @@ impl Inner {
             sandbox,
         } = gates;
         let catalog = inputs.catalog_for(inputs.default_target());
-        let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals)));
+        let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals, None)));
         Inner {
             config,
             engine,
@@ -376,7 +428,8 @@ impl Inner {
             trajectory,
             redaction: Arc::new(redaction),
             loops,
-            observed: observe_results.then(|| Arc::new(Mutex::new(HashMap::new()))),
+            observed: observe_results
+                .then(|| Arc::new(Observations { map: Mutex::new(HashMap::new()), generation: Default::default() })),
             loop_histories: Mutex::new(HashMap::new()),
             store,
             limits,
@@ -412,24 +465,37 @@ impl Inner {
 
     /// The current catalog (runs keep the one they started with).
     pub(crate) fn catalog(&self) -> Arc<RunCatalog> {
-        self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let current = self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if !current.stale(self.observed.as_deref()) {
+            return current;
+        }
+        // A learned result type widened: the next run's `.d.ts` files state it.
+        let next = Arc::new(RunCatalog::new(
+            (*current.catalog).clone(),
+            &self.limits,
+            &self.approvals,
+            self.observed.as_deref(),
+        ));
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        next
     }
 
     /// Replaces the catalog for runs started from now on (the default target's; the other targets'
     /// are built again when next needed).
     pub(crate) fn set_catalog(&self, catalog: Catalog) {
-        let next = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals));
-        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
-        self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
         // A new catalog version: what its tools return is learned anew.
         if let Some(o) = &self.observed {
-            o.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            o.map.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            o.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        let next = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals, self.observed.as_deref()));
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
+        self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// The type learned from `tool_id`'s results, as shown to the model.
     pub(crate) fn observed_output(&self, tool_id: &str) -> Option<Value> {
-        let map = self.observed.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.observed.as_ref()?.map.lock().unwrap_or_else(|p| p.into_inner());
         map.get(tool_id).filter(|o| o.results > 0).map(codemode_catalog::observed::Observed::to_json)
     }
 
@@ -462,17 +528,25 @@ impl Inner {
         if &target == self.inputs.default_target() {
             return self.catalog();
         }
-        if let Some(c) = self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).get(&target) {
+        if let Some(c) = self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).get(&target)
+            && !c.stale(self.observed.as_deref())
+        {
             return c.clone();
         }
-        let built = Arc::new(RunCatalog::new(self.inputs.catalog_for(&target), &self.limits, &self.approvals));
+        let built = Arc::new(RunCatalog::new(
+            self.inputs.catalog_for(&target),
+            &self.limits,
+            &self.approvals,
+            self.observed.as_deref(),
+        ));
         let mut cache = self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_TARGET_CATALOGS
             && let Some(k) = cache.keys().next().cloned()
         {
             cache.remove(&k);
         }
-        cache.entry(target).or_insert(built).clone()
+        cache.insert(target, built.clone());
+        built
     }
 
     fn now_ms(&self) -> u64 {
