@@ -22,7 +22,7 @@ pub const MAX_UNION: usize = 4;
 pub const MAX_RENDERED: usize = 1_500;
 
 /// A learned type.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Shape {
     /// No value seen yet.
     Never,
@@ -214,7 +214,7 @@ fn merge_into_union(mut alts: Vec<Shape>, b: Shape) -> Shape {
 }
 
 /// What was learned about one tool's results.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Observed {
     /// The merged type.
     pub shape: Shape,
@@ -234,6 +234,15 @@ impl Observed {
         let shape = std::mem::replace(&mut self.shape, Shape::Never);
         self.shape = shape.merge(Shape::of(value));
         true
+    }
+
+    /// Joins what another process learned about the same tool (a fleet's shared view): the type
+    /// accepting both, and the larger count (counts are not added, so a view merged twice does not
+    /// count twice).
+    pub fn join(&mut self, other: Observed) {
+        let shape = std::mem::replace(&mut self.shape, Shape::Never);
+        self.shape = shape.merge(other.shape);
+        self.results = self.results.max(other.results);
     }
 
     /// The line a `.d.ts` adds to the tool's doc comment.

@@ -344,6 +344,18 @@ pub trait SnapshotStore: Send + Sync {
         Ok(None)
     }
 
+    /// State a fleet shares across replicas and sessions, by `kind` (the runtime keeps the result
+    /// types learned from observed results here, kind `"observed"`). `None`: nothing stored, or a
+    /// store that keeps none (the default).
+    async fn shared_state(&self, _kind: &str) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+
+    /// Stores shared state of `kind` for `ttl_ms` (last writer wins). The default keeps nothing.
+    async fn put_shared_state(&self, _kind: &str, _value: &str, _ttl_ms: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Stores a session's state of `kind` for `ttl_ms` (last writer wins). The default keeps
     /// nothing.
     async fn put_session_state(

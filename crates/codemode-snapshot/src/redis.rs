@@ -16,6 +16,7 @@
 //! | `P replica:<replicaId>` | string | present while that replica lives (set with a `PX` of the lease, renewed every third of it) |
 //! | `P secret` | string | 32 random bytes shared by the fleet (tags of MRTR approval state) |
 //! | `P session:<digest>:loops` | string | a session's loop-detection history (JSON), expiring with `snapshotTtlSeconds` |
+//! | `P shared:observed` | string | the result types the fleet learned from observed results (JSON: tool id → shape and count) |
 //!
 //! Keys of a run expire (`PEXPIRE`) at the run's expiry plus a grace, so Redis cleans up runs no
 //! replica sweeps.
@@ -956,6 +957,25 @@ impl SnapshotStore for RedisSnapshotStore {
         let mut conn = s.conn.clone();
         redis::cmd("SET")
             .arg(s.session_key(scope, kind))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms.max(1))
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(unreachable)
+    }
+
+    async fn shared_state(&self, kind: &str) -> Result<Option<String>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        redis::cmd("GET").arg(format!("{}shared:{kind}", s.prefix)).query_async(&mut conn).await.map_err(unreachable)
+    }
+
+    async fn put_shared_state(&self, kind: &str, value: &str, ttl_ms: u64) -> Result<(), StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        redis::cmd("SET")
+            .arg(format!("{}shared:{kind}", s.prefix))
             .arg(value)
             .arg("PX")
             .arg(ttl_ms.max(1))

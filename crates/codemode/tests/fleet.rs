@@ -208,3 +208,28 @@ async fn r2_restart_safe_runs_are_marked_rerunnable_on_every_replica() {
     assert!(plain.to_json().get("rerunnable").is_none(), "{}", plain.to_json());
     let _ = b.abort(&codemode::RunId::parse(&run_id(&plain)).unwrap()).await;
 }
+
+/// Issue 26 §4 across a fleet: the result types one replica learned reach the others through the
+/// store (joined, never narrowed), so `describe` on a replica that never called the tool shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learned_result_types_are_shared_by_the_fleet() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let paid = Arc::new(AtomicU32::new(0));
+    let a = replica(store(&server, 2_000).await, 3_000, tools(paid.clone(), None));
+    let b = replica(store(&server, 2_000).await, 3_000, tools(paid.clone(), None));
+    let ctx = RunContext::session("types");
+    let describe = "return (await tools.describe('plugin:t:slow')).observedOutput ?? null";
+    let r = a
+        .exec(&ctx, &CodeModeExecInput::code("await tools.slow({ ms: 1 }); await tools.slow({ ms: 2 }); return 1"))
+        .await;
+    assert_eq!(r.to_json()["value"], 1, "{}", r.to_json());
+    // B learns the fleet's view at the end of its next call, and shows it from then on.
+    let _ = b.exec(&ctx, &CodeModeExecInput::code("return 0")).await;
+    let shown = b.exec(&ctx, &CodeModeExecInput::code(describe)).await;
+    assert_eq!(
+        shown.to_json()["value"],
+        json!({ "type": "{ slept: number }", "results": 2, "observed": true }),
+        "{}",
+        shown.to_json()
+    );
+}

@@ -29,6 +29,7 @@ impl Inner {
             return self.failed(rt, run, call, taken);
         }
         self.save_loop_history(rt, &run);
+        self.sync_observed(rt);
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
         CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
     }
@@ -45,6 +46,7 @@ impl Inner {
     /// The `failed` result of a released run.
     fn failed(&self, rt: &Handle, mut run: Run, call: Call, mut err: CodeModeError) -> CodeModeResult {
         self.save_loop_history(rt, &run);
+        self.sync_observed(rt);
         err.message = run.positions.rewrite(&err.message);
         let limits = &mut run.telemetry.limit_failures;
         match err.code {
@@ -206,6 +208,7 @@ impl Inner {
             None
         };
         self.save_loop_history(rt, &run);
+        self.sync_observed(rt);
         let Run { id, context, catalog, source, namespaces, calls, telemetry, restart_safe, .. } = run;
         self.inflight()
             .insert(id.clone(), Inflight { context, catalog, source, namespaces, calls, _claim: claim, expires_at_ms });
