@@ -232,6 +232,10 @@ pub enum GuestRequest {
         /// The cell line that made the call (members whose tool is gated only).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         line: Option<u32>,
+        /// `member.value(...)`: a member over an MCP tool returns the result unwrapped
+        /// ([`unwrap_mcp_result`]); over another tool it is the plain value either way.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unwrap: bool,
     },
     /// `yield_control(reason?)`.
     Yield {

@@ -9,4 +9,6 @@ try {
 } catch (e) {
   bad = e.code;
 }
-return { raw, value, bad, name: MCP.fakeMcp.getSum.value.name };
+// A namespace member over the same MCP tool unwraps the same way with `.value`.
+const ns = await Sums.add.value(1, 2);
+return { raw, value, bad, name: MCP.fakeMcp.getSum.value.name, ns };

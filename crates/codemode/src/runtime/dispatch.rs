@@ -52,19 +52,13 @@ impl Inner {
                 };
                 run.ready.push(Delivery { id, outcome });
             }
-            GuestRequest::Namespace { namespace, path, args, line } => {
+            GuestRequest::Namespace { namespace, path, args, line, unwrap } => {
                 // SPEC L6: a namespace call becomes a catalog tool call by exact id; from here on it
                 // is that call (same gates, limits, telemetry and suspend/resume).
                 match run.namespaces.resolve(&namespace, &path, &args) {
                     Ok(call) => {
                         let request = if call.source == codemode_core::ToolSource::Mcp {
-                            GuestRequest::Mcp {
-                                server: call.owner,
-                                tool: call.tool,
-                                input: call.input,
-                                line,
-                                unwrap: false,
-                            }
+                            GuestRequest::Mcp { server: call.owner, tool: call.tool, input: call.input, line, unwrap }
                         } else {
                             GuestRequest::Call {
                                 id: codemode_core::catalog::catalog_id(call.source, &call.owner, &call.tool),

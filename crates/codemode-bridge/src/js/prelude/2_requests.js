@@ -90,9 +90,10 @@
 
     // A namespace member call: `GuestRequest::Namespace {namespace, path, args, line?}`. The host maps
     // it to a catalog tool call; the arguments cross as JSON-safe data like any tool input.
-    function namespaceRequest(namespace, path, args, gated) {
+    function namespaceRequest(namespace, path, args, gated, unwrap) {
       const payload = { namespace, path, args };
       if (gated) payload.line = cellLine();
+      if (unwrap === true) payload.unwrap = true;
       return request("namespace", payload);
     }
 

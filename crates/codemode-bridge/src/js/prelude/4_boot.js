@@ -327,6 +327,14 @@
             return namespaceRequest(nsId, path, args, gated);
           };
           defineProperty(fn, "name", { value: last });
+          // `.value(...)`: over an MCP tool, the result unwrapped like `MCP.<server>.<tool>.value`.
+          defineProperty(fn, "value", {
+            value: function value() {
+              const args = [];
+              for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
+              return namespaceRequest(nsId, path, args, gated, true);
+            },
+          });
           parent[last] = freeze(fn);
         }
         deepFreeze(root);
