@@ -37,6 +37,17 @@ pub fn line(id: &str, input: &str, output: Option<&str>) -> String {
 
 /// Builds the quick index of `catalog` under `max_chars`.
 pub fn quick_index(catalog: &Catalog, max_chars: usize) -> QuickIndex {
+    quick_index_with(catalog, max_chars, &std::collections::BTreeMap::new())
+}
+
+/// [`quick_index`] with the result types learned so far (issue 26 §4), by tool id: a tool without
+/// a declared output shows `→ <type> (observed)`. Tools with a declared output come first, then
+/// those with an observed one.
+pub fn quick_index_with(
+    catalog: &Catalog,
+    max_chars: usize,
+    observed: &std::collections::BTreeMap<String, String>,
+) -> QuickIndex {
     let eligible: Vec<_> = catalog
         .tools()
         .iter()
@@ -44,11 +55,14 @@ pub fn quick_index(catalog: &Catalog, max_chars: usize) -> QuickIndex {
         .collect();
     let (with_output, without): (Vec<&Arc<crate::CatalogTool>>, Vec<&Arc<crate::CatalogTool>>) =
         eligible.iter().copied().partition(|t| t.entry.output.is_some());
+    let (with_observed, without): (Vec<&Arc<crate::CatalogTool>>, Vec<&Arc<crate::CatalogTool>>) =
+        without.into_iter().partition(|t| observed.contains_key(&t.id));
     let mut used = 0usize;
     let mut lines = Vec::new();
     let mut listed = Vec::new();
-    for t in with_output.into_iter().chain(without) {
-        let l = line(&t.id, &t.entry.input, t.entry.output.as_deref());
+    for t in with_output.into_iter().chain(with_observed).chain(without) {
+        let learned = observed.get(&t.id).map(|o| format!("{o} (observed)"));
+        let l = line(&t.id, &t.entry.input, t.entry.output.as_deref().or(learned.as_deref()));
         let cost = l.chars().count() + 1;
         if used + cost > max_chars {
             continue;
@@ -67,6 +81,17 @@ const MAX_DOWN_REASON_CHARS: usize = 200;
 /// The `exec` tool's description: how to use the guest API, the `API` hint when MCP servers are
 /// visible, each visible namespace's description and prompt, and the quick index.
 pub fn exec_description(catalog: &Catalog, namespaces: &[NamespaceInfo], mcp_servers: &[String]) -> String {
+    exec_description_with(catalog, namespaces, mcp_servers, &std::collections::BTreeMap::new())
+}
+
+/// [`exec_description`] whose quick index also shows result types learned so far (see
+/// [`quick_index_with`]).
+pub fn exec_description_with(
+    catalog: &Catalog,
+    namespaces: &[NamespaceInfo],
+    mcp_servers: &[String],
+    observed: &std::collections::BTreeMap<String, String>,
+) -> String {
     // What the run can reach leads (issue 23 §13): with only upstream MCP servers (the common
     // `codemode serve` case), `tools.search` would find nothing, so the description starts from `MCP`.
     let down = catalog.unavailable_mcp_servers();
@@ -110,9 +135,14 @@ pub fn exec_description(catalog: &Catalog, namespaces: &[NamespaceInfo], mcp_ser
             s.push_str(p);
         }
     }
-    let index = quick_index(catalog, QUICK_INDEX_MAX_CHARS);
+    let index = quick_index_with(catalog, QUICK_INDEX_MAX_CHARS, observed);
     if !index.listed.is_empty() {
-        s.push_str("\n\nQuick index (exact ids; input → declared output):\n");
+        let any_observed = index.listed.iter().any(|id| observed.contains_key(id));
+        s.push_str(if any_observed {
+            "\n\nQuick index (exact ids; input → declared output, or the output observed so far):\n"
+        } else {
+            "\n\nQuick index (exact ids; input → declared output):\n"
+        });
         s.push_str(&index.text);
         if index.omitted > 0 {
             s.push_str(&format!("\n(+{} more: use tools.search)", index.omitted));

@@ -601,7 +601,7 @@ impl CodeMode {
     /// The model-visible `exec` tool of the current catalog: its description lists the visible
     /// namespaces and, when given, the MCP servers.
     pub fn exec_tool(&self, mcp_servers: &[String]) -> surface::ModelTool {
-        surface::exec_tool(&self.catalog(), &self.visible_namespaces(), mcp_servers)
+        surface::exec_tool_with(&self.catalog(), &self.visible_namespaces(), mcp_servers, &self.inner.observed_types())
     }
 
     /// The catalog a run of `ctx` sees: the tool policy applied for the context's agent, provider and
@@ -616,7 +616,7 @@ impl CodeMode {
     pub fn exec_tool_for(&self, ctx: &RunContext, mcp_servers: &[String]) -> surface::ModelTool {
         let catalog = self.catalog_for(ctx);
         let namespaces = self.inner.namespaces.visible(catalog.as_ref());
-        surface::exec_tool(&catalog, &namespaces, mcp_servers)
+        surface::exec_tool_with(&catalog, &namespaces, mcp_servers, &self.inner.observed_types())
     }
 
     /// Replaces the host-executed tools (those of [`CodeModeBuilder::tool_definitions`]), e.g. when an

@@ -4,7 +4,7 @@
 
 use codemode_catalog::Catalog;
 use codemode_catalog::policy::{PolicyContext, PolicyOutcome, ToolPolicy};
-use codemode_catalog::quick_index::exec_description;
+use codemode_catalog::quick_index::exec_description_with;
 use codemode_core::catalog::{ToolDefinition, ToolSource};
 use codemode_core::config::CodeModeConfig;
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
@@ -65,9 +65,21 @@ pub const WAIT_DESCRIPTION: &str = "Resume a code-mode run that `exec` (or an ea
 
 /// The `exec` model tool for a catalog.
 pub fn exec_tool(catalog: &Catalog, namespaces: &[NamespaceInfo], mcp_servers: &[String]) -> ModelTool {
+    exec_tool_with(catalog, namespaces, mcp_servers, &std::collections::BTreeMap::new())
+}
+
+/// [`exec_tool`] whose quick index also shows the result types learned so far (tool id → type),
+/// marked observed. They appear when a client next lists the tools; no `tools/list_changed` is
+/// sent for them (a learned type is a hint, not a reason to invalidate a client's prompt cache).
+pub fn exec_tool_with(
+    catalog: &Catalog,
+    namespaces: &[NamespaceInfo],
+    mcp_servers: &[String],
+    observed: &std::collections::BTreeMap<String, String>,
+) -> ModelTool {
     ModelTool {
         name: EXEC.into(),
-        description: exec_description(catalog, namespaces, mcp_servers),
+        description: exec_description_with(catalog, namespaces, mcp_servers, observed),
         input_schema: exec_input_schema(),
     }
 }

@@ -371,5 +371,10 @@ async fn result_types_are_learned_from_observed_results() {
         let third = format!("const r = await tools.lookup({{ n: 5 }}); {describe}");
         seen.push(cm.exec(&ctx, &CodeModeExecInput::code(third)).await.to_json()["value"].clone());
         assert_eq!(Value::Array(seen), expected, "observe_result_types({on})");
+        // The quick index shows the learned type when the tools are next listed, marked observed.
+        let description = cm.exec_tool(&[]).description;
+        let line =
+            "plugin:shapes:lookup({n?: number}) → { id: number; name: null | string; tags?: string[] } (observed)";
+        assert_eq!(description.contains(line), on, "{description}");
     }
 }

@@ -511,6 +511,13 @@ impl Inner {
         self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
+    /// The types learned so far, by tool id (rendered), for the quick index.
+    pub(crate) fn observed_types(&self) -> std::collections::BTreeMap<String, String> {
+        let Some(o) = &self.observed else { return Default::default() };
+        let map = o.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().filter(|(_, v)| v.results > 0).map(|(id, v)| (id.clone(), v.shape.render())).collect()
+    }
+
     /// The type learned from `tool_id`'s results, as shown to the model.
     pub(crate) fn observed_output(&self, tool_id: &str) -> Option<Value> {
         let map = self.observed.as_ref()?.map.lock().unwrap_or_else(|p| p.into_inner());
