@@ -174,7 +174,10 @@ async def across_replicas(r: list[Replica], ledger: Path) -> None:
     refused = await call(r[1].url, "alice", "exec", {"code": code})
     assert refused["value"][0] == "invalid_input" and "`/key` expected a string, got integer" in refused["value"][1], refused
     assert "12345" not in ledger_lines(ledger), "the upstream server received a call with a wrong input"
-    print("ok: a wrong argument fails in the guest, nothing reaches the upstream server")
+    # `validateInputs: { except: ["read"] }`: that tool's inputs go through unchecked.
+    passed = await call(r[1].url, "alice", "exec", {"code": "const x = await MCP.ledger.read.value({ key: 5 }); return x.tool"})
+    assert passed.get("value") == "read", passed
+    print("ok: a wrong argument fails in the guest, nothing reaches the upstream server; an opted-out tool is not checked")
 
 
 async def approval_across_replicas(r: list[Replica], ledger: Path) -> None:
@@ -332,7 +335,8 @@ async def main() -> None:
         "tools": {"codeMode": {"enabled": True, "timeoutMs": 1000}},
         "approvals": {"require": ["mcp:ledger:charge"], "timeoutMs": 1000},
         "snapshotStore": {"kind": "redis", "leaseMs": LEASE_MS},
-        "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)]}},
+        "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)],
+                                  "validateInputs": {"except": ["read"]}}},
     }))
     redis = Redis(workdir)
     global BIN, REDIS_URL

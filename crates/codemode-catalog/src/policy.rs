@@ -217,6 +217,12 @@ pub(crate) fn expand(patterns: &[String], core_names: &[String]) -> Vec<String> 
     out
 }
 
+/// The first of `patterns` (tool-name patterns as in `tools.allow`: `*` wildcards, matched against
+/// the name, the catalog id and the owner) that `def` matches.
+pub fn matching_pattern(patterns: &[String], def: &ToolDefinition) -> Option<String> {
+    matches(patterns, def)
+}
+
 pub(crate) fn matches(patterns: &[String], def: &ToolDefinition) -> Option<String> {
     let name = lower(&def.name);
     let id = lower(&def.id());

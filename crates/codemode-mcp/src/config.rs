@@ -77,6 +77,9 @@ pub struct ServerConfig {
     /// Check call inputs against the server's input schemas at the bridge (default `true`;
     /// `validateInputs: false` for a server whose schemas do not describe what it accepts).
     pub validate_inputs: bool,
+    /// Tool-name patterns whose inputs are not checked (`validateInputs: { except: [...] }`): the
+    /// tools of an otherwise checked server whose schemas lie.
+    pub unchecked_tools: Vec<String>,
 }
 
 /// The keys of a server entry codemode reads (their values are checked strictly). `type` is the
@@ -275,8 +278,25 @@ pub fn parse_servers_with(
                 Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("disabled"), "expected a boolean"))?,
             },
             validate_inputs: match spec.get("validateInputs") {
-                None => true,
-                Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("validateInputs"), "expected a boolean"))?,
+                None | Some(Value::Object(_)) => true,
+                Some(v) => v.as_bool().ok_or_else(|| {
+                    ConfigError::new(at("validateInputs"), "expected a boolean or { except: [tool-name patterns] }")
+                })?,
+            },
+            unchecked_tools: match spec.get("validateInputs") {
+                Some(Value::Object(o)) => {
+                    if let Some(k) = o.keys().find(|k| k.as_str() != "except") {
+                        return Err(ConfigError::new(
+                            format!("{}.{k}", at("validateInputs")),
+                            format!("unknown key `{k}` (known keys: except)"),
+                        ));
+                    }
+                    o.get("except")
+                        .map(|e| string_list(e, &format!("{}.except", at("validateInputs"))))
+                        .transpose()?
+                        .unwrap_or_default()
+                }
+                _ => Vec::new(),
             },
         });
     }
@@ -317,6 +337,11 @@ mod tests {
         });
         let s = parse_servers_with(&v, &env).unwrap();
         assert!(!s[1].validate_inputs, "validateInputs: false");
+        let x = json!({ "x": { "command": "a", "validateInputs": { "except": ["write_*"] } } });
+        let parsed = parse_servers_with(&x, &env).unwrap();
+        assert!(parsed[0].validate_inputs && parsed[0].unchecked_tools == ["write_*"]);
+        let bad = json!({ "x": { "command": "a", "validateInputs": { "only": ["x"] } } });
+        assert_eq!(parse_servers_with(&bad, &env).unwrap_err().path, "mcpServers.x.validateInputs.only");
         assert_eq!(s[0].name, "files");
         assert_eq!(
             s[0].transport,

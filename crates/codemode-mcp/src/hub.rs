@@ -313,7 +313,9 @@ impl Server {
                             codemode_catalog::nested::ADVICE
                         );
                     }
-                    defs.push(if self.config.validate_inputs { def } else { def.without_input_check() });
+                    let checked = self.config.validate_inputs
+                        && codemode_catalog::policy::matching_pattern(&self.config.unchecked_tools, &def).is_none();
+                    defs.push(if checked { def } else { def.without_input_check() });
                 }
                 Some(why) => tracing::warn!(
                     server = %codemode::text::for_display(name),
