@@ -31,17 +31,22 @@
 //!   tool, output contract). The order is documented there and in the book's security model.
 //! - `NestedCalls` (`calls.rs`) — the nested calls of a run still executing on the host.
 //! - `ActiveRun` (`lifecycle.rs`) — a run registered as driven, so an abort reaches it.
+//! - [`Observations`] (`observed.rs`) — result types learned from observed results, and their
+//!   sharing through a fleet's store.
 //!
 //! The code is split by concern: this file holds the exec/wait/drive loop; `run` the run state;
 //! `gates` the checks of nested calls; `calls` the nested calls (starting, collecting, handing over
 //! between processes); `dispatch` the answer to each typed guest request; `suspend` the three ways
 //! a call ends (completed, failed, suspended into the store); `lifecycle` sweeps, aborts and
-//! lifecycle records.
+//! lifecycle records; `loops` each session's loop-detection history (shared through a fleet's
+//! store); `observed` the learned result types.
 
 mod calls;
 mod dispatch;
 mod gates;
 mod lifecycle;
+mod loops;
+mod observed;
 mod run;
 mod suspend;
 
@@ -70,6 +75,7 @@ use codemode_core::store::{SnapshotStore, SuspendedRun};
 use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
 use codemode_core::trajectory::Redaction;
 use codemode_snapshot::Clock;
+use observed::Observations;
 use run::Run;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -121,9 +127,6 @@ fn dispose(instance: Box<dyn GuestInstance>) {
     }
 }
 
-/// The kind of session state a session's loop-detection history is kept under in a fleet store.
-const LOOPS_STATE: &str = "loops";
-
 /// How often a resumed run looks for results another process recorded in the store.
 const RECORDED_POLL: Duration = Duration::from_millis(25);
 
@@ -162,55 +165,6 @@ pub(crate) struct RunCatalog {
     by_source: std::collections::BTreeMap<String, u32>,
     /// The [`Observations::generation`] its `.d.ts` files state.
     observed_generation: u64,
-}
-
-/// What was learned about the results of tools without an output schema (issue 26 §4).
-pub(crate) struct Observations {
-    /// By tool id; at most [`MAX_OBSERVED_TOOLS`] tools.
-    pub(crate) map: Mutex<HashMap<String, codemode_catalog::observed::Observed>>,
-    /// Goes up when a learned type widens (or a tool's first result arrives): the boot data built
-    /// before states an older type and is built again for the next run.
-    pub(crate) generation: std::sync::atomic::AtomicU64,
-    /// On a fleet store: the generation last joined with the fleet's view, and when the fleet's
-    /// view was last read (ms).
-    pub(crate) synced: Mutex<(u64, u64)>,
-}
-
-/// The kind of shared state the learned result types are kept under in a fleet store.
-const OBSERVED_STATE: &str = "observed";
-
-/// How often a replica reads the fleet's learned result types when it learned nothing new itself.
-const OBSERVED_PULL_MS: u64 = 10_000;
-
-/// Largest shared view of learned result types written to a fleet store. Prevents: a catalog of
-/// thousands of tools with wide results making every sync move megabytes.
-const MAX_OBSERVED_SHARED_BYTES: usize = 1 << 20;
-
-impl Observations {
-    /// The `.d.ts` doc lines of what was learned so far.
-    fn docs(&self) -> codemode_catalog::mcp_api::ObservedDocs {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter().filter(|(_, o)| o.results > 0).map(|(id, o)| (id.clone(), o.doc_line())).collect()
-    }
-
-    fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Records one result of `tool_id`; bumps the generation when the learned type widens.
-    pub(crate) fn record(&self, tool_id: &str, value: &Value) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= MAX_OBSERVED_TOOLS && !map.contains_key(tool_id) {
-            return;
-        }
-        let widened = match map.get_mut(tool_id) {
-            Some(entry) => entry.record(value),
-            None => map.entry(tool_id.to_string()).or_default().record(value),
-        };
-        if widened {
-            self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
 }
 
 impl RunCatalog {
@@ -295,10 +249,6 @@ const MAX_TARGET_CATALOGS: usize = 256;
 /// store reads every run file, which must not happen on every call; expiry itself does not depend on
 /// it (stores refuse expired runs at checkout and purge them before the capacity check of `put`).
 const SWEEP_INTERVAL_MS: u64 = 1_000;
-
-/// Most tools whose observed result types are kept. Prevents: a catalog of thousands of tools
-/// growing the map without bound (results of further tools are not learned).
-pub(crate) const MAX_OBSERVED_TOOLS: usize = 4_096;
 
 /// Most sessions whose loop-detection history is kept. Prevents: a stream of one-off sessions
 /// growing the map without bound (an arbitrary session's history is dropped to make room).
@@ -511,19 +461,6 @@ impl Inner {
         self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// The types learned so far, by tool id (rendered), for the quick index.
-    pub(crate) fn observed_types(&self) -> std::collections::BTreeMap<String, String> {
-        let Some(o) = &self.observed else { return Default::default() };
-        let map = o.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter().filter(|(_, v)| v.results > 0).map(|(id, v)| (id.clone(), v.shape.render())).collect()
-    }
-
-    /// The type learned from `tool_id`'s results, as shown to the model.
-    pub(crate) fn observed_output(&self, tool_id: &str) -> Option<Value> {
-        let map = self.observed.as_ref()?.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(tool_id).filter(|o| o.results > 0).map(codemode_catalog::observed::Observed::to_json)
-    }
-
     /// The catalog a resumed run keeps for this `wait`: the one it started with (ids are stable
     /// within a run), narrowed to what the policy allows the wait's own context (issue 24 §1: the
     /// policy is re-checked at every `wait`; a provider or model change may only take tools away).
@@ -616,108 +553,6 @@ impl Inner {
             catalog_size: catalog.catalog.len() as u32,
             catalog_by_source: catalog.by_source.clone(),
             ..CodeModeTelemetry::default()
-        }
-    }
-
-    /// The loop-detection configuration and history of `ctx`'s session, when detection is on for
-    /// its agent. The history spans the session's `exec` / `wait` calls (in this process).
-    fn loop_history(
-        &self,
-        rt: &Handle,
-        ctx: &RunContext,
-    ) -> Option<(codemode_catalog::loops::LoopConfig, Arc<Mutex<History>>)> {
-        let config = self.loops.for_agent(ctx.scope.agent_id.as_deref());
-        if !config.enabled {
-            return None;
-        }
-        // A fleet shares the session's history: the replica serving this call starts from the
-        // one the fleet's store holds (another replica may have served the session's last call).
-        let shared = if self.store.fleet() {
-            match rt.block_on(self.store.session_state(&ctx.scope, LOOPS_STATE)) {
-                Ok(Some(text)) => serde_json::from_str::<History>(&text).ok(),
-                Ok(None) => Some(History::default()),
-                Err(e) => {
-                    tracing::warn!(error = %e, "loop-detection history not read from the store; this replica's is used");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let mut map = self.loop_histories.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= MAX_LOOP_SESSIONS
-            && !map.contains_key(&ctx.scope)
-            && let Some(k) = map.keys().next().cloned()
-        {
-            map.remove(&k);
-        }
-        let history = map.entry(ctx.scope.clone()).or_default().clone();
-        if let Some(h) = shared {
-            *history.lock().unwrap_or_else(|p| p.into_inner()) = h;
-        }
-        Some((config.clone(), history))
-    }
-
-    /// On a fleet store, joins this replica's learned result types with the fleet's (when it learned
-    /// something new, or every [`OBSERVED_PULL_MS`]) and writes the joined view back, so every
-    /// replica shows what any of them learned (issue 26 §4). Last writer wins; a join never loses
-    /// a widening of its own.
-    pub(super) fn sync_observed(&self, rt: &Handle) {
-        let Some(o) = self.observed.as_ref().filter(|_| self.store.fleet()) else { return };
-        let now = self.now_ms();
-        let generation = o.generation();
-        {
-            let synced = o.synced.lock().unwrap_or_else(|p| p.into_inner());
-            if synced.0 == generation && now.saturating_sub(synced.1) < OBSERVED_PULL_MS {
-                return;
-            }
-        }
-        let remote: HashMap<String, codemode_catalog::observed::Observed> =
-            match rt.block_on(self.store.shared_state(OBSERVED_STATE)) {
-                Ok(Some(text)) => serde_json::from_str(&text).unwrap_or_default(),
-                Ok(None) => HashMap::new(),
-                Err(e) => {
-                    tracing::debug!(error = %e, "learned result types not read from the store");
-                    return;
-                }
-            };
-        let text = {
-            let mut map = o.map.lock().unwrap_or_else(|p| p.into_inner());
-            let mut widened = false;
-            for (id, theirs) in remote {
-                if map.len() >= MAX_OBSERVED_TOOLS && !map.contains_key(&id) {
-                    continue;
-                }
-                let mine = map.entry(id).or_default();
-                let before = mine.shape.clone();
-                mine.join(theirs);
-                widened |= mine.shape != before;
-            }
-            if widened {
-                o.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            serde_json::to_string(&*map).unwrap_or_default()
-        };
-        *o.synced.lock().unwrap_or_else(|p| p.into_inner()) = (o.generation(), now);
-        if text.len() <= MAX_OBSERVED_SHARED_BYTES {
-            let ttl_ms = self.config.snapshot_ttl_seconds.saturating_mul(1000).max(3_600_000);
-            if let Err(e) = rt.block_on(self.store.put_shared_state(OBSERVED_STATE, &text, ttl_ms)) {
-                tracing::debug!(error = %e, "learned result types not written to the store");
-            }
-        }
-    }
-
-    /// Hands the session's loop-detection history back to a fleet's store at the end of an `exec`
-    /// / `wait` (last writer wins), so the session's next call sees it on any replica.
-    fn save_loop_history(&self, rt: &Handle, run: &Run) {
-        let Some((_, history)) = run.loops.as_ref().filter(|_| self.store.fleet()) else { return };
-        let text = {
-            let h = history.lock().unwrap_or_else(|p| p.into_inner());
-            serde_json::to_string(&*h).unwrap_or_default()
-        };
-        let ttl_ms = self.config.snapshot_ttl_seconds.saturating_mul(1000);
-        if let Err(e) = rt.block_on(self.store.put_session_state(&run.context.scope, LOOPS_STATE, &text, ttl_ms)) {
-            tracing::warn!(run = %run.id, error = %e, "loop-detection history not saved to the store");
         }
     }
 
