@@ -1,6 +1,6 @@
 //! Issue 26 §2: the cost the input check adds to a nested call (goal ≤ 1 µs for a typical
 //! three-field object): a valid input (the common path), and a refused one (which builds the
-//! message). `cargo bench -p codemode-catalog --bench input_check`.
+//! message), and of learning result types. `cargo bench -p codemode-catalog --bench input_check`.
 #![allow(missing_docs)]
 
 use codemode_catalog::Catalog;
@@ -33,5 +33,23 @@ fn bench_input_check(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_input_check);
+/// Issue 26 §4: what learning result types adds to a nested call — a result the learned type
+/// already accepts (the common path: one walk, no allocation), and a first result (merge).
+fn bench_observed(c: &mut Criterion) {
+    use codemode_catalog::observed::Observed;
+    let result = json!({ "id": "SHP-1002", "customerId": "C-02", "paid": false, "tons": 4.0, "tags": ["cold", "eu"] });
+    let mut learned = Observed::default();
+    learned.record(&result);
+    c.bench_function("observed record, accepted 5-field result", |b| {
+        b.iter(|| black_box(learned.record(black_box(&result))))
+    });
+    c.bench_function("observed record, first result", |b| {
+        b.iter(|| {
+            let mut fresh = Observed::default();
+            black_box(fresh.record(black_box(&result)))
+        })
+    });
+}
+
+criterion_group!(benches, bench_input_check, bench_observed);
 criterion_main!(benches);
