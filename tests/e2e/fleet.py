@@ -230,13 +230,15 @@ async def killed_replica(r: list[Replica], ledger: Path) -> None:
     assert a["status"] == "waiting" and b["status"] == "waiting", (a, b)
     r[0].proc.send_signal(signal.SIGKILL)
     r[0].proc.wait()
-    # Past the dead replica's lease (its liveness key expires): the calls it ran are lost.
+    # At once, while the dead replica's liveness key has not expired yet: the resuming replica
+    # waits for it, then re-issues the read-only call it lost.
+    reissued = await settle(r[2].url, "alice", b)
+    assert reissued["status"] == "completed" and reissued["value"] == "killed-read", reissued
+    # Past the dead replica's lease: the side-effecting call it ran is lost, never repeated.
     await asyncio.sleep(LEASE_MS / 1000 * 2)
     failed = await settle(r[1].url, "alice", a)
     assert failed["status"] == "failed" and failed.get("code") == "nested_tool_failed", failed
     assert "mcp:ledger:pay" in failed["error"], failed
-    reissued = await settle(r[2].url, "alice", b)
-    assert reissued["status"] == "completed" and reissued["value"] == "killed-read", reissued
     await asyncio.sleep(4.5)
     assert ledger_lines(ledger).count("killed-pay") <= 1, "a side-effecting call ran again"
     print("ok: SIGKILL mid-call: side effect not repeated, read-only call re-issued")

@@ -30,6 +30,9 @@ pub(super) enum CallEnd {
     Denied(GuestError),
     /// It is gated and nobody decided yet: parked until a decision is recorded.
     Parked,
+    /// Another process ran it and died before recording its result, and the tool is read-only:
+    /// it is to be issued again (by whoever drives the run).
+    Reissue,
 }
 
 /// A call that stopped running.
@@ -40,6 +43,8 @@ pub(super) enum Finished {
     Denied(Delivery),
     /// It was parked for approval (see [`CallEnd::Parked`]).
     Parked(RequestId),
+    /// It is to be issued again (see [`CallEnd::Reissue`]).
+    Reissue(RequestId),
 }
 
 /// The nested calls of one run that are still executing on the host.
@@ -95,13 +100,14 @@ impl NestedCalls {
         rt: &Handle,
         store: Arc<dyn SnapshotStore>,
         run_id: RunId,
-        calls: Vec<(RequestId, String)>,
+        calls: Vec<(RequestId, String, bool)>,
     ) {
         if calls.is_empty() {
             return;
         }
         let tx = self.tx.clone();
-        let mut missing: BTreeMap<RequestId, String> = calls.iter().cloned().collect();
+        let mut missing: BTreeMap<RequestId, (String, bool)> =
+            calls.iter().map(|(id, tool, read_only)| (*id, (tool.clone(), *read_only))).collect();
         let handle = rt.spawn(async move {
             loop {
                 let claimed = store.calls_claimed(&run_id).await;
@@ -114,7 +120,12 @@ impl NestedCalls {
                     return;
                 }
                 if !claimed {
-                    for (id, tool_id) in std::mem::take(&mut missing) {
+                    for (id, (tool_id, read_only)) in std::mem::take(&mut missing) {
+                        // A read-only call lost with its process runs again; any other fails.
+                        if read_only {
+                            let _ = tx.send((id, CallEnd::Reissue));
+                            continue;
+                        }
                         let message = format!(
                             "nested call to `{tool_id}` was lost: the process running it ended before it finished (its \
                              side effect may or may not have happened); call it again if that is safe"
@@ -129,7 +140,7 @@ impl NestedCalls {
                 tokio::time::sleep(RECORDED_POLL).await;
             }
         });
-        let ids: Vec<RequestId> = calls.into_iter().map(|(id, _)| id).collect();
+        let ids: Vec<RequestId> = calls.into_iter().map(|(id, _, _)| id).collect();
         for &id in &ids {
             self.running.insert(id, handle.abort_handle());
         }
@@ -186,6 +197,7 @@ fn finished(id: RequestId, end: CallEnd) -> Finished {
         CallEnd::Settled(outcome) => Finished::Settled(Delivery { id, outcome }),
         CallEnd::Denied(e) => Finished::Denied(Delivery { id, outcome: Err(e) }),
         CallEnd::Parked => Finished::Parked(id),
+        CallEnd::Reissue => Finished::Reissue(id),
     }
 }
 
@@ -235,11 +247,11 @@ impl Inner {
             }
         }
         if claimed {
-            let outstanding: Vec<(RequestId, String)> = run
+            let outstanding: Vec<(RequestId, String, bool)> = run
                 .pending
                 .values()
                 .filter(|p| p.kind().is_tool_call() && !p.awaiting_approval)
-                .map(|p| (p.id, p.tool_id.clone().unwrap_or_default()))
+                .map(|p| (p.id, p.tool_id.clone().unwrap_or_default(), p.read_only))
                 .collect();
             run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
             return Ok(());
@@ -271,6 +283,9 @@ impl Inner {
                         id: request,
                         outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, MSG_PARKED_TOO_LATE)),
                     },
+                    // Only a watcher of another process's calls asks for a re-issue, and a stored
+                    // run has none (the next `wait` re-issues from the stored pending call).
+                    Some(Finished::Reissue(_)) => continue,
                     None => break,
                 };
                 match rt.block_on(self.store.record_result(&id, &d)) {
@@ -454,7 +469,7 @@ impl Inner {
                 match &end {
                     CallEnd::Settled(outcome) => log.finish(outcome).await,
                     CallEnd::Denied(e) => log.finish(&Err(e.clone())).await,
-                    CallEnd::Parked => {}
+                    CallEnd::Parked | CallEnd::Reissue => {}
                 }
             }
             if !call_span.is_disabled() {
@@ -472,6 +487,26 @@ impl Inner {
         let finished = run.calls.start(rt, id, tracing::Instrument::instrument(call, span));
         if let Some(f) = finished {
             run.accept(f);
+        }
+        Ok(())
+    }
+
+    /// Issues again the read-only calls a watcher found lost with the process that ran them (see
+    /// [`CallEnd::Reissue`]).
+    pub(super) fn start_reissues(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
+        for id in std::mem::take(&mut run.reissue) {
+            let Some(p) = run.pending.get(&id).cloned() else { continue };
+            match resolve_tool(&run.catalog, &p.request) {
+                Ok((tool, mode)) => self.start_call(
+                    rt,
+                    run,
+                    CallSpec { id, request: p.request, tool, mode, origin: CallOrigin::Reissued },
+                )?,
+                Err((_, err)) => {
+                    run.pending.remove(&id);
+                    run.ready.push(Delivery { id, outcome: Err(err) });
+                }
+            }
         }
         Ok(())
     }

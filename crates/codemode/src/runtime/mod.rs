@@ -673,6 +673,7 @@ impl Inner {
             trace: self.trace_target(ctx, "exec"),
             loops: self.loop_history(rt, ctx),
             loop_warnings: Vec::new(),
+            reissue: Vec::new(),
         };
         // `abort` reaches the run while this call drives it (`wait` registers before restoring).
         let _active = self.activate(&run.id, &call);
@@ -762,6 +763,7 @@ impl Inner {
             trace: self.trace_target(ctx, "wait"),
             loops: self.loop_history(rt, ctx),
             loop_warnings: Vec::new(),
+            reissue: Vec::new(),
         };
         let _active = self.activate(&run.id, &call);
         // The run must be resumable before anything of it happens (issue 23 §2): no approved or
@@ -787,6 +789,9 @@ impl Inner {
                 return self.fail(rt, run, call, e);
             }
             run.collect_finished();
+            if let Err(e) = self.start_reissues(rt, &mut run) {
+                return self.fail(rt, run, call, e);
+            }
             if !run.ready.is_empty() {
                 break;
             }
@@ -892,6 +897,9 @@ impl Inner {
                 call.output.push(item);
             }
             run.collect_finished();
+            if let Err(e) = self.start_reissues(rt, run) {
+                return StepsEnd::Fail(e);
+            }
             // A parked call is outstanding like a running one: the run completes only once it has
             // been decided (and, if approved, has run).
             let outstanding = run.calls.running() + run.parked();
@@ -925,6 +933,9 @@ impl Inner {
                 Next::Finished(f) => {
                     run.accept(f);
                     run.collect_finished();
+                    if let Err(e) = self.start_reissues(rt, run) {
+                        return StepsEnd::Fail(e);
+                    }
                 }
                 Next::Cancelled => return StepsEnd::Abort,
                 Next::Deadline => return StepsEnd::Suspend(WaitReason::PendingTools),

@@ -50,6 +50,8 @@ pub(super) struct Run {
     pub(super) loops: Option<(codemode_catalog::loops::LoopConfig, Arc<Mutex<History>>)>,
     /// Loop-detection warnings not yet added to the call's output.
     pub(super) loop_warnings: Vec<String>,
+    /// Read-only calls to issue again (their process died; see `CallEnd::Reissue`).
+    pub(super) reissue: Vec<RequestId>,
 }
 
 impl Run {
@@ -57,6 +59,10 @@ impl Run {
         let (d, denied) = match f {
             Finished::Settled(d) => (d, false),
             Finished::Denied(d) => (d, true),
+            Finished::Reissue(id) => {
+                self.reissue.push(id);
+                return;
+            }
             Finished::Parked(id) => {
                 let traced = self.traced();
                 if let Some(p) = self.pending.get_mut(&id) {
