@@ -51,6 +51,20 @@ REDIS_URL = ""
 LEASE_MS = 1000
 
 
+def write_config(workdir: Path, ledger: Path) -> Path:
+    """The replicas' config: a 1 s budget, `charge` gated, the Redis store with a short lease, and
+    the ledger server upstream (its `read` tool's inputs unchecked)."""
+    config = workdir / "fleet.json5"
+    config.write_text(json.dumps({
+        "tools": {"codeMode": {"enabled": True, "timeoutMs": 1000}},
+        "approvals": {"require": ["mcp:ledger:charge"], "timeoutMs": 1000},
+        "snapshotStore": {"kind": "redis", "leaseMs": LEASE_MS},
+        "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)],
+                                  "validateInputs": {"except": ["read"]}}},
+    }))
+    return config
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -332,14 +346,7 @@ async def main() -> None:
     n_load = int(sys.argv[sys.argv.index("--load") + 1]) if "--load" in sys.argv else 0
     workdir.mkdir(parents=True, exist_ok=True)
     ledger = workdir / "ledger.txt"
-    config = workdir / "fleet.json5"
-    config.write_text(json.dumps({
-        "tools": {"codeMode": {"enabled": True, "timeoutMs": 1000}},
-        "approvals": {"require": ["mcp:ledger:charge"], "timeoutMs": 1000},
-        "snapshotStore": {"kind": "redis", "leaseMs": LEASE_MS},
-        "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)],
-                                  "validateInputs": {"except": ["read"]}}},
-    }))
+    config = write_config(workdir, ledger)
     redis = Redis(workdir)
     global BIN, REDIS_URL
     BIN, REDIS_URL = bin_path, redis.url

@@ -27,7 +27,7 @@ import httpx2 as httpx
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from fleet import LEASE_MS, TOKEN, Redis, Replica, free_port, result
+from fleet import LEASE_MS, TOKEN, Redis, Replica, free_port, result, write_config
 
 HERE = Path(__file__).resolve().parent
 
@@ -165,13 +165,7 @@ async def main() -> None:
     workdir = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp(prefix="codemode-fleet-"))
     workdir.mkdir(parents=True, exist_ok=True)
     ledger = workdir / "ledger.txt"
-    config = workdir / "fleet.json5"
-    config.write_text(json.dumps({
-        "tools": {"codeMode": {"enabled": True, "timeoutMs": 1000}},
-        "approvals": {"require": ["mcp:ledger:charge"], "timeoutMs": 1000},
-        "snapshotStore": {"kind": "redis", "leaseMs": LEASE_MS},
-        "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)]}},
-    }))
+    config = write_config(workdir, ledger)
     redis = Redis(workdir)
     replicas: list[Replica] = []
     lb = None

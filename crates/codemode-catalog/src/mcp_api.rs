@@ -265,9 +265,8 @@ pub fn render_server_with(catalog: &Catalog, view: &McpServerView, observed: &Ob
         }
         // The full declaration of the input (issue 26 §1), its `$defs` as aliases named after the
         // tool; the compact hint when the declaration is over its size bound.
-        let local: String =
+        let mut prefix: String =
             tool.alias.as_deref().unwrap_or(&tool.name).chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-        let mut prefix = local.clone();
         if let Some(f) = prefix.get_mut(0..1) {
             f.make_ascii_uppercase();
         }

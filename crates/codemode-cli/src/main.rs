@@ -363,24 +363,16 @@ async fn build_runtime_with(
     store: Option<Arc<dyn codemode::SnapshotStore>>,
     trajectory: Option<Arc<dyn codemode::RunObserver>>,
 ) -> Result<Gateway> {
-    let target = common.target();
-    codemode_mcp::check_target(&config, &target)?;
-    let builder = CodeMode::builder(config.code_mode.clone())
-        .config_file(&config, codemode_testing::demo::demo_namespaces())?
-        .policy_target(target);
-    let hub = codemode_mcp::connect_servers(&config).await?;
+    let (builder, hub) = codemode_mcp::runtime_builder(
+        &config,
+        &common.target(),
+        codemode_testing::demo::demo_tools(),
+        codemode_testing::demo::demo_namespaces(),
+        store,
+        trajectory,
+    )
+    .await?;
     report_servers(&hub);
-    let mut builder = builder
-        .local_tools(codemode_testing::demo::demo_tools())
-        .tool_definitions(hub.tool_definitions())
-        .unavailable_mcp_servers(hub.unavailable_servers())
-        .executor(hub.clone());
-    if let Some(store) = store {
-        builder = builder.store(store);
-    }
-    if let Some(sink) = trajectory {
-        builder = builder.trajectory(sink);
-    }
     let cm = builder.build();
     if !cm.engine_available() {
         hub.shutdown().await;

@@ -75,22 +75,23 @@ pub struct GatewayOptions {
     pub fleet_key: Option<[u8; 32]>,
 }
 
-/// Connects the configured upstream servers and builds the code-mode runtime over them (plus
-/// `local` tools): the catalog holds the local tools and every connected server's tools, after the
-/// config's policy for `target` (agent, provider, model); nested MCP calls go to the hub. The
-/// config's declared namespaces join `namespaces` (a registry that may already hold plugin ones).
-pub async fn build_gateway(
+/// The runtime of a config file over its upstream servers, not yet built: the file's semantics
+/// ([`CodeModeBuilder::config_file`](codemode::CodeModeBuilder::config_file)) for `target`, `local`
+/// tools, the connected servers' tools (down ones kept, see [`McpHub::unavailable_servers`]) with
+/// the hub as executor, and the store and trajectory sink when given. Used by [`build_gateway`]
+/// and by the `codemode` commands that run cells without serving MCP.
+pub async fn runtime_builder(
     file: &ConfigFile,
     target: &PolicyTarget,
-    options: GatewayOptions,
-) -> Result<Arc<server::Gateway>, ConfigError> {
-    let GatewayOptions { local, namespaces, store, trajectory, fleet_key } = options;
+    local: LocalTools,
+    namespaces: codemode::Namespaces,
+    store: Option<Arc<dyn SnapshotStore>>,
+    trajectory: Option<Arc<dyn codemode::RunObserver>>,
+) -> Result<(codemode::CodeModeBuilder, Arc<McpHub>), ConfigError> {
     check_target(file, target)?;
     let builder = CodeMode::builder(file.code_mode.clone()).config_file(file, namespaces)?;
     let hub = connect_servers(file).await?;
-    let approver = Arc::new(approval::ElicitingApprover::default());
     let mut builder = builder
-        .approver(approver.clone())
         .policy_target(target.clone())
         .local_tools(local)
         .tool_definitions(hub.tool_definitions())
@@ -102,6 +103,22 @@ pub async fn build_gateway(
     if let Some(sink) = trajectory {
         builder = builder.trajectory(sink);
     }
+    Ok((builder, hub))
+}
+
+/// Connects the configured upstream servers and builds the code-mode runtime over them (plus
+/// `local` tools): the catalog holds the local tools and every connected server's tools, after the
+/// config's policy for `target` (agent, provider, model); nested MCP calls go to the hub. The
+/// config's declared namespaces join `namespaces` (a registry that may already hold plugin ones).
+pub async fn build_gateway(
+    file: &ConfigFile,
+    target: &PolicyTarget,
+    options: GatewayOptions,
+) -> Result<Arc<server::Gateway>, ConfigError> {
+    let GatewayOptions { local, namespaces, store, trajectory, fleet_key } = options;
+    let (builder, hub) = runtime_builder(file, target, local, namespaces, store, trajectory).await?;
+    let approver = Arc::new(approval::ElicitingApprover::default());
+    let builder = builder.approver(approver.clone());
     Ok(match fleet_key {
         Some(key) => server::Gateway::fleet_replica(builder.build(), hub, approver, key),
         None => server::Gateway::with_approver(builder.build(), hub, approver),

@@ -21,16 +21,11 @@
 //! snapshots cannot be stored here ([`StoreError::LiveNotSupported`]).
 
 use crate::clock::{Clock, SystemClock};
+use crate::record::RunMeta;
 use codemode_core::approval::ApprovalDecision;
-use codemode_core::engine::{Delivery, RequestId, Snapshot, SnapshotBody};
-use codemode_core::positions::CellPositions;
-use codemode_core::result::WaitReason;
+use codemode_core::engine::{Delivery, RequestId};
 use codemode_core::scope::{RunId, RunScope};
-use codemode_core::store::{
-    CallsClaim, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun, parked_ids,
-};
-use codemode_core::telemetry::CodeModeTelemetry;
-use serde::{Deserialize, Serialize};
+use codemode_core::store::{CallsClaim, MAX_SUSPENDED_RUNS, SnapshotStore, StoreError, SuspendedRun, parked_ids};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,23 +46,6 @@ const ELOOP: i32 = libc::ELOOP;
 const ELOOP: i32 = -1;
 /// How long after its expiry a `.lock` file (a `wait` in progress, or one that crashed) is kept.
 const LOCK_GRACE_MS: u64 = 120_000;
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Meta {
-    run_id: RunId,
-    scope: RunScope,
-    engine: String,
-    reason: WaitReason,
-    pending: Vec<PendingRequest>,
-    ready: Vec<Delivery>,
-    restart_safe: bool,
-    telemetry: CodeModeTelemetry,
-    created_at_ms: u64,
-    expires_at_ms: u64,
-    #[serde(default)]
-    positions: CellPositions,
-}
 
 /// Keeps suspended runs as files in one directory.
 ///
@@ -129,22 +107,7 @@ impl DirectorySnapshotStore {
     }
 
     fn encode(run: SuspendedRun) -> Result<Vec<u8>, StoreError> {
-        let SnapshotBody::Serialized(bytes) = run.snapshot.body else {
-            return Err(StoreError::LiveNotSupported(run.snapshot.engine));
-        };
-        let meta = Meta {
-            run_id: run.run_id,
-            scope: run.scope,
-            engine: run.snapshot.engine,
-            reason: run.reason,
-            pending: run.pending,
-            ready: run.ready,
-            restart_safe: run.restart_safe,
-            telemetry: run.telemetry,
-            created_at_ms: run.created_at_ms,
-            expires_at_ms: run.expires_at_ms,
-            positions: run.positions,
-        };
+        let (meta, bytes) = RunMeta::split(run)?;
         let meta = serde_json::to_vec(&meta).map_err(|e| StoreError::Encode(e.to_string()))?;
         let mut out = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + bytes.len());
         out.extend_from_slice(MAGIC);
@@ -154,7 +117,7 @@ impl DirectorySnapshotStore {
         Ok(out)
     }
 
-    fn decode_meta(bytes: &[u8]) -> Result<(Meta, usize), StoreError> {
+    fn decode_meta(bytes: &[u8]) -> Result<(RunMeta, usize), StoreError> {
         let corrupt = |m: &str| StoreError::Corrupt(m.to_string());
         if bytes.len() < MAGIC.len() + 4 || &bytes[..MAGIC.len()] != MAGIC {
             return Err(corrupt("not a codemode run file"));
@@ -166,8 +129,7 @@ impl DirectorySnapshotStore {
         if len > MAX_META_BYTES || start + len > bytes.len() {
             return Err(corrupt("run file is truncated"));
         }
-        let meta: Meta =
-            serde_json::from_slice(&bytes[start..start + len]).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let meta = RunMeta::parse(&bytes[start..start + len])?;
         Ok((meta, start + len))
     }
 
@@ -339,19 +301,7 @@ impl SnapshotStore for DirectorySnapshotStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StoreError::Busy),
             Err(e) => return Err(io(e)),
         }
-        Ok(SuspendedRun {
-            run_id: meta.run_id,
-            scope: meta.scope,
-            snapshot: Snapshot { engine: meta.engine, body: SnapshotBody::Serialized(bytes[body_at..].to_vec()) },
-            reason: meta.reason,
-            pending: meta.pending,
-            ready: meta.ready,
-            restart_safe: meta.restart_safe,
-            telemetry: meta.telemetry,
-            created_at_ms: meta.created_at_ms,
-            expires_at_ms: meta.expires_at_ms,
-            positions: meta.positions,
-        })
+        Ok(meta.into_run(bytes[body_at..].to_vec()))
     }
 
     async fn remove(&self, run_id: &RunId) -> bool {
@@ -518,7 +468,10 @@ impl Drop for Claim {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use codemode_core::engine::{Snapshot, SnapshotBody};
+    use codemode_core::result::WaitReason;
     use codemode_core::scope::ScopeMismatch;
+    use codemode_core::telemetry::CodeModeTelemetry;
 
     fn run(id: &str, session: &str, expires_at_ms: u64, body: Vec<u8>) -> SuspendedRun {
         SuspendedRun {

@@ -24,6 +24,7 @@ mod clock;
 pub mod conformance;
 mod directory;
 mod memory;
+mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
 

@@ -50,16 +50,14 @@
 //! fails when Redis cannot be reached at start.
 
 use crate::clock::{Clock, SystemClock};
+use crate::record::RunMeta;
 use codemode_core::approval::ApprovalDecision;
-use codemode_core::engine::{Delivery, GuestError, RequestId, Snapshot, SnapshotBody};
+use codemode_core::engine::{Delivery, GuestError, RequestId};
 use codemode_core::error::CodeModeErrorCode;
-use codemode_core::positions::CellPositions;
-use codemode_core::result::WaitReason;
 use codemode_core::scope::{RunId, RunScope};
 use codemode_core::store::{
-    CallIssue, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun, parked_ids,
+    CallIssue, CallStart, MAX_SUSPENDED_RUNS, SnapshotStore, StoreError, SuspendedRun, parked_ids,
 };
-use codemode_core::telemetry::CodeModeTelemetry;
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -89,23 +87,6 @@ const LOST: i64 = -1;
 
 /// How long one operation may take before Redis counts as unreachable.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Meta {
-    run_id: RunId,
-    scope: RunScope,
-    engine: String,
-    reason: WaitReason,
-    pending: Vec<PendingRequest>,
-    ready: Vec<Delivery>,
-    restart_safe: bool,
-    telemetry: CodeModeTelemetry,
-    created_at_ms: u64,
-    expires_at_ms: u64,
-    #[serde(default)]
-    positions: CellPositions,
-}
 
 /// One entry of the call log.
 #[derive(Serialize, Deserialize)]
@@ -545,8 +526,18 @@ impl Shared {
         format!("{}session:{digest}:{kind}", self.prefix)
     }
 
-    fn token(&self, run: &RunId) -> i64 {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).get(run).copied().unwrap_or(0)
+    /// The fence token this replica holds for `run` (0: none, a run not checked out here).
+    /// [`StoreError::TakenOver`] when the heartbeat found its lease lost (the mark is dropped: the
+    /// runtime gives the run up on this answer).
+    fn fenced_token(&self, run: &RunId) -> Result<i64, StoreError> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        match held.get(run).copied() {
+            Some(LOST) => {
+                held.remove(run);
+                Err(StoreError::TakenOver)
+            }
+            token => Ok(token.unwrap_or(0)),
+        }
     }
 
     fn release(&self, run: &RunId) {
@@ -580,22 +571,6 @@ impl Shared {
     }
 }
 
-fn meta_of(run: &SuspendedRun) -> Meta {
-    Meta {
-        run_id: run.run_id.clone(),
-        scope: run.scope.clone(),
-        engine: run.snapshot.engine.clone(),
-        reason: run.reason,
-        pending: run.pending.clone(),
-        ready: run.ready.clone(),
-        restart_safe: run.restart_safe,
-        telemetry: run.telemetry.clone(),
-        created_at_ms: run.created_at_ms,
-        expires_at_ms: run.expires_at_ms,
-        positions: run.positions.clone(),
-    }
-}
-
 #[async_trait::async_trait]
 impl SnapshotStore for RedisSnapshotStore {
     fn name(&self) -> &str {
@@ -612,19 +587,14 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn put(&self, run: SuspendedRun) -> Result<(), StoreError> {
         let s = &self.shared;
-        let SnapshotBody::Serialized(bytes) = &run.snapshot.body else {
-            return Err(StoreError::LiveNotSupported(run.snapshot.engine.clone()));
-        };
-        let meta = serde_json::to_string(&meta_of(&run)).map_err(encode_err)?;
+        let (meta, bytes) = RunMeta::split(run)?;
+        let id = &meta.run_id;
+        let token = s.fenced_token(id)?;
         let keep: serde_json::Map<String, serde_json::Value> =
-            run.pending.iter().map(|p| (p.id.to_string(), serde_json::Value::Bool(true))).collect();
-        let parked = serde_json::to_string(&parked_ids(&run.pending)).map_err(encode_err)?;
-        let id = &run.run_id;
-        let token = s.token(id);
-        if token == LOST {
-            s.release(id);
-            return Err(StoreError::TakenOver);
-        }
+            meta.pending.iter().map(|p| (p.id.to_string(), serde_json::Value::Bool(true))).collect();
+        let parked = serde_json::to_string(&parked_ids(&meta.pending)).map_err(encode_err)?;
+        let (scope_key, expires_at_ms) = (s.scope_key(&meta.scope), meta.expires_at_ms);
+        let meta_json = serde_json::to_string(&meta).map_err(encode_err)?;
         let mut conn = s.conn.clone();
         let status: String = s
             .scripts
@@ -632,19 +602,19 @@ impl SnapshotStore for RedisSnapshotStore {
             .key(s.key("run", id))
             .key(s.key("calls", id))
             .key(s.key("decisions", id))
-            .key(s.scope_key(&run.scope))
+            .key(scope_key)
             .key(format!("{}expiry", s.prefix))
             .arg(id.as_str())
             .arg(s.clock.now_ms())
             .arg(&s.replica)
             .arg(token)
-            .arg(meta)
+            .arg(meta_json)
             .arg(bytes.as_slice())
-            .arg(run.expires_at_ms)
+            .arg(expires_at_ms)
             .arg(s.max_runs)
             .arg(serde_json::Value::Object(keep).to_string())
             .arg(parked)
-            .arg(run.expires_at_ms.saturating_sub(s.clock.now_ms()).saturating_add(KEY_GRACE_MS))
+            .arg(expires_at_ms.saturating_sub(s.clock.now_ms()).saturating_add(KEY_GRACE_MS))
             .invoke_async(&mut conn)
             .await
             .map_err(unreachable)?;
@@ -675,7 +645,7 @@ impl SnapshotStore for RedisSnapshotStore {
             other => other.map_err(unreachable)?,
         };
         let Some(meta) = meta else { return Err(StoreError::Unavailable) };
-        let parsed: Meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let parsed = RunMeta::parse(meta.as_bytes())?;
         if parsed.run_id != *run_id {
             return Err(StoreError::Corrupt("stored run names another run".into()));
         }
@@ -699,21 +669,9 @@ impl SnapshotStore for RedisSnapshotStore {
             }
             _ => return Err(StoreError::Unavailable),
         }
-        let meta: Meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let meta = RunMeta::parse(meta.as_bytes())?;
         s.held.lock().unwrap_or_else(|p| p.into_inner()).insert(run_id.clone(), fence);
-        Ok(SuspendedRun {
-            run_id: meta.run_id,
-            scope: meta.scope,
-            snapshot: Snapshot { engine: meta.engine, body: SnapshotBody::Serialized(snap) },
-            reason: meta.reason,
-            pending: meta.pending,
-            ready: meta.ready,
-            restart_safe: meta.restart_safe,
-            telemetry: meta.telemetry,
-            created_at_ms: meta.created_at_ms,
-            expires_at_ms: meta.expires_at_ms,
-            positions: meta.positions,
-        })
+        Ok(meta.into_run(snap))
     }
 
     async fn remove(&self, run_id: &RunId) -> bool {
@@ -741,11 +699,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn settle(&self, run_id: &RunId) -> Result<bool, StoreError> {
         let s = &self.shared;
-        let token = s.token(run_id);
-        if token == LOST {
-            s.release(run_id);
-            return Err(StoreError::TakenOver);
-        }
+        let token = s.fenced_token(run_id)?;
         let mut conn = s.conn.clone();
         let status: String = s
             .scripts
@@ -853,9 +807,7 @@ impl SnapshotStore for RedisSnapshotStore {
                          may not have happened); it is not repeated"
             .to_string();
         let lost_json = serde_json::to_string(&lost(lost_text.clone())).map_err(encode_err)?;
-        if s.token(run_id) == LOST {
-            return Err(StoreError::TakenOver);
-        }
+        let token = s.fenced_token(run_id)?;
         let mut conn = s.conn.clone();
         let (status, detail): (String, String) = s
             .scripts
@@ -864,7 +816,7 @@ impl SnapshotStore for RedisSnapshotStore {
             .key(s.key("calls", run_id))
             .arg(issue.request_id)
             .arg(&s.replica)
-            .arg(s.token(run_id))
+            .arg(token)
             .arg(&issue.tool_id)
             .arg(&issue.input_digest)
             .arg(if issue.read_only { "1" } else { "0" })
