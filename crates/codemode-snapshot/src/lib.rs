@@ -13,6 +13,9 @@
 //!   approval decisions and leases in Redis, so any replica resumes any run with exactly-once
 //!   nested calls.
 //!
+//! - [`portable`]: the bytes of an exported run, which a host keeps wherever it likes and imports
+//!   into another process's runtime.
+//!
 //! The `conformance` feature adds the store conformance suite every store passes (memory,
 //! directory, Redis) and a `redis-server` launcher for tests.
 //!
@@ -24,6 +27,7 @@ mod clock;
 pub mod conformance;
 mod directory;
 mod memory;
+pub mod portable;
 mod record;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -567,6 +567,36 @@ impl CodeMode {
         self.inner.abort_scope(scope).await
     }
 
+    /// Takes a `waiting` run of `ctx`'s scope out of this runtime as bytes the host may keep
+    /// anywhere (a file, its own database) and later give to [`Self::import_run`] of this or another
+    /// process. The run leaves the store: it is resumed only where its bytes are imported. Nested
+    /// calls this process started for the run are awaited first (at most until the run expires), so
+    /// their results travel with it — no call is lost or repeated. Fails with `invalid_input` for an
+    /// unknown run, another scope's run, a run being resumed, or a run of an engine with live
+    /// in-process snapshots (`quickjs`, `boa`). Format: [`codemode_snapshot::portable`].
+    pub async fn export_run(&self, ctx: &RunContext, run_id: &RunId) -> Result<Vec<u8>, CodeModeError> {
+        let (inner, scope, id) = (self.inner.clone(), ctx.scope.clone(), run_id.clone());
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|e| CodeModeError::new(CodeModeErrorCode::InternalError, e.to_string()))?;
+        tokio::task::spawn_blocking(move || inner.export_run(&rt, &scope, &id))
+            .await
+            .unwrap_or_else(|e| Err(CodeModeError::new(CodeModeErrorCode::InternalError, e.to_string())))
+    }
+
+    /// Puts a run exported by [`Self::export_run`] (here or in another process) into this runtime's
+    /// store and returns its id; a `wait` from the run's own scope resumes it. Fails with
+    /// `invalid_input` for damaged bytes or a run of another engine, `snapshot_expired` past its TTL,
+    /// and `snapshot_limit_exceeded` over this runtime's `maxSnapshotBytes`. Import the bytes of an
+    /// export once: each import is a resumable copy of the run as it was exported.
+    pub async fn import_run(&self, bytes: Vec<u8>) -> Result<RunId, CodeModeError> {
+        let inner = self.inner.clone();
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|e| CodeModeError::new(CodeModeErrorCode::InternalError, e.to_string()))?;
+        tokio::task::spawn_blocking(move || inner.import_run(&rt, &bytes))
+            .await
+            .unwrap_or_else(|e| Err(CodeModeError::new(CodeModeErrorCode::InternalError, e.to_string())))
+    }
+
     /// Deletes expired suspended runs now (`exec` / `wait` also sweep, at most once a second).
     pub async fn sweep(&self) {
         self.inner.sweep().await;

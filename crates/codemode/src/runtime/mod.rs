@@ -47,6 +47,7 @@ mod gates;
 mod lifecycle;
 mod loops;
 mod observed;
+mod portable;
 mod run;
 mod suspend;
 
