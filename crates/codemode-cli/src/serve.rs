@@ -61,10 +61,6 @@ async fn shutdown_signal() {
     }
 }
 
-/// Environment variable holding the Redis URL of a fleet's store when neither `--store` nor the
-/// config file's `snapshotStore.url` gives one.
-pub(crate) const REDIS_URL_ENV: &str = "CODEMODE_REDIS_URL";
-
 /// Reads `--store`: `memory`, `redis`, `redis://…`, `rediss://…`, or a directory.
 pub(crate) fn store_from_flag(flag: &str) -> Result<SnapshotStoreConfig> {
     Ok(match flag {
@@ -78,44 +74,12 @@ pub(crate) fn store_from_flag(flag: &str) -> Result<SnapshotStoreConfig> {
     })
 }
 
-/// Opens the chosen store; for a fleet store (Redis) also the fleet's shared secret. `None`: the
-/// default (memory).
+/// Opens the chosen store (see [`codemode_mcp::open_store`]).
 pub(crate) async fn open_store(
     choice: Option<SnapshotStoreConfig>,
 ) -> Result<(Option<Arc<dyn codemode::SnapshotStore>>, Option<[u8; 32]>)> {
-    match choice {
-        None | Some(SnapshotStoreConfig::Memory) => Ok((None, None)),
-        Some(SnapshotStoreConfig::Directory { dir }) => {
-            let store = codemode::DirectorySnapshotStore::new(&dir)
-                .map_err(|e| anyhow::anyhow!("snapshot directory {}: {e}", dir.display()))?;
-            Ok((Some(Arc::new(store)), None))
-        }
-        Some(SnapshotStoreConfig::Redis { url, key_prefix, lease_ms }) => {
-            let url = match url.or_else(|| std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.is_empty())) {
-                Some(u) => u,
-                None => bail!(
-                    "a redis snapshot store needs a URL: snapshotStore.url, --store redis://HOST:PORT or {REDIS_URL_ENV}"
-                ),
-            };
-            let mut config = codemode_snapshot::RedisStoreConfig::new(url);
-            if let Some(p) = key_prefix {
-                config.key_prefix = p;
-            }
-            if let Some(l) = lease_ms {
-                config.lease_ms = l;
-            }
-            let store = codemode_snapshot::RedisSnapshotStore::connect(config)
-                .await
-                .map_err(|e| anyhow::anyhow!("redis snapshot store: {e}"))?;
-            let key = store.fleet_secret().await.map_err(|e| anyhow::anyhow!("redis snapshot store: {e}"))?;
-            tracing::info!(
-                replica = store.replica_id(),
-                prefix = store.key_prefix(),
-                "snapshot store: redis (fleet mode)"
-            );
-            Ok((Some(Arc::new(store)), Some(key)))
-        }
-    }
+    let opened = codemode_mcp::open_store(choice).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((opened.store, opened.fleet_key))
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {

@@ -59,6 +59,63 @@ pub async fn connect_servers(file: &ConfigFile) -> Result<Arc<McpHub>, ConfigErr
     Ok(McpHub::connect(servers).await)
 }
 
+/// Environment variable holding the Redis URL of a fleet's store when the configuration names none.
+pub const REDIS_URL_ENV: &str = "CODEMODE_REDIS_URL";
+
+/// A snapshot store opened from a configuration's `snapshotStore`.
+#[derive(Default)]
+pub struct OpenedStore {
+    /// The store; `None`: the default (in memory).
+    pub store: Option<Arc<dyn SnapshotStore>>,
+    /// The fleet's shared secret when the store is shared by replicas (Redis).
+    pub fleet_key: Option<[u8; 32]>,
+}
+
+/// Opens the store a configuration chooses (`None` and `memory`: the default in-memory store); a
+/// Redis store without a URL takes [`REDIS_URL_ENV`]. Errors name `snapshotStore`.
+pub async fn open_store(
+    choice: Option<codemode::config_file::SnapshotStoreConfig>,
+) -> Result<OpenedStore, ConfigError> {
+    use codemode::config_file::SnapshotStoreConfig;
+    match choice {
+        None | Some(SnapshotStoreConfig::Memory) => Ok(OpenedStore::default()),
+        Some(SnapshotStoreConfig::Directory { dir }) => {
+            let store = codemode::DirectorySnapshotStore::new(&dir).map_err(|e| {
+                ConfigError::new("snapshotStore.dir", format!("snapshot directory {}: {e}", dir.display()))
+            })?;
+            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: None })
+        }
+        Some(SnapshotStoreConfig::Redis { url, key_prefix, lease_ms }) => {
+            let Some(url) = url.or_else(|| std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.is_empty())) else {
+                return Err(ConfigError::new(
+                    "snapshotStore.url",
+                    format!(
+                        "a redis snapshot store needs a URL: snapshotStore.url, --store redis://HOST:PORT or {REDIS_URL_ENV}"
+                    ),
+                ));
+            };
+            let mut config = codemode_snapshot::RedisStoreConfig::new(url);
+            if let Some(p) = key_prefix {
+                config.key_prefix = p;
+            }
+            if let Some(l) = lease_ms {
+                config.lease_ms = l;
+            }
+            let unreachable = |e: codemode_core::store::StoreError| {
+                ConfigError::new("snapshotStore", format!("redis snapshot store: {e}"))
+            };
+            let store = codemode_snapshot::RedisSnapshotStore::connect(config).await.map_err(unreachable)?;
+            let key = store.fleet_secret().await.map_err(unreachable)?;
+            tracing::info!(
+                replica = store.replica_id(),
+                prefix = store.key_prefix(),
+                "snapshot store: redis (fleet mode)"
+            );
+            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: Some(key) })
+        }
+    }
+}
+
 /// What a gateway serves besides the config file's servers.
 #[derive(Default)]
 pub struct GatewayOptions {

@@ -32,7 +32,8 @@
 use codemode_catalog::approval::ApprovalPolicy;
 use codemode_catalog::policy::ToolPolicy;
 use codemode_catalog::sandbox::SandboxPolicy;
-use codemode_core::config::{CodeModeConfig, ConfigError, parse_json5, type_name};
+pub use codemode_core::config::ConfigError;
+use codemode_core::config::{CodeModeConfig, parse_json5, type_name};
 use serde_json::Value;
 use std::path::Path;
 

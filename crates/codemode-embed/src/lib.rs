@@ -1,0 +1,436 @@
+//! # codemode-embed
+//!
+//! The host side of codemode's language packages: what the Python package (`crates/codemode-python`,
+//! PyO3) and the Node package (`crates/codemode-node`, napi-rs) share, so that each of them is only
+//! the glue between its language and these types.
+//!
+//! - [`Embedded`]: a [`CodeMode`] runtime built from a configuration *document* — the same JSON as a
+//!   `codemode.json5` file (`tools.codeMode`, `approvals`, `snapshotStore`, `mcpServers`, …), given
+//!   as a value instead of a path — plus the host language's own functions as tools, a before-call
+//!   hook and an approver. Its methods take and return JSON ([`serde_json::Value`]): results have
+//!   exactly the wire shape of the Rust API and of `codemode serve`.
+//! - [`HostToolSpec`] / [`HostFunction`]: a host-language function as a catalog tool (a `plugin`
+//!   tool owned by the package, `plugin:<owner>:<name>`); [`HostHook`] and [`HostApprover`]:
+//!   callbacks for [`ToolHook::before_tool_call`] and [`codemode::Approver`].
+//!
+//! Only JSON crosses between the guest and the host language: a language binding converts its
+//! values to [`serde_json::Value`] (refusing what is not JSON) before they reach this crate, and the
+//! guest never holds a host object.
+//!
+//! Layering (DESIGN §2): above the facade (`codemode`) and `codemode-mcp` (upstream servers and the
+//! snapshot stores a configuration names); below the language packages.
+#![forbid(unsafe_code)]
+
+pub use codemode::ApprovalDecision;
+use codemode::config_file::ConfigFile;
+use codemode::{
+    ApprovalRequest, Approver, CodeMode, CodeModeError, CodeModeExecInput, CodeModeWaitInput, NestedToolCall,
+    PolicyTarget, RunContext, RunId, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolHook, ToolResult, ToolSource,
+};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// A host API call that could not be made (a malformed tool spec or config, an unknown run); the
+/// `code` is the SPEC error code (`invalid_input`, `snapshot_expired`, …) or `config_error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct EmbedError {
+    /// The error code.
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl EmbedError {
+    /// An error with `code`.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code: code.into(), message: message.into() }
+    }
+
+    fn invalid(message: impl Into<String>) -> Self {
+        Self::new("invalid_input", message)
+    }
+}
+
+impl From<CodeModeError> for EmbedError {
+    fn from(e: CodeModeError) -> Self {
+        let code = e.code.map(|c| c.as_str().to_string()).unwrap_or_else(|| "failed".to_string());
+        Self { code, message: e.message }
+    }
+}
+
+impl From<codemode::config_file::ConfigError> for EmbedError {
+    fn from(e: codemode::config_file::ConfigError) -> Self {
+        Self::new("config_error", e.to_string())
+    }
+}
+
+/// Parses the text of a configuration file (JSON5) into its document; errors name the place
+/// (code `config_error`).
+pub fn parse_config_text(text: &str) -> Result<Value, EmbedError> {
+    Ok(codemode_core::config::parse_json5(text)?)
+}
+
+/// Longest tool name. Prevents: a host registering names that flood the catalog and the `exec`
+/// description.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// What a host-language function declares as a tool (the JSON a package passes in):
+/// `{ name, description?, inputSchema?, outputSchema?, readOnly?, owner? }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostToolSpec {
+    /// The catalog definition (source `plugin`, owner = the package or the given owner).
+    pub definition: ToolDefinition,
+}
+
+impl HostToolSpec {
+    /// Parses and checks a spec; `default_owner` is the owner when the spec names none (`python`,
+    /// `node`). The name must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 64 characters) so
+    /// that the guest can call it as `tools.<name>(input)`; schemas must be JSON objects.
+    pub fn from_json(spec: &Value, default_owner: &str) -> Result<Self, EmbedError> {
+        let obj = spec.as_object().ok_or_else(|| EmbedError::invalid("a tool spec must be an object"))?;
+        const KEYS: [&str; 7] = ["name", "description", "inputSchema", "outputSchema", "readOnly", "owner", "label"];
+        if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(EmbedError::invalid(format!("unknown key `{k}` in a tool spec (known: {})", KEYS.join(", "))));
+        }
+        let text = |key: &str| -> Result<Option<String>, EmbedError> {
+            match obj.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(EmbedError::invalid(format!("tool spec `{key}` must be a string"))),
+            }
+        };
+        let name = text("name")?.ok_or_else(|| EmbedError::invalid("a tool spec needs a `name`"))?;
+        check_identifier(&name, "tool name")?;
+        let owner = text("owner")?.unwrap_or_else(|| default_owner.to_string());
+        check_identifier(&owner, "tool owner")?;
+        let mut def = ToolDefinition::new(ToolSource::Plugin, owner, name.clone());
+        if let Some(d) = text("description")? {
+            def = def.with_description(d);
+        }
+        if let Some(l) = text("label")? {
+            def = def.with_label(l);
+        }
+        match obj.get("inputSchema") {
+            None | Some(Value::Null) => {}
+            Some(s @ Value::Object(_)) => def = def.with_parameters(s.clone()),
+            Some(_) => {
+                return Err(EmbedError::invalid(format!("tool `{name}`: `inputSchema` must be a JSON Schema object")));
+            }
+        }
+        match obj.get("outputSchema") {
+            None | Some(Value::Null) => {}
+            Some(s @ Value::Object(_)) => def = def.with_output_schema(s.clone()),
+            Some(_) => {
+                return Err(EmbedError::invalid(format!("tool `{name}`: `outputSchema` must be a JSON Schema object")));
+            }
+        }
+        match obj.get("readOnly") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => def = def.read_only(),
+            Some(_) => return Err(EmbedError::invalid(format!("tool `{name}`: `readOnly` must be a boolean"))),
+        }
+        Ok(Self { definition: def })
+    }
+}
+
+fn check_identifier(s: &str, what: &str) -> Result<(), EmbedError> {
+    let mut chars = s.chars();
+    let ok = s.len() <= MAX_TOOL_NAME
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(EmbedError::invalid(format!(
+            "{what} `{}` must be an identifier ([A-Za-z_][A-Za-z0-9_]*, at most {MAX_TOOL_NAME} characters)",
+            s.chars().take(80).collect::<String>()
+        )))
+    }
+}
+
+/// Who calls a host function, as the function may see it (`{ runId, requestId, toolId, session }`).
+pub fn call_info(call: &NestedToolCall) -> Value {
+    json!({
+        "runId": call.run_id.as_str(),
+        "requestId": call.request_id,
+        "toolId": call.tool_id,
+        "session": call.context.scope.session_id,
+    })
+}
+
+/// A host-language function behind a tool. Implemented by the language packages.
+#[async_trait::async_trait]
+pub trait HostFunction: Send + Sync {
+    /// Runs the function on `input` (JSON); `info` is [`call_info`]. An `Err` is the function's
+    /// exception: the guest sees a `ToolError` (coded `nested_tool_failed`) with its message.
+    async fn call(&self, input: Value, info: Value) -> Result<Value, HostFailure>;
+}
+
+/// A host function's failure: the exception's type name (`ValueError`, `TypeError`) and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFailure {
+    /// The exception's type (`Error` when the language has none to tell).
+    pub kind: String,
+    /// Its message.
+    pub message: String,
+}
+
+impl HostFailure {
+    /// A failure of `kind` with `message`.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: kind.into(), message: message.into() }
+    }
+}
+
+struct HostTool {
+    def: ToolDefinition,
+    function: Arc<dyn HostFunction>,
+}
+
+#[async_trait::async_trait]
+impl Tool for HostTool {
+    fn definition(&self) -> &ToolDefinition {
+        &self.def
+    }
+
+    async fn call(&self, input: Value, call: &NestedToolCall) -> Result<ToolResult, ToolError> {
+        match self.function.call(input, call_info(call)).await {
+            Ok(v) => Ok(ToolResult::value(v)),
+            Err(f) => Err(ToolError::failed(format!("{}: {}", f.kind, f.message))),
+        }
+    }
+}
+
+/// What a before-call hook decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookVerdict {
+    /// The call goes ahead as it is.
+    Allow,
+    /// The call goes ahead with this input instead.
+    Rewrite(Value),
+    /// The call is refused with this reason (the guest sees a catchable error; the tool never runs).
+    Refuse(String),
+}
+
+/// A host-language hook run before every nested call (after the policy, before approvals and the
+/// tool). It sees `{ runId, requestId, toolId, session, input }`.
+#[async_trait::async_trait]
+pub trait HostHook: Send + Sync {
+    /// The verdict; an `Err` (the hook raised) refuses the call with the error's message.
+    async fn before_call(&self, call: Value) -> Result<HookVerdict, HostFailure>;
+}
+
+struct HookAdapter(Arc<dyn HostHook>);
+
+#[async_trait::async_trait]
+impl ToolHook for HookAdapter {
+    async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {
+        let mut event = call_info(call);
+        event["input"] = call.input.clone();
+        match self.0.before_call(event).await {
+            Ok(HookVerdict::Allow) => Ok(()),
+            Ok(HookVerdict::Rewrite(input)) => {
+                call.input = input;
+                Ok(())
+            }
+            Ok(HookVerdict::Refuse(reason)) => Err(ToolError::new(ToolErrorKind::Denied, reason)),
+            Err(f) => Err(ToolError::new(
+                ToolErrorKind::Denied,
+                format!("the before-call hook failed: {}: {}", f.kind, f.message),
+            )),
+        }
+    }
+}
+
+/// A host-language approver of gated calls. It sees the approval request (`{ runId, requestId,
+/// toolId, inputPreview, reason, cellLine?, context }`) and answers with a decision, or `None` to
+/// park the call until [`Embedded::approve`].
+#[async_trait::async_trait]
+pub trait HostApprover: Send + Sync {
+    /// The decision; an `Err` (the approver raised) denies the call with the error's message.
+    async fn decide(&self, request: Value) -> Result<Option<ApprovalDecision>, HostFailure>;
+}
+
+struct ApproverAdapter(Arc<dyn HostApprover>);
+
+#[async_trait::async_trait]
+impl Approver for ApproverAdapter {
+    async fn decide(&self, request: &ApprovalRequest) -> Option<ApprovalDecision> {
+        let value = serde_json::to_value(request).unwrap_or(Value::Null);
+        match self.0.decide(value).await {
+            Ok(d) => d,
+            Err(f) => Some(ApprovalDecision::deny(format!("the approver failed: {}: {}", f.kind, f.message))),
+        }
+    }
+}
+
+/// Everything an [`Embedded`] runtime is built from.
+#[derive(Default)]
+pub struct EmbedOptions {
+    /// The configuration document (the JSON of a `codemode.json5` file); `None`: the defaults with
+    /// code mode enabled.
+    pub config: Option<Value>,
+    /// The host-language tools.
+    pub tools: Vec<(HostToolSpec, Arc<dyn HostFunction>)>,
+    /// A before-call hook.
+    pub hook: Option<Arc<dyn HostHook>>,
+    /// An approver of gated calls.
+    pub approver: Option<Arc<dyn HostApprover>>,
+}
+
+/// A code-mode runtime owned by a host-language package (see the crate docs).
+pub struct Embedded {
+    cm: CodeMode,
+    hub: Arc<codemode_mcp::McpHub>,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded").field("runtime", &self.cm).finish()
+    }
+}
+
+impl Embedded {
+    /// Builds the runtime: parses the configuration (errors name the key, code `config_error`),
+    /// opens the snapshot store it names, connects its `mcpServers` (a server that cannot start
+    /// stays listed as down, as in `codemode serve`) and adds the host tools. Code mode is enabled
+    /// unless the document sets `tools.codeMode.enabled: false`. Must run inside a tokio runtime.
+    pub async fn start(options: EmbedOptions) -> Result<Self, EmbedError> {
+        let EmbedOptions { config, tools, hook, approver } = options;
+        let mut doc = match config {
+            None | Some(Value::Null) => json!({}),
+            Some(v @ Value::Object(_)) => v,
+            Some(_) => return Err(EmbedError::new("config_error", "(root): the configuration must be an object")),
+        };
+        // Code mode is what a package is for: on unless the document says otherwise.
+        if doc.pointer("/tools/codeMode/enabled").is_none() {
+            let tools = doc.as_object_mut().map(|o| o.entry("tools").or_insert_with(|| json!({})));
+            if let Some(Value::Object(t)) = tools {
+                let cm = t.entry("codeMode").or_insert_with(|| json!({}));
+                if let Value::Object(c) = cm {
+                    c.insert("enabled".into(), Value::Bool(true));
+                }
+            }
+        }
+        let file = ConfigFile::parse(&doc.to_string())?;
+        let mut local = codemode::LocalTools::new();
+        let mut seen = std::collections::HashSet::new();
+        for (spec, function) in tools {
+            let id = spec.definition.id();
+            if !seen.insert(id.clone()) {
+                return Err(EmbedError::invalid(format!("two tools have the id `{id}`")));
+            }
+            local.add(Arc::new(HostTool { def: spec.definition, function }));
+        }
+        let opened = codemode_mcp::open_store(file.snapshot_store.clone()).await?;
+        let (mut builder, hub) = codemode_mcp::runtime_builder(
+            &file,
+            &PolicyTarget::default(),
+            local,
+            codemode::Namespaces::new(),
+            opened.store,
+            None,
+        )
+        .await?;
+        if let Some(h) = hook {
+            builder = builder.hook(Arc::new(HookAdapter(h)));
+        }
+        if let Some(a) = approver {
+            builder = builder.approver(Arc::new(ApproverAdapter(a)));
+        }
+        let cm = builder.build();
+        cm.prepare_engine().await?;
+        Ok(Self { cm, hub })
+    }
+
+    /// The runtime.
+    pub fn code_mode(&self) -> &CodeMode {
+        &self.cm
+    }
+
+    fn ctx(session: &str) -> RunContext {
+        RunContext::session(session)
+    }
+
+    /// Runs a cell (`language`: `javascript` (default) or `typescript`) in `session`; the result's
+    /// JSON (`status`, `value`, `output`, `runId`, `pendingToolCalls`, `error`, `code`, `telemetry`).
+    pub async fn exec(&self, code: &str, language: Option<&str>, session: &str) -> Value {
+        let mut input = CodeModeExecInput::code(code);
+        input.language = language.map(str::to_string);
+        self.cm.exec(&Self::ctx(session), &input).await.to_json()
+    }
+
+    /// Resumes a `waiting` run of `session`; the result's JSON.
+    pub async fn wait(&self, run_id: &str, session: &str) -> Value {
+        self.cm.wait(&Self::ctx(session), &CodeModeWaitInput::new(run_id)).await.to_json()
+    }
+
+    /// `exec` from the model's raw tool arguments (`{ code, language?, restartSafe? }`, hostile JSON:
+    /// a malformed call is a `failed` result coded `invalid_input`), as an agent framework's `exec`
+    /// tool receives them.
+    pub async fn exec_json(&self, args: &Value, session: &str) -> Value {
+        self.cm.exec_json(&Self::ctx(session), args).await.to_json()
+    }
+
+    /// `wait` from the model's raw tool arguments (`{ runId }`).
+    pub async fn wait_json(&self, args: &Value, session: &str) -> Value {
+        self.cm.wait_json(&Self::ctx(session), args).await.to_json()
+    }
+
+    /// Records a decision on a parked call: approve, or deny with the reason.
+    pub async fn approve(&self, run_id: &str, request_id: u64, deny: Option<String>) -> Result<(), EmbedError> {
+        let id = RunId::parse(run_id)?;
+        let decision = match deny {
+            Some(reason) => ApprovalDecision::deny(reason),
+            None => ApprovalDecision::Approve,
+        };
+        Ok(self.cm.decide(&id, request_id, decision).await?)
+    }
+
+    /// Aborts a run; whether there was one.
+    pub async fn abort(&self, run_id: &str) -> bool {
+        match RunId::parse(run_id) {
+            Ok(id) => self.cm.abort(&id).await,
+            Err(_) => false,
+        }
+    }
+
+    /// Takes a `waiting` run of `session` out as bytes (see [`CodeMode::export_run`]).
+    pub async fn export_run(&self, run_id: &str, session: &str) -> Result<Vec<u8>, EmbedError> {
+        let id = RunId::parse(run_id)?;
+        Ok(self.cm.export_run(&Self::ctx(session), &id).await?)
+    }
+
+    /// Puts exported bytes into this runtime's store; the run's id.
+    pub async fn import_run(&self, bytes: Vec<u8>) -> Result<String, EmbedError> {
+        Ok(self.cm.import_run(bytes).await?.to_string())
+    }
+
+    /// The two model-visible tools, as `codemode serve` lists them: `[{ name, description,
+    /// inputSchema }]` for `exec` (its description generated from the catalog) and `wait`.
+    pub fn model_tools(&self) -> Value {
+        let tools = [self.cm.exec_tool(&self.hub.server_names()), codemode::surface::wait_tool()];
+        Value::Array(
+            tools
+                .into_iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "inputSchema": t.input_schema }))
+                .collect(),
+        )
+    }
+
+    /// The catalog ids the guest can call.
+    pub fn tool_ids(&self) -> Vec<String> {
+        self.cm.catalog().all_tools().into_iter().map(|e| e.id).collect()
+    }
+
+    /// The engine's name.
+    pub fn engine(&self) -> &str {
+        self.cm.engine_name()
+    }
+
+    /// Stops the upstream MCP servers' connections.
+    pub async fn close(&self) {
+        self.hub.shutdown().await;
+    }
+}

@@ -1,0 +1,394 @@
+//! # codemode-python
+//!
+//! The native half (`codemode._native`) of the `codemode` Python package: a code-mode runtime
+//! ([`codemode_embed::Embedded`]) owned by Python, with Python callables as tools, a before-call
+//! hook and an approver. The Python half (`python/codemode/`) gives it its API: `CodeMode`,
+//! typed results, `@tool`, the sync wrapper and the PydanticAI toolset.
+//!
+//! Threads: the guest runs on codemode's guest worker threads and tools are awaited on a tokio
+//! runtime owned by this module; neither ever holds the GIL while the guest runs. A synchronous
+//! Python tool runs on tokio's blocking pool (it may block as long as it likes: the run's own
+//! limits bound the run, not the tool), an `async def` tool on the asyncio event loop that called
+//! `exec` / `wait`. Only JSON crosses ([`convert`]): no Python object ever reaches the guest.
+//!
+//! Layering (DESIGN §2): a language package on top of `codemode-embed`.
+#![forbid(unsafe_code)]
+
+mod convert;
+
+use codemode_embed::{
+    EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction, HostHook,
+};
+use convert::{Json, from_py, to_py};
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyBytes;
+use pyo3_async_runtimes::TaskLocals;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+pyo3::create_exception!(
+    codemode._native,
+    CodeModeError,
+    PyException,
+    "A host API call that could not be made: `.code` (`invalid_input`, `config_error`, …) and `.message`."
+);
+
+/// The Python exception for an [`EmbedError`] (its `code` and `message` as attributes).
+fn py_error(e: EmbedError) -> PyErr {
+    Python::attach(|py| {
+        let err = CodeModeError::new_err(format!("{}: {}", e.code, e.message));
+        let value = err.value(py);
+        let _ = value.setattr("code", e.code.as_str());
+        let _ = value.setattr("message", e.message.as_str());
+        err
+    })
+}
+
+/// The asyncio loop (and context) of the latest `exec` / `wait` call: where `async def` tools run.
+type LoopSlot = Arc<Mutex<Option<TaskLocals>>>;
+
+/// What a Python exception says: its type's name and its message.
+fn failure(py: Python<'_>, err: &PyErr) -> HostFailure {
+    let kind = err.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
+    let message = err.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+    HostFailure::new(kind, message)
+}
+
+static IS_AWAITABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// A Python call's outcome: its value, or an awaitable to run on the event loop.
+enum Called {
+    Ready(Result<Value, HostFailure>),
+    Later(std::pin::Pin<Box<dyn std::future::Future<Output = PyResult<Py<PyAny>>> + Send>>),
+}
+
+/// A Python callable the runtime calls with JSON, from a tokio task.
+#[derive(Clone)]
+struct Callback {
+    callable: Arc<Py<PyAny>>,
+    what: &'static str,
+    loop_slot: LoopSlot,
+}
+
+impl Callback {
+    /// Calls the callable with `args` (built under the GIL) on tokio's blocking pool; awaits a
+    /// returned coroutine on the event loop of the latest `exec` / `wait`; converts the result to
+    /// JSON. The GIL is taken only on the blocking pool, never on a tokio worker.
+    async fn call(&self, args: Vec<Value>, kwargs: Option<Value>) -> Result<Value, HostFailure> {
+        let this = self.clone();
+        let called = tokio::task::spawn_blocking(move || {
+            Python::attach(|py| -> Called {
+                let call = || -> PyResult<Bound<'_, PyAny>> {
+                    let positional: Vec<Bound<'_, PyAny>> =
+                        args.iter().map(|a| to_py(py, a)).collect::<PyResult<_>>()?;
+                    let tuple = pyo3::types::PyTuple::new(py, positional)?;
+                    let kw = match &kwargs {
+                        Some(k) => Some(to_py(py, k)?.cast_into::<pyo3::types::PyDict>()?),
+                        None => None,
+                    };
+                    this.callable.bind(py).call(tuple, kw.as_ref())
+                };
+                let out = match call() {
+                    Ok(out) => out,
+                    Err(e) => return Called::Ready(Err(failure(py, &e))),
+                };
+                let awaitable = IS_AWAITABLE
+                    .import(py, "inspect", "isawaitable")
+                    .and_then(|f| f.call1((&out,)))
+                    .and_then(|r| r.is_truthy())
+                    .unwrap_or(false);
+                if !awaitable {
+                    return Called::Ready(this.json(py, &out));
+                }
+                let locals = this.loop_slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let Some(locals) = locals else {
+                    return Called::Ready(Err(HostFailure::new(
+                        "RuntimeError",
+                        format!("{} is async but no asyncio event loop called exec/wait", this.what),
+                    )));
+                };
+                match pyo3_async_runtimes::into_future_with_locals(&locals, out) {
+                    Ok(fut) => Called::Later(Box::pin(fut)),
+                    Err(e) => Called::Ready(Err(failure(py, &e))),
+                }
+            })
+        })
+        .await
+        .map_err(|e| HostFailure::new("RuntimeError", format!("{} did not run: {e}", self.what)))?;
+        match called {
+            Called::Ready(r) => r,
+            Called::Later(fut) => {
+                let obj = match fut.await {
+                    Ok(obj) => obj,
+                    Err(e) => return Err(Python::attach(|py| failure(py, &e))),
+                };
+                let this = self.clone();
+                tokio::task::spawn_blocking(move || Python::attach(|py| this.json(py, obj.bind(py))))
+                    .await
+                    .map_err(|e| HostFailure::new("RuntimeError", e.to_string()))?
+            }
+        }
+    }
+
+    fn json(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> Result<Value, HostFailure> {
+        from_py(obj).map_err(|e| {
+            let f = failure(py, &e);
+            HostFailure::new(f.kind, format!("{} returned a value that is not JSON: {}", self.what, f.message))
+        })
+    }
+}
+
+/// A Python function behind a tool: called with the input object's keys as keyword arguments
+/// (the Python side adapts signatures; see `codemode/_tools.py`).
+struct PyTool(Callback);
+
+#[async_trait::async_trait]
+impl HostFunction for PyTool {
+    async fn call(&self, input: Value, info: Value) -> Result<Value, HostFailure> {
+        self.0.call(vec![input, info], None).await
+    }
+}
+
+/// The before-call hook: `hook(call) -> None | dict | str | False` (see `codemode/__init__.py`).
+struct PyHook(Callback);
+
+#[async_trait::async_trait]
+impl HostHook for PyHook {
+    async fn before_call(&self, call: Value) -> Result<HookVerdict, HostFailure> {
+        let verdict = self.0.call(vec![call], None).await?;
+        Ok(match verdict {
+            Value::Null | Value::Bool(true) => HookVerdict::Allow,
+            Value::Bool(false) => HookVerdict::Refuse("refused by the before-call hook".into()),
+            Value::String(reason) => HookVerdict::Refuse(reason),
+            Value::Object(mut o) if o.contains_key("input") => {
+                HookVerdict::Rewrite(o.remove("input").unwrap_or_default())
+            }
+            Value::Object(o) if o.contains_key("refuse") => HookVerdict::Refuse(
+                o.get("refuse").and_then(Value::as_str).unwrap_or("refused by the before-call hook").to_string(),
+            ),
+            other => {
+                return Err(HostFailure::new(
+                    "TypeError",
+                    format!(
+                        "the before-call hook returned {other}; expected None, True, False, a reason, {{'input': …}} or {{'refuse': reason}}"
+                    ),
+                ));
+            }
+        })
+    }
+}
+
+/// The approver: `approver(request) -> True | False | str (deny reason) | None (park)`.
+struct PyApprover(Callback);
+
+#[async_trait::async_trait]
+impl HostApprover for PyApprover {
+    async fn decide(&self, request: Value) -> Result<Option<codemode_embed::ApprovalDecision>, HostFailure> {
+        use codemode_embed::ApprovalDecision;
+        Ok(match self.0.call(vec![request], None).await? {
+            Value::Null => None,
+            Value::Bool(true) => Some(ApprovalDecision::Approve),
+            Value::Bool(false) => Some(ApprovalDecision::deny("denied by the approver")),
+            Value::String(reason) => Some(ApprovalDecision::deny(reason)),
+            other => {
+                return Err(HostFailure::new(
+                    "TypeError",
+                    format!("the approver returned {other}; expected True, False, a denial reason or None"),
+                ));
+            }
+        })
+    }
+}
+
+/// The runtime the Python `CodeMode` wraps. Every method that runs something returns an awaitable.
+#[pyclass(frozen, module = "codemode._native")]
+struct Runtime {
+    inner: Arc<Embedded>,
+    loop_slot: LoopSlot,
+}
+
+impl Runtime {
+    /// Remembers the running event loop (for `async def` tools) and runs `fut` on the runtime.
+    fn spawn<'py, T>(
+        &self,
+        py: Python<'py>,
+        fut: impl std::future::Future<Output = PyResult<T>> + Send + 'static,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
+        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(locals.clone());
+        pyo3_async_runtimes::tokio::future_into_py_with_locals(py, locals, fut)
+    }
+}
+
+#[pymethods]
+impl Runtime {
+    /// `exec`: runs a cell; the result's JSON as a dict. Cancelling the awaiting task aborts the run.
+    #[pyo3(signature = (code, language=None, session="default".to_string()))]
+    fn exec<'py>(
+        &self,
+        py: Python<'py>,
+        code: String,
+        language: Option<String>,
+        session: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        self.spawn(py, async move { Ok(Json(inner.exec(&code, language.as_deref(), &session).await)) })
+    }
+
+    /// `wait`: resumes a waiting run; the result's JSON as a dict.
+    #[pyo3(signature = (run_id, session="default".to_string()))]
+    fn wait<'py>(&self, py: Python<'py>, run_id: String, session: String) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        self.spawn(py, async move { Ok(Json(inner.wait(&run_id, &session).await)) })
+    }
+
+    /// `exec` from a model's raw tool arguments (a dict); the result's JSON.
+    #[pyo3(signature = (args, session="default".to_string()))]
+    fn exec_json<'py>(&self, py: Python<'py>, args: Bound<'py, PyAny>, session: String) -> PyResult<Bound<'py, PyAny>> {
+        let args = from_py(&args)?;
+        let inner = self.inner.clone();
+        self.spawn(py, async move { Ok(Json(inner.exec_json(&args, &session).await)) })
+    }
+
+    /// `wait` from a model's raw tool arguments (a dict); the result's JSON.
+    #[pyo3(signature = (args, session="default".to_string()))]
+    fn wait_json<'py>(&self, py: Python<'py>, args: Bound<'py, PyAny>, session: String) -> PyResult<Bound<'py, PyAny>> {
+        let args = from_py(&args)?;
+        let inner = self.inner.clone();
+        self.spawn(py, async move { Ok(Json(inner.wait_json(&args, &session).await)) })
+    }
+
+    /// Records a decision on a parked call (`deny`: the reason of a denial).
+    #[pyo3(signature = (run_id, request_id, deny=None))]
+    fn approve<'py>(
+        &self,
+        py: Python<'py>,
+        run_id: String,
+        request_id: u64,
+        deny: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        self.spawn(py, async move { inner.approve(&run_id, request_id, deny).await.map_err(py_error) })
+    }
+
+    /// Aborts a run; whether there was one.
+    fn abort<'py>(&self, py: Python<'py>, run_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        self.spawn(py, async move { Ok(inner.abort(&run_id).await) })
+    }
+
+    /// Takes a waiting run out as bytes.
+    #[pyo3(signature = (run_id, session="default".to_string()))]
+    fn export_run<'py>(&self, py: Python<'py>, run_id: String, session: String) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        self.spawn(py, async move {
+            let bytes = inner.export_run(&run_id, &session).await.map_err(py_error)?;
+            Python::attach(|py| Ok(PyBytes::new(py, &bytes).unbind()))
+        })
+    }
+
+    /// Puts exported bytes into this runtime's store; the run id.
+    fn import_run<'py>(&self, py: Python<'py>, data: Vec<u8>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        self.spawn(py, async move { inner.import_run(data).await.map_err(py_error) })
+    }
+
+    /// Closes the upstream MCP servers' connections.
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        self.spawn(py, async move {
+            inner.close().await;
+            Ok(())
+        })
+    }
+
+    /// The model-visible `exec` and `wait` tools: `[{name, description, inputSchema}]`.
+    fn model_tools<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.model_tools())
+    }
+
+    /// The catalog ids the guest can call.
+    fn tool_ids(&self) -> Vec<String> {
+        self.inner.tool_ids()
+    }
+
+    /// The engine's name.
+    #[getter]
+    fn engine(&self) -> String {
+        self.inner.engine().to_string()
+    }
+}
+
+/// Builds a [`Runtime`]. `tools`: `(spec dict, callable)` pairs; `config`: the configuration
+/// document (a dict) or `None`. Blocks (without the GIL) while upstream MCP servers connect and
+/// the engine loads.
+#[pyfunction]
+#[pyo3(signature = (tools, config=None, hook=None, approver=None))]
+fn start(
+    py: Python<'_>,
+    tools: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+    config: Option<Bound<'_, PyAny>>,
+    hook: Option<Bound<'_, PyAny>>,
+    approver: Option<Bound<'_, PyAny>>,
+) -> PyResult<Runtime> {
+    let loop_slot: LoopSlot = Arc::new(Mutex::new(None));
+    let callback = |callable: Bound<'_, PyAny>, what: &'static str| -> PyResult<Callback> {
+        if !callable.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!("{what} must be callable")));
+        }
+        Ok(Callback { callable: Arc::new(callable.unbind()), what, loop_slot: loop_slot.clone() })
+    };
+    let mut host_tools: Vec<(codemode_embed::HostToolSpec, Arc<dyn HostFunction>)> = Vec::new();
+    for (spec, callable) in tools {
+        let spec = codemode_embed::HostToolSpec::from_json(&from_py(&spec)?, "python").map_err(py_error)?;
+        let what: &'static str = Box::leak(format!("tool `{}`", spec.definition.name).into_boxed_str());
+        host_tools.push((spec, Arc::new(PyTool(callback(callable, what)?))));
+    }
+    let options = EmbedOptions {
+        config: config.map(|c| from_py(&c)).transpose()?,
+        tools: host_tools,
+        hook: hook.map(|h| callback(h, "the before-call hook")).transpose()?.map(|c| Arc::new(PyHook(c)) as _),
+        approver: approver.map(|a| callback(a, "the approver")).transpose()?.map(|c| Arc::new(PyApprover(c)) as _),
+    };
+    let rt = pyo3_async_runtimes::tokio::get_runtime();
+    let embedded = py.detach(|| rt.block_on(Embedded::start(options))).map_err(py_error)?;
+    Ok(Runtime { inner: Arc::new(embedded), loop_slot })
+}
+
+/// The native module.
+#[pymodule(name = "_native", module = "codemode")]
+mod native {
+    use pyo3::prelude::*;
+
+    #[pymodule_export]
+    use super::{CodeModeError, Runtime, start};
+
+    /// The document of a configuration file's text (JSON5), as a dict.
+    #[pyfunction]
+    fn parse_config<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+        let doc = codemode_embed::parse_config_text(text).map_err(super::py_error)?;
+        super::to_py(py, &doc)
+    }
+
+    /// The package version (the crate's).
+    #[pyfunction]
+    fn version() -> &'static str {
+        env!("CARGO_PKG_VERSION")
+    }
+
+    #[pymodule_init]
+    fn init() {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(2).thread_name("codemode-tokio").enable_all();
+        pyo3_async_runtimes::tokio::init(builder);
+        // Logs go to stderr, filtered by CODEMODE_LOG (default: warnings).
+        let filter = tracing_subscriber::EnvFilter::try_from_env("CODEMODE_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).try_init();
+    }
+}

@@ -1,0 +1,383 @@
+"""The Python API (issue 27 §1–§3): exec/wait/approve/abort with typed results, Python functions
+as tools, exceptions as the guest's ToolError, non-JSON results, limits, hooks and approvers,
+cancellation, the sync wrapper, and configuration errors. SPEC ids: V1 (exec/wait), E-codes,
+P5 (approvals), P6 (hooks), P7 (abort)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from codemode import CodeMode, CodeModeError, Result, SyncCodeMode, tool
+from conftest import run, settle
+
+FAST = {"tools": {"codeMode": {"timeoutMs": 300}}}
+
+
+@tool(read_only=True)
+def get_weather(city: str, unit: str = "c") -> dict:
+    """Current weather of a city.
+
+    More text that is not part of the description."""
+    return {"city": city, "temp": 21 if unit == "c" else 70}
+
+
+async def slow_total(items: list[int], delay: float = 0.6) -> int:
+    """Adds numbers, slowly."""
+    await asyncio.sleep(delay)
+    return sum(items)
+
+
+def test_a_cell_calls_sync_and_async_python_tools_and_resumes_through_wait() -> None:
+    async def main() -> None:
+        cm = CodeMode(tools=[get_weather, slow_total], config=FAST)
+        assert cm.engine == "quickjs-wasi"
+        assert cm.tool_ids() == ["plugin:python:get_weather", "plugin:python:slow_total"]
+        r = await cm.exec(
+            "const w = await tools.get_weather({city: 'Oslo'});"
+            "const t = await tools.slow_total({items: [1, 2, 3]});"
+            "console.log('done');"
+            "return {city: w.city, temp: w.temp, total: t};"
+        )
+        assert r.status == "waiting", r.to_dict()
+        assert r.run_id and r.reason == "pending_tools"
+        assert [p.tool_id for p in r.pending_tool_calls] == ["plugin:python:slow_total"]
+        assert r.pending_tool_calls[0].kind == "call"
+        done = await settle(cm, r)
+        assert done.status == "completed", done.to_dict()
+        assert done.value == {"city": "Oslo", "temp": 21, "total": 6}
+        assert done.text == "done"
+        assert done.error is None
+        # The same JSON as the Rust API.
+        raw = done.to_dict()
+        assert raw["status"] == "completed" and raw["value"] == done.value
+        assert raw["telemetry"]["nestedToolIds"] == ["plugin:python:get_weather", "plugin:python:slow_total"]
+        assert json.loads(json.dumps(raw)) == raw
+
+    run(main())
+
+
+def test_schemas_and_descriptions_come_from_the_signature_and_docstring() -> None:
+    cm = CodeMode(tools=[get_weather])
+    exec_tool = next(t for t in cm.model_tools() if t["name"] == "exec")
+    assert "plugin:python:get_weather({city: string, unit?: string})" in exec_tool["description"]
+    spec = get_weather.spec()
+    assert spec["inputSchema"]["required"] == ["city"]
+    assert spec["inputSchema"]["properties"]["city"]["type"] == "string"
+    assert spec["readOnly"] is True
+
+    async def main() -> None:
+        d = await cm.exec("return (await tools.describe('plugin:python:get_weather')).description")
+        assert d.value == "Current weather of a city."
+        # The input is checked against the schema before the function is called.
+        r = await cm.exec("try { await tools.get_weather({city: 5}) } catch (e) { return [e.code, e.message] }")
+        code, message = r.value
+        assert code == "invalid_input" and "city" in message, r.value
+
+    run(main())
+
+
+def test_exceptions_become_tool_errors_with_type_and_message() -> None:
+    def fails(reason: str) -> None:
+        raise ValueError(f"no such city: {reason}")
+
+    async def fails_later() -> None:
+        await asyncio.sleep(0)
+        raise PermissionError("not yours")
+
+    async def main() -> None:
+        cm = CodeMode(tools=[fails, fails_later])
+        r = await cm.exec(
+            "const out = [];"
+            "try { await tools.fails({reason: 'Atlantis'}) } catch (e) { out.push([e.name, e.code, e.message]) }"
+            "try { await tools.fails_later({}) } catch (e) { out.push([e.code, e.message]) }"
+            "return out;"
+        )
+        assert r.status == "completed", r.to_dict()
+        first, second = r.value
+        assert first[1] == "nested_tool_failed"
+        assert first[2] == "plugin:python:fails: ValueError: no such city: Atlantis"
+        assert second == ["nested_tool_failed", "plugin:python:fails_later: PermissionError: not yours"]
+        uncaught = await cm.exec("await tools.fails({reason: 'x'})")
+        assert uncaught.status == "failed"
+        assert uncaught.error is not None and uncaught.error.code == "nested_tool_failed"
+        assert "ValueError: no such city: x" in uncaught.error.message
+
+    run(main())
+
+
+def test_non_json_results_are_coded_errors_and_the_runtime_keeps_serving() -> None:
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    values: dict[str, Any] = {
+        "a_set": {1, 2},
+        "some_bytes": b"\x00\x01",
+        "nan": math.nan,
+        "infinity": [1.0, math.inf],
+        "cyclic": cyclic,
+        "big_int": 2**70,
+        "object": object(),
+        "int_keys": {1: "one"},
+        "deep": None,
+    }
+    deep: list[Any] = []
+    cur = deep
+    for _ in range(400):
+        nxt: list[Any] = []
+        cur.append(nxt)
+        cur = nxt
+    values["deep"] = deep
+
+    def make(name: str) -> Any:
+        def f() -> Any:
+            return values[name]
+
+        f.__name__ = name
+        return f
+
+    async def main() -> None:
+        cm = CodeMode(tools=[make(n) for n in values])
+        for name in values:
+            r = await cm.exec(f"try {{ await tools.{name}({{}}); return 'accepted' }} catch (e) {{ return [e.code, e.message] }}")
+            assert r.status == "completed", (name, r.to_dict())
+            code, message = r.value
+            assert code == "nested_tool_failed", (name, r.value)
+            assert f"tool `{name}` returned a value that is not JSON" in message, (name, message)
+        ok = await cm.exec("return 6 * 7")
+        assert ok.value == 42
+
+    run(main())
+
+
+def test_hostile_cells_fail_with_their_codes_and_the_interpreter_keeps_serving() -> None:
+    cells = {
+        "while (true) {}": "timeout",
+        "const a = []; while (true) a.push('x'.repeat(1 << 20));": "memory_limit_exceeded",
+        "let s = 'x'; for (let i = 0; i < 40; i++) s = s + s; return s.length": None,
+        "function f(n) { return f(n + 1) } f(0)": None,
+        "let o = {}; for (let i = 0; i < 100000; i++) o = {o}; return JSON.stringify(o).length": None,
+        "Object.prototype.toJSON = () => 'pwned'; Array.prototype.push = null; return {a: 1}": None,
+        "tools.__proto__.call = () => 1; return await tools.call('plugin:python:get_weather', {city: 'x'})": None,
+        "return globalThis.process ?? typeof require": None,
+    }
+
+    async def main() -> None:
+        cm = CodeMode(tools=[get_weather], config={"tools": {"codeMode": {"timeoutMs": 1000, "memoryLimitBytes": 33554432}}})
+        for code, expected in cells.items():
+            r = await cm.exec(code)
+            if expected is not None:
+                assert r.status == "failed" and r.error and r.error.code == expected, (code, r.to_dict())
+            else:
+                # Whatever the cell did, it stayed in the sandbox: a result, never a crash.
+                assert r.status in ("completed", "failed"), (code, r.to_dict())
+            # Each run gets a fresh VM: what a cell tampered with is gone for the next one.
+            clean = await cm.exec("const a = []; a.push(1); return JSON.stringify({a})")
+            assert clean.value == '{"a":[1]}', (code, clean.to_dict())
+        after = await cm.exec("return (await tools.get_weather({city: 'Rome'})).city")
+        assert after.value == "Rome"
+
+    run(main())
+
+
+def test_a_tool_that_never_returns_is_bounded_by_the_run_and_abort_stops_it() -> None:
+    started = threading.Event()
+
+    def hangs() -> str:
+        started.set()
+        time.sleep(4)
+        return "late"
+
+    async def main() -> None:
+        cm = CodeMode(tools=[hangs], config=FAST)
+        t0 = time.monotonic()
+        r = await cm.exec("return await tools.hangs({})")
+        assert r.status == "waiting", r.to_dict()
+        assert time.monotonic() - t0 < 3, "exec returned at the run's deadline, not the tool's"
+        assert started.is_set()
+        assert await cm.abort(r.run_id or "") is True
+        gone = await cm.wait(r.run_id or "")
+        assert gone.status == "failed" and gone.error and gone.error.code == "invalid_input"
+        # Python keeps serving while the abandoned call sleeps out on its thread.
+        assert (await cm.exec("return 1")).value == 1
+
+    run(main())
+
+
+def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
+    seen: list[str] = []
+
+    async def waits_forever(**_: Any) -> None:
+        await asyncio.sleep(30)
+
+    def record(call: dict) -> None:
+        seen.append(call["runId"])
+
+    async def main() -> None:
+        cm = CodeMode(
+            tools=[tool(waits_forever, input_schema={"type": "object"})],
+            config={"tools": {"codeMode": {"timeoutMs": 20000}}},
+            hook=record,
+        )
+        task = asyncio.ensure_future(cm.exec("return await tools.waits_forever({})"))
+        for _ in range(200):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert seen, "the cell made its call"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)
+        run_id = seen[0]
+        after = await cm.wait(run_id)
+        assert after.status == "failed" and after.error and after.error.code == "invalid_input", after.to_dict()
+        assert await cm.abort(run_id) is False, "nothing left to abort"
+
+    run(main())
+
+
+def test_the_gil_is_not_held_while_the_guest_runs() -> None:
+    ticks = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    async def main() -> int:
+        cm = CodeMode(config={"tools": {"codeMode": {"timeoutMs": 5000}}})
+        thread = threading.Thread(target=spin)
+        thread.start()
+        try:
+            before = ticks
+            r = await cm.exec("const end = Date.now() + 400; while (Date.now() < end) {} return 'spun'")
+            assert r.value == "spun"
+            return ticks - before
+        finally:
+            stop.set()
+            thread.join()
+
+    progressed = run(main())
+    assert progressed > 50, f"a Python thread ran only {progressed} times during a 400 ms cell"
+
+
+def test_hooks_refuse_and_rewrite_and_approvers_decide_or_park() -> None:
+    deleted: list[str] = []
+
+    def delete_file(path: str) -> str:
+        deleted.append(path)
+        return f"deleted {path}"
+
+    async def hook(call: dict) -> Any:
+        if call["input"].get("path") == "/etc/passwd":
+            return "system files are off limits"
+        if call["input"].get("path") == "typo.txt":
+            return {"input": {"path": "fixed.txt"}}
+        return None
+
+    decisions: dict[str, Any] = {"a.txt": True, "b.txt": "not b", "c.txt": None}
+
+    async def approver(request: dict) -> Any:
+        path = json.loads(request["inputPreview"])["path"]
+        return decisions.get(path, True)
+
+    config = {"tools": {"codeMode": {"timeoutMs": 2000}}, "approvals": {"require": ["plugin:python:delete_file"]}}
+
+    async def main() -> None:
+        cm = CodeMode(tools=[delete_file], config=config, hook=hook, approver=approver)
+        r = await cm.exec(
+            "const out = [];"
+            "for (const path of ['/etc/passwd', 'typo.txt', 'a.txt', 'b.txt']) {"
+            "  try { out.push(await tools.delete_file({path})) } catch (e) { out.push(e.message) } }"
+            "return out;"
+        )
+        assert r.status == "completed", r.to_dict()
+        refused, rewritten, approved, denied = r.value
+        assert "system files are off limits" in refused
+        assert rewritten == "deleted fixed.txt"
+        assert approved == "deleted a.txt"
+        assert "not b" in denied
+        assert deleted == ["fixed.txt", "a.txt"]
+        # The approver has no answer for c.txt: the call parks until the host decides.
+        parked = await cm.exec("return await tools.delete_file({path: 'c.txt'})")
+        assert parked.status == "waiting", parked.to_dict()
+        [pending] = parked.pending_tool_calls
+        assert pending.kind == "approval" and pending.tool_id == "plugin:python:delete_file"
+        assert deleted == ["fixed.txt", "a.txt"], "a parked call has not run"
+        with pytest.raises(CodeModeError) as wrong:
+            await cm.approve(parked.run_id or "", pending.request_id + 99)
+        assert wrong.value.code == "invalid_input"
+        await cm.approve(parked.run_id or "", pending.request_id)
+        done = await settle(cm, await cm.wait(parked.run_id or ""))
+        assert done.value == "deleted c.txt"
+        # Denied through the host API.
+        parked = await cm.exec("try { return await tools.delete_file({path: 'c.txt'}) } catch (e) { return e.message }")
+        await cm.approve(parked.run_id or "", parked.pending_tool_calls[0].request_id, deny="not today")
+        denied_later = await cm.wait(parked.run_id or "")
+        assert "not today" in denied_later.value
+
+    run(main())
+
+
+def test_typescript_cells_and_the_sync_wrapper() -> None:
+    async def doubled(n: int) -> int:
+        await asyncio.sleep(0.01)
+        return n * 2
+
+    with SyncCodeMode(tools=[doubled]) as cm:
+        r = cm.exec("const n: number = await tools.doubled({n: 21}); return n", language="typescript")
+        assert r.status == "completed" and r.value == 42, r.to_dict()
+        bad = cm.exec("return 1", language="cobol")
+        assert bad.status == "failed" and bad.error and bad.error.code == "unsupported_language"
+
+
+def test_bad_configs_and_tools_are_refused_with_codes() -> None:
+    with pytest.raises(CodeModeError) as e:
+        CodeMode(config={"tools": {"codeMode": {"timeoutMs": "soon"}}})
+    assert e.value.code == "config_error" and "timeoutMs" in e.value.message
+    with pytest.raises(CodeModeError) as e:
+        CodeMode(config={"tool": {}})
+    assert e.value.code == "config_error" and "did you mean `tools`" in e.value.message
+    with pytest.raises(CodeModeError) as e:
+        CodeMode(config={"snapshotStore": {"kind": "tape"}})
+    assert e.value.code == "config_error"
+    with pytest.raises(CodeModeError) as e:
+        CodeMode(tools=[tool(lambda: 1, name="not a name")])
+    assert e.value.code == "invalid_input"
+    with pytest.raises(CodeModeError) as e:
+        CodeMode(tools=[tool(lambda: 1, name="twice"), tool(lambda: 2, name="twice")])
+    assert e.value.code == "invalid_input" and "plugin:python:twice" in e.value.message
+    with pytest.raises(TypeError):
+        CodeMode(tools=[42])
+
+    async def main() -> None:
+        cm = CodeMode()
+        with pytest.raises(CodeModeError) as e:
+            await cm.approve("no-such-run", 1)
+        assert e.value.code == "invalid_input"
+        r = await cm.wait("cm_doesnotexist")
+        assert r.status == "failed" and r.error and r.error.code == "invalid_input"
+        malformed = await cm.exec_json({"code": 5})
+        assert malformed.status == "failed" and malformed.error and malformed.error.code == "invalid_input"
+
+    run(main())
+
+
+def test_results_are_typed_objects() -> None:
+    async def main() -> Result:
+        cm = CodeMode()
+        return await cm.exec("throw new RangeError('nope')")
+
+    r = run(main())
+    assert isinstance(r, Result)
+    assert r.status == "failed" and r.error is not None
+    assert "RangeError: nope" in r.error.message
+    assert r.to_dict()["status"] == "failed"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds the `codemode` wheel (maturin, the workspace's dev profile and target dir), installs it into
+# a fresh venv with the test requirements, and runs the Python package's tests (pytest), including
+# the PydanticAI end-to-end test. Called by scripts/test.sh; runnable alone after scripts/setup.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+wheels="$CARGO_TARGET_DIR/wheels"
+rm -f "$wheels"/codemode-*.whl
+.venv/bin/maturin build --quiet --locked --profile dev -m crates/codemode-python/Cargo.toml --out "$wheels" >&2
+venv="$(mktemp -d)/venv"
+trap 'rm -rf "$(dirname "$venv")"' EXIT
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheels"/codemode-*.whl \
+  -r crates/codemode-python/requirements-test.txt
+cd crates/codemode-python/tests
+"$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
