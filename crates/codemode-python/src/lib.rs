@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod convert;
+mod gil;
 
 use codemode_embed::{
     EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction, HostHook,
@@ -35,15 +36,10 @@ pyo3::create_exception!(
     "A host API call that could not be made: `.code` (`invalid_input`, `config_error`, …) and `.message`."
 );
 
-/// The Python exception for an [`EmbedError`] (its `code` and `message` as attributes).
+/// The Python exception for an [`EmbedError`]: `args` = (text, code, message); the package exposes
+/// them as `.code` and `.message`. Built lazily, so no GIL is needed here.
 fn py_error(e: EmbedError) -> PyErr {
-    Python::attach(|py| {
-        let err = CodeModeError::new_err(format!("{}: {}", e.code, e.message));
-        let value = err.value(py);
-        let _ = value.setattr("code", e.code.as_str());
-        let _ = value.setattr("message", e.message.as_str());
-        err
-    })
+    CodeModeError::new_err((format!("{}: {}", e.code, e.message), e.code, e.message))
 }
 
 /// The asyncio loop (and context) of the latest `exec` / `wait` call: where `async def` tools run.
@@ -54,6 +50,11 @@ fn failure(py: Python<'_>, err: &PyErr) -> HostFailure {
     let kind = err.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
     let message = err.value(py).str().map(|s| s.to_string()).unwrap_or_default();
     HostFailure::new(kind, message)
+}
+
+/// The failure of a call the exiting interpreter can no longer make.
+fn exiting() -> HostFailure {
+    HostFailure::new("RuntimeError", "the Python interpreter is exiting")
 }
 
 static IS_AWAITABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -79,7 +80,7 @@ impl Callback {
     async fn call(&self, args: Vec<Value>, kwargs: Option<Value>) -> Result<Value, HostFailure> {
         let this = self.clone();
         let called = tokio::task::spawn_blocking(move || {
-            Python::attach(|py| -> Called {
+            gil::attach(|py| -> Called {
                 let call = || -> PyResult<Bound<'_, PyAny>> {
                     let positional: Vec<Bound<'_, PyAny>> =
                         args.iter().map(|a| to_py(py, a)).collect::<PyResult<_>>()?;
@@ -114,20 +115,24 @@ impl Callback {
                     Err(e) => Called::Ready(Err(failure(py, &e))),
                 }
             })
+            .unwrap_or_else(|| Called::Ready(Err(exiting())))
         })
         .await
         .map_err(|e| HostFailure::new("RuntimeError", format!("{} did not run: {e}", self.what)))?;
         match called {
             Called::Ready(r) => r,
             Called::Later(fut) => {
-                let obj = match fut.await {
-                    Ok(obj) => obj,
-                    Err(e) => return Err(Python::attach(|py| failure(py, &e))),
-                };
+                let outcome = fut.await;
                 let this = self.clone();
-                tokio::task::spawn_blocking(move || Python::attach(|py| this.json(py, obj.bind(py))))
-                    .await
-                    .map_err(|e| HostFailure::new("RuntimeError", e.to_string()))?
+                tokio::task::spawn_blocking(move || {
+                    gil::attach(|py| match outcome {
+                        Ok(obj) => this.json(py, obj.bind(py)),
+                        Err(e) => Err(failure(py, &e)),
+                    })
+                    .unwrap_or_else(|| Err(exiting()))
+                })
+                .await
+                .map_err(|e| HostFailure::new("RuntimeError", e.to_string()))?
             }
         }
     }
@@ -202,6 +207,19 @@ impl HostApprover for PyApprover {
     }
 }
 
+/// Bytes that become a Python `bytes` object when a future resolves.
+struct Bytes(Vec<u8>);
+
+impl<'py> IntoPyObject<'py> for Bytes {
+    type Target = PyBytes;
+    type Output = Bound<'py, PyBytes>;
+    type Error = std::convert::Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(PyBytes::new(py, &self.0))
+    }
+}
+
 /// The runtime the Python `CodeMode` wraps. Every method that runs something returns an awaitable.
 #[pyclass(frozen, module = "codemode._native")]
 struct Runtime {
@@ -220,8 +238,9 @@ impl Runtime {
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
         let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
-        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(locals.clone());
-        pyo3_async_runtimes::tokio::future_into_py_with_locals(py, locals, fut)
+        let event_loop = locals.event_loop(py);
+        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(locals);
+        gil::spawn(py, &event_loop, fut)
     }
 }
 
@@ -286,10 +305,7 @@ impl Runtime {
     #[pyo3(signature = (run_id, session="default".to_string()))]
     fn export_run<'py>(&self, py: Python<'py>, run_id: String, session: String) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        self.spawn(py, async move {
-            let bytes = inner.export_run(&run_id, &session).await.map_err(py_error)?;
-            Python::attach(|py| Ok(PyBytes::new(py, &bytes).unbind()))
-        })
+        self.spawn(py, async move { inner.export_run(&run_id, &session).await.map(Bytes).map_err(py_error) })
     }
 
     /// Puts exported bytes into this runtime's store; the run id.
@@ -366,7 +382,7 @@ mod native {
     use pyo3::prelude::*;
 
     #[pymodule_export]
-    use super::{CodeModeError, Runtime, start};
+    use super::{CodeModeError, Runtime, gil::shutdown, start};
 
     /// The document of a configuration file's text (JSON5), as a dict.
     #[pyfunction]

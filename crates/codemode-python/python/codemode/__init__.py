@@ -21,6 +21,7 @@ in this process, or in another one after :meth:`CodeMode.export_run` / :meth:`Co
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import os
 import threading
@@ -43,6 +44,15 @@ __all__ = [
 ]
 
 __version__: str = _native.version()
+
+# The runtime's threads stop entering Python before the interpreter finalizes (see the native
+# module's `gil.rs`): registered at import, so it runs before the interpreter tears down.
+atexit.register(_native.shutdown)
+
+# `CodeModeError(text, code, message)`: the code and message as attributes, the text as str().
+CodeModeError.code = property(lambda self: self.args[1] if len(self.args) > 1 else None)  # type: ignore[attr-defined]
+CodeModeError.message = property(lambda self: self.args[2] if len(self.args) > 2 else str(self.args[0]))  # type: ignore[attr-defined]
+CodeModeError.__str__ = lambda self: str(self.args[0]) if self.args else ""  # type: ignore[method-assign]
 
 Status = Literal["completed", "waiting", "failed"]
 

@@ -1,0 +1,125 @@
+//! Entering Python from the runtime's own threads, safely at interpreter exit; and awaitables
+//! resolved from those threads.
+//!
+//! A native thread that takes the GIL while the interpreter finalizes is ended by CPython in the
+//! middle of Rust frames (an abort or a segfault at exit). So every entry from a runtime thread
+//! goes through [`attach`], which counts threads inside Python and refuses new entries once
+//! [`shutdown`] — registered with `atexit` by the package, so it runs while the interpreter is
+//! still whole — has begun; `shutdown` then waits (without the GIL) for the threads inside to
+//! leave, at most [`EXIT_GRACE`]. Python tools still running past that are abandoned; one that
+//! later returns finds entry refused and its result is dropped.
+//!
+//! [`spawn`] runs a Rust future on the runtime and gives Python an `asyncio.Future` resolved
+//! through [`attach`]; cancelling the Python future aborts the Rust one (dropping it: an `exec`
+//! or `wait` dropped this way aborts its run).
+
+use pyo3::IntoPyObjectExt;
+use pyo3::prelude::*;
+use pyo3::types::{PyCFunction, PyDict, PyTuple};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+static INSIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Longest wait at exit for runtime threads inside Python (a Python tool finishing).
+pub const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `f` with the GIL from a runtime thread; `None` once the interpreter is exiting.
+pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
+    INSIDE.fetch_add(1, Ordering::SeqCst);
+    let out = if SHUTTING_DOWN.load(Ordering::SeqCst) { None } else { Some(Python::attach(f)) };
+    INSIDE.fetch_sub(1, Ordering::SeqCst);
+    out
+}
+
+/// Called at interpreter exit (`atexit`): no runtime thread enters Python from now on; waits for
+/// those inside to leave (at most [`EXIT_GRACE`]).
+#[pyfunction]
+pub fn shutdown(py: Python<'_>) {
+    SHUTTING_DOWN.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let start = Instant::now();
+        while INSIDE.load(Ordering::SeqCst) > 0 && start.elapsed() < EXIT_GRACE {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
+/// Runs `fut` on the runtime; returns an `asyncio.Future` of `event_loop` that resolves to its
+/// output (converted under the GIL) or raises its error. Cancelling that future drops `fut`.
+pub fn spawn<'py, T>(
+    py: Python<'py>,
+    event_loop: &Bound<'py, PyAny>,
+    fut: impl std::future::Future<Output = PyResult<T>> + Send + 'static,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let py_fut = event_loop.call_method0("create_future")?;
+    let task = pyo3_async_runtimes::tokio::get_runtime().spawn(fut);
+    let abort = task.abort_handle();
+    let on_done = PyCFunction::new_closure(
+        py,
+        None,
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            if args.get_item(0)?.call_method0("cancelled")?.is_truthy()? {
+                abort.abort();
+            }
+            Ok(())
+        },
+    )?;
+    py_fut.call_method1("add_done_callback", (on_done,))?;
+    let (target, event_loop) = (py_fut.clone().unbind(), event_loop.clone().unbind());
+    pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
+        let outcome = match task.await {
+            Ok(r) => r,
+            // Aborted: the Python future was cancelled, nothing to resolve.
+            Err(e) if e.is_cancelled() => return,
+            Err(e) => Err(pyo3::exceptions::PyRuntimeError::new_err(format!("codemode task failed: {e}"))),
+        };
+        // The GIL is taken on the blocking pool, never on a tokio worker; the future is resolved
+        // on its loop's thread (asyncio futures are not thread-safe).
+        let _ = tokio::task::spawn_blocking(move || {
+            attach(|py| {
+                let (value, failed) = match outcome.and_then(|v| v.into_py_any(py)) {
+                    Ok(v) => (v, false),
+                    Err(e) => (e.into_value(py).into_any(), true),
+                };
+                let scheduled = settler(py).and_then(|settle| {
+                    event_loop.bind(py).call_method1("call_soon_threadsafe", (settle, target.bind(py), value, failed))
+                });
+                // A closed loop: nobody awaits the future any more.
+                drop(scheduled);
+            })
+        })
+        .await;
+    });
+    Ok(py_fut)
+}
+
+static SETTLE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+
+/// `settle(future, value, failed)`: resolves `future` unless it is already done (cancelled).
+fn settler(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    SETTLE
+        .get_or_try_init(py, || {
+            let f = PyCFunction::new_closure(
+                py,
+                Some(c"settle"),
+                None,
+                |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+                    let fut = args.get_item(0)?;
+                    if fut.call_method0("done")?.is_truthy()? {
+                        return Ok(());
+                    }
+                    let method = if args.get_item(2)?.is_truthy()? { "set_exception" } else { "set_result" };
+                    fut.call_method1(method, (args.get_item(1)?,))?;
+                    Ok(())
+                },
+            )?;
+            Ok::<_, PyErr>(f.into_any().unbind())
+        })
+        .map(|f| f.bind(py))
+}
