@@ -78,6 +78,10 @@ pub fn after_job(work: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     }
 }
 
+/// The name of every guest worker thread (hosts may check it: a callback running there runs
+/// while its guest waits for it, off the async runtime's threads).
+pub const THREAD_NAME: &str = "codemode-guest";
+
 /// Runs `job` on a worker thread and returns at once.
 pub fn spawn(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     let mut job: Job = Box::new(job);
@@ -93,7 +97,7 @@ pub fn spawn(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
                 let (tx, rx) = mpsc::channel::<Job>();
                 let me = tx.clone();
                 std::thread::Builder::new()
-                    .name("codemode-guest".into())
+                    .name(THREAD_NAME.into())
                     .stack_size(WORKER_STACK)
                     .spawn(move || worker(me, rx))?;
                 return tx.send(job).map_err(|_| std::io::Error::other("worker thread gone"));

@@ -21,8 +21,8 @@
 //! snapshot stores a configuration names); below the language packages.
 #![forbid(unsafe_code)]
 
-pub use codemode::ApprovalDecision;
 use codemode::config_file::ConfigFile;
+pub use codemode::{ApprovalDecision, CallHandle, GUEST_THREAD_NAME};
 use codemode::{
     ApprovalRequest, Approver, CodeMode, CodeModeError, CodeModeExecInput, CodeModeWaitInput, NestedToolCall,
     PolicyTarget, RunContext, RunId, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolHook, ToolResult, ToolSource,
@@ -359,6 +359,31 @@ impl Embedded {
         let mut input = CodeModeExecInput::code(code);
         input.language = language.map(str::to_string);
         self.cm.exec(&Self::ctx(session), &input).await.to_json()
+    }
+
+    /// [`Self::exec`] with a callback (see [`CodeMode::exec_then`]): returns at once; `done`
+    /// receives the result's JSON on the thread that finished the run. Call inside the runtime's
+    /// context (`Handle::enter`).
+    pub fn exec_then(
+        &self,
+        code: &str,
+        language: Option<&str>,
+        session: &str,
+        done: impl FnOnce(Value) + Send + 'static,
+    ) -> codemode::CallHandle {
+        let mut input = CodeModeExecInput::code(code);
+        input.language = language.map(str::to_string);
+        self.cm.exec_then(&Self::ctx(session), &input, move |r| done(r.to_json()))
+    }
+
+    /// [`Self::wait`] with a callback, like [`Self::exec_then`].
+    pub fn wait_then(
+        &self,
+        run_id: &str,
+        session: &str,
+        done: impl FnOnce(Value) + Send + 'static,
+    ) -> codemode::CallHandle {
+        self.cm.wait_then(&Self::ctx(session), &CodeModeWaitInput::new(run_id), move |r| done(r.to_json()))
     }
 
     /// Resumes a `waiting` run of `session`; the result's JSON.

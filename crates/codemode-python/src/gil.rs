@@ -46,6 +46,47 @@ pub fn shutdown(py: Python<'_>) {
     });
 }
 
+/// A new `asyncio.Future` of `event_loop`; `on_cancel` runs when it is cancelled.
+pub fn future<'py>(
+    py: Python<'py>,
+    event_loop: &Bound<'py, PyAny>,
+    on_cancel: impl Fn() + Send + Sync + 'static,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py_fut = event_loop.call_method0("create_future")?;
+    let on_done = PyCFunction::new_closure(
+        py,
+        None,
+        None,
+        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            if args.get_item(0)?.call_method0("cancelled")?.is_truthy()? {
+                on_cancel();
+            }
+            Ok(())
+        },
+    )?;
+    py_fut.call_method1("add_done_callback", (on_done,))?;
+    Ok(py_fut)
+}
+
+/// Resolves `target` (a future of `event_loop`) with `outcome`, from any thread but a tokio
+/// worker: converts it under the GIL and schedules the resolution on the loop's thread (asyncio
+/// futures are not thread-safe). A future already cancelled stays so; a closed loop is ignored.
+pub fn resolve<T>(target: Py<PyAny>, event_loop: Py<PyAny>, outcome: PyResult<T>)
+where
+    T: for<'a> IntoPyObject<'a>,
+{
+    attach(|py| {
+        let (value, failed) = match outcome.and_then(|v| v.into_py_any(py)) {
+            Ok(v) => (v, false),
+            Err(e) => (e.into_value(py).into_any(), true),
+        };
+        let scheduled = settler(py).and_then(|settle| {
+            event_loop.bind(py).call_method1("call_soon_threadsafe", (settle, target.bind(py), value, failed))
+        });
+        drop(scheduled);
+    });
+}
+
 /// Runs `fut` on the runtime; returns an `asyncio.Future` of `event_loop` that resolves to its
 /// output (converted under the GIL) or raises its error. Cancelling that future drops `fut`.
 pub fn spawn<'py, T>(
@@ -56,21 +97,9 @@ pub fn spawn<'py, T>(
 where
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    let py_fut = event_loop.call_method0("create_future")?;
     let task = pyo3_async_runtimes::tokio::get_runtime().spawn(fut);
     let abort = task.abort_handle();
-    let on_done = PyCFunction::new_closure(
-        py,
-        None,
-        None,
-        move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
-            if args.get_item(0)?.call_method0("cancelled")?.is_truthy()? {
-                abort.abort();
-            }
-            Ok(())
-        },
-    )?;
-    py_fut.call_method1("add_done_callback", (on_done,))?;
+    let py_fut = future(py, event_loop, move || abort.abort())?;
     let (target, event_loop) = (py_fut.clone().unbind(), event_loop.clone().unbind());
     pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
         let outcome = match task.await {
@@ -79,22 +108,8 @@ where
             Err(e) if e.is_cancelled() => return,
             Err(e) => Err(pyo3::exceptions::PyRuntimeError::new_err(format!("codemode task failed: {e}"))),
         };
-        // The GIL is taken on the blocking pool, never on a tokio worker; the future is resolved
-        // on its loop's thread (asyncio futures are not thread-safe).
-        let _ = tokio::task::spawn_blocking(move || {
-            attach(|py| {
-                let (value, failed) = match outcome.and_then(|v| v.into_py_any(py)) {
-                    Ok(v) => (v, false),
-                    Err(e) => (e.into_value(py).into_any(), true),
-                };
-                let scheduled = settler(py).and_then(|settle| {
-                    event_loop.bind(py).call_method1("call_soon_threadsafe", (settle, target.bind(py), value, failed))
-                });
-                // A closed loop: nobody awaits the future any more.
-                drop(scheduled);
-            })
-        })
-        .await;
+        // The GIL is taken on the blocking pool, never on a tokio worker.
+        let _ = tokio::task::spawn_blocking(move || resolve(target, event_loop, outcome)).await;
     });
     Ok(py_fut)
 }

@@ -14,18 +14,18 @@
 //! Layering (DESIGN §2): a language package on top of `codemode-embed`.
 #![forbid(unsafe_code)]
 
+mod calls;
 mod convert;
 mod gil;
 
+use calls::{Callback, LoopSlot, Mode};
 use codemode_embed::{
     EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction, HostHook,
 };
 use convert::{Json, from_py, to_py};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::PyBytes;
-use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
@@ -42,109 +42,6 @@ fn py_error(e: EmbedError) -> PyErr {
     CodeModeError::new_err((format!("{}: {}", e.code, e.message), e.code, e.message))
 }
 
-/// The asyncio loop (and context) of the latest `exec` / `wait` call: where `async def` tools run.
-type LoopSlot = Arc<Mutex<Option<TaskLocals>>>;
-
-/// What a Python exception says: its type's name and its message.
-fn failure(py: Python<'_>, err: &PyErr) -> HostFailure {
-    let kind = err.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
-    let message = err.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-    HostFailure::new(kind, message)
-}
-
-/// The failure of a call the exiting interpreter can no longer make.
-fn exiting() -> HostFailure {
-    HostFailure::new("RuntimeError", "the Python interpreter is exiting")
-}
-
-static IS_AWAITABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// A Python call's outcome: its value, or an awaitable to run on the event loop.
-enum Called {
-    Ready(Result<Value, HostFailure>),
-    Later(std::pin::Pin<Box<dyn std::future::Future<Output = PyResult<Py<PyAny>>> + Send>>),
-}
-
-/// A Python callable the runtime calls with JSON, from a tokio task.
-#[derive(Clone)]
-struct Callback {
-    callable: Arc<Py<PyAny>>,
-    what: &'static str,
-    loop_slot: LoopSlot,
-}
-
-impl Callback {
-    /// Calls the callable with `args` (built under the GIL) on tokio's blocking pool; awaits a
-    /// returned coroutine on the event loop of the latest `exec` / `wait`; converts the result to
-    /// JSON. The GIL is taken only on the blocking pool, never on a tokio worker.
-    async fn call(&self, args: Vec<Value>, kwargs: Option<Value>) -> Result<Value, HostFailure> {
-        let this = self.clone();
-        let called = tokio::task::spawn_blocking(move || {
-            gil::attach(|py| -> Called {
-                let call = || -> PyResult<Bound<'_, PyAny>> {
-                    let positional: Vec<Bound<'_, PyAny>> =
-                        args.iter().map(|a| to_py(py, a)).collect::<PyResult<_>>()?;
-                    let tuple = pyo3::types::PyTuple::new(py, positional)?;
-                    let kw = match &kwargs {
-                        Some(k) => Some(to_py(py, k)?.cast_into::<pyo3::types::PyDict>()?),
-                        None => None,
-                    };
-                    this.callable.bind(py).call(tuple, kw.as_ref())
-                };
-                let out = match call() {
-                    Ok(out) => out,
-                    Err(e) => return Called::Ready(Err(failure(py, &e))),
-                };
-                let awaitable = IS_AWAITABLE
-                    .import(py, "inspect", "isawaitable")
-                    .and_then(|f| f.call1((&out,)))
-                    .and_then(|r| r.is_truthy())
-                    .unwrap_or(false);
-                if !awaitable {
-                    return Called::Ready(this.json(py, &out));
-                }
-                let locals = this.loop_slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let Some(locals) = locals else {
-                    return Called::Ready(Err(HostFailure::new(
-                        "RuntimeError",
-                        format!("{} is async but no asyncio event loop called exec/wait", this.what),
-                    )));
-                };
-                match pyo3_async_runtimes::into_future_with_locals(&locals, out) {
-                    Ok(fut) => Called::Later(Box::pin(fut)),
-                    Err(e) => Called::Ready(Err(failure(py, &e))),
-                }
-            })
-            .unwrap_or_else(|| Called::Ready(Err(exiting())))
-        })
-        .await
-        .map_err(|e| HostFailure::new("RuntimeError", format!("{} did not run: {e}", self.what)))?;
-        match called {
-            Called::Ready(r) => r,
-            Called::Later(fut) => {
-                let outcome = fut.await;
-                let this = self.clone();
-                tokio::task::spawn_blocking(move || {
-                    gil::attach(|py| match outcome {
-                        Ok(obj) => this.json(py, obj.bind(py)),
-                        Err(e) => Err(failure(py, &e)),
-                    })
-                    .unwrap_or_else(|| Err(exiting()))
-                })
-                .await
-                .map_err(|e| HostFailure::new("RuntimeError", e.to_string()))?
-            }
-        }
-    }
-
-    fn json(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> Result<Value, HostFailure> {
-        from_py(obj).map_err(|e| {
-            let f = failure(py, &e);
-            HostFailure::new(f.kind, format!("{} returned a value that is not JSON: {}", self.what, f.message))
-        })
-    }
-}
-
 /// A Python function behind a tool: called with the input object's keys as keyword arguments
 /// (the Python side adapts signatures; see `codemode/_tools.py`).
 struct PyTool(Callback);
@@ -152,7 +49,7 @@ struct PyTool(Callback);
 #[async_trait::async_trait]
 impl HostFunction for PyTool {
     async fn call(&self, input: Value, info: Value) -> Result<Value, HostFailure> {
-        self.0.call(vec![input, info], None).await
+        self.0.call(vec![input, info]).await
     }
 }
 
@@ -162,7 +59,7 @@ struct PyHook(Callback);
 #[async_trait::async_trait]
 impl HostHook for PyHook {
     async fn before_call(&self, call: Value) -> Result<HookVerdict, HostFailure> {
-        let verdict = self.0.call(vec![call], None).await?;
+        let verdict = self.0.call(vec![call]).await?;
         Ok(match verdict {
             Value::Null | Value::Bool(true) => HookVerdict::Allow,
             Value::Bool(false) => HookVerdict::Refuse("refused by the before-call hook".into()),
@@ -192,7 +89,7 @@ struct PyApprover(Callback);
 impl HostApprover for PyApprover {
     async fn decide(&self, request: Value) -> Result<Option<codemode_embed::ApprovalDecision>, HostFailure> {
         use codemode_embed::ApprovalDecision;
-        Ok(match self.0.call(vec![request], None).await? {
+        Ok(match self.0.call(vec![request]).await? {
             Value::Null => None,
             Value::Bool(true) => Some(ApprovalDecision::Approve),
             Value::Bool(false) => Some(ApprovalDecision::deny("denied by the approver")),
@@ -244,6 +141,33 @@ impl Runtime {
     }
 }
 
+impl Runtime {
+    /// Starts an `exec` / `wait` whose result the guest worker hands straight to the event loop
+    /// (no hop through the tokio runtime); cancelling the Python future aborts the run.
+    fn then<'py>(
+        &self,
+        py: Python<'py>,
+        start: impl FnOnce(&Embedded, Box<dyn FnOnce(Value) + Send>) -> codemode_embed::CallHandle,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
+        let event_loop = locals.event_loop(py);
+        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(locals);
+        let handle: Arc<Mutex<Option<codemode_embed::CallHandle>>> = Arc::new(Mutex::new(None));
+        let on_cancel = handle.clone();
+        let py_fut = gil::future(py, &event_loop, move || {
+            if let Some(h) = on_cancel.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                h.cancel();
+            }
+        })?;
+        let (target, lp) = (py_fut.clone().unbind(), event_loop.clone().unbind());
+        let done: Box<dyn FnOnce(Value) + Send> = Box::new(move |v| gil::resolve(target, lp, Ok(Json(v))));
+        let _entered = pyo3_async_runtimes::tokio::get_runtime().enter();
+        let h = start(&self.inner, done);
+        *handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+        Ok(py_fut)
+    }
+}
+
 #[pymethods]
 impl Runtime {
     /// `exec`: runs a cell; the result's JSON as a dict. Cancelling the awaiting task aborts the run.
@@ -255,15 +179,13 @@ impl Runtime {
         language: Option<String>,
         session: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let inner = self.inner.clone();
-        self.spawn(py, async move { Ok(Json(inner.exec(&code, language.as_deref(), &session).await)) })
+        self.then(py, |inner, done| inner.exec_then(&code, language.as_deref(), &session, done))
     }
 
     /// `wait`: resumes a waiting run; the result's JSON as a dict.
     #[pyo3(signature = (run_id, session="default".to_string()))]
     fn wait<'py>(&self, py: Python<'py>, run_id: String, session: String) -> PyResult<Bound<'py, PyAny>> {
-        let inner = self.inner.clone();
-        self.spawn(py, async move { Ok(Json(inner.wait(&run_id, &session).await)) })
+        self.then(py, |inner, done| inner.wait_then(&run_id, &session, done))
     }
 
     /// `exec` from a model's raw tool arguments (a dict); the result's JSON.
@@ -340,36 +262,48 @@ impl Runtime {
     }
 }
 
-/// Builds a [`Runtime`]. `tools`: `(spec dict, callable)` pairs; `config`: the configuration
-/// document (a dict) or `None`. Blocks (without the GIL) while upstream MCP servers connect and
-/// the engine loads.
+/// Builds a [`Runtime`]. `tools`: `(spec dict, callable, mode)` triples, mode `"sync"`, `"inline"`
+/// or `"async"` (see [`calls`]); `config`: the configuration document (a dict) or `None`. Blocks
+/// (without the GIL) while upstream MCP servers connect and the engine loads.
 #[pyfunction]
 #[pyo3(signature = (tools, config=None, hook=None, approver=None))]
 fn start(
     py: Python<'_>,
-    tools: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+    tools: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>, String)>,
     config: Option<Bound<'_, PyAny>>,
     hook: Option<Bound<'_, PyAny>>,
     approver: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Runtime> {
     let loop_slot: LoopSlot = Arc::new(Mutex::new(None));
-    let callback = |callable: Bound<'_, PyAny>, what: &'static str| -> PyResult<Callback> {
+    let callback = |callable: Bound<'_, PyAny>, what: String, mode: Mode| -> PyResult<Callback> {
         if !callable.is_callable() {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!("{what} must be callable")));
         }
-        Ok(Callback { callable: Arc::new(callable.unbind()), what, loop_slot: loop_slot.clone() })
+        Ok(Callback { callable: Arc::new(callable.unbind()), what: what.into(), loop_slot: loop_slot.clone(), mode })
     };
     let mut host_tools: Vec<(codemode_embed::HostToolSpec, Arc<dyn HostFunction>)> = Vec::new();
-    for (spec, callable) in tools {
+    for (spec, callable, mode) in tools {
         let spec = codemode_embed::HostToolSpec::from_json(&from_py(&spec)?, "python").map_err(py_error)?;
-        let what: &'static str = Box::leak(format!("tool `{}`", spec.definition.name).into_boxed_str());
-        host_tools.push((spec, Arc::new(PyTool(callback(callable, what)?))));
+        let mode = match mode.as_str() {
+            "sync" => Mode::Sync,
+            "inline" => Mode::Inline,
+            "async" => Mode::Async,
+            other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown tool mode `{other}`"))),
+        };
+        let what = format!("tool `{}`", spec.definition.name);
+        host_tools.push((spec, Arc::new(PyTool(callback(callable, what, mode)?))));
     }
     let options = EmbedOptions {
         config: config.map(|c| from_py(&c)).transpose()?,
         tools: host_tools,
-        hook: hook.map(|h| callback(h, "the before-call hook")).transpose()?.map(|c| Arc::new(PyHook(c)) as _),
-        approver: approver.map(|a| callback(a, "the approver")).transpose()?.map(|c| Arc::new(PyApprover(c)) as _),
+        hook: hook
+            .map(|h| callback(h, "the before-call hook".into(), Mode::Sync))
+            .transpose()?
+            .map(|c| Arc::new(PyHook(c)) as _),
+        approver: approver
+            .map(|a| callback(a, "the approver".into(), Mode::Sync))
+            .transpose()?
+            .map(|c| Arc::new(PyApprover(c)) as _),
     };
     let rt = pyo3_async_runtimes::tokio::get_runtime();
     let embedded = py.detach(|| rt.block_on(Embedded::start(options))).map_err(py_error)?;

@@ -381,3 +381,37 @@ def test_results_are_typed_objects() -> None:
     assert r.status == "failed" and r.error is not None
     assert "RangeError: nope" in r.error.message
     assert r.to_dict()["status"] == "failed"
+
+
+def test_inline_tools_run_while_the_guest_waits_and_hold_the_run_while_they_do() -> None:
+    def nap(seconds: float) -> str:
+        time.sleep(seconds)
+        return "rested"
+
+    def boom() -> None:
+        raise KeyError("inline")
+
+    async def main() -> None:
+        cm = CodeMode(
+            tools=[tool(nap, name="nap_inline", inline=True), tool(nap, name="nap_worker"), tool(boom, inline=True)],
+            config=FAST,
+        )
+        # 100 inline calls, each answered before the guest takes its next step.
+        r = await cm.exec("let n = 0; for (let i = 0; i < 100; i++) if (await tools.nap_inline({seconds: 0}) === 'rested') n++; return n")
+        assert r.value == 100, r.to_dict()
+        # An inline tool slower than timeoutMs holds the run, which cannot suspend meanwhile: it
+        # fails with `timeout` once the function returns...
+        t0 = time.monotonic()
+        held = await cm.exec("return await tools.nap_inline({seconds: 0.5})")
+        assert held.status == "failed" and held.error and held.error.code == "timeout", held.to_dict()
+        assert time.monotonic() - t0 >= 0.5
+        # ...where the same function on a worker thread leaves the run waiting at its deadline.
+        free = await cm.exec("return await tools.nap_worker({seconds: 0.5})")
+        assert free.status == "waiting", free.to_dict()
+        assert (await settle(cm, free)).value == "rested"
+        err = await cm.exec("try { await tools.boom({}) } catch (e) { return e.message }")
+        assert err.value == "plugin:python:boom: KeyError: 'inline'"
+
+    run(main())
+    with pytest.raises(TypeError):
+        tool(asyncio.sleep, inline=True)

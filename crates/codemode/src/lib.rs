@@ -38,6 +38,7 @@ pub mod surface;
 pub mod tools;
 pub mod typescript;
 
+pub use codemode_bridge::workers::THREAD_NAME as GUEST_THREAD_NAME;
 pub use codemode_catalog::Catalog;
 pub use codemode_catalog::approval::ApprovalPolicy;
 pub use codemode_catalog::loops::{LoopConfig, LoopPolicy};
@@ -88,6 +89,47 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// An `exec` / `wait` started with [`CodeMode::exec_then`] / [`CodeMode::wait_then`].
+#[derive(Clone, Default)]
+pub struct CallHandle {
+    cancel: Arc<AtomicBool>,
+    task: Arc<std::sync::Mutex<Option<tokio::task::AbortHandle>>>,
+}
+
+impl CallHandle {
+    /// Aborts the call's run (at its next step; at the latest at its deadline while the guest is
+    /// busy), as dropping the future of [`CodeMode::exec`] does.
+    pub fn cancel(&self) {
+        self.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(task) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for CallHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallHandle").field("cancelled", &self.cancel.load(std::sync::atomic::Ordering::SeqCst)).finish()
+    }
+}
+
+/// What [`CodeMode::control_begin`] started.
+struct ControlStart {
+    started: std::time::Instant,
+    span: tracing::Span,
+    run_trace: Option<String>,
+    run_id: Option<String>,
+}
+
+/// The result of a call made outside a tokio runtime.
+fn no_runtime(e: tokio::runtime::TryCurrentError) -> CodeModeResult {
+    CodeModeResult::failed(
+        CodeModeError::new(CodeModeErrorCode::InternalError, format!("code mode must run inside a tokio runtime: {e}")),
+        Vec::new(),
+        CodeModeTelemetry::default(),
+    )
+}
+
 /// Routes nested calls: local tools by id, everything else to the host's executor.
 struct Router {
     local: LocalTools,
@@ -133,7 +175,7 @@ struct ControlEnd<'a> {
     run_id: Option<String>,
     started: std::time::Instant,
     observer: Option<&'a Arc<dyn RunObserver>>,
-    span: &'a tracing::Span,
+    span: tracing::Span,
     done: bool,
 }
 
@@ -145,7 +187,7 @@ impl Drop for ControlEnd<'_> {
         if !self.span.is_disabled() {
             self.span.record("status", "failed");
             self.span.record("code", CodeModeErrorCode::Aborted.as_str());
-            mark_span_error(self.span, "the call was cancelled: its run is aborted");
+            mark_span_error(&self.span, "the call was cancelled: its run is aborted");
         }
         let end = Some(("failed", Some(CodeModeErrorCode::Aborted.as_str()), self.started));
         self.cm.trace_control_record(self.ctx, self.tool, self.run_id.take(), end, self.observer);
@@ -288,26 +330,20 @@ impl CodeMode {
         observer: Option<Arc<dyn RunObserver>>,
         f: impl FnOnce(&Inner, &tokio::runtime::Handle, runtime::CallHandles) -> CodeModeResult + Send + 'static,
     ) -> CodeModeResult {
-        let started = std::time::Instant::now();
-        self.trace_control(ctx, tool, run_id.clone(), None, observer.as_ref());
-        let span = control_span(tool, ctx, run_id.as_deref());
-        // One trace per run (issue 23 §10): an `exec` continues the caller's trace context, a `wait`
-        // the trace of its run's `exec` (linking the caller's own context).
-        let run_trace = run_id.as_deref().and_then(|id| self.inner.run_trace(id));
-        link_span(&span, run_trace.as_deref(), ctx.trace_parent.as_deref());
+        let start = self.control_begin(tool, ctx, run_id, observer.as_ref());
         // Until the call ends, dropping it (its caller went away: the run is aborted) still closes
         // its control record and marks its span.
         let mut end = ControlEnd {
             cm: self,
             ctx,
             tool,
-            run_id: run_id.clone(),
-            started,
+            run_id: start.run_id.clone(),
+            started: start.started,
             observer: observer.as_ref(),
-            span: &span,
+            span: start.span.clone(),
             done: false,
         };
-        let (worker_span, obs) = (span.clone(), observer.clone());
+        let (worker_span, obs) = (start.span.clone(), observer.clone());
         let result = self
             .on_worker(move |inner, rt, cancel| {
                 let _entered = worker_span.enter();
@@ -315,10 +351,44 @@ impl CodeMode {
             })
             .await;
         end.done = true;
-        record_result(&span, &result, run_id.is_none());
+        drop(end);
+        self.control_finish(start, ctx, tool, observer.as_ref(), &result);
+        result
+    }
+
+    /// The start of an `exec` / `wait` call: its start record, its span, linked to its run's trace.
+    fn control_begin(
+        &self,
+        tool: &'static str,
+        ctx: &RunContext,
+        run_id: Option<String>,
+        observer: Option<&Arc<dyn RunObserver>>,
+    ) -> ControlStart {
+        let started = std::time::Instant::now();
+        self.trace_control(ctx, tool, run_id.clone(), None, observer);
+        let span = control_span(tool, ctx, run_id.as_deref());
+        // One trace per run (issue 23 §10): an `exec` continues the caller's trace context, a `wait`
+        // the trace of its run's `exec` (linking the caller's own context).
+        let run_trace = run_id.as_deref().and_then(|id| self.inner.run_trace(id));
+        link_span(&span, run_trace.as_deref(), ctx.trace_parent.as_deref());
+        ControlStart { started, span, run_trace, run_id }
+    }
+
+    /// The end of an `exec` / `wait` call: the result on its span, the run's trace remembered or
+    /// forgotten, its end record.
+    fn control_finish(
+        &self,
+        start: ControlStart,
+        ctx: &RunContext,
+        tool: &'static str,
+        observer: Option<&Arc<dyn RunObserver>>,
+        result: &CodeModeResult,
+    ) {
+        let ControlStart { started, span, run_trace, run_id } = start;
+        record_result(&span, result, run_id.is_none());
         let run_id = run_id.or_else(|| result.run_id().map(str::to_string));
         if let Some(id) = &run_id {
-            match &result {
+            match result {
                 CodeModeResult::Waiting { .. } if run_trace.is_none() => {
                     if let Some(tp) = span_traceparent(&span) {
                         self.inner.remember_run_trace(id, tp);
@@ -328,8 +398,111 @@ impl CodeMode {
                 _ => self.inner.forget_run_trace(id),
             }
         }
-        self.trace_control(ctx, tool, run_id, Some((&result, started)), observer.as_ref());
-        result
+        self.trace_control(ctx, tool, run_id, Some((result, started)), observer);
+    }
+
+    /// [`Self::exec`] for hosts that are not async Rust (the Python and Node packages): starts the
+    /// cell and returns at once; `done` receives the result on the guest worker thread that ran it
+    /// (or, with [`ToolHook`]s, on a runtime thread). This saves the two thread switches of
+    /// awaiting a future on the runtime and handing its result over. [`CallHandle::cancel`] aborts
+    /// the run as dropping [`Self::exec`]'s future does. Call it inside a tokio runtime context
+    /// (`Handle::enter`); without one, `done` gets an `internal_error` result.
+    pub fn exec_then(
+        &self,
+        ctx: &RunContext,
+        input: &CodeModeExecInput,
+        done: impl FnOnce(CodeModeResult) + Send + 'static,
+    ) -> CallHandle {
+        if !self.inner.hooks.is_empty() {
+            let (this, ctx, input) = (self.clone(), ctx.clone(), input.clone());
+            return self.spawn_then(async move { this.exec(&ctx, &input).await }, done);
+        }
+        let (ctx2, input) = (ctx.clone(), input.clone());
+        self.control_then(crate::surface::EXEC, ctx, None, done, move |inner, rt, handles| {
+            inner.exec(rt, &ctx2, &input, handles)
+        })
+    }
+
+    /// [`Self::wait`] like [`Self::exec_then`].
+    pub fn wait_then(
+        &self,
+        ctx: &RunContext,
+        input: &CodeModeWaitInput,
+        done: impl FnOnce(CodeModeResult) + Send + 'static,
+    ) -> CallHandle {
+        if !self.inner.hooks.is_empty() {
+            let (this, ctx, input) = (self.clone(), ctx.clone(), input.clone());
+            return self.spawn_then(async move { this.wait(&ctx, &input).await }, done);
+        }
+        let (ctx2, input) = (ctx.clone(), input.clone());
+        let run_id = Some(input.run_id.clone());
+        self.control_then(crate::surface::WAIT, ctx, run_id, done, move |inner, rt, handles| {
+            inner.wait(rt, &ctx2, &input, handles)
+        })
+    }
+
+    /// Runs `fut` on the runtime and hands its result to `done`; cancelling aborts the task
+    /// (dropping the future, which aborts its run).
+    fn spawn_then(
+        &self,
+        fut: impl std::future::Future<Output = CodeModeResult> + Send + 'static,
+        done: impl FnOnce(CodeModeResult) + Send + 'static,
+    ) -> CallHandle {
+        let handle = CallHandle::default();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                // `done` runs off the runtime's workers (a host callback may block, e.g. on a GIL).
+                let task = rt.spawn(async move {
+                    let result = fut.await;
+                    let _ = tokio::task::spawn_blocking(move || done(result)).await;
+                });
+                *handle.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
+            }
+            Err(e) => done(no_runtime(e)),
+        }
+        handle
+    }
+
+    /// [`Self::control_call`] with a callback instead of a future (see [`Self::exec_then`]).
+    fn control_then(
+        &self,
+        tool: &'static str,
+        ctx: &RunContext,
+        run_id: Option<String>,
+        done: impl FnOnce(CodeModeResult) + Send + 'static,
+        f: impl FnOnce(&Inner, &tokio::runtime::Handle, runtime::CallHandles) -> CodeModeResult + Send + 'static,
+    ) -> CallHandle {
+        let handle = CallHandle::default();
+        let rt = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt,
+            Err(e) => {
+                done(no_runtime(e));
+                return handle;
+            }
+        };
+        let start = self.control_begin(tool, ctx, run_id, None);
+        let (this, ctx, cancel) = (self.clone(), ctx.clone(), handle.cancel.clone());
+        let spawned = codemode_bridge::workers::spawn(move || {
+            let span = start.span.clone();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _entered = span.enter();
+                f(&this.inner, &rt, runtime::CallHandles { cancel, observer: None })
+            }))
+            .unwrap_or_else(|p| {
+                let msg = codemode_bridge::workers::panic_message(p);
+                CodeModeResult::failed(
+                    CodeModeError::new(CodeModeErrorCode::InternalError, format!("code mode worker panicked: {msg}")),
+                    Vec::new(),
+                    CodeModeTelemetry::default(),
+                )
+            });
+            this.control_finish(start, &ctx, tool, None, &result);
+            done(result);
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start a guest worker thread");
+        }
+        handle
     }
 
     /// Emits the start (`result` = `None`) or end record of an `exec` / `wait` call to the

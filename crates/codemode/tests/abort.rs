@@ -161,3 +161,41 @@ async fn a_busy_guest_stops_at_once_when_cancelled() {
         assert_eq!(ok.to_json()["value"], json!(1), "{engine}");
     }
 }
+
+/// `exec_then` / `wait_then` (the callback form the language packages use) deliver the same
+/// results as `exec` / `wait`, on the guest worker thread; `CallHandle::cancel` aborts the run
+/// like dropping the future does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callback_calls_deliver_results_and_cancel_aborts() {
+    let (cm, counts) = runtime(200);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    cm.exec_then(&ctx(), &CodeModeExecInput::code("return 6 * 7"), move |r| {
+        let _ = tx.send((r, std::thread::current().name().map(str::to_string)));
+    });
+    let (r, thread) = rx.await.unwrap();
+    assert_eq!(r.to_json()["value"], json!(42));
+    assert_eq!(thread.as_deref(), Some(codemode::GUEST_THREAD_NAME));
+
+    // A run that suspends, resumed through wait_then.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    cm.exec_then(&ctx(), &CodeModeExecInput::code("return await tools.call('plugin:t:slow', {})"), move |r| {
+        let _ = tx.send(r);
+    });
+    let waiting = rx.await.unwrap();
+    assert_eq!(waiting.status(), "waiting", "{}", waiting.to_json());
+    let run_id = waiting.run_id().unwrap().to_string();
+
+    // Cancelling a wait aborts the run: its call is cancelled and the run is gone.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = cm.wait_then(&ctx(), &CodeModeWaitInput::new(run_id.as_str()), move |r| {
+        let _ = tx.send(r);
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    handle.cancel();
+    let ended = rx.await.unwrap();
+    assert_eq!(ended.error_code(), Some(CodeModeErrorCode::Aborted), "{}", ended.to_json());
+    settle().await;
+    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1, "the nested call was cancelled");
+    let gone = cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.as_str())).await;
+    assert_eq!(gone.error_code(), Some(CodeModeErrorCode::InvalidInput));
+}

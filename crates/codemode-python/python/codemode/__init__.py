@@ -171,7 +171,7 @@ class CodeMode:
             config = _load_config(os.fspath(config))
         self._session = session
         self._runtime = _native.start(
-            [(t.spec(), t.invoke) for t in self._tools],
+            [(t.spec(), t.invoke, t.mode) for t in self._tools],
             dict(config) if config is not None else None,
             hook=hook,
             approver=approver,

@@ -25,7 +25,7 @@ class Runtime:
     def tool_ids(self) -> list[str]: ...
 
 def start(
-    tools: list[tuple[dict[str, Any], Callable[[dict[str, Any], dict[str, Any]], Any]]],
+    tools: list[tuple[dict[str, Any], Callable[[dict[str, Any], dict[str, Any]], Any], str]],
     config: dict[str, Any] | None = None,
     hook: Callable[[dict[str, Any]], Any] | None = None,
     approver: Callable[[dict[str, Any]], Any] | None = None,

@@ -74,6 +74,7 @@ class Tool:
     output_schema: dict[str, Any] | None = None
     read_only: bool = False
     owner: str | None = None
+    inline: bool = False
     _validator: Any = None
 
     def spec(self) -> dict[str, Any]:
@@ -93,6 +94,14 @@ class Tool:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.function)
+
+    @property
+    def mode(self) -> str:
+        """How the native runtime calls it: ``async`` (on the event loop), ``inline`` (on the
+        guest's thread) or ``sync`` (on a worker thread)."""
+        if self.is_async:
+            return "async"
+        return "inline" if self.inline else "sync"
 
     def invoke(self, input: dict[str, Any], info: dict[str, Any]) -> Any:
         """What the native runtime calls (``info``: run id, request id, tool id, session)."""
@@ -155,6 +164,7 @@ def tool(
     output_schema: dict[str, Any] | None = None,
     read_only: bool = False,
     owner: str | None = None,
+    inline: bool = False,
 ) -> Any:
     """Declares a function as a tool (usable bare, ``@tool``, or with options, ``@tool(read_only=True)``).
 
@@ -165,12 +175,20 @@ def tool(
     - ``output_schema``: a JSON Schema of the result (shown to the model in the tool's type);
     - ``read_only``: the tool has no side effects, so a resuming process may repeat a lost call and
       ``restartSafe`` cells may call it;
-    - ``owner``: the middle part of the catalog id ``plugin:<owner>:<name>`` (default ``python``).
+    - ``owner``: the middle part of the catalog id ``plugin:<owner>:<name>`` (default ``python``);
+    - ``inline``: (a plain ``def`` only) run on the sandbox's own thread while the program waits for
+      it: no thread switch, the fastest call, for quick pure functions. While it runs the run
+      cannot suspend: one that overruns ``timeoutMs`` fails the run with ``timeout`` when it
+      returns, and one that never returns holds its ``exec``.
+      Without it, a plain function runs on a worker thread and a slow one leaves the run
+      ``waiting``; an ``async def`` runs on the event loop that called ``exec``/``wait``.
     """
 
     def make(fn: Callable[..., Any]) -> Tool:
         if not callable(fn):
             raise TypeError(f"a tool must be callable, got {type(fn).__name__}")
+        if inline and inspect.iscoroutinefunction(fn):
+            raise TypeError("inline=True is for plain functions; an async def runs on the event loop")
         schema, validator = (input_schema, None) if input_schema is not None else _from_signature(fn)
         return Tool(
             function=fn,
@@ -180,6 +198,7 @@ def tool(
             output_schema=output_schema,
             read_only=read_only,
             owner=owner,
+            inline=inline,
             _validator=validator,
         )
 

@@ -1,0 +1,151 @@
+"""Per-cell and per-nested-call cost of the `codemode` Python package, next to the Rust API (the
+`codemode bench` binary of the same build) and, when installed, smolagents' LocalPythonExecutor and
+Pydantic's Monty on the same small tasks: a trivial cell, and 100 nested calls to a Python function.
+
+    python bench/python/bench.py [--codemode-bin PATH] [--samples N] [--json]
+
+Numbers are medians of N samples on this machine, now; not assertions (`make bench-python`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+
+def median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+def timed(fn: Callable[[], Any], samples: int) -> list[float]:
+    out = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def timed_async(fn: Callable[[], Any], samples: int) -> list[float]:
+    out = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+async def add_async(a: int, b: int) -> int:
+    return a + b
+
+
+HUNDRED = "let s = 0; for (let i = 0; i < 100; i++) s = await tools.add({a: s, b: 1}); return s"
+HUNDRED_INLINE = "let s = 0; for (let i = 0; i < 100; i++) s = await tools.add_inline({a: s, b: 1}); return s"
+HUNDRED_ASYNC = "let s = 0; for (let i = 0; i < 100; i++) s = await tools.add_async({a: s, b: 1}); return s"
+
+
+async def codemode_rows(samples: int) -> dict[str, float]:
+    from codemode import CodeMode, tool
+
+    cm = CodeMode(
+        tools=[
+            tool(add, input_schema={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+            tool(add, name="add_inline", inline=True, input_schema={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+            tool(add_async, input_schema={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+        ],
+        config={"tools": {"codeMode": {"timeoutMs": 30000}}},
+    )
+    assert (await cm.exec(HUNDRED)).value == 100
+    assert (await cm.exec(HUNDRED_ASYNC)).value == 100
+    trivial = median_us(await timed_async(lambda: cm.exec("return 1 + 1"), samples))
+    hundred = median_us(await timed_async(lambda: cm.exec(HUNDRED), max(10, samples // 10)))
+    hundred_inline = median_us(await timed_async(lambda: cm.exec(HUNDRED_INLINE), max(10, samples // 10)))
+    hundred_async = median_us(await timed_async(lambda: cm.exec(HUNDRED_ASYNC), max(10, samples // 10)))
+    return {
+        "trivial_cell_us": trivial,
+        "hundred_calls_us": hundred,
+        "nested_call_us": (hundred - trivial) / 100,
+        "nested_inline_call_us": (hundred_inline - trivial) / 100,
+        "nested_async_call_us": (hundred_async - trivial) / 100,
+    }
+
+
+def rust_rows(binary: str, samples: int) -> dict[str, float] | None:
+    try:
+        out = subprocess.run(
+            [binary, "bench", "--engine", "quickjs-wasi", "--samples", str(samples), "--json", "--concurrency", "1", "--seconds", "1"],
+            capture_output=True, text=True, timeout=600, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"(no Rust API row: {e})", file=sys.stderr)
+        return None
+    doc = json.loads(out)
+    row = next(r for r in doc["engines"] if r["engine"] == "quickjs-wasi")
+    return {"trivial_cell_us": row["exec_us"]["p50"], "nested_call_us": row["nested_call_us"]["p50"]}
+
+
+def smolagents_rows(samples: int) -> dict[str, float] | None:
+    try:
+        from smolagents.local_python_executor import LocalPythonExecutor
+    except ImportError:
+        return None
+    ex = LocalPythonExecutor(additional_authorized_imports=[])
+    ex.send_tools({"add": add})
+    trivial = median_us(timed(lambda: ex("1 + 1"), samples))
+    hundred = median_us(timed(lambda: ex("s = 0\nfor i in range(100):\n    s = add(a=s, b=1)\ns"), max(10, samples // 10)))
+    return {"trivial_cell_us": trivial, "hundred_calls_us": hundred, "nested_call_us": (hundred - trivial) / 100}
+
+
+def monty_rows(samples: int) -> dict[str, float] | None:
+    try:
+        import pydantic_monty as monty
+    except ImportError:
+        return None
+    run = getattr(monty, "run", None)
+    if run is None:
+        return None
+    trivial = median_us(timed(lambda: run("1 + 1"), samples))
+    try:
+        code = "s = 0\nfor i in range(100):\n    s = add(s, 1)\ns"
+        hundred = median_us(timed(lambda: run(code, external_functions={"add": lambda a, b: a + b}), max(10, samples // 10)))
+    except Exception as e:  # the API of external functions differs between versions
+        print(f"(monty nested calls not measured: {e})", file=sys.stderr)
+        return {"trivial_cell_us": trivial}
+    return {"trivial_cell_us": trivial, "hundred_calls_us": hundred, "nested_call_us": (hundred - trivial) / 100}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--codemode-bin", default=None, help="the `codemode` binary of the same build (Rust API row)")
+    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    rows: dict[str, dict[str, float] | None] = {"codemode (Python)": asyncio.run(codemode_rows(args.samples))}
+    if args.codemode_bin:
+        rows["codemode (Rust API)"] = rust_rows(args.codemode_bin, args.samples)
+    rows["smolagents LocalPythonExecutor"] = smolagents_rows(args.samples)
+    rows["pydantic-monty"] = monty_rows(args.samples)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{'runtime':34} {'trivial cell (µs)':>18} {'nested call (µs)':>17} {'inline call (µs)':>17} {'async call (µs)':>16}")
+    for name, row in rows.items():
+        if row is None:
+            print(f"{name:34} {'not installed':>18}")
+            continue
+        f = lambda k: f"{row[k]:.1f}" if k in row else "-"  # noqa: E731
+        print(f"{name:34} {f('trivial_cell_us'):>18} {f('nested_call_us'):>17} {f('nested_inline_call_us'):>17} {f('nested_async_call_us'):>16}")
+
+
+if __name__ == "__main__":
+    main()
