@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 wheels="$CARGO_TARGET_DIR/wheels"
 rm -f "$wheels"/codemode-*.whl
-.venv/bin/maturin build --quiet --locked --profile dev -m crates/codemode-python/Cargo.toml --out "$wheels" >&2
+.venv/bin/maturin build --quiet --locked --strip --profile dev -m crates/codemode-python/Cargo.toml --out "$wheels" >&2
 venv="$(mktemp -d)/venv"
 trap 'rm -rf "$(dirname "$venv")"' EXIT
 python3 -m venv "$venv"

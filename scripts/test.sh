@@ -13,3 +13,5 @@ echo "[test] cargo clippy" >&2
 cargo clippy --locked --workspace --all-targets -- -D warnings
 echo "[test] cargo test" >&2
 cargo test --locked --workspace
+echo "[test] python package (wheel in a fresh venv, pytest)" >&2
+./scripts/test-python.sh

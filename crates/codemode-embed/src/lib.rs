@@ -213,6 +213,56 @@ pub enum HookVerdict {
     Refuse(String),
 }
 
+impl HookVerdict {
+    /// The verdict a host-language hook returned, as JSON: `null` / `true` (allow), `false` (refuse),
+    /// a string (refuse with that reason), `{ "input": … }` (rewrite), `{ "refuse": reason }`.
+    pub fn from_json(v: Value) -> Result<Self, HostFailure> {
+        Ok(match v {
+            Value::Null | Value::Bool(true) => HookVerdict::Allow,
+            Value::Bool(false) => HookVerdict::Refuse("refused by the before-call hook".into()),
+            Value::String(reason) => HookVerdict::Refuse(reason),
+            Value::Object(mut o) if o.contains_key("input") => {
+                HookVerdict::Rewrite(o.remove("input").unwrap_or_default())
+            }
+            Value::Object(o) if o.contains_key("refuse") => HookVerdict::Refuse(
+                o.get("refuse").and_then(Value::as_str).unwrap_or("refused by the before-call hook").to_string(),
+            ),
+            other => {
+                return Err(HostFailure::new(
+                    "TypeError",
+                    format!(
+                        "the before-call hook returned {}; expected nothing, true, false, a reason, {{input: …}} or {{refuse: reason}}",
+                        preview(&other)
+                    ),
+                ));
+            }
+        })
+    }
+}
+
+/// A decision a host-language approver returned, as JSON: `true` (approve), `false` or a string
+/// (deny, with the string as the reason), `null` (no answer now: park the call).
+pub fn decision_from_json(v: Value) -> Result<Option<ApprovalDecision>, HostFailure> {
+    Ok(match v {
+        Value::Null => None,
+        Value::Bool(true) => Some(ApprovalDecision::Approve),
+        Value::Bool(false) => Some(ApprovalDecision::deny("denied by the approver")),
+        Value::String(reason) => Some(ApprovalDecision::deny(reason)),
+        other => {
+            return Err(HostFailure::new(
+                "TypeError",
+                format!("the approver returned {}; expected true, false, a denial reason or nothing", preview(&other)),
+            ));
+        }
+    })
+}
+
+/// A short rendering of a value for an error message.
+fn preview(v: &Value) -> String {
+    let text = v.to_string();
+    if text.chars().count() > 80 { format!("{}…", text.chars().take(80).collect::<String>()) } else { text }
+}
+
 /// A host-language hook run before every nested call (after the policy, before approvals and the
 /// tool). It sees `{ runId, requestId, toolId, session, input }`.
 #[async_trait::async_trait]
@@ -384,6 +434,29 @@ impl Embedded {
         done: impl FnOnce(Value) + Send + 'static,
     ) -> codemode::CallHandle {
         self.cm.wait_then(&Self::ctx(session), &CodeModeWaitInput::new(run_id), move |r| done(r.to_json()))
+    }
+
+    /// [`Self::exec_json`] with a callback, like [`Self::exec_then`]; a malformed call is answered
+    /// at once (a `failed` result coded `invalid_input`).
+    pub fn exec_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
+        match CodeModeExecInput::from_json(args) {
+            Ok(input) => self.cm.exec_then(&Self::ctx(session), &input, move |r| done(r.to_json())),
+            Err(e) => {
+                done(codemode::CodeModeResult::failed(e, Vec::new(), Default::default()).to_json());
+                CallHandle::default()
+            }
+        }
+    }
+
+    /// [`Self::wait_json`] with a callback, like [`Self::exec_json_then`].
+    pub fn wait_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
+        match CodeModeWaitInput::from_json(args) {
+            Ok(input) => self.cm.wait_then(&Self::ctx(session), &input, move |r| done(r.to_json())),
+            Err(e) => {
+                done(codemode::CodeModeResult::failed(e, Vec::new(), Default::default()).to_json());
+                CallHandle::default()
+            }
+        }
     }
 
     /// Resumes a `waiting` run of `session`; the result's JSON.

@@ -59,26 +59,7 @@ struct PyHook(Callback);
 #[async_trait::async_trait]
 impl HostHook for PyHook {
     async fn before_call(&self, call: Value) -> Result<HookVerdict, HostFailure> {
-        let verdict = self.0.call(vec![call]).await?;
-        Ok(match verdict {
-            Value::Null | Value::Bool(true) => HookVerdict::Allow,
-            Value::Bool(false) => HookVerdict::Refuse("refused by the before-call hook".into()),
-            Value::String(reason) => HookVerdict::Refuse(reason),
-            Value::Object(mut o) if o.contains_key("input") => {
-                HookVerdict::Rewrite(o.remove("input").unwrap_or_default())
-            }
-            Value::Object(o) if o.contains_key("refuse") => HookVerdict::Refuse(
-                o.get("refuse").and_then(Value::as_str).unwrap_or("refused by the before-call hook").to_string(),
-            ),
-            other => {
-                return Err(HostFailure::new(
-                    "TypeError",
-                    format!(
-                        "the before-call hook returned {other}; expected None, True, False, a reason, {{'input': …}} or {{'refuse': reason}}"
-                    ),
-                ));
-            }
-        })
+        HookVerdict::from_json(self.0.call(vec![call]).await?)
     }
 }
 
@@ -88,19 +69,7 @@ struct PyApprover(Callback);
 #[async_trait::async_trait]
 impl HostApprover for PyApprover {
     async fn decide(&self, request: Value) -> Result<Option<codemode_embed::ApprovalDecision>, HostFailure> {
-        use codemode_embed::ApprovalDecision;
-        Ok(match self.0.call(vec![request]).await? {
-            Value::Null => None,
-            Value::Bool(true) => Some(ApprovalDecision::Approve),
-            Value::Bool(false) => Some(ApprovalDecision::deny("denied by the approver")),
-            Value::String(reason) => Some(ApprovalDecision::deny(reason)),
-            other => {
-                return Err(HostFailure::new(
-                    "TypeError",
-                    format!("the approver returned {other}; expected True, False, a denial reason or None"),
-                ));
-            }
-        })
+        codemode_embed::decision_from_json(self.0.call(vec![request]).await?)
     }
 }
 

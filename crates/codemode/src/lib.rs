@@ -451,12 +451,28 @@ impl CodeMode {
         let handle = CallHandle::default();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                // `done` runs off the runtime's workers (a host callback may block, e.g. on a GIL).
-                let task = rt.spawn(async move {
-                    let result = fut.await;
+                let call = rt.spawn(fut);
+                *handle.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(call.abort_handle());
+                rt.spawn(async move {
+                    let result = match call.await {
+                        Ok(r) => r,
+                        // Cancelled: dropping the call's future aborted its run.
+                        Err(e) => {
+                            let (code, msg) = if e.is_cancelled() {
+                                (CodeModeErrorCode::Aborted, "the call was cancelled: its run is aborted".to_string())
+                            } else {
+                                (CodeModeErrorCode::InternalError, format!("code mode call failed: {e}"))
+                            };
+                            CodeModeResult::failed(
+                                CodeModeError::new(code, msg),
+                                Vec::new(),
+                                CodeModeTelemetry::default(),
+                            )
+                        }
+                    };
+                    // `done` runs off the runtime's workers (a host callback may block, e.g. on a GIL).
                     let _ = tokio::task::spawn_blocking(move || done(result)).await;
                 });
-                *handle.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
             }
             Err(e) => done(no_runtime(e)),
         }

@@ -199,3 +199,38 @@ async fn callback_calls_deliver_results_and_cancel_aborts() {
     let gone = cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.as_str())).await;
     assert_eq!(gone.error_code(), Some(CodeModeErrorCode::InvalidInput));
 }
+
+/// With hooks, `exec_then` runs the async path; cancelling still delivers an `aborted` result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callback_calls_with_hooks_report_their_cancellation() {
+    struct Quiet;
+    impl codemode::ToolHook for Quiet {}
+    let counts = Arc::new(Counts::default());
+    let c = counts.clone();
+    let mut tools = LocalTools::new();
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), move |_| {
+        let c = c.clone();
+        async move {
+            let _guard = DropCounter(c, false);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Ok(ToolResult::value(json!("slept")))
+        }
+    })));
+    let mut config = CodeModeConfig::enabled();
+    config.timeout_ms = 5_000;
+    let cm = CodeMode::builder(config).engine_name("quickjs-wasi").local_tools(tools).hook(Arc::new(Quiet)).build();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle =
+        cm.exec_then(&ctx(), &CodeModeExecInput::code("return await tools.call('plugin:t:slow', {})"), move |r| {
+            let _ = tx.send(r);
+        });
+    while cm.runs_in_progress() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    handle.cancel();
+    let r = tokio::time::timeout(Duration::from_secs(5), rx).await.expect("a result arrives").unwrap();
+    assert_eq!(r.error_code(), Some(CodeModeErrorCode::Aborted), "{}", r.to_json());
+    settle().await;
+    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1, "the nested call was cancelled");
+}

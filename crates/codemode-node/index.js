@@ -1,0 +1,288 @@
+'use strict'
+// codemode for Node.js: code mode for LLM agents, in-process.
+//
+// The model sees two tools, `exec` and `wait`. It writes a short JavaScript or TypeScript program;
+// the program runs in a sandbox that treats it as hostile (QuickJS compiled to WebAssembly, on
+// codemode's own threads — never on Node's main thread), and your functions are reachable from it
+// only through a JSON bridge. See index.d.ts for the API and README.md ("Node") for a tour.
+
+const native = require('./native.js')
+
+/** A host API call that could not be made: `code` is `invalid_input`, `config_error`, … */
+class CodeModeError extends Error {
+  constructor(code, message) {
+    super(`${code}: ${message}`)
+    this.name = 'CodeModeError'
+    this.code = code
+    this.detail = message
+  }
+}
+
+/** Turns a native error (`"<code>: <message>"`) into a CodeModeError. */
+function coded(e) {
+  const m = /^([a-z_]+): ([\s\S]*)$/.exec(e && e.message ? e.message : String(e))
+  return m ? new CodeModeError(m[1], m[2]) : e
+}
+
+/** Deepest nesting a tool result may have (a deeper one is refused, not converted). */
+const MAX_DEPTH = 256
+
+/**
+ * Checks that `value` is JSON — null, booleans, finite numbers, strings, arrays and plain objects —
+ * and returns it; anything else (undefined, a function, a BigInt, a symbol, NaN or Infinity, a
+ * cycle, a Date, Map, Set, class instance or typed array) throws a TypeError naming where it is.
+ * Nothing is converted silently, so a value means the same on both sides of the bridge.
+ */
+function checkJson(value, what) {
+  const onPath = new Set()
+  const visit = (v, path, depth) => {
+    if (depth > MAX_DEPTH) throw new TypeError(`${what} returned a value that is not JSON: ${path}: nested deeper than ${MAX_DEPTH} levels`)
+    if (v === null || typeof v === 'string' || typeof v === 'boolean') return
+    const fail = (kind) => {
+      throw new TypeError(`${what} returned a value that is not JSON: ${path}: ${kind}`)
+    }
+    switch (typeof v) {
+      case 'number':
+        if (!Number.isFinite(v)) fail(`${v} (only finite numbers are JSON)`)
+        return
+      case 'undefined':
+        return fail('undefined')
+      case 'function':
+        return fail('a function')
+      case 'bigint':
+        return fail('a BigInt (convert it to a string or number)')
+      case 'symbol':
+        return fail('a symbol')
+    }
+    if (onPath.has(v)) fail('a circular reference (a value contains itself)')
+    if (Array.isArray(v)) {
+      onPath.add(v)
+      for (let i = 0; i < v.length; i++) visit(v[i], `${path}[${i}]`, depth + 1)
+      onPath.delete(v)
+      return
+    }
+    const proto = Object.getPrototypeOf(v)
+    if (proto !== Object.prototype && proto !== null) {
+      fail(`an object of type ${(v.constructor && v.constructor.name) || 'unknown'} (only plain objects are JSON)`)
+    }
+    onPath.add(v)
+    for (const key of Object.keys(v)) visit(v[key], `${path}.${key}`, depth + 1)
+    onPath.delete(v)
+  }
+  visit(value, '$', 0)
+  return value
+}
+
+/** The envelope a wrapper answers the native side with. */
+async function envelope(run) {
+  try {
+    return JSON.stringify({ ok: await run() })
+  } catch (e) {
+    const name = (e && e.name) || 'Error'
+    const message = e && typeof e.message === 'string' ? e.message : String(e)
+    return JSON.stringify({ error: { name, message } })
+  }
+}
+
+/** A Standard Schema (Zod 4, Valibot, …) with a JSON Schema rendering, or a JSON Schema object. */
+function schemaOf(schema, name, io) {
+  if (schema == null) return { jsonSchema: undefined, validate: undefined }
+  if (typeof schema !== 'object') throw new CodeModeError('invalid_input', `tool \`${name}\`: inputSchema must be a JSON Schema or a Zod schema`)
+  const standard = schema['~standard']
+  if (standard && typeof standard.validate === 'function') {
+    if (typeof schema.toJSONSchema !== 'function') {
+      throw new CodeModeError('invalid_input', `tool \`${name}\`: this schema library cannot render JSON Schema (Zod 4's schemas can; for Zod 3 pass zod-to-json-schema's output)`)
+    }
+    // An input schema describes what callers may send (defaults optional), an output schema what
+    // the tool returns.
+    const jsonSchema = schema.toJSONSchema({ io })
+    delete jsonSchema.$schema
+    return { jsonSchema, validate: (input) => standard.validate(input) }
+  }
+  return { jsonSchema: schema, validate: undefined }
+}
+
+/**
+ * Declares a function as a tool: `tool({ name, description, inputSchema, outputSchema, readOnly,
+ * owner, handler })`. The guest calls it as `tools.<name>(input)`; `handler(input, info)` may be
+ * sync or async, and its result must be JSON.
+ */
+function tool(spec) {
+  if (!spec || typeof spec !== 'object') throw new TypeError('tool(spec): spec must be an object')
+  const { handler, inputSchema, outputSchema, ...rest } = spec
+  if (typeof handler !== 'function') throw new TypeError(`tool \`${spec.name}\`: handler must be a function`)
+  const input = schemaOf(inputSchema, spec.name, 'input')
+  const output = schemaOf(outputSchema, spec.name, 'output')
+  return Object.freeze({ ...rest, inputSchema: input.jsonSchema, outputSchema: output.jsonSchema, handler, validate: input.validate })
+}
+
+/** What the native side calls for a tool: parses the arguments, validates, runs, checks the result. */
+function toolWrapper(t) {
+  const what = `tool \`${t.name}\``
+  return (argsJson) =>
+    envelope(async () => {
+      const [input, info] = JSON.parse(argsJson)
+      let value = input
+      if (t.validate) {
+        const checked = await t.validate(input)
+        if (checked.issues) {
+          const issues = checked.issues.map((i) => `${(i.path || []).map((p) => (typeof p === 'object' ? p.key : p)).join('.') || '(input)'}: ${i.message}`)
+          throw new TypeError(`${what}: invalid input: ${issues.join('; ')}`)
+        }
+        value = checked.value
+      }
+      return checkJson(await t.handler(value, info), what)
+    })
+}
+
+/** What the native side calls for a hook or an approver. */
+function callbackWrapper(fn, what) {
+  return (argsJson) =>
+    envelope(async () => {
+      const [arg] = JSON.parse(argsJson)
+      const out = await fn(arg)
+      return out === undefined ? null : checkJson(out, what)
+    })
+}
+
+/** The result of `exec` / `wait`: its JSON, plus `text` (what the cell printed). */
+function result(json) {
+  const r = JSON.parse(json)
+  Object.defineProperty(r, 'text', {
+    enumerable: false,
+    get() {
+      return (this.output || []).filter((o) => o.type === 'text').map((o) => o.text).join('\n')
+    },
+  })
+  return r
+}
+
+/** Runs a native call that reports through a callback, as a promise; `signal` aborts its run. */
+function call(start, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal && signal.aborted) return reject(signal.reason ?? new Error('aborted'))
+    let handle
+    const onAbort = () => handle && handle.cancel()
+    try {
+      handle = start((json) => {
+        if (signal) signal.removeEventListener('abort', onAbort)
+        resolve(result(json))
+      })
+    } catch (e) {
+      return reject(coded(e))
+    }
+    if (signal) signal.addEventListener('abort', onAbort, { once: true })
+  })
+}
+
+function nativeOptions(options) {
+  const { tools = [], config, hook, approver } = options || {}
+  if (!Array.isArray(tools)) throw new TypeError('tools must be an array')
+  const declared = tools.map((t) => (t && Object.isFrozen(t) && 'validate' in t ? t : tool(t)))
+  let doc = config
+  if (typeof config === 'string') {
+    const text = require('node:fs').readFileSync(config, 'utf8')
+    doc = JSON.parse(native.parseConfig(text))
+  }
+  return {
+    config: doc == null ? undefined : JSON.stringify(doc),
+    tools: declared.map((t) => {
+      const spec = { name: t.name, description: t.description, inputSchema: t.inputSchema, outputSchema: t.outputSchema, readOnly: t.readOnly, owner: t.owner, label: t.label }
+      for (const k of Object.keys(spec)) if (spec[k] === undefined) delete spec[k]
+      return { spec: JSON.stringify(spec), call: toolWrapper(t) }
+    }),
+    hook: hook ? callbackWrapper(hook, 'the before-call hook') : undefined,
+    approver: approver ? callbackWrapper(approver, 'the approver') : undefined,
+  }
+}
+
+/** A code-mode runtime in this process (see index.d.ts). */
+class CodeMode {
+  constructor(options = {}, _runtime) {
+    this.session = options.session || 'default'
+    if (_runtime) {
+      this._rt = _runtime
+      return
+    }
+    try {
+      this._rt = native.start(nativeOptions(options))
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  /** Like the constructor, without blocking while upstream MCP servers connect. */
+  static async create(options = {}) {
+    try {
+      return new CodeMode(options, await native.startAsync(nativeOptions(options)))
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  get engine() {
+    return this._rt.engine
+  }
+
+  toolIds() {
+    return this._rt.toolIds()
+  }
+
+  modelTools() {
+    return JSON.parse(this._rt.modelTools())
+  }
+
+  exec(code, options = {}) {
+    const { language = null, session = this.session, signal } = options
+    return call((done) => this._rt.exec(code, language, session, done), signal)
+  }
+
+  wait(runId, options = {}) {
+    const { session = this.session, signal } = options
+    return call((done) => this._rt.wait(runId, session, done), signal)
+  }
+
+  execJson(args, options = {}) {
+    const { session = this.session, signal } = options
+    return call((done) => this._rt.execJson(JSON.stringify(args ?? null), session, done), signal)
+  }
+
+  waitJson(args, options = {}) {
+    const { session = this.session, signal } = options
+    return call((done) => this._rt.waitJson(JSON.stringify(args ?? null), session, done), signal)
+  }
+
+  async approve(runId, requestId, options = {}) {
+    try {
+      await this._rt.approve(runId, requestId, options.deny ?? null)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  abort(runId) {
+    return this._rt.abort(runId)
+  }
+
+  async exportRun(runId, options = {}) {
+    try {
+      return await this._rt.exportRun(runId, options.session || this.session)
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  async importRun(data) {
+    try {
+      return await this._rt.importRun(Buffer.from(data))
+    } catch (e) {
+      throw coded(e)
+    }
+  }
+
+  close() {
+    return this._rt.close()
+  }
+}
+
+module.exports = { CodeMode, CodeModeError, tool, checkJson, version: native.version() }
