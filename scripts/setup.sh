@@ -57,6 +57,10 @@ else
   cp tests/e2e/requirements.txt .venv/.stamp-requirements
 fi
 
-# 4. Benchmark peer for `make bench-peers`: quickjs-emscripten (QuickJS in WebAssembly, sync and
+# 4. The Node package's build and test dependencies (napi-rs's type generator, TypeScript, the
+#    Vercel AI SDK and Zod for its tests), pinned by crates/codemode-node/package-lock.json.
+npm_install crates/codemode-node "Node package dev dependencies"
+
+# 5. Benchmark peer for `make bench-peers`: quickjs-emscripten (QuickJS in WebAssembly, sync and
 #    asyncify builds), pinned by bench/peers/package-lock.json.
 npm_install bench/peers "npm benchmark peer"

@@ -15,3 +15,5 @@ echo "[test] cargo test" >&2
 cargo test --locked --workspace
 echo "[test] python package (wheel in a fresh venv, pytest)" >&2
 ./scripts/test-python.sh
+echo "[test] node package (addon, node --test)" >&2
+./scripts/test-node.sh

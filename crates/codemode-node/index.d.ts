@@ -114,6 +114,7 @@ export interface ModelTool {
 
 /** A host API call that could not be made. */
 export class CodeModeError extends Error {
+  constructor(code: string, message: string)
   /** `invalid_input`, `config_error`, `snapshot_expired`, `snapshot_limit_exceeded`, … */
   readonly code: string
   /** The message without the code. */
