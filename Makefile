@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz
+.PHONY: setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz python node bench-python bench-node
 
 setup:
 	./scripts/setup.sh
@@ -29,6 +29,25 @@ docs:
 	  --no-default-features --features search --root $(TOOLS_DIR)
 	$(TOOLS_DIR)/bin/mdbook build docs
 	@echo "book: docs/book/index.html"
+
+## The Python package's wheel (dev profile, the tests' build) into $CARGO_TARGET_DIR/wheels.
+python: setup
+	.venv/bin/maturin build --locked --strip --profile dev -m crates/codemode-python/Cargo.toml --out $${CARGO_TARGET_DIR:-target}/wheels
+
+## The Node package's addon and declarations, in crates/codemode-node (dev profile, the tests' build).
+node: setup
+	./scripts/build-node.sh
+
+## Python and Node packages next to their peers (release builds; smolagents and pydantic-monty are
+## installed into a scratch venv when the registry has them).
+bench-python: setup
+	.venv/bin/maturin build --locked --strip --release -m crates/codemode-python/Cargo.toml --out $${CARGO_TARGET_DIR:-target}/wheels-release
+	$(CARGO) build --locked --release -p codemode-cli --bin codemode
+	./scripts/bench-python.sh $${CARGO_TARGET_DIR:-target}/wheels-release $${CARGO_TARGET_DIR:-target}/release/codemode
+
+bench-node: setup
+	./scripts/build-node.sh --release
+	node bench/node/bench.mjs
 
 ## Benchmarks (not part of the tests): `codemode bench` in release, and criterion.
 bench: setup

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI="${CI:-1}"            # insta: never write snapshots, fail on any difference
 export INSTA_UPDATE=no
+# Snapshot files are found from this checkout, also by test binaries a build in another checkout
+# sharing the cache folder left behind (cargo reuses them; their compiled-in paths name that one).
+export INSTA_WORKSPACE_ROOT="$PWD"
 echo "[test] links of the README and the book" >&2
 python3 scripts/check-links.py
 echo "[test] cargo fmt --check" >&2

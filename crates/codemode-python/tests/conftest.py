@@ -32,3 +32,35 @@ def run(coro: Any) -> Any:
 def python() -> str:
     """The interpreter running the tests (for the cross-process tests)."""
     return sys.executable
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path):
+    """A real `redis-server` on a free loopback port with its own directory, stopped afterwards
+    whatever the test's outcome (scripts/setup.sh installs it)."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed (scripts/setup.sh installs it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.025)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

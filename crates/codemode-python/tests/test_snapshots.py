@@ -158,3 +158,54 @@ def test_damaged_and_misdirected_exports_are_refused() -> None:
         assert done.status == "completed" and done.value == 1
 
     run(main())
+
+
+def test_a_redis_store_from_the_config_lets_another_process_resume_while_the_first_lives(
+    python: str, tmp_path: Path, redis_url: str
+) -> None:
+    """Fleet mode (snapshotStore kind redis): the nested call this process started is recorded in
+    Redis when it finishes, so a second process resumes the run with its result — the tool ran once,
+    here — even though this process is still alive."""
+    config = {**CONFIG, "snapshotStore": {"kind": "redis", "url": redis_url, "keyPrefix": "pytest:"}}
+    calls: list[str] = []
+
+    async def fetch_rate(currency: str) -> float:
+        calls.append(currency)
+        await asyncio.sleep(0.5)
+        return 1.1
+
+    def convert(amount: float, rate: float) -> float:
+        return round(amount * rate, 2)
+
+    async def main() -> None:
+        cm = CodeMode(tools=[fetch_rate, convert], config=config)
+        r = await cm.exec(CELL)
+        assert r.status == "waiting", r.to_dict()
+        # Keep this loop (and the call on it) alive while the other process resumes the run.
+        child = asyncio.create_subprocess_exec(
+            python,
+            str(tmp_path / "child.py"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        (tmp_path / "child.py").write_text(
+            TOOLS
+            + textwrap.dedent(
+                f"""
+                async def main():
+                    cm = CodeMode(tools=[fetch_rate, convert], config={config!r})
+                    r = await cm.wait({r.run_id!r})
+                    while r.status == 'waiting':
+                        r = await cm.wait({r.run_id!r})
+                    print(r.status, r.value, len(calls))
+                asyncio.run(main())
+                """
+            )
+        )
+        proc = await child
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+        assert proc.returncode == 0, err.decode()
+        assert out.decode().strip() == "completed 110 0", (out, err)
+        assert calls == ["EUR"]
+
+    run(main())

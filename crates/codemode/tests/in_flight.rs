@@ -62,3 +62,54 @@ async fn a_runtime_dropped_with_suspended_runs_releases_their_calls() {
         drop(cm);
     }
 }
+
+/// `inline_wait` (the guest worker waits itself for calls answered from another thread): quick
+/// answers, a fan-out of slow calls, and a call slower than `timeoutMs` all behave as without it —
+/// values right, slow calls started together (not one window apart each beyond the window), the
+/// run suspending and resuming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_waits_keep_fan_out_and_suspension() {
+    use codemode::{CodeModeWaitInput, FnTool, LocalTools, ToolDefinition, ToolResult, ToolSource};
+    use std::sync::Arc;
+    let mut tools = LocalTools::new();
+    // Answered from a plain thread after ~0.2 ms (as a host language's thread answers).
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "quick"), |input| async move {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            let _ = tx.send(input["n"].as_i64().unwrap_or(0) * 2);
+        });
+        Ok(ToolResult::value(json!(rx.await.unwrap_or(-1))))
+    })));
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), |_| async {
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        Ok(ToolResult::value(json!("slow")))
+    })));
+    let config = CodeModeConfig { timeout_ms: 2_000, ..CodeModeConfig::enabled() };
+    let cm = CodeMode::builder(config.clone())
+        .engine_name("quickjs-wasi")
+        .local_tools(tools.clone())
+        .inline_wait(std::time::Duration::from_millis(5))
+        .build();
+    let r = exec(&cm, "let s = 0; for (let i = 0; i < 50; i++) s += await tools.quick({n: i}); return s").await;
+    assert_eq!(r.to_json()["value"], json!(2450), "{}", r.to_json());
+    // Eight slow calls at once: started within a few windows of each other, so ~400 ms in all.
+    let started = std::time::Instant::now();
+    let r = exec(&cm, "return (await Promise.all([1,2,3,4,5,6,7,8].map(() => tools.slow({})))).length").await;
+    assert_eq!(r.to_json()["value"], json!(8), "{}", r.to_json());
+    assert!(started.elapsed() < std::time::Duration::from_millis(1_800), "the slow calls ran together");
+    // A call slower than timeoutMs still suspends the run, which resumes.
+    let cm = CodeMode::builder(CodeModeConfig { timeout_ms: 100, ..config })
+        .engine_name("quickjs-wasi")
+        .local_tools(tools)
+        .inline_wait(std::time::Duration::from_millis(5))
+        .build();
+    let ctx = RunContext::session("in-flight");
+    let r = cm.exec(&ctx, &CodeModeExecInput::code("return await tools.slow({})")).await;
+    assert_eq!(r.status(), "waiting", "{}", r.to_json());
+    let mut r = r;
+    while let CodeModeResult::Waiting { run_id, .. } = &r {
+        r = cm.wait(&ctx, &CodeModeWaitInput::new(run_id.clone())).await;
+    }
+    assert_eq!(r.to_json()["value"], json!("slow"));
+}

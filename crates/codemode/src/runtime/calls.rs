@@ -16,6 +16,7 @@ use codemode_core::trajectory::CallOutcome;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -67,29 +68,58 @@ impl NestedCalls {
         self.running.len()
     }
 
-    /// Starts a call: polled once inline (a call that is ready at once is returned without any thread
-    /// switch), otherwise handed to the tokio runtime, its result arriving on the channel later.
+    /// Starts a call: polled inline (a call that is ready at once is returned without any thread
+    /// switch; with `inline_wait`, a call that becomes ready within that time wakes this thread
+    /// directly and is returned too), otherwise handed to the tokio runtime, its result arriving on
+    /// the channel later.
     pub(super) fn start(
         &mut self,
         rt: &Handle,
         id: RequestId,
+        inline_wait: Duration,
         fut: impl Future<Output = CallEnd> + Send + 'static,
     ) -> Option<Finished> {
         let mut fut = Box::pin(fut);
         let _in_runtime = rt.enter();
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(end) => Some(finished(id, end)),
-            Poll::Pending => {
-                let tx = self.tx.clone();
-                let handle = rt.spawn(async move {
-                    let end = fut.await;
-                    let _ = tx.send((id, end));
-                });
-                self.running.insert(id, handle.abort_handle());
-                None
+        // Only a guest worker waits (never a runtime thread).
+        let on_worker = std::thread::current().name() == Some(codemode_bridge::workers::THREAD_NAME);
+        if inline_wait.is_zero() || !on_worker {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            if let Poll::Ready(end) = fut.as_mut().poll(&mut cx) {
+                return Some(finished(id, end));
+            }
+        } else {
+            let woken = Arc::new(ThreadWaker { thread: std::thread::current(), woken: AtomicBool::new(false) });
+            let waker = std::task::Waker::from(woken.clone());
+            let mut cx = Context::from_waker(&waker);
+            let deadline = Instant::now() + inline_wait;
+            loop {
+                if let Poll::Ready(end) = fut.as_mut().poll(&mut cx) {
+                    return Some(finished(id, end));
+                }
+                // Parked until the call's future is woken (or spuriously), at most to the deadline.
+                loop {
+                    if woken.woken.swap(false, Ordering::AcqRel) {
+                        break;
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    std::thread::park_timeout(deadline - now);
+                }
+                if Instant::now() >= deadline && !woken.woken.load(Ordering::Acquire) {
+                    break;
+                }
             }
         }
+        let tx = self.tx.clone();
+        let handle = rt.spawn(async move {
+            let end = fut.await;
+            let _ = tx.send((id, end));
+        });
+        self.running.insert(id, handle.abort_handle());
+        None
     }
 
     /// Waits for results another live process records in the store for calls it started (see
@@ -216,6 +246,24 @@ pub(super) struct CallSpec {
     pub(super) mode: CallMode,
     /// Why it starts now.
     pub(super) origin: CallOrigin,
+}
+
+/// Wakes the guest worker that waits for a call inline (see [`NestedCalls::start`]). A wake that
+/// comes after the call was handed to the runtime only unparks the thread spuriously.
+struct ThreadWaker {
+    thread: std::thread::Thread,
+    woken: AtomicBool,
+}
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
 }
 
 /// Why a nested call starts.
@@ -484,7 +532,7 @@ impl Inner {
             }
             end
         };
-        let finished = run.calls.start(rt, id, tracing::Instrument::instrument(call, span));
+        let finished = run.calls.start(rt, id, self.inline_wait, tracing::Instrument::instrument(call, span));
         if let Some(f) = finished {
             run.accept(f);
         }

@@ -137,6 +137,9 @@ pub(crate) struct CallGates {
     pub(crate) loops: LoopPolicy,
     /// Learn result types of tools without an output schema (issue 26 §4).
     pub(crate) observe_results: bool,
+    /// How long a guest worker waits for a nested call's result itself before handing the call
+    /// to the async runtime (see [`crate::CodeModeBuilder::inline_wait`]).
+    pub(crate) inline_wait: Duration,
     pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
     pub(crate) trajectory: Option<Arc<dyn RunObserver>>,
     pub(crate) redaction: Redaction,
@@ -221,6 +224,8 @@ pub(crate) struct Inner {
     pub(crate) redaction: Arc<Redaction>,
     /// Loop detection (SPEC §22), and each session's history of nested calls.
     pub(crate) loops: LoopPolicy,
+    /// How long a guest worker waits for a nested call's result itself (see [`CallGates`]).
+    pub(crate) inline_wait: Duration,
     /// What was learned about the results of tools without an output schema, by tool id (`None`:
     /// switched off). Cleared when the tools change (a new catalog version). At most
     /// [`MAX_OBSERVED_TOOLS`] tools.
@@ -367,6 +372,7 @@ impl Inner {
         let CallGates {
             loops,
             observe_results,
+            inline_wait,
             namespaces,
             trajectory,
             redaction,
@@ -392,6 +398,7 @@ impl Inner {
             trajectory,
             redaction: Arc::new(redaction),
             loops,
+            inline_wait,
             observed: observe_results.then(|| {
                 Arc::new(Observations {
                     map: Mutex::new(HashMap::new()),
