@@ -541,3 +541,79 @@ impl Embedded {
         self.hub.shutdown().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(v: Value) -> Result<HostToolSpec, EmbedError> {
+        HostToolSpec::from_json(&v, "python")
+    }
+
+    #[test]
+    fn tool_specs_become_plugin_definitions() -> Result<(), EmbedError> {
+        let s = spec(json!({
+            "name": "get_weather", "description": "Weather.", "readOnly": true,
+            "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "outputSchema": {"type": "number"},
+        }))?;
+        assert_eq!(s.definition.id(), "plugin:python:get_weather");
+        assert!(s.definition.read_only);
+        assert_eq!(s.definition.description, "Weather.");
+        assert_eq!(s.definition.output_schema, Some(json!({"type": "number"})));
+        assert_eq!(spec(json!({"name": "t", "owner": "billing"}))?.definition.id(), "plugin:billing:t");
+        Ok(())
+    }
+
+    #[test]
+    fn bad_tool_specs_are_invalid_input_naming_the_problem() {
+        let refused = |v: Value, needle: &str| match spec(v) {
+            Err(e) => {
+                assert_eq!(e.code, "invalid_input");
+                assert!(e.message.contains(needle), "{} should mention {needle}", e.message);
+            }
+            Ok(s) => panic!("accepted {s:?}"),
+        };
+        refused(json!("get_weather"), "object");
+        refused(json!({}), "needs a `name`");
+        refused(json!({"name": "has space"}), "identifier");
+        refused(json!({"name": "1st"}), "identifier");
+        refused(json!({"name": "x".repeat(65)}), "at most 64");
+        refused(json!({"name": "then-x"}), "identifier");
+        refused(json!({"name": "t", "owner": "a:b"}), "owner");
+        refused(json!({"name": "t", "inputSchema": "string"}), "inputSchema");
+        refused(json!({"name": "t", "outputSchema": []}), "outputSchema");
+        refused(json!({"name": "t", "readOnly": "yes"}), "readOnly");
+        refused(json!({"name": "t", "handler": 1}), "unknown key `handler`");
+    }
+
+    #[test]
+    fn hook_verdicts_and_decisions_from_json() -> Result<(), HostFailure> {
+        assert_eq!(HookVerdict::from_json(Value::Null)?, HookVerdict::Allow);
+        assert_eq!(HookVerdict::from_json(json!(true))?, HookVerdict::Allow);
+        assert!(matches!(HookVerdict::from_json(json!(false))?, HookVerdict::Refuse(_)));
+        assert_eq!(HookVerdict::from_json(json!("no"))?, HookVerdict::Refuse("no".into()));
+        assert_eq!(HookVerdict::from_json(json!({"input": {"a": 1}}))?, HookVerdict::Rewrite(json!({"a": 1})));
+        assert_eq!(HookVerdict::from_json(json!({"refuse": "why"}))?, HookVerdict::Refuse("why".into()));
+        let bad = HookVerdict::from_json(json!(42)).err().map(|f| f.kind);
+        assert_eq!(bad.as_deref(), Some("TypeError"));
+        assert_eq!(decision_from_json(Value::Null)?, None);
+        assert_eq!(decision_from_json(json!(true))?, Some(ApprovalDecision::Approve));
+        assert_eq!(decision_from_json(json!("nope"))?, Some(ApprovalDecision::deny("nope")));
+        assert!(matches!(decision_from_json(json!(false))?, Some(ApprovalDecision::Deny { .. })));
+        assert!(decision_from_json(json!([1])).is_err());
+        // A huge returned value is cut in the message.
+        let long = decision_from_json(json!({"x": "y".repeat(10_000)})).err().map(|f| f.message.len());
+        assert!(long.is_some_and(|n| n < 300));
+        Ok(())
+    }
+
+    #[test]
+    fn config_text_is_json5_and_errors_are_config_errors() {
+        assert_eq!(
+            parse_config_text("{ tools: { codeMode: { timeoutMs: 5, }, }, }").ok(),
+            Some(json!({"tools": {"codeMode": {"timeoutMs": 5}}}))
+        );
+        assert_eq!(parse_config_text("{ tools: ").err().map(|e| e.code), Some("config_error".to_string()));
+    }
+}

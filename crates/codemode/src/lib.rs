@@ -498,6 +498,10 @@ impl CodeMode {
         };
         let start = self.control_begin(tool, ctx, run_id, None);
         let (this, ctx, cancel) = (self.clone(), ctx.clone(), handle.cancel.clone());
+        // Kept where a failed spawn can still answer (the job, and `done` with it, would be lost).
+        type Done = Box<dyn FnOnce(CodeModeResult) + Send>;
+        let done: Arc<std::sync::Mutex<Option<Done>>> = Arc::new(std::sync::Mutex::new(Some(Box::new(done))));
+        let answer = done.clone();
         let spawned = codemode_bridge::workers::spawn(move || {
             let span = start.span.clone();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -513,10 +517,21 @@ impl CodeMode {
                 )
             });
             this.control_finish(start, &ctx, tool, None, &result);
-            done(result);
+            if let Some(done) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                done(result);
+            }
         });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start a guest worker thread");
+        if let Err(e) = spawned
+            && let Some(done) = done.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            done(CodeModeResult::failed(
+                CodeModeError::new(
+                    CodeModeErrorCode::InternalError,
+                    format!("cannot start a guest worker thread: {e}"),
+                ),
+                Vec::new(),
+                CodeModeTelemetry::default(),
+            ));
         }
         handle
     }

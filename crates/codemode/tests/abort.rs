@@ -35,6 +35,14 @@ fn runtime(timeout_ms: u64) -> (CodeMode, Arc<Counts>) {
 }
 
 fn runtime_on(engine: &str, timeout_ms: u64) -> (CodeMode, Arc<Counts>) {
+    let (tools, counts) = slow_tool();
+    let mut config = CodeModeConfig::enabled();
+    config.timeout_ms = timeout_ms;
+    (CodeMode::builder(config).engine_name(engine).local_tools(tools).build(), counts)
+}
+
+/// `plugin:t:slow`: sleeps 3 s, counting starts, finishes and cancellations.
+fn slow_tool() -> (LocalTools, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
     let c = counts.clone();
     let mut tools = LocalTools::new();
@@ -49,9 +57,7 @@ fn runtime_on(engine: &str, timeout_ms: u64) -> (CodeMode, Arc<Counts>) {
             Ok(ToolResult::value(json!("slept")))
         }
     })));
-    let mut config = CodeModeConfig::enabled();
-    config.timeout_ms = timeout_ms;
-    (CodeMode::builder(config).engine_name(engine).local_tools(tools).build(), counts)
+    (tools, counts)
 }
 
 fn ctx() -> RunContext {
@@ -205,17 +211,7 @@ async fn callback_calls_deliver_results_and_cancel_aborts() {
 async fn callback_calls_with_hooks_report_their_cancellation() {
     struct Quiet;
     impl codemode::ToolHook for Quiet {}
-    let counts = Arc::new(Counts::default());
-    let c = counts.clone();
-    let mut tools = LocalTools::new();
-    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), move |_| {
-        let c = c.clone();
-        async move {
-            let _guard = DropCounter(c, false);
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            Ok(ToolResult::value(json!("slept")))
-        }
-    })));
+    let (tools, counts) = slow_tool();
     let mut config = CodeModeConfig::enabled();
     config.timeout_ms = 5_000;
     let cm = CodeMode::builder(config).engine_name("quickjs-wasi").local_tools(tools).hook(Arc::new(Quiet)).build();
