@@ -9,6 +9,11 @@
 //! leave, at most [`EXIT_GRACE`]. Python tools still running past that are abandoned; one that
 //! later returns finds entry refused and its result is dropped.
 //!
+//! A guest worker thread keeps its Python thread state between entries ([`keep_thread_state`]):
+//! CPython creates a thread state, and maps and unmaps its frame stack, each time a thread without
+//! one takes the GIL — about a third of an inline tool call's cost before. The state is given back
+//! when the worker thread ends (or by the interpreter at exit).
+//!
 //! [`spawn`] runs a Rust future on the runtime and gives Python an `asyncio.Future` resolved
 //! through [`attach`]; cancelling the Python future aborts the Rust one (dropping it: an `exec`
 //! or `wait` dropped this way aborts its run).
@@ -28,9 +33,75 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 /// Runs `f` with the GIL from a runtime thread; `None` once the interpreter is exiting.
 pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
     INSIDE.fetch_add(1, Ordering::SeqCst);
-    let out = if SHUTTING_DOWN.load(Ordering::SeqCst) { None } else { Some(Python::attach(f)) };
+    let out = if SHUTTING_DOWN.load(Ordering::SeqCst) {
+        None
+    } else {
+        keep_thread_state();
+        Some(Python::attach(f))
+    };
     INSIDE.fetch_sub(1, Ordering::SeqCst);
     out
+}
+
+/// A Python thread state this thread keeps between entries (see the module docs).
+struct KeptState {
+    gilstate: pyo3::ffi::PyGILState_STATE,
+    tstate: *mut pyo3::ffi::PyThreadState,
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Option<KeptState>> = const { std::cell::RefCell::new(None) };
+}
+
+/// On a guest worker thread, the first entry creates a thread state this thread keeps (the GIL
+/// released, the state registered as the thread's): later entries only take the GIL. Other
+/// threads (tokio's blocking pool, which comes and goes) get a fresh state per entry as before.
+/// Called with [`INSIDE`] counted and the interpreter not exiting.
+#[allow(unsafe_code)]
+fn keep_thread_state() {
+    if std::thread::current().name() != Some(codemode_embed::GUEST_THREAD_NAME) {
+        return;
+    }
+    let _ = KEPT.try_with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.is_some() {
+            return;
+        }
+        // SAFETY: the interpreter is initialized (this module is loaded) and not finalizing (the
+        // caller checked SHUTTING_DOWN with INSIDE counted, and `shutdown` waits for INSIDE to drop
+        // to zero before finalization can start). This thread holds no GIL here: it is a guest
+        // worker outside any `Python::attach`. `PyGILState_Ensure` creates and registers this
+        // thread's state and takes the GIL; `PyEval_SaveThread` releases the GIL and returns that
+        // state, which stays registered, so the `PyGILState_Ensure` inside later `Python::attach`
+        // calls finds it and only takes the GIL. Both are in the stable ABI.
+        let (gilstate, tstate) = unsafe {
+            let gilstate = pyo3::ffi::PyGILState_Ensure();
+            (gilstate, pyo3::ffi::PyEval_SaveThread())
+        };
+        *kept = Some(KeptState { gilstate, tstate });
+    });
+}
+
+impl Drop for KeptState {
+    /// The guest worker thread ends: its thread state is deleted — unless the interpreter is
+    /// exiting, which deletes it itself.
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        INSIDE.fetch_add(1, Ordering::SeqCst);
+        if !SHUTTING_DOWN.load(Ordering::SeqCst) {
+            // SAFETY: `tstate` is this thread's state saved by `keep_thread_state` (the thread has
+            // not entered Python since: every entry returned, leaving the GIL released with this
+            // state current for `PyGILState`); the interpreter is not finalizing (same protocol as
+            // `attach`). `PyEval_RestoreThread` takes the GIL with it, and `PyGILState_Release` with
+            // the state `PyGILState_Ensure` returned drops the last reference: CPython clears and
+            // deletes the thread state and releases the GIL.
+            unsafe {
+                pyo3::ffi::PyEval_RestoreThread(self.tstate);
+                pyo3::ffi::PyGILState_Release(self.gilstate);
+            }
+        }
+        INSIDE.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Called at interpreter exit (`atexit`): no runtime thread enters Python from now on; waits for

@@ -12,7 +12,9 @@
 //! `exec` / `wait`. Only JSON crosses ([`convert`]): no Python object ever reaches the guest.
 //!
 //! Layering (DESIGN §2): a language package on top of `codemode-embed`.
-#![forbid(unsafe_code)]
+// Raw Python C-API calls only in `gil.rs` (a guest worker keeping its thread state), each with
+// its SAFETY reasoning.
+#![deny(unsafe_code)]
 
 mod calls;
 mod convert;
