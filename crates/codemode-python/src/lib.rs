@@ -110,9 +110,7 @@ impl Runtime {
         *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(locals);
         gil::spawn(py, &event_loop, fut)
     }
-}
 
-impl Runtime {
     /// Starts an `exec` / `wait` whose result the guest worker hands straight to the event loop
     /// (no hop through the tokio runtime); cancelling the Python future aborts the run.
     fn then<'py>(
@@ -163,16 +161,14 @@ impl Runtime {
     #[pyo3(signature = (args, session="default".to_string()))]
     fn exec_json<'py>(&self, py: Python<'py>, args: Bound<'py, PyAny>, session: String) -> PyResult<Bound<'py, PyAny>> {
         let args = from_py(&args)?;
-        let inner = self.inner.clone();
-        self.spawn(py, async move { Ok(Json(inner.exec_json(&args, &session).await)) })
+        self.then(py, |inner, done| inner.exec_json_then(&args, &session, done))
     }
 
     /// `wait` from a model's raw tool arguments (a dict); the result's JSON.
     #[pyo3(signature = (args, session="default".to_string()))]
     fn wait_json<'py>(&self, py: Python<'py>, args: Bound<'py, PyAny>, session: String) -> PyResult<Bound<'py, PyAny>> {
         let args = from_py(&args)?;
-        let inner = self.inner.clone();
-        self.spawn(py, async move { Ok(Json(inner.wait_json(&args, &session).await)) })
+        self.then(py, |inner, done| inner.wait_json_then(&args, &session, done))
     }
 
     /// Records a decision on a parked call (`deny`: the reason of a denial).
