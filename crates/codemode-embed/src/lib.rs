@@ -9,7 +9,7 @@
 //!   as a value instead of a path — plus the host language's own functions as tools, a before-call
 //!   hook and an approver. Its methods take and return JSON ([`serde_json::Value`]): results have
 //!   exactly the wire shape of the Rust API and of `codemode serve`.
-//! - [`HostToolSpec`] / [`HostFunction`]: a host-language function as a catalog tool (a `plugin`
+//! - [`tool_definition`] / [`HostFunction`]: a host-language function as a catalog tool (a `plugin`
 //!   tool owned by the package, `plugin:<owner>:<name>`); [`HostHook`] and [`HostApprover`]:
 //!   callbacks for [`ToolHook::before_tool_call`] and [`codemode::Approver`].
 //!
@@ -22,10 +22,10 @@
 #![forbid(unsafe_code)]
 
 use codemode::config_file::ConfigFile;
-pub use codemode::{ApprovalDecision, CallHandle, GUEST_THREAD_NAME};
+pub use codemode::{ApprovalDecision, CallHandle, GUEST_THREAD_NAME, ToolDefinition};
 use codemode::{
     ApprovalRequest, Approver, CodeMode, CodeModeError, CodeModeExecInput, CodeModeWaitInput, NestedToolCall,
-    PolicyTarget, RunContext, RunId, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolHook, ToolResult, ToolSource,
+    PolicyTarget, RunContext, RunId, Tool, ToolError, ToolErrorKind, ToolHook, ToolResult, ToolSource,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -75,63 +75,55 @@ pub fn parse_config_text(text: &str) -> Result<Value, EmbedError> {
 /// description.
 pub const MAX_TOOL_NAME: usize = 64;
 
-/// What a host-language function declares as a tool (the JSON a package passes in):
-/// `{ name, description?, inputSchema?, outputSchema?, readOnly?, owner? }`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostToolSpec {
-    /// The catalog definition (source `plugin`, owner = the package or the given owner).
-    pub definition: ToolDefinition,
-}
-
-impl HostToolSpec {
-    /// Parses and checks a spec; `default_owner` is the owner when the spec names none (`python`,
-    /// `node`). The name must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 64 characters) so
-    /// that the guest can call it as `tools.<name>(input)`; schemas must be JSON objects.
-    pub fn from_json(spec: &Value, default_owner: &str) -> Result<Self, EmbedError> {
-        let obj = spec.as_object().ok_or_else(|| EmbedError::invalid("a tool spec must be an object"))?;
-        const KEYS: [&str; 7] = ["name", "description", "inputSchema", "outputSchema", "readOnly", "owner", "label"];
-        if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(EmbedError::invalid(format!("unknown key `{k}` in a tool spec (known: {})", KEYS.join(", "))));
-        }
-        let text = |key: &str| -> Result<Option<String>, EmbedError> {
-            match obj.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(EmbedError::invalid(format!("tool spec `{key}` must be a string"))),
-            }
-        };
-        let name = text("name")?.ok_or_else(|| EmbedError::invalid("a tool spec needs a `name`"))?;
-        check_identifier(&name, "tool name")?;
-        let owner = text("owner")?.unwrap_or_else(|| default_owner.to_string());
-        check_identifier(&owner, "tool owner")?;
-        let mut def = ToolDefinition::new(ToolSource::Plugin, owner, name.clone());
-        if let Some(d) = text("description")? {
-            def = def.with_description(d);
-        }
-        if let Some(l) = text("label")? {
-            def = def.with_label(l);
-        }
-        match obj.get("inputSchema") {
-            None | Some(Value::Null) => {}
-            Some(s @ Value::Object(_)) => def = def.with_parameters(s.clone()),
-            Some(_) => {
-                return Err(EmbedError::invalid(format!("tool `{name}`: `inputSchema` must be a JSON Schema object")));
-            }
-        }
-        match obj.get("outputSchema") {
-            None | Some(Value::Null) => {}
-            Some(s @ Value::Object(_)) => def = def.with_output_schema(s.clone()),
-            Some(_) => {
-                return Err(EmbedError::invalid(format!("tool `{name}`: `outputSchema` must be a JSON Schema object")));
-            }
-        }
-        match obj.get("readOnly") {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => def = def.read_only(),
-            Some(_) => return Err(EmbedError::invalid(format!("tool `{name}`: `readOnly` must be a boolean"))),
-        }
-        Ok(Self { definition: def })
+/// The catalog definition (source `plugin`) of what a host-language function declares as a tool —
+/// the JSON a package passes in: `{ name, description?, label?, inputSchema?, outputSchema?,
+/// readOnly?, owner? }`. `default_owner` is the owner when the spec names none (`python`, `node`).
+/// The name must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 64 characters) so that the
+/// guest can call it as `tools.<name>(input)`; schemas must be JSON objects.
+pub fn tool_definition(spec: &Value, default_owner: &str) -> Result<ToolDefinition, EmbedError> {
+    let obj = spec.as_object().ok_or_else(|| EmbedError::invalid("a tool spec must be an object"))?;
+    const KEYS: [&str; 7] = ["name", "description", "inputSchema", "outputSchema", "readOnly", "owner", "label"];
+    if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(EmbedError::invalid(format!("unknown key `{k}` in a tool spec (known: {})", KEYS.join(", "))));
     }
+    let text = |key: &str| -> Result<Option<String>, EmbedError> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(EmbedError::invalid(format!("tool spec `{key}` must be a string"))),
+        }
+    };
+    let name = text("name")?.ok_or_else(|| EmbedError::invalid("a tool spec needs a `name`"))?;
+    check_identifier(&name, "tool name")?;
+    let owner = text("owner")?.unwrap_or_else(|| default_owner.to_string());
+    check_identifier(&owner, "tool owner")?;
+    let mut def = ToolDefinition::new(ToolSource::Plugin, owner, name.clone());
+    if let Some(d) = text("description")? {
+        def = def.with_description(d);
+    }
+    if let Some(l) = text("label")? {
+        def = def.with_label(l);
+    }
+    match obj.get("inputSchema") {
+        None | Some(Value::Null) => {}
+        Some(s @ Value::Object(_)) => def = def.with_parameters(s.clone()),
+        Some(_) => {
+            return Err(EmbedError::invalid(format!("tool `{name}`: `inputSchema` must be a JSON Schema object")));
+        }
+    }
+    match obj.get("outputSchema") {
+        None | Some(Value::Null) => {}
+        Some(s @ Value::Object(_)) => def = def.with_output_schema(s.clone()),
+        Some(_) => {
+            return Err(EmbedError::invalid(format!("tool `{name}`: `outputSchema` must be a JSON Schema object")));
+        }
+    }
+    match obj.get("readOnly") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => def = def.read_only(),
+        Some(_) => return Err(EmbedError::invalid(format!("tool `{name}`: `readOnly` must be a boolean"))),
+    }
+    Ok(def)
 }
 
 fn check_identifier(s: &str, what: &str) -> Result<(), EmbedError> {
@@ -315,6 +307,12 @@ impl Approver for ApproverAdapter {
     }
 }
 
+/// Answers a malformed call at once: a `failed` result with the input error.
+fn refused(e: CodeModeError, done: impl FnOnce(Value)) -> CallHandle {
+    done(codemode::CodeModeResult::failed(e, Vec::new(), Default::default()).to_json());
+    CallHandle::default()
+}
+
 /// How long a guest worker waits itself for a host function's result (see
 /// `CodeModeBuilder::inline_wait`): long enough for a quick function's round trip to the host
 /// language's thread on a busy 2-core machine, short enough that a fan-out of slow calls starts
@@ -328,7 +326,7 @@ pub struct EmbedOptions {
     /// code mode enabled.
     pub config: Option<Value>,
     /// The host-language tools.
-    pub tools: Vec<(HostToolSpec, Arc<dyn HostFunction>)>,
+    pub tools: Vec<(ToolDefinition, Arc<dyn HostFunction>)>,
     /// A before-call hook.
     pub hook: Option<Arc<dyn HostHook>>,
     /// An approver of gated calls.
@@ -372,12 +370,12 @@ impl Embedded {
         let file = ConfigFile::parse(&doc.to_string())?;
         let mut local = codemode::LocalTools::new();
         let mut seen = std::collections::HashSet::new();
-        for (spec, function) in tools {
-            let id = spec.definition.id();
+        for (def, function) in tools {
+            let id = def.id();
             if !seen.insert(id.clone()) {
                 return Err(EmbedError::invalid(format!("two tools have the id `{id}`")));
             }
-            local.add(Arc::new(HostTool { def: spec.definition, function }));
+            local.add(Arc::new(HostTool { def, function }));
         }
         let opened = codemode_mcp::open_store(file.snapshot_store.clone()).await?;
         let (mut builder, hub) = codemode_mcp::runtime_builder(
@@ -412,77 +410,62 @@ impl Embedded {
         RunContext::session(session)
     }
 
-    /// Runs a cell (`language`: `javascript` (default) or `typescript`) in `session`; the result's
-    /// JSON (`status`, `value`, `output`, `runId`, `pendingToolCalls`, `error`, `code`, `telemetry`).
-    pub async fn exec(&self, code: &str, language: Option<&str>, session: &str) -> Value {
-        let mut input = CodeModeExecInput::code(code);
-        input.language = language.map(str::to_string);
-        self.cm.exec(&Self::ctx(session), &input).await.to_json()
-    }
-
-    /// [`Self::exec`] with a callback (see [`CodeMode::exec_then`]): returns at once; `done`
-    /// receives the result's JSON on the thread that finished the run. Call inside the runtime's
-    /// context (`Handle::enter`).
+    /// Runs a cell (`language`: `javascript` (default) or `typescript`) in `session` and returns at
+    /// once (see [`CodeMode::exec_then`]); `done` receives the result's JSON (`status`, `value`,
+    /// `output`, `runId`, `pendingToolCalls`, `error`, `code`, `telemetry`) on the thread that
+    /// finished the run. Call inside the runtime's context (`Handle::enter`).
     pub fn exec_then(
         &self,
         code: &str,
         language: Option<&str>,
         session: &str,
         done: impl FnOnce(Value) + Send + 'static,
-    ) -> codemode::CallHandle {
+    ) -> CallHandle {
         let mut input = CodeModeExecInput::code(code);
         input.language = language.map(str::to_string);
-        self.cm.exec_then(&Self::ctx(session), &input, move |r| done(r.to_json()))
+        self.exec_input_then(Ok(input), session, done)
     }
 
-    /// [`Self::wait`] with a callback, like [`Self::exec_then`].
-    pub fn wait_then(
+    /// Resumes a `waiting` run of `session`, like [`Self::exec_then`].
+    pub fn wait_then(&self, run_id: &str, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
+        self.wait_input_then(Ok(CodeModeWaitInput::new(run_id)), session, done)
+    }
+
+    /// [`Self::exec_then`] from the model's raw tool arguments (`{ code, language?, restartSafe? }`,
+    /// hostile JSON), as an agent framework's `exec` tool receives them: a malformed call is
+    /// answered at once (a `failed` result coded `invalid_input`).
+    pub fn exec_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
+        self.exec_input_then(CodeModeExecInput::from_json(args), session, done)
+    }
+
+    /// [`Self::wait_then`] from the model's raw tool arguments (`{ runId }`), like
+    /// [`Self::exec_json_then`].
+    pub fn wait_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
+        self.wait_input_then(CodeModeWaitInput::from_json(args), session, done)
+    }
+
+    fn exec_input_then(
         &self,
-        run_id: &str,
+        input: Result<CodeModeExecInput, CodeModeError>,
         session: &str,
         done: impl FnOnce(Value) + Send + 'static,
-    ) -> codemode::CallHandle {
-        self.cm.wait_then(&Self::ctx(session), &CodeModeWaitInput::new(run_id), move |r| done(r.to_json()))
-    }
-
-    /// [`Self::exec_json`] with a callback, like [`Self::exec_then`]; a malformed call is answered
-    /// at once (a `failed` result coded `invalid_input`).
-    pub fn exec_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
-        match CodeModeExecInput::from_json(args) {
+    ) -> CallHandle {
+        match input {
             Ok(input) => self.cm.exec_then(&Self::ctx(session), &input, move |r| done(r.to_json())),
-            Err(e) => {
-                done(codemode::CodeModeResult::failed(e, Vec::new(), Default::default()).to_json());
-                CallHandle::default()
-            }
+            Err(e) => refused(e, done),
         }
     }
 
-    /// [`Self::wait_json`] with a callback, like [`Self::exec_json_then`].
-    pub fn wait_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
-        match CodeModeWaitInput::from_json(args) {
+    fn wait_input_then(
+        &self,
+        input: Result<CodeModeWaitInput, CodeModeError>,
+        session: &str,
+        done: impl FnOnce(Value) + Send + 'static,
+    ) -> CallHandle {
+        match input {
             Ok(input) => self.cm.wait_then(&Self::ctx(session), &input, move |r| done(r.to_json())),
-            Err(e) => {
-                done(codemode::CodeModeResult::failed(e, Vec::new(), Default::default()).to_json());
-                CallHandle::default()
-            }
+            Err(e) => refused(e, done),
         }
-    }
-
-    /// Resumes a `waiting` run of `session`; the result's JSON.
-    pub async fn wait(&self, run_id: &str, session: &str) -> Value {
-        self.cm.wait(&Self::ctx(session), &CodeModeWaitInput::new(run_id)).await.to_json()
-    }
-
-    /// `exec` from the model's raw tool arguments (`{ code, language?, restartSafe? }`, hostile JSON:
-    /// a malformed call is a `failed` result coded `invalid_input`), as an agent framework's `exec`
-    /// tool receives them.
-    pub async fn exec_json(&self, args: &Value, session: &str) -> Value {
-        self.cm.exec_json(&Self::ctx(session), args).await.to_json()
-    }
-
-    /// `wait` from the model's raw tool arguments (`{ runId }`).
-    pub async fn wait_json(&self, args: &Value, session: &str) -> Value {
-        self.cm.wait_json(&Self::ctx(session), args).await.to_json()
     }
 
     /// Records a decision on a parked call: approve, or deny with the reason.
@@ -546,8 +529,8 @@ impl Embedded {
 mod tests {
     use super::*;
 
-    fn spec(v: Value) -> Result<HostToolSpec, EmbedError> {
-        HostToolSpec::from_json(&v, "python")
+    fn spec(v: Value) -> Result<ToolDefinition, EmbedError> {
+        tool_definition(&v, "python")
     }
 
     #[test]
@@ -557,11 +540,11 @@ mod tests {
             "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
             "outputSchema": {"type": "number"},
         }))?;
-        assert_eq!(s.definition.id(), "plugin:python:get_weather");
-        assert!(s.definition.read_only);
-        assert_eq!(s.definition.description, "Weather.");
-        assert_eq!(s.definition.output_schema, Some(json!({"type": "number"})));
-        assert_eq!(spec(json!({"name": "t", "owner": "billing"}))?.definition.id(), "plugin:billing:t");
+        assert_eq!(s.id(), "plugin:python:get_weather");
+        assert!(s.read_only);
+        assert_eq!(s.description, "Weather.");
+        assert_eq!(s.output_schema, Some(json!({"type": "number"})));
+        assert_eq!(spec(json!({"name": "t", "owner": "billing"}))?.id(), "plugin:billing:t");
         Ok(())
     }
 

@@ -22,7 +22,7 @@
 
 use codemode_embed::{
     CallHandle, EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction, HostHook,
-    HostToolSpec,
+    ToolDefinition,
 };
 use napi::bindgen_prelude::{Buffer, Promise};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -154,13 +154,13 @@ fn embed_options(options: NativeOptions) -> Result<EmbedOptions, EmbedError> {
         }
         None => None,
     };
-    let mut tools: Vec<(HostToolSpec, Arc<dyn HostFunction>)> = Vec::new();
+    let mut tools: Vec<(ToolDefinition, Arc<dyn HostFunction>)> = Vec::new();
     for t in options.tools {
         let spec: Value = serde_json::from_str(&t.spec)
             .map_err(|e| EmbedError::new("invalid_input", format!("unreadable tool spec: {e}")))?;
-        let spec = HostToolSpec::from_json(&spec, "node")?;
-        let what = format!("tool `{}`", spec.definition.name);
-        tools.push((spec, Arc::new(JsTool { call: t.call, what })));
+        let def = codemode_embed::tool_definition(&spec, "node")?;
+        let what = format!("tool `{}`", def.name);
+        tools.push((def, Arc::new(JsTool { call: t.call, what })));
     }
     Ok(EmbedOptions {
         config,
@@ -222,6 +222,18 @@ fn parse_args(args_json: &str) -> napi::Result<Value> {
     serde_json::from_str(args_json).map_err(|e| napi::Error::from_reason(format!("invalid_input: {e}")))
 }
 
+impl NativeRuntime {
+    /// Starts an `exec` / `wait` (inside the runtime's context) whose result goes to `on_done`.
+    fn call(
+        &self,
+        on_done: JsDone,
+        start: impl FnOnce(&Embedded, Box<dyn FnOnce(Value) + Send>) -> CallHandle,
+    ) -> napi::Result<NativeCall> {
+        let _entered = runtime()?.enter();
+        Ok(NativeCall { handle: start(&self.inner, Box::new(deliver(on_done))) })
+    }
+}
+
 #[napi]
 impl NativeRuntime {
     /// Runs a cell; `on_done` receives the result as JSON text.
@@ -233,8 +245,7 @@ impl NativeRuntime {
         session: String,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
-        let _entered = runtime()?.enter();
-        Ok(NativeCall { handle: self.inner.exec_then(&code, language.as_deref(), &session, deliver(on_done)) })
+        self.call(on_done, |rt, done| rt.exec_then(&code, language.as_deref(), &session, done))
     }
 
     /// Resumes a waiting run; `on_done` receives the result as JSON text.
@@ -245,8 +256,7 @@ impl NativeRuntime {
         session: String,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
-        let _entered = runtime()?.enter();
-        Ok(NativeCall { handle: self.inner.wait_then(&run_id, &session, deliver(on_done)) })
+        self.call(on_done, |rt, done| rt.wait_then(&run_id, &session, done))
     }
 
     /// `exec` from a model's raw tool arguments (JSON text).
@@ -258,8 +268,7 @@ impl NativeRuntime {
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
         let args = parse_args(&args_json)?;
-        let _entered = runtime()?.enter();
-        Ok(NativeCall { handle: self.inner.exec_json_then(&args, &session, deliver(on_done)) })
+        self.call(on_done, |rt, done| rt.exec_json_then(&args, &session, done))
     }
 
     /// `wait` from a model's raw tool arguments (JSON text).
@@ -271,8 +280,7 @@ impl NativeRuntime {
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
         let args = parse_args(&args_json)?;
-        let _entered = runtime()?.enter();
-        Ok(NativeCall { handle: self.inner.wait_json_then(&args, &session, deliver(on_done)) })
+        self.call(on_done, |rt, done| rt.wait_json_then(&args, &session, done))
     }
 
     /// Records a decision on a parked call (`deny`: the reason of a denial).

@@ -108,10 +108,9 @@ test('non-JSON results are coded errors and the process keeps serving', async ()
 test('a tool that never returns is bounded by the run, and abort stops the run', async () => {
   let started = false
   const cm = new CodeMode({ tools: [tool({ name: 'hangs', handler: () => { started = true; return new Promise(() => {}) } })], config: FAST })
-  const t0 = Date.now()
   const r = await cm.exec('return await tools.hangs({})')
+  // The tool's promise never settles: `waiting` means exec returned at the run's deadline.
   assert.equal(r.status, 'waiting')
-  assert.ok(Date.now() - t0 < 3000)
   assert.ok(started)
   assert.equal(await cm.abort(r.runId), true)
   const gone = await cm.wait(r.runId)

@@ -248,17 +248,17 @@ fn start(
         }
         Ok(Callback { callable: Arc::new(callable.unbind()), what: what.into(), loop_slot: loop_slot.clone(), mode })
     };
-    let mut host_tools: Vec<(codemode_embed::HostToolSpec, Arc<dyn HostFunction>)> = Vec::new();
+    let mut host_tools: Vec<(codemode_embed::ToolDefinition, Arc<dyn HostFunction>)> = Vec::new();
     for (spec, callable, mode) in tools {
-        let spec = codemode_embed::HostToolSpec::from_json(&from_py(&spec)?, "python").map_err(py_error)?;
+        let def = codemode_embed::tool_definition(&from_py(&spec)?, "python").map_err(py_error)?;
         let mode = match mode.as_str() {
             "sync" => Mode::Sync,
             "inline" => Mode::Inline,
             "async" => Mode::Async,
             other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown tool mode `{other}`"))),
         };
-        let what = format!("tool `{}`", spec.definition.name);
-        host_tools.push((spec, Arc::new(PyTool(callback(callable, what, mode)?))));
+        let what = format!("tool `{}`", def.name);
+        host_tools.push((def, Arc::new(PyTool(callback(callable, what, mode)?))));
     }
     let options = EmbedOptions {
         config: config.map(|c| from_py(&c)).transpose()?,

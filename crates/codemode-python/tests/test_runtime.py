@@ -195,10 +195,9 @@ def test_a_tool_that_never_returns_is_bounded_by_the_run_and_abort_stops_it() ->
 
     async def main() -> None:
         cm = CodeMode(tools=[hangs], config=FAST)
-        t0 = time.monotonic()
         r = await cm.exec("return await tools.hangs({})")
+        # `waiting`, not `completed` with "late": exec returned at the run's deadline, not the tool's.
         assert r.status == "waiting", r.to_dict()
-        assert time.monotonic() - t0 < 3, "exec returned at the run's deadline, not the tool's"
         assert started.is_set()
         assert await cm.abort(r.run_id or "") is True
         gone = await cm.wait(r.run_id or "")
@@ -401,10 +400,8 @@ def test_inline_tools_run_while_the_guest_waits_and_hold_the_run_while_they_do()
         assert r.value == 100, r.to_dict()
         # An inline tool slower than timeoutMs holds the run, which cannot suspend meanwhile: it
         # fails with `timeout` once the function returns...
-        t0 = time.monotonic()
         held = await cm.exec("return await tools.nap_inline({seconds: 0.5})")
         assert held.status == "failed" and held.error and held.error.code == "timeout", held.to_dict()
-        assert time.monotonic() - t0 >= 0.5
         # ...where the same function on a worker thread leaves the run waiting at its deadline.
         free = await cm.exec("return await tools.nap_worker({seconds: 0.5})")
         assert free.status == "waiting", free.to_dict()

@@ -71,6 +71,7 @@ async fn a_runtime_dropped_with_suspended_runs_releases_their_calls() {
 async fn inline_waits_keep_fan_out_and_suspension() {
     use codemode::{CodeModeWaitInput, FnTool, LocalTools, ToolDefinition, ToolResult, ToolSource};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let mut tools = LocalTools::new();
     // Answered from a plain thread after ~0.2 ms (as a host language's thread answers).
     tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "quick"), |input| async move {
@@ -81,9 +82,18 @@ async fn inline_waits_keep_fan_out_and_suspension() {
         });
         Ok(ToolResult::value(json!(rx.await.unwrap_or(-1))))
     })));
-    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), |_| async {
-        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
-        Ok(ToolResult::value(json!("slow")))
+    // Counts the slow calls running at once, and the most there ever were.
+    let running = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let r2 = running.clone();
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), move |_| {
+        let running = r2.clone();
+        async move {
+            let now = running.0.fetch_add(1, Ordering::SeqCst) + 1;
+            running.1.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            running.0.fetch_sub(1, Ordering::SeqCst);
+            Ok(ToolResult::value(json!("slow")))
+        }
     })));
     let config = CodeModeConfig { timeout_ms: 2_000, ..CodeModeConfig::enabled() };
     let cm = CodeMode::builder(config.clone())
@@ -93,11 +103,11 @@ async fn inline_waits_keep_fan_out_and_suspension() {
         .build();
     let r = exec(&cm, "let s = 0; for (let i = 0; i < 50; i++) s += await tools.quick({n: i}); return s").await;
     assert_eq!(r.to_json()["value"], json!(2450), "{}", r.to_json());
-    // Eight slow calls at once: started within a few windows of each other, so ~400 ms in all.
-    let started = std::time::Instant::now();
+    // Eight slow calls at once: each waited for only a window before the next started, so all
+    // eight ran together (one at a time, the guest would have waited for each).
     let r = exec(&cm, "return (await Promise.all([1,2,3,4,5,6,7,8].map(() => tools.slow({})))).length").await;
     assert_eq!(r.to_json()["value"], json!(8), "{}", r.to_json());
-    assert!(started.elapsed() < std::time::Duration::from_millis(1_800), "the slow calls ran together");
+    assert_eq!(running.1.load(Ordering::SeqCst), 8, "the slow calls ran together");
     // A call slower than timeoutMs still suspends the run, which resumes.
     let cm = CodeMode::builder(CodeModeConfig { timeout_ms: 100, ..config })
         .engine_name("quickjs-wasi")
