@@ -392,6 +392,19 @@ fn encode_err(e: serde_json::Error) -> StoreError {
 }
 
 impl RedisSnapshotStore {
+    /// `SET key value PX ttl` (at least 1 ms): session and fleet-wide state that expires by itself.
+    async fn set_expiring(&self, key: String, value: &str, ttl_ms: u64) -> Result<(), StoreError> {
+        let mut conn = self.shared.conn.clone();
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms.max(1))
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(unreachable)
+    }
+
     /// Connects (failing when Redis cannot be reached), registers this replica and starts its
     /// heartbeat. Must be called inside a tokio runtime.
     pub async fn connect(config: RedisStoreConfig) -> Result<Self, StoreError> {
@@ -905,16 +918,7 @@ impl SnapshotStore for RedisSnapshotStore {
         value: &str,
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
-        let s = &self.shared;
-        let mut conn = s.conn.clone();
-        redis::cmd("SET")
-            .arg(s.session_key(scope, kind))
-            .arg(value)
-            .arg("PX")
-            .arg(ttl_ms.max(1))
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(unreachable)
+        self.set_expiring(self.shared.session_key(scope, kind), value, ttl_ms).await
     }
 
     async fn shared_state(&self, kind: &str) -> Result<Option<String>, StoreError> {
@@ -924,16 +928,7 @@ impl SnapshotStore for RedisSnapshotStore {
     }
 
     async fn put_shared_state(&self, kind: &str, value: &str, ttl_ms: u64) -> Result<(), StoreError> {
-        let s = &self.shared;
-        let mut conn = s.conn.clone();
-        redis::cmd("SET")
-            .arg(format!("{}shared:{kind}", s.prefix))
-            .arg(value)
-            .arg("PX")
-            .arg(ttl_ms.max(1))
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(unreachable)
+        self.set_expiring(format!("{}shared:{kind}", self.shared.prefix), value, ttl_ms).await
     }
 
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {

@@ -81,9 +81,8 @@ impl NestedCalls {
     ) -> Option<Finished> {
         let mut fut = Box::pin(fut);
         let _in_runtime = rt.enter();
-        // Only a guest worker waits (never a runtime thread).
-        let on_worker = std::thread::current().name() == Some(codemode_bridge::workers::THREAD_NAME);
-        if inline_wait.is_zero() || !on_worker {
+        // Only a guest worker waits (never a runtime thread); the default (no wait) asks nothing.
+        if inline_wait.is_zero() || std::thread::current().name() != Some(codemode_bridge::workers::THREAD_NAME) {
             let mut cx = Context::from_waker(std::task::Waker::noop());
             if let Poll::Ready(end) = fut.as_mut().poll(&mut cx) {
                 return Some(finished(id, end));
