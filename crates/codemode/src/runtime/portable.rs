@@ -57,7 +57,16 @@ impl Inner {
                 }
             }
         }
-        let recorded = rt.block_on(self.store.take_results(run_id)).map_err(|e| e.to_code_mode_error())?;
+        let recorded = match rt.block_on(self.store.take_results(run_id)) {
+            Ok(recorded) => recorded,
+            Err(e) => {
+                // Back in the store with the results gathered so far: nothing is lost.
+                if let Err(put) = rt.block_on(self.store.put(run)) {
+                    tracing::warn!(run = %run_id, error = %put, "cannot put a run back after a failed export");
+                }
+                return Err(e.to_code_mode_error());
+            }
+        };
         for d in recorded {
             settle(&mut run, d);
         }
