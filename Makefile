@@ -52,7 +52,7 @@ bench-node: setup
 ## Benchmarks (not part of the tests): `codemode bench` in release, and criterion.
 bench: setup
 	$(CARGO) run --locked --release -p codemode-cli --bin codemode -- bench
-	$(CARGO) bench --locked -p codemode --features engine-wasi,engine-quickjs,engine-boa,demo --bench runtime
+	$(CARGO) bench --locked -p codemode --features engine-wasi,engine-quickjs,engine-boa --bench runtime
 
 ## MCP overhead and surface size: codemode serve vs the same upstream servers called directly.
 bench-mcp: setup

@@ -34,7 +34,7 @@ engines=("$@")
 bin=${BENCH_BIN:-}
 if [ -z "$bin" ]; then
   echo "[count-instructions] building the criterion bench binary" >&2
-  bin=$(cargo bench --locked -p codemode --features engine-wasi,engine-quickjs,engine-boa,demo --bench runtime \
+  bin=$(cargo bench --locked -p codemode --features engine-wasi,engine-quickjs,engine-boa --bench runtime \
     --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for line in sys.stdin:

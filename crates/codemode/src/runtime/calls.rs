@@ -198,8 +198,16 @@ impl NestedCalls {
         Some(finished(id, end))
     }
 
+    /// The next call to settle or park, waiting at most until `deadline` (with this guest worker's
+    /// place handed to queued runs meanwhile).
     pub(super) fn next_until(&mut self, deadline: Instant) -> Option<Finished> {
-        let (id, end) = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
+        if let Some(done) = self.try_next() {
+            return Some(done);
+        }
+        let rx = &self.rx;
+        let (id, end) = codemode_bridge::workers::blocking(|| {
+            rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()
+        })?;
         self.running.remove(&id);
         Some(finished(id, end))
     }
