@@ -214,10 +214,11 @@ fn monitor() {
                 s.monitor_idle = false;
             }
             Some(at) => {
-                if at.elapsed() >= STALL && s.queue.len() > s.takers() {
-                    if let Err(e) = start_worker(&mut s) {
-                        tracing::warn!(error = %e, "cannot start another guest worker");
-                    }
+                if at.elapsed() >= STALL
+                    && s.queue.len() > s.takers()
+                    && let Err(e) = start_worker(&mut s)
+                {
+                    tracing::warn!(error = %e, "cannot start another guest worker");
                 }
                 let (guard, _) = p.monitor.wait_timeout(s, MONITOR_TICK).unwrap_or_else(|e| e.into_inner());
                 s = guard;
