@@ -4,18 +4,21 @@
 // a copy of memory plus the `__stack_pointer` global is a complete snapshot of a suspended run.
 //
 // Exports (all called with no other wasm call on the stack):
-//   cm_alloc(n) / cm_free(p)          buffers for host -> guest data
+//   cm_statics()                      where the host-visible statics are (the same address in every
+//                                     instance of one build, so the host asks once): the last state
+//                                     or failure (out_buf, out_len), the scratch buffer host_call
+//                                     writes error messages to, the heap-refusal flag, and the input
+//                                     buffer small host -> guest data is written to
+//   cm_alloc(n) / cm_free(p)          buffers for host -> guest data too large for the input buffer
 //   cm_init(prelude, len)             once, before pre-initialization: runtime, context, prelude
-//   cm_configure(heap_limit, stack)   per instance: limits
-//   cm_seed(lo, hi)                   per run: Math.random seed
-//   cm_boot(json, len)                per run: the prelude's boot(data)
-//   cm_start(src, len)                per run: compile the wrapped cell and hand it to run()
+//   cm_configure(heap_limit, stack, seed_lo, seed_hi, reseed)
+//                                     per instance: limits, a cleared refusal flag, and (reseed != 0)
+//                                     the Math.random seed of a new run
+//   cm_begin(boot, boot_len, src, len) per run: the prelude's boot(data), then the wrapped cell
+//                                     compiled and handed to run()
 //   cm_settle(id, ok, json, len)      deliver one settled request
 //   cm_run_jobs()                     run pending jobs until none is left
 //   cm_poll()                         the cell's state
-//   cm_out_ptr() / cm_out_len()       the last state or failure (UTF-8 JSON)
-//   cm_scratch() / cm_scratch_len()   where the host writes error messages for host_call
-//   cm_refused() / cm_heap_used()     heap accounting
 // Status codes: 0 ok / pending, 1 guest exception or state available (see each function).
 //
 // Imports (module "codemode"):
@@ -491,13 +494,20 @@ static JSValue js_random(JSContext *c, JSValueConst this_val, int argc, JSValueC
 // ---- exports --------------------------------------------------------------------------------------
 EXPORT("cm_alloc") void *cm_alloc(uint32_t n) { return malloc(n ? n : 1); }
 EXPORT("cm_free") void cm_free(void *p) { free(p); }
-EXPORT("cm_out_ptr") const char *cm_out_ptr(void) { return out_buf; }
-EXPORT("cm_out_len") uint32_t cm_out_len(void) { return out_len; }
-EXPORT("cm_scratch") char *cm_scratch(void) { return scratch; }
-EXPORT("cm_scratch_len") uint32_t cm_scratch_len(void) { return (uint32_t)sizeof scratch; }
-EXPORT("cm_refused") int32_t cm_refused(void) { return heap_refused; }
-EXPORT("cm_clear_refused") void cm_clear_refused(void) { heap_refused = 0; }
-EXPORT("cm_heap_used") uint32_t cm_heap_used(void) { return (uint32_t)heap_used; }
+
+// Small host -> guest data (boot data, the cell, settled results) is written here instead of a
+// malloc'd buffer: every function taking (ptr, len) copies its input before running guest code.
+static char in_buf[16384];
+
+// The addresses the host reads and writes directly (layout: seven little-endian u32, in this order).
+static const struct {
+    uint32_t out_buf_at, out_len_at, scratch, scratch_len, refused_at, in_buf, in_buf_len;
+} statics_table = {
+    (uint32_t)(uintptr_t)&out_buf, (uint32_t)(uintptr_t)&out_len, (uint32_t)(uintptr_t)scratch,
+    (uint32_t)sizeof scratch, (uint32_t)(uintptr_t)&heap_refused, (uint32_t)(uintptr_t)in_buf,
+    (uint32_t)sizeof in_buf,
+};
+EXPORT("cm_statics") const void *cm_statics(void) { return &statics_table; }
 
 // Returns 0 on success, a negative step number on failure (out_buf may hold the exception).
 EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
@@ -557,16 +567,17 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     return 0;
 }
 
-EXPORT("cm_configure") void cm_configure(uint32_t limit, uint32_t stack_size) {
+EXPORT("cm_configure") void cm_configure(uint32_t limit, uint32_t stack_size, uint32_t seed_lo, uint32_t seed_hi,
+                                        int32_t reseed) {
     heap_limit = limit ? limit : (size_t)-1;
     // QuickJS's own limit is a backstop a little above ours.
     JS_SetMemoryLimit(rt, limit ? (size_t)limit + (1u << 20) : 0);
     JS_SetMaxStackSize(rt, stack_size);
-}
-
-EXPORT("cm_seed") void cm_seed(uint32_t lo, uint32_t hi) {
-    uint64_t s = ((uint64_t)hi << 32) | lo;
-    rng_state = s ? s : 0x9E3779B97F4A7C15ull;
+    heap_refused = 0;
+    if (reseed) {
+        uint64_t s = ((uint64_t)seed_hi << 32) | seed_lo;
+        rng_state = s ? s : 0x9E3779B97F4A7C15ull;
+    }
 }
 
 static int call_fn(JSValueConst fn, int argc, JSValueConst *argv) {
@@ -576,26 +587,28 @@ static int call_fn(JSValueConst fn, int argc, JSValueConst *argv) {
     return 0;
 }
 
-EXPORT("cm_boot") int32_t cm_boot(const char *json, uint32_t len) {
-    JSValue arg = JS_NewStringLen(ctx, json, len);
+EXPORT("cm_begin") int32_t cm_begin(const char *json, uint32_t json_len, const char *code, uint32_t len) {
+    // Both inputs are copied before any guest code runs (they may sit in in_buf).
+    JSValue arg = JS_NewStringLen(ctx, json, json_len);
     if (JS_IsException(arg)) return set_out_exception();
-    int r = call_fn(fn_boot, 1, (JSValueConst *)&arg);
-    JS_FreeValue(ctx, arg);
-    return r;
-}
-
-EXPORT("cm_start") int32_t cm_start(const char *code, uint32_t len) {
     char *src = malloc(len + 1);
     if (!src) {
+        JS_FreeValue(ctx, arg);
         set_out(OOM_FAILURE, sizeof OOM_FAILURE - 1);
         return 1;
     }
     memcpy(src, code, len);
     src[len] = 0;
+    int r = call_fn(fn_boot, 1, (JSValueConst *)&arg);
+    JS_FreeValue(ctx, arg);
+    if (r) {
+        free(src);
+        return r;
+    }
     JSValue cell = JS_Eval(ctx, src, len, "<cell>", JS_EVAL_TYPE_GLOBAL);
     free(src);
     if (JS_IsException(cell)) return set_out_exception();
-    int r = call_fn(fn_run, 1, (JSValueConst *)&cell);
+    r = call_fn(fn_run, 1, (JSValueConst *)&cell);
     JS_FreeValue(ctx, cell);
     return r;
 }

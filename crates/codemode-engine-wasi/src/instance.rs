@@ -22,20 +22,64 @@ const BACKSTOP_GRACE: Duration = Duration::from_millis(200);
 /// and host calls need some of it.
 const MAX_GUEST_STACK: u64 = 768 << 10;
 
+/// The shim's exports every run uses, looked up once per instance (each lookup of an export
+/// initializes a function reference in the fresh instance: a trivial cell's instance used to pay
+/// for fifteen of them).
 struct Exports {
-    alloc: TypedFunc<u32, u32>,
-    free: TypedFunc<u32, ()>,
-    configure: TypedFunc<(u32, u32), ()>,
-    seed: TypedFunc<(u32, u32), ()>,
-    boot: TypedFunc<(u32, u32), i32>,
-    start: TypedFunc<(u32, u32), i32>,
-    settle: TypedFunc<(f64, i32, u32, u32), i32>,
+    configure: TypedFunc<(u32, u32, u32, u32, i32), ()>,
+    begin: TypedFunc<(u32, u32, u32, u32), i32>,
     run_jobs: TypedFunc<(), i32>,
     poll: TypedFunc<(), i32>,
-    out_ptr: TypedFunc<(), u32>,
-    out_len: TypedFunc<(), u32>,
-    refused: TypedFunc<(), i32>,
-    clear_refused: TypedFunc<(), ()>,
+    /// Looked up when first needed: a cell that makes no nested call never settles one.
+    settle: Option<TypedFunc<(f64, i32, u32, u32), i32>>,
+    /// Looked up when an input does not fit the shim's input buffer.
+    alloc: Option<TypedFunc<u32, u32>>,
+    free: Option<TypedFunc<u32, ()>>,
+}
+
+/// Addresses of the shim's host-visible statics (`cm_statics`): fixed at link time, so the same in
+/// every instance of one build. Every value read through them is bounds-checked like any other
+/// guest data.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Statics {
+    /// Where the shim keeps the pointer to its last state or failure, and its length.
+    out_buf_at: u32,
+    out_len_at: u32,
+    /// The buffer `host_call` writes error messages to, and its size.
+    pub(crate) scratch: (u32, u32),
+    /// The heap-refusal flag (an `int`).
+    refused_at: u32,
+    /// The input buffer small host -> guest data goes to, and its size.
+    in_buf: (u32, u32),
+}
+
+impl Statics {
+    fn read(store: &mut Store<HostState>, instance: &Instance, memory: &Memory) -> Result<Self, EngineError> {
+        let f: TypedFunc<(), u32> = instance
+            .get_func(&mut *store, "cm_statics")
+            .ok_or_else(|| internal("missing export cm_statics"))?
+            .typed(&*store)
+            .map_err(internal)?;
+        let at = f.call(&mut *store, ()).map_err(internal)? as usize;
+        let mut raw = [0u8; 28];
+        memory.read(&*store, at, &mut raw).map_err(internal)?;
+        let word = |i: usize| u32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]]);
+        Ok(Statics {
+            out_buf_at: word(0),
+            out_len_at: word(1),
+            scratch: (word(2), word(3)),
+            refused_at: word(4),
+            in_buf: (word(5), word(6)),
+        })
+    }
+}
+
+/// Where one input was put in guest memory.
+struct Placed {
+    ptr: u32,
+    len: u32,
+    /// Allocated with `cm_alloc` (to be freed), rather than in the input buffer.
+    owned: bool,
 }
 
 pub(crate) struct Vm {
@@ -43,6 +87,7 @@ pub(crate) struct Vm {
     instance: Instance,
     memory: Memory,
     ex: Exports,
+    statics: Statics,
     loaded: Arc<Loaded>,
     boot: Option<Arc<str>>,
     limits: GuestLimits,
@@ -52,15 +97,29 @@ fn internal(e: impl std::fmt::Display) -> EngineError {
     EngineError::Internal(e.to_string())
 }
 
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     h.finish()
 }
 
+fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+    store: &mut Store<HostState>,
+    instance: &Instance,
+    name: &str,
+) -> Result<TypedFunc<P, R>, EngineError> {
+    instance
+        .get_func(&mut *store, name)
+        .ok_or_else(|| internal(format!("missing export {name}")))?
+        .typed(&*store)
+        .map_err(internal)
+}
+
 impl Vm {
-    /// A fresh instance of the pre-initialized guest (memory = the base image).
-    pub(crate) fn new(loaded: Arc<Loaded>, limits: GuestLimits) -> Result<Self, EngineError> {
+    /// A fresh instance of the pre-initialized guest (memory = the base image), configured with
+    /// `limits`; `seed` reseeds `Math.random` (every new run: a baked image would otherwise repeat
+    /// one sequence). A restored instance keeps the seed state its snapshot carries.
+    pub(crate) fn new(loaded: Arc<Loaded>, limits: GuestLimits, seed: Option<u64>) -> Result<Self, EngineError> {
         let mut store = Store::new(&loaded.engine, HostState::new(limits));
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(u64::MAX / 2);
@@ -68,51 +127,38 @@ impl Vm {
         let memory =
             instance.get_memory(&mut store, "memory").ok_or_else(|| internal("the guest exports no memory"))?;
         store.data_mut().memory = Some(memory);
-        let get = |store: &mut Store<HostState>, name: &str| {
-            instance.get_func(&mut *store, name).ok_or_else(|| internal(format!("missing export {name}")))
+        let statics = match loaded.statics.get() {
+            Some(s) => *s,
+            None => {
+                let read = Statics::read(&mut store, &instance, &memory)?;
+                *loaded.statics.get_or_init(|| read)
+            }
         };
-        macro_rules! typed {
-            ($name:literal) => {
-                get(&mut store, $name)?.typed(&store).map_err(internal)?
-            };
-        }
+        store.data_mut().scratch = statics.scratch;
         let ex = Exports {
-            alloc: typed!("cm_alloc"),
-            free: typed!("cm_free"),
-            configure: typed!("cm_configure"),
-            seed: typed!("cm_seed"),
-            boot: typed!("cm_boot"),
-            start: typed!("cm_start"),
-            settle: typed!("cm_settle"),
-            run_jobs: typed!("cm_run_jobs"),
-            poll: typed!("cm_poll"),
-            out_ptr: typed!("cm_out_ptr"),
-            out_len: typed!("cm_out_len"),
-            refused: typed!("cm_refused"),
-            clear_refused: typed!("cm_clear_refused"),
+            configure: typed(&mut store, &instance, "cm_configure")?,
+            begin: typed(&mut store, &instance, "cm_begin")?,
+            run_jobs: typed(&mut store, &instance, "cm_run_jobs")?,
+            poll: typed(&mut store, &instance, "cm_poll")?,
+            settle: None,
+            alloc: None,
+            free: None,
         };
-        let scratch: TypedFunc<(), u32> = typed!("cm_scratch");
-        let scratch_len: TypedFunc<(), u32> = typed!("cm_scratch_len");
-        let at = scratch.call(&mut store, ()).map_err(internal)?;
-        let len = scratch_len.call(&mut store, ()).map_err(internal)?;
-        store.data_mut().scratch = (at, len);
-        let mut vm = Vm { store, instance, memory, ex, loaded, boot: None, limits };
-        vm.configure()?;
+        let mut vm = Vm { store, instance, memory, ex, statics, loaded, boot: None, limits };
+        vm.configure(seed)?;
         Ok(vm)
     }
 
-    /// Applies the limits (also after a restore: the snapshot carries the old process's values).
-    fn configure(&mut self) -> Result<(), EngineError> {
+    /// Applies the limits (also after a restore: the snapshot carries the old process's values) and
+    /// clears the heap-refusal flag; `seed` reseeds `Math.random`.
+    fn configure(&mut self, seed: Option<u64>) -> Result<(), EngineError> {
         let heap = u32::try_from(self.limits.memory_limit_bytes).unwrap_or(u32::MAX - (64 << 20));
         let stack = u32::try_from(self.limits.max_stack_bytes.min(MAX_GUEST_STACK)).unwrap_or(256 << 10);
-        self.ex.configure.call(&mut self.store, (heap, stack)).map_err(internal)?;
-        self.ex.clear_refused.call(&mut self.store, ()).map_err(internal)
-    }
-
-    /// Reseeds `Math.random` (every new run; a baked image would otherwise repeat one sequence).
-    pub(crate) fn seed(&mut self) -> Result<(), EngineError> {
-        let s = random_seed();
-        self.ex.seed.call(&mut self.store, (s as u32, (s >> 32) as u32)).map_err(internal)
+        let s = seed.unwrap_or(0);
+        self.ex
+            .configure
+            .call(&mut self.store, (heap, stack, s as u32, (s >> 32) as u32, i32::from(seed.is_some())))
+            .map_err(internal)
     }
 
     fn fault(&mut self, e: wasmtime::Error) -> VmFault {
@@ -122,26 +168,64 @@ impl Vm {
         VmFault::Engine(EngineError::Internal(format!("the guest trapped: {e}")))
     }
 
-    fn write(&mut self, bytes: &[u8]) -> Result<(u32, u32), VmFault> {
-        let len = u32::try_from(bytes.len()).map_err(|_| VmFault::Engine(internal("value too large for the guest")))?;
-        let ptr = self.ex.alloc.call(&mut self.store, len).map_err(|e| self.fault(e))?;
-        if ptr == 0 {
-            return Err(VmFault::Failure(codemode_core::engine::GuestFailure {
-                code: Some(codemode_core::error::CodeModeErrorCode::MemoryLimitExceeded),
-                message: "out of memory while passing a value into the guest".into(),
-            }));
-        }
-        self.memory.write(&mut self.store, ptr as usize, bytes).map_err(|e| VmFault::Engine(internal(e)))?;
-        Ok((ptr, len))
+    /// A `u32` static of the shim (bounds-checked).
+    fn read_u32(&self, at: u32) -> Result<u32, VmFault> {
+        let mut raw = [0u8; 4];
+        self.memory.read(&self.store, at as usize, &mut raw).map_err(|e| VmFault::Engine(internal(e)))?;
+        Ok(u32::from_le_bytes(raw))
     }
 
-    fn free(&mut self, ptr: u32) -> Result<(), VmFault> {
-        self.ex.free.call(&mut self.store, ptr).map_err(|e| self.fault(e))
+    /// Puts `bytes` into guest memory: into the input buffer from `*offset` on when they fit
+    /// (advancing it), else into a guest allocation (an allocation the heap limit refuses is the
+    /// run's `memory_limit_exceeded`).
+    fn place(&mut self, bytes: &[u8], offset: &mut u32) -> Result<Placed, VmFault> {
+        let len = u32::try_from(bytes.len()).map_err(|_| VmFault::Engine(internal("value too large for the guest")))?;
+        let (buf, cap) = self.statics.in_buf;
+        let ptr = if cap.saturating_sub(*offset) >= len {
+            let at = buf + *offset;
+            *offset += len;
+            Placed { ptr: at, len, owned: false }
+        } else {
+            let alloc = match self.ex.alloc.clone() {
+                Some(f) => f,
+                None => {
+                    let f = typed(&mut self.store, &self.instance, "cm_alloc").map_err(VmFault::Engine)?;
+                    self.ex.alloc = Some(f.clone());
+                    f
+                }
+            };
+            let ptr = alloc.call(&mut self.store, len).map_err(|e| self.fault(e))?;
+            if ptr == 0 {
+                return Err(VmFault::Failure(codemode_core::engine::GuestFailure {
+                    code: Some(codemode_core::error::CodeModeErrorCode::MemoryLimitExceeded),
+                    message: "out of memory while passing a value into the guest".into(),
+                }));
+            }
+            Placed { ptr, len, owned: true }
+        };
+        self.memory.write(&mut self.store, ptr.ptr as usize, bytes).map_err(|e| VmFault::Engine(internal(e)))?;
+        Ok(ptr)
+    }
+
+    /// Frees what [`Self::place`] allocated.
+    fn release(&mut self, placed: Placed) -> Result<(), VmFault> {
+        if !placed.owned {
+            return Ok(());
+        }
+        let free = match self.ex.free.clone() {
+            Some(f) => f,
+            None => {
+                let f = typed(&mut self.store, &self.instance, "cm_free").map_err(VmFault::Engine)?;
+                self.ex.free = Some(f.clone());
+                f
+            }
+        };
+        free.call(&mut self.store, placed.ptr).map_err(|e| self.fault(e))
     }
 
     fn read_out(&mut self) -> Result<String, VmFault> {
-        let ptr = self.ex.out_ptr.call(&mut self.store, ()).map_err(|e| self.fault(e))? as usize;
-        let len = self.ex.out_len.call(&mut self.store, ()).map_err(|e| self.fault(e))? as usize;
+        let ptr = self.read_u32(self.statics.out_buf_at)? as usize;
+        let len = self.read_u32(self.statics.out_len_at)? as usize;
         let data = self.memory.data(&self.store);
         let bytes = data
             .get(ptr..ptr.saturating_add(len))
@@ -158,14 +242,6 @@ impl Vm {
             return Ok(());
         }
         Err(VmFault::Failure(classify_failure(&self.read_out()?)))
-    }
-
-    /// Passes `bytes` to a shim function taking `(ptr, len)` and frees them afterwards.
-    fn call_with(&mut self, f: TypedFunc<(u32, u32), i32>, bytes: &[u8]) -> Result<(), VmFault> {
-        let (ptr, len) = self.write(bytes)?;
-        let status = f.call(&mut self.store, (ptr, len)).map_err(|e| self.fault(e))?;
-        self.free(ptr)?;
-        self.status(status)
     }
 
     /// Serializes the instance (only between drive steps: no wasm call is on the stack).
@@ -201,7 +277,7 @@ impl Vm {
         let base = loaded.base().map_err(|e| EngineError::Restore(e.to_string()))?;
         let decoded = snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, base)
             .map_err(|e| EngineError::Restore(e.to_string()))?;
-        let mut vm = Vm::new(loaded, limits)?;
+        let mut vm = Vm::new(loaded, limits, None)?;
         let want = decoded.header.memory_bytes;
         let have = vm.memory.data_size(&vm.store) as u64;
         if want < have {
@@ -242,7 +318,7 @@ impl Vm {
             g.set(&mut vm.store, v).map_err(|e| EngineError::Restore(format!("global {name}: {e}")))?;
         }
         vm.store.data_mut().bridge = BridgeHost::with_state(limits, decoded.header.bridge);
-        vm.configure()?;
+        vm.configure(None)?;
         Ok(vm)
     }
 }
@@ -260,23 +336,37 @@ impl GuestVm for Vm {
         let budget = deadline.saturating_duration_since(Instant::now()) + BACKSTOP_GRACE;
         let ticks = (budget.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1;
         self.store.set_epoch_deadline(ticks);
-        if let Err(e) = self.ex.clear_refused.call(&mut self.store, ()) {
+        let at = self.statics.refused_at as usize;
+        if let Err(e) = self.memory.write(&mut self.store, at, &0i32.to_le_bytes()) {
             tracing::debug!(error = %e, "cannot clear the heap refusal flag");
         }
     }
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = self.boot.take().unwrap_or_else(|| Arc::from("{}"));
-        self.call_with(self.ex.boot.clone(), boot.as_bytes())?;
-        self.call_with(self.ex.start.clone(), wrapped.as_bytes())
+        let mut offset = 0;
+        let b = self.place(boot.as_bytes(), &mut offset)?;
+        let c = self.place(wrapped.as_bytes(), &mut offset)?;
+        let status = self.ex.begin.call(&mut self.store, (b.ptr, b.len, c.ptr, c.len)).map_err(|e| self.fault(e));
+        self.release(b)?;
+        self.release(c)?;
+        self.status(status?)
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        let (ptr, len) = self.write(json.as_bytes())?;
+        let settle = match self.ex.settle.clone() {
+            Some(f) => f,
+            None => {
+                let f = typed(&mut self.store, &self.instance, "cm_settle").map_err(VmFault::Engine)?;
+                self.ex.settle = Some(f.clone());
+                f
+            }
+        };
+        let placed = self.place(json.as_bytes(), &mut 0)?;
         let status =
-            self.ex.settle.call(&mut self.store, (id as f64, i32::from(ok), ptr, len)).map_err(|e| self.fault(e))?;
-        self.free(ptr)?;
-        self.status(status)
+            settle.call(&mut self.store, (id as f64, i32::from(ok), placed.ptr, placed.len)).map_err(|e| self.fault(e));
+        self.release(placed)?;
+        self.status(status?)
     }
 
     fn run_jobs(&mut self) -> Result<(), VmFault> {
@@ -301,7 +391,7 @@ impl GuestVm for Vm {
     }
 
     fn memory_refused(&mut self) -> bool {
-        self.ex.refused.call(&mut self.store, ()).is_ok_and(|r| r != 0)
+        self.read_u32(self.statics.refused_at).is_ok_and(|r| r != 0)
     }
 }
 
@@ -354,7 +444,7 @@ mod tests {
     use codemode_core::engine::DriveOutcome;
 
     fn fresh_memory(loaded: &Arc<Loaded>) -> Vec<u8> {
-        let vm = Vm::new(loaded.clone(), GuestLimits::default()).unwrap();
+        let vm = Vm::new(loaded.clone(), GuestLimits::default(), None).unwrap();
         vm.memory.data(&vm.store).to_vec()
     }
 
@@ -366,8 +456,7 @@ mod tests {
     }
 
     fn run_to_end(loaded: &Arc<Loaded>, code: &str) -> DriveOutcome {
-        let mut vm = Vm::new(loaded.clone(), GuestLimits::default()).unwrap();
-        vm.seed().unwrap();
+        let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
         let mut instance = WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(code));
         let input = DriveInput {
             deliveries: Vec::new(),
@@ -377,6 +466,23 @@ mod tests {
             boot_source: None,
         };
         instance.drive(input).unwrap().outcome
+    }
+
+    /// Inputs that fit the shim's input buffer go there; larger ones (here a 40 KB cell and boot
+    /// data) take a guest allocation, freed afterwards, and arrive whole either way.
+    #[test]
+    fn inputs_larger_than_the_input_buffer_arrive_whole() {
+        let loaded = crate::loaded().unwrap();
+        for n in [10, 20_000, 40_000] {
+            let code = format!("const s = '{}'; return s.length", "x".repeat(n));
+            let outcome = run_to_end(&loaded, &code);
+            match outcome {
+                DriveOutcome::Completed(v) => assert_eq!(v, serde_json::json!(n), "cell of {} bytes", code.len()),
+                other => panic!("cell of {} bytes: {other:?}", code.len()),
+            }
+        }
+        let cap = loaded.statics.get().copied().map_or(0, |s| s.in_buf.1) as usize;
+        assert!(cap > 0 && cap < 40_000, "the 40 KB cell took the allocation path (buffer {cap} B)");
     }
 
     /// The pooling allocator resets only the pages a run wrote (`pagemap_scan`), keeping them

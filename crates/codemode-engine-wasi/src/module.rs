@@ -57,6 +57,9 @@ pub(crate) struct Loaded {
     pub(crate) build_id: String,
     /// Exported mutable globals (the whole non-memory state of an instance).
     pub(crate) mutable_globals: Vec<String>,
+    /// Where the shim's host-visible statics are: the same in every instance of this build, so
+    /// the first instance asks (`cm_statics`) and every later one reuses the answer.
+    pub(crate) statics: std::sync::OnceLock<crate::instance::Statics>,
 }
 
 impl Loaded {
@@ -386,7 +389,14 @@ pub(crate) fn load() -> Result<Loaded, ModuleError> {
         total_ms = started.elapsed().as_secs_f64() * 1e3,
         "loaded the quickjs-wasi guest (engine, module)"
     );
-    Ok(Loaded { engine, pre, base: std::sync::OnceLock::new(), build_id, mutable_globals })
+    Ok(Loaded {
+        engine,
+        pre,
+        base: std::sync::OnceLock::new(),
+        build_id,
+        mutable_globals,
+        statics: std::sync::OnceLock::new(),
+    })
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`], for the wall-clock backstop.
