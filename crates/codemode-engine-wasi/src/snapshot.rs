@@ -28,6 +28,41 @@ pub(crate) const PAGE: usize = 4096;
 const DIGEST_LEN: usize = 32;
 /// zstd level: fast, and ~4x smaller than raw pages.
 const ZSTD_LEVEL: i32 = 3;
+
+thread_local! {
+    /// Each thread's zstd contexts, made once: creating one per snapshot (a few hundred KiB of
+    /// tables, allocated and initialized) cost about as much as compressing a small snapshot.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn compress(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    COMPRESSOR.with(|cell| {
+        let mut slot = cell.try_borrow_mut().map_err(std::io::Error::other)?;
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?);
+        }
+        match slot.as_mut() {
+            Some(c) => c.compress(body),
+            None => zstd::bulk::compress(body, ZSTD_LEVEL),
+        }
+    })
+}
+
+fn decompress(body: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.try_borrow_mut().map_err(std::io::Error::other)?;
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match slot.as_mut() {
+            Some(d) => d.decompress(body, capacity),
+            None => zstd::bulk::decompress(body, capacity),
+        }
+    })
+}
 /// Largest linear memory a snapshot may describe (wasm32's 4 GiB address space).
 const MAX_MEMORY: u64 = 1 << 32;
 
@@ -60,14 +95,17 @@ pub(crate) struct Decoded {
     pub(crate) pages: Vec<(u32, Vec<u8>)>,
 }
 
+static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
+
 fn page_differs(base: &[u8], memory: &[u8], i: usize) -> bool {
     let start = i * PAGE;
     let end = (start + PAGE).min(memory.len());
     let page = &memory[start..end];
     match base.get(start..end) {
         Some(b) => b != page,
-        // Past the end of the base image, fresh memory is zeroed: only non-zero pages matter.
-        None => page.iter().any(|&x| x != 0),
+        // Past the end of the base image, fresh memory is zeroed: only non-zero pages matter
+        // (compared as slices: memcmp, not a byte loop).
+        None => page != &ZERO_PAGE[..page.len()],
     }
 }
 
@@ -160,7 +198,7 @@ pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8]) -> Result<Vec<
             xor_base(base, i, &mut body[at..]);
         }
     }
-    let body = zstd::bulk::compress(&body, ZSTD_LEVEL).map_err(SnapshotError::Compress)?;
+    let body = compress(&body).map_err(SnapshotError::Compress)?;
     let header = serde_json::to_vec(header).map_err(SnapshotError::Header)?;
     let mut out = Vec::with_capacity(8 + 8 + header.len() + body.len() + DIGEST_LEN);
     out.extend_from_slice(MAGIC);
@@ -191,7 +229,7 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Re
     let (header, body) = check(bytes, engine, build)?;
     let pages_in_memory = header.memory_bytes as usize / PAGE;
     let max_raw = pages_in_memory.saturating_mul(PAGE + 4);
-    let raw = zstd::bulk::decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
+    let raw = decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
     if !raw.len().is_multiple_of(PAGE + 4) {
         return Err(SnapshotError::PartialPage);
     }
