@@ -255,12 +255,22 @@ fn preinitialize(engine: &Engine) -> wasmtime::Result<Vec<u8>> {
     let status = init.call(&mut store, (ptr, len))?;
     free.call(&mut store, ptr)?;
     if status != 0 {
-        let out_ptr = instance.get_typed_func::<(), u32>(&mut store, "cm_out_ptr")?.call(&mut store, ())? as usize;
-        let out_len = instance.get_typed_func::<(), u32>(&mut store, "cm_out_len")?.call(&mut store, ())? as usize;
-        let detail = memory
-            .data(&store)
-            .get(out_ptr..out_ptr + out_len)
-            .map(|b| String::from_utf8_lossy(b).into_owned())
+        // The failure is in the shim's output buffer; `cm_statics` says where its pointer and
+        // length are (the first two words of its table).
+        let statics = instance.get_typed_func::<(), u32>(&mut store, "cm_statics")?.call(&mut store, ())? as usize;
+        let word = |at: usize| -> Option<usize> {
+            let b = memory.data(&store).get(at..at.checked_add(4)?)?;
+            Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        };
+        let text = |out_ptr: usize, out_len: usize| {
+            memory
+                .data(&store)
+                .get(out_ptr..out_ptr.checked_add(out_len)?)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+        };
+        let detail = word(statics)
+            .zip(word(statics + 4))
+            .and_then(|(buf_at, len_at)| text(word(buf_at)?, word(len_at)?))
             .unwrap_or_default();
         wasmtime::bail!("the guest failed to initialize (step {status}): {detail}");
     }
