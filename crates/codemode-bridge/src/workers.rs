@@ -172,8 +172,14 @@ fn worker() {
             s.spinning += 1;
             drop(s);
             let until = Instant::now() + SPIN;
-            while p.queued.load(Ordering::Acquire) == 0 && Instant::now() < until {
+            let mut spins = 0u32;
+            while p.queued.load(Ordering::Acquire) == 0 {
                 std::hint::spin_loop();
+                spins = spins.wrapping_add(1);
+                // The clock is read every 64 rounds only: it is a system call on some VMs.
+                if spins.is_multiple_of(64) && Instant::now() >= until {
+                    break;
+                }
             }
             s = lock();
             s.spinning -= 1;
@@ -214,11 +220,15 @@ fn monitor() {
                 s.monitor_idle = false;
             }
             Some(at) => {
-                if at.elapsed() >= STALL
-                    && s.queue.len() > s.takers()
-                    && let Err(e) = start_worker(&mut s)
-                {
-                    tracing::warn!(error = %e, "cannot start another guest worker");
+                if at.elapsed() >= STALL && s.queue.len() > s.takers() {
+                    // Wake a parked worker if there is one, else start one more (beyond `target`).
+                    let woke = s.parked > s.waking;
+                    if woke {
+                        s.waking += 1;
+                        p.work.notify_one();
+                    } else if let Err(e) = start_worker(&mut s) {
+                        tracing::warn!(error = %e, "cannot start another guest worker");
+                    }
                 }
                 let (guard, _) = p.monitor.wait_timeout(s, MONITOR_TICK).unwrap_or_else(|e| e.into_inner());
                 s = guard;

@@ -38,8 +38,10 @@ struct Exports {
 }
 
 /// Addresses of the shim's host-visible statics (`cm_statics`): fixed at link time, so the same in
-/// every instance of one build. Every value read through them is bounds-checked like any other
-/// guest data.
+/// every instance of one build. They are read once, from the first instance, before any cell ran
+/// in it (a hostile cell that overwrites the table in its own memory changes nothing the host
+/// uses); every value read through them is bounds-checked like any other guest data, and what the
+/// host writes there lands in that run's own memory.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Statics {
     /// Where the shim keeps the pointer to its last state or failure, and its length.
