@@ -220,7 +220,7 @@ fn monitor() {
                 s.monitor_idle = false;
             }
             Some(at) => {
-                if at.elapsed() >= STALL && s.queue.len() > s.takers() {
+                if at.elapsed() >= STALL && s.queue.len() > s.takers() && !monitor_paused() {
                     // Wake a parked worker if there is one, else start one more (beyond `target`).
                     let woke = s.parked > s.waking;
                     if woke {
@@ -235,6 +235,17 @@ fn monitor() {
             }
         }
     }
+}
+
+#[cfg(test)]
+static MONITOR_PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the monitor's rescues are switched off (tests of [`blocking`] alone).
+fn monitor_paused() -> bool {
+    #[cfg(test)]
+    return MONITOR_PAUSED.load(Ordering::Acquire);
+    #[cfg(not(test))]
+    false
 }
 
 /// Runs `f`, which waits for something outside the guest (a nested call's result, a timer), with
@@ -371,8 +382,16 @@ mod tests {
     /// SPEC B1 with a bounded pool: jobs that hog every running worker (a guest in a tight loop,
     /// a tool callback that blocks without saying so) do not keep a new job from running: the
     /// monitor starts another worker once it has waited [`STALL`].
+    /// The pool is one per process: tests that depend on its monitor being on or off run one at a
+    /// time.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     #[test]
     fn a_job_runs_while_every_running_worker_is_held_by_a_stuck_one() {
+        let _serial = serial();
         let stuck = target() + 2;
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let release_rx = std::sync::Arc::new(Mutex::new(release_rx));
@@ -397,9 +416,20 @@ mod tests {
     }
 
     /// A worker waiting inside [`blocking`] is not counted as running: queued jobs get its place,
-    /// and more jobs than [`target`] can wait at once without any of them being stuck.
+    /// and more jobs than [`target`] can wait at once without any of them being stuck. The monitor
+    /// is paused, so only `blocking`'s hand-over can get all of them running (without it, the
+    /// barrier is never reached and the test fails).
     #[test]
     fn jobs_waiting_in_blocking_give_their_place_to_queued_ones() {
+        let _serial = serial();
+        struct Resume;
+        impl Drop for Resume {
+            fn drop(&mut self) {
+                MONITOR_PAUSED.store(false, Ordering::Release);
+            }
+        }
+        MONITOR_PAUSED.store(true, Ordering::Release);
+        let _resume = Resume;
         let n = target() * 4;
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
         let (tx, rx) = std::sync::mpsc::channel::<bool>();
