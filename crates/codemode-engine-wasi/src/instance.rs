@@ -117,6 +117,21 @@ fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
         .map_err(internal)
 }
 
+/// The export in `slot`, looked up on first use.
+fn lazy<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+    slot: &mut Option<TypedFunc<P, R>>,
+    store: &mut Store<HostState>,
+    instance: &Instance,
+    name: &str,
+) -> Result<TypedFunc<P, R>, VmFault> {
+    if let Some(f) = slot {
+        return Ok(f.clone());
+    }
+    let f = typed(store, instance, name).map_err(VmFault::Engine)?;
+    *slot = Some(f.clone());
+    Ok(f)
+}
+
 impl Vm {
     /// A fresh instance of the pre-initialized guest (memory = the base image), configured with
     /// `limits`; `seed` reseeds `Math.random` (every new run: a baked image would otherwise repeat
@@ -188,14 +203,7 @@ impl Vm {
             *offset += len;
             Placed { ptr: at, len, owned: false }
         } else {
-            let alloc = match self.ex.alloc.clone() {
-                Some(f) => f,
-                None => {
-                    let f = typed(&mut self.store, &self.instance, "cm_alloc").map_err(VmFault::Engine)?;
-                    self.ex.alloc = Some(f.clone());
-                    f
-                }
-            };
+            let alloc = lazy(&mut self.ex.alloc, &mut self.store, &self.instance, "cm_alloc")?;
             let ptr = alloc.call(&mut self.store, len).map_err(|e| self.fault(e))?;
             if ptr == 0 {
                 return Err(VmFault::Failure(codemode_core::engine::GuestFailure {
@@ -214,14 +222,7 @@ impl Vm {
         if !placed.owned {
             return Ok(());
         }
-        let free = match self.ex.free.clone() {
-            Some(f) => f,
-            None => {
-                let f = typed(&mut self.store, &self.instance, "cm_free").map_err(VmFault::Engine)?;
-                self.ex.free = Some(f.clone());
-                f
-            }
-        };
+        let free = lazy(&mut self.ex.free, &mut self.store, &self.instance, "cm_free")?;
         free.call(&mut self.store, placed.ptr).map_err(|e| self.fault(e))
     }
 
@@ -356,14 +357,7 @@ impl GuestVm for Vm {
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        let settle = match self.ex.settle.clone() {
-            Some(f) => f,
-            None => {
-                let f = typed(&mut self.store, &self.instance, "cm_settle").map_err(VmFault::Engine)?;
-                self.ex.settle = Some(f.clone());
-                f
-            }
-        };
+        let settle = lazy(&mut self.ex.settle, &mut self.store, &self.instance, "cm_settle")?;
         let placed = self.place(json.as_bytes(), &mut 0)?;
         let status =
             settle.call(&mut self.store, (id as f64, i32::from(ok), placed.ptr, placed.len)).map_err(|e| self.fault(e));

@@ -41,26 +41,22 @@ thread_local! {
 fn compress(body: &[u8]) -> std::io::Result<Vec<u8>> {
     COMPRESSOR.with(|cell| {
         let mut slot = cell.try_borrow_mut().map_err(std::io::Error::other)?;
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?);
-        }
-        match slot.as_mut() {
-            Some(c) => c.compress(body),
-            None => zstd::bulk::compress(body, ZSTD_LEVEL),
-        }
+        let c = match slot.as_mut() {
+            Some(c) => c,
+            None => slot.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
+        };
+        c.compress(body)
     })
 }
 
 fn decompress(body: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
     DECOMPRESSOR.with(|cell| {
         let mut slot = cell.try_borrow_mut().map_err(std::io::Error::other)?;
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Decompressor::new()?);
-        }
-        match slot.as_mut() {
-            Some(d) => d.decompress(body, capacity),
-            None => zstd::bulk::decompress(body, capacity),
-        }
+        let d = match slot.as_mut() {
+            Some(d) => d,
+            None => slot.insert(zstd::bulk::Decompressor::new()?),
+        };
+        d.decompress(body, capacity)
     })
 }
 /// Largest linear memory a snapshot may describe (wasm32's 4 GiB address space).
