@@ -43,52 +43,45 @@ const rows = {}
   rows['codemode (Node)'] = { trivial_cell_us: trivial, nested_call_us: (hundred - trivial) / CALLS, nested_async_call_us: (hundredAsync - trivial) / CALLS }
 }
 
-// quickjs-emscripten, sync build: a fresh runtime + context per cell, host function via newFunction.
-{
-  const qjs = await newQuickJSWASMModule(RELEASE_SYNC)
-  const cell = (code, withHost) => {
+// quickjs-emscripten: a fresh runtime + context per cell, a host function `add`. The sync build
+// registers it with newFunction; the asyncify build with newAsyncifiedFunction, so it may be async
+// (as codemode's tools are), and evaluates with evalCodeAsync.
+async function quickjsRow(label, qjs, asyncify) {
+  const open = (withHost) => {
     const rt = qjs.newRuntime()
     const ctx = rt.newContext()
     if (withHost) {
-      const fn = ctx.newFunction('add', (a, b) => ctx.newNumber(ctx.getNumber(a) + ctx.getNumber(b)))
+      const add = (a, b) => ctx.newNumber(ctx.getNumber(a) + ctx.getNumber(b))
+      const fn = asyncify ? ctx.newAsyncifiedFunction('add', async (a, b) => add(a, b)) : ctx.newFunction('add', add)
       ctx.setProp(ctx.global, 'add', fn)
       fn.dispose()
     }
-    const h = ctx.unwrapResult(ctx.evalCode(code))
-    h.dispose()
+    return { rt, ctx }
+  }
+  const close = ({ rt, ctx }, result, withHost) => {
+    ctx.unwrapResult(result).dispose()
     // quickjs-emscripten 0.32 throws when a host function outlives its runtime's disposal.
     if (withHost) ctx.setProp(ctx.global, 'add', ctx.undefined)
     ctx.dispose()
     rt.dispose()
   }
+  // The sync build's cell stays synchronous: no promise of ours in what it measures.
+  const cell = asyncify
+    ? async (code, withHost) => {
+        const vm = open(withHost)
+        close(vm, await vm.ctx.evalCodeAsync(code), withHost)
+      }
+    : (code, withHost) => {
+        const vm = open(withHost)
+        close(vm, vm.ctx.evalCode(code), withHost)
+      }
   const loop = `{ let s = 0; for (let i = 0; i < ${CALLS}; i++) s = add(s, 1); s }`
   const trivial = await time(samples, () => cell('1 + 1', false))
   const hundred = await time(Math.max(10, samples / 10), () => cell(loop, true))
-  rows['quickjs-emscripten (sync)'] = { trivial_cell_us: trivial, nested_call_us: (hundred - trivial) / CALLS }
+  rows[label] = { trivial_cell_us: trivial, nested_call_us: (hundred - trivial) / CALLS }
 }
-
-// quickjs-emscripten, asyncify build: host functions may be async (as codemode's tools are).
-{
-  const qjs = await newQuickJSAsyncWASMModule(RELEASE_ASYNC)
-  const cell = async (code, withHost) => {
-    const rt = qjs.newRuntime()
-    const ctx = rt.newContext()
-    if (withHost) {
-      const fn = ctx.newAsyncifiedFunction('add', async (a, b) => ctx.newNumber(ctx.getNumber(a) + ctx.getNumber(b)))
-      ctx.setProp(ctx.global, 'add', fn)
-      fn.dispose()
-    }
-    const h = ctx.unwrapResult(await ctx.evalCodeAsync(code))
-    h.dispose()
-    if (withHost) ctx.setProp(ctx.global, 'add', ctx.undefined)
-    ctx.dispose()
-    rt.dispose()
-  }
-  const loop = `{ let s = 0; for (let i = 0; i < ${CALLS}; i++) s = add(s, 1); s }`
-  const trivial = await time(samples, () => cell('1 + 1', false))
-  const hundred = await time(Math.max(10, samples / 10), () => cell(loop, true))
-  rows['quickjs-emscripten (asyncify)'] = { trivial_cell_us: trivial, nested_call_us: (hundred - trivial) / CALLS }
-}
+await quickjsRow('quickjs-emscripten (sync)', await newQuickJSWASMModule(RELEASE_SYNC), false)
+await quickjsRow('quickjs-emscripten (asyncify)', await newQuickJSAsyncWASMModule(RELEASE_ASYNC), true)
 
 // node:vm: a fresh context per cell, a host function called directly (no isolation at all).
 {
