@@ -8,6 +8,7 @@ export INSTA_UPDATE=no
 # Snapshot files are found from this checkout, also by test binaries a build in another checkout
 # sharing the cache folder left behind (cargo reuses them; their compiled-in paths name that one).
 export INSTA_WORKSPACE_ROOT="$PWD"
+./scripts/prune-cache.sh
 echo "[test] links of the README and the book" >&2
 python3 scripts/check-links.py
 echo "[test] cargo fmt --check" >&2

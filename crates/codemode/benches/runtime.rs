@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the runtime, per engine: trivial exec latency, per-nested-call overhead,
-//! and a suspend + resume cycle. Run with
-//! `cargo bench -p codemode --features engine-wasi,engine-quickjs,engine-boa,demo --bench runtime`.
+//! a suspend + resume cycle, and a trivial exec with two visible namespaces. Run with
+//! `cargo bench -p codemode --features engine-wasi,engine-quickjs,engine-boa --bench runtime`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use codemode_testing::bench;
@@ -36,6 +36,9 @@ fn bench_engines(c: &mut Criterion) {
         g.bench_function("exec_trivial", |b| b.iter_custom(|n| repeat(&rt, n, || bench::trivial(&cm))));
         g.bench_function("nested_call", |b| b.iter_custom(|n| repeat(&rt, n, || bench::nested(&cm))));
         g.bench_function("suspend_resume", |b| b.iter_custom(|n| repeat(&rt, n, || bench::suspend_resume(&cm))));
+        let with_ns = bench::runtime_with_namespaces(&engine, 10_000);
+        rt.block_on(bench::trivial(&with_ns));
+        g.bench_function("exec_trivial_namespaces", |b| b.iter_custom(|n| repeat(&rt, n, || bench::trivial(&with_ns))));
         g.finish();
     }
 }
