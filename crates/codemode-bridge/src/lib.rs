@@ -211,18 +211,39 @@ impl BootText {
     }
 
     /// The boot argument of a run whose visible namespaces are `namespaces`: the cached head when
-    /// there are none; otherwise the head with a `namespaces` member.
+    /// there are none. Otherwise the head gains a `namespaces` member, a list of
+    /// `{"globalName": …, "len": n}`, and is followed by a newline and each namespace's JSON text
+    /// (the [`GuestNamespace`](codemode_core::namespace::GuestNamespace)), one after another, `n`
+    /// UTF-16 code units each. The guest parses the head only, and slices out and parses a
+    /// namespace when the cell first reads it: parsing is most of what a namespace costs a run
+    /// that never touches it. (JSON text never holds a raw newline, so the first one ends the head.)
     pub fn with_namespaces(&self, namespaces: &[codemode_core::namespace::GuestNamespace]) -> std::sync::Arc<str> {
         if namespaces.is_empty() {
             return self.head.clone();
         }
-        let list = json_text(&namespaces);
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Entry<'a> {
+            global_name: &'a str,
+            len: usize,
+        }
+        let texts: Vec<String> = namespaces.iter().map(json_text).collect();
+        let entries: Vec<Entry<'_>> = namespaces
+            .iter()
+            .zip(&texts)
+            .map(|(ns, text)| Entry { global_name: &ns.global_name, len: text.encode_utf16().count() })
+            .collect();
+        let list = json_text(&entries);
         let open = self.head.strip_suffix('}').unwrap_or(&self.head);
-        let mut out = String::with_capacity(self.head.len() + list.len() + 16);
+        let mut out =
+            String::with_capacity(self.head.len() + list.len() + 16 + texts.iter().map(String::len).sum::<usize>());
         out.push_str(open);
         out.push_str(",\"namespaces\":");
         out.push_str(&list);
-        out.push('}');
+        out.push_str("}\n");
+        for text in &texts {
+            out.push_str(text);
+        }
         out.into()
     }
 }
@@ -321,7 +342,7 @@ mod tests {
         for unknown in ["", "tool", "conv", "api", "mcp:", "__proto__"] {
             assert_eq!(pull(unknown), None, "{unknown}");
         }
-        // The per-run namespaces are a member of the head.
+        // The head names the per-run namespaces; their JSON texts follow it.
         let mut boot = boot;
         boot.namespaces = vec![codemode_core::namespace::GuestNamespace {
             id: "ns-é".into(),
@@ -332,8 +353,17 @@ mod tests {
                 tool_id: "plugin:demo:demo_shipping_list".into(),
             }],
         }];
-        let head: Value = serde_json::from_str(&boot_json(&boot)).unwrap();
+        let text = boot_json(&boot);
+        let (head, rest) = text.split_once('\n').unwrap();
+        let head: Value = serde_json::from_str(head).unwrap();
         assert_eq!(head["maxDepth"], 64);
-        assert_eq!(head["namespaces"], serde_json::to_value(&boot.namespaces).unwrap());
+        let entries = head["namespaces"].as_array().unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0]["globalName"], "Ship");
+        // The length counts UTF-16 code units (the guest slices a JS string), not bytes.
+        assert_eq!(entries[0]["len"], rest.encode_utf16().count());
+        assert!(rest.len() > rest.encode_utf16().count());
+        let inner: Value = serde_json::from_str(rest).unwrap();
+        assert_eq!(inner, serde_json::to_value(&boot.namespaces[0]).unwrap());
     }
 }

@@ -258,16 +258,16 @@ impl Walker<'_> {
 
     fn tool(&mut self, global: &str, t: &NamespaceTool, depth: usize) -> Result<Value, String> {
         self.step(global, depth)?;
-        let at = self.at(global);
         if !self.required.contains(&t.tool) {
             // N5: a callable path may target only the namespace's declared tools.
             return Err(format!(
-                "`{at}`: targets tool `{}`, which is not one of the namespace's required tools",
+                "`{}`: targets tool `{}`, which is not one of the namespace's required tools",
+                self.at(global),
                 t.tool
             ));
         }
         if self.calls.len() >= MAX_CALLS {
-            return Err(format!("`{at}`: more than {MAX_CALLS} callable members"));
+            return Err(format!("`{}`: more than {MAX_CALLS} callable members", self.at(global)));
         }
         let path = self.path.join(&PATH_SEPARATOR.to_string());
         let tool_id = catalog_id(self.owner.source, &self.owner.name, &t.tool);

@@ -190,6 +190,58 @@ fn n4_guest_code_cannot_tamper_with_or_forge_namespace_members() {
     }
 }
 
+/// Each namespace object is built when the cell first reads it (a run that never touches one does
+/// not pay for it). Before that, the cell can already run code: none of it may replace, delete or
+/// poison what the build makes (SPEC L5, N4).
+#[test]
+fn n4_namespaces_built_on_first_read_cannot_be_tampered_with_before_it() {
+    let rt = rt();
+    for engine in ENGINES {
+        let cm = runtime(engine, &registry(), config(10_000, 16));
+        let r = rt.block_on(exec(
+            &cm,
+            r#"
+            "use strict";
+            const errors = [];
+            const attempt = (f) => { try { f(); errors.push("allowed"); } catch (e) { errors.push(e.name); } };
+            // Before any read of Shipping: every way to swap it out fails.
+            attempt(() => { delete globalThis.Shipping; });
+            attempt(() => { Object.defineProperty(globalThis, "Shipping", { value: {} }); });
+            attempt(() => { globalThis.Shipping = {}; });
+            attempt(() => { delete namespaces.Shipping; });
+            attempt(() => { Object.defineProperty(namespaces, "Shipping", { value: {} }); });
+            // Poisoned built-ins and prototypes the build must not use.
+            let stolen = 0;
+            JSON.parse = () => { stolen++; return {}; };
+            Object.freeze = (o) => { stolen++; return o; };
+            Array.isArray = () => { stolen++; return false; };
+            String.prototype.split = function () { stolen++; return []; };
+            Object.defineProperty(Object.prototype, "markPaid", { set() { stolen++; }, configurable: true });
+            const d = Object.getOwnPropertyDescriptor(globalThis, "Shipping");
+            const getterAgain = d.get.call({ not: "the global" });
+            const rows = await Shipping.unpaid();
+            return {
+              errors, stolen, rows: rows.length,
+              same: Shipping === namespaces.Shipping && getterAgain === Shipping,
+              frozen: Object.isFrozen(Shipping) && Object.isFrozen(Shipping.markPaid),
+              members: Object.keys(Shipping), markPaid: typeof Shipping.markPaid,
+              descriptor: [typeof d.get, d.set, d.configurable, "value" in d],
+            };
+            "#,
+        ));
+        assert_eq!(
+            value(&r),
+            json!({
+                "errors": ["TypeError", "TypeError", "TypeError", "TypeError", "TypeError"],
+                "stolen": 0, "rows": 6, "same": true, "frozen": true,
+                "members": ["unit", "unpaid", "unpaidOver", "markPaid"], "markPaid": "function",
+                "descriptor": ["function", null, false, false],
+            }),
+            "{engine}"
+        );
+    }
+}
+
 #[test]
 fn n8_failures_are_catchable_and_coded() {
     let rt = rt();

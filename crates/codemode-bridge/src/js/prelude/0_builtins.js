@@ -66,6 +66,7 @@
   const arrayJoin = Array.prototype.join;
   const stringStartsWith = String.prototype.startsWith;
   const stringSlice = String.prototype.slice;
+  const stringIndexOf = String.prototype.indexOf;
   const stringEndsWith = String.prototype.endsWith;
   const stringReplace = String.prototype.replace;
   const mathMin = Math.min;
@@ -125,6 +126,9 @@
   // comparisons (this check runs for every name the cell reaches through a proxy).
   const INTERNAL = create(null);
   for (let i = 0; i < JS_INTERNAL_NAMES.length; i++) INTERNAL[JS_INTERNAL_NAMES[i]] = true;
+  // RESERVED as a null-prototype set too (checked for every namespace at boot).
+  const RESERVED_SET = create(null);
+  for (let i = 0; i < RESERVED.length; i++) RESERVED_SET[RESERVED[i]] = true;
   function isInternalName(k) {
     return typeof k === "string" && INTERNAL[k] === true;
   }

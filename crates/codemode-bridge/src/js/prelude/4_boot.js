@@ -290,57 +290,86 @@
     }
 
     // ---- boot: per-run data (the JSON-depth limit, the run's namespaces) --------------------------
+    // One namespace object (SPEC §10 L5): the scope's data with a function at every callable path,
+    // frozen. Built from the namespace's JSON when the cell first reaches it (see boot).
+    function buildScope(nsJson) {
+      let ns;
+      try {
+        ns = parse(nsJson);
+      } catch (_) {
+        ns = null;
+      }
+      if (ns === null || typeof ns !== "object" || typeof ns.id !== "string") return freeze(create(null));
+      const nsId = ns.id;
+      const root = ns.data !== null && typeof ns.data === "object" && !isArray(ns.data) ? ns.data : {};
+      const calls = isArray(ns.calls) ? ns.calls : [];
+      for (let j = 0; j < calls.length; j++) {
+        const path = calls[j] && calls[j].path;
+        if (typeof path !== "string") continue;
+        const gated = typeof calls[j].toolId === "string" && isGated(calls[j].toolId);
+        const segs = apply(stringSplit, path, ["."]);
+        let parent = root;
+        for (let k = 0; k < segs.length - 1 && parent !== undefined; k++) {
+          const next = isInternalName(segs[k]) ? undefined : parent[segs[k]];
+          parent = next !== null && typeof next === "object" ? next : undefined;
+        }
+        const last = segs[segs.length - 1];
+        if (parent === undefined || isInternalName(last) || last === "") continue;
+        const fn = function () {
+          const args = [];
+          for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
+          return namespaceRequest(nsId, path, args, gated);
+        };
+        defineProperty(fn, "name", { value: last });
+        // `.value(...)`: over an MCP tool, the result unwrapped like `MCP.<server>.<tool>.value`.
+        defineProperty(fn, "value", {
+          value: function value() {
+            const args = [];
+            for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
+            return namespaceRequest(nsId, path, args, gated, true);
+          },
+        });
+        parent[last] = freeze(fn);
+      }
+      return deepFreeze(root);
+    }
+
     function boot(dataJson) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
-      const data = parse(dataJson);
+      // The head is JSON up to the first newline; the namespaces' JSON texts follow it (see
+      // codemode_bridge::BootText::with_namespaces).
+      const headEnd = apply(stringIndexOf, dataJson, ["\n"]);
+      const data = parse(headEnd < 0 ? dataJson : apply(stringSlice, dataJson, [0, headEnd]));
       if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
-      // Namespaces (SPEC §10 L5): each visible namespace's data with a function at every callable
-      // path, frozen, as a direct global and as `namespaces.<globalName>`. The host validated the
-      // names (identifiers, no reserved global, no unsafe key); the checks here are a second guard.
+      // Namespaces (SPEC §10 L5): each visible namespace as a direct global and as
+      // `namespaces.<globalName>`, both read-only and the same frozen object. The object is built
+      // (its JSON sliced out and parsed, its functions made, frozen) when the cell first reads
+      // either name, so a cell that never touches a namespace does not pay for it: parsing and
+      // building two small namespaces cost more than the rest of a trivial cell's boot. The host
+      // validated the names (identifiers, no reserved global, no unsafe key); the checks here are
+      // a second guard.
       const namespacesRoot = create(null);
-      const guestNamespaces = isArray(data.namespaces) ? data.namespaces : [];
+      const guestNamespaces = isArray(data.namespaces) && headEnd >= 0 ? data.namespaces : [];
+      let at = headEnd + 1;
       for (let i = 0; i < guestNamespaces.length; i++) {
-        const ns = guestNamespaces[i];
-        if (ns === null || typeof ns !== "object") continue;
-        const nsId = ns.id;
-        const globalName = ns.globalName;
-        if (typeof nsId !== "string" || typeof globalName !== "string") continue;
-        if (apply(arrayIncludes, RESERVED, [globalName]) || globalName in namespacesRoot) continue;
-        const root = ns.data !== null && typeof ns.data === "object" && !isArray(ns.data) ? ns.data : {};
-        const calls = isArray(ns.calls) ? ns.calls : [];
-        for (let j = 0; j < calls.length; j++) {
-          const path = calls[j] && calls[j].path;
-          if (typeof path !== "string") continue;
-          const gated = typeof calls[j].toolId === "string" && isGated(calls[j].toolId);
-          const segs = apply(stringSplit, path, ["."]);
-          let parent = root;
-          for (let k = 0; k < segs.length - 1 && parent !== undefined; k++) {
-            const next = isInternalName(segs[k]) ? undefined : parent[segs[k]];
-            parent = next !== null && typeof next === "object" ? next : undefined;
-          }
-          const last = segs[segs.length - 1];
-          if (parent === undefined || isInternalName(last) || last === "") continue;
-          const fn = function () {
-            const args = [];
-            for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
-            return namespaceRequest(nsId, path, args, gated);
-          };
-          defineProperty(fn, "name", { value: last });
-          // `.value(...)`: over an MCP tool, the result unwrapped like `MCP.<server>.<tool>.value`.
-          defineProperty(fn, "value", {
-            value: function value() {
-              const args = [];
-              for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
-              return namespaceRequest(nsId, path, args, gated, true);
-            },
-          });
-          parent[last] = freeze(fn);
-        }
-        deepFreeze(root);
-        namespacesRoot[globalName] = root;
+        const entry = guestNamespaces[i];
+        const len = entry !== null && typeof entry === "object" ? entry.len : undefined;
+        // A bad length would misplace every later namespace: stop at it.
+        if (typeof len !== "number" || !(len >= 0) || at + len > dataJson.length) break;
+        const start = at;
+        at += len;
+        const globalName = entry.globalName;
+        if (typeof globalName !== "string") continue;
+        if (RESERVED_SET[globalName] === true || globalName in namespacesRoot) continue;
+        let built;
+        const get = function () {
+          if (built === undefined) built = buildScope(apply(stringSlice, dataJson, [start, start + len]));
+          return built;
+        };
+        defineProperty(namespacesRoot, globalName, { get, enumerable: true, configurable: false });
         try {
-          lock(globalName, root);
+          defineProperty(G, globalName, { get, enumerable: false, configurable: false });
         } catch (_) {
           // A global the VM does not let us define (the host refuses such names): reachable only as
           // `namespaces.<name>`.
