@@ -4,7 +4,7 @@
 # leaves the previous artifacts behind: left alone it grew past 70 GB and the linker died of a full
 # disk (SIGBUS). Before a build, if the dev profile's folder is over its budget, or the disk it lives
 # on is short of free space, its incremental state goes first, then, if that is not enough, the
-# whole profile folder (the next build is a cold one: ~20 minutes on 2 cores).
+# whole profile folder (the next build is a cold one: ~30 minutes on 2 cores).
 #
 #   CODEMODE_CACHE_BUDGET_GB    largest size the dev profile folder may keep (default 30)
 #   CODEMODE_CACHE_MIN_FREE_GB  free space a build needs on the cache's disk (default 15)

@@ -67,6 +67,7 @@
   const stringStartsWith = String.prototype.startsWith;
   const stringSlice = String.prototype.slice;
   const stringIndexOf = String.prototype.indexOf;
+  const objectHasOwn = Object.prototype.hasOwnProperty;
   const stringEndsWith = String.prototype.endsWith;
   const stringReplace = String.prototype.replace;
   const mathMin = Math.min;

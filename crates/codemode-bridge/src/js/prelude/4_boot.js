@@ -308,9 +308,12 @@
         if (typeof path !== "string") continue;
         const gated = typeof calls[j].toolId === "string" && isGated(calls[j].toolId);
         const segs = apply(stringSplit, path, ["."]);
+        // Own properties only, read and written without reaching a prototype: the cell may have
+        // run before this build and put getters or setters on Object.prototype.
         let parent = root;
         for (let k = 0; k < segs.length - 1 && parent !== undefined; k++) {
-          const next = isInternalName(segs[k]) ? undefined : parent[segs[k]];
+          const own = !isInternalName(segs[k]) && apply(objectHasOwn, parent, [segs[k]]);
+          const next = own ? parent[segs[k]] : undefined;
           parent = next !== null && typeof next === "object" ? next : undefined;
         }
         const last = segs[segs.length - 1];
@@ -329,7 +332,7 @@
             return namespaceRequest(nsId, path, args, gated, true);
           },
         });
-        parent[last] = freeze(fn);
+        defineProperty(parent, last, { value: freeze(fn), writable: true, enumerable: true, configurable: true });
       }
       return deepFreeze(root);
     }
