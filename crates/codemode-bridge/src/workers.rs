@@ -128,15 +128,23 @@ fn start_worker(s: &mut State) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Notifies a parked worker that is not already being woken; false when there is none.
+fn wake_parked(s: &mut State) -> bool {
+    if s.parked <= s.waking {
+        return false;
+    }
+    s.waking += 1;
+    pool().work.notify_one();
+    true
+}
+
 /// Makes sure the queued jobs get a worker: a spinning or notified one, else a parked one, else a
 /// new one while fewer than [`target`] are busy, else (all busy) the monitor's attention.
 fn dispatch(s: &mut State) -> std::io::Result<()> {
     if s.queue.len() <= s.takers() {
         return Ok(());
     }
-    if s.parked > s.waking {
-        s.waking += 1;
-        pool().work.notify_one();
+    if wake_parked(s) {
         return Ok(());
     }
     if s.busy < target() || s.threads == 0 {
@@ -222,11 +230,9 @@ fn monitor() {
             Some(at) => {
                 if at.elapsed() >= STALL && s.queue.len() > s.takers() && !monitor_paused() {
                     // Wake a parked worker if there is one, else start one more (beyond `target`).
-                    let woke = s.parked > s.waking;
-                    if woke {
-                        s.waking += 1;
-                        p.work.notify_one();
-                    } else if let Err(e) = start_worker(&mut s) {
+                    if !wake_parked(&mut s)
+                        && let Err(e) = start_worker(&mut s)
+                    {
                         tracing::warn!(error = %e, "cannot start another guest worker");
                     }
                 }
@@ -379,9 +385,6 @@ mod tests {
         assert_eq!(sum, 56);
     }
 
-    /// SPEC B1 with a bounded pool: jobs that hog every running worker (a guest in a tight loop,
-    /// a tool callback that blocks without saying so) do not keep a new job from running: the
-    /// monitor starts another worker once it has waited [`STALL`].
     /// The pool is one per process: tests that depend on its monitor being on or off run one at a
     /// time.
     fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -389,6 +392,9 @@ mod tests {
         SERIAL.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// SPEC B1 with a bounded pool: jobs that hog every running worker (a guest in a tight loop,
+    /// a tool callback that blocks without saying so) do not keep a new job from running: the
+    /// monitor starts another worker once it has waited [`STALL`].
     #[test]
     fn a_job_runs_while_every_running_worker_is_held_by_a_stuck_one() {
         let _serial = serial();

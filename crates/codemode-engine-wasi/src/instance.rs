@@ -198,7 +198,7 @@ impl Vm {
     fn place(&mut self, bytes: &[u8], offset: &mut u32) -> Result<Placed, VmFault> {
         let len = u32::try_from(bytes.len()).map_err(|_| VmFault::Engine(internal("value too large for the guest")))?;
         let (buf, cap) = self.statics.in_buf;
-        let ptr = if cap.saturating_sub(*offset) >= len {
+        let placed = if cap.saturating_sub(*offset) >= len {
             let at = buf + *offset;
             *offset += len;
             Placed { ptr: at, len, owned: false }
@@ -213,8 +213,8 @@ impl Vm {
             }
             Placed { ptr, len, owned: true }
         };
-        self.memory.write(&mut self.store, ptr.ptr as usize, bytes).map_err(|e| VmFault::Engine(internal(e)))?;
-        Ok(ptr)
+        self.memory.write(&mut self.store, placed.ptr as usize, bytes).map_err(|e| VmFault::Engine(internal(e)))?;
+        Ok(placed)
     }
 
     /// Frees what [`Self::place`] allocated.

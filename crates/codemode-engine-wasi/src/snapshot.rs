@@ -38,27 +38,30 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-fn compress(body: &[u8]) -> std::io::Result<Vec<u8>> {
-    COMPRESSOR.with(|cell| {
+/// Runs `f` on this thread's context in `cell`, made by `make` on first use.
+fn with_context<T, R>(
+    cell: &'static std::thread::LocalKey<std::cell::RefCell<Option<T>>>,
+    make: impl FnOnce() -> std::io::Result<T>,
+    f: impl FnOnce(&mut T) -> std::io::Result<R>,
+) -> std::io::Result<R> {
+    cell.with(|cell| {
         let mut slot = cell.try_borrow_mut().map_err(std::io::Error::other)?;
-        let c = match slot.as_mut() {
+        let context = match slot.as_mut() {
             Some(c) => c,
-            None => slot.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
+            None => slot.insert(make()?),
         };
-        c.compress(body)
+        f(context)
     })
 }
 
-fn decompress(body: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
-    DECOMPRESSOR.with(|cell| {
-        let mut slot = cell.try_borrow_mut().map_err(std::io::Error::other)?;
-        let d = match slot.as_mut() {
-            Some(d) => d,
-            None => slot.insert(zstd::bulk::Decompressor::new()?),
-        };
-        d.decompress(body, capacity)
-    })
+fn compress(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    with_context(&COMPRESSOR, || zstd::bulk::Compressor::new(ZSTD_LEVEL), |c| c.compress(body))
 }
+
+fn decompress(body: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
+    with_context(&DECOMPRESSOR, zstd::bulk::Decompressor::new, |d| d.decompress(body, capacity))
+}
+
 /// Largest linear memory a snapshot may describe (wasm32's 4 GiB address space).
 const MAX_MEMORY: u64 = 1 << 32;
 

@@ -156,17 +156,24 @@ fn n2_a_same_named_tool_of_another_plugin_does_not_expose_it() {
     assert_eq!(value(&rt.block_on(exec(&cm, "return typeof Ship;"))), json!("undefined"));
 }
 
-#[test]
-fn n4_guest_code_cannot_tamper_with_or_forge_namespace_members() {
+/// Runs `cell` after a strict-mode `attempt(f)` helper (which records `"allowed"` or the error's
+/// name in `errors`) on both engines, and checks its value.
+fn assert_tampering(cell: &str, expected: Value) {
+    const ATTEMPT: &str = r#""use strict";
+const errors = [];
+const attempt = (f) => { try { f(); errors.push("allowed"); } catch (e) { errors.push(e.name); } };"#;
     let rt = rt();
     for engine in ENGINES {
         let cm = runtime(engine, &registry(), config(10_000, 16));
-        let r = rt.block_on(exec(
-            &cm,
-            r#"
-            "use strict";
-            const errors = [];
-            const attempt = (f) => { try { f(); errors.push("allowed"); } catch (e) { errors.push(e.name); } };
+        let r = rt.block_on(exec(&cm, &format!("{ATTEMPT}\n{cell}")));
+        assert_eq!(value(&r), expected, "{engine}");
+    }
+}
+
+#[test]
+fn n4_guest_code_cannot_tamper_with_or_forge_namespace_members() {
+    assert_tampering(
+        r#"
             attempt(() => { Shipping.unpaid = () => "forged"; });
             attempt(() => { Shipping.extra = 1; });
             attempt(() => { delete Shipping.markPaid; });
@@ -180,14 +187,11 @@ fn n4_guest_code_cannot_tamper_with_or_forge_namespace_members() {
             const viaCall = (await Shipping.unpaid.call({ path: "markPaid" })).length;
             return { errors, notCallable, viaCall, proto: Object.getPrototypeOf(Shipping) === Object.prototype };
             "#,
-        ));
-        assert_eq!(
-            value(&r),
-            json!({"errors": ["TypeError", "TypeError", "TypeError", "TypeError", "TypeError", "TypeError", "TypeError"],
-                   "notCallable": "TypeError", "viaCall": 6, "proto": true}),
-            "{engine}"
-        );
-    }
+        json!({
+            "errors": ["TypeError", "TypeError", "TypeError", "TypeError", "TypeError", "TypeError", "TypeError"],
+            "notCallable": "TypeError", "viaCall": 6, "proto": true,
+        }),
+    );
 }
 
 /// Each namespace object is built when the cell first reads it (a run that never touches one does
@@ -195,15 +199,8 @@ fn n4_guest_code_cannot_tamper_with_or_forge_namespace_members() {
 /// poison what the build makes (SPEC L5, N4).
 #[test]
 fn n4_namespaces_built_on_first_read_cannot_be_tampered_with_before_it() {
-    let rt = rt();
-    for engine in ENGINES {
-        let cm = runtime(engine, &registry(), config(10_000, 16));
-        let r = rt.block_on(exec(
-            &cm,
-            r#"
-            "use strict";
-            const errors = [];
-            const attempt = (f) => { try { f(); errors.push("allowed"); } catch (e) { errors.push(e.name); } };
+    assert_tampering(
+        r#"
             // Before any read of Shipping: every way to swap it out fails.
             attempt(() => { delete globalThis.Shipping; });
             attempt(() => { Object.defineProperty(globalThis, "Shipping", { value: {} }); });
@@ -228,18 +225,13 @@ fn n4_namespaces_built_on_first_read_cannot_be_tampered_with_before_it() {
               descriptor: [typeof d.get, d.set, d.configurable, "value" in d],
             };
             "#,
-        ));
-        assert_eq!(
-            value(&r),
-            json!({
-                "errors": ["TypeError", "TypeError", "TypeError", "TypeError", "TypeError"],
-                "stolen": 0, "rows": 6, "same": true, "frozen": true,
-                "members": ["unit", "unpaid", "unpaidOver", "markPaid"], "markPaid": "function",
-                "descriptor": ["function", null, false, false],
-            }),
-            "{engine}"
-        );
-    }
+        json!({
+            "errors": ["TypeError", "TypeError", "TypeError", "TypeError", "TypeError"],
+            "stolen": 0, "rows": 6, "same": true, "frozen": true,
+            "members": ["unit", "unpaid", "unpaidOver", "markPaid"], "markPaid": "function",
+            "descriptor": ["function", null, false, false],
+        }),
+    );
 }
 
 #[test]
