@@ -34,7 +34,7 @@ use codemode_core::catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolD
 use search::{DocFields, SearchIndex};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Names of Tool Search control tools, never catalogued (SPEC §11, T1, V12).
 pub const TOOL_SEARCH_CONTROL_TOOLS: [&str; 4] = ["tool_search_code", "tool_search", "tool_describe", "tool_call"];
@@ -47,7 +47,8 @@ pub fn is_control_tool(def: &ToolDefinition) -> bool {
     TOOL_SEARCH_CONTROL_TOOLS.contains(&def.name.as_str()) || def.owner == CODEMODE_OWNER
 }
 
-/// A trusted tool's declared output contract (SPEC §8), compiled once when the catalog is built.
+/// A trusted tool's declared output contract (SPEC §8), compiled the first time it is needed (the
+/// tool's first call), then kept for as long as the tool's catalog entry lives.
 pub enum OutputContract {
     /// The schema compiled; results are validated against it.
     Valid(Box<jsonschema::Validator>),
@@ -73,6 +74,21 @@ impl OutputContract {
     }
 }
 
+/// A declared output schema and its [`OutputContract`], compiled on first use: compiling a schema
+/// (and, the first time in a process, JSON Schema's meta-schema that checks it) took ~1 ms of a
+/// `codemode run` process that never called the tool. Shared by every catalog the entry is cloned
+/// into, so it is compiled at most once per entry.
+#[derive(Debug, Default)]
+pub struct LazyContract {
+    compiled: OnceLock<OutputContract>,
+}
+
+impl LazyContract {
+    fn get(&self, schema: &Value) -> &OutputContract {
+        self.compiled.get_or_init(|| OutputContract::compile(schema))
+    }
+}
+
 /// One catalogued tool.
 #[derive(Debug, Clone)]
 pub struct CatalogTool {
@@ -84,8 +100,9 @@ pub struct CatalogTool {
     pub entry: ToolCatalogEntry,
     /// Whether the tool is in the guest's `ALL_TOOLS` / `tools.*` views (not MCP, not direct-only).
     pub guest_visible: bool,
-    /// The declared output contract (trusted sources with an `outputSchema` only).
-    pub contract: Option<Arc<OutputContract>>,
+    /// The declared output contract (trusted sources with an `outputSchema` only), compiled on
+    /// first use: read it through [`CatalogTool::contract`].
+    contract: Option<Arc<LazyContract>>,
     /// The check of call inputs against the input schema, compiled on the first call.
     pub input: Arc<input::InputCheck>,
 }
@@ -116,9 +133,16 @@ pub enum ContractError {
 }
 
 impl CatalogTool {
+    /// The declared output contract (trusted sources with an `outputSchema` only), compiled the
+    /// first time it is asked for.
+    pub fn contract(&self) -> Option<&OutputContract> {
+        let schema = self.def.output_schema.as_ref()?;
+        Some(self.contract.as_deref()?.get(schema))
+    }
+
     /// Whether the tool may run: a trusted tool with an invalid output schema may not (SPEC D4).
     pub fn check_runnable(&self) -> Result<(), ContractError> {
-        match self.contract.as_deref() {
+        match self.contract() {
             Some(OutputContract::Invalid(e)) => {
                 Err(ContractError::InvalidSchema { tool: self.id.clone(), reason: e.to_string() })
             }
@@ -138,7 +162,7 @@ impl CatalogTool {
     /// Checks a result's `details` against the declared output schema (SPEC D4). The error names the
     /// first mismatch's location; the value itself must not be emitted.
     pub fn check_output(&self, details: &Value) -> Result<(), ContractError> {
-        match self.contract.as_deref() {
+        match self.contract() {
             Some(OutputContract::Valid(v)) => match v.iter_errors(details).next() {
                 None => Ok(()),
                 Some(e) => Err(ContractError::Mismatch {
@@ -201,7 +225,7 @@ impl Catalog {
                 cat.guest.push(cat.tools.len());
             }
             let contract = match (&def.output_schema, def.source.is_trusted()) {
-                (Some(schema), true) => Some(Arc::new(OutputContract::compile(schema))),
+                (Some(_), true) => Some(Arc::new(LazyContract::default())),
                 _ => None,
             };
             let input = Arc::new(input::InputCheck::default());

@@ -145,9 +145,9 @@ fn d4_output_contracts() {
     assert!(e.contains("/n") && e.contains("/properties/n/type"), "{e}");
     assert!(!e.contains("one-secret"), "the withheld value is not quoted: {e}");
     let b = cat.get("plugin:p:bad").unwrap();
-    assert!(matches!(b.contract.as_deref(), Some(OutputContract::Invalid(_))));
+    assert!(matches!(b.contract(), Some(OutputContract::Invalid(_))));
     assert!(b.check_runnable().unwrap_err().to_string().contains("cannot run"));
-    assert!(cat.get("client:c:loose").unwrap().contract.is_none(), "D6: untrusted metadata never becomes a contract");
+    assert!(cat.get("client:c:loose").unwrap().contract().is_none(), "D6: untrusted metadata never becomes a contract");
 }
 
 /// Issue 9: a hostile MCP server's names and descriptions. Tools named like JavaScript internals

@@ -3,7 +3,7 @@
 
 use crate::ENGINE_NAME;
 use crate::host::HostState;
-use crate::module::{EPOCH_TICK, Loaded};
+use crate::module::{EPOCH_TICK, Loaded, STACK_POINTER};
 use crate::snapshot::{self, GlobalValue, Header};
 use codemode_bridge::BridgeHost;
 use codemode_bridge::driver::{GuestVm, VmFault, classify_failure, drive};
@@ -272,13 +272,25 @@ impl Vm {
             bridge: self.store.data().bridge.state().clone(),
         };
         let base = self.loaded.base().map_err(|e| EngineError::Snapshot(e.to_string()))?;
-        snapshot::encode(&header, base, self.memory.data(&self.store)).map_err(|e| EngineError::Snapshot(e.to_string()))
+        // The stack grows down from its top and lies below all data: under the stack pointer it is
+        // dead between drive steps (no guest function is running).
+        let dead_below = header
+            .globals
+            .iter()
+            .find(|(name, _)| name == STACK_POINTER)
+            .and_then(|(_, v)| match v {
+                GlobalValue::I32(sp) => usize::try_from(*sp).ok(),
+                GlobalValue::I64(_) => None,
+            })
+            .map_or(0, |sp| sp.min(base.stack_top));
+        snapshot::encode(&header, &base.memory, self.memory.data(&self.store), dead_below)
+            .map_err(|e| EngineError::Snapshot(e.to_string()))
     }
 
     /// Rebuilds an instance from snapshot bytes.
     pub(crate) fn restore(loaded: Arc<Loaded>, bytes: &[u8], limits: GuestLimits) -> Result<Self, EngineError> {
         let base = loaded.base().map_err(|e| EngineError::Restore(e.to_string()))?;
-        let decoded = snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, base)
+        let decoded = snapshot::decode(bytes, ENGINE_NAME, &loaded.build_id, &base.memory)
             .map_err(|e| EngineError::Restore(e.to_string()))?;
         let mut vm = Vm::new(loaded, limits, None)?;
         let want = decoded.header.memory_bytes;
@@ -294,12 +306,11 @@ impl Vm {
                 .map_err(|e| EngineError::Restore(format!("cannot grow memory to {want} bytes: {e}")))?;
         }
         let data = vm.memory.data_mut(&mut vm.store);
-        for (index, page) in &decoded.pages {
-            let start = *index as usize * snapshot::PAGE;
+        for (at, content) in &decoded.runs {
             let dest = data
-                .get_mut(start..start + snapshot::PAGE)
+                .get_mut(*at..*at + content.len())
                 .ok_or_else(|| EngineError::Restore("page out of bounds".into()))?;
-            dest.copy_from_slice(page);
+            dest.copy_from_slice(content);
         }
         let expected: Vec<&String> = vm.loaded.mutable_globals.iter().collect();
         let mut got: Vec<&String> = decoded.header.globals.iter().map(|(n, _)| n).collect();
@@ -489,7 +500,7 @@ mod tests {
     #[test]
     fn a_new_instance_starts_from_the_pristine_image_whatever_earlier_runs_wrote() {
         let loaded = crate::loaded().unwrap();
-        let base = loaded.base().unwrap().to_vec();
+        let base = loaded.base().unwrap().memory.clone();
         let pristine = fresh_memory(&loaded);
         let hostile = [
             // Recursion to the stack limit (caught): the deepest stack pages, below the image.

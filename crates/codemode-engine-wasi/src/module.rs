@@ -52,7 +52,7 @@ pub(crate) struct Loaded {
     pub(crate) pre: InstancePre<HostState>,
     /// Linear memory of a fresh (pre-initialized) instance: the base snapshots are diffed against.
     /// Read on first need ([`Loaded::base`]): a process that never snapshots never copies it.
-    base: std::sync::OnceLock<Vec<u8>>,
+    base: std::sync::OnceLock<Base>,
     /// Identity of this engine build: hash of the guest module, the prelude and [`BUILD_FORMAT`].
     pub(crate) build_id: String,
     /// Exported mutable globals (the whole non-memory state of an instance).
@@ -62,10 +62,23 @@ pub(crate) struct Loaded {
     pub(crate) statics: std::sync::OnceLock<crate::instance::Statics>,
 }
 
+/// The name of the guest's stack pointer global (exported for snapshots, like every mutable global).
+pub(crate) const STACK_POINTER: &str = "__stack_pointer";
+
+/// What a fresh instance looks like: what snapshots are diffed against.
+#[derive(Debug)]
+pub(crate) struct Base {
+    /// Its linear memory.
+    pub(crate) memory: Vec<u8>,
+    /// Its stack pointer: the top of the stack, which lies below all data (the guest is linked
+    /// with `--stack-first`; `tests::the_stack_lies_below_all_data` checks the module).
+    pub(crate) stack_top: usize,
+}
+
 impl Loaded {
-    /// Linear memory of a fresh instance (what snapshots are diffed against), read from one instance
-    /// the first time a snapshot is taken or restored.
-    pub(crate) fn base(&self) -> Result<&[u8], ModuleError> {
+    /// A fresh instance's memory and stack pointer, read from one instance the first time a
+    /// snapshot is taken or restored.
+    pub(crate) fn base(&self) -> Result<&Base, ModuleError> {
         if let Some(base) = self.base.get() {
             return Ok(base);
         }
@@ -75,8 +88,12 @@ impl Loaded {
         let memory = instance
             .get_memory(&mut store, "memory")
             .ok_or_else(|| ModuleError::Invalid("the guest exports no memory".into()))?;
-        let copy = memory.data(&store).to_vec();
-        Ok(self.base.get_or_init(move || copy))
+        let memory = memory.data(&store).to_vec();
+        let stack_top = match instance.get_global(&mut store, STACK_POINTER).map(|g| g.get(&mut store)) {
+            Some(wasmtime::Val::I32(sp)) => usize::try_from(sp).unwrap_or(0),
+            _ => return Err(ModuleError::Invalid(format!("the guest exports no i32 `{STACK_POINTER}`"))),
+        };
+        Ok(self.base.get_or_init(move || Base { memory, stack_top }))
     }
 }
 
@@ -431,5 +448,53 @@ mod tests {
     fn the_built_guest_exports_every_mutable_global() {
         let globals = super::mutable_globals(super::GUEST_WASM).unwrap();
         assert!(globals.contains(&"__stack_pointer".to_string()), "{globals:?}");
+    }
+
+    fn const_i32(expr: &wasmparser::ConstExpr<'_>) -> i64 {
+        match expr.get_operators_reader().read().unwrap() {
+            wasmparser::Operator::I32Const { value } => i64::from(value),
+            other => panic!("not an i32 constant: {other:?}"),
+        }
+    }
+
+    /// Snapshots leave out the stack under the stack pointer (it is dead between drive steps), which
+    /// is only sound if nothing but the stack lives below the stack's top: the guest must be linked
+    /// with `--stack-first`. Checks the built module's layout: every data segment lies above the
+    /// stack pointer's initial value.
+    #[test]
+    fn the_stack_lies_below_all_data() {
+        use wasmparser::{DataKind, ExternalKind, Parser, Payload};
+        let (mut globals, mut sp_index, mut segments) = (Vec::new(), None, Vec::new());
+        for payload in Parser::new(0).parse_all(super::GUEST_WASM) {
+            match payload.unwrap() {
+                Payload::GlobalSection(r) => {
+                    for g in r {
+                        globals.push(g.unwrap().init_expr);
+                    }
+                }
+                Payload::ExportSection(r) => {
+                    for e in r {
+                        let e = e.unwrap();
+                        if e.kind == ExternalKind::Global && e.name == super::STACK_POINTER {
+                            sp_index = Some(e.index as usize);
+                        }
+                    }
+                }
+                Payload::DataSection(r) => {
+                    for d in r {
+                        if let DataKind::Active { offset_expr, .. } = d.unwrap().kind {
+                            segments.push(const_i32(&offset_expr));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let stack_top = const_i32(&globals[sp_index.expect("the stack pointer is exported")]);
+        assert!(stack_top >= 1 << 16, "a real stack: {stack_top}");
+        assert!(!segments.is_empty(), "the module has data");
+        for at in segments {
+            assert!(at >= stack_top, "a data segment at {at} lies below the stack's top {stack_top}");
+        }
     }
 }
