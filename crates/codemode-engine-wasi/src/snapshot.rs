@@ -135,6 +135,13 @@ fn xor_base(base: &[u8], start: usize, bytes: &mut [u8]) {
     }
 }
 
+/// An 8-byte word of memory (little-endian, as wasm stores it; any fixed order would do).
+fn word(bytes: &[u8]) -> u64 {
+    let mut w = [0u8; WORD];
+    w.copy_from_slice(&bytes[..WORD]);
+    u64::from_le_bytes(w)
+}
+
 /// Appends page `index`'s record to `body` if the page differs from the image: the runs of 8-byte
 /// words that differ, XOR-ed with the image.
 fn encode_page(body: &mut Vec<u8>, index: usize, page: &[u8], image: &[u8]) -> Result<(), SnapshotError> {
@@ -142,27 +149,29 @@ fn encode_page(body: &mut Vec<u8>, index: usize, page: &[u8], image: &[u8]) -> R
     if page == image {
         return Ok(());
     }
-    let (now, was) = (page.chunks_exact(WORD), image.chunks_exact(WORD));
-    let differs: Vec<bool> = now.clone().zip(was.clone()).map(|(a, b)| a != b).collect();
+    // XOR of the two pages, word by word (compared as integers: a slice comparison per word would
+    // be a `memcmp` call each).
+    let diff: Vec<u64> =
+        page.chunks_exact(WORD).zip(image.chunks_exact(WORD)).map(|(a, b)| word(a) ^ word(b)).collect();
     body.extend_from_slice(&u32::try_from(index).map_err(SnapshotError::TooLarge)?.to_le_bytes());
     let count_at = body.len();
     body.extend_from_slice(&[0, 0]);
     let mut runs = 0u16;
     let mut w = 0;
-    while w < differs.len() {
-        if !differs[w] {
+    while w < diff.len() {
+        if diff[w] == 0 {
             w += 1;
             continue;
         }
         let first = w;
-        while w < differs.len() && differs[w] {
+        while w < diff.len() && diff[w] != 0 {
             w += 1;
         }
         // Offsets and lengths fit u16: a page is 4096 bytes.
         body.extend_from_slice(&((first * WORD) as u16).to_le_bytes());
         body.extend_from_slice(&(((w - first) * WORD) as u16).to_le_bytes());
-        for (a, b) in now.clone().zip(was.clone()).skip(first).take(w - first) {
-            body.extend(a.iter().zip(b).map(|(a, b)| a ^ b));
+        for d in &diff[first..w] {
+            body.extend_from_slice(&d.to_le_bytes());
         }
         runs += 1;
     }
