@@ -79,7 +79,7 @@ impl OutputContract {
 /// `codemode run` process that never called the tool. Shared by every catalog the entry is cloned
 /// into, so it is compiled at most once per entry.
 #[derive(Debug, Default)]
-pub struct LazyContract {
+struct LazyContract {
     compiled: OnceLock<OutputContract>,
 }
 

@@ -101,6 +101,47 @@ fn restore_in_a_fresh_runtime_matches_the_uninterrupted_run() {
     let _ = std::fs::remove_dir_all(&dir_b);
 }
 
+/// Snapshots leave out the stack under the stack pointer (dead between drive steps). A cell that
+/// suspends 150 async frames deep, each holding locals, after a synchronous recursion to the stack
+/// limit (caught) that wrote the deepest stack pages, and resumes in a fresh runtime each time (from the bytes on disk) must find
+/// every frame's state: async frames live in the heap, not on the stack that was left out.
+#[test]
+fn runs_suspended_deep_in_async_frames_resume_from_disk_with_all_their_state() {
+    let dir = tempdir("deep");
+    let cell = r#"
+function burn(n) { const pad = [n, n * 2, n * 3]; return n === 0 ? 0 : pad[1] - pad[0] - n + burn(n - 1); }
+async function down(n) {
+  const mine = { n, label: "frame" + n, squares: [n * n, (n + 1) * (n + 1)] };
+  if (n === 0) {
+    try { burn(1e6); } catch (e) { if (!(e instanceof RangeError)) throw e; }
+    await yield_control("bottom");
+    try { burn(1e6); } catch (e) { if (!(e instanceof RangeError)) throw e; }
+    await yield_control("again");
+    return 0;
+  }
+  const below = await down(n - 1);
+  return below + mine.n + mine.squares[1] - mine.squares[0] + mine.label.length;
+}
+return await down(150);
+"#;
+    let result = tokio_runtime().block_on(async {
+        let ctx = RunContext::session("deep");
+        let mut r = runtime_with_dir(&dir).exec(&ctx, &CodeModeExecInput::code(cell)).await;
+        let mut waits = 0;
+        while let Some(id) = r.run_id().map(str::to_string) {
+            waits += 1;
+            assert!(waits <= 2, "{}", r.to_json());
+            r = runtime_with_dir(&dir).wait(&ctx, &CodeModeWaitInput::new(id)).await;
+        }
+        assert_eq!(waits, 2, "{}", r.to_json());
+        r
+    });
+    // Each level n adds n + (2n + 1) + len("frame" + n).
+    let want: i64 = (1..=150i64).map(|n| n + 2 * n + 1 + 5 + n.to_string().len() as i64).sum();
+    assert_eq!(result.to_json()["value"], json!(want), "{}", result.to_json());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn suspended_run_file(dir: &PathBuf) -> (CodeMode, String, PathBuf) {
     let cm = runtime_with_dir(dir);
     let r = tokio_runtime().block_on(cm.exec(
