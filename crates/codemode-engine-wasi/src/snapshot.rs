@@ -7,8 +7,9 @@
 //! body_len     u32 LE
 //! body         zstd      page*, page indexes strictly ascending:
 //!                          index u32 LE, run count u16 LE (at least 1), run*
-//!                        run, offsets within the page strictly ascending and not overlapping:
-//!                          offset u16 LE, length u16 LE (at least 1), `length` bytes
+//!                        run, whole 8-byte words, in ascending order with at least one word
+//!                        between two runs:
+//!                          offset u16 LE, length u16 LE (at least 8), `length` bytes
 //! digest       32 bytes  SHA-256 of everything before it
 //! ```
 //!
@@ -82,8 +83,9 @@ fn decompress(body: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
     with_context(&DECOMPRESSOR, zstd::bulk::Decompressor::new, |d| d.decompress(body, capacity))
 }
 
-/// Largest linear memory a snapshot may describe (wasm32's 4 GiB address space).
-const MAX_MEMORY: u64 = 1 << 32;
+/// Largest linear memory a snapshot may describe: the largest an instance can have (a forged header
+/// claiming more is refused before anything is decompressed).
+const MAX_MEMORY: u64 = crate::module::MAX_MEMORY as u64;
 
 /// A mutable global's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -238,7 +240,8 @@ pub enum SnapshotError {
     /// The body ends inside a page's record.
     #[error("snapshot body has a partial page")]
     PartialPage,
-    /// A page's runs are missing, empty, out of order, overlapping or past the page's end.
+    /// A page's runs are missing, empty, not whole words, out of order, touching or overlapping,
+    /// or past the page's end.
     #[error("snapshot page {0} has a malformed run")]
     BadRun(u32),
     /// A page index beyond the memory.
@@ -291,8 +294,9 @@ fn u32_at(bytes: &[u8], at: &mut usize) -> Result<u32, SnapshotError> {
 pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Result<Decoded, SnapshotError> {
     let (header, body) = check(bytes, engine, build)?;
     let pages_in_memory = header.memory_bytes as usize / PAGE;
-    // The most a valid body can hold: every page, as one-byte runs.
-    let max_raw = pages_in_memory.saturating_mul(6 + 5 * PAGE);
+    // The most a valid body can hold: every page as one run (whole words, a word between runs:
+    // 256 one-word runs take less).
+    let max_raw = pages_in_memory.saturating_mul(4 + 2 + 4 + PAGE);
     let raw = decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
     let mut runs = Vec::new();
     let mut at = 0;
@@ -311,10 +315,11 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Re
         for _ in 0..count {
             let offset = usize::from(u16_at(&raw, &mut at)?);
             let len = usize::from(u16_at(&raw, &mut at)?);
-            if len == 0 || offset < next_offset || offset + len > PAGE {
+            if len == 0 || offset % WORD != 0 || len % WORD != 0 || offset < next_offset || offset + len > PAGE {
                 return Err(SnapshotError::BadRun(index as u32));
             }
-            next_offset = offset + len;
+            // The encoder's runs are maximal: the next one starts a word or more further on.
+            next_offset = offset + len + WORD;
             let address = index * PAGE + offset;
             let mut content = take(&raw, &mut at, len).map_err(|_| SnapshotError::PartialPage)?.to_vec();
             xor_base(base, address, &mut content);
@@ -454,9 +459,9 @@ mod tests {
             }
             b
         };
-        let good = [page(1, &[(0, 8), (16, 8)]), page(3, &[(4088, 8)])].concat();
+        let good = [page(1, &[(0, 8), (16, 8)]), page(3, &[(4088, 8)]), page(4, &[(0, 4096)])].concat();
         let d = decode(&seal(&h, &good).unwrap(), "quickjs-wasi", "b1", &base).unwrap();
-        assert_eq!(d.runs.len(), 3);
+        assert_eq!(d.runs.len(), 4);
         let cases: Vec<(&str, Vec<u8>)> = vec![
             ("page past the memory", page(16, &[(0, 8)])),
             ("pages out of order", [page(3, &[(0, 8)]), page(1, &[(0, 8)])].concat()),
@@ -465,6 +470,9 @@ mod tests {
             ("an empty run", page(1, &[(0, 0)])),
             ("a run past the page", page(1, &[(4090, 8)])),
             ("overlapping runs", page(1, &[(0, 16), (8, 8)])),
+            ("touching runs", page(1, &[(0, 8), (8, 8)])),
+            ("a run off a word boundary", page(1, &[(4, 8)])),
+            ("a run of part of a word", page(1, &[(0, 12)])),
             ("runs out of order", page(1, &[(16, 8), (0, 8)])),
             ("cut inside a run", page(1, &[(0, 8)])[..10].to_vec()),
             ("cut inside a page index", vec![1, 0]),
@@ -473,6 +481,15 @@ mod tests {
             let bytes = seal(&h, &body).unwrap();
             assert!(decode(&bytes, "quickjs-wasi", "b1", &base).is_err(), "{what} was accepted");
         }
+        // A body that inflates past what its memory could need (zeros compress ~1,000:1) is refused
+        // by the decompressor, whatever size the frame states.
+        let bomb = vec![0u8; 16 * (PAGE + 10) + 1];
+        let e = decode(&seal(&h, &bomb).unwrap(), "quickjs-wasi", "b1", &base).unwrap_err();
+        assert!(matches!(e, SnapshotError::Decompress(_)), "{e}");
+        // A header claiming more memory than an instance can have is refused before decompressing.
+        let huge = header(MAX_MEMORY + 65536);
+        let e = decode(&seal(&huge, &good).unwrap(), "quickjs-wasi", "b1", &base).unwrap_err();
+        assert!(matches!(e, SnapshotError::Layout), "{e}");
     }
 
     #[test]
