@@ -74,21 +74,6 @@ impl OutputContract {
     }
 }
 
-/// A declared output schema and its [`OutputContract`], compiled on first use: compiling a schema
-/// (and, the first time in a process, JSON Schema's meta-schema that checks it) took ~1 ms of a
-/// `codemode run` process that never called the tool. Shared by every catalog the entry is cloned
-/// into, so it is compiled at most once per entry.
-#[derive(Debug, Default)]
-struct LazyContract {
-    compiled: OnceLock<OutputContract>,
-}
-
-impl LazyContract {
-    fn get(&self, schema: &Value) -> &OutputContract {
-        self.compiled.get_or_init(|| OutputContract::compile(schema))
-    }
-}
-
 /// One catalogued tool.
 #[derive(Debug, Clone)]
 pub struct CatalogTool {
@@ -100,9 +85,11 @@ pub struct CatalogTool {
     pub entry: ToolCatalogEntry,
     /// Whether the tool is in the guest's `ALL_TOOLS` / `tools.*` views (not MCP, not direct-only).
     pub guest_visible: bool,
-    /// The declared output contract (trusted sources with an `outputSchema` only), compiled on
-    /// first use: read it through [`CatalogTool::contract`].
-    contract: Option<Arc<LazyContract>>,
+    /// The declared output contract, compiled on first use: read it through
+    /// [`CatalogTool::contract`]. Compiling a schema (and, the first time in a process, JSON
+    /// Schema's meta-schema that checks it) took ~1 ms of a `codemode run` process that never
+    /// called the tool. Shared by every catalog the entry is cloned into.
+    contract: Arc<OnceLock<OutputContract>>,
     /// The check of call inputs against the input schema, compiled on the first call.
     pub input: Arc<input::InputCheck>,
 }
@@ -136,8 +123,8 @@ impl CatalogTool {
     /// The declared output contract (trusted sources with an `outputSchema` only), compiled the
     /// first time it is asked for.
     pub fn contract(&self) -> Option<&OutputContract> {
-        let schema = self.def.output_schema.as_ref()?;
-        Some(self.contract.as_deref()?.get(schema))
+        let schema = self.def.output_schema.as_ref().filter(|_| self.def.source.is_trusted())?;
+        Some(self.contract.get_or_init(|| OutputContract::compile(schema)))
     }
 
     /// Whether the tool may run: a trusted tool with an invalid output schema may not (SPEC D4).
@@ -224,10 +211,7 @@ impl Catalog {
             if guest_visible {
                 cat.guest.push(cat.tools.len());
             }
-            let contract = match (&def.output_schema, def.source.is_trusted()) {
-                (Some(_), true) => Some(Arc::new(LazyContract::default())),
-                _ => None,
-            };
+            let contract = Arc::default();
             let input = Arc::new(input::InputCheck::default());
             cat.tools.push(Arc::new(CatalogTool { id, def: Arc::new(def), entry, guest_visible, contract, input }));
         }

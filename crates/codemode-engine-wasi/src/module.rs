@@ -50,8 +50,8 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 pub(crate) struct Loaded {
     pub(crate) engine: Engine,
     pub(crate) pre: InstancePre<HostState>,
-    /// Linear memory of a fresh (pre-initialized) instance: the base snapshots are diffed against.
-    /// Read on first need ([`Loaded::base`]): a process that never snapshots never copies it.
+    /// Memory and stack pointer of a fresh (pre-initialized) instance: the base snapshots are
+    /// diffed against. Read on first need ([`Loaded::base`]): a process that never snapshots never copies it.
     base: std::sync::OnceLock<Base>,
     /// Identity of this engine build: hash of the guest module, the prelude and [`BUILD_FORMAT`].
     pub(crate) build_id: String,
@@ -467,6 +467,12 @@ mod tests {
         let (mut globals, mut sp_index, mut segments) = (Vec::new(), None, Vec::new());
         for payload in Parser::new(0).parse_all(super::GUEST_WASM) {
             match payload.unwrap() {
+                // Export indexes count imported globals first: the guest imports none.
+                Payload::ImportSection(r) => {
+                    for i in r.into_imports() {
+                        assert!(!matches!(i.unwrap().ty, wasmparser::TypeRef::Global(_)), "an imported global");
+                    }
+                }
                 Payload::GlobalSection(r) => {
                     for g in r {
                         globals.push(g.unwrap().init_expr);

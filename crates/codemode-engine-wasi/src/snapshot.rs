@@ -119,12 +119,9 @@ pub(crate) struct Decoded {
 
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
-/// The base image's bytes for `start..start + len` (zeros past the image's end).
-fn base_slice(base: &[u8], start: usize, len: usize) -> &[u8] {
-    match base.get(start..start + len) {
-        Some(b) => b,
-        None => &ZERO_PAGE[..len.min(PAGE)],
-    }
+/// The base image's page `index` (zeros past the image's end; the image is whole pages).
+fn base_page(base: &[u8], index: usize) -> &[u8] {
+    base.get(index * PAGE..(index + 1) * PAGE).unwrap_or(&ZERO_PAGE)
 }
 
 /// XORs `bytes` with the base image at `start` (past the image, with zeros: they stay as they are).
@@ -257,7 +254,7 @@ pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8], dead_below: us
     }
     let mut body = Vec::new();
     for (i, page) in memory.chunks_exact(PAGE).enumerate().skip(dead_below / PAGE) {
-        encode_page(&mut body, i, page, base_slice(base, i * PAGE, PAGE))?;
+        encode_page(&mut body, i, page, base_page(base, i))?;
     }
     seal(header, &body)
 }
