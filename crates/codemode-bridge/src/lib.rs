@@ -58,13 +58,18 @@ pub const MODULE_DENIED_PREFIX: &str = "module access denied";
 /// [`codemode_core::guest`], the vocabulary both sides of the bridge share).
 pub use codemode_core::guest::{RESERVED_GLOBALS, TOOL_HELPERS};
 
-/// Wraps a cell's source as an async function expression. The prefix has no newline, so line numbers
-/// in errors are the cell's own.
+/// Wraps a cell's source as an async function expression, the script's completion value. The
+/// prefix has no newline, so line numbers in errors are the cell's own; it is
+/// [`WRAP_PREFIX_COLS`](codemode_core::positions::WRAP_PREFIX_COLS) characters long.
+///
+/// The expression is a comma expression's operand, not parenthesized: at a `(` QuickJS's parser
+/// scans ahead to the matching `)` to tell an arrow function's parameters from an expression, which
+/// for a parenthesized wrapper meant tokenizing every cell twice.
 pub fn wrap_code(code: &str) -> String {
     let mut s = String::with_capacity(code.len() + 32);
-    s.push_str("(async function () {");
+    s.push_str("0, async function(){");
     s.push_str(code);
-    s.push_str("\n})");
+    s.push_str("\n}");
     s
 }
 
@@ -265,6 +270,17 @@ mod tests {
         let body = &PRELUDE[start..];
         let body = &body[body.find('[').unwrap() + 1..body.find("];").unwrap()];
         body.split(',').map(|s| s.trim().trim_matches('"').to_string()).filter(|s| !s.is_empty()).collect()
+    }
+
+    /// Error positions on a cell's first line are shifted back by the prefix's length, and the cell
+    /// ends on its own line (a trailing `//` comment must not swallow the closing brace).
+    #[test]
+    fn the_wrapper_prefix_is_as_long_as_positions_assume() {
+        let wrapped = wrap_code("return 1 // done");
+        let (prefix, rest) = wrapped.split_at(wrapped.find("return").unwrap_or(0));
+        assert_eq!(prefix.chars().count() as u32, codemode_core::positions::WRAP_PREFIX_COLS);
+        assert!(!prefix.contains('\n') && !prefix.starts_with('('), "{prefix:?}");
+        assert_eq!(rest, "return 1 // done\n}");
     }
 
     #[test]

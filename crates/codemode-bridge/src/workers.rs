@@ -29,7 +29,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,18 @@ impl State {
     fn takers(&self) -> usize {
         self.spinning + self.waking
     }
+
+    /// One more busy worker (the count, and its copy callers read without the lock: [`answer_spin`]).
+    fn more_busy(&mut self) {
+        self.busy += 1;
+        pool().busy.store(self.busy, Ordering::Relaxed);
+    }
+
+    /// One busy worker fewer (see [`State::more_busy`]).
+    fn less_busy(&mut self) {
+        self.busy = self.busy.saturating_sub(1);
+        pool().busy.store(self.busy, Ordering::Relaxed);
+    }
 }
 
 struct Pool {
@@ -104,6 +116,10 @@ struct Pool {
     monitor: Condvar,
     /// The queue's length, read by a spinning worker without the lock.
     queued: AtomicUsize,
+    /// [`State::busy`], read by callers deciding whether to poll for an answer ([`answer_spin`]).
+    busy: AtomicUsize,
+    /// Whether a caller holds the [`AnswerSpin`] permit.
+    caller_spinning: AtomicBool,
 }
 
 fn pool() -> &'static Pool {
@@ -113,6 +129,8 @@ fn pool() -> &'static Pool {
         work: Condvar::new(),
         monitor: Condvar::new(),
         queued: AtomicUsize::new(0),
+        busy: AtomicUsize::new(0),
+        caller_spinning: AtomicBool::new(false),
     })
 }
 
@@ -124,7 +142,7 @@ fn lock() -> MutexGuard<'static, State> {
 fn start_worker(s: &mut State) -> std::io::Result<()> {
     std::thread::Builder::new().name(THREAD_NAME.into()).stack_size(WORKER_STACK).spawn(worker)?;
     s.threads += 1;
-    s.busy += 1;
+    s.more_busy();
     Ok(())
 }
 
@@ -175,7 +193,7 @@ fn worker() {
             s = lock();
             continue;
         }
-        s.busy = s.busy.saturating_sub(1);
+        s.less_busy();
         if s.spinning == 0 {
             s.spinning += 1;
             drop(s);
@@ -192,7 +210,7 @@ fn worker() {
             s = lock();
             s.spinning -= 1;
             if !s.queue.is_empty() {
-                s.busy += 1;
+                s.more_busy();
                 continue;
             }
         }
@@ -206,7 +224,7 @@ fn worker() {
             s.threads -= 1;
             return;
         }
-        s.busy += 1;
+        s.more_busy();
     }
 }
 
@@ -262,7 +280,7 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
     }
     {
         let mut s = lock();
-        s.busy = s.busy.saturating_sub(1);
+        s.less_busy();
         if let Err(e) = dispatch(&mut s) {
             tracing::warn!(error = %e, "cannot start another guest worker");
         }
@@ -270,7 +288,8 @@ pub fn blocking<R>(f: impl FnOnce() -> R) -> R {
     struct Back;
     impl Drop for Back {
         fn drop(&mut self) {
-            lock().busy += 1;
+            let mut s = lock();
+            s.more_busy();
         }
     }
     let _back = Back;
@@ -321,6 +340,47 @@ pub fn spawn(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
         tracing::warn!(error = %e, "cannot start another guest worker; the job waits for a busy one");
     }
     Ok(())
+}
+
+/// How long a caller may poll for its job's answer ([`answer_spin`]) before it sleeps until woken.
+/// A trivial cell's job takes ~35 µs; longer jobs are not worth the burnt cycles.
+pub const ANSWER_SPIN: Duration = Duration::from_micros(250);
+
+/// A permit for one caller to poll for its job's answer instead of sleeping until the worker wakes
+/// it: on virtual machines that wake-up (an inter-processor interrupt through the hypervisor) is
+/// the largest single cost of a trivial cell. Polling burns the cycles of a core nobody else
+/// wants, so the permit is given only while one is idle — fewer workers busy than [`target`] — and
+/// to one caller at a time; [`AnswerSpin::keep_going`] ends it when the cores fill up or after
+/// [`ANSWER_SPIN`]. The caller must poll cooperatively (an async task yields to its executor between
+/// looks), never block a thread.
+#[derive(Debug)]
+pub struct AnswerSpin {
+    until: Instant,
+}
+
+/// The [`AnswerSpin`] permit, if a core is idle and no other caller holds it.
+pub fn answer_spin() -> Option<AnswerSpin> {
+    let p = pool();
+    if p.busy.load(Ordering::Relaxed) >= target() {
+        return None;
+    }
+    p.caller_spinning
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .ok()
+        .map(|_| AnswerSpin { until: Instant::now() + ANSWER_SPIN })
+}
+
+impl AnswerSpin {
+    /// Whether to look once more: within [`ANSWER_SPIN`], and a core still idle.
+    pub fn keep_going(&self) -> bool {
+        pool().busy.load(Ordering::Relaxed) < target() && Instant::now() < self.until
+    }
+}
+
+impl Drop for AnswerSpin {
+    fn drop(&mut self) {
+        pool().caller_spinning.store(false, Ordering::Release);
+    }
 }
 
 /// Why [`run`] produced no result.

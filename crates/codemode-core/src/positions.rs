@@ -56,7 +56,7 @@ impl SourcePositions {
 }
 
 /// Length in characters of the first line of the wrapper engines put around a cell (the cell starts
-/// on the wrapper's first line, after this many characters): `(async function () {`.
+/// on the wrapper's first line, after this many characters): `0, async function(){`.
 pub const WRAP_PREFIX_COLS: u32 = 20;
 
 /// How positions the engine reports for one cell map back to what the model wrote: the cell ran

@@ -245,7 +245,9 @@ fn eval_options(filename: &str) -> EvalOptions {
     opts
 }
 
-/// The prelude as QuickJS module bytecode (`export default install`), compiled once per process.
+/// The prelude as QuickJS module bytecode (`export default install`), compiled once per process,
+/// without its source text (debug information stays: stack traces still name the prelude's frames,
+/// which the driver drops).
 fn prelude_bytecode() -> Result<&'static [u8], EngineError> {
     static BYTES: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
     let compiled = BYTES.get_or_init(|| {
@@ -254,7 +256,10 @@ fn prelude_bytecode() -> Result<&'static [u8], EngineError> {
         ctx.with(|ctx| {
             let source = format!("export default {PRELUDE}");
             Module::declare(ctx.clone(), PRELUDE_FILENAME, source)
-                .and_then(|m| m.write(WriteOptions::default()))
+                // Without the source text (157 KB of bytecode becomes 25 KB, and loading it into a
+                // new VM takes ~40 % less): the prelude's functions print as `[native code]`, as
+                // the host functions they stand for would.
+                .and_then(|m| m.write(WriteOptions { strip_source: true, ..WriteOptions::default() }))
                 .catch(&ctx)
                 .map_err(|e| e.to_string())
         })

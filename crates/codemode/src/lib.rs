@@ -75,6 +75,25 @@ use runtime::Inner;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+/// A worker job's answer. While a core is idle (see [`codemode_bridge::workers::answer_spin`]) the
+/// caller looks for it between yields to its executor for up to
+/// [`ANSWER_SPIN`](codemode_bridge::workers::ANSWER_SPIN) — never blocking the thread: other tasks
+/// run between looks — instead of sleeping until the worker wakes it; then it waits as usual.
+async fn answer<T>(mut rx: tokio::sync::oneshot::Receiver<T>) -> Result<T, tokio::sync::oneshot::error::RecvError> {
+    use tokio::sync::oneshot::error::TryRecvError;
+    if let Some(spin) = codemode_bridge::workers::answer_spin() {
+        loop {
+            match rx.try_recv() {
+                Ok(v) => return Ok(v),
+                Err(TryRecvError::Closed) => break,
+                Err(TryRecvError::Empty) if spin.keep_going() => tokio::task::yield_now().await,
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+    }
+    rx.await
+}
+
 /// Cancels an `exec` / `wait` whose future is dropped before it finished (see `CodeMode::on_worker`).
 struct CancelOnDrop {
     flag: Arc<AtomicBool>,
@@ -658,7 +677,7 @@ impl CodeMode {
         if let Err(e) = spawned {
             return internal(format!("cannot start a guest worker thread: {e}"));
         }
-        let received = rx.await;
+        let received = answer(rx).await;
         guard.armed = false;
         match received {
             Ok(Ok(result)) => result,
