@@ -356,7 +356,14 @@ pub const ANSWER_SPIN: Duration = Duration::from_micros(250);
 #[derive(Debug)]
 pub struct AnswerSpin {
     until: Instant,
+    /// Since when every core has looked busy (see [`AnswerSpin::keep_going`]).
+    full_since: Option<Instant>,
 }
+
+/// How long every core must look busy before a polling caller gives up. A parked worker woken for a
+/// job that another worker took counts as busy for the moment it takes to find the queue empty:
+/// that must not end the poll.
+const FULL_GRACE: Duration = Duration::from_micros(20);
 
 /// The [`AnswerSpin`] permit, if a core is idle and no other caller holds it.
 pub fn answer_spin() -> Option<AnswerSpin> {
@@ -367,13 +374,23 @@ pub fn answer_spin() -> Option<AnswerSpin> {
     p.caller_spinning
         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
         .ok()
-        .map(|_| AnswerSpin { until: Instant::now() + ANSWER_SPIN })
+        .map(|_| AnswerSpin { until: Instant::now() + ANSWER_SPIN, full_since: None })
 }
 
 impl AnswerSpin {
-    /// Whether to look once more: within [`ANSWER_SPIN`], and a core still idle.
-    pub fn keep_going(&self) -> bool {
-        pool().busy.load(Ordering::Relaxed) < target() && Instant::now() < self.until
+    /// Whether to look once more: within [`ANSWER_SPIN`], and a core idle (or every core busy for
+    /// less than [`FULL_GRACE`]).
+    pub fn keep_going(&mut self) -> bool {
+        let now = Instant::now();
+        if now >= self.until {
+            return false;
+        }
+        if pool().busy.load(Ordering::Relaxed) < target() {
+            self.full_since = None;
+            return true;
+        }
+        let since = *self.full_since.get_or_insert(now);
+        now.duration_since(since) < FULL_GRACE
     }
 }
 
@@ -443,6 +460,50 @@ mod tests {
         let handles: Vec<_> = (0..8).map(|i| std::thread::spawn(move || run(move || i * 2))).collect();
         let sum: i32 = handles.into_iter().map(|h| h.join().unwrap().unwrap()).sum();
         assert_eq!(sum, 56);
+    }
+
+    /// A caller may poll for its answer only while a core is idle and no other caller polls: with
+    /// every running worker held, no permit is given, and a permit given earlier ends.
+    #[test]
+    fn one_caller_polls_for_its_answer_and_only_while_a_core_is_idle() {
+        let _serial = serial();
+        let p = pool();
+        // Taken within a few tries (other tests' jobs may hold the cores for a moment).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let first = loop {
+            if let Some(permit) = answer_spin() {
+                break permit;
+            }
+            assert!(Instant::now() < deadline, "no permit while the pool was idle");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(answer_spin().is_none(), "a second caller polls at the same time");
+        assert!(p.caller_spinning.load(Ordering::Acquire));
+        // Hold every running worker: the cores are full.
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = std::sync::Arc::new(Mutex::new(release_rx));
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        for _ in 0..target() {
+            let (rx, held) = (release_rx.clone(), held_tx.clone());
+            spawn(move || {
+                let _ = held.send(());
+                let _ = rx.lock().unwrap().recv_timeout(Duration::from_secs(60));
+            })
+            .unwrap();
+        }
+        for _ in 0..target() {
+            held_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        }
+        drop(first);
+        assert!(!p.caller_spinning.load(Ordering::Acquire), "dropping the permit releases it");
+        assert!(answer_spin().is_none(), "a permit while every core is busy");
+        // A permit held when the cores fill up ends once they have stayed full for the grace
+        // period (its time limit set far off, so only the cores can end it).
+        let mut held = AnswerSpin { until: Instant::now() + Duration::from_secs(60), full_since: None };
+        assert!(held.keep_going(), "a moment of full cores ended the poll");
+        std::thread::sleep(FULL_GRACE * 2);
+        assert!(!held.keep_going(), "the poll went on with every core busy");
+        drop(release_tx);
     }
 
     /// The pool is one per process: tests that depend on its monitor being on or off run one at a

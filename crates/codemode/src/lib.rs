@@ -81,7 +81,7 @@ use std::sync::atomic::AtomicBool;
 /// run between looks — instead of sleeping until the worker wakes it; then it waits as usual.
 async fn answer<T>(mut rx: tokio::sync::oneshot::Receiver<T>) -> Result<T, tokio::sync::oneshot::error::RecvError> {
     use tokio::sync::oneshot::error::TryRecvError;
-    if let Some(spin) = codemode_bridge::workers::answer_spin() {
+    if let Some(mut spin) = codemode_bridge::workers::answer_spin() {
         loop {
             match rx.try_recv() {
                 Ok(v) => return Ok(v),
