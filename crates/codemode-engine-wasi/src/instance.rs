@@ -306,9 +306,9 @@ impl Vm {
                 .map_err(|e| EngineError::Restore(format!("cannot grow memory to {want} bytes: {e}")))?;
         }
         let data = vm.memory.data_mut(&mut vm.store);
-        for (at, content) in &decoded.runs {
+        for (at, content) in decoded.runs() {
             let dest = data
-                .get_mut(*at..*at + content.len())
+                .get_mut(at..at + content.len())
                 .ok_or_else(|| EngineError::Restore("page out of bounds".into()))?;
             dest.copy_from_slice(content);
         }

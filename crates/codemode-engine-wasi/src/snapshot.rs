@@ -114,7 +114,18 @@ pub(crate) struct Header {
 #[derive(Debug)]
 pub(crate) struct Decoded {
     pub(crate) header: Header,
-    pub(crate) runs: Vec<(usize, Vec<u8>)>,
+    /// The decompressed body, its runs' bytes XOR-ed back with the base image in place (one buffer,
+    /// not one allocation per run).
+    raw: Vec<u8>,
+    /// Each run's address in memory and where its bytes lie in `raw` (checked while decoding).
+    spans: Vec<(usize, std::ops::Range<usize>)>,
+}
+
+impl Decoded {
+    /// Each run: its address in memory and the memory's content there.
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
+        self.spans.iter().map(|(at, span)| (*at, self.raw.get(span.clone()).unwrap_or_default()))
+    }
 }
 
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
@@ -148,29 +159,29 @@ fn encode_page(body: &mut Vec<u8>, index: usize, page: &[u8], image: &[u8]) -> R
     if page == image {
         return Ok(());
     }
-    // XOR of the two pages, word by word (compared as integers: a slice comparison per word would
-    // be a `memcmp` call each).
-    let diff: Vec<u64> =
-        page.chunks_exact(WORD).zip(image.chunks_exact(WORD)).map(|(a, b)| word(a) ^ word(b)).collect();
+    // Words compared as integers (a slice comparison per word would be a `memcmp` call each), runs
+    // found and XOR-ed in one pass, with no per-page buffer.
+    let words = PAGE / WORD;
+    let differs = |w: usize| word(&page[w * WORD..]) != word(&image[w * WORD..]);
     body.extend_from_slice(&u32::try_from(index).map_err(SnapshotError::TooLarge)?.to_le_bytes());
     let count_at = body.len();
     body.extend_from_slice(&[0, 0]);
     let mut runs = 0u16;
     let mut w = 0;
-    while w < diff.len() {
-        if diff[w] == 0 {
+    while w < words {
+        if !differs(w) {
             w += 1;
             continue;
         }
         let first = w;
-        while w < diff.len() && diff[w] != 0 {
+        while w < words && differs(w) {
             w += 1;
         }
         // Offsets and lengths fit u16: a page is 4096 bytes.
         body.extend_from_slice(&((first * WORD) as u16).to_le_bytes());
         body.extend_from_slice(&(((w - first) * WORD) as u16).to_le_bytes());
-        for d in &diff[first..w] {
-            body.extend_from_slice(&d.to_le_bytes());
+        for i in first..w {
+            body.extend_from_slice(&(word(&page[i * WORD..]) ^ word(&image[i * WORD..])).to_le_bytes());
         }
         runs += 1;
     }
@@ -252,7 +263,7 @@ pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8], dead_below: us
     if !memory.len().is_multiple_of(PAGE) || !base.len().is_multiple_of(PAGE) {
         return Err(SnapshotError::Layout);
     }
-    let mut body = Vec::new();
+    let mut body = Vec::with_capacity(16 << 10);
     for (i, page) in memory.chunks_exact(PAGE).enumerate().skip(dead_below / PAGE) {
         encode_page(&mut body, i, page, base_page(base, i))?;
     }
@@ -294,8 +305,8 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Re
     // The most a valid body can hold: every page as one run (whole words, a word between runs:
     // 256 one-word runs take less).
     let max_raw = pages_in_memory.saturating_mul(4 + 2 + 4 + PAGE);
-    let raw = decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
-    let mut runs = Vec::new();
+    let mut raw = decompress(body, max_raw).map_err(SnapshotError::Decompress)?;
+    let mut spans = Vec::new();
     let mut at = 0;
     let mut next_page = 0usize;
     while at < raw.len() {
@@ -317,13 +328,17 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Re
             }
             // The encoder's runs are maximal: the next one starts a word or more further on.
             next_offset = offset + len + WORD;
-            let address = index * PAGE + offset;
-            let mut content = take(&raw, &mut at, len).map_err(|_| SnapshotError::PartialPage)?.to_vec();
-            xor_base(base, address, &mut content);
-            runs.push((address, content));
+            let start = at;
+            take(&raw, &mut at, len).map_err(|_| SnapshotError::PartialPage)?;
+            spans.push((index * PAGE + offset, start..at));
         }
     }
-    Ok(Decoded { header, runs })
+    for (address, span) in &spans {
+        if let Some(content) = raw.get_mut(span.clone()) {
+            xor_base(base, *address, content);
+        }
+    }
+    Ok(Decoded { header, raw, spans })
 }
 
 fn u16_at(bytes: &[u8], at: &mut usize) -> Result<u16, SnapshotError> {
@@ -389,8 +404,8 @@ mod tests {
     fn rebuild(base: &[u8], len: usize, d: &Decoded) -> Vec<u8> {
         let mut m = base.to_vec();
         m.resize(len, 0);
-        for (at, content) in &d.runs {
-            m[*at..*at + content.len()].copy_from_slice(content);
+        for (at, content) in d.runs() {
+            m[at..at + content.len()].copy_from_slice(content);
         }
         m
     }
@@ -405,7 +420,7 @@ mod tests {
         mem[65536 + 100..65536 + 140].fill(9); // one run of six words (100 is not word-aligned)
         let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
-        let runs: Vec<(usize, usize)> = d.runs.iter().map(|(at, c)| (*at, c.len())).collect();
+        let runs: Vec<(usize, usize)> = d.runs().map(|(at, c)| (at, c.len())).collect();
         assert_eq!(runs, vec![(0, 8), (65536 + 96, 48), (65536 * 2 + 9000, 8)]);
         assert_eq!(d.header, header(mem.len() as u64));
         assert_eq!(rebuild(&base, mem.len(), &d), mem);
@@ -433,8 +448,8 @@ mod tests {
         let dead = 3 * PAGE + 100;
         let bytes = encode(&header(mem.len() as u64), &base, &mem, dead).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
-        assert!(d.runs.iter().all(|(at, _)| *at >= 3 * PAGE), "nothing of the dead pages");
-        assert!(d.runs.iter().any(|(at, _)| *at < 4 * PAGE), "the page holding the stack pointer stays");
+        assert!(d.runs().all(|(at, _)| at >= 3 * PAGE), "nothing of the dead pages");
+        assert!(d.runs().any(|(at, _)| at < 4 * PAGE), "the page holding the stack pointer stays");
         let mut want = mem.clone();
         want[..3 * PAGE].copy_from_slice(&base[..3 * PAGE]);
         assert_eq!(rebuild(&base, mem.len(), &d), want);
@@ -458,7 +473,7 @@ mod tests {
         };
         let good = [page(1, &[(0, 8), (16, 8)]), page(3, &[(4088, 8)]), page(4, &[(0, 4096)])].concat();
         let d = decode(&seal(&h, &good).unwrap(), "quickjs-wasi", "b1", &base).unwrap();
-        assert_eq!(d.runs.len(), 4);
+        assert_eq!(d.runs().count(), 4);
         let cases: Vec<(&str, Vec<u8>)> = vec![
             ("page past the memory", page(16, &[(0, 8)])),
             ("pages out of order", [page(3, &[(0, 8)]), page(1, &[(0, 8)])].concat()),
