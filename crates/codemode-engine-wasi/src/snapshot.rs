@@ -426,6 +426,39 @@ mod tests {
         assert_eq!(rebuild(&base, mem.len(), &d), mem);
     }
 
+    /// Runs are exact at their edges: a run across a 64-word boundary, runs of one word on either
+    /// side of one, 64 words from a page's start, a run over two boundaries, a whole page, the
+    /// page's last word.
+    #[test]
+    fn runs_are_exact_at_their_edges() {
+        let base = vec![7u8; 65536];
+        let mut mem = base.clone();
+        let mut change = |from: usize, to: usize| mem[from..to].fill(1);
+        change(60 * WORD, 70 * WORD);
+        change(PAGE + 63 * WORD, PAGE + 64 * WORD);
+        change(2 * PAGE + 64 * WORD, 2 * PAGE + 65 * WORD);
+        change(3 * PAGE, 4 * PAGE);
+        change(4 * PAGE, 4 * PAGE + 64 * WORD);
+        change(5 * PAGE - WORD, 5 * PAGE);
+        change(5 * PAGE + 100 * WORD, 5 * PAGE + 200 * WORD);
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
+        let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
+        let runs: Vec<(usize, usize)> = d.runs().map(|(at, c)| (at, c.len())).collect();
+        assert_eq!(
+            runs,
+            vec![
+                (60 * WORD, 10 * WORD),
+                (PAGE + 63 * WORD, WORD),
+                (2 * PAGE + 64 * WORD, WORD),
+                (3 * PAGE, PAGE),
+                (4 * PAGE, 64 * WORD),
+                (5 * PAGE - WORD, WORD),
+                (5 * PAGE + 100 * WORD, 100 * WORD),
+            ]
+        );
+        assert_eq!(rebuild(&base, mem.len(), &d), mem);
+    }
+
     /// Many scattered changes (an xorshift stream of positions and values) come back exactly, and
     /// the dead region under `dead_below` is left out in whole pages.
     #[test]
