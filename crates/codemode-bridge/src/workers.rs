@@ -15,7 +15,9 @@
 //! that finds the queue empty spins briefly before it parks (only one at a time), so back-to-back
 //! jobs from one caller are handed over without waking a sleeping thread — on virtual machines a
 //! wake-up is an inter-processor interrupt through the hypervisor, the largest single cost of a
-//! trivial cell.
+//! trivial cell. The same wake-up on the way back (the worker waking the caller with its answer) is
+//! avoided the same way: while a core is idle, one async caller at a time polls for its answer
+//! between yields to its executor ([`answer_spin`]) instead of sleeping until woken.
 //!
 //! A bounded pool must not let slow runs hold up quick ones (SPEC B1). Two mechanisms keep it live:
 //! - a worker that waits for something outside the guest (a nested call's result, the deadline)
