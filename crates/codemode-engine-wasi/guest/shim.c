@@ -16,14 +16,17 @@
 //                                     the Math.random seed of a new run
 //   cm_begin(boot, boot_len, src, len) per run: the prelude's boot(data), then the wrapped cell
 //                                     compiled and handed to run()
-//   cm_settle(id, ok, json, len)      deliver one settled request
+//   cm_settle(id, ok, json, len)      deliver one settled request: its promise (made by `host`) is
+//                                     resolved with the parsed JSON, or rejected with the prelude's
+//                                     hostError(parsed failure); 0 when it is not pending
 //   cm_run_jobs()                     run pending jobs until none is left
 //   cm_poll()                         the cell's state
 // Status codes: 0 ok / pending, 1 guest exception or state available (see each function).
 //
 // Imports (module "codemode"):
 //   host_call(kind, kind_len, payload, payload_len) -> i64
-//       >= 0: request id or accepted; -1 TypeError, -2 RangeError, -3 Error (message in scratch),
+//       > 0: request id (`host` answers with a new promise, see "pending requests"); 0: accepted;
+//       -1 TypeError, -2 RangeError, -3 Error (message in scratch),
 //       -4: fatal limit (the host stops the guest through should_interrupt).
 //       kind "pull": >= 0 is the length of the catalog text under `payload` (fetched with
 //       host_take), -6 nothing under that key.
@@ -48,7 +51,7 @@ extern int32_t cm_should_interrupt(void);
 
 static JSRuntime *rt;
 static JSContext *ctx;
-static JSValue fn_boot, fn_run, fn_settle, fn_poll;
+static JSValue fn_boot, fn_run, fn_host_error, fn_poll;
 static char *out_buf;
 static uint32_t out_len;
 static char scratch[1024];
@@ -163,6 +166,74 @@ static int set_out_exception(void) {
     return 1;
 }
 
+// ---- pending requests ----------------------------------------------------------------------------
+// The resolving functions of every request `host` answered with a promise (JS_NewPromiseCapability),
+// by id, until cm_settle delivers the request's outcome: the prelude's `track` then has nothing to do
+// and its JavaScript `settle` (a lookup in two objects, two deletes, JSON.parse through a string)
+// never runs. Ids only grow (the host counts them), so the table is sorted by appending; a settled
+// entry becomes a hole, and holes are squeezed out once they are half the table. The table is in
+// the guest heap (js_realloc: under the heap limit) and, like everything the guest knows, in linear
+// memory: a snapshot keeps it, and the functions it holds are roots QuickJS's collector keeps alive.
+// Guest code cannot reach it: only the host's ids index it.
+typedef struct {
+    double id;
+    JSValue resolve, reject; // JS_UNDEFINED in a hole
+} Pending;
+static Pending *pending;
+static uint32_t pending_len, pending_cap, pending_holes;
+
+// Index of the first entry whose id is >= id.
+static uint32_t pending_lower_bound(double id) {
+    uint32_t lo = 0, hi = pending_len;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (pending[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void pending_squeeze(void) {
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < pending_len; i++) {
+        if (!JS_IsUndefined(pending[i].resolve)) pending[kept++] = pending[i];
+    }
+    pending_len = kept;
+    pending_holes = 0;
+}
+
+// A new promise for request `id`, its resolving functions filed under `id`.
+static JSValue promise_for(JSContext *c, double id) {
+    if (pending_holes > 0 && pending_holes * 2 >= pending_len) pending_squeeze();
+    if (pending_len == pending_cap) {
+        uint32_t cap = pending_cap ? pending_cap * 2 : 16;
+        if (cap <= pending_cap || cap > UINT32_MAX / sizeof(Pending))
+            return JS_ThrowRangeError(c, "too many pending requests");
+        Pending *grown = js_realloc(c, pending, (size_t)cap * sizeof(Pending));
+        if (!grown) return JS_EXCEPTION;
+        pending = grown;
+        pending_cap = cap;
+    }
+    JSValue funcs[2];
+    JSValue promise = JS_NewPromiseCapability(c, funcs);
+    if (JS_IsException(promise)) return promise;
+    uint32_t at = pending_lower_bound(id);
+    if (at < pending_len && pending[at].id == id) {
+        // The host never repeats an id; should it, the older promise stays pending.
+        if (!JS_IsUndefined(pending[at].resolve)) {
+            JS_FreeValue(c, pending[at].resolve);
+            JS_FreeValue(c, pending[at].reject);
+        } else {
+            pending_holes--;
+        }
+    } else {
+        memmove(&pending[at + 1], &pending[at], (size_t)(pending_len - at) * sizeof(Pending));
+        pending_len++;
+    }
+    pending[at] = (Pending){ id, funcs[0], funcs[1] };
+    return promise;
+}
+
 // ---- host primitive -------------------------------------------------------------------------------
 static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
@@ -193,7 +264,8 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
         js_free(c, buf);
         return s;
     }
-    if (r >= 0) return JS_NewInt64(c, r);
+    if (r > 0) return promise_for(c, (double)r);
+    if (r == 0) return JS_NewInt32(c, 0);
     switch (r) {
     case -1: return JS_ThrowTypeError(c, "%s", scratch);
     case -2: return JS_ThrowRangeError(c, "%s", scratch);
@@ -556,10 +628,10 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     if (JS_IsException(api)) { set_out_exception(); return -5; }
     fn_boot = JS_GetPropertyStr(ctx, api, "boot");
     fn_run = JS_GetPropertyStr(ctx, api, "run");
-    fn_settle = JS_GetPropertyStr(ctx, api, "settle");
+    fn_host_error = JS_GetPropertyStr(ctx, api, "hostError");
     fn_poll = JS_GetPropertyStr(ctx, api, "poll");
     JS_FreeValue(ctx, api);
-    if (!JS_IsFunction(ctx, fn_boot) || !JS_IsFunction(ctx, fn_run) || !JS_IsFunction(ctx, fn_settle) ||
+    if (!JS_IsFunction(ctx, fn_boot) || !JS_IsFunction(ctx, fn_run) || !JS_IsFunction(ctx, fn_host_error) ||
         !JS_IsFunction(ctx, fn_poll))
         return -6;
     // Start the per-run life with a clean heap (the init garbage is not part of every snapshot).
@@ -614,14 +686,37 @@ EXPORT("cm_begin") int32_t cm_begin(const char *json, uint32_t json_len, const c
 }
 
 EXPORT("cm_settle") int32_t cm_settle(double id, int32_t ok, const char *json, uint32_t len) {
-    JSValue args[3];
-    args[0] = JS_NewFloat64(ctx, id);
-    args[1] = JS_NewBool(ctx, ok != 0);
-    args[2] = JS_NewStringLen(ctx, json, len);
-    if (JS_IsException(args[2])) return set_out_exception();
-    int r = call_fn(fn_settle, 3, args);
-    JS_FreeValue(ctx, args[2]);
-    return r;
+    uint32_t at = pending_lower_bound(id);
+    // Not pending (settled already, or never answered with a promise): nothing to deliver to.
+    if (at >= pending_len || pending[at].id != id || JS_IsUndefined(pending[at].resolve)) return 0;
+    JSValue resolve = pending[at].resolve, reject = pending[at].reject;
+    pending[at].resolve = pending[at].reject = JS_UNDEFINED;
+    pending_holes++;
+    // QuickJS's JSON parser (JSON.parse's) needs a NUL after the text; the text may sit in in_buf.
+    char *text = js_malloc(ctx, (size_t)len + 1);
+    JSValue value = JS_EXCEPTION;
+    if (text) {
+        memcpy(text, json, len);
+        text[len] = 0;
+        value = JS_ParseJSON(ctx, text, len, "<input>");
+        js_free(ctx, text);
+    }
+    JSValue r = JS_EXCEPTION;
+    if (!JS_IsException(value)) {
+        if (ok) {
+            r = JS_Call(ctx, resolve, JS_UNDEFINED, 1, (JSValueConst *)&value);
+        } else {
+            JSValue err = JS_Call(ctx, fn_host_error, JS_UNDEFINED, 1, (JSValueConst *)&value);
+            if (!JS_IsException(err)) r = JS_Call(ctx, reject, JS_UNDEFINED, 1, (JSValueConst *)&err);
+            JS_FreeValue(ctx, err);
+        }
+        JS_FreeValue(ctx, value);
+    }
+    JS_FreeValue(ctx, resolve);
+    JS_FreeValue(ctx, reject);
+    if (JS_IsException(r)) return set_out_exception();
+    JS_FreeValue(ctx, r);
+    return 0;
 }
 
 EXPORT("cm_run_jobs") int32_t cm_run_jobs(void) {

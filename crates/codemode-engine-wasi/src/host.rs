@@ -76,11 +76,13 @@ fn memory(caller: &mut Caller<'_, HostState>) -> wasmtime::Result<Memory> {
     }
 }
 
-fn read_str(data: &[u8], ptr: u32, len: u32) -> wasmtime::Result<String> {
+/// The guest's text at `ptr..ptr + len`, borrowed unless it holds lone surrogates (see
+/// [`codemode_bridge::adapter::guest_text`]).
+fn guest_str(data: &[u8], ptr: u32, len: u32) -> wasmtime::Result<std::borrow::Cow<'_, str>> {
     let start = ptr as usize;
     let end = start.checked_add(len as usize).ok_or_else(|| wasmtime::format_err!("guest pointer overflow"))?;
     let bytes = data.get(start..end).ok_or_else(|| wasmtime::format_err!("guest pointer out of bounds"))?;
-    Ok(codemode_bridge::adapter::guest_text(bytes).into_owned())
+    Ok(codemode_bridge::adapter::guest_text(bytes))
 }
 
 fn write_u32(mem: &Memory, caller: &mut Caller<'_, HostState>, at: u32, v: u32) -> wasmtime::Result<()> {
@@ -95,11 +97,14 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
         "host_call",
         |mut caller: Caller<'_, HostState>, kp: u32, kl: u32, pp: u32, pl: u32| -> wasmtime::Result<i64> {
             let mem = memory(&mut caller)?;
-            let (kind, payload) = {
-                let data = mem.data(&caller);
-                (read_str(data, kp, kl)?, read_str(data, pp, pl)?)
+            // Read in place: the guest's memory and the bridge are borrowed side by side (no copy of
+            // either text per call).
+            let answer = {
+                let (data, state) = mem.data_and_store_mut(&mut caller);
+                let kind = guest_str(data, kp, kl)?;
+                let payload = guest_str(data, pp, pl)?;
+                state.bridge.host_call(&kind, &payload)
             };
-            let answer = caller.data_mut().bridge.host_call(&kind, &payload);
             let (code, message) = match answer {
                 HostCallResult::Request(id) => return Ok(i64::try_from(id).unwrap_or(i64::MAX)),
                 HostCallResult::Accepted => return Ok(0),
