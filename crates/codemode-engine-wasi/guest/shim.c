@@ -463,9 +463,17 @@ static int put_plain(Buf *b, JSValueConst v, int depth, int max_depth) {
     case JS_TAG_NULL:
         return buf_put(b, "null", 4) ? PJ_ERROR : PJ_OK;
     case JS_TAG_INT: {
-        char num[16];
-        int n = snprintf(num, sizeof num, "%d", (int)JS_VALUE_GET_INT(v));
-        return buf_put(b, num, (size_t)n) ? PJ_ERROR : PJ_OK;
+        // Decimal digits by hand: snprintf's formatting machinery was ~2 % of a nested call.
+        char num[12];
+        int32_t iv = JS_VALUE_GET_INT(v);
+        uint32_t u = iv < 0 ? 0u - (uint32_t)iv : (uint32_t)iv;
+        char *end = num + sizeof num, *p = end;
+        do {
+            *--p = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (iv < 0) *--p = '-';
+        return buf_put(b, p, (size_t)(end - p)) ? PJ_ERROR : PJ_OK;
     }
     case JS_TAG_FLOAT64: {
         double d = JS_VALUE_GET_FLOAT64(v);
