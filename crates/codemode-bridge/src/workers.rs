@@ -88,6 +88,11 @@ struct State {
     waking: usize,
     /// Workers spinning for the next job (at most one).
     spinning: usize,
+    /// Workers that ended a job and are doing its clean-up ([`after_job`]): each looks at the queue
+    /// next, so it counts as a taker. Waking a parked worker for a job queued meanwhile cost a
+    /// wake-up, and the woken worker, finding the job taken, spun on a core the caller and the
+    /// running job needed (at one sequential caller on two cores: three threads on two cores).
+    finishing: usize,
     /// Whether the monitor thread runs, and whether it sleeps until jobs queue.
     monitor: bool,
     monitor_idle: bool,
@@ -96,19 +101,25 @@ struct State {
 impl State {
     /// Workers that will look at the queue without being asked (spinning, or notified).
     fn takers(&self) -> usize {
-        self.spinning + self.waking
+        self.spinning + self.waking + self.finishing
     }
 
-    /// One more busy worker (the count, and its copy callers read without the lock: [`answer_spin`]).
+    /// Publishes how many cores workers occupy (busy or spinning) for callers deciding whether to
+    /// poll for an answer ([`answer_spin`]), who read it without the lock.
+    fn publish(&self) {
+        pool().occupied.store(self.busy + self.spinning, Ordering::Relaxed);
+    }
+
+    /// One more busy worker.
     fn more_busy(&mut self) {
         self.busy += 1;
-        pool().busy.store(self.busy, Ordering::Relaxed);
+        self.publish();
     }
 
-    /// One busy worker fewer (see [`State::more_busy`]).
+    /// One busy worker fewer.
     fn less_busy(&mut self) {
         self.busy = self.busy.saturating_sub(1);
-        pool().busy.store(self.busy, Ordering::Relaxed);
+        self.publish();
     }
 }
 
@@ -118,8 +129,9 @@ struct Pool {
     monitor: Condvar,
     /// The queue's length, read by a spinning worker without the lock.
     queued: AtomicUsize,
-    /// [`State::busy`], read by callers deciding whether to poll for an answer ([`answer_spin`]).
-    busy: AtomicUsize,
+    /// [`State::busy`] plus [`State::spinning`]: the cores workers occupy, read by callers deciding
+    /// whether to poll for an answer ([`answer_spin`]).
+    occupied: AtomicUsize,
     /// Whether a caller holds the [`AnswerSpin`] permit.
     caller_spinning: AtomicBool,
 }
@@ -131,7 +143,7 @@ fn pool() -> &'static Pool {
         work: Condvar::new(),
         monitor: Condvar::new(),
         queued: AtomicUsize::new(0),
-        busy: AtomicUsize::new(0),
+        occupied: AtomicUsize::new(0),
         caller_spinning: AtomicBool::new(false),
     })
 }
@@ -191,13 +203,20 @@ fn worker() {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(next.job)) {
                 tracing::warn!(panic = %panic_message(panic), "a guest worker job panicked");
             }
-            run_after_job();
-            s = lock();
+            if AFTER_JOB.with(|q| q.borrow().is_empty()) {
+                s = lock();
+            } else {
+                lock().finishing += 1;
+                run_after_job();
+                s = lock();
+                s.finishing -= 1;
+            }
             continue;
         }
         s.less_busy();
         if s.spinning == 0 {
             s.spinning += 1;
+            s.publish();
             drop(s);
             let until = Instant::now() + SPIN;
             let mut spins = 0u32;
@@ -211,6 +230,7 @@ fn worker() {
             }
             s = lock();
             s.spinning -= 1;
+            s.publish();
             if !s.queue.is_empty() {
                 s.more_busy();
                 continue;
@@ -248,7 +268,9 @@ fn monitor() {
                 s.monitor_idle = false;
             }
             Some(at) => {
-                if at.elapsed() >= STALL && s.queue.len() > s.takers() && !monitor_paused() {
+                // A worker finishing a job's clean-up is not counted here: should that clean-up be
+                // slow, the queued job still gets a worker after STALL.
+                if at.elapsed() >= STALL && s.queue.len() > s.spinning + s.waking && !monitor_paused() {
                     // Wake a parked worker if there is one, else start one more (beyond `target`).
                     if !wake_parked(&mut s)
                         && let Err(e) = start_worker(&mut s)
@@ -351,8 +373,8 @@ pub const ANSWER_SPIN: Duration = Duration::from_micros(250);
 /// A permit for one caller to poll for its job's answer instead of sleeping until the worker wakes
 /// it: on virtual machines that wake-up (an inter-processor interrupt through the hypervisor) is
 /// the largest single cost of a trivial cell. Polling burns the cycles of a core nobody else
-/// wants, so the permit is given only while one is idle — fewer workers busy than [`target`] — and
-/// to one caller at a time; [`AnswerSpin::keep_going`] ends it when the cores fill up or after
+/// wants, so the permit is given only while one is idle — fewer workers busy or spinning than
+/// [`target`] — and to one caller at a time; [`AnswerSpin::keep_going`] ends it when the cores fill up or after
 /// [`ANSWER_SPIN`]. The caller must poll cooperatively (an async task yields to its executor between
 /// looks), never block a thread.
 #[derive(Debug)]
@@ -370,7 +392,7 @@ const FULL_GRACE: Duration = Duration::from_micros(20);
 /// The [`AnswerSpin`] permit, if a core is idle and no other caller holds it.
 pub fn answer_spin() -> Option<AnswerSpin> {
     let p = pool();
-    if p.busy.load(Ordering::Relaxed) >= target() {
+    if p.occupied.load(Ordering::Relaxed) >= target() {
         return None;
     }
     p.caller_spinning
@@ -387,7 +409,7 @@ impl AnswerSpin {
         if now >= self.until {
             return false;
         }
-        if pool().busy.load(Ordering::Relaxed) < target() {
+        if pool().occupied.load(Ordering::Relaxed) < target() {
             self.full_since = None;
             return true;
         }
@@ -508,6 +530,66 @@ mod tests {
         drop(release_tx);
     }
 
+    /// A job queued while a worker does the clean-up its last job left ([`after_job`]) waits for that
+    /// worker instead of waking a parked one: no wake-up, no extra thread on a core.
+    #[test]
+    fn a_worker_finishing_a_clean_up_takes_the_next_job_without_waking_another() {
+        let _serial = serial();
+        // The monitor would rescue the queued job after STALL (as it should); here only the
+        // finishing worker may take it.
+        let _paused = MonitorPaused::new();
+        let (started_tx, started_rx) = mpsc::channel::<std::thread::ThreadId>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        spawn(move || {
+            after_job(move || {
+                let _ = started_tx.send(std::thread::current().id());
+                let _ = go_rx.recv_timeout(Duration::from_secs(30));
+            })
+            .unwrap();
+        })
+        .unwrap();
+        let first = started_rx.recv_timeout(Duration::from_secs(10)).expect("the clean-up runs");
+        // Any spinner from earlier jobs parks within its spin.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lock().spinning > 0 {
+            assert!(Instant::now() < deadline, "a worker kept spinning");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (ran_tx, ran_rx) = mpsc::channel::<std::thread::ThreadId>();
+        let (threads, waking) = {
+            let s = lock();
+            (s.threads, s.waking)
+        };
+        spawn(move || {
+            let _ = ran_tx.send(std::thread::current().id());
+        })
+        .unwrap();
+        {
+            let s = lock();
+            assert_eq!(s.finishing, 1, "the first worker is finishing");
+            assert_eq!((s.threads, s.waking), (threads, waking), "a worker was woken or started for the job");
+        }
+        go_tx.send(()).unwrap();
+        let second = ran_rx.recv_timeout(Duration::from_secs(10)).expect("the queued job runs");
+        assert_eq!(second, first, "the finishing worker took the job");
+    }
+
+    /// The monitor's rescues switched off until dropped.
+    struct MonitorPaused;
+
+    impl MonitorPaused {
+        fn new() -> Self {
+            MONITOR_PAUSED.store(true, Ordering::Release);
+            MonitorPaused
+        }
+    }
+
+    impl Drop for MonitorPaused {
+        fn drop(&mut self) {
+            MONITOR_PAUSED.store(false, Ordering::Release);
+        }
+    }
+
     /// The pool is one per process: tests that depend on its monitor being on or off run one at a
     /// time.
     fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -551,14 +633,7 @@ mod tests {
     #[test]
     fn jobs_waiting_in_blocking_give_their_place_to_queued_ones() {
         let _serial = serial();
-        struct Resume;
-        impl Drop for Resume {
-            fn drop(&mut self) {
-                MONITOR_PAUSED.store(false, Ordering::Release);
-            }
-        }
-        MONITOR_PAUSED.store(true, Ordering::Release);
-        let _resume = Resume;
+        let _paused = MonitorPaused::new();
         let n = target() * 4;
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
         let (tx, rx) = std::sync::mpsc::channel::<bool>();
