@@ -106,9 +106,15 @@ struct State {
 }
 
 impl State {
-    /// Workers that will look at the queue without being asked (spinning, or notified).
+    /// Workers that will look at the queue without being asked: spinning, or notified.
+    fn lookers(&self) -> usize {
+        self.spinning + self.waking
+    }
+
+    /// Workers a queued job can count on: [`State::lookers`] plus those finishing a quick clean-up
+    /// (see [`State::finishing`]).
     fn takers(&self) -> usize {
-        self.spinning + self.waking + self.finishing
+        self.lookers() + self.finishing
     }
 
     /// Publishes how many cores workers occupy (busy or spinning) for callers deciding whether to
@@ -282,9 +288,9 @@ fn monitor() {
                 s.monitor_idle = false;
             }
             Some(at) => {
-                // A worker finishing a job's clean-up is not counted here: should that clean-up be
-                // slow, the queued job still gets a worker after STALL.
-                if at.elapsed() >= STALL && s.queue.len() > s.spinning + s.waking && !monitor_paused() {
+                // Finishing workers are not counted here (`lookers`, not `takers`): should a
+                // clean-up be slow, the queued job still gets a worker after STALL.
+                if at.elapsed() >= STALL && s.queue.len() > s.lookers() && !monitor_paused() {
                     // Wake a parked worker if there is one, else start one more (beyond `target`).
                     if !wake_parked(&mut s)
                         && let Err(e) = start_worker(&mut s)
