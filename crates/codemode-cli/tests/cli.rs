@@ -890,3 +890,52 @@ fn catalog_flags_nested_code_modes() {
     assert!(text.contains("nested code mode: mcp:ledger:run_code") && text.contains("deny"), "{text}");
     assert!(text.contains("mcp:ledger:pay"), "the other tools stay: {text}");
 }
+
+/// The `d_tag`s of an ELF64 little-endian file's dynamic segment, or `None` if `bytes` is not such
+/// a file or has no dynamic segment.
+fn elf_dynamic_tags(bytes: &[u8]) -> Option<Vec<u64>> {
+    let u16_at = |o: usize| bytes.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| bytes.get(o..o + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
+    let u64_at = |o: usize| bytes.get(o..o + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+    // Magic, 64-bit class, little-endian data.
+    if bytes.get(0..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let (phoff, phentsize, phnum) = (u64_at(0x20)? as usize, u16_at(0x36)? as usize, u16_at(0x38)? as usize);
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32_at(ph)? != 2 {
+            continue; // not PT_DYNAMIC
+        }
+        let (offset, size) = (u64_at(ph + 8)? as usize, u64_at(ph + 32)? as usize);
+        let mut tags = Vec::new();
+        for entry in (offset..offset + size).step_by(16) {
+            match u64_at(entry)? {
+                0 => break, // DT_NULL
+                tag => tags.push(tag),
+            }
+        }
+        return Some(tags);
+    }
+    None
+}
+
+/// Cold start: the binary carries its relative relocations packed (`DT_RELR`, tag 36) exactly when
+/// the build script's probe found a linker and a glibc that support them (see `build.rs`), and it
+/// starts either way.
+#[test]
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64", target_endian = "little"))]
+fn relative_relocations_are_packed_when_the_toolchain_supports_it() {
+    let bytes = std::fs::read(env!("CARGO_BIN_EXE_codemode")).unwrap();
+    let tags = elf_dynamic_tags(&bytes).expect("the binary is an ELF64 executable with a dynamic segment");
+    const DT_RELR: u64 = 36;
+    const DT_RELA: u64 = 7;
+    assert!(tags.contains(&DT_RELA) || tags.contains(&DT_RELR), "a position-independent binary has relocations");
+    assert_eq!(
+        tags.contains(&DT_RELR),
+        option_env!("CODEMODE_RELR_LINKED").is_some(),
+        "DT_RELR present iff the build script linked with -z pack-relative-relocs"
+    );
+    let out = bin().arg("--version").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
