@@ -30,7 +30,7 @@ fn main() {
     }
     if probe() {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
-        // Read by the test that checks the linked binary (tests/relocations.rs).
+        // Read by the test that checks the linked binary (tests/cli.rs).
         println!("cargo:rustc-env=CODEMODE_RELR_LINKED=1");
     } else {
         println!("cargo:warning=linking without packed relative relocations (the linker or glibc lacks them)");

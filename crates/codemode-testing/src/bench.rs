@@ -175,6 +175,17 @@ pub async fn nested_cell(cm: &CodeMode, cell: &str) -> Duration {
     d / NESTED_CALLS
 }
 
+/// A cell that loads what a run's first nested call pays for once per runtime (the engine's first
+/// instance, the called tool's compiled input schema), so a measurement after it counts only what
+/// every call costs.
+pub const WARM_UP: &str = "await tools.demo_echo({ i: 0 }); return 1+1";
+
+/// One run of [`WARM_UP`] (panics unless it completes).
+pub async fn warm_up(cm: &CodeMode) {
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code(WARM_UP)).await;
+    expect_completed(&r);
+}
+
 /// exec (suspends) + wait (resumes to the end).
 pub async fn suspend_resume(cm: &CodeMode) -> Duration {
     let t = Instant::now();
