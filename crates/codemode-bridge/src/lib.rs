@@ -82,6 +82,15 @@ pub fn boot_json(boot: &BootData) -> String {
     BootText::new(boot).with_namespaces(&boot.namespaces).to_string()
 }
 
+/// The prelude's two `boot` arguments from a boot text ([`boot_json`], [`BootText::with_namespaces`]):
+/// the head (JSON, up to the first newline) and the namespaces' JSON texts that follow it (empty
+/// when there are none). JSON text never holds a raw newline, so the first one ends the head.
+/// Engines split here (or in the guest's own code) rather than in the prelude, where QuickJS's
+/// `indexOf` costs thousands of instructions a run.
+pub fn split_boot(boot: &str) -> (&str, &str) {
+    boot.split_once('\n').unwrap_or((boot, ""))
+}
+
 /// Keys of the bridge's `pull` (the prelude's `host("pull", key)`), answered by [`BootText::source`].
 pub mod pull_keys {
     /// `ALL_TOOLS`, as JSON.
@@ -363,14 +372,16 @@ mod tests {
         boot.namespaces = vec![codemode_core::namespace::GuestNamespace {
             id: "ns-é".into(),
             global_name: "Ship".into(),
-            data: json!({"label": "𝄞 café", "list": null}),
+            // A newline in the data is escaped in JSON: the first raw newline still ends the head.
+            data: json!({"label": "𝄞 café\nsecond line", "list": null}),
             calls: vec![codemode_core::namespace::GuestNamespaceCall {
                 path: "list".into(),
                 tool_id: "plugin:demo:demo_shipping_list".into(),
             }],
         }];
+        assert_eq!(split_boot(&cached.with_namespaces(&[])), (r#"{"maxDepth":64}"#, ""), "no namespaces: no texts");
         let text = boot_json(&boot);
-        let (head, rest) = text.split_once('\n').unwrap();
+        let (head, rest) = split_boot(&text);
         let head: Value = serde_json::from_str(head).unwrap();
         assert_eq!(head["maxDepth"], 64);
         let entries = head["namespaces"].as_array().unwrap();

@@ -18,7 +18,8 @@
 //!   the bridge prelude (`codemode_bridge::PRELUDE`, a classic script whose completion value is
 //!   `install(host, plainJson?)`), call `install` with the one host primitive
 //!   `host(kind, payloadJson)` — whose every call goes to `codemode_bridge::BridgeHost::host_call` —
-//!   and call the handle's `boot(program.boot)`. No cell code runs before the first `drive`.
+//!   and call the handle's `boot(head, namespaces)` with `program.boot` split at its first newline
+//!   (`codemode_bridge::split_boot`). No cell code runs before the first `drive`.
 //!   `plainJson(value, depth, maxDepth)` is optional: a native serializer of plain data that must
 //!   return `JSON.stringify(value)` byte for byte, or `undefined` for anything it does not handle,
 //!   and must run no guest code (the prelude's contract for it is in its layer 0; both QuickJS
@@ -206,8 +207,9 @@ pub struct Delivery {
 pub struct GuestProgram {
     /// JavaScript source (TypeScript already transformed), the body of an async function.
     pub code: String,
-    /// Per-run data for the prelude's `boot` (catalog views, limits, …) as JSON text, see
-    /// `codemode-bridge`. Shared, because it is the same for every run over one catalog.
+    /// Per-run data for the prelude's `boot` (limits, the run's namespaces) as text: a JSON head,
+    /// then, after a newline, the namespaces' JSON texts (see `codemode_bridge::BootText`). Shared,
+    /// because it is the same for every run over one catalog without namespaces.
     pub boot: std::sync::Arc<str>,
 }
 

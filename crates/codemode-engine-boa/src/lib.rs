@@ -571,9 +571,11 @@ impl GuestVm for BoaVm {
     fn set_deadline(&mut self, _deadline: Instant) {}
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
-        let boot = JsValue::from(JsString::from(self.boot.take().unwrap_or_else(|| "{}".to_string()).as_str()));
+        let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
+        let (head, namespaces) = codemode_bridge::split_boot(&boot);
+        let args = [JsValue::from(JsString::from(head)), JsValue::from(JsString::from(namespaces))];
         let boot_fn = self.api.boot.clone();
-        self.call(&boot_fn, &[boot])?;
+        self.call(&boot_fn, &args)?;
         // boa's parser recurses on the thread's stack: refuse what could overflow it.
         if nesting_estimate(wrapped) > MAX_NESTING {
             return Err(VmFault::Failure(failure_from_parts(

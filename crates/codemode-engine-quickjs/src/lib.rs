@@ -388,7 +388,8 @@ impl GuestVm for Vm {
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
-        self.call_api(|api| &api.boot, |_, f| f.call((boot,)))?;
+        let (head, namespaces) = codemode_bridge::split_boot(&boot);
+        self.call_api(|api| &api.boot, |_, f| f.call((head, namespaces)))?;
         let run = self.api.run.clone();
         let wrapped = wrapped.to_string();
         self.ctx.with(|ctx| {

@@ -14,7 +14,8 @@
 //   cm_configure(heap_limit, stack, seed_lo, seed_hi, reseed)
 //                                     per instance: limits, a cleared refusal flag, and (reseed != 0)
 //                                     the Math.random seed of a new run
-//   cm_begin(boot, boot_len, src, len) per run: the prelude's boot(data), then the wrapped cell
+//   cm_begin(boot, boot_len, src, len) per run: the prelude's boot(head, namespaces) (the boot
+//                                     text split at its first newline), then the wrapped cell
 //                                     compiled and handed to run()
 //   cm_settle(id, ok, json, len)      deliver one settled request: its promise (made by `host`) is
 //                                     resolved with the parsed JSON, or rejected with the prelude's
@@ -668,19 +669,32 @@ static int call_fn(JSValueConst fn, int argc, JSValueConst *argv) {
 }
 
 EXPORT("cm_begin") int32_t cm_begin(const char *json, uint32_t json_len, const char *code, uint32_t len) {
-    // Both inputs are copied before any guest code runs (they may sit in in_buf).
-    JSValue arg = JS_NewStringLen(ctx, json, json_len);
-    if (JS_IsException(arg)) return set_out_exception();
+    // Both inputs are copied before any guest code runs (they may sit in in_buf). The boot text is
+    // split at its first newline into the prelude's two boot arguments: the head and the
+    // namespaces' texts (codemode_bridge::split_boot; JSON never holds a raw newline).
+    const char *nl = memchr(json, '\n', json_len);
+    uint32_t head_len = nl ? (uint32_t)(nl - json) : json_len;
+    uint32_t rest_at = nl ? head_len + 1 : json_len;
+    JSValue args[2];
+    args[0] = JS_NewStringLen(ctx, json, head_len);
+    if (JS_IsException(args[0])) return set_out_exception();
+    args[1] = JS_NewStringLen(ctx, json + rest_at, json_len - rest_at);
+    if (JS_IsException(args[1])) {
+        JS_FreeValue(ctx, args[0]);
+        return set_out_exception();
+    }
     char *src = malloc(len + 1);
     if (!src) {
-        JS_FreeValue(ctx, arg);
+        JS_FreeValue(ctx, args[0]);
+        JS_FreeValue(ctx, args[1]);
         set_out(OOM_FAILURE, sizeof OOM_FAILURE - 1);
         return 1;
     }
     memcpy(src, code, len);
     src[len] = 0;
-    int r = call_fn(fn_boot, 1, (JSValueConst *)&arg);
-    JS_FreeValue(ctx, arg);
+    int r = call_fn(fn_boot, 2, (JSValueConst *)args);
+    JS_FreeValue(ctx, args[0]);
+    JS_FreeValue(ctx, args[1]);
     if (r) {
         free(src);
         return r;

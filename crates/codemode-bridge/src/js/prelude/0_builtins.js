@@ -66,7 +66,6 @@
   const arrayJoin = Array.prototype.join;
   const stringStartsWith = String.prototype.startsWith;
   const stringSlice = String.prototype.slice;
-  const stringIndexOf = String.prototype.indexOf;
   const objectHasOwn = Object.prototype.hasOwnProperty;
   const stringEndsWith = String.prototype.endsWith;
   const stringReplace = String.prototype.replace;

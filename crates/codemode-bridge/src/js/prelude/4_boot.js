@@ -337,13 +337,15 @@
       return deepFreeze(root);
     }
 
-    function boot(dataJson) {
+    // `headJson` is the boot text up to its first newline, `nsText` what follows it: the
+    // namespaces' JSON texts one after another (see codemode_bridge::BootText::with_namespaces).
+    // The engine splits the text (codemode_bridge::split_boot, or the shim's memchr): QuickJS's
+    // `indexOf` compares the needle at every position through a call, ~8k instructions a run.
+    function boot(headJson, nsText) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
-      // The head is JSON up to the first newline; the namespaces' JSON texts follow it (see
-      // codemode_bridge::BootText::with_namespaces).
-      const headEnd = apply(stringIndexOf, dataJson, ["\n"]);
-      const data = parse(headEnd < 0 ? dataJson : apply(stringSlice, dataJson, [0, headEnd]));
+      const data = parse(headJson);
+      const texts = typeof nsText === "string" ? nsText : "";
       if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
       // Namespaces (SPEC §10 L5): each visible namespace as a direct global and as
       // `namespaces.<globalName>`, both read-only and the same frozen object. The object is built
@@ -353,13 +355,13 @@
       // validated the names (identifiers, no reserved global, no unsafe key); the checks here are
       // a second guard.
       const namespacesRoot = create(null);
-      const guestNamespaces = isArray(data.namespaces) && headEnd >= 0 ? data.namespaces : [];
-      let at = headEnd + 1;
+      const guestNamespaces = isArray(data.namespaces) ? data.namespaces : [];
+      let at = 0;
       for (let i = 0; i < guestNamespaces.length; i++) {
         const entry = guestNamespaces[i];
         const len = entry !== null && typeof entry === "object" ? entry.len : undefined;
         // A bad length would misplace every later namespace: stop at it.
-        if (typeof len !== "number" || !(len >= 0) || at + len > dataJson.length) break;
+        if (typeof len !== "number" || !(len >= 0) || at + len > texts.length) break;
         const start = at;
         at += len;
         const globalName = entry.globalName;
@@ -367,7 +369,7 @@
         if (RESERVED_SET[globalName] === true || globalName in namespacesRoot) continue;
         let built;
         const get = function () {
-          if (built === undefined) built = buildScope(apply(stringSlice, dataJson, [start, start + len]));
+          if (built === undefined) built = buildScope(apply(stringSlice, texts, [start, start + len]));
           return built;
         };
         defineProperty(namespacesRoot, globalName, { get, enumerable: true, configurable: false });
