@@ -232,7 +232,21 @@ impl BootText {
     /// namespace when the cell first reads it: parsing is most of what a namespace costs a run
     /// that never touches it. (JSON text never holds a raw newline, so the first one ends the head.)
     pub fn with_namespaces(&self, namespaces: &[codemode_core::namespace::GuestNamespace]) -> std::sync::Arc<str> {
-        if namespaces.is_empty() {
+        let texts: Vec<String> = namespaces.iter().map(json_text).collect();
+        self.with_namespace_texts(
+            namespaces.iter().map(|ns| ns.global_name.as_str()).zip(texts.iter().map(String::as_str)),
+        )
+    }
+
+    /// [`with_namespaces`](Self::with_namespaces) from each namespace's global name and its JSON
+    /// text already written (see
+    /// [`RunNamespaces::guest_texts`](codemode_core::namespace::RunNamespaces::guest_texts)): the
+    /// same boot text, without serializing the scopes again.
+    pub fn with_namespace_texts<'a>(
+        &self,
+        namespaces: impl ExactSizeIterator<Item = (&'a str, &'a str)> + Clone,
+    ) -> std::sync::Arc<str> {
+        if namespaces.len() == 0 {
             return self.head.clone();
         }
         #[derive(Serialize)]
@@ -241,21 +255,20 @@ impl BootText {
             global_name: &'a str,
             len: usize,
         }
-        let texts: Vec<String> = namespaces.iter().map(json_text).collect();
-        let entries: Vec<Entry<'_>> = namespaces
-            .iter()
-            .zip(&texts)
-            .map(|(ns, text)| Entry { global_name: &ns.global_name, len: text.encode_utf16().count() })
-            .collect();
+        // The guest slices by UTF-16 code units; JSON text is mostly ASCII, where that is its length.
+        let utf16_len = |text: &str| if text.is_ascii() { text.len() } else { text.encode_utf16().count() };
+        let entries: Vec<Entry<'_>> =
+            namespaces.clone().map(|(global_name, text)| Entry { global_name, len: utf16_len(text) }).collect();
         let list = json_text(&entries);
         let open = self.head.strip_suffix('}').unwrap_or(&self.head);
-        let mut out =
-            String::with_capacity(self.head.len() + list.len() + 16 + texts.iter().map(String::len).sum::<usize>());
+        let mut out = String::with_capacity(
+            self.head.len() + list.len() + 16 + namespaces.clone().map(|(_, text)| text.len()).sum::<usize>(),
+        );
         out.push_str(open);
         out.push_str(",\"namespaces\":");
         out.push_str(&list);
         out.push_str("}\n");
-        for text in &texts {
+        for (_, text) in namespaces {
             out.push_str(text);
         }
         out.into()

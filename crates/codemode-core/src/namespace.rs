@@ -172,6 +172,16 @@ pub trait RunNamespaces: Send + Sync {
     /// The serialized namespaces for the boot data.
     fn guest(&self) -> &[GuestNamespace];
 
+    /// Each of [`guest`](Self::guest)'s namespaces as its JSON text, in the same order: what the
+    /// run's boot text carries. The default serializes them; an implementation that already wrote
+    /// the texts (checking a scope's size takes its text) lends them, so a run's scopes are
+    /// serialized once.
+    fn guest_texts(&self) -> std::borrow::Cow<'_, [String]> {
+        std::borrow::Cow::Owned(
+            self.guest().iter().map(|g| serde_json::to_string(g).unwrap_or_else(|_| "null".to_string())).collect(),
+        )
+    }
+
     /// Resolves a guest call. `args` are the guest's arguments, already JSON-safe.
     fn resolve(&self, namespace: &str, path: &str, args: &[Value]) -> Result<NamespaceCall, NamespaceCallError>;
 }

@@ -291,7 +291,12 @@ impl NamespaceRegistry for Namespaces {
             .filter(|e| is_visible(e, catalog))
             .map(|e| (e.owner.clone(), e.reg.clone(), e.serial))
             .collect();
-        let mut table = RunTable { registry: Arc::downgrade(&self.inner), guest: Vec::new(), entries: HashMap::new() };
+        let mut table = RunTable {
+            registry: Arc::downgrade(&self.inner),
+            guest: Vec::new(),
+            texts: Vec::new(),
+            entries: HashMap::new(),
+        };
         for (owner, reg, serial) in visible {
             let fail = |message: String| NamespaceError { namespace: reg.id.clone(), message };
             let scope = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (reg.scope)(ctx))) {
@@ -301,12 +306,14 @@ impl NamespaceRegistry for Namespaces {
             };
             let required: BTreeSet<String> = reg.required_tools.iter().cloned().collect();
             let s = serialize_scope(&reg.global_name, &scope, &owner, &required).map_err(fail)?;
-            table.guest.push(GuestNamespace {
+            let guest = GuestNamespace {
                 id: reg.id.clone(),
                 global_name: reg.global_name.clone(),
                 data: s.data,
                 calls: s.calls,
-            });
+            };
+            table.texts.push(guest_text(&guest, &s.data_json));
+            table.guest.push(guest);
             table.entries.insert(
                 reg.id.clone(),
                 RunEntry { serial, global_name: reg.global_name.clone(), owner, targets: s.targets },
@@ -327,12 +334,37 @@ struct RunEntry {
 struct RunTable {
     registry: Weak<Inner>,
     guest: Vec<GuestNamespace>,
+    /// `guest`'s JSON texts, in order.
+    texts: Vec<String>,
     entries: HashMap<String, RunEntry>,
+}
+
+/// The JSON text of `guest` (as serde writes a [`GuestNamespace`]: `id`, `globalName`, `data`,
+/// `calls`), around its data's text `data_json` already written for the size check.
+fn guest_text(guest: &GuestNamespace, data_json: &str) -> String {
+    let id = serde_json::to_string(&guest.id).unwrap_or_default();
+    let global_name = serde_json::to_string(&guest.global_name).unwrap_or_default();
+    let calls = serde_json::to_string(&guest.calls).unwrap_or_else(|_| "[]".to_string());
+    let mut out = String::with_capacity(48 + id.len() + global_name.len() + data_json.len() + calls.len());
+    out.push_str("{\"id\":");
+    out.push_str(&id);
+    out.push_str(",\"globalName\":");
+    out.push_str(&global_name);
+    out.push_str(",\"data\":");
+    out.push_str(data_json);
+    out.push_str(",\"calls\":");
+    out.push_str(&calls);
+    out.push('}');
+    out
 }
 
 impl RunNamespaces for RunTable {
     fn guest(&self) -> &[GuestNamespace] {
         &self.guest
+    }
+
+    fn guest_texts(&self) -> std::borrow::Cow<'_, [String]> {
+        std::borrow::Cow::Borrowed(&self.texts)
     }
 
     fn resolve(&self, namespace: &str, path: &str, args: &[Value]) -> Result<NamespaceCall, NamespaceCallError> {

@@ -148,6 +148,8 @@ pub struct SerializedScope {
     pub calls: Vec<GuestNamespaceCall>,
     /// Path → member.
     pub targets: HashMap<String, NamespaceTool>,
+    /// `data` as JSON text (written once, for the size check, and reused for the boot text).
+    pub data_json: String,
 }
 
 /// Serializes `scope` for namespace `global_name` whose members may target only `required` tools
@@ -169,13 +171,15 @@ pub fn serialize_scope(
     if !data.is_object() {
         return Err(format!("`{global_name}`: a scope must be an object"));
     }
-    let bytes = serde_json::to_string(&data).map(|s| s.len()).unwrap_or(usize::MAX);
+    let data_json =
+        serde_json::to_string(&data).map_err(|e| format!("`{global_name}`: the scope cannot be serialized: {e}"))?;
+    let bytes = data_json.len();
     if bytes > MAX_SCOPE_BYTES {
         return Err(format!(
             "`{global_name}`: the scope serializes to {bytes} bytes; at most {MAX_SCOPE_BYTES} allowed"
         ));
     }
-    Ok(SerializedScope { data, calls: w.calls, targets: w.targets })
+    Ok(SerializedScope { data, calls: w.calls, targets: w.targets, data_json })
 }
 
 struct Walker<'a> {

@@ -324,3 +324,34 @@ fn owners_other_than_plugins() {
     assert_eq!((call.source, call.owner.as_str()), (ToolSource::Mcp, "github"));
     assert_eq!(run.guest()[0].calls[0].tool_id, "mcp:github:list_issues");
 }
+
+/// The texts a run lends for its boot text (written around the data's text from the size check, so
+/// a scope is serialized once) are exactly what serializing its guest namespaces gives: the guest
+/// parses them as `GuestNamespace`s, escapes and non-ASCII data included.
+#[test]
+fn l5_guest_texts_are_the_serialized_guest_namespaces() {
+    let reg = Namespaces::new();
+    reg.register_for_plugin("github", issues()).unwrap();
+    let odd = NamespaceRegistration::new("odd-ns", "Odd", "Odd data.").require("github_list_issues").scope(|_| {
+        Ok(ScopeValue::object([
+            ("label", ScopeValue::from(json!("𝄞 café \"quoted\"\nline\u{2028}"))),
+            ("nested", ScopeValue::from(json!({"n": [1, 2.5, null, true], "e": {}}))),
+            ("list", namespace_tool("github_list_issues").into()),
+        ]))
+    });
+    reg.register_for_plugin("github", odd).unwrap();
+    with_ctx(|ctx| {
+        let run = reg.open(ctx, &github_tools()).unwrap();
+        let texts = run.guest_texts();
+        assert_eq!(run.guest().len(), 2);
+        assert_eq!(texts.len(), run.guest().len());
+        for (g, text) in run.guest().iter().zip(texts.iter()) {
+            assert_eq!(text, &serde_json::to_string(g).unwrap(), "{}", g.id);
+            let back: codemode_core::namespace::GuestNamespace = serde_json::from_str(text).unwrap();
+            assert_eq!(&back, g);
+        }
+    });
+    // The default (an implementation holding no texts) serializes.
+    let none = codemode_core::namespace::NoNamespaces;
+    assert!(codemode_core::namespace::RunNamespaces::guest_texts(&none).is_empty());
+}

@@ -657,7 +657,12 @@ impl Inner {
             Ok(n) => n,
             Err(e) => return early(e, telemetry),
         };
-        let program = GuestProgram { code, boot: catalog.boot.with_namespaces(namespaces.guest()) };
+        let texts = namespaces.guest_texts();
+        let boot = catalog.boot.with_namespace_texts(
+            namespaces.guest().iter().map(|ns| ns.global_name.as_str()).zip(texts.iter().map(String::as_str)),
+        );
+        drop(texts);
+        let program = GuestProgram { code, boot };
         let instance = match engine.start(&program, &self.limits) {
             Ok(i) => i,
             Err(e) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
