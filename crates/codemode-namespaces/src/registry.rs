@@ -157,6 +157,11 @@ struct Entry {
     reg: Arc<NamespaceRegistration>,
     /// Changes at every (re-)registration: a run checks it at each call.
     serial: u64,
+    /// The required tools' catalog ids (`<source>:<owner>:<name>`), written once at registration:
+    /// visibility is checked against them at every run's opening.
+    required_ids: Vec<String>,
+    /// The required tools' names, the set a scope's callable members are checked against.
+    required: Arc<BTreeSet<String>>,
 }
 
 #[derive(Default)]
@@ -223,7 +228,9 @@ impl Namespaces {
         }
         let serial = self.inner.next_serial.fetch_add(1, Ordering::SeqCst);
         tracing::debug!(id = %reg.id, owner = %owner, global = %reg.global_name, "namespace registered");
-        entries.insert(reg.id.clone(), Entry { owner, reg: Arc::new(reg), serial });
+        let required_ids = reg.required_tools.iter().map(|name| catalog_id(owner.source, &owner.name, name)).collect();
+        let required = Arc::new(reg.required_tools.iter().cloned().collect());
+        entries.insert(reg.id.clone(), Entry { owner, reg: Arc::new(reg), serial, required_ids, required });
         Ok(())
     }
 
@@ -267,10 +274,7 @@ fn info(e: &Entry) -> NamespaceInfo {
 }
 
 fn is_visible(e: &Entry, catalog: &dyn CallableTools) -> bool {
-    e.reg
-        .required_tools
-        .iter()
-        .all(|name| catalog.callable(&catalog_id(e.owner.source, &e.owner.name, name)).is_some_and(|t| e.owner.owns(t)))
+    e.required_ids.iter().all(|id| catalog.callable(id).is_some_and(|t| e.owner.owns(t)))
 }
 
 impl NamespaceRegistry for Namespaces {
@@ -284,12 +288,12 @@ impl NamespaceRegistry for Namespaces {
         catalog: &dyn CallableTools,
     ) -> Result<Arc<dyn RunNamespaces>, NamespaceError> {
         // Factories run outside the lock: a slow or re-entrant factory cannot block registration.
-        let visible: Vec<(NamespaceOwner, Arc<NamespaceRegistration>, u64)> = self
+        let visible: Vec<(NamespaceOwner, Arc<NamespaceRegistration>, u64, Arc<BTreeSet<String>>)> = self
             .inner
             .read()
             .values()
             .filter(|e| is_visible(e, catalog))
-            .map(|e| (e.owner.clone(), e.reg.clone(), e.serial))
+            .map(|e| (e.owner.clone(), e.reg.clone(), e.serial, e.required.clone()))
             .collect();
         let mut table = RunTable {
             registry: Arc::downgrade(&self.inner),
@@ -297,14 +301,13 @@ impl NamespaceRegistry for Namespaces {
             texts: Vec::new(),
             entries: HashMap::new(),
         };
-        for (owner, reg, serial) in visible {
+        for (owner, reg, serial, required) in visible {
             let fail = |message: String| NamespaceError { namespace: reg.id.clone(), message };
             let scope = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (reg.scope)(ctx))) {
                 Ok(Ok(scope)) => scope,
                 Ok(Err(e)) => return Err(fail(format!("its scope factory failed: {e}"))),
                 Err(_) => return Err(fail("its scope factory panicked".into())),
             };
-            let required: BTreeSet<String> = reg.required_tools.iter().cloned().collect();
             let s = serialize_scope(&reg.global_name, &scope, &owner, &required).map_err(fail)?;
             let guest = GuestNamespace {
                 id: reg.id.clone(),
