@@ -341,6 +341,18 @@
     // namespaces' JSON texts one after another (see codemode_bridge::BootText::with_namespaces).
     // The engine splits the text (codemode_bridge::split_boot, or the shim's memchr): QuickJS's
     // `indexOf` compares the needle at every position through a call, ~8k instructions a run.
+    // The descriptors `boot` defines each namespace's two accessors with: made once with the
+    // prelude (null-prototype, private to it), only their getter set per namespace. A descriptor
+    // object literal per definition cost an object and three properties each, then the same lookups.
+    const nsRootDesc = create(null);
+    nsRootDesc.get = undefined;
+    nsRootDesc.enumerable = true;
+    nsRootDesc.configurable = false;
+    const nsGlobalDesc = create(null);
+    nsGlobalDesc.get = undefined;
+    nsGlobalDesc.enumerable = false;
+    nsGlobalDesc.configurable = false;
+
     function boot(headJson, nsText) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
@@ -372,14 +384,20 @@
           if (built === undefined) built = buildScope(apply(stringSlice, texts, [start, start + len]));
           return built;
         };
-        defineProperty(namespacesRoot, globalName, { get, enumerable: true, configurable: false });
+        nsRootDesc.get = get;
+        defineProperty(namespacesRoot, globalName, nsRootDesc);
         try {
-          defineProperty(G, globalName, { get, enumerable: false, configurable: false });
+          nsGlobalDesc.get = get;
+          defineProperty(G, globalName, nsGlobalDesc);
         } catch (_) {
           // A global the VM does not let us define (the host refuses such names): reachable only as
           // `namespaces.<name>`.
         }
       }
-      lock("namespaces", freeze(namespacesRoot));
+      nsRootDesc.get = nsGlobalDesc.get = undefined;
+      // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
+      // `freeze` would still do (without listing and redefining them).
+      reflectPreventExtensions(namespacesRoot);
+      lock("namespaces", namespacesRoot);
     }
 
