@@ -288,7 +288,7 @@ impl NamespaceRegistry for Namespaces {
         catalog: &dyn CallableTools,
     ) -> Result<Arc<dyn RunNamespaces>, NamespaceError> {
         // Factories run outside the lock: a slow or re-entrant factory cannot block registration.
-        let visible: Vec<(NamespaceOwner, Arc<NamespaceRegistration>, u64, Arc<BTreeSet<String>>)> = self
+        let visible: Vec<_> = self
             .inner
             .read()
             .values()
