@@ -20,6 +20,12 @@
 # (QuickJS, the prelude, the host primitive), "host" the rest (request dispatch, the tool's future,
 # results).
 #
+# A second table counts what a run costs with and without two visible namespaces: criterion's
+# `exec_trivial` and `exec_trivial_namespaces` each run for PROFILE_SECONDS (default 2) under
+# callgrind, and scripts/callgrind-calls.py divides each function's inclusive instructions by its
+# call count (the set-up's few warm-up runs are among the hundreds counted): the engine's drive step
+# per run (the guest), opening the run's namespaces and writing its boot text (the host).
+#
 # Needs valgrind (Debian: `apt-get install valgrind`); it is not part of the set-up, as no test
 # needs it. quickjs-wasi's JIT code runs under valgrind too (about 30 s per engine here).
 set -euo pipefail
@@ -84,4 +90,28 @@ for e in "${engines[@]}"; do
   all=$(((loop_n - loop_t) / 1000))
   guest=$(((guest_n - guest_t) / 1000))
   printf '%-14s %12d %12d %12d\n' "$e" "$all" "$guest" "$((all - guest))"
+done
+
+# Per run: a trivial cell, and the same with two visible namespaces (`Shipping`, `Bench`).
+seconds=${PROFILE_SECONDS:-2}
+per_call() { python3 scripts/callgrind-calls.py "$1" "${@:2}" | cut -f3; }
+printf '\n%-14s %14s %14s %14s %14s\n' engine "guest / run" "with ns" "ns opening" "ns boot text"
+for e in "${engines[@]}"; do
+  case "$e" in
+    quickjs-wasi) instance=WasiInstance ;;
+    quickjs) instance=NativeInstance ;;
+    boa) instance=BoaInstance ;;
+    *) echo "count-instructions: no instance type known for engine $e" >&2; continue ;;
+  esac
+  for scenario in exec_trivial exec_trivial_namespaces; do
+    echo "[count-instructions] $e/$scenario under callgrind for ${seconds}s" >&2
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/run-$e-$scenario.%p" \
+      "$bin" --bench "^$e/$scenario\$" --profile-time "$seconds" >/dev/null 2>&1
+  done
+  drive="$instance as codemode_core::engine::GuestInstance>::drive\$"
+  guest_t=$(per_call "$drive" "$work/run-$e-exec_trivial".*)
+  guest_n=$(per_call "$drive" "$work/run-$e-exec_trivial_namespaces".*)
+  opening=$(per_call 'Inner::open_namespaces$' "$work/run-$e-exec_trivial_namespaces".*)
+  boot=$(per_call 'BootText::with_namespace_texts' "$work/run-$e-exec_trivial_namespaces".*)
+  printf '%-14s %14d %14d %14d %14d\n' "$e" "$guest_t" "$guest_n" "$opening" "$boot"
 done
