@@ -258,4 +258,30 @@ mod tests {
         assert!(none.visible(&Empty).is_empty());
         assert_eq!(none.resolve("x", "y", &[]).unwrap_err(), NamespaceCallError::UnknownNamespace("x".to_string()));
     }
+
+    /// An implementation that holds no texts gets each namespace serialized, in order.
+    #[test]
+    fn guest_texts_default_to_the_serialized_namespaces() {
+        struct Two(Vec<GuestNamespace>);
+        impl RunNamespaces for Two {
+            fn guest(&self) -> &[GuestNamespace] {
+                &self.0
+            }
+            fn resolve(&self, namespace: &str, _: &str, _: &[Value]) -> Result<NamespaceCall, NamespaceCallError> {
+                Err(NamespaceCallError::UnknownNamespace(namespace.to_string()))
+            }
+        }
+        let ns = |id: &str, data: Value| GuestNamespace {
+            id: id.to_string(),
+            global_name: id.to_uppercase(),
+            data,
+            calls: vec![GuestNamespaceCall { path: "run".into(), tool_id: "plugin:p:t".into() }],
+        };
+        let two = Two(vec![ns("a", serde_json::json!({"x": "é\n"})), ns("b", serde_json::json!({}))]);
+        let texts = two.guest_texts();
+        assert_eq!(texts.len(), 2);
+        for (g, text) in two.guest().iter().zip(texts.iter()) {
+            assert_eq!(serde_json::from_str::<GuestNamespace>(text).unwrap(), *g);
+        }
+    }
 }

@@ -345,9 +345,16 @@ struct RunTable {
 /// The JSON text of `guest` (as serde writes a [`GuestNamespace`]: `id`, `globalName`, `data`,
 /// `calls`), around its data's text `data_json` already written for the size check.
 fn guest_text(guest: &GuestNamespace, data_json: &str) -> String {
-    let id = serde_json::to_string(&guest.id).unwrap_or_default();
-    let global_name = serde_json::to_string(&guest.global_name).unwrap_or_default();
-    let calls = serde_json::to_string(&guest.calls).unwrap_or_else(|_| "[]".to_string());
+    let parts = (
+        serde_json::to_string(&guest.id),
+        serde_json::to_string(&guest.global_name),
+        serde_json::to_string(&guest.calls),
+    );
+    // Strings and a list of string pairs always serialize; were one not to, the whole namespace
+    // is serialized the plain way rather than a broken text assembled.
+    let (Ok(id), Ok(global_name), Ok(calls)) = parts else {
+        return serde_json::to_string(guest).unwrap_or_else(|_| "null".to_string());
+    };
     let mut out = String::with_capacity(48 + id.len() + global_name.len() + data_json.len() + calls.len());
     out.push_str("{\"id\":");
     out.push_str(&id);
