@@ -113,5 +113,9 @@ for e in "${engines[@]}"; do
   guest_n=$(per_call "$drive" "$work/run-$e-exec_trivial_namespaces".*)
   opening=$(per_call 'Inner::open_namespaces$' "$work/run-$e-exec_trivial_namespaces".*)
   boot=$(per_call 'BootText::with_namespace_texts' "$work/run-$e-exec_trivial_namespaces".*)
+  if [ "$guest_t" -eq 0 ] || [ "$guest_n" -eq 0 ]; then
+    echo "count-instructions: $e: the per-run scenarios did not run (engine not compiled in?)" >&2
+    continue
+  fi
   printf '%-14s %14d %14d %14d %14d\n' "$e" "$guest_t" "$guest_n" "$opening" "$boot"
 done

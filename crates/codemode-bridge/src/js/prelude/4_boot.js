@@ -337,10 +337,6 @@
       return deepFreeze(root);
     }
 
-    // `headJson` is the boot text up to its first newline, `nsText` what follows it: the
-    // namespaces' JSON texts one after another (see codemode_bridge::BootText::with_namespaces).
-    // The engine splits the text (codemode_bridge::split_boot, or the shim's memchr): QuickJS's
-    // `indexOf` compares the needle at every position through a call, ~8k instructions a run.
     // The descriptors `boot` defines each namespace's two accessors with: made once with the
     // prelude (null-prototype, private to it), only their getter set per namespace. A descriptor
     // object literal per definition cost an object and three properties each, then the same lookups.
@@ -353,6 +349,10 @@
     nsGlobalDesc.enumerable = false;
     nsGlobalDesc.configurable = false;
 
+    // `headJson` is the boot text up to its first newline, `nsText` what follows it: the
+    // namespaces' JSON texts one after another (see codemode_bridge::BootText::with_namespaces).
+    // The engine splits the text (codemode_bridge::split_boot, or the shim's memchr): QuickJS's
+    // `indexOf` compares the needle at every position through a call, ~8k instructions a run.
     function boot(headJson, nsText) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
