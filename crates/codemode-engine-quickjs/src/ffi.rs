@@ -17,7 +17,7 @@ use crate::Interrupt;
 use codemode_bridge::{BridgeHost, HostCallResult};
 use codemode_core::engine::RequestId;
 use rquickjs::{Array, Ctx, Exception, Object, Value, qjs};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
@@ -41,6 +41,9 @@ pub(crate) struct ContextState {
     /// by request id: owned references, released when the request is settled or by
     /// [`ContextState::release_pending`] before the runtime goes.
     pub(crate) pending: RefCell<HashMap<RequestId, [qjs::JSValue; 2]>>,
+    /// `Math.random`'s state (xorshift64*), seeded for every run: a VM reused from its booted image
+    /// would otherwise repeat one sequence, and QuickJS seeds its own only once, from the clock.
+    pub(crate) rng: Cell<u64>,
 }
 
 impl ContextState {
@@ -59,7 +62,13 @@ impl ContextState {
             class_object: 0,
             class_array: 0,
             pending: RefCell::new(HashMap::new()),
+            rng: Cell::new(random_seed()),
         })
+    }
+
+    /// Gives `Math.random` a fresh seed (a new run).
+    pub(crate) fn reseed(&self) {
+        self.rng.set(random_seed());
     }
 
     /// The resolving functions of request `id`, handed over (wrapped so that they are released when
@@ -80,6 +89,54 @@ impl ContextState {
             unsafe { qjs::JS_FreeValue(ctx.as_raw().as_ptr(), f) };
         }
     }
+}
+
+/// A seed for `Math.random`: the process's random hasher keys mixed with the time (never zero).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() | 1
+}
+
+/// Points the context at `state` and replaces `Math.random` by [`random`], whose state is in
+/// `state` (reseeded per run). Called before the prelude loads, so the prelude and every cell
+/// see this one.
+///
+/// `state` must stay where it is, alive, for as long as the context can run JavaScript: the VM
+/// owns both and drops the state after the runtime.
+pub(crate) fn install_random(ctx: &Ctx<'_>, state: &mut ContextState) -> rquickjs::Result<()> {
+    // SAFETY: as in `primitives`: this context, under its runtime's lock; `state` outlives it.
+    unsafe { qjs::JS_SetContextOpaque(ctx.as_raw().as_ptr(), (state as *mut ContextState).cast::<c_void>()) };
+    let math: Object<'_> = ctx.globals().get("Math")?;
+    // `set` keeps the property's attributes: writable, configurable, not enumerable.
+    math.set("random", c_function(ctx, random, c"random", 0)?)
+}
+
+/// `Math.random`: xorshift64* over the VM's [`ContextState::rng`], as the WebAssembly engine's.
+///
+/// # Safety
+/// Called by QuickJS only: `ctx` is a live context whose opaque pointer is null or a live
+/// [`ContextState`].
+unsafe extern "C" fn random(
+    ctx: *mut qjs::JSContext,
+    _this: qjs::JSValue,
+    _argc: c_int,
+    _argv: *mut qjs::JSValue,
+) -> qjs::JSValue {
+    // SAFETY: as this function's contract says.
+    let x = match unsafe { state(ctx) } {
+        Some(s) => {
+            let mut r = s.rng.get();
+            r ^= r >> 12;
+            r ^= r << 25;
+            r ^= r >> 27;
+            s.rng.set(r);
+            r.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        None => 0,
+    };
+    qjs::JS_NewFloat64((x >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0))
 }
 
 /// Makes `host` and `plainJson` for `ctx` and points the context at `state`.

@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 mod alloc;
+mod arena;
 mod ffi;
 mod plain_json;
 
@@ -94,27 +95,75 @@ impl NativeInstance {
     fn spawn(wrapped: String, boot: String, limits: GuestLimits) -> Result<Self, EngineError> {
         let mut vm = match take_warm(&limits) {
             Some(vm) => vm,
-            None => workers::run(move || Vm::new(limits)).map_err(EngineError::from)??,
+            None => Box::new(workers::run(move || Vm::new(limits)).map_err(EngineError::from)??),
         };
         refill_warm(limits);
+        vm.begin_run();
         vm.boot = Some(boot);
-        Ok(NativeInstance { vm: Some(Box::new(vm)), unstarted: Some(wrapped) })
+        Ok(NativeInstance { vm: Some(vm), unstarted: Some(wrapped) })
     }
 }
 
-/// Fresh VMs (runtime, context and prelude ready; no guest code ever ran in them) kept per limits, so
-/// a new run does not wait for QuickJS to set up (~0.2 ms). Refilled in the background.
+impl Drop for NativeInstance {
+    fn drop(&mut self) {
+        if let Some(vm) = self.vm.take() {
+            release(vm);
+        }
+    }
+}
+
+/// Pristine VMs — runtime, context and prelude ready, and no guest code ever ran in them, or every
+/// byte of their heap put back to their booted image since — kept per limits, so a new run does not
+/// wait for QuickJS to set up (~0.2 ms). Refilled in the background.
 const WARM_TARGET: usize = 2;
 
-fn warm() -> &'static Mutex<Vec<(GuestLimits, Vm)>> {
-    static WARM: OnceLock<Mutex<Vec<(GuestLimits, Vm)>>> = OnceLock::new();
+/// Most VMs kept across all limit sets (a finished run's VM is dropped instead when it is full).
+const WARM_MAX: usize = 4 * WARM_TARGET;
+
+/// Heap capacity of a reusable VM: twice its limit plus room for the image. The limit applies to
+/// live bytes; the rest absorbs fragmentation (blocks are never merged), and the capacity bounds
+/// what a hostile run can make the region grow to.
+fn arena_capacity(heap_limit: usize) -> usize {
+    heap_limit.saturating_mul(2).saturating_add(16 << 20)
+}
+
+/// Most bytes a run may carve beyond the image for its VM to be reused: resetting costs the zeroing
+/// of those bytes, and their pages stay resident while the VM waits in the pool.
+const RECYCLE_MAX: usize = 4 << 20;
+
+/// How many runs started on a VM reused from its image (for tests: proof that reuse happens).
+static REUSED: AtomicU64 = AtomicU64::new(0);
+
+/// How many runs so far started on a VM reused from its booted image, in this process. Tests use
+/// it to check that the isolation they exercise is that of reused VMs.
+pub fn reused_vms() -> u64 {
+    REUSED.load(Ordering::Relaxed)
+}
+
+fn warm() -> &'static Mutex<Vec<(GuestLimits, Box<Vm>)>> {
+    static WARM: OnceLock<Mutex<Vec<(GuestLimits, Box<Vm>)>>> = OnceLock::new();
     WARM.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-fn take_warm(limits: &GuestLimits) -> Option<Vm> {
+fn take_warm(limits: &GuestLimits) -> Option<Box<Vm>> {
     let mut pool = warm().lock().unwrap_or_else(|p| p.into_inner());
     let at = pool.iter().position(|(l, _)| l == limits)?;
-    Some(pool.swap_remove(at).1)
+    let vm = pool.swap_remove(at).1;
+    if vm.reused {
+        REUSED.fetch_add(1, Ordering::Relaxed);
+    }
+    Some(vm)
+}
+
+/// A finished run's VM: put back to its image and pooled when it can be, else dropped.
+fn release(mut vm: Box<Vm>) {
+    if !vm.recycle() {
+        return;
+    }
+    let mut pool = warm().lock().unwrap_or_else(|p| p.into_inner());
+    if pool.len() < WARM_MAX {
+        pool.push((vm.limits, vm));
+    }
 }
 
 fn refill_warm(limits: GuestLimits) {
@@ -126,10 +175,10 @@ fn refill_warm(limits: GuestLimits) {
         if let Ok(vm) = Vm::new(limits) {
             let mut pool = warm().lock().unwrap_or_else(|p| p.into_inner());
             // Keep the pool small across all limit sets: drop the oldest entries first.
-            if pool.len() >= 4 * WARM_TARGET {
+            if pool.len() >= WARM_MAX {
                 pool.remove(0);
             }
-            pool.push((limits, vm));
+            pool.push((limits, Box::new(vm)));
         }
     });
 }
@@ -184,9 +233,14 @@ impl Interrupt {
 /// The whole VM (runtime, context, prelude handle) moves between worker threads as one value.
 ///
 /// Field order matters: the prelude handle must be released before the context and the runtime
-/// (QuickJS asserts that no object outlives its runtime), and the primitives' state after them
-/// (the context points at it). The resolving functions of requests in flight, held in that state,
-/// are released by `Drop` before any field goes.
+/// (QuickJS asserts that no object outlives its runtime), the primitives' state after them
+/// (the context points at it), and the arena holding the heap last. The resolving functions of
+/// requests in flight, held in that state, are released by `Drop` before any field goes.
+///
+/// A VM whose heap lives in an [`arena::Arena`] is reusable: after a run, [`Vm::recycle`] copies
+/// the image taken after boot back over the whole heap (QuickJS's runtime and context included)
+/// and resets the Rust-side state, so the next run starts from exactly the state a new VM would
+/// have. Without an arena (the host would not lend the region) each VM serves one run.
 struct Vm {
     api: Api,
     ctx: Context,
@@ -198,6 +252,12 @@ struct Vm {
     refused: Arc<AtomicBool>,
     /// The primitives' state, which the context points at (see `ffi`): dropped after the runtime.
     context_state: Box<ffi::ContextState>,
+    /// The limits the VM was built for (its pool key; its heap and stack limits are in its image).
+    limits: GuestLimits,
+    /// Whether a run already used this VM (it was reset since).
+    reused: bool,
+    /// The region holding the whole QuickJS heap, when reusable: dropped after everything above.
+    arena: Option<arena::Arena>,
 }
 
 /// The prelude's private handle, each function kept on its own (no property lookup per drive step).
@@ -278,8 +338,15 @@ impl Vm {
     fn new(limits: GuestLimits) -> Result<Self, EngineError> {
         let heap_limit = usize::try_from(limits.memory_limit_bytes).unwrap_or(usize::MAX);
         let refused = Arc::new(AtomicBool::new(false));
-        let rt = Runtime::new_with_alloc(alloc::GuardedAllocator::new(heap_limit, refused.clone()))
-            .map_err(unavailable("cannot create a QuickJS runtime"))?;
+        let mut arena = arena::Arena::new(arena_capacity(heap_limit));
+        let rt = match arena.as_mut() {
+            Some(arena) => {
+                arena.set_limit(heap_limit);
+                Runtime::new_with_alloc(arena.allocator(refused.clone()))
+            }
+            None => Runtime::new_with_alloc(alloc::GuardedAllocator::new(heap_limit, refused.clone())),
+        }
+        .map_err(unavailable("cannot create a QuickJS runtime"))?;
         // QuickJS's own limit stays as a backstop, a little above the allocator's.
         rt.set_memory_limit(heap_limit.saturating_add(BACKSTOP_SLACK));
         rt.set_max_stack_size(usize::try_from(limits.max_stack_bytes).unwrap_or(usize::MAX));
@@ -298,6 +365,7 @@ impl Vm {
         let mut state = ffi::ContextState::new(bridge.clone(), interrupt.clone(), refused.clone(), heap_limit);
         let api = ctx.with(|ctx| -> Result<Api, EngineError> {
             let installed = (|| -> rquickjs::Result<Object<'_>> {
+                ffi::install_random(&ctx, &mut state)?;
                 // SAFETY: the bytes were produced by `Module::write` of this same QuickJS build in this
                 // process (see `prelude_bytecode`), from our own prelude source, and live for the rest
                 // of the process (`JS_READ_OBJ_ROM_DATA` keeps pointing into them).
@@ -314,7 +382,48 @@ impl Vm {
                 .catch(&ctx)
                 .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))
         })?;
-        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, context_state: state })
+        if let Some(arena) = arena.as_mut() {
+            // The image: the booted VM after a collection, with no value held outside the heap
+            // but the prelude's handle (which every run keeps too).
+            rt.run_gc();
+            arena.take_image();
+        }
+        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, context_state: state, limits, reused: false, arena })
+    }
+
+    /// Resets the Rust-side state a run uses (the heap is fresh or was reset): a new bridge, a new
+    /// `Math.random` seed, no deadline, cancel flag, fatal stop or allocation refusal.
+    fn begin_run(&mut self) {
+        match self.bridge.lock() {
+            Ok(mut b) => *b = BridgeHost::new(self.limits),
+            Err(poisoned) => *poisoned.into_inner() = BridgeHost::new(self.limits),
+        }
+        self.context_state.reseed();
+        self.interrupt.deadline_ns.store(u64::MAX, Ordering::Relaxed);
+        self.interrupt.fatal.store(false, Ordering::Relaxed);
+        self.interrupt.fired.store(false, Ordering::Relaxed);
+        *self.interrupt.cancel.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.refused.store(false, Ordering::Relaxed);
+    }
+
+    /// Puts a finished run's VM back to its booted image, if it is reusable and the run did not
+    /// grow its heap past [`RECYCLE_MAX`]; `false` means drop it instead.
+    ///
+    /// Every byte of the QuickJS heap — the runtime and context structures, atoms, shapes, the
+    /// job queue, the collector's lists, the allocator's state — becomes what it was when the
+    /// image was taken, and what the run carved beyond it is zeroed. Values the host held into the
+    /// run's heap are only the resolving functions of requests never settled: they are forgotten
+    /// here (they belong to the state being discarded), never freed into the restored heap.
+    fn recycle(&mut self) -> bool {
+        let Some(arena) = self.arena.as_mut() else { return false };
+        if !arena.has_image() || arena.carved().saturating_sub(arena.image_len()) > RECYCLE_MAX {
+            return false;
+        }
+        self.context_state.pending.borrow_mut().clear();
+        self.boot = None;
+        arena.reset();
+        self.reused = true;
+        true
     }
 
     /// Turns an rquickjs error inside `ctx` into a fault, reading the pending exception if any.

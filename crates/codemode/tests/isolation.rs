@@ -5,7 +5,7 @@
 //! views and pulls catalog data must leave nothing the next run on the same runtime can see.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::{CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, RunContext};
+use codemode::{CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, RunContext, RunId};
 use codemode_testing::demo::demo_tools;
 use serde_json::{Value, json};
 
@@ -83,4 +83,81 @@ async fn a_run_never_sees_a_previous_runs_globals_prototypes_or_heap() {
         randoms.dedup();
         assert_eq!(randoms.len(), 24, "{engine}: runs repeated a Math.random sequence");
     }
+}
+
+/// Hostile runs for the native engine's reused VMs, each ending a different way a run can end.
+const HOSTILE_NATIVE: [&str; 5] = [
+    // Completes with a finalizer registered, a registry symbol made, a job queued after its result.
+    r#"globalThis.leaked = 1;
+const reg = new FinalizationRegistry(() => { globalThis.finalized = 1; });
+reg.register({}, 1);
+globalThis.sym = Symbol.for("planted");
+Promise.resolve().then(() => { globalThis.late = 1; });
+return 1;"#,
+    // Fails at the memory limit (its VM has carved too much to be reused: it is dropped).
+    r#"globalThis.leaked = 2;
+const a = [];
+for (;;) a.push("x".repeat(1 << 16) + a.length);"#,
+    // Stopped at the deadline, with a prototype polluted.
+    r#"globalThis.leaked = 3;
+Object.prototype.polluted = 1;
+for (;;) {}"#,
+    // Holds 3 MiB of an 8 MiB heap when it completes: a heap whose accounting carried over from
+    // run to run would refuse the next one.
+    r#"globalThis.leaked = 4;
+globalThis.big = "y".repeat(3 << 20) + Math.random();
+return big.length;"#,
+    // Suspended, then aborted (its VM is released from the suspended state).
+    r#"globalThis.leaked = 5;
+Array.prototype.extra = 1;
+await yield_control();
+globalThis.resumed = 1;
+return 5;"#,
+];
+
+/// The native engine reuses a VM by copying the image of its heap taken after boot back over the
+/// whole heap (QuickJS's runtime and context structures, atoms, the job queue, the collector's lists
+/// and the allocator's state all live in it). Whatever way a run ended — completed with jobs and
+/// finalizers pending, refused at the memory limit, stopped at the deadline, suspended and aborted —
+/// the next run on a reused VM sees none of it, and its heap accounting starts again from the image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_vms_reused_from_their_image_keep_nothing_of_earlier_runs() {
+    let config = CodeModeConfig { timeout_ms: 300, memory_limit_bytes: 8 << 20, ..CodeModeConfig::enabled() };
+    let cm = CodeMode::builder(config).engine_name("quickjs").local_tools(demo_tools()).build();
+    let ctx = RunContext::session("reuse");
+    let reused_before = codemode_engine_quickjs::reused_vms();
+    let check = r#"return {
+  leaked: typeof globalThis.leaked, finalized: typeof globalThis.finalized, late: typeof globalThis.late,
+  resumed: typeof globalThis.resumed, big: typeof globalThis.big, sym: typeof globalThis.sym,
+  polluted: ({}).polluted === undefined, extra: [].extra === undefined,
+  echo: (await tools.demo_echo({ n: 1 })).n,
+};"#;
+    let clean = json!({
+        "leaked": "undefined", "finalized": "undefined", "late": "undefined", "resumed": "undefined",
+        "big": "undefined", "sym": "undefined", "polluted": true, "extra": true, "echo": 1,
+    });
+    for round in 0..3 {
+        for (i, code) in HOSTILE_NATIVE.iter().enumerate() {
+            let r = cm.exec(&ctx, &CodeModeExecInput::code(*code)).await;
+            match i {
+                0 => assert_eq!(value(&r), json!(1), "round {round}"),
+                1 => assert_eq!(r.error_code(), Some(CodeModeErrorCode::MemoryLimitExceeded), "{}", r.to_json()),
+                2 => assert_eq!(r.error_code(), Some(CodeModeErrorCode::Timeout), "{}", r.to_json()),
+                3 => assert!(value(&r).as_u64().unwrap() > 3 << 20, "round {round}"),
+                _ => {
+                    let id = RunId::parse(r.run_id().expect("a waiting run")).unwrap();
+                    assert!(cm.abort(&id).await, "round {round}: the suspended run is aborted");
+                }
+            }
+            // Several checkers in a row: the pool hands out VMs released by hostile and clean runs.
+            for _ in 0..3 {
+                let seen = value(&cm.exec(&ctx, &CodeModeExecInput::code(check)).await);
+                assert_eq!(seen, clean, "round {round}, after hostile run {i}");
+            }
+        }
+    }
+    assert!(
+        codemode_engine_quickjs::reused_vms() > reused_before + 10,
+        "the runs above were served by VMs reused from their image"
+    );
 }

@@ -1,0 +1,437 @@
+//! The guest heap of a reusable VM: one fixed region of host memory that holds everything QuickJS
+//! allocates (the runtime, the context, the prelude, every object a cell makes) *and* the allocator's
+//! own state, so copying the region's bytes back to what they were after boot puts the whole VM back
+//! where it was, byte for byte.
+//!
+//! That is what lets the native engine reuse a booted VM instead of building one per run (a
+//! runtime, a context and the prelude cost ~0.2 ms): after a run, [`Arena::reset`] copies the image
+//! taken after boot over the region and zeroes whatever the run carved beyond it. Nothing a run did
+//! can survive it — globals, prototypes, atoms, the `Symbol.for` registry, pending jobs, the
+//! garbage collector's lists and the heap accounting all live in the region — and the region is
+//! at the same address in every run, so the pointers inside the image stay valid. What lives
+//! outside the region is the VM's Rust-side state ([`crate::ffi::ContextState`], the bridge, the
+//! interrupt flags), which the engine resets itself for each run.
+//!
+//! The allocator is a segregated free list: a request is rounded up to a size class (multiples of
+//! 16 bytes up to 256, then four classes per power of two, so at most a quarter is wasted), served
+//! from that class's free list or carved from the untouched end of the region. Blocks are never
+//! split or merged. QuickJS itself serves objects up to 512 bytes from 4 KiB pages it asks for
+//! here, so most requests are of a few sizes. Each block starts with a 16-byte header holding its
+//! class, so a block's usable size is known from its pointer alone.
+//!
+//! Limits: the heap limit is enforced here on usable bytes ([`Arena::set_limit`], the guest's
+//! memory limit: a memory bomb is refused at the limit, and the refusal is recorded); and the
+//! region has a fixed capacity, so fragmentation can never grow it (an allocation past the end is
+//! refused like one past the limit).
+#![allow(unsafe_code)]
+
+use rquickjs::allocator::Allocator;
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Alignment of every block and the size of its header.
+const GRANULE: usize = 16;
+/// Number of size classes (enough for any size below 2^40 bytes).
+const CLASSES: usize = 16 + 4 * 37;
+/// Where a free list ends.
+const NIL: usize = 0;
+
+/// The allocator's state, at offset 0 of the region (so [`Arena::reset`] restores it with the rest).
+#[repr(C)]
+struct Control {
+    /// Offset of the first byte never carved into a block.
+    bump: usize,
+    /// Usable bytes of live blocks (what the limit applies to).
+    used: usize,
+    /// Most usable bytes allowed at once.
+    limit: usize,
+    /// Offset of the first free block of each class (the next one's offset is in its first word).
+    free: [usize; CLASSES],
+}
+
+/// Where the first block starts: after the control block, on a granule boundary.
+const FIRST_BLOCK: usize = std::mem::size_of::<Control>().div_ceil(GRANULE) * GRANULE;
+
+/// The class of a request of `size` bytes, `None` if no class is that large.
+fn class_of(size: usize) -> Option<usize> {
+    let n = size.max(1).div_ceil(GRANULE);
+    if n <= 16 {
+        return Some(n - 1);
+    }
+    // n > 16: four classes per power of two, (4 + q) << (e - 2) granules for q in 0..4.
+    let e = (usize::BITS - 1 - n.leading_zeros()) as usize;
+    let step = 1usize << (e - 2);
+    let q = n.div_ceil(step) - 4;
+    let (e, q) = if q == 4 { (e + 1, 0) } else { (e, q) };
+    let class = 16 + (e - 4) * 4 + q;
+    (class < CLASSES).then_some(class)
+}
+
+/// The usable size of a block of class `class` (< [`CLASSES`]).
+fn class_size(class: usize) -> usize {
+    if class < 16 {
+        return (class + 1) * GRANULE;
+    }
+    let e = 4 + (class - 16) / 4;
+    let q = (class - 16) % 4;
+    ((4 + q) << (e - 2)) * GRANULE
+}
+
+/// The region: owned here, used by QuickJS through [`ArenaAllocator`] handles.
+pub(crate) struct Arena {
+    base: NonNull<u8>,
+    layout: Layout,
+    /// The region's first bytes as they were when the image was taken (its length is the bump
+    /// offset then): what [`Arena::reset`] copies back.
+    image: Vec<u8>,
+}
+
+// SAFETY: the region is plain memory owned by this value; it is only touched through this value or
+// through the allocator handle of the one QuickJS runtime living in it, and that runtime moves
+// between threads together with its arena (inside one `Vm`), never used from two at once.
+unsafe impl Send for Arena {}
+
+impl Arena {
+    /// A region of `capacity` bytes (rounded up to a page), or `None` if the host will not lend
+    /// it. The memory comes zeroed from the system and is only backed by pages as it is used.
+    pub(crate) fn new(capacity: usize) -> Option<Self> {
+        let capacity = capacity.max(FIRST_BLOCK + GRANULE).checked_next_multiple_of(4096)?;
+        // Alignment 16: the system's calloc then maps large regions lazily (a larger alignment
+        // would make Rust zero every byte of it up front).
+        let layout = Layout::from_size_align(capacity, GRANULE).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let arena = Arena { base, layout, image: Vec::new() };
+        // SAFETY: the region is at least FIRST_BLOCK bytes, aligned for `Control`, and zeroed.
+        unsafe {
+            let c = arena.control();
+            (*c).bump = FIRST_BLOCK;
+            (*c).used = 0;
+            (*c).limit = 0;
+        }
+        Some(arena)
+    }
+
+    fn control(&self) -> *mut Control {
+        self.base.as_ptr().cast::<Control>()
+    }
+
+    /// A handle QuickJS allocates through. `refused` is set whenever it says no.
+    pub(crate) fn allocator(&self, refused: Arc<AtomicBool>) -> ArenaAllocator {
+        ArenaAllocator { base: self.base, capacity: self.layout.size(), refused }
+    }
+
+    /// Sets the heap limit (usable bytes of live blocks, the image's included).
+    pub(crate) fn set_limit(&mut self, limit: usize) {
+        // SAFETY: the control block is live for the arena's life; nothing allocates concurrently
+        // (`&mut self`, and the runtime is not running).
+        unsafe { (*self.control()).limit = limit };
+    }
+
+    /// Usable bytes of live blocks now.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        // SAFETY: as in `set_limit`.
+        unsafe { (*self.control()).used }
+    }
+
+    /// Bytes of the region carved into blocks so far (the image's included).
+    pub(crate) fn carved(&self) -> usize {
+        // SAFETY: as in `set_limit`.
+        unsafe { (*self.control()).bump }
+    }
+
+    /// Takes the image [`Arena::reset`] returns to: the region as it is now, up to what has been
+    /// carved. Must be called while QuickJS is not running.
+    pub(crate) fn take_image(&mut self) {
+        let carved = self.carved();
+        // SAFETY: the first `carved` bytes of the region are initialized (zeroed at creation, then
+        // written by the allocator and QuickJS) and nothing writes them while we read (`&mut self`).
+        let bytes = unsafe { std::slice::from_raw_parts(self.base.as_ptr(), carved) };
+        self.image = bytes.to_vec();
+    }
+
+    /// Whether an image was taken.
+    pub(crate) fn has_image(&self) -> bool {
+        !self.image.is_empty()
+    }
+
+    /// Bytes of the image (the region carved when it was taken).
+    pub(crate) fn image_len(&self) -> usize {
+        self.image.len()
+    }
+
+    /// Puts the region back to the image, byte for byte: the image copied over its range, and
+    /// everything carved since zeroed. Must be called while QuickJS is not running and no value of
+    /// the runtime is held outside the region (all of it becomes what it was when the image was
+    /// taken). Returns how many bytes beyond the image the run had carved.
+    pub(crate) fn reset(&mut self) -> usize {
+        let carved = self.carved();
+        let image_len = self.image.len();
+        // SAFETY: the image is no longer than the region and the carved range lies inside the
+        // region (the allocator never carves past its capacity); nothing else touches the region
+        // while we write (`&mut self`, QuickJS not running).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.image.as_ptr(), self.base.as_ptr(), image_len);
+            if carved > image_len {
+                std::ptr::write_bytes(self.base.as_ptr().add(image_len), 0, carved - image_len);
+            }
+        }
+        carved.saturating_sub(image_len)
+    }
+
+    /// Whether the region is exactly the image followed by zeroes up to `upto` bytes (a test's
+    /// check of [`Arena::reset`]).
+    #[cfg(test)]
+    pub(crate) fn is_pristine(&self, upto: usize) -> bool {
+        let upto = upto.min(self.layout.size());
+        // SAFETY: the region's bytes are initialized (zeroed at creation) and not being written.
+        let bytes = unsafe { std::slice::from_raw_parts(self.base.as_ptr(), upto) };
+        let n = self.image.len().min(upto);
+        bytes[..n] == self.image[..n] && bytes[n..].iter().all(|b| *b == 0)
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once. The runtime that used the region
+        // is gone: the VM drops its runtime before its arena.
+        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) };
+    }
+}
+
+/// QuickJS's allocator over an [`Arena`]: all state is in the region, this handle only points at it.
+pub(crate) struct ArenaAllocator {
+    base: NonNull<u8>,
+    capacity: usize,
+    refused: Arc<AtomicBool>,
+}
+
+// SAFETY: see `Arena`: the handle is used only by the runtime living in the region, under its lock,
+// and moves with it.
+unsafe impl Send for ArenaAllocator {}
+
+impl ArenaAllocator {
+    fn control(&self) -> *mut Control {
+        self.base.as_ptr().cast::<Control>()
+    }
+
+    fn refuse(&self) -> *mut u8 {
+        self.refused.store(true, Ordering::Relaxed);
+        std::ptr::null_mut()
+    }
+
+    /// The block offset of user pointer `ptr`, if it is one this region handed out (defensive:
+    /// QuickJS only frees what it allocated, but a wrong pointer must not make us write elsewhere).
+    fn block_of(&self, ptr: *mut u8) -> Option<usize> {
+        let at = (ptr as usize).checked_sub(self.base.as_ptr() as usize)?.checked_sub(GRANULE)?;
+        // SAFETY: reading the bump offset of the live control block.
+        let bump = unsafe { (*self.control()).bump };
+        (at >= FIRST_BLOCK && at + GRANULE <= bump && at % GRANULE == 0).then_some(at)
+    }
+
+    /// The class stored in the header of the block at `at` (a valid block offset).
+    fn class_at(&self, at: usize) -> Option<usize> {
+        // SAFETY: `at` is a block offset inside the carved range (see `block_of`); headers are
+        // aligned to 16.
+        let class = unsafe { self.base.as_ptr().add(at).cast::<usize>().read() };
+        (class < CLASSES).then_some(class)
+    }
+}
+
+// SAFETY: every pointer returned is either null or the user area of a block of at least the
+// requested size inside the region, 16-aligned, not handed out again until freed; `usable_size`
+// reads the header written when the block was carved.
+unsafe impl Allocator for ArenaAllocator {
+    fn alloc(&mut self, size: usize) -> *mut u8 {
+        let Some(class) = class_of(size) else { return self.refuse() };
+        let usable = class_size(class);
+        let c = self.control();
+        // SAFETY: the control block is live; QuickJS calls the allocator from one thread at a time
+        // (under the runtime's lock). Free-list offsets and the bump offset only ever point inside
+        // the carved range of the region.
+        unsafe {
+            let used = (*c).used.saturating_add(usable);
+            if used > (*c).limit {
+                return self.refuse();
+            }
+            let head = (*c).free[class];
+            let at = if head != NIL {
+                (*c).free[class] = self.base.as_ptr().add(head + GRANULE).cast::<usize>().read();
+                head
+            } else {
+                let at = (*c).bump;
+                let end = match at.checked_add(GRANULE + usable) {
+                    Some(end) if end <= self.capacity => end,
+                    _ => return self.refuse(),
+                };
+                (*c).bump = end;
+                self.base.as_ptr().add(at).cast::<usize>().write(class);
+                at
+            };
+            (*c).used = used;
+            self.base.as_ptr().add(at + GRANULE)
+        }
+    }
+
+    fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
+        let Some(total) = count.checked_mul(size) else { return self.refuse() };
+        let ptr = self.alloc(total);
+        if !ptr.is_null() {
+            // SAFETY: `ptr` has at least `total` writable bytes (a recycled block holds old data).
+            unsafe { std::ptr::write_bytes(ptr, 0, total) };
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&mut self, ptr: *mut u8) {
+        let Some(at) = self.block_of(ptr) else { return };
+        let Some(class) = self.class_at(at) else { return };
+        let c = self.control();
+        // SAFETY: `at` is a carved block (checked above) whose user area is at least a word; the
+        // control block is live and used from one thread at a time.
+        unsafe {
+            self.base.as_ptr().add(at + GRANULE).cast::<usize>().write((*c).free[class]);
+            (*c).free[class] = at;
+            (*c).used = (*c).used.saturating_sub(class_size(class));
+        }
+    }
+
+    unsafe fn realloc(&mut self, ptr: *mut u8, new_size: usize) -> *mut u8 {
+        if ptr.is_null() {
+            return self.alloc(new_size);
+        }
+        let Some(class) = self.block_of(ptr).and_then(|at| self.class_at(at)) else { return std::ptr::null_mut() };
+        let old = class_size(class);
+        if new_size <= old {
+            return ptr;
+        }
+        let new = self.alloc(new_size);
+        if !new.is_null() {
+            // SAFETY: both are distinct live blocks; the old one holds `old` bytes and the new one
+            // more. The old block is freed once, after the copy.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, old);
+                self.dealloc(ptr);
+            }
+        }
+        new
+    }
+
+    unsafe fn usable_size(ptr: *mut u8) -> usize {
+        // SAFETY: the caller guarantees `ptr` is a live block of this allocator: its header, 16
+        // bytes before it, holds its class.
+        let class = unsafe { ptr.sub(GRANULE).cast::<usize>().read() };
+        if class < CLASSES { class_size(class) } else { 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn classes_cover_every_size_with_at_most_a_quarter_wasted() {
+        let mut prev = 0;
+        for class in 0..CLASSES {
+            let s = class_size(class);
+            assert!(s >= prev, "class sizes grow");
+            assert_eq!(s % GRANULE, 0);
+            prev = s;
+        }
+        for size in (1..5000).chain([1 << 20, (1 << 20) + 1, 3 << 27, (1 << 39) - 1]) {
+            let class = class_of(size).unwrap();
+            let s = class_size(class);
+            assert!(s >= size, "{size} fits class {class} ({s})");
+            if size > 256 {
+                assert!(s - size <= size / 4 + GRANULE, "{size} in {s} wastes too much");
+                assert!(class == 0 || class_size(class - 1) < size || class == 16, "{size}: smallest class");
+            }
+        }
+        assert_eq!(class_of(usize::MAX / 2), None);
+    }
+
+    #[test]
+    fn blocks_are_recycled_by_class_and_the_limit_is_enforced() {
+        let arena = Arena::new(1 << 20).unwrap();
+        let refused = Arc::new(AtomicBool::new(false));
+        let mut a = arena.allocator(refused.clone());
+        // SAFETY (test): the limit is set while nothing else uses the arena.
+        unsafe { (*arena.control()).limit = 64 << 10 };
+        let p = a.alloc(100);
+        let q = a.alloc(100);
+        assert!(!p.is_null() && !q.is_null() && p != q);
+        assert_eq!(p as usize % 16, 0);
+        // SAFETY (test): live blocks of this allocator.
+        unsafe {
+            assert_eq!(ArenaAllocator::usable_size(p), 112);
+            a.dealloc(p);
+        }
+        assert_eq!(a.alloc(97), p, "a freed block of the class is reused");
+        // Growing in place within the class, moving beyond it with the contents.
+        // SAFETY (test): `q` is live; 100 bytes written, then read back from the moved block.
+        unsafe {
+            std::ptr::write_bytes(q, 7, 100);
+            assert_eq!(a.realloc(q, 110), q);
+            let r = a.realloc(q, 1000);
+            assert!(!r.is_null() && r != q);
+            assert!(std::slice::from_raw_parts(r, 100).iter().all(|b| *b == 7));
+        }
+        assert!(!refused.load(Ordering::Relaxed));
+        assert!(a.alloc(80 << 10).is_null(), "over the limit");
+        assert!(refused.load(Ordering::Relaxed));
+        // A pointer the arena never handed out is ignored, not written through.
+        let mut outside = [0usize; 4];
+        // SAFETY (test): exercising the defensive check; the pointer is never written.
+        unsafe { a.dealloc(outside.as_mut_ptr().cast::<u8>().add(16)) };
+        assert_eq!(outside, [0; 4]);
+    }
+
+    #[test]
+    fn the_region_has_a_fixed_capacity() {
+        let arena = Arena::new(64 << 10).unwrap();
+        let mut a = arena.allocator(Arc::new(AtomicBool::new(false)));
+        // SAFETY (test): the limit is set while nothing else uses the arena.
+        unsafe { (*arena.control()).limit = usize::MAX };
+        let mut n = 0;
+        while !a.alloc(1000).is_null() {
+            n += 1;
+            assert!(n < 100, "the region ends");
+        }
+        assert!(n > 40);
+    }
+
+    #[test]
+    fn reset_returns_the_region_to_its_image_byte_for_byte() {
+        let mut arena = Arena::new(1 << 20).unwrap();
+        arena.set_limit(1 << 20);
+        let mut a = arena.allocator(Arc::new(AtomicBool::new(false)));
+        let kept = a.alloc(300);
+        // SAFETY (test): writing the block just allocated.
+        unsafe { std::ptr::write_bytes(kept, 1, 300) };
+        arena.take_image();
+        let used = arena.used();
+        let carved = arena.carved();
+        // A "run": writes the image's block, frees it, allocates and fills more.
+        // SAFETY (test): live blocks of this allocator.
+        unsafe {
+            std::ptr::write_bytes(kept, 9, 300);
+            a.dealloc(kept);
+        }
+        for _ in 0..50 {
+            let p = a.alloc(2000);
+            // SAFETY (test): writing the block just allocated.
+            unsafe { std::ptr::write_bytes(p, 0xAB, 2000) };
+        }
+        let beyond = arena.carved() - carved;
+        assert!(beyond > 0);
+        assert_eq!(arena.reset(), beyond);
+        assert!(arena.is_pristine(1 << 20));
+        assert_eq!((arena.used(), arena.carved()), (used, carved));
+        // The image's block is allocated again, not on a free list: the next allocation is new.
+        assert_ne!(a.alloc(300), kept);
+    }
+}
