@@ -19,6 +19,13 @@
 //! here, so most requests are of a few sizes. Each block starts with a 16-byte header holding its
 //! class, so a block's usable size is known from its pointer alone.
 //!
+//! Requests of [`LARGE`] bytes or more (big strings, arrays, array buffers) go to the system
+//! allocator instead, as before this arena existed: they are reallocated in place where the system
+//! can, counted at their exact size, and never fragment the region. Each carries a 32-byte header
+//! linking it into a list whose head is in the region's control block; [`Arena::reset`] frees
+//! every block on that list before it copies the image back (the image never holds one: a VM
+//! whose boot made one is not reused).
+//!
 //! Limits: the heap limit is enforced here on usable bytes ([`Arena::set_limit`], the guest's
 //! memory limit: a memory bomb is refused at the limit, and the refusal is recorded); and the
 //! region has a fixed capacity, so fragmentation can never grow it (an allocation past the end is
@@ -33,6 +40,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Alignment of every block and the size of its header.
 const GRANULE: usize = 16;
+/// Requests of this many bytes or more are served by the system allocator (see the module doc).
+pub(crate) const LARGE: usize = 128 << 10;
+/// Header of a large block: previous and next block on the list, size, [`LARGE_MARK`].
+const LARGE_HEADER: usize = 32;
+/// The word before a large block's user data (where a region block has its class).
+const LARGE_MARK: usize = usize::MAX;
 /// Number of size classes (enough for any size below 2^40 bytes).
 const CLASSES: usize = 16 + 4 * 37;
 /// Where a free list ends.
@@ -47,6 +60,8 @@ struct Control {
     used: usize,
     /// Most usable bytes allowed at once.
     limit: usize,
+    /// The first large block (the address of its header), 0 when there is none.
+    large: usize,
     /// Offset of the first free block of each class (the next one's offset is in its first word).
     free: [usize; CLASSES],
 }
@@ -110,6 +125,7 @@ impl Arena {
             (*c).bump = FIRST_BLOCK;
             (*c).used = 0;
             (*c).limit = 0;
+            (*c).large = 0;
         }
         Some(arena)
     }
@@ -144,13 +160,38 @@ impl Arena {
     }
 
     /// Takes the image [`Arena::reset`] returns to: the region as it is now, up to what has been
-    /// carved. Must be called while QuickJS is not running.
-    pub(crate) fn take_image(&mut self) {
+    /// carved. Must be called while QuickJS is not running. Refused (`false`, no image) while a
+    /// large block is live: a reset frees them all, and the image would point at freed memory.
+    pub(crate) fn take_image(&mut self) -> bool {
+        // SAFETY: as in `set_limit`.
+        if unsafe { (*self.control()).large } != 0 {
+            return false;
+        }
         let carved = self.carved();
         // SAFETY: the first `carved` bytes of the region are initialized (zeroed at creation, then
         // written by the allocator and QuickJS) and nothing writes them while we read (`&mut self`).
         let bytes = unsafe { std::slice::from_raw_parts(self.base.as_ptr(), carved) };
         self.image = bytes.to_vec();
+        true
+    }
+
+    /// Frees every large block (a run's: the image holds none).
+    fn free_large_blocks(&mut self) {
+        // SAFETY: the list holds exactly the live large blocks, each allocated by
+        // `ArenaAllocator::alloc_large` with the layout its header records; nothing else uses them
+        // (QuickJS is not running, `&mut self`). Each is freed once, then the list is emptied.
+        unsafe {
+            let c = self.control();
+            let mut at = (*c).large;
+            while at != 0 {
+                let header = at as *mut usize;
+                let next = header.add(1).read();
+                let size = header.add(2).read();
+                std::alloc::dealloc(header.cast::<u8>(), large_layout(size));
+                at = next;
+            }
+            (*c).large = 0;
+        }
     }
 
     /// Whether an image was taken.
@@ -168,6 +209,7 @@ impl Arena {
     /// the runtime is held outside the region (all of it becomes what it was when the image was
     /// taken). Returns how many bytes beyond the image the run had carved.
     pub(crate) fn reset(&mut self) -> usize {
+        self.free_large_blocks();
         let carved = self.carved();
         let image_len = self.image.len();
         // SAFETY: the image is no longer than the region and the carved range lies inside the
@@ -196,10 +238,18 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
+        // Normally none are left (freeing the runtime frees them through the allocator).
+        self.free_large_blocks();
         // SAFETY: allocated in `new` with this layout, freed once. The runtime that used the region
         // is gone: the VM drops its runtime before its arena.
         unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) };
     }
+}
+
+/// The system layout of a large block of `size` user bytes (validated when it was allocated).
+fn large_layout(size: usize) -> Layout {
+    // `size + LARGE_HEADER` was a valid layout size when the block was made (see `alloc_large`).
+    Layout::from_size_align(size + LARGE_HEADER, GRANULE).unwrap_or(Layout::new::<[usize; 4]>())
 }
 
 /// QuickJS's allocator over an [`Arena`]: all state is in the region, this handle only points at it.
@@ -234,10 +284,129 @@ impl ArenaAllocator {
 
     /// The class stored in the header of the block at `at` (a valid block offset).
     fn class_at(&self, at: usize) -> Option<usize> {
-        // SAFETY: `at` is a block offset inside the carved range (see `block_of`); headers are
-        // aligned to 16.
-        let class = unsafe { self.base.as_ptr().add(at).cast::<usize>().read() };
+        // SAFETY: `at` is a block offset inside the carved range (see `block_of`); the class is the
+        // header's second word (the word right before the user data).
+        let class = unsafe { self.base.as_ptr().add(at + 8).cast::<usize>().read() };
         (class < CLASSES).then_some(class)
+    }
+
+    /// Whether `ptr` lies inside the region (else it is a large block, or not ours).
+    fn in_region(&self, ptr: *mut u8) -> bool {
+        let base = self.base.as_ptr() as usize;
+        (ptr as usize) >= base && (ptr as usize) < base + self.capacity
+    }
+
+    /// A large block of `size` bytes from the system, linked into the list (null if refused).
+    fn alloc_large(&mut self, size: usize, zeroed: bool) -> *mut u8 {
+        let c = self.control();
+        let Some(total) = size.checked_add(LARGE_HEADER) else { return self.refuse() };
+        let Ok(layout) = Layout::from_size_align(total, GRANULE) else { return self.refuse() };
+        // SAFETY: the control block is live and used from one thread at a time; the header is
+        // written inside the fresh allocation (32 bytes, 16-aligned), linked at the list's head.
+        unsafe {
+            let used = (*c).used.saturating_add(size);
+            if used > (*c).limit {
+                return self.refuse();
+            }
+            let header = if zeroed { std::alloc::alloc_zeroed(layout) } else { std::alloc::alloc(layout) };
+            if header.is_null() {
+                return self.refuse();
+            }
+            let words = header.cast::<usize>();
+            let head = (*c).large;
+            words.write(0);
+            words.add(1).write(head);
+            words.add(2).write(size);
+            words.add(3).write(LARGE_MARK);
+            if head != 0 {
+                (head as *mut usize).write(header as usize);
+            }
+            (*c).large = header as usize;
+            (*c).used = used;
+            header.add(LARGE_HEADER)
+        }
+    }
+
+    /// The header of large block `ptr`, if its mark says it is one.
+    ///
+    /// # Safety
+    /// `ptr` is a live block of this allocator outside the region.
+    unsafe fn large_header(ptr: *mut u8) -> Option<*mut usize> {
+        // SAFETY: as the contract says: the 32 bytes before `ptr` are its header.
+        unsafe {
+            let header = ptr.sub(LARGE_HEADER).cast::<usize>();
+            (header.add(3).read() == LARGE_MARK).then_some(header)
+        }
+    }
+
+    /// Points the list's links at a large block's header (after it was made or moved).
+    ///
+    /// # Safety
+    /// `header` is a live large block whose prev/next words name live blocks of the list.
+    unsafe fn relink(&mut self, header: *mut usize) {
+        // SAFETY: as the contract says.
+        unsafe {
+            let prev = header.read();
+            let next = header.add(1).read();
+            if prev == 0 {
+                (*self.control()).large = header as usize;
+            } else {
+                (prev as *mut usize).add(1).write(header as usize);
+            }
+            if next != 0 {
+                (next as *mut usize).write(header as usize);
+            }
+        }
+    }
+
+    /// Grows or shrinks a large block through the system's `realloc` (in place where it can).
+    fn realloc_large(&mut self, header: *mut usize, old: usize, new_size: usize) -> *mut u8 {
+        let c = self.control();
+        let Some(total) = new_size.checked_add(LARGE_HEADER) else { return self.refuse() };
+        if Layout::from_size_align(total, GRANULE).is_err() {
+            return self.refuse();
+        }
+        // SAFETY: `header` is a live large block made with `large_layout(old)`; on success the
+        // block (header included) may have moved, and its neighbours are pointed at it again.
+        unsafe {
+            let used = (*c).used.saturating_sub(old).saturating_add(new_size);
+            if new_size > old && used > (*c).limit {
+                return self.refuse();
+            }
+            let moved = std::alloc::realloc(header.cast::<u8>(), large_layout(old), total);
+            if moved.is_null() {
+                return self.refuse();
+            }
+            let header = moved.cast::<usize>();
+            header.add(2).write(new_size);
+            self.relink(header);
+            (*c).used = used;
+            moved.add(LARGE_HEADER)
+        }
+    }
+
+    /// Unlinks and frees a large block.
+    ///
+    /// # Safety
+    /// `header` is a live large block on the list.
+    unsafe fn free_large(&mut self, header: *mut usize) {
+        // SAFETY: as the contract says; its neighbours are live blocks of the list.
+        unsafe {
+            let prev = header.read();
+            let next = header.add(1).read();
+            let size = header.add(2).read();
+            if prev == 0 {
+                (*self.control()).large = next;
+            } else {
+                (prev as *mut usize).add(1).write(next);
+            }
+            if next != 0 {
+                (next as *mut usize).write(prev);
+            }
+            let c = self.control();
+            (*c).used = (*c).used.saturating_sub(size);
+            std::alloc::dealloc(header.cast::<u8>(), large_layout(size));
+        }
     }
 }
 
@@ -246,6 +415,9 @@ impl ArenaAllocator {
 // reads the header written when the block was carved.
 unsafe impl Allocator for ArenaAllocator {
     fn alloc(&mut self, size: usize) -> *mut u8 {
+        if size >= LARGE {
+            return self.alloc_large(size, false);
+        }
         let Some(class) = class_of(size) else { return self.refuse() };
         let usable = class_size(class);
         let c = self.control();
@@ -268,7 +440,7 @@ unsafe impl Allocator for ArenaAllocator {
                     _ => return self.refuse(),
                 };
                 (*c).bump = end;
-                self.base.as_ptr().add(at).cast::<usize>().write(class);
+                self.base.as_ptr().add(at + 8).cast::<usize>().write(class);
                 at
             };
             (*c).used = used;
@@ -278,6 +450,9 @@ unsafe impl Allocator for ArenaAllocator {
 
     fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
         let Some(total) = count.checked_mul(size) else { return self.refuse() };
+        if total >= LARGE {
+            return self.alloc_large(total, true);
+        }
         let ptr = self.alloc(total);
         if !ptr.is_null() {
             // SAFETY: `ptr` has at least `total` writable bytes (a recycled block holds old data).
@@ -287,6 +462,18 @@ unsafe impl Allocator for ArenaAllocator {
     }
 
     unsafe fn dealloc(&mut self, ptr: *mut u8) {
+        if ptr.is_null() {
+            return;
+        }
+        if !self.in_region(ptr) {
+            // SAFETY: the caller guarantees `ptr` is a live block of this allocator; outside the
+            // region, that is a large block.
+            if let Some(header) = unsafe { Self::large_header(ptr) } {
+                // SAFETY: a live large block, on the list.
+                unsafe { self.free_large(header) };
+            }
+            return;
+        }
         let Some(at) = self.block_of(ptr) else { return };
         let Some(class) = self.class_at(at) else { return };
         let c = self.control();
@@ -303,17 +490,30 @@ unsafe impl Allocator for ArenaAllocator {
         if ptr.is_null() {
             return self.alloc(new_size);
         }
-        let Some(class) = self.block_of(ptr).and_then(|at| self.class_at(at)) else { return std::ptr::null_mut() };
-        let old = class_size(class);
-        if new_size <= old {
-            return ptr;
-        }
+        let old = if self.in_region(ptr) {
+            let Some(class) = self.block_of(ptr).and_then(|at| self.class_at(at)) else { return std::ptr::null_mut() };
+            let old = class_size(class);
+            if new_size <= old {
+                return ptr;
+            }
+            old
+        } else {
+            // SAFETY: the caller guarantees `ptr` is a live block; outside the region, a large one.
+            let Some(header) = (unsafe { Self::large_header(ptr) }) else { return std::ptr::null_mut() };
+            // SAFETY: a live large block's header.
+            let old = unsafe { header.add(2).read() };
+            if new_size >= LARGE {
+                return self.realloc_large(header, old, new_size);
+            }
+            old
+        };
         let new = self.alloc(new_size);
         if !new.is_null() {
             // SAFETY: both are distinct live blocks; the old one holds `old` bytes and the new one
-            // more. The old block is freed once, after the copy.
+            // `new_size` (a large block shrinking below `LARGE` moves into a smaller one). The old
+            // block is freed once, after the copy.
             unsafe {
-                std::ptr::copy_nonoverlapping(ptr, new, old);
+                std::ptr::copy_nonoverlapping(ptr, new, old.min(new_size));
                 self.dealloc(ptr);
             }
         }
@@ -321,10 +521,18 @@ unsafe impl Allocator for ArenaAllocator {
     }
 
     unsafe fn usable_size(ptr: *mut u8) -> usize {
-        // SAFETY: the caller guarantees `ptr` is a live block of this allocator: its header, 16
-        // bytes before it, holds its class.
-        let class = unsafe { ptr.sub(GRANULE).cast::<usize>().read() };
-        if class < CLASSES { class_size(class) } else { 0 }
+        // SAFETY: the caller guarantees `ptr` is a live block of this allocator: the word before it
+        // holds its class, or the large mark with the size in the word before that.
+        unsafe {
+            let class = ptr.sub(8).cast::<usize>().read();
+            if class == LARGE_MARK {
+                ptr.sub(16).cast::<usize>().read()
+            } else if class < CLASSES {
+                class_size(class)
+            } else {
+                0
+            }
+        }
     }
 }
 
@@ -412,7 +620,7 @@ mod tests {
         let kept = a.alloc(300);
         // SAFETY (test): writing the block just allocated.
         unsafe { std::ptr::write_bytes(kept, 1, 300) };
-        arena.take_image();
+        assert!(arena.take_image());
         let used = arena.used();
         let carved = arena.carved();
         // A "run": writes the image's block, frees it, allocates and fills more.
@@ -433,5 +641,48 @@ mod tests {
         assert_eq!((arena.used(), arena.carved()), (used, carved));
         // The image's block is allocated again, not on a free list: the next allocation is new.
         assert_ne!(a.alloc(300), kept);
+    }
+
+    #[test]
+    fn large_blocks_come_from_the_system_and_a_reset_frees_them() {
+        let mut arena = Arena::new(1 << 20).unwrap();
+        arena.set_limit(8 << 20);
+        let refused = Arc::new(AtomicBool::new(false));
+        let mut a = arena.allocator(refused.clone());
+        assert!(arena.take_image());
+        let used = arena.used();
+        let carved = arena.carved();
+        // Three large blocks (one zeroed), one grown through realloc with its contents, one freed,
+        // one shrunk back into the region.
+        let p = a.alloc(LARGE);
+        let q = a.calloc(3, LARGE);
+        let r = a.alloc(LARGE + 1);
+        assert!(![p, q, r].iter().any(|x| x.is_null() || a.in_region(*x) || !(*x as usize).is_multiple_of(16)));
+        // SAFETY (test): live blocks of this allocator, written within their sizes.
+        unsafe {
+            assert_eq!(ArenaAllocator::usable_size(p), LARGE);
+            assert!(std::slice::from_raw_parts(q, 3 * LARGE).iter().all(|b| *b == 0));
+            std::ptr::write_bytes(p, 5, LARGE);
+            let p = a.realloc(p, 4 * LARGE);
+            assert!(!p.is_null() && std::slice::from_raw_parts(p, LARGE).iter().all(|b| *b == 5));
+            assert_eq!(ArenaAllocator::usable_size(p), 4 * LARGE);
+            a.dealloc(q);
+            std::ptr::write_bytes(r, 6, 100);
+            let small = a.realloc(r, 100);
+            assert!(a.in_region(small) && std::slice::from_raw_parts(small, 100).iter().all(|b| *b == 6));
+        }
+        assert_eq!(arena.used(), used + 4 * LARGE + 112, "exact sizes for large blocks, classes for small");
+        // Over the limit: refused and recorded, nothing allocated.
+        assert!(a.alloc(8 << 20).is_null() && refused.load(Ordering::Relaxed));
+        // SAFETY (test): reading the control block while nothing allocates.
+        assert_ne!(unsafe { (*arena.control()).large }, 0);
+        arena.reset();
+        // SAFETY (test): as above.
+        assert_eq!(unsafe { (*arena.control()).large }, 0, "the run's large blocks were freed");
+        assert_eq!((arena.used(), arena.carved()), (used, carved));
+        assert!(arena.is_pristine(1 << 20));
+        // An image is refused while a large block lives (a reset would free what it points at).
+        let _kept = a.alloc(LARGE);
+        assert!(!arena.take_image());
     }
 }

@@ -140,8 +140,11 @@ pub fn reused_vms() -> u64 {
     REUSED.load(Ordering::Relaxed)
 }
 
-fn warm() -> &'static Mutex<Vec<(GuestLimits, Box<Vm>)>> {
-    static WARM: OnceLock<Mutex<Vec<(GuestLimits, Box<Vm>)>>> = OnceLock::new();
+/// The pool of pristine VMs, each with the limits it was built for.
+type WarmPool = Mutex<Vec<(GuestLimits, Box<Vm>)>>;
+
+fn warm() -> &'static WarmPool {
+    static WARM: OnceLock<WarmPool> = OnceLock::new();
     WARM.get_or_init(|| Mutex::new(Vec::new()))
 }
 
@@ -386,9 +389,23 @@ impl Vm {
             // The image: the booted VM after a collection, with no value held outside the heap
             // but the prelude's handle (which every run keeps too).
             rt.run_gc();
-            arena.take_image();
+            if !arena.take_image() {
+                tracing::debug!("the booted native VM holds a large block: it serves one run");
+            }
         }
-        Ok(Vm { rt, ctx, api, bridge, interrupt, boot: None, refused, context_state: state, limits, reused: false, arena })
+        Ok(Vm {
+            rt,
+            ctx,
+            api,
+            bridge,
+            interrupt,
+            boot: None,
+            refused,
+            context_state: state,
+            limits,
+            reused: false,
+            arena,
+        })
     }
 
     /// Resets the Rust-side state a run uses (the heap is fresh or was reset): a new bridge, a new
@@ -562,5 +579,118 @@ impl GuestVm for Vm {
             Ok(mut b) => f(&mut b),
             Err(poisoned) => f(&mut poisoned.into_inner()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use codemode_core::engine::DriveOutcome;
+    use serde_json::{Value as Json, json};
+    use std::time::Duration;
+
+    /// Runs `code` as a cell on `vm` (fresh or recycled) to its first report.
+    fn run_on(vm: &mut Vm, code: &str) -> DriveOutcome {
+        vm.begin_run();
+        vm.boot = Some("{}".into());
+        let input = DriveInput {
+            deliveries: Vec::new(),
+            deadline: Instant::now() + Duration::from_secs(10),
+            output_budget: 1 << 20,
+            cancel: None,
+            boot_source: None,
+        };
+        drive(vm, &mut Some(codemode_bridge::wrap_code(code)), input).unwrap().outcome
+    }
+
+    fn completed(outcome: DriveOutcome) -> Json {
+        match outcome {
+            DriveOutcome::Completed(v) => v,
+            other => panic!("not completed: {other:?}"),
+        }
+    }
+
+    const PLANT: &str = r#"globalThis.planted = "secret"; Object.prototype.polluted = 1;
+        globalThis.keep = []; for (let i = 0; i < 2000; i++) keep.push({ i, s: "s" + i });
+        Promise.resolve().then(() => { globalThis.late = 1; });
+        return Math.random();"#;
+    const CHECK: &str = r#"return [typeof planted, ({}).polluted, typeof keep, typeof late, Math.random()];"#;
+
+    #[test]
+    fn a_recycled_vm_is_its_booted_image_again_byte_for_byte() {
+        let mut vm = Vm::new(GuestLimits::default()).unwrap();
+        let image = vm.arena.as_ref().expect("a reusable VM").image_len();
+        // The booted runtime, context and prelude: a few hundred KiB (what a reset copies back).
+        assert!((64 << 10..4 << 20).contains(&image), "image of {image} bytes");
+        let first = completed(run_on(&mut vm, PLANT));
+        let carved = vm.arena.as_ref().unwrap().carved();
+        assert!(carved > image, "the run carved beyond the image");
+        assert!(vm.recycle());
+        // Every byte the run could have written: the image's, and the zeroed rest up to its reach.
+        assert!(vm.arena.as_ref().unwrap().is_pristine(carved + (1 << 16)));
+        let seen = completed(run_on(&mut vm, CHECK));
+        assert_eq!(
+            seen.as_array().unwrap()[..4],
+            [json!("undefined"), Json::Null, json!("undefined"), json!("undefined")],
+            "{seen}"
+        );
+        assert_ne!(seen[4], first, "Math.random is reseeded for the new run");
+        // And again from the same image.
+        assert!(vm.recycle());
+        assert_eq!(completed(run_on(&mut vm, "return typeof planted")), json!("undefined"));
+    }
+
+    #[test]
+    fn a_vm_whose_run_carved_far_into_its_region_is_not_reused() {
+        let mut vm = Vm::new(GuestLimits::default()).unwrap();
+        // Many small objects: carved from the region (past the reuse bound).
+        let many = "globalThis.k = []; for (let i = 0; i < 100000; i++) k.push({ i, s: 's' + i }); return k.length";
+        assert_eq!(completed(run_on(&mut vm, many)), json!(100000));
+        assert!(!vm.recycle(), "dropped instead of reset: its pages would stay resident in the pool");
+    }
+
+    #[test]
+    fn big_strings_and_buffers_do_not_stop_reuse_and_are_freed_by_the_reset() {
+        let mut vm = Vm::new(GuestLimits::default()).unwrap();
+        let big = "globalThis.b = 'x'.repeat(8 << 20); globalThis.u = new Uint8Array(4 << 20); u[7] = 1; return b.length + u.length";
+        assert_eq!(completed(run_on(&mut vm, big)), json!(12 << 20));
+        assert!(vm.recycle(), "large blocks live outside the region");
+        assert_eq!(
+            completed(run_on(&mut vm, "return [typeof b, typeof u, new Uint8Array(4 << 20)[7]]")),
+            json!(["undefined", "undefined", 0])
+        );
+        // The heap accounting starts again from the image: a run may use most of the limit again.
+        for _ in 0..4 {
+            assert!(vm.recycle());
+            assert_eq!(completed(run_on(&mut vm, "return 'y'.repeat(40 << 20).length")), json!(40 << 20));
+        }
+    }
+
+    #[test]
+    fn a_vm_stopped_at_its_memory_limit_or_deadline_comes_back_clean() {
+        let limits = GuestLimits { memory_limit_bytes: 2 << 20, ..GuestLimits::default() };
+        let mut vm = Vm::new(limits).unwrap();
+        let oom = run_on(&mut vm, "globalThis.a = []; for (;;) a.push({ s: 'x'.repeat(100) + a.length });");
+        assert!(matches!(oom, DriveOutcome::Failed(_)), "{oom:?}");
+        assert!(vm.recycle(), "a 2 MiB heap stays under the reuse bound");
+        assert_eq!(
+            completed(run_on(&mut vm, "return [typeof a, 'y'.repeat(1 << 20).length]")),
+            json!(["undefined", 1 << 20])
+        );
+        assert!(vm.recycle());
+        vm.begin_run();
+        vm.boot = Some("{}".into());
+        let input = DriveInput {
+            deliveries: Vec::new(),
+            deadline: Instant::now() + Duration::from_millis(50),
+            output_budget: 1 << 20,
+            cancel: None,
+            boot_source: None,
+        };
+        let spin = drive(&mut vm, &mut Some(codemode_bridge::wrap_code("globalThis.spun = 1; for (;;) {}")), input);
+        assert!(spin.is_err() || matches!(spin.as_ref().unwrap().outcome, DriveOutcome::Failed(_)), "{spin:?}");
+        assert!(vm.recycle());
+        assert_eq!(completed(run_on(&mut vm, "return typeof spun")), json!("undefined"));
     }
 }
