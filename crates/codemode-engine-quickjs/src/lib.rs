@@ -5,7 +5,10 @@
 //! It is the differential reference of the conformance suite.
 //!
 //! Guest code runs on the shared worker threads of `codemode-bridge` (with a known stack size, so
-//! QuickJS's stack limit is meaningful). The bridge prelude is compiled to QuickJS bytecode once per
+//! QuickJS's stack limit is meaningful). A VM's whole QuickJS heap lives in one region of host
+//! memory (module `arena`), and a finished run's VM is reset to the image of that region taken
+//! after boot, byte for byte, before another run may use it: runs do not pay for building a
+//! runtime, a context and the prelude, and nothing of one run reaches the next. The bridge prelude is compiled to QuickJS bytecode once per
 //! process, so a new VM only loads it. Plain data a cell sends or returns is serialized by a native
 //! `plainJson` (module `plain_json`, written against QuickJS's C API) instead of the
 //! prelude's walk plus `JSON.stringify`. A suspended run keeps its VM alive: its
