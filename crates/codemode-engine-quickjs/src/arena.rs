@@ -685,4 +685,115 @@ mod tests {
         let _kept = a.alloc(LARGE);
         assert!(!arena.take_image());
     }
+
+    /// One step of a random allocation history (sizes straddle the region's classes and `LARGE`).
+    #[derive(Debug, Clone)]
+    enum Op {
+        Alloc(usize),
+        Calloc(usize),
+        Free(usize),
+        Realloc(usize, usize),
+        /// Take the image (once) or reset to it.
+        Reset,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let size = prop_oneof![1usize..600, 600usize..20_000, (LARGE - 64)..(LARGE + 64), LARGE..(3 * LARGE)];
+        prop_oneof![
+            4 => size.clone().prop_map(Op::Alloc),
+            1 => size.clone().prop_map(Op::Calloc),
+            3 => any::<usize>().prop_map(Op::Free),
+            2 => (any::<usize>(), size).prop_map(|(i, n)| Op::Realloc(i, n)),
+            1 => Just(Op::Reset),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// Against a model of what each live block must hold: blocks never overlap, keep their
+        /// contents through reallocation, are as large as asked, aligned, and accounted for; a
+        /// reset brings back exactly the blocks (and bytes) of the image and the image's accounting.
+        #[test]
+        fn the_allocator_matches_a_model_of_live_blocks(ops in proptest::collection::vec(op(), 1..120)) {
+            let mut arena = Arena::new(8 << 20).unwrap();
+            arena.set_limit(6 << 20);
+            let mut a = arena.allocator(Arc::new(AtomicBool::new(false)));
+            // Live blocks: pointer, size asked, fill byte.
+            let mut live: Vec<(*mut u8, usize, u8)> = Vec::new();
+            let mut image: Option<(Vec<(*mut u8, usize, u8)>, usize)> = None;
+            let mut fill = 0u8;
+            for op in ops {
+                match op {
+                    Op::Alloc(n) | Op::Calloc(n) => {
+                        let zeroed = matches!(op, Op::Calloc(_));
+                        let p = if zeroed { a.calloc(1, n) } else { a.alloc(n) };
+                        if p.is_null() {
+                            continue;
+                        }
+                        fill = fill.wrapping_add(1);
+                        // SAFETY (test): a fresh block of at least `n` bytes.
+                        unsafe {
+                            if zeroed {
+                                proptest::prop_assert!(std::slice::from_raw_parts(p, n).iter().all(|b| *b == 0));
+                            }
+                            proptest::prop_assert!(ArenaAllocator::usable_size(p) >= n);
+                            std::ptr::write_bytes(p, fill, n);
+                        }
+                        proptest::prop_assert!((p as usize).is_multiple_of(16));
+                        live.push((p, n, fill));
+                    }
+                    Op::Free(i) if !live.is_empty() => {
+                        let (p, _, _) = live.swap_remove(i % live.len());
+                        // SAFETY (test): a live block, freed once.
+                        unsafe { a.dealloc(p) };
+                    }
+                    Op::Realloc(i, n) if !live.is_empty() => {
+                        let k = i % live.len();
+                        let (p, old, f) = live[k];
+                        // SAFETY (test): a live block; on success the old pointer is gone.
+                        let q = unsafe { a.realloc(p, n) };
+                        if q.is_null() {
+                            continue;
+                        }
+                        // SAFETY (test): the block holds the smaller of both sizes of its old bytes.
+                        unsafe {
+                            proptest::prop_assert!(std::slice::from_raw_parts(q, old.min(n)).iter().all(|b| *b == f));
+                            std::ptr::write_bytes(q, f, n);
+                        }
+                        live[k] = (q, n, f);
+                    }
+                    Op::Reset => match &image {
+                        None => {
+                            if arena.take_image() {
+                                image = Some((live.clone(), arena.used()));
+                            }
+                        }
+                        Some((blocks, used)) => {
+                            arena.reset();
+                            live = blocks.clone();
+                            proptest::prop_assert_eq!(arena.used(), *used);
+                        }
+                    },
+                    _ => {}
+                }
+                // Every live block still holds its own fill: nothing overlapped it.
+                for (p, n, f) in &live {
+                    // SAFETY (test): a live block of `n` bytes.
+                    let ok = unsafe { std::slice::from_raw_parts(*p, *n).iter().all(|b| b == f) };
+                    proptest::prop_assert!(ok, "a block of {} bytes was overwritten", n);
+                }
+            }
+            // The accounting: live bytes as the allocator counts them.
+            // SAFETY (test): live blocks.
+            let counted: usize = live.iter().map(|(p, _, _)| unsafe { ArenaAllocator::usable_size(*p) }).sum();
+            proptest::prop_assert_eq!(arena.used(), counted);
+            for (p, _, _) in live {
+                // SAFETY (test): each live block freed once.
+                unsafe { a.dealloc(p) };
+            }
+            proptest::prop_assert_eq!(arena.used(), 0);
+        }
+    }
 }
