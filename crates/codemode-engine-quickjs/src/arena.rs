@@ -686,6 +686,9 @@ mod tests {
         assert!(!arena.take_image());
     }
 
+    /// A live block of the model: pointer, size asked, fill byte.
+    type Block = (*mut u8, usize, u8);
+
     /// One step of a random allocation history (sizes straddle the region's classes and `LARGE`).
     #[derive(Debug, Clone)]
     enum Op {
@@ -721,8 +724,8 @@ mod tests {
             arena.set_limit(6 << 20);
             let mut a = arena.allocator(Arc::new(AtomicBool::new(false)));
             // Live blocks: pointer, size asked, fill byte.
-            let mut live: Vec<(*mut u8, usize, u8)> = Vec::new();
-            let mut image: Option<(Vec<(*mut u8, usize, u8)>, usize)> = None;
+            let mut live: Vec<Block> = Vec::new();
+            let mut image: Option<(Vec<Block>, usize)> = None;
             let mut fill = 0u8;
             for op in ops {
                 match op {
