@@ -10,7 +10,9 @@
 # `codemode bench --json --samples SAMPLES --engine quickjs-wasi --engine quickjs`, then prints
 # codemode's exec / nested / suspend rows, the peer's rows, and p50 ratios:
 #   trivial exec (`return 1+1`, fresh instance) vs the peer's fresh runtime + `1+1`, sync and asyncify;
-#   nested call (per call, 1000 in one cell)   vs the peer's host call, asyncified and sync.
+#   nested call (per call, 1000 in one cell)   vs the peer's host call, asyncified and sync;
+#   and, within codemode, a trivial exec with two visible namespaces vs the plain trivial execs
+#   interleaved with it (the goal's ratio; the plain `execTrivialUs` row is measured earlier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,4 +87,11 @@ for wanted, peer_keys in pairs:
                 v = row.get(k)
                 ratios.append(f"{v['p50'] / peers[pk]['p50']:.3g}x" if is_latency(v) else "-")
             print(f"{k + ' / ' + pk:<50}" + "".join(f"{r:>14}" for r in ratios))
+
+# Namespaces against the plain trivial cells interleaved with them (same minutes, same runtime state).
+ratios = []
+for row in ours:
+    ns, plain = row.get("execTrivialWithNamespacesUs"), row.get("execTrivialInterleavedUs")
+    ratios.append(f"{ns['p50'] / plain['p50']:.3g}x" if is_latency(ns) and is_latency(plain) else "-")
+print(f"{'execTrivialWithNamespacesUs / execTrivialInterleavedUs':<50}" + "".join(f"{r:>14}" for r in ratios))
 PY
