@@ -8,12 +8,13 @@
 //! QuickJS's stack limit is meaningful). A VM's whole QuickJS heap lives in one region of host
 //! memory (module `arena`), and a finished run's VM is reset to the image of that region taken
 //! after boot, byte for byte, before another run may use it: runs do not pay for building a
-//! runtime, a context and the prelude, and nothing of one run reaches the next. The bridge prelude is compiled to QuickJS bytecode once per
-//! process, so a new VM only loads it. Plain data a cell sends or returns is serialized by a native
-//! `plainJson` (module `plain_json`, written against QuickJS's C API) instead of the
-//! prelude's walk plus `JSON.stringify`. A suspended run keeps its VM alive: its
-//! snapshot is [`SnapshotBody::Live`], sized by QuickJS's memory accounting, and cannot leave the
-//! process (only the in-memory store accepts it).
+//! runtime, a context and the prelude, and nothing of one run reaches the next. The bridge
+//! prelude is compiled to QuickJS bytecode once per process, so a new VM only loads it. Plain
+//! data a cell sends or returns is serialized by a native `plainJson` (module `plain_json`,
+//! written against QuickJS's C API) instead of the prelude's walk plus `JSON.stringify`. A
+//! suspended run keeps its VM alive: its snapshot is [`SnapshotBody::Live`], sized by QuickJS's
+//! memory accounting, and cannot leave the process (only the in-memory store accepts it); the VM is
+//! reset and pooled when the run ends.
 //!
 //! Limits: a guest heap limit enforced by the engine's allocator (a memory bomb is a catchable
 //! `out of memory`, and the engine knows when the limit was hit even if QuickJS cannot allocate the
