@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Alignment of every block and the size of its header.
 const GRANULE: usize = 16;
 /// Requests of this many bytes or more are served by the system allocator (see the module doc).
-pub(crate) const LARGE: usize = 128 << 10;
+pub(crate) const LARGE: usize = 16 << 10;
 /// Header of a large block: previous and next block on the list, size, [`LARGE_MARK`].
 const LARGE_HEADER: usize = 32;
 /// The word before a large block's user data (where a region block has its class).

@@ -697,4 +697,31 @@ mod tests {
         assert!(vm.recycle());
         assert_eq!(completed(run_on(&mut vm, "return typeof spun")), json!("undefined"));
     }
+
+    /// The region never merges blocks, so a cell that keeps a few MiB alive in a new size class
+    /// below 16 KiB each round (larger blocks come from the system allocator, which merges) can
+    /// exhaust the region's fixed capacity (twice the limit plus 16 MiB) before its live bytes
+    /// reach the limit. That ends the run like a memory bomb — a clean `memory_limit_exceeded`
+    /// failure, the VM dropped rather than reused — and the next run is unaffected.
+    #[test]
+    fn fragmenting_the_region_fails_the_run_cleanly() {
+        let limits = GuestLimits { memory_limit_bytes: 4 << 20, ..GuestLimits::default() };
+        let mut vm = Vm::new(limits).unwrap();
+        let fragmenting = "let keep = [];
+            for (let round = 0; round < 60; round++) {
+              const size = 600 + round * 250;
+              keep = [];
+              for (let i = 0; i < (2 << 20) / size; i++) keep.push('x'.repeat(size) + i);
+            }
+            return keep.length;";
+        let outcome = run_on(&mut vm, fragmenting);
+        assert!(
+            matches!(&outcome, DriveOutcome::Failed(f) if f.code == Some(codemode_core::CodeModeErrorCode::MemoryLimitExceeded)),
+            "{outcome:?}"
+        );
+        assert!(vm.memory_refused());
+        assert!(!vm.recycle(), "a VM whose region filled up is dropped");
+        let mut fresh = Vm::new(limits).unwrap();
+        assert_eq!(completed(run_on(&mut fresh, "return 'y'.repeat(2 << 20).length")), json!(2 << 20));
+    }
 }
