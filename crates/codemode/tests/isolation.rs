@@ -161,3 +161,38 @@ async fn native_vms_reused_from_their_image_keep_nothing_of_earlier_runs() {
         "the runs above were served by VMs reused from their image"
     );
 }
+
+/// Reused native VMs under concurrency: sixteen sessions at once alternate planting and checking,
+/// so VMs are recycled on one worker while others run on the rest; no checker ever sees a planter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_on_reused_native_vms_never_see_each_other() {
+    let cm = std::sync::Arc::new(runtime("quickjs"));
+    let reused_before = codemode_engine_quickjs::reused_vms();
+    let mut tasks = Vec::new();
+    for session in 0..16 {
+        let cm = cm.clone();
+        tasks.push(tokio::spawn(async move {
+            let ctx = RunContext::session(&format!("concurrent-{session}"));
+            for round in 0..10 {
+                let planted = value(&cm.exec(&ctx, &CodeModeExecInput::code(PLANT)).await);
+                assert_eq!(planted["seen"], json!(false), "session {session} round {round}");
+                let checked = value(&cm.exec(&ctx, &CodeModeExecInput::code(CHECK)).await);
+                assert_eq!(
+                    (
+                        &checked["leaked"],
+                        &checked["polluted"],
+                        &checked["arrayExtra"],
+                        &checked["parse"],
+                        &checked["blob"]
+                    ),
+                    (&json!("undefined"), &json!("clean"), &json!("undefined"), &json!("intact"), &json!("undefined")),
+                    "session {session} round {round}: {checked}"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(codemode_engine_quickjs::reused_vms() > reused_before + 100, "the runs were served by reused VMs");
+}
