@@ -172,7 +172,7 @@ async fn concurrent_runs_on_reused_native_vms_never_see_each_other() {
     for session in 0..16 {
         let cm = cm.clone();
         tasks.push(tokio::spawn(async move {
-            let ctx = RunContext::session(&format!("concurrent-{session}"));
+            let ctx = RunContext::session(format!("concurrent-{session}"));
             for round in 0..10 {
                 let planted = value(&cm.exec(&ctx, &CodeModeExecInput::code(PLANT)).await);
                 assert_eq!(planted["seen"], json!(false), "session {session} round {round}");
