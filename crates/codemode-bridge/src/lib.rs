@@ -75,6 +75,16 @@ pub fn wrap_code(code: &str) -> String {
 
 pub use codemode_core::guest::BootData;
 
+/// A seed for a run's `Math.random` (both QuickJS engines give it its own xorshift64* state, seeded
+/// for every run: a pre-initialized image or a reused VM would otherwise repeat one sequence). The
+/// process's random hasher keys mixed with the time; never zero (xorshift's one fixed point).
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() | 1
+}
+
 /// The boot argument of the prelude for `boot` (the head: see [`BootText`]) of `boot`, with its
 /// namespaces. The catalog's bulky parts are not in it: the guest pulls them from
 /// [`BootText::source`].

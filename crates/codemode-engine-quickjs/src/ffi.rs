@@ -62,13 +62,13 @@ impl ContextState {
             class_object: 0,
             class_array: 0,
             pending: RefCell::new(HashMap::new()),
-            rng: Cell::new(random_seed()),
+            rng: Cell::new(codemode_bridge::random_seed()),
         })
     }
 
     /// Gives `Math.random` a fresh seed (a new run).
     pub(crate) fn reseed(&self) {
-        self.rng.set(random_seed());
+        self.rng.set(codemode_bridge::random_seed());
     }
 
     /// The resolving functions of request `id`, handed over (wrapped so that they are released when
@@ -91,23 +91,21 @@ impl ContextState {
     }
 }
 
-/// A seed for `Math.random`: the process's random hasher keys mixed with the time (never zero).
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    h.finish() | 1
-}
-
-/// Points the context at `state` and replaces `Math.random` by [`random`], whose state is in
-/// `state` (reseeded per run). Called before the prelude loads, so the prelude and every cell
-/// see this one.
+/// Points the context at `state`, where its C functions (`Math.random`, `host`, `plainJson`) find
+/// their VM's state.
 ///
 /// `state` must stay where it is, alive, for as long as the context can run JavaScript: the VM
 /// owns both and drops the state after the runtime.
-pub(crate) fn install_random(ctx: &Ctx<'_>, state: &mut ContextState) -> rquickjs::Result<()> {
-    // SAFETY: as in `primitives`: this context, under its runtime's lock; `state` outlives it.
+pub(crate) fn attach(ctx: &Ctx<'_>, state: &mut ContextState) {
+    // SAFETY: this context, used under its runtime's lock (we are inside `ctx.with`). The opaque
+    // pointer is only read back by this module's C functions, which run inside this context while
+    // the VM (and so `state`, boxed at a stable address) is alive.
     unsafe { qjs::JS_SetContextOpaque(ctx.as_raw().as_ptr(), (state as *mut ContextState).cast::<c_void>()) };
+}
+
+/// Replaces `Math.random` by [`random`], whose state is in the context's [`ContextState`]
+/// (reseeded per run). Called before the prelude loads, so the prelude and every cell see this one.
+pub(crate) fn install_random(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     let math: Object<'_> = ctx.globals().get("Math")?;
     // `set` keeps the property's attributes: writable, configurable, not enumerable.
     math.set("random", c_function(ctx, random, c"random", 0)?)
@@ -139,10 +137,7 @@ unsafe extern "C" fn random(
     qjs::JS_NewFloat64((x >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0))
 }
 
-/// Makes `host` and `plainJson` for `ctx` and points the context at `state`.
-///
-/// `state` must stay where it is, alive, for as long as the context can run JavaScript: the VM
-/// owns both and drops the state after the runtime.
+/// Makes `host` and `plainJson` for `ctx`, whose opaque pointer is `state` ([`attach`]).
 pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquickjs::Result<(Value<'js>, Value<'js>)> {
     // The class ids of an ordinary object and of an array, read before any guest code runs.
     let object = Object::new(ctx.clone())?;
@@ -156,11 +151,6 @@ pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquic
     if state.class_object == state.class_array {
         return Err(rquickjs::Error::new_from_js_message("object", "array", "QuickJS gave both the same class id"));
     }
-    let raw = ctx.as_raw().as_ptr();
-    // SAFETY: `raw` is this context, used under its runtime's lock (we are inside `ctx.with`). The
-    // opaque pointer is only read back by the two functions below, which run inside this context
-    // while the VM (and so `state`, boxed at a stable address) is alive.
-    unsafe { qjs::JS_SetContextOpaque(raw, (state as *mut ContextState).cast::<c_void>()) };
     let host = c_function(ctx, host, c"host", 2)?;
     let plain = c_function(ctx, crate::plain_json::plain_json, c"plainJson", 3)?;
     Ok((host, plain))

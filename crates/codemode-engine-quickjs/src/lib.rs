@@ -372,7 +372,8 @@ impl Vm {
         let mut state = ffi::ContextState::new(bridge.clone(), interrupt.clone(), refused.clone(), heap_limit);
         let api = ctx.with(|ctx| -> Result<Api, EngineError> {
             let installed = (|| -> rquickjs::Result<Object<'_>> {
-                ffi::install_random(&ctx, &mut state)?;
+                ffi::attach(&ctx, &mut state);
+                ffi::install_random(&ctx)?;
                 // SAFETY: the bytes were produced by `Module::write` of this same QuickJS build in this
                 // process (see `prelude_bytecode`), from our own prelude source, and live for the rest
                 // of the process (`JS_READ_OBJ_ROM_DATA` keeps pointing into them).
@@ -594,18 +595,23 @@ mod tests {
     use serde_json::{Value as Json, json};
     use std::time::Duration;
 
-    /// Runs `code` as a cell on `vm` (fresh or recycled) to its first report.
-    fn run_on(vm: &mut Vm, code: &str) -> DriveOutcome {
+    /// Runs `code` as a cell on `vm` (fresh or recycled) to its first report, for at most `within`.
+    fn drive_on(vm: &mut Vm, code: &str, within: Duration) -> Result<DriveReport, EngineError> {
         vm.begin_run();
         vm.boot = Some("{}".into());
         let input = DriveInput {
             deliveries: Vec::new(),
-            deadline: Instant::now() + Duration::from_secs(10),
+            deadline: Instant::now() + within,
             output_budget: 1 << 20,
             cancel: None,
             boot_source: None,
         };
-        drive(vm, &mut Some(codemode_bridge::wrap_code(code)), input).unwrap().outcome
+        drive(vm, &mut Some(codemode_bridge::wrap_code(code)), input)
+    }
+
+    /// [`drive_on`] with ten seconds, to an outcome.
+    fn run_on(vm: &mut Vm, code: &str) -> DriveOutcome {
+        drive_on(vm, code, Duration::from_secs(10)).unwrap().outcome
     }
 
     fn completed(outcome: DriveOutcome) -> Json {
@@ -683,16 +689,7 @@ mod tests {
             json!(["undefined", 1 << 20])
         );
         assert!(vm.recycle());
-        vm.begin_run();
-        vm.boot = Some("{}".into());
-        let input = DriveInput {
-            deliveries: Vec::new(),
-            deadline: Instant::now() + Duration::from_millis(50),
-            output_budget: 1 << 20,
-            cancel: None,
-            boot_source: None,
-        };
-        let spin = drive(&mut vm, &mut Some(codemode_bridge::wrap_code("globalThis.spun = 1; for (;;) {}")), input);
+        let spin = drive_on(&mut vm, "globalThis.spun = 1; for (;;) {}", Duration::from_millis(50));
         assert!(spin.is_err() || matches!(spin.as_ref().unwrap().outcome, DriveOutcome::Failed(_)), "{spin:?}");
         assert!(vm.recycle());
         assert_eq!(completed(run_on(&mut vm, "return typeof spun")), json!("undefined"));

@@ -10,7 +10,6 @@ use codemode_bridge::driver::{GuestVm, VmFault, classify_failure, drive};
 use codemode_core::engine::{
     DriveInput, DriveReport, EngineError, GuestInstance, GuestLimits, RequestId, Snapshot, SnapshotBody,
 };
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::{Instance, Memory, Store, Trap, TypedFunc, Val};
@@ -97,12 +96,6 @@ pub(crate) struct Vm {
 
 fn internal(e: impl std::fmt::Display) -> EngineError {
     EngineError::Internal(e.to_string())
-}
-
-pub(crate) fn random_seed() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    h.finish()
 }
 
 fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
@@ -448,6 +441,7 @@ impl GuestInstance for WasiInstance {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use codemode_bridge::random_seed;
     use codemode_core::engine::DriveOutcome;
 
     fn fresh_memory(loaded: &Arc<Loaded>) -> Vec<u8> {

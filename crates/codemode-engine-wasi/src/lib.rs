@@ -91,7 +91,7 @@ impl GuestEngine for QuickJsWasiEngine {
     }
 
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
-        let vm = Vm::new(loaded()?, *limits, Some(instance::random_seed()))?;
+        let vm = Vm::new(loaded()?, *limits, Some(codemode_bridge::random_seed()))?;
         Ok(Box::new(WasiInstance::fresh(vm, program.boot.clone(), codemode_bridge::wrap_code(&program.code))))
     }
 
