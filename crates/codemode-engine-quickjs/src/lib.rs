@@ -9,7 +9,8 @@
 //! memory (module `arena`), and a finished run's VM is reset to the image of that region taken
 //! after boot, byte for byte, before another run may use it: runs do not pay for building a
 //! runtime, a context and the prelude, and nothing of one run reaches the next. The bridge
-//! prelude is compiled to QuickJS bytecode once per process, so a new VM only loads it. Plain
+//! prelude is compiled to QuickJS bytecode by the build (`build.rs`; once per process on first use
+//! where the build could not), so a new VM only loads it. Plain
 //! data a cell sends or returns is serialized by a native `plainJson` (module `plain_json`,
 //! written against QuickJS's C API) instead of the prelude's walk plus `JSON.stringify`. A
 //! suspended run keeps its VM alive: its snapshot is [`SnapshotBody::Live`], sized by QuickJS's
@@ -98,10 +99,20 @@ fn gone() -> EngineError {
 impl NativeInstance {
     fn spawn(wrapped: String, boot: String, limits: GuestLimits) -> Result<Self, EngineError> {
         let mut vm = match take_warm(&limits) {
-            Some(vm) => vm,
-            None => Box::new(workers::run(move || Vm::new(limits)).map_err(EngineError::from)??),
+            Some(vm) => {
+                refill_warm(limits);
+                vm
+            }
+            None => {
+                // The process's first run refills nothing: a one-shot process (`codemode run`)
+                // would build VMs it never uses while it answers, and a server's next run in turn
+                // gets this run's VM back from the pool. A second miss means runs overlap.
+                if BUILT_ON_DEMAND.fetch_add(1, Ordering::Relaxed) > 0 {
+                    refill_warm(limits);
+                }
+                Box::new(workers::run(move || Vm::new(limits)).map_err(EngineError::from)??)
+            }
         };
-        refill_warm(limits);
         vm.begin_run();
         vm.boot = Some(boot);
         Ok(NativeInstance { vm: Some(vm), unstarted: Some(wrapped) })
@@ -118,7 +129,8 @@ impl Drop for NativeInstance {
 
 /// Pristine VMs — runtime, context and prelude ready, and no guest code ever ran in them, or every
 /// byte of their heap put back to their booted image since — kept per limits, so a new run does not
-/// wait for QuickJS to set up (~0.2 ms). Refilled in the background.
+/// wait for QuickJS to set up (~0.2 ms). Refilled in the background once runs overlap (or a run
+/// took a pooled VM).
 const WARM_TARGET: usize = 2;
 
 /// Most VMs kept across all limit sets (a finished run's VM is dropped instead when it is full).
@@ -134,6 +146,9 @@ fn arena_capacity(heap_limit: usize) -> usize {
 /// Most bytes a run may carve beyond the image for its VM to be reused: resetting costs the zeroing
 /// of those bytes, and their pages stay resident while the VM waits in the pool.
 const RECYCLE_MAX: usize = 4 << 20;
+
+/// How many VMs runs had to wait for, because the pool had none for their limits.
+static BUILT_ON_DEMAND: AtomicU64 = AtomicU64::new(0);
 
 /// How many runs started on a VM reused from its image (for tests: proof that reuse happens).
 static REUSED: AtomicU64 = AtomicU64::new(0);
@@ -312,29 +327,64 @@ fn eval_options(filename: &str) -> EvalOptions {
     opts
 }
 
-/// The prelude as QuickJS module bytecode (`export default install`), compiled once per process,
-/// without its source text (debug information stays: stack traces still name the prelude's frames,
-/// which the driver drops).
+/// The prelude as QuickJS module bytecode (`export default install`), without its source text
+/// (debug information stays: stack traces still name the prelude's frames, which the driver drops).
+///
+/// Compiled at build time (`build.rs`) where the build could, and used when the text it was
+/// compiled from is exactly [`PRELUDE`]; otherwise compiled once per process on first use.
 fn prelude_bytecode() -> Result<&'static [u8], EngineError> {
+    if let Some(bytes) = built_prelude_bytecode() {
+        return Ok(bytes);
+    }
     static BYTES: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
-    let compiled = BYTES.get_or_init(|| {
-        let rt = Runtime::new().map_err(|e| e.to_string())?;
-        let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
-        ctx.with(|ctx| {
-            let source = format!("export default {PRELUDE}");
-            Module::declare(ctx.clone(), PRELUDE_FILENAME, source)
-                // Without the source text (157 KB of bytecode becomes 25 KB, and loading it into a
-                // new VM takes ~40 % less): the prelude's functions print as `[native code]`, as
-                // the host functions they stand for would.
-                .and_then(|m| m.write(WriteOptions { strip_source: true, ..WriteOptions::default() }))
-                .catch(&ctx)
-                .map_err(|e| e.to_string())
-        })
-    });
+    let compiled = BYTES.get_or_init(compile_prelude);
     match compiled {
         Ok(bytes) => Ok(bytes.as_slice()),
         Err(e) => Err(EngineError::Unavailable(format!("the guest prelude does not compile: {e}"))),
     }
+}
+
+/// Compiles the prelude as `build.rs` does (the two must stay the same: a test compares them).
+fn compile_prelude() -> Result<Vec<u8>, String> {
+    let rt = Runtime::new().map_err(|e| e.to_string())?;
+    let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
+    ctx.with(|ctx| {
+        let source = format!("export default {PRELUDE}");
+        Module::declare(ctx.clone(), PRELUDE_FILENAME, source)
+            // Without the source text (157 KB of bytecode becomes 25 KB, and loading it into a
+            // new VM takes ~40 % less): the prelude's functions print as `[native code]`, as
+            // the host functions they stand for would.
+            .and_then(|m| m.write(WriteOptions { strip_source: true, ..WriteOptions::default() }))
+            .catch(&ctx)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The build's bytecode, if the build made one from exactly this [`PRELUDE`] (comparing the two
+/// texts costs ~10 µs, once per process).
+#[cfg(codemode_prelude_bytecode)]
+fn built_prelude_bytecode() -> Option<&'static [u8]> {
+    /// Aligned like an allocation, as the run-time compile's bytes are (QuickJS keeps pointing
+    /// into them).
+    #[repr(C, align(16))]
+    struct Aligned<B: ?Sized>(B);
+    static BYTECODE: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/prelude.qjsbc")));
+    const SOURCE: &str = include_str!(concat!(env!("OUT_DIR"), "/prelude.js"));
+    static MATCHES: OnceLock<bool> = OnceLock::new();
+    let matches = *MATCHES.get_or_init(|| {
+        let same = SOURCE == PRELUDE;
+        if !same {
+            tracing::warn!("the build's prelude bytecode is not of this prelude: compiling it at run time");
+        }
+        same
+    });
+    matches.then_some(&BYTECODE.0)
+}
+
+/// No bytecode from the build (cross-compiling, or the bridge's sources were not at hand).
+#[cfg(not(codemode_prelude_bytecode))]
+fn built_prelude_bytecode() -> Option<&'static [u8]> {
+    None
 }
 
 fn unavailable(what: &str) -> impl Fn(rquickjs::Error) -> EngineError + '_ {
@@ -374,9 +424,10 @@ impl Vm {
             let installed = (|| -> rquickjs::Result<Object<'_>> {
                 ffi::attach(&ctx, &mut state);
                 ffi::install_random(&ctx)?;
-                // SAFETY: the bytes were produced by `Module::write` of this same QuickJS build in this
-                // process (see `prelude_bytecode`), from our own prelude source, and live for the rest
-                // of the process (`JS_READ_OBJ_ROM_DATA` keeps pointing into them).
+                // SAFETY: the bytes were produced by `Module::write` of this same QuickJS version
+                // (the pinned `rquickjs-sys`), either by this build for this target or in this
+                // process, from our own prelude source (see `prelude_bytecode`), and live for the
+                // rest of the process (`JS_READ_OBJ_ROM_DATA` keeps pointing into them).
                 #[allow(unsafe_code)]
                 let module = unsafe { Module::load(ctx.clone(), bytecode) }?;
                 let (module, done) = module.eval()?;
@@ -626,6 +677,18 @@ mod tests {
         Promise.resolve().then(() => { globalThis.late = 1; });
         return Math.random();"#;
     const CHECK: &str = r#"return [typeof planted, ({}).polluted, typeof keep, typeof late, Math.random()];"#;
+
+    /// The build compiles the prelude (the tests never cross-compile), from exactly [`PRELUDE`],
+    /// to the bytes a run-time compile makes: a layer the build script missed, a prefix or a file
+    /// name of its own, or a bytecode that is not deterministic would each fail here.
+    #[test]
+    fn the_build_made_the_prelude_bytecode_a_run_time_compile_makes() {
+        let built = built_prelude_bytecode().expect("build.rs embedded bytecode of this very prelude");
+        let compiled = compile_prelude().unwrap();
+        // (Not `assert_eq!`: it would print 25 KB of bytes.)
+        assert!(built == compiled.as_slice(), "{} bytes built, {} compiled, not the same", built.len(), compiled.len());
+        assert_eq!(prelude_bytecode().unwrap().as_ptr(), built.as_ptr(), "the engine loads the build's bytes");
+    }
 
     #[test]
     fn a_recycled_vm_is_its_booted_image_again_byte_for_byte() {
