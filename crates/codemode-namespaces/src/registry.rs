@@ -10,7 +10,7 @@ use codemode_core::namespace::{
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 /// Longest namespace id.
 pub const MAX_ID_CHARS: usize = 128;
@@ -168,6 +168,20 @@ struct Entry {
 struct Inner {
     entries: RwLock<BTreeMap<String, Entry>>,
     next_serial: AtomicU64,
+    /// The last run's opened namespaces, for the next run whose factories return equal scopes.
+    last_opened: Mutex<Option<Arc<Opened>>>,
+}
+
+/// What opening a run's namespaces made: the serialized scopes and their call targets. Immutable,
+/// so runs whose visible registrations and scopes are equal share one.
+struct Opened {
+    /// What it was made from: each visible registration's serial (which fixes its id, global
+    /// name, owner and required tools) and the scope its factory returned, in order.
+    made_from: Vec<(u64, ScopeValue)>,
+    guest: Vec<GuestNamespace>,
+    /// `guest`'s JSON texts, in order.
+    texts: Vec<String>,
+    entries: HashMap<String, RunEntry>,
 }
 
 impl Inner {
@@ -177,6 +191,10 @@ impl Inner {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
         self.entries.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn forget_opened(&self) {
+        *self.last_opened.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
@@ -231,6 +249,7 @@ impl Namespaces {
         let required_ids = reg.required_tools.iter().map(|name| catalog_id(owner.source, &owner.name, name)).collect();
         let required = Arc::new(reg.required_tools.iter().cloned().collect());
         entries.insert(reg.id.clone(), Entry { owner, reg: Arc::new(reg), serial, required_ids, required });
+        self.inner.forget_opened();
         Ok(())
     }
 
@@ -246,6 +265,8 @@ impl Namespaces {
         let mut entries = self.inner.write();
         let before = entries.len();
         entries.retain(|_, e| &e.owner != owner);
+        // (The next run would not match it anyway; this lets go of the removed scopes' mappers.)
+        self.inner.forget_opened();
         before - entries.len()
     }
 
@@ -254,6 +275,7 @@ impl Namespaces {
     #[cfg(any(test, feature = "test-util"))]
     pub fn clear_for_test(&self) {
         self.inner.write().clear();
+        self.inner.forget_opened();
     }
 
     /// Every registered namespace, visible or not.
@@ -295,35 +317,53 @@ impl NamespaceRegistry for Namespaces {
             .filter(|e| is_visible(e, catalog))
             .map(|e| (e.owner.clone(), e.reg.clone(), e.serial, e.required.clone()))
             .collect();
-        let mut table = RunTable {
-            registry: Arc::downgrade(&self.inner),
-            guest: Vec::new(),
-            texts: Vec::new(),
-            entries: HashMap::new(),
-        };
-        for (owner, reg, serial, required) in visible {
-            let fail = |message: String| NamespaceError { namespace: reg.id.clone(), message };
+        // Every factory runs, for every run (SPEC L4); only their serialization may be reused.
+        let mut made_from = Vec::with_capacity(visible.len());
+        for (_, reg, serial, _) in &visible {
             let scope = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (reg.scope)(ctx))) {
                 Ok(Ok(scope)) => scope,
-                Ok(Err(e)) => return Err(fail(format!("its scope factory failed: {e}"))),
-                Err(_) => return Err(fail("its scope factory panicked".into())),
+                Ok(Err(e)) => return Err(fail(reg, format!("its scope factory failed: {e}"))),
+                Err(_) => return Err(fail(reg, "its scope factory panicked".into())),
             };
-            let s = serialize_scope(&reg.global_name, &scope, &owner, &required).map_err(fail)?;
+            made_from.push((*serial, scope));
+        }
+        let registry = Arc::downgrade(&self.inner);
+        let last = self.inner.last_opened.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(last) = last
+            && last.made_from == made_from
+        {
+            return Ok(Arc::new(RunTable { registry, opened: last }));
+        }
+        let mut opened = Opened {
+            made_from: Vec::new(),
+            guest: Vec::with_capacity(visible.len()),
+            texts: Vec::with_capacity(visible.len()),
+            entries: HashMap::new(),
+        };
+        for ((owner, reg, serial, required), (_, scope)) in visible.into_iter().zip(&made_from) {
+            let s = serialize_scope(&reg.global_name, scope, &owner, &required).map_err(|e| fail(&reg, e))?;
             let guest = GuestNamespace {
                 id: reg.id.clone(),
                 global_name: reg.global_name.clone(),
                 data: s.data,
                 calls: s.calls,
             };
-            table.texts.push(guest_text(&guest, &s.data_json));
-            table.guest.push(guest);
-            table.entries.insert(
+            opened.texts.push(guest_text(&guest, &s.data_json));
+            opened.guest.push(guest);
+            opened.entries.insert(
                 reg.id.clone(),
                 RunEntry { serial, global_name: reg.global_name.clone(), owner, targets: s.targets },
             );
         }
-        Ok(Arc::new(table))
+        opened.made_from = made_from;
+        let opened = Arc::new(opened);
+        *self.inner.last_opened.lock().unwrap_or_else(|p| p.into_inner()) = Some(opened.clone());
+        Ok(Arc::new(RunTable { registry, opened }))
     }
+}
+
+fn fail(reg: &NamespaceRegistration, message: String) -> NamespaceError {
+    NamespaceError { namespace: reg.id.clone(), message }
 }
 
 struct RunEntry {
@@ -336,10 +376,7 @@ struct RunEntry {
 /// One run's namespaces: the serialized scopes and their call targets.
 struct RunTable {
     registry: Weak<Inner>,
-    guest: Vec<GuestNamespace>,
-    /// `guest`'s JSON texts, in order.
-    texts: Vec<String>,
-    entries: HashMap<String, RunEntry>,
+    opened: Arc<Opened>,
 }
 
 /// The JSON text of `guest` (as serde writes a [`GuestNamespace`]: `id`, `globalName`, `data`,
@@ -370,16 +407,16 @@ fn guest_text(guest: &GuestNamespace, data_json: &str) -> String {
 
 impl RunNamespaces for RunTable {
     fn guest(&self) -> &[GuestNamespace] {
-        &self.guest
+        &self.opened.guest
     }
 
     fn guest_texts(&self) -> std::borrow::Cow<'_, [String]> {
-        std::borrow::Cow::Borrowed(&self.texts)
+        std::borrow::Cow::Borrowed(&self.opened.texts)
     }
 
     fn resolve(&self, namespace: &str, path: &str, args: &[Value]) -> Result<NamespaceCall, NamespaceCallError> {
         // N4: only ids and paths this run was given resolve; anything else is forged.
-        let Some(entry) = self.entries.get(namespace) else {
+        let Some(entry) = self.opened.entries.get(namespace) else {
             return Err(NamespaceCallError::UnknownNamespace(namespace.chars().take(100).collect()));
         };
         // L8: a registration cleared (or replaced) since the run opened it calls nothing any more.

@@ -42,7 +42,29 @@ pub type InputMapper = Arc<dyn Fn(&[Value]) -> Result<Value, String> + Send + Sy
 pub struct NamespaceTool {
     pub(crate) tool: String,
     pub(crate) mapper: Option<InputMapper>,
+    /// The mapper's type when it captures nothing (a zero-sized closure or function item): such a
+    /// type has one value, so two mappers of it behave the same even though each factory call
+    /// boxes a new one. `None` for capturing mappers, which are only equal to themselves.
+    pub(crate) stateless: Option<std::any::TypeId>,
 }
+
+/// Equal members call the same tool with the same input mapping: no mapper on either side, the
+/// same mapper, or mappers of one type that captures nothing. (What lets a run reuse an earlier
+/// run's serialized scope when the factory returns an equal one.)
+impl PartialEq for NamespaceTool {
+    fn eq(&self, other: &Self) -> bool {
+        self.tool == other.tool
+            && match (&self.mapper, &other.mapper) {
+                (None, None) => true,
+                (Some(a), Some(b)) => {
+                    Arc::ptr_eq(a, b) || (self.stateless.is_some() && self.stateless == other.stateless)
+                }
+                _ => false,
+            }
+    }
+}
+
+impl Eq for NamespaceTool {}
 
 impl std::fmt::Debug for NamespaceTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,21 +96,25 @@ impl NamespaceTool {
 
 /// A callable member that passes the first guest argument (or `{}`) as the tool's input.
 pub fn namespace_tool(tool: impl Into<String>) -> NamespaceTool {
-    NamespaceTool { tool: tool.into(), mapper: None }
+    NamespaceTool { tool: tool.into(), mapper: None, stateless: None }
 }
 
 /// A callable member whose input `mapper` builds from the guest's arguments, e.g.
 /// `namespace_tool_with("github_update_issue", |a| Ok(json!({"number": a.first(), "patch": a.get(1)})))`.
-pub fn namespace_tool_with(
-    tool: impl Into<String>,
-    mapper: impl Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static,
-) -> NamespaceTool {
-    NamespaceTool { tool: tool.into(), mapper: Some(Arc::new(mapper)) }
+pub fn namespace_tool_with<M>(tool: impl Into<String>, mapper: M) -> NamespaceTool
+where
+    M: Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static,
+{
+    let stateless = (std::mem::size_of::<M>() == 0).then(std::any::TypeId::of::<M>);
+    NamespaceTool { tool: tool.into(), mapper: Some(Arc::new(mapper)), stateless }
 }
 
 /// A value a scope factory returns: JSON data, arrays and objects of scope values, callable
 /// markers, and shared references (serialized as copies).
-#[derive(Debug, Clone)]
+///
+/// Two values are equal when they serialize the same way and their members behave the same (see
+/// [`NamespaceTool`]'s equality); a shared reference equals only a shared reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScopeValue {
     /// Plain JSON data (its object keys are checked like scope keys).
     Json(Value),

@@ -13,7 +13,8 @@ use codemode_namespaces::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A catalog: catalog id → definition.
 struct Tools(HashMap<String, ToolDefinition>);
@@ -354,4 +355,67 @@ fn l5_guest_texts_are_the_serialized_guest_namespaces() {
     // The default (an implementation holding no texts) serializes.
     let none = codemode_core::namespace::NoNamespaces;
     assert!(codemode_core::namespace::RunNamespaces::guest_texts(&none).is_empty());
+}
+
+/// SPEC L4: every run calls every factory. A run whose factories return scopes equal to the last
+/// run's shares that run's serialization (the same texts, not a copy); any difference — the data,
+/// a capturing mapper (equal only to itself), a re-registration — makes a new one, so a run never
+/// gets a text that is not of its own scopes.
+#[test]
+fn l4_equal_scopes_share_one_serialization_and_any_change_makes_a_new_one() {
+    let reg = Namespaces::new();
+    let factory_calls = Arc::new(AtomicUsize::new(0));
+    let data = Arc::new(Mutex::new(json!("first")));
+    let register = |reg: &Namespaces| {
+        let (calls, data) = (factory_calls.clone(), data.clone());
+        let ns = NamespaceRegistration::new("static-ns", "Static", "Static data.").require("github_list_issues").scope(
+            move |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(ScopeValue::object([
+                    ("v", ScopeValue::from(data.lock().unwrap().clone())),
+                    // A mapper that captures nothing: a new box each call, one behaviour.
+                    ("list", namespace_tool_with("github_list_issues", |_| Ok(json!({"open": true}))).into()),
+                ]))
+            },
+        );
+        reg.register_for_plugin("github", ns).unwrap();
+    };
+    register(&reg);
+    let open = || with_ctx(|ctx| reg.open(ctx, &github_tools()).unwrap());
+    let text_of = |run: &Arc<dyn codemode_core::namespace::RunNamespaces>| run.guest_texts()[0].clone();
+    let text_at = |run: &Arc<dyn codemode_core::namespace::RunNamespaces>| run.guest_texts()[0].as_ptr();
+
+    let (a, b) = (open(), open());
+    assert_eq!(factory_calls.load(Ordering::SeqCst), 2, "the factory runs for every run");
+    assert_eq!(text_at(&a), text_at(&b), "equal scopes: one serialization");
+    assert!(text_of(&b).contains("\"first\""));
+    // The shared serialization's members behave as the new scope's would.
+    assert_eq!(b.resolve("static-ns", "list", &[]).unwrap().input, json!({"open": true}));
+
+    *data.lock().unwrap() = json!("second");
+    let c = open();
+    assert_ne!(text_at(&c), text_at(&b));
+    assert!(text_of(&c).contains("\"second\"") && !text_of(&c).contains("first"), "{}", text_of(&c));
+    assert!(text_of(&b).contains("\"first\""), "an open run keeps its own scopes");
+
+    // Re-registered (a new serial), with the same scope: a new serialization all the same.
+    register(&reg);
+    let d = open();
+    assert_ne!(text_at(&d), text_at(&c));
+    assert_eq!(text_of(&d), text_of(&c));
+
+    // A mapper that captures state is equal only to itself: never shared between factory calls.
+    let captured = NamespaceRegistration::new("capturing-ns", "Capturing", "Captures.")
+        .require("github_list_issues")
+        .scope(|ctx| {
+            let run = ctx.run_id.to_string();
+            Ok(ScopeValue::object([(
+                "list",
+                ScopeValue::from(namespace_tool_with("github_list_issues", move |_| Ok(json!({ "run": run })))),
+            )]))
+        });
+    reg.register_for_plugin("github", captured).unwrap();
+    let (e, f) = (open(), open());
+    assert_eq!(e.guest_texts()[..], f.guest_texts()[..]);
+    assert_ne!(e.guest_texts()[0].as_ptr(), f.guest_texts()[0].as_ptr());
 }
