@@ -101,6 +101,10 @@ pub fn namespace_tool(tool: impl Into<String>) -> NamespaceTool {
 
 /// A callable member whose input `mapper` builds from the guest's arguments, e.g.
 /// `namespace_tool_with("github_update_issue", |a| Ok(json!({"number": a.first(), "patch": a.get(1)})))`.
+///
+/// A mapper that captures nothing (like that one) is equal to every other mapper of its closure
+/// type, so a factory returning the same scope run after run has it serialized once; a capturing
+/// mapper is equal only to itself (see [`NamespaceTool`]'s equality).
 pub fn namespace_tool_with<M>(tool: impl Into<String>, mapper: M) -> NamespaceTool
 where
     M: Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static,
