@@ -15,14 +15,17 @@
 
 use std::path::{Path, PathBuf};
 
-/// Must match the prefix the engine compiles at run time (`prelude_bytecode` in `src/lib.rs`).
-const MODULE_PREFIX: &str = "export default ";
+/// The compile the engine's run-time fallback uses too.
+#[path = "src/prelude_compile.rs"]
+mod prelude_compile;
+
 /// Must match `codemode_bridge::PRELUDE_FILENAME` (it names the prelude's frames in stack traces).
 const PRELUDE_FILENAME: &str = "<codemode-prelude>";
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(codemode_prelude_bytecode)");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/prelude_compile.rs");
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let prelude_dir = manifest.join("../codemode-bridge/src/js/prelude");
     println!("cargo:rerun-if-changed={}", prelude_dir.display());
@@ -42,7 +45,7 @@ fn main() {
             return;
         }
     };
-    match compile(&source) {
+    match prelude_compile::compile(PRELUDE_FILENAME, &source) {
         Ok(bytecode) => {
             let written = std::fs::write(out.join("prelude.qjsbc"), bytecode)
                 .and_then(|()| std::fs::write(out.join("prelude.js"), &source));
@@ -71,16 +74,4 @@ fn read_prelude(dir: &Path) -> Result<String, String> {
         source.push_str(&std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?);
     }
     Ok(source)
-}
-
-fn compile(source: &str) -> Result<Vec<u8>, String> {
-    use rquickjs::{CatchResultExt, Context, Module, Runtime, WriteOptions};
-    let rt = Runtime::new().map_err(|e| e.to_string())?;
-    let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
-    ctx.with(|ctx| {
-        Module::declare(ctx.clone(), PRELUDE_FILENAME, format!("{MODULE_PREFIX}{source}"))
-            .and_then(|m| m.write(WriteOptions { strip_source: true, ..WriteOptions::default() }))
-            .catch(&ctx)
-            .map_err(|e| e.to_string())
-    })
 }

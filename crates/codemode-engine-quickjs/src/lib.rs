@@ -32,6 +32,7 @@ mod alloc;
 mod arena;
 mod ffi;
 mod plain_json;
+mod prelude_compile;
 
 use codemode_bridge::driver::{GuestVm, VmFault, drive, failure_from_parts};
 use codemode_bridge::{BridgeHost, CELL_FILENAME, PRELUDE, PRELUDE_FILENAME, workers};
@@ -40,7 +41,7 @@ use codemode_core::engine::{
     SnapshotBody,
 };
 use rquickjs::context::EvalOptions;
-use rquickjs::{CatchResultExt, Context, Ctx, Function, Module, Object, Persistent, Runtime, Value, WriteOptions};
+use rquickjs::{CatchResultExt, Context, Ctx, Function, Module, Object, Persistent, Runtime, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -327,8 +328,7 @@ fn eval_options(filename: &str) -> EvalOptions {
     opts
 }
 
-/// The prelude as QuickJS module bytecode (`export default install`), without its source text
-/// (debug information stays: stack traces still name the prelude's frames, which the driver drops).
+/// The prelude as QuickJS module bytecode (see [`prelude_compile::compile`]).
 ///
 /// Compiled at build time (`build.rs`) where the build could, and used when the text it was
 /// compiled from is exactly [`PRELUDE`]; otherwise compiled once per process on first use.
@@ -344,20 +344,9 @@ fn prelude_bytecode() -> Result<&'static [u8], EngineError> {
     }
 }
 
-/// Compiles the prelude as `build.rs` does (the two must stay the same: a test compares them).
+/// Compiles the prelude as `build.rs` does (the same function; a test compares the bytes).
 fn compile_prelude() -> Result<Vec<u8>, String> {
-    let rt = Runtime::new().map_err(|e| e.to_string())?;
-    let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
-    ctx.with(|ctx| {
-        let source = format!("export default {PRELUDE}");
-        Module::declare(ctx.clone(), PRELUDE_FILENAME, source)
-            // Without the source text (157 KB of bytecode becomes 25 KB, and loading it into a
-            // new VM takes ~40 % less): the prelude's functions print as `[native code]`, as
-            // the host functions they stand for would.
-            .and_then(|m| m.write(WriteOptions { strip_source: true, ..WriteOptions::default() }))
-            .catch(&ctx)
-            .map_err(|e| e.to_string())
-    })
+    prelude_compile::compile(PRELUDE_FILENAME, PRELUDE)
 }
 
 /// The build's bytecode, if the build made one from exactly this [`PRELUDE`] (comparing the two
@@ -679,8 +668,9 @@ mod tests {
     const CHECK: &str = r#"return [typeof planted, ({}).polluted, typeof keep, typeof late, Math.random()];"#;
 
     /// The build compiles the prelude (the tests never cross-compile), from exactly [`PRELUDE`],
-    /// to the bytes a run-time compile makes: a layer the build script missed, a prefix or a file
-    /// name of its own, or a bytecode that is not deterministic would each fail here.
+    /// to the bytes a run-time compile makes (both call `prelude_compile::compile`): a layer the
+    /// build script missed, a file name of its own, or a bytecode that is not deterministic would
+    /// each fail here.
     #[test]
     fn the_build_made_the_prelude_bytecode_a_run_time_compile_makes() {
         let built = built_prelude_bytecode().expect("build.rs embedded bytecode of this very prelude");
