@@ -1,5 +1,5 @@
-//! The prelude's primitives as plain QuickJS C functions: `host(kind, payload)` and `plainJson`
-//! (module [`crate::plain_json`]). `host` answers a request with its promise (made here, settled by
+//! The prelude's primitives as plain QuickJS C functions: `host(kind, payload)`, `plainJson`
+//! (module [`crate::plain_json`]) and `defineNamespaces` (module [`crate::define_namespaces`]). `host` answers a request with its promise (made here, settled by
 //! `Vm::settle` through the kept resolving functions) rather than with an id the prelude would turn
 //! into a promise and file.
 //!
@@ -137,8 +137,12 @@ unsafe extern "C" fn random(
     qjs::JS_NewFloat64((x >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0))
 }
 
-/// Makes `host` and `plainJson` for `ctx`, whose opaque pointer is `state` ([`attach`]).
-pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquickjs::Result<(Value<'js>, Value<'js>)> {
+/// Makes `host`, `plainJson` and `defineNamespaces` (module [`crate::define_namespaces`]) for
+/// `ctx`, whose opaque pointer is `state` ([`attach`]).
+pub(crate) fn primitives<'js>(
+    ctx: &Ctx<'js>,
+    state: &mut ContextState,
+) -> rquickjs::Result<(Value<'js>, Value<'js>, Value<'js>)> {
     // The class ids of an ordinary object and of an array, read before any guest code runs.
     let object = Object::new(ctx.clone())?;
     let array = Array::new(ctx.clone())?;
@@ -153,7 +157,8 @@ pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquic
     }
     let host = c_function(ctx, host, c"host", 2)?;
     let plain = c_function(ctx, crate::plain_json::plain_json, c"plainJson", 3)?;
-    Ok((host, plain))
+    let namespaces = c_function(ctx, crate::define_namespaces::define_namespaces, c"defineNamespaces", 6)?;
+    Ok((host, plain, namespaces))
 }
 
 type CFunction = unsafe extern "C" fn(*mut qjs::JSContext, qjs::JSValue, c_int, *mut qjs::JSValue) -> qjs::JSValue;

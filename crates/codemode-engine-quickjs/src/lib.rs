@@ -12,7 +12,9 @@
 //! prelude is compiled to QuickJS bytecode by the build (`build.rs`; once per process on first use
 //! where the build could not), so a new VM only loads it. Plain
 //! data a cell sends or returns is serialized by a native `plainJson` (module `plain_json`,
-//! written against QuickJS's C API) instead of the prelude's walk plus `JSON.stringify`. A
+//! written against QuickJS's C API) instead of the prelude's walk plus `JSON.stringify`, and a
+//! run's namespaces are defined at boot by a native `defineNamespaces` (module
+//! `define_namespaces`) instead of the prelude's loop. A
 //! suspended run keeps its VM alive: its snapshot is [`SnapshotBody::Live`], sized by QuickJS's
 //! memory accounting, and cannot leave the process (only the in-memory store accepts it); the VM is
 //! reset and pooled when the run ends.
@@ -30,6 +32,7 @@
 
 mod alloc;
 mod arena;
+mod define_namespaces;
 mod ffi;
 mod plain_json;
 mod prelude_compile;
@@ -422,8 +425,8 @@ impl Vm {
                 let (module, done) = module.eval()?;
                 done.finish::<()>()?;
                 let install: Function<'_> = module.namespace()?.get("default")?;
-                let (host, plain) = ffi::primitives(&ctx, &mut state)?;
-                install.call((host, plain))
+                let (host, plain, namespaces) = ffi::primitives(&ctx, &mut state)?;
+                install.call((host, plain, namespaces))
             })();
             installed
                 .and_then(|api| Api::save(&ctx, &api))

@@ -553,6 +553,126 @@ static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSVa
     return out;
 }
 
+// ---- namespaces at boot --------------------------------------------------------------------------
+// defineNamespaces(root, global, entries, texts, reserved, build): the prelude's third primitive (its
+// contract is in the prelude's layer 0; the reference is `boot`'s own loop in layer 4, which engines
+// without it run). Interpreted, that loop cost a run with two namespaces more than the rest of its
+// boot: parsing and running the loop, a closure and two descriptor objects per namespace. Here each
+// namespace costs one C function with its data and two property definitions. Nothing here runs
+// guest code: `entries` and its members come from the prelude's JSON.parse of the host's boot head
+// (before any cell code ran), `reserved` is the prelude's private null-prototype set, `root` a fresh
+// null-prototype object; only `build` (the prelude's buildScope) is called, by a getter.
+
+// A namespace's getter: data = [build, texts, start, len, built]. Builds the namespace object on the
+// first read and keeps it in its own data slot 4, so both accessors (they share this one function)
+// return the same object. The slot is part of the function's data record, which QuickJS's
+// collector marks like the other four values.
+static JSValue js_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
+                                JSValueConst *data) {
+    (void)this_val;
+    (void)argc;
+    (void)argv;
+    (void)magic;
+    if (!JS_IsUndefined(data[4])) return JS_DupValue(c, data[4]);
+    JSValueConst args[3] = { data[1], data[2], data[3] };
+    JSValue built = JS_Call(c, data[0], JS_UNDEFINED, 3, args);
+    if (JS_IsException(built)) return built;
+    // The record's storage is a plain JSValue array QuickJS hands over as const: writable memory.
+    JSValue *slot = (JSValue *)&data[4];
+    JS_FreeValue(c, *slot);
+    *slot = JS_DupValue(c, built);
+    return built;
+}
+
+// `entries[i][key]` when the entry is an object, else undefined.
+static JSValue entry_member(JSContext *c, JSValueConst entry, const char *key) {
+    return JS_IsObject(entry) ? JS_GetPropertyStr(c, entry, key) : JS_UNDEFINED;
+}
+
+static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    (void)this_val;
+    if (argc < 6 || !JS_IsObject(argv[0]) || !JS_IsObject(argv[1]) || !JS_IsArray(argv[2]) || !JS_IsString(argv[3]) ||
+        !JS_IsObject(argv[4]) || !JS_IsFunction(c, argv[5]))
+        return JS_ThrowTypeError(c, "defineNamespaces(root, global, entries, texts, reserved, build)");
+    JSValueConst root = argv[0], global = argv[1], entries = argv[2], texts = argv[3], reserved = argv[4];
+    int64_t count, texts_len;
+    if (JS_GetLength(c, entries, &count) < 0 || JS_GetLength(c, texts, &texts_len) < 0) return JS_EXCEPTION;
+    double at = 0;
+    for (int64_t i = 0; i < count; i++) {
+        JSValue entry = JS_GetPropertyInt64(c, entries, i);
+        if (JS_IsException(entry)) return entry;
+        JSValue len_value = entry_member(c, entry, "len");
+        if (JS_IsException(len_value)) {
+            JS_FreeValue(c, entry);
+            return len_value;
+        }
+        // A bad length would misplace every later namespace: stop at it (as the prelude's loop).
+        double len = 0;
+        int is_number = JS_IsNumber(len_value) && JS_ToFloat64(c, &len, len_value) == 0;
+        JS_FreeValue(c, len_value);
+        if (!is_number || !(len >= 0) || at + len > (double)texts_len) {
+            JS_FreeValue(c, entry);
+            break;
+        }
+        double start = at;
+        at += len;
+        JSValue name = entry_member(c, entry, "globalName");
+        JS_FreeValue(c, entry);
+        if (JS_IsException(name)) return name;
+        if (!JS_IsString(name)) {
+            JS_FreeValue(c, name);
+            continue;
+        }
+        JSAtom atom = JS_ValueToAtom(c, name);
+        JS_FreeValue(c, name);
+        if (atom == JS_ATOM_NULL) return JS_EXCEPTION;
+        JSValue is_reserved = JS_GetProperty(c, reserved, atom);
+        if (JS_IsException(is_reserved)) {
+            JS_FreeAtom(c, atom);
+            return is_reserved;
+        }
+        int skip = JS_IsBool(is_reserved) && JS_VALUE_GET_BOOL(is_reserved);
+        JS_FreeValue(c, is_reserved);
+        int present = skip ? 0 : JS_HasProperty(c, root, atom);
+        if (present < 0) {
+            JS_FreeAtom(c, atom);
+            return JS_EXCEPTION;
+        }
+        if (skip || present) {
+            JS_FreeAtom(c, atom);
+            continue;
+        }
+        JSValueConst data[5] = { argv[5], texts, JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
+        JSValue get = JS_NewCFunctionData2(c, js_namespace_get, "get", 0, 0, 5, data);
+        if (JS_IsException(get)) {
+            JS_FreeAtom(c, atom);
+            return get;
+        }
+        int defined = JS_DefineProperty(c, root, atom, JS_UNDEFINED, get, JS_UNDEFINED,
+                                        JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_ENUMERABLE |
+                                            JS_PROP_HAS_CONFIGURABLE | JS_PROP_THROW);
+        if (defined >= 0) {
+            // A global the VM does not let us define (the host refuses such names) stays reachable
+            // as `namespaces.<name>` only, as in the prelude's loop, which catches the error.
+            int g = JS_DefineProperty(c, global, atom, JS_UNDEFINED, get, JS_UNDEFINED,
+                                      JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_HAS_CONFIGURABLE);
+            if (g < 0) {
+                JSValue e = JS_GetException(c);
+                if (JS_IsUncatchableError(e)) {
+                    JS_Throw(c, e);
+                    defined = -1;
+                } else {
+                    JS_FreeValue(c, e);
+                }
+            }
+        }
+        JS_FreeValue(c, get);
+        JS_FreeAtom(c, atom);
+        if (defined < 0) return JS_EXCEPTION;
+    }
+    return JS_UNDEFINED;
+}
+
 static int interrupt_handler(JSRuntime *r, void *opaque) {
     (void)r;
     (void)opaque;
@@ -627,12 +747,12 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     class_object = JS_GetClassID(proto_object);
     class_array = JS_GetClassID(proto_array);
     if (!JS_IsObject(proto_object) || !JS_IsObject(proto_array) || class_object == class_array) return -7;
-    JSValue primitives[2];
+    JSValue primitives[3];
     primitives[0] = JS_NewCFunction(ctx, js_host, "host", 2);
     primitives[1] = JS_NewCFunction(ctx, js_plain_json, "plainJson", 3);
-    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 2, primitives);
-    JS_FreeValue(ctx, primitives[0]);
-    JS_FreeValue(ctx, primitives[1]);
+    primitives[2] = JS_NewCFunction(ctx, js_define_namespaces, "defineNamespaces", 6);
+    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 3, primitives);
+    for (int i = 0; i < 3; i++) JS_FreeValue(ctx, primitives[i]);
     JS_FreeValue(ctx, install);
     if (JS_IsException(api)) { set_out_exception(); return -5; }
     fn_boot = JS_GetPropertyStr(ctx, api, "boot");

@@ -457,3 +457,88 @@ proptest! {
         }
     }
 }
+
+/// L5 at boot, on every engine compiled in: the two QuickJS engines define a run's namespaces with
+/// their native `defineNamespaces` primitive, Boa with the prelude's own loop (the reference).
+/// A boot text the host would never send (it validates names first) checks the guest's second
+/// guard alike on each: a duplicate name, a reserved one and a non-string one are skipped (each
+/// still consuming its text), a global the VM refuses to redefine (`Infinity`) is reachable under
+/// `namespaces` only, a bad length stops the list, lengths count UTF-16 units, both accessors share
+/// one getter (named `get`, ignoring `this`) and the object it builds once.
+#[test]
+fn boot_entries_are_defined_alike_on_every_engine() {
+    use codemode::Engines;
+    use codemode_core::engine::{DriveInput, DriveOutcome, GuestLimits, GuestProgram};
+    use std::time::{Duration, Instant};
+
+    let text = |id: &str, data: Value| json!({"id": id, "globalName": id, "data": data, "calls": []}).to_string();
+    let entries: Vec<(Value, String)> = vec![
+        (json!("A"), text("a", json!({"x": "é𝄞"}))),
+        (json!("A"), text("a2", json!({"x": "duplicate"}))),
+        (json!("tools"), text("t", json!({"x": "reserved"}))),
+        (json!(5), text("five", json!({"x": "not a string"}))),
+        (json!("B"), text("b", json!({"y": 2}))),
+        (json!("Infinity"), text("inf", json!({"z": 3}))),
+    ];
+    let units = |s: &str| s.encode_utf16().count();
+    let mut list: Vec<Value> = entries.iter().map(|(name, t)| json!({"globalName": name, "len": units(t)})).collect();
+    // A negative length stops the list: `D`, after it, is never defined.
+    list.push(json!({"globalName": "C", "len": -1}));
+    let d = text("d", json!({"w": 4}));
+    list.push(json!({"globalName": "D", "len": units(&d)}));
+    let mut boot = json!({"maxDepth": 64, "namespaces": list}).to_string();
+    boot.push('\n');
+    for (_, t) in &entries {
+        boot.push_str(t);
+    }
+    boot.push_str(&d);
+
+    let cell = r#"
+      const g = Object.getOwnPropertyDescriptor(globalThis, "A");
+      const r = Object.getOwnPropertyDescriptor(namespaces, "A");
+      const shape = (d) => [d.enumerable, d.configurable, d.set === undefined, typeof d.get, d.get.name, d.get.length];
+      return {
+        keys: Object.keys(namespaces),
+        values: [A.x, B.y, namespaces.Infinity.z],
+        infinity: [typeof Infinity, Infinity === 1 / 0],
+        absent: [typeof globalThis.C, typeof globalThis.D, "C" in namespaces, "D" in namespaces, "5" in namespaces],
+        tools: typeof tools,
+        same: A === namespaces.A && r.get === g.get && g.get.call(null) === A && g.get.call(42) === A,
+        global: shape(g),
+        root: shape(r),
+        frozen: [Object.isFrozen(namespaces), Object.isFrozen(A)],
+        hidden: Object.keys(globalThis).includes("A"),
+      };
+    "#;
+    let want = json!({
+        "keys": ["A", "B", "Infinity"],
+        "values": ["é𝄞", 2, 3],
+        "infinity": ["number", true],
+        "absent": ["undefined", "undefined", false, false, false],
+        "tools": "object",
+        "same": true,
+        "global": [false, false, true, "function", "get", 0],
+        "root": [true, false, true, "function", "get", 0],
+        "frozen": [true, true],
+        "hidden": false,
+    });
+    let mut engines = vec!["quickjs-wasi", "quickjs"];
+    if Engines::by_name("boa").is_some() {
+        engines.push("boa");
+    }
+    for name in engines {
+        let engine = Engines::by_name(name).unwrap_or_else(|| panic!("{name} is compiled in"));
+        let program = GuestProgram { code: cell.into(), boot: boot.as_str().into() };
+        let mut instance = engine.start(&program, &GuestLimits::default()).unwrap();
+        let report = instance
+            .drive(DriveInput {
+                deliveries: vec![],
+                deadline: Instant::now() + Duration::from_secs(20),
+                output_budget: 1 << 16,
+                cancel: None,
+                boot_source: None,
+            })
+            .unwrap();
+        assert_eq!(report.outcome, DriveOutcome::Completed(want.clone()), "{name}");
+    }
+}

@@ -1,8 +1,8 @@
 // codemode guest prelude (DESIGN §3), layer 0: captured builtins, shared lists, `install`'s state.
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
-// script. Its completion value is `install(host, plainJson?)`, which the engine calls with the one
-// host primitive (and, optionally, an accelerator):
+// script. Its completion value is `install(host, plainJson?, defineNamespaces?)`, which the engine
+// calls with the one host primitive (and, optionally, accelerators):
 //
 //   host(kind: string, payload: string) -> number | string | undefined
 //     kind "text" | "json": synchronous output; returns 0.
@@ -17,6 +17,15 @@
 //     levels below `depth`); undefined for anything else, which then takes isPlain + toSafe as
 //     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
 //     toJson, invisible to the cell.
+//
+//   defineNamespaces(root, global, entries, texts, reserved, build) -> undefined   (optional; the
+//     WebAssembly engine gives one)
+//     What `boot`'s own loop over the run's namespaces does (see `boot` in layer 4), natively: for
+//     each entry `{globalName, len}` in turn (stopping at a length that is not a number >= 0 or runs
+//     past `texts`, skipping a name that is not a string, is `true` in `reserved` or is in `root`
+//     already) one getter that returns `build(texts, start, len)`, called once and kept, defined as
+//     a non-configurable accessor `root[globalName]` (enumerable) and `global[globalName]` (not
+//     enumerable; a global the VM refuses is skipped). It must run no guest code but `build`.
 //
 // `install` returns the engine's private handle { boot, run, settle, poll, hostError }:
 // `settle(id, ok, json)` delivers a request's outcome as JSON text, `hostError(failure)` makes the
@@ -154,7 +163,7 @@
     defineProperty(G, name, { value, writable: false, enumerable: false, configurable: false });
   }
 
-  return function install(host, plainJson) {
+  return function install(host, plainJson, defineNamespaces) {
     // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
     // than a Map of pairs on the nested-call path).
     const resolvers = create(null);

@@ -291,11 +291,12 @@
 
     // ---- boot: per-run data (the JSON-depth limit, the run's namespaces) --------------------------
     // One namespace object (SPEC §10 L5): the scope's data with a function at every callable path,
-    // frozen. Built from the namespace's JSON when the cell first reaches it (see boot).
-    function buildScope(nsJson) {
+    // frozen. Built from the namespace's JSON, `texts` from `start` for `len` characters, when the
+    // cell first reaches it (see boot).
+    function buildScope(texts, start, len) {
       let ns;
       try {
-        ns = parse(nsJson);
+        ns = parse(apply(stringSlice, texts, [start, start + len]));
       } catch (_) {
         ns = null;
       }
@@ -368,6 +369,21 @@
       // a second guard.
       const namespacesRoot = create(null);
       const guestNamespaces = isArray(data.namespaces) ? data.namespaces : [];
+      if (defineNamespaces !== undefined) {
+        // The same loop, natively (see `install`): a run with namespaces pays for its accessors,
+        // not for interpreting this loop.
+        defineNamespaces(namespacesRoot, G, guestNamespaces, texts, RESERVED_SET, buildScope);
+      } else {
+        defineNamespacesHere(namespacesRoot, guestNamespaces, texts);
+      }
+      // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
+      // `freeze` would still do (without listing and redefining them).
+      reflectPreventExtensions(namespacesRoot);
+      lock("namespaces", namespacesRoot);
+    }
+
+    // `boot`'s loop over the run's namespaces, for engines without the `defineNamespaces` primitive.
+    function defineNamespacesHere(namespacesRoot, guestNamespaces, texts) {
       let at = 0;
       for (let i = 0; i < guestNamespaces.length; i++) {
         const entry = guestNamespaces[i];
@@ -381,7 +397,7 @@
         if (RESERVED_SET[globalName] === true || globalName in namespacesRoot) continue;
         let built;
         const get = function () {
-          if (built === undefined) built = buildScope(apply(stringSlice, texts, [start, start + len]));
+          if (built === undefined) built = buildScope(texts, start, len);
           return built;
         };
         nsRootDesc.get = get;
@@ -395,9 +411,5 @@
         }
       }
       nsRootDesc.get = nsGlobalDesc.get = undefined;
-      // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
-      // `freeze` would still do (without listing and redefining them).
-      reflectPreventExtensions(namespacesRoot);
-      lock("namespaces", namespacesRoot);
     }
 
