@@ -214,6 +214,10 @@ fn n4_namespaces_built_on_first_read_cannot_be_tampered_with_before_it() {
             Array.isArray = () => { stolen++; return false; };
             String.prototype.split = function () { stolen++; return []; };
             Object.defineProperty(Object.prototype, "markPaid", { set() { stolen++; }, configurable: true });
+            // Inherited by any descriptor written as an object literal: the build must use none.
+            for (const key of ["get", "set"]) {
+              Object.defineProperty(Object.prototype, key, { get() { stolen++; return () => ({}); }, configurable: true });
+            }
             const d = Object.getOwnPropertyDescriptor(globalThis, "Shipping");
             const getterAgain = d.get.call({ not: "the global" });
             const rows = await Shipping.unpaid();

@@ -159,8 +159,28 @@
     return v;
   }
 
+  // Descriptors with no prototype, for every definition made while cell code may have run: a cell
+  // can put `get`, `set`, `value` or `writable` on Object.prototype, which a descriptor written as
+  // an object literal would inherit.
+  function valueDesc(value, writable, enumerable, configurable) {
+    const d = create(null);
+    d.value = value;
+    d.writable = writable;
+    d.enumerable = enumerable;
+    d.configurable = configurable;
+    return d;
+  }
+  // A getter-only accessor, never configurable.
+  function getterDesc(get, enumerable) {
+    const d = create(null);
+    d.get = get;
+    d.enumerable = enumerable;
+    d.configurable = false;
+    return d;
+  }
+
   function lock(name, value) {
-    defineProperty(G, name, { value, writable: false, enumerable: false, configurable: false });
+    defineProperty(G, name, valueDesc(value, false, false, false));
   }
 
   return function install(host, plainJson, defineNamespaces) {

@@ -38,7 +38,7 @@
           const n = v.length;
           for (let i = 0; i < n; i++) {
             const x = toSafe(v[i], depth + 1, ancestors);
-            defineProperty(out, i, { value: x === undefined ? null : x, writable: true, enumerable: true, configurable: true });
+            defineProperty(out, i, valueDesc(x === undefined ? null : x, true, true, true));
           }
           return out;
         }
@@ -61,7 +61,7 @@
           let i = 0;
           apply(setForEach, v, [(value) => {
             const x = toSafe(value, depth + 1, ancestors);
-            defineProperty(arr, i++, { value: x === undefined ? null : x, writable: true, enumerable: true, configurable: true });
+            defineProperty(arr, i++, valueDesc(x === undefined ? null : x, true, true, true));
           }]);
           return arr;
         }

@@ -99,9 +99,9 @@
 
     function hostError(e) {
       const err = new ErrorCtor(typeof e.message === "string" ? e.message : "host error");
-      defineProperty(err, "name", { value: typeof e.name === "string" ? e.name : "Error", writable: true, enumerable: false, configurable: true });
+      defineProperty(err, "name", valueDesc(typeof e.name === "string" ? e.name : "Error", true, false, true));
       if (typeof e.code === "string") {
-        defineProperty(err, "code", { value: e.code, writable: true, enumerable: true, configurable: true });
+        defineProperty(err, "code", valueDesc(e.code, true, true, true));
       }
       apply(weakSet, hostErrors, [err, typeof e.code === "string" ? e.code : null]);
       return err;

@@ -49,7 +49,7 @@
           if (gated === undefined) gated = isGated(id);
           return callRequest(id, input, false, head, gated);
         };
-        defineProperty(tools, name, { value: fn, writable: false, enumerable: true, configurable: false });
+        defineProperty(tools, name, valueDesc(fn, false, true, false));
         nameOfId[id] = name;
       }
       function completeTools() {
@@ -162,14 +162,13 @@
           const fn = function (input) {
             return mcpRequest(serverName, toolName, input);
           };
-          defineProperty(fn, "name", { value: mcpTools[j].alias || toolName });
+          defineProperty(fn, "name", valueDesc(mcpTools[j].alias || toolName, false, false, true));
           // `.value(input)`: the same call, its result unwrapped by the host (structured content,
           // else JSON text parsed, else text; `isError` throws).
-          defineProperty(fn, "value", {
-            value: function value(input) {
-              return mcpRequest(serverName, toolName, input, true);
-            },
-          });
+          const unwrapped = function value(input) {
+            return mcpRequest(serverName, toolName, input, true);
+          };
+          defineProperty(fn, "value", valueDesc(unwrapped, false, false, false));
           byName[toolName] = fn;
           names[names.length] = toolName;
           // Names the language reaches for (`then`, `toString`, …) and the namespace's own helpers
@@ -249,7 +248,7 @@
         const keys = typeof server.alias === "string" ? [server.name, server.alias] : [server.name];
         for (let k = 0; k < keys.length; k++) {
           if (keys[k] in mcpRoot || isInternalName(keys[k])) continue;
-          defineProperty(mcpRoot, keys[k], { get, enumerable: true, configurable: false });
+          defineProperty(mcpRoot, keys[k], getterDesc(get, true));
         }
       }
       function completeMcp() {
@@ -324,16 +323,15 @@
           for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
           return namespaceRequest(nsId, path, args, gated);
         };
-        defineProperty(fn, "name", { value: last });
+        defineProperty(fn, "name", valueDesc(last, false, false, true));
         // `.value(...)`: over an MCP tool, the result unwrapped like `MCP.<server>.<tool>.value`.
-        defineProperty(fn, "value", {
-          value: function value() {
-            const args = [];
-            for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
-            return namespaceRequest(nsId, path, args, gated, true);
-          },
-        });
-        defineProperty(parent, last, { value: freeze(fn), writable: true, enumerable: true, configurable: true });
+        const unwrapped = function value() {
+          const args = [];
+          for (let a = 0; a < arguments.length; a++) args[a] = arguments[a];
+          return namespaceRequest(nsId, path, args, gated, true);
+        };
+        defineProperty(fn, "value", valueDesc(unwrapped, false, false, false));
+        defineProperty(parent, last, valueDesc(freeze(fn), true, true, true));
       }
       return deepFreeze(root);
     }
