@@ -24,18 +24,33 @@
       return "0" + stringify(out);
     }
 
+    // The state of a run whose failure could not even be described: `failure` allocates (its
+    // object, strings, JSON), and a cell that ends by filling the heap (with what it filled still
+    // reachable) can leave no room for that. Were `failure` to throw inside the promise reaction,
+    // the state would never be set and the run would look pending for ever. Made now, while there
+    // is memory; the host classifies it as `memory_limit_exceeded` (an uncatchable interrupt is
+    // never caught here).
+    const OUT_OF_MEMORY_STATE = "0" + stringify({ name: "InternalError", message: "out of memory", stack: "", code: null });
+    function failed(e) {
+      try {
+        return failure(e);
+      } catch (_) {
+        return OUT_OF_MEMORY_STATE;
+      }
+    }
+
     function run(fn) {
       if (started) throw new ErrorCtor("already started");
       started = true;
       if (typeof fn !== "function") {
-        state = failure(new TypeErrorCtor("the cell did not compile to a function"));
+        state = failed(new TypeErrorCtor("the cell did not compile to a function"));
         return;
       }
       let p;
       try {
         p = fn();
       } catch (e) {
-        state = failure(e);
+        state = failed(e);
         return;
       }
       apply(promiseThen, p, [
@@ -43,11 +58,11 @@
           try {
             state = "1" + toJson(v === undefined ? null : v);
           } catch (e) {
-            state = failure(e);
+            state = failed(e);
           }
         },
         (e) => {
-          state = failure(e);
+          state = failed(e);
         },
       ]);
     }
