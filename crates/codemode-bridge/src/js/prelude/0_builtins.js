@@ -18,8 +18,8 @@
 //     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
 //     toJson, invisible to the cell.
 //
-//   defineNamespaces(root, global, entries, texts, reserved, build) -> undefined   (optional; the
-//     WebAssembly engine gives one)
+//   defineNamespaces(root, global, entries, texts, reserved, build) -> undefined   (optional; both
+//     QuickJS engines give one)
 //     What `boot`'s own loop over the run's namespaces does (see `boot` in layer 4), natively: for
 //     each entry `{globalName, len}` in turn (stopping at a length that is not a number >= 0 or runs
 //     past `texts`, skipping a name that is not a string, is `true` in `reserved` or is in `root`

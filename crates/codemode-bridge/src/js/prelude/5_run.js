@@ -1,15 +1,31 @@
 // Layer 5 of the prelude: running the cell and reporting its state; the engine's handle.
     // ---- running the cell -----------------------------------------------------------------------------
+    // `e[key]` as a string, or `fallback` when it is undefined or reading or converting it throws
+    // (a thrown value's getters are the cell's).
+    function memberString(e, key, fallback) {
+      try {
+        return safeString(e[key], fallback);
+      } catch (_) {
+        return fallback;
+      }
+    }
+
+    // Every read of the thrown value is guarded (getters, Proxy traps): what can still make this
+    // throw is running out of memory (see `failed`).
     function failure(e) {
       const out = { name: "Error", message: "", stack: "", code: null };
       if (e !== null && (typeof e === "object" || typeof e === "function")) {
         if (apply(weakHas, hostErrors, [e])) out.code = apply(weakGet, hostErrors, [e]);
-        out.name = safeString(e.name, "Error");
-        out.message = safeString(e.message, "");
+        out.name = memberString(e, "name", "Error");
+        out.message = memberString(e, "message", "");
         try {
           if (typeof e.stack === "string") out.stack = e.stack;
         } catch (_) {}
-        if (out.message === "" && out.name === "Error" && !(e instanceof ErrorCtor)) {
+        let isError = false;
+        try {
+          isError = e instanceof ErrorCtor;
+        } catch (_) {}
+        if (out.message === "" && out.name === "Error" && !isError) {
           out.name = "Uncaught";
           try {
             out.message = toText(e);
