@@ -62,15 +62,6 @@ unsafe extern "C" fn namespace_get(
     }
 }
 
-/// Throws a `TypeError` with `message` (a NUL-terminated text without format directives).
-///
-/// # Safety
-/// `ctx` is a live context under its runtime's lock.
-unsafe fn throw_type(ctx: *mut qjs::JSContext, message: &std::ffi::CStr) -> qjs::JSValue {
-    // SAFETY: as the contract says; "%s" with one C string argument.
-    unsafe { qjs::JS_ThrowTypeError(ctx, c"%s".as_ptr(), message.as_ptr()) }
-}
-
 /// `entry[key]` when `entry` is an object, else `undefined` (a new reference either way, or the
 /// exception marker).
 ///
@@ -95,10 +86,10 @@ pub(crate) unsafe extern "C" fn define_namespaces(
     argc: c_int,
     argv: *mut qjs::JSValue,
 ) -> qjs::JSValue {
-    const USAGE: &std::ffi::CStr = c"defineNamespaces(root, global, entries, texts, reserved, build)";
+    const USAGE: &str = "defineNamespaces(root, global, entries, texts, reserved, build)";
     if argc < 6 || argv.is_null() {
         // SAFETY: as the contract says.
-        return unsafe { throw_type(ctx, USAGE) };
+        return unsafe { crate::ffi::throw_type(ctx, USAGE) };
     }
     // SAFETY: at least 6 values, borrowed for this call.
     let [root, global, entries, texts, reserved, build] =
@@ -113,7 +104,7 @@ pub(crate) unsafe extern "C" fn define_namespaces(
             || !qjs::JS_IsObject(reserved)
             || !qjs::JS_IsFunction(ctx, build)
         {
-            return throw_type(ctx, USAGE);
+            return crate::ffi::throw_type(ctx, USAGE);
         }
         let (mut count, mut texts_len) = (0i64, 0i64);
         if qjs::JS_GetLength(ctx, entries, &mut count) < 0 || qjs::JS_GetLength(ctx, texts, &mut texts_len) < 0 {

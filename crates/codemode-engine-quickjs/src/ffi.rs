@@ -1,7 +1,7 @@
 //! The prelude's primitives as plain QuickJS C functions: `host(kind, payload)`, `plainJson`
-//! (module [`crate::plain_json`]) and `defineNamespaces` (module [`crate::define_namespaces`]). `host` answers a request with its promise (made here, settled by
-//! `Vm::settle` through the kept resolving functions) rather than with an id the prelude would turn
-//! into a promise and file.
+//! (module [`crate::plain_json`]) and `defineNamespaces` (module [`crate::define_namespaces`]).
+//! `host` answers a request with its promise (made here, settled by `Vm::settle` through the kept
+//! resolving functions) rather than with an id the prelude would turn into a promise and file.
 //!
 //! They are C functions rather than rquickjs closures because they run on every nested call:
 //! rquickjs's closure path (a class call, a panic guard, argument conversion into owned Rust
@@ -341,9 +341,11 @@ unsafe fn promise_for(ctx: *mut qjs::JSContext, state: &ContextState, id: Reques
     promise
 }
 
+/// Throws a `TypeError` with `message`; returns the exception marker.
+///
 /// # Safety
 /// `ctx` is a live context under its runtime's lock.
-unsafe fn throw_type(ctx: *mut qjs::JSContext, message: &str) -> qjs::JSValue {
+pub(crate) unsafe fn throw_type(ctx: *mut qjs::JSContext, message: &str) -> qjs::JSValue {
     // SAFETY: as the contract says.
     if let Some(ctx) = unsafe { rquickjs_ctx(ctx) } {
         let _ = Exception::throw_type(&ctx, message);
