@@ -92,13 +92,17 @@ pub fn boot_json(boot: &BootData) -> String {
     BootText::new(boot).with_namespaces(&boot.namespaces).to_string()
 }
 
-/// The prelude's two `boot` arguments from a boot text ([`boot_json`], [`BootText::with_namespaces`]):
-/// the head (JSON, up to the first newline) and the namespaces' JSON texts that follow it (empty
-/// when there are none). JSON text never holds a raw newline, so the first one ends the head.
-/// Engines split here (or in the guest's own code) rather than in the prelude, where QuickJS's
-/// `indexOf` costs thousands of instructions a run.
-pub fn split_boot(boot: &str) -> (&str, &str) {
-    boot.split_once('\n').unwrap_or((boot, ""))
+/// The prelude's three `boot` arguments from a boot text ([`boot_json`],
+/// [`BootText::with_namespaces`]): the head (JSON, up to the first newline), the namespace index
+/// (the second line: `name len` pairs, see [`BootText::with_namespace_texts`]) and the namespaces'
+/// JSON texts that follow it (both empty when there are none). JSON text never holds a raw newline
+/// and the index never does either, so the first two newlines end the head and the index. Engines
+/// split here (or in the guest's own code) rather than in the prelude, where QuickJS's `indexOf`
+/// costs thousands of instructions a run.
+pub fn split_boot(boot: &str) -> (&str, &str, &str) {
+    let Some((head, rest)) = boot.split_once('\n') else { return (boot, "", "") };
+    let (index, texts) = rest.split_once('\n').unwrap_or((rest, ""));
+    (head, index, texts)
 }
 
 /// Keys of the bridge's `pull` (the prelude's `host("pull", key)`), answered by [`BootText::source`].
@@ -235,12 +239,14 @@ impl BootText {
     }
 
     /// The boot argument of a run whose visible namespaces are `namespaces`: the cached head when
-    /// there are none. Otherwise the head gains a `namespaces` member, a list of
-    /// `{"globalName": …, "len": n}`, and is followed by a newline and each namespace's JSON text
-    /// (the [`GuestNamespace`](codemode_core::namespace::GuestNamespace)), one after another, `n`
-    /// UTF-16 code units each. The guest parses the head only, and slices out and parses a
-    /// namespace when the cell first reads it: parsing is most of what a namespace costs a run
-    /// that never touches it. (JSON text never holds a raw newline, so the first one ends the head.)
+    /// there are none. Otherwise the head is followed by a newline, the namespace index, another
+    /// newline and each namespace's JSON text (the
+    /// [`GuestNamespace`](codemode_core::namespace::GuestNamespace)), one after another. The index
+    /// is one line of `globalName len` pairs, all separated by single spaces (`Shipping 412 Bench
+    /// 97`): `len` is the length of that namespace's text in UTF-16 code units, in decimal. The
+    /// guest reads the index without `JSON.parse` (both QuickJS engines natively), and slices out
+    /// and parses a namespace when the cell first reads it: parsing is most of what a namespace
+    /// costs a run that never touches it.
     pub fn with_namespaces(&self, namespaces: &[codemode_core::namespace::GuestNamespace]) -> std::sync::Arc<str> {
         let texts: Vec<String> = namespaces.iter().map(json_text).collect();
         self.with_namespace_texts(
@@ -251,33 +257,35 @@ impl BootText {
     /// [`with_namespaces`](Self::with_namespaces) from each namespace's global name and its JSON
     /// text already written (see
     /// [`RunNamespaces::guest_texts`](codemode_core::namespace::RunNamespaces::guest_texts)): the
-    /// same boot text, without serializing the scopes again.
+    /// same boot text, without serializing the scopes again. A global name is an identifier (the
+    /// registry checks); one that is empty or holds whitespace, which the index could not carry, is
+    /// written empty: the guest skips it, and the namespaces after it keep their places.
     pub fn with_namespace_texts<'a>(
         &self,
         namespaces: impl ExactSizeIterator<Item = (&'a str, &'a str)> + Clone,
     ) -> std::sync::Arc<str> {
+        use std::fmt::Write as _;
         if namespaces.len() == 0 {
             return self.head.clone();
         }
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Entry<'a> {
-            global_name: &'a str,
-            len: usize,
-        }
         // The guest slices by UTF-16 code units; JSON text is mostly ASCII, where that is its length.
         let utf16_len = |text: &str| if text.is_ascii() { text.len() } else { text.encode_utf16().count() };
-        let entries: Vec<Entry<'_>> =
-            namespaces.clone().map(|(global_name, text)| Entry { global_name, len: utf16_len(text) }).collect();
-        let list = json_text(&entries);
-        let open = self.head.strip_suffix('}').unwrap_or(&self.head);
         let mut out = String::with_capacity(
-            self.head.len() + list.len() + 16 + namespaces.clone().map(|(_, text)| text.len()).sum::<usize>(),
+            self.head.len() + 2 + namespaces.clone().map(|(name, text)| name.len() + 12 + text.len()).sum::<usize>(),
         );
-        out.push_str(open);
-        out.push_str(",\"namespaces\":");
-        out.push_str(&list);
-        out.push_str("}\n");
+        out.push_str(&self.head);
+        out.push('\n');
+        for (i, (name, text)) in namespaces.clone().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            if !name.chars().any(char::is_whitespace) {
+                out.push_str(name);
+            }
+            // Writing to a String cannot fail.
+            let _ = write!(out, " {}", utf16_len(text));
+        }
+        out.push('\n');
         for (_, text) in namespaces {
             out.push_str(text);
         }
@@ -402,18 +410,22 @@ mod tests {
                 tool_id: "plugin:demo:demo_shipping_list".into(),
             }],
         }];
-        assert_eq!(split_boot(&cached.with_namespaces(&[])), (r#"{"maxDepth":64}"#, ""), "no namespaces: no texts");
+        assert_eq!(
+            split_boot(&cached.with_namespaces(&[])),
+            (r#"{"maxDepth":64}"#, "", ""),
+            "no namespaces: no index, no texts"
+        );
         let text = boot_json(&boot);
-        let (head, rest) = split_boot(&text);
+        let (head, index, rest) = split_boot(&text);
         let head: Value = serde_json::from_str(head).unwrap();
-        assert_eq!(head["maxDepth"], 64);
-        let entries = head["namespaces"].as_array().unwrap();
-        assert_eq!(entries.len(), 1);
-        assert_eq!(entries[0]["globalName"], "Ship");
+        assert_eq!(head, json!({"maxDepth": 64}), "the head is the cached one");
         // The length counts UTF-16 code units (the guest slices a JS string), not bytes.
-        assert_eq!(entries[0]["len"], rest.encode_utf16().count());
+        assert_eq!(index, format!("Ship {}", rest.encode_utf16().count()));
         assert!(rest.len() > rest.encode_utf16().count());
         let inner: Value = serde_json::from_str(rest).unwrap();
         assert_eq!(inner, serde_json::to_value(&boot.namespaces[0]).unwrap());
+        // A name the index cannot carry is written empty, and its text still takes its place.
+        let two = cached.with_namespace_texts([("A b", "{}"), ("C", "[1]")].into_iter());
+        assert_eq!(split_boot(&two), (r#"{"maxDepth":64}"#, " 2 C 3", "{}[1]"));
     }
 }

@@ -16,10 +16,10 @@
 //! - **`start(program, limits)`**: a fresh VM per run (runs never share a VM, SPEC Q2), with no
 //!   capabilities beyond the bridge: no modules, files, network, timers or host objects. Evaluate
 //!   the bridge prelude (`codemode_bridge::PRELUDE`, a classic script whose completion value is
-//!   `install(host, plainJson?)`), call `install` with the one host primitive
+//!   `install(host, plainJson?, defineNamespaces?)`), call `install` with the one host primitive
 //!   `host(kind, payloadJson)` — whose every call goes to `codemode_bridge::BridgeHost::host_call` —
-//!   and call the handle's `boot(head, namespaces)` with `program.boot` split at its first newline
-//!   (`codemode_bridge::split_boot`). No cell code runs before the first `drive`.
+//!   and call the handle's `boot(head, index, texts)` with `program.boot` split at its first two
+//!   newlines (`codemode_bridge::split_boot`). No cell code runs before the first `drive`.
 //!   `plainJson(value, depth, maxDepth)` is optional: a native serializer of plain data that must
 //!   return `JSON.stringify(value)` byte for byte, or `undefined` for anything it does not handle,
 //!   and must run no guest code (the prelude's contract for it is in its layer 0; both QuickJS

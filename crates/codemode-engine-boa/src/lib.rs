@@ -572,8 +572,12 @@ impl GuestVm for BoaVm {
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
-        let (head, namespaces) = codemode_bridge::split_boot(&boot);
-        let args = [JsValue::from(JsString::from(head)), JsValue::from(JsString::from(namespaces))];
+        let (head, index, texts) = codemode_bridge::split_boot(&boot);
+        let args = [
+            JsValue::from(JsString::from(head)),
+            JsValue::from(JsString::from(index)),
+            JsValue::from(JsString::from(texts)),
+        ];
         let boot_fn = self.api.boot.clone();
         self.call(&boot_fn, &args)?;
         // boa's parser recurses on the thread's stack: refuse what could overflow it.

@@ -562,8 +562,8 @@ impl GuestVm for Vm {
 
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
-        let (head, namespaces) = codemode_bridge::split_boot(&boot);
-        self.call_api(|api| &api.boot, |_, f| f.call((head, namespaces)))?;
+        let (head, index, texts) = codemode_bridge::split_boot(&boot);
+        self.call_api(|api| &api.boot, |_, f| f.call((head, index, texts)))?;
         let run = self.api.run.clone();
         let wrapped = wrapped.to_string();
         self.ctx.with(|ctx| {

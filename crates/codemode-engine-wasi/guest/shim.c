@@ -14,8 +14,8 @@
 //   cm_configure(heap_limit, stack, seed_lo, seed_hi, reseed)
 //                                     per instance: limits, a cleared refusal flag, and (reseed != 0)
 //                                     the Math.random seed of a new run
-//   cm_begin(boot, boot_len, src, len) per run: the prelude's boot(head, namespaces) (the boot
-//                                     text split at its first newline), then the wrapped cell
+//   cm_begin(boot, boot_len, src, len) per run: the prelude's boot(head, index, texts) (the boot
+//                                     text split at its first two newlines), then the wrapped cell
 //                                     compiled and handed to run()
 //   cm_settle(id, ok, json, len)      deliver one settled request: its promise (made by `host`) is
 //                                     resolved with the parsed JSON, or rejected with the prelude's
@@ -554,14 +554,15 @@ static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSVa
 }
 
 // ---- namespaces at boot --------------------------------------------------------------------------
-// defineNamespaces(root, global, entries, texts, reserved, build): the prelude's third primitive (its
-// contract is in the prelude's layer 0; the reference is `boot`'s own loop in layer 4, which engines
-// without it run). Interpreted, that loop cost a run with two namespaces more than the rest of its
-// boot: parsing and running the loop, a closure and two descriptor objects per namespace. Here each
-// namespace costs one C function with its data and two property definitions. Nothing here runs
-// guest code: `entries` and its members come from the prelude's JSON.parse of the host's boot head
-// (before any cell code ran), `reserved` is the prelude's private null-prototype set, `root` a fresh
-// null-prototype object; only `build` (the prelude's buildScope) is called, by a getter.
+// defineNamespaces(root, global, index, texts, reserved, build): the prelude's third primitive (its
+// contract is in the prelude's layer 0; the reference is `defineNamespacesHere` in layer 4, which
+// engines without it run). Interpreted, that loop cost a run with two namespaces more than the rest
+// of its boot: parsing the index, running the loop, a closure per namespace. Here the index (one
+// line of `name len` pairs from the host's boot text, split off by cm_begin before any cell code
+// ran) is read as bytes, and each namespace costs one C function with its data and two property
+// definitions. Nothing here runs guest code: `reserved` is the prelude's private null-prototype
+// set, `root` a fresh null-prototype object; only `build` (the prelude's buildScope) is called, by
+// a getter.
 
 // A namespace's getter: data = [build, texts, start, len, built]. Builds the namespace object on the
 // first read and keeps it in its own data slot 4, so both accessors (they share this one function)
@@ -584,93 +585,99 @@ static JSValue js_namespace_get(JSContext *c, JSValueConst this_val, int argc, J
     return built;
 }
 
-// `entries[i][key]` when the entry is an object, else undefined.
-static JSValue entry_member(JSContext *c, JSValueConst entry, const char *key) {
-    return JS_IsObject(entry) ? JS_GetPropertyStr(c, entry, key) : JS_UNDEFINED;
+// The length token `digits[0..n)` as a number: a non-negative integer in its shortest decimal form
+// (no sign, no leading zero but in "0", at most 15 digits, so exact in a double), else -1. The
+// prelude's loop accepts exactly these (`"" + (+token) === token`, an integer, not negative): any
+// longer number would run past the texts, which no JS string is long enough to hold.
+static double index_length(const char *digits, size_t n) {
+    if (n == 0 || n > 15 || (n > 1 && digits[0] == '0')) return -1;
+    double v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (digits[i] < '0' || digits[i] > '9') return -1;
+        v = v * 10 + (digits[i] - '0');
+    }
+    return v;
+}
+
+// Defines one namespace's two accessors: 0 when defined or skipped, -1 on an exception.
+static int define_namespace(JSContext *c, JSValueConst *argv, JSAtom atom, double start, double len) {
+    JSValueConst root = argv[0], global = argv[1], texts = argv[3], reserved = argv[4];
+    JSValue is_reserved = JS_GetProperty(c, reserved, atom);
+    if (JS_IsException(is_reserved)) return -1;
+    int skip = JS_IsBool(is_reserved) && JS_VALUE_GET_BOOL(is_reserved);
+    JS_FreeValue(c, is_reserved);
+    int present = skip ? 0 : JS_HasProperty(c, root, atom);
+    if (present < 0) return -1;
+    if (skip || present) return 0;
+    JSValueConst data[5] = { argv[5], texts, JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
+    JSValue get = JS_NewCFunctionData2(c, js_namespace_get, "get", 0, 0, 5, data);
+    if (JS_IsException(get)) return -1;
+    int defined = JS_DefineProperty(c, root, atom, JS_UNDEFINED, get, JS_UNDEFINED,
+                                    JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_ENUMERABLE |
+                                        JS_PROP_HAS_CONFIGURABLE | JS_PROP_THROW);
+    if (defined >= 0) {
+        // A global the VM does not let us define (the host refuses such names) stays reachable as
+        // `namespaces.<name>` only, as in the prelude's loop, which catches the error.
+        int g = JS_DefineProperty(c, global, atom, JS_UNDEFINED, get, JS_UNDEFINED,
+                                  JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_HAS_CONFIGURABLE);
+        if (g < 0) {
+            JSValue e = JS_GetException(c);
+            if (JS_IsUncatchableError(e)) {
+                JS_Throw(c, e);
+                defined = -1;
+            } else {
+                JS_FreeValue(c, e);
+            }
+        }
+    }
+    JS_FreeValue(c, get);
+    return defined < 0 ? -1 : 0;
 }
 
 static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
-    if (argc < 6 || !JS_IsObject(argv[0]) || !JS_IsObject(argv[1]) || !JS_IsArray(argv[2]) || !JS_IsString(argv[3]) ||
+    if (argc < 6 || !JS_IsObject(argv[0]) || !JS_IsObject(argv[1]) || !JS_IsString(argv[2]) || !JS_IsString(argv[3]) ||
         !JS_IsObject(argv[4]) || !JS_IsFunction(c, argv[5]))
-        return JS_ThrowTypeError(c, "defineNamespaces(root, global, entries, texts, reserved, build)");
-    JSValueConst root = argv[0], global = argv[1], entries = argv[2], texts = argv[3], reserved = argv[4];
-    int64_t count, texts_len;
-    if (JS_GetLength(c, entries, &count) < 0 || JS_GetLength(c, texts, &texts_len) < 0) return JS_EXCEPTION;
+        return JS_ThrowTypeError(c, "defineNamespaces(root, global, index, texts, reserved, build)");
+    int64_t texts_len;
+    if (JS_GetLength(c, argv[3], &texts_len) < 0) return JS_EXCEPTION;
+    size_t n;
+    const char *index = JS_ToCStringLen(c, &n, argv[2]);
+    if (!index) return JS_EXCEPTION;
+    JSValue result = JS_UNDEFINED;
     double at = 0;
-    for (int64_t i = 0; i < count; i++) {
-        JSValue entry = JS_GetPropertyInt64(c, entries, i);
-        if (JS_IsException(entry)) return entry;
-        JSValue len_value = entry_member(c, entry, "len");
-        if (JS_IsException(len_value)) {
-            JS_FreeValue(c, entry);
-            return len_value;
-        }
+    size_t p = 0;
+    // Tokens are separated by single spaces; pairs are (name, length), as `split(" ")` then pairs.
+    while (p < n) {
+        size_t name_at = p;
+        while (p < n && index[p] != ' ') p++;
+        size_t name_len = p - name_at;
+        // A name without a length ends the list.
+        if (p >= n) break;
+        p++;
+        size_t len_at = p;
+        while (p < n && index[p] != ' ') p++;
+        double len = index_length(index + len_at, p - len_at);
+        if (p < n) p++;
         // A bad length would misplace every later namespace: stop at it (as the prelude's loop).
-        double len = 0;
-        int is_number = JS_IsNumber(len_value) && JS_ToFloat64(c, &len, len_value) == 0;
-        JS_FreeValue(c, len_value);
-        if (!is_number || !(len >= 0) || at + len > (double)texts_len) {
-            JS_FreeValue(c, entry);
-            break;
-        }
+        if (len < 0 || at + len > (double)texts_len) break;
         double start = at;
         at += len;
-        JSValue name = entry_member(c, entry, "globalName");
-        JS_FreeValue(c, entry);
-        if (JS_IsException(name)) return name;
-        if (!JS_IsString(name)) {
-            JS_FreeValue(c, name);
-            continue;
+        if (name_len == 0) continue;
+        JSAtom atom = JS_NewAtomLen(c, index + name_at, name_len);
+        if (atom == JS_ATOM_NULL) {
+            result = JS_EXCEPTION;
+            break;
         }
-        JSAtom atom = JS_ValueToAtom(c, name);
-        JS_FreeValue(c, name);
-        if (atom == JS_ATOM_NULL) return JS_EXCEPTION;
-        JSValue is_reserved = JS_GetProperty(c, reserved, atom);
-        if (JS_IsException(is_reserved)) {
-            JS_FreeAtom(c, atom);
-            return is_reserved;
-        }
-        int skip = JS_IsBool(is_reserved) && JS_VALUE_GET_BOOL(is_reserved);
-        JS_FreeValue(c, is_reserved);
-        int present = skip ? 0 : JS_HasProperty(c, root, atom);
-        if (present < 0) {
-            JS_FreeAtom(c, atom);
-            return JS_EXCEPTION;
-        }
-        if (skip || present) {
-            JS_FreeAtom(c, atom);
-            continue;
-        }
-        JSValueConst data[5] = { argv[5], texts, JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
-        JSValue get = JS_NewCFunctionData2(c, js_namespace_get, "get", 0, 0, 5, data);
-        if (JS_IsException(get)) {
-            JS_FreeAtom(c, atom);
-            return get;
-        }
-        int defined = JS_DefineProperty(c, root, atom, JS_UNDEFINED, get, JS_UNDEFINED,
-                                        JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_ENUMERABLE |
-                                            JS_PROP_HAS_CONFIGURABLE | JS_PROP_THROW);
-        if (defined >= 0) {
-            // A global the VM does not let us define (the host refuses such names) stays reachable
-            // as `namespaces.<name>` only, as in the prelude's loop, which catches the error.
-            int g = JS_DefineProperty(c, global, atom, JS_UNDEFINED, get, JS_UNDEFINED,
-                                      JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_HAS_CONFIGURABLE);
-            if (g < 0) {
-                JSValue e = JS_GetException(c);
-                if (JS_IsUncatchableError(e)) {
-                    JS_Throw(c, e);
-                    defined = -1;
-                } else {
-                    JS_FreeValue(c, e);
-                }
-            }
-        }
-        JS_FreeValue(c, get);
+        int r = define_namespace(c, argv, atom, start, len);
         JS_FreeAtom(c, atom);
-        if (defined < 0) return JS_EXCEPTION;
+        if (r < 0) {
+            result = JS_EXCEPTION;
+            break;
+        }
     }
-    return JS_UNDEFINED;
+    JS_FreeCString(c, index);
+    return result;
 }
 
 static int interrupt_handler(JSRuntime *r, void *opaque) {
@@ -790,31 +797,35 @@ static int call_fn(JSValueConst fn, int argc, JSValueConst *argv) {
 
 EXPORT("cm_begin") int32_t cm_begin(const char *json, uint32_t json_len, const char *code, uint32_t len) {
     // Both inputs are copied before any guest code runs (they may sit in in_buf). The boot text is
-    // split at its first newline into the prelude's two boot arguments: the head and the
-    // namespaces' texts (codemode_bridge::split_boot; JSON never holds a raw newline).
-    const char *nl = memchr(json, '\n', json_len);
-    uint32_t head_len = nl ? (uint32_t)(nl - json) : json_len;
-    uint32_t rest_at = nl ? head_len + 1 : json_len;
-    JSValue args[2];
-    args[0] = JS_NewStringLen(ctx, json, head_len);
-    if (JS_IsException(args[0])) return set_out_exception();
-    args[1] = JS_NewStringLen(ctx, json + rest_at, json_len - rest_at);
-    if (JS_IsException(args[1])) {
-        JS_FreeValue(ctx, args[0]);
-        return set_out_exception();
+    // split at its first two newlines into the prelude's three boot arguments: the head, the
+    // namespace index and the namespaces' texts (codemode_bridge::split_boot; neither JSON nor the
+    // index holds a raw newline).
+    uint32_t starts[3], lens[3];
+    uint32_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *nl = i < 2 ? memchr(json + at, '\n', json_len - at) : NULL;
+        starts[i] = at;
+        lens[i] = nl ? (uint32_t)(nl - (json + at)) : json_len - at;
+        at = nl ? starts[i] + lens[i] + 1 : json_len;
+    }
+    JSValue args[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = JS_NewStringLen(ctx, json + starts[i], lens[i]);
+        if (JS_IsException(args[i])) {
+            for (int j = 0; j < i; j++) JS_FreeValue(ctx, args[j]);
+            return set_out_exception();
+        }
     }
     char *src = malloc(len + 1);
     if (!src) {
-        JS_FreeValue(ctx, args[0]);
-        JS_FreeValue(ctx, args[1]);
+        for (int i = 0; i < 3; i++) JS_FreeValue(ctx, args[i]);
         set_out(OOM_FAILURE, sizeof OOM_FAILURE - 1);
         return 1;
     }
     memcpy(src, code, len);
     src[len] = 0;
-    int r = call_fn(fn_boot, 2, (JSValueConst *)args);
-    JS_FreeValue(ctx, args[0]);
-    JS_FreeValue(ctx, args[1]);
+    int r = call_fn(fn_boot, 3, (JSValueConst *)args);
+    for (int i = 0; i < 3; i++) JS_FreeValue(ctx, args[i]);
     if (r) {
         free(src);
         return r;

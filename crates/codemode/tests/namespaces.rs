@@ -463,12 +463,13 @@ proptest! {
 }
 
 /// L5 at boot, on every engine compiled in: the two QuickJS engines define a run's namespaces with
-/// their native `defineNamespaces` primitive, Boa with the prelude's own loop (the reference).
-/// A boot text the host would never send (it validates names first) checks the guest's second
-/// guard alike on each: a duplicate name, a reserved one and a non-string one are skipped (each
-/// still consuming its text), a global the VM refuses to redefine (`Infinity`) is reachable under
-/// `namespaces` only, a bad length stops the list, lengths count UTF-16 units, both accessors share
-/// one getter (named `get`, ignoring `this`) and the object it builds once.
+/// their native `defineNamespaces` primitive (reading the boot text's index as bytes), Boa with the
+/// prelude's own loop (the reference). A boot text the host would never send (it validates names
+/// first) checks the guest's second guard alike on each: a duplicate name, a reserved one and an
+/// empty one are skipped (each still consuming its text), a global the VM refuses to redefine
+/// (`Infinity`) is reachable under `namespaces` only, a bad length (each of several kinds) or a
+/// name without one stops the list, lengths count UTF-16 units, both accessors share one getter
+/// (named `get`, ignoring `this`) and the object it builds once.
 #[test]
 fn boot_entries_are_defined_alike_on_every_engine() {
     use codemode::Engines;
@@ -476,26 +477,32 @@ fn boot_entries_are_defined_alike_on_every_engine() {
     use std::time::{Duration, Instant};
 
     let text = |id: &str, data: Value| json!({"id": id, "globalName": id, "data": data, "calls": []}).to_string();
-    let entries: Vec<(Value, String)> = vec![
-        (json!("A"), text("a", json!({"x": "é𝄞"}))),
-        (json!("A"), text("a2", json!({"x": "duplicate"}))),
-        (json!("tools"), text("t", json!({"x": "reserved"}))),
-        (json!(5), text("five", json!({"x": "not a string"}))),
-        (json!("B"), text("b", json!({"y": 2}))),
-        (json!("Infinity"), text("inf", json!({"z": 3}))),
+    let entries: Vec<(&str, String)> = vec![
+        ("A", text("a", json!({"x": "é𝄞"}))),
+        ("A", text("a2", json!({"x": "duplicate"}))),
+        ("tools", text("t", json!({"x": "reserved"}))),
+        ("", text("empty", json!({"x": "no name"}))),
+        ("B", text("b", json!({"y": 2}))),
+        ("Infinity", text("inf", json!({"z": 3}))),
     ];
     let units = |s: &str| s.encode_utf16().count();
-    let mut list: Vec<Value> = entries.iter().map(|(name, t)| json!({"globalName": name, "len": units(t)})).collect();
-    // A negative length stops the list: `D`, after it, is never defined.
-    list.push(json!({"globalName": "C", "len": -1}));
     let d = text("d", json!({"w": 4}));
-    list.push(json!({"globalName": "D", "len": units(&d)}));
-    let mut boot = json!({"maxDepth": 64, "namespaces": list}).to_string();
-    boot.push('\n');
-    for (_, t) in &entries {
-        boot.push_str(t);
-    }
-    boot.push_str(&d);
+    // Each of these ends the list before `C`: `D`, after it, is never defined.
+    let stoppers = ["C -1", "C 01", "C 1e1", "C x", "C 1.0", "C", "C  D"];
+    let boots: Vec<String> = stoppers
+        .iter()
+        .map(|stop| {
+            let pairs: Vec<String> = entries.iter().map(|(name, t)| format!("{name} {}", units(t))).collect();
+            // `C` alone ends the index: a name without a length.
+            let tail = if *stop == "C" { String::new() } else { format!(" D {}", units(&d)) };
+            let mut boot = format!("{{\"maxDepth\":64}}\n{} {stop}{tail}\n", pairs.join(" "));
+            for (_, t) in &entries {
+                boot.push_str(t);
+            }
+            boot.push_str(&d);
+            boot
+        })
+        .collect();
 
     let cell = r#"
       const g = Object.getOwnPropertyDescriptor(globalThis, "A");
@@ -505,7 +512,7 @@ fn boot_entries_are_defined_alike_on_every_engine() {
         keys: Object.keys(namespaces),
         values: [A.x, B.y, namespaces.Infinity.z],
         infinity: [typeof Infinity, Infinity === 1 / 0],
-        absent: [typeof globalThis.C, typeof globalThis.D, "C" in namespaces, "D" in namespaces, "5" in namespaces],
+        absent: [typeof globalThis.C, typeof globalThis.D, "C" in namespaces, "D" in namespaces, "" in namespaces],
         tools: typeof tools,
         same: A === namespaces.A && r.get === g.get && g.get.call(null) === A && g.get.call(42) === A,
         global: shape(g),
@@ -532,17 +539,19 @@ fn boot_entries_are_defined_alike_on_every_engine() {
     }
     for name in engines {
         let engine = Engines::by_name(name).unwrap_or_else(|| panic!("{name} is compiled in"));
-        let program = GuestProgram { code: cell.into(), boot: boot.as_str().into() };
-        let mut instance = engine.start(&program, &GuestLimits::default()).unwrap();
-        let report = instance
-            .drive(DriveInput {
-                deliveries: vec![],
-                deadline: Instant::now() + Duration::from_secs(20),
-                output_budget: 1 << 16,
-                cancel: None,
-                boot_source: None,
-            })
-            .unwrap();
-        assert_eq!(report.outcome, DriveOutcome::Completed(want.clone()), "{name}");
+        for (boot, stop) in boots.iter().zip(stoppers) {
+            let program = GuestProgram { code: cell.into(), boot: boot.as_str().into() };
+            let mut instance = engine.start(&program, &GuestLimits::default()).unwrap();
+            let report = instance
+                .drive(DriveInput {
+                    deliveries: vec![],
+                    deadline: Instant::now() + Duration::from_secs(20),
+                    output_budget: 1 << 16,
+                    cancel: None,
+                    boot_source: None,
+                })
+                .unwrap();
+            assert_eq!(report.outcome, DriveOutcome::Completed(want.clone()), "{name}, index ending `{stop}`");
+        }
     }
 }

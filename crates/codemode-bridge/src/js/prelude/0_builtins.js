@@ -18,14 +18,16 @@
 //     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
 //     toJson, invisible to the cell.
 //
-//   defineNamespaces(root, global, entries, texts, reserved, build) -> undefined   (optional; both
+//   defineNamespaces(root, global, index, texts, reserved, build) -> undefined   (optional; both
 //     QuickJS engines give one)
-//     What `boot`'s own loop over the run's namespaces does (see `boot` in layer 4), natively: for
-//     each entry `{globalName, len}` in turn (stopping at a length that is not a number >= 0 or runs
-//     past `texts`, skipping a name that is not a string, is `true` in `reserved` or is in `root`
-//     already) one getter that returns `build(texts, start, len)`, called once and kept, defined as
-//     a non-configurable accessor `root[globalName]` (enumerable) and `global[globalName]` (not
-//     enumerable; a global the VM refuses is skipped). It must run no guest code but `build`.
+//     What `boot`'s own loop over the run's namespaces does (see `defineNamespacesHere` in layer 4),
+//     natively: for each `name len` pair of the string `index` (tokens separated by single spaces),
+//     in turn, stopping at a name without a length and at a length that is not a non-negative
+//     integer in its shortest decimal form or that runs past `texts` (in UTF-16 code units), and
+//     skipping a name that is empty, is `true` in `reserved` or is in `root` already, one getter
+//     that returns `build(texts, start, len)`, called once and kept, defined as a non-configurable
+//     accessor `root[name]` (enumerable) and `global[name]` (not enumerable; a global the VM
+//     refuses is skipped). It must run no guest code but `build`.
 //
 // `install` returns the engine's private handle { boot, run, settle, poll, hostError }:
 // `settle(id, ok, json)` delivers a request's outcome as JSON text, `hostError(failure)` makes the

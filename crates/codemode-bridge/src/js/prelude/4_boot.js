@@ -348,14 +348,16 @@
     nsGlobalDesc.enumerable = false;
     nsGlobalDesc.configurable = false;
 
-    // `headJson` is the boot text up to its first newline, `nsText` what follows it: the
-    // namespaces' JSON texts one after another (see codemode_bridge::BootText::with_namespaces).
+    // `headJson` is the boot text up to its first newline, `nsIndex` its second line (the run's
+    // namespaces as `globalName len` pairs, separated by single spaces) and `nsText` what follows:
+    // the namespaces' JSON texts one after another (see codemode_bridge::BootText::with_namespaces).
     // The engine splits the text (codemode_bridge::split_boot, or the shim's memchr): QuickJS's
     // `indexOf` compares the needle at every position through a call, ~8k instructions a run.
-    function boot(headJson, nsText) {
+    function boot(headJson, nsIndex, nsText) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
       const data = parse(headJson);
+      const index = typeof nsIndex === "string" ? nsIndex : "";
       const texts = typeof nsText === "string" ? nsText : "";
       if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
       // Namespaces (SPEC §10 L5): each visible namespace as a direct global and as
@@ -366,13 +368,12 @@
       // validated the names (identifiers, no reserved global, no unsafe key); the checks here are
       // a second guard.
       const namespacesRoot = create(null);
-      const guestNamespaces = isArray(data.namespaces) ? data.namespaces : [];
       if (defineNamespaces !== undefined) {
         // The same loop, natively (see `install`): a run with namespaces pays for its accessors,
         // not for interpreting this loop.
-        defineNamespaces(namespacesRoot, G, guestNamespaces, texts, RESERVED_SET, buildScope);
+        defineNamespaces(namespacesRoot, G, index, texts, RESERVED_SET, buildScope);
       } else {
-        defineNamespacesHere(namespacesRoot, guestNamespaces, texts);
+        defineNamespacesHere(namespacesRoot, index, texts);
       }
       // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
       // `freeze` would still do (without listing and redefining them).
@@ -381,18 +382,21 @@
     }
 
     // `boot`'s loop over the run's namespaces, for engines without the `defineNamespaces` primitive.
-    function defineNamespacesHere(namespacesRoot, guestNamespaces, texts) {
+    // Each pair of the index names a namespace and the length of its text. A length that is not a
+    // non-negative integer in its shortest decimal form, or that runs past `texts`, would misplace
+    // every later namespace: the list stops there (as it does at a name without a length). A name
+    // that is empty, reserved or already defined is skipped; its text keeps its place.
+    function defineNamespacesHere(namespacesRoot, index, texts) {
+      const tokens = index === "" ? [] : apply(stringSplit, index, [" "]);
       let at = 0;
-      for (let i = 0; i < guestNamespaces.length; i++) {
-        const entry = guestNamespaces[i];
-        const len = entry !== null && typeof entry === "object" ? entry.len : undefined;
-        // A bad length would misplace every later namespace: stop at it.
-        if (typeof len !== "number" || !(len >= 0) || at + len > texts.length) break;
+      for (let i = 0; i + 1 < tokens.length; i += 2) {
+        const token = tokens[i + 1];
+        const len = +token;
+        if (!(len >= 0) || len % 1 !== 0 || "" + len !== token || at + len > texts.length) break;
         const start = at;
         at += len;
-        const globalName = entry.globalName;
-        if (typeof globalName !== "string") continue;
-        if (RESERVED_SET[globalName] === true || globalName in namespacesRoot) continue;
+        const globalName = tokens[i];
+        if (globalName === "" || RESERVED_SET[globalName] === true || globalName in namespacesRoot) continue;
         let built;
         const get = function () {
           if (built === undefined) built = buildScope(texts, start, len);
