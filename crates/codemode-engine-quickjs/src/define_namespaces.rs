@@ -1,20 +1,19 @@
 //! `defineNamespaces` for the native engine: the prelude's optional third primitive (its contract
-//! is in the prelude's layer 0; the reference behaviour is `boot`'s own loop in layer 4, which the
-//! Boa engine runs: `defineNamespacesHere`). It defines a run's namespaces (SPEC L5) at boot: for
-//! each visible namespace,
-//! one getter that builds the namespace object on the first read, as the accessor
-//! `namespaces.<globalName>` and as the direct global `<globalName>`.
+//! is in the prelude's layer 0; the reference behaviour is `boot`'s own loop in layer 4,
+//! `defineNamespacesHere`, which the Boa engine runs). It defines a run's namespaces (SPEC L5) at
+//! boot: for each visible namespace, one getter that builds the namespace object on the first
+//! read, as the accessor `namespaces.<globalName>` and as the direct global `<globalName>`.
 //!
 //! Interpreted, that loop cost a run with two namespaces about as much as the rest of its boot (a
 //! closure per namespace, the index split into strings, the loop's own bytecode); here the index
 //! is read as bytes and each namespace costs one C function with its data and two property
-//! definitions. The WebAssembly engine's shim
-//! (`guest/shim.c`) has the same function in C; both must keep the prelude loop's behaviour.
+//! definitions. The WebAssembly engine's shim (`guest/shim.c`) has the same function in C; both
+//! must keep the prelude loop's behaviour.
 //!
 //! Nothing here runs guest code: the index is a line of the host's boot text (`name len` pairs,
 //! see `codemode_bridge::BootText::with_namespace_texts`), `reserved` is the prelude's private
-//! null-prototype set and `root` a fresh null-prototype object. Only `build` (the prelude's `buildScope`) is called, by a
-//! getter.
+//! null-prototype set and `root` a fresh null-prototype object. Only `build` (the prelude's
+//! `buildScope`) is called, by a getter.
 #![allow(unsafe_code)]
 
 use rquickjs::qjs;
@@ -70,12 +69,10 @@ unsafe extern "C" fn namespace_get(
 /// past `texts_len` (UTF-16 code units). A name may be empty (the caller skips it; its text still
 /// takes its place).
 pub(crate) fn index_pairs(index: &[u8], texts_len: f64) -> Vec<(&[u8], f64, f64)> {
+    // An empty index is one empty token, a name without a length: no pairs, as in the prelude.
     let mut tokens = index.split(|&b| b == b' ');
     let mut pairs = Vec::new();
     let mut at = 0f64;
-    if index.is_empty() {
-        return pairs;
-    }
     while let (Some(name), Some(len)) = (tokens.next(), tokens.next()) {
         // At most 15 digits: exact in a double, and longer than any text a JS string can hold.
         let shortest = !len.is_empty() && len.len() <= 15 && (len.len() == 1 || len[0] != b'0');

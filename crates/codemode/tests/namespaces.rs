@@ -466,10 +466,11 @@ proptest! {
 /// their native `defineNamespaces` primitive (reading the boot text's index as bytes), Boa with the
 /// prelude's own loop (the reference). A boot text the host would never send (it validates names
 /// first) checks the guest's second guard alike on each: a duplicate name, a reserved one and an
-/// empty one are skipped (each still consuming its text), a global the VM refuses to redefine
-/// (`Infinity`) is reachable under `namespaces` only, a bad length (each of several kinds) or a
-/// name without one stops the list, lengths count UTF-16 units, both accessors share one getter
-/// (named `get`, ignoring `this`) and the object it builds once.
+/// empty one are skipped (each still consuming its text), a non-ASCII name is kept as it is, a
+/// global the VM refuses to redefine (`Infinity`) is reachable under `namespaces` only, a bad
+/// length (each of several kinds) or a name without one stops the list, lengths count UTF-16
+/// units, both accessors share one getter (named `get`, ignoring `this`) and the object it builds
+/// once.
 #[test]
 fn boot_entries_are_defined_alike_on_every_engine() {
     use codemode::Engines;
@@ -483,6 +484,8 @@ fn boot_entries_are_defined_alike_on_every_engine() {
         ("tools", text("t", json!({"x": "reserved"}))),
         ("", text("empty", json!({"x": "no name"}))),
         ("B", text("b", json!({"y": 2}))),
+        // A non-ASCII identifier: the native readers turn the index's UTF-8 back into the same name.
+        ("Ŝhip", text("s", json!({"s": 5}))),
         ("Infinity", text("inf", json!({"z": 3}))),
     ];
     let units = |s: &str| s.encode_utf16().count();
@@ -510,7 +513,7 @@ fn boot_entries_are_defined_alike_on_every_engine() {
       const shape = (d) => [d.enumerable, d.configurable, d.set === undefined, typeof d.get, d.get.name, d.get.length];
       return {
         keys: Object.keys(namespaces),
-        values: [A.x, B.y, namespaces.Infinity.z],
+        values: [A.x, B.y, namespaces.Infinity.z, globalThis["Ŝhip"].s],
         infinity: [typeof Infinity, Infinity === 1 / 0],
         absent: [typeof globalThis.C, typeof globalThis.D, "C" in namespaces, "D" in namespaces, "" in namespaces],
         tools: typeof tools,
@@ -522,8 +525,8 @@ fn boot_entries_are_defined_alike_on_every_engine() {
       };
     "#;
     let want = json!({
-        "keys": ["A", "B", "Infinity"],
-        "values": ["é𝄞", 2, 3],
+        "keys": ["A", "B", "Ŝhip", "Infinity"],
+        "values": ["é𝄞", 2, 3, 5],
         "infinity": ["number", true],
         "absent": ["undefined", "undefined", false, false, false],
         "tools": "object",
