@@ -26,6 +26,12 @@
 # call count (the set-up's few warm-up runs are among the hundreds counted): the engine's drive step
 # per run (the guest), opening the run's namespaces and writing its boot text (the host).
 #
+# With FUNCTIONS=N (N > 0), a third table per engine lists the N functions whose own instructions
+# per run grow most from the plain run to the run with namespaces (scripts/callgrind-guest.py), the
+# guest's functions named: the per-run scenarios then run with `CODEMODE_WASM_PROFILER=perfmap`, so
+# wasmtime writes the names of quickjs-wasi's compiled guest code to /tmp/perf-<pid>.map (removed
+# afterwards), which callgrind alone shows as bare addresses.
+#
 # Needs valgrind (Debian: `apt-get install valgrind`); it is not part of the set-up, as no test
 # needs it. quickjs-wasi's JIT code runs under valgrind too (about 30 s per engine here).
 set -euo pipefail
@@ -94,6 +100,10 @@ done
 
 # Per run: a trivial cell, and the same with two visible namespaces (`Shipping`, `Bench`).
 seconds=${PROFILE_SECONDS:-2}
+functions=${FUNCTIONS:-0}
+case "$functions" in '' | *[!0-9]*) echo "count-instructions: FUNCTIONS must be a number" >&2; exit 2 ;; esac
+maps=()
+trap 'rm -rf "$work" "${maps[@]}"' EXIT
 per_call() { python3 scripts/callgrind-calls.py "$1" "${@:2}" | cut -f3; }
 printf '\n%-14s %14s %14s %14s %14s\n' engine "guest / run" "with ns" "ns opening" "ns boot text"
 for e in "${engines[@]}"; do
@@ -118,4 +128,36 @@ for e in "${engines[@]}"; do
     continue
   fi
   printf '%-14s %14d %14d %14d %14d\n' "$e" "$guest_t" "$guest_n" "$opening" "$boot"
+  if [ "$functions" -gt 0 ]; then
+    # Again, collecting only inside the drive step (the set-up's warm-ups, whose share of a
+    # per-run average differs between two profiles of different run counts, stay out), with the
+    # guest's code named.
+    for scenario in exec_trivial exec_trivial_namespaces; do
+      echo "[count-instructions] $e/$scenario under callgrind for ${seconds}s, the drive step only" >&2
+      CODEMODE_WASM_PROFILER=perfmap valgrind --tool=callgrind --separate-threads=yes \
+        --toggle-collect="*$instance as codemode_core::engine::GuestInstance>::drive" \
+        --callgrind-out-file="$work/fn-$e-$scenario.%p" \
+        "$bin" --bench "^$e/$scenario\$" --profile-time "$seconds" >/dev/null 2>&1
+    done
+    # The pid in a profile's name is the process's, and so is its map's (one profile per thread:
+    # PREFIX.<pid>, PREFIX.<pid>-01, ...).
+    pid_of() { local p=${1##*.}; echo "${p%%-*}"; }
+    first=$(find "$work" -maxdepth 1 -name "fn-$e-exec_trivial_namespaces.*" | head -n 1)
+    map="/tmp/perf-$(pid_of "$first").map"
+    for f in "$work/fn-$e-exec_trivial".* "$work/fn-$e-exec_trivial_namespaces".*; do
+      maps+=("/tmp/perf-$(pid_of "$f").map")
+    done
+    [ -f "$map" ] || map=/dev/null
+    # Runs counted by the cell's start, which happens once per run inside the drive step.
+    started='GuestVm>::start_cell$'
+    runs_t=$(python3 scripts/callgrind-calls.py "$started" "$work/fn-$e-exec_trivial".* | cut -f1)
+    runs_n=$(python3 scripts/callgrind-calls.py "$started" "$work/fn-$e-exec_trivial_namespaces".* | cut -f1)
+    if [ "$runs_t" -gt 0 ] && [ "$runs_n" -gt 0 ]; then
+      printf '\n%s, inside the drive step: own instructions per run, plain / with namespaces / difference\n' "$e"
+      python3 scripts/callgrind-guest.py "$map" "$runs_t" "$runs_n" \
+        "$work/fn-$e-exec_trivial" "$work/fn-$e-exec_trivial_namespaces" "$functions"
+    else
+      echo "count-instructions: $e: no runs counted inside the drive step" >&2
+    fi
+  fi
 done
