@@ -27,10 +27,11 @@
 # per run (the guest), opening the run's namespaces and writing its boot text (the host).
 #
 # With FUNCTIONS=N (N > 0), a third table per engine lists the N functions whose own instructions
-# per run grow most from the plain run to the run with namespaces (scripts/callgrind-guest.py), the
-# guest's functions named: the per-run scenarios then run with `CODEMODE_WASM_PROFILER=perfmap`, so
-# wasmtime writes the names of quickjs-wasi's compiled guest code to /tmp/perf-<pid>.map (removed
-# afterwards), which callgrind alone shows as bare addresses.
+# per run inside the drive step grow most from the plain run to the run with namespaces
+# (scripts/callgrind-guest.py), the guest's functions named: both per-run scenarios run once more,
+# collecting only inside the drive step (`--toggle-collect`) and with
+# `CODEMODE_WASM_PROFILER=perfmap`, so wasmtime writes the names of quickjs-wasi's compiled guest
+# code to /tmp/perf-<pid>.map (removed afterwards), which callgrind alone shows as bare addresses.
 #
 # Needs valgrind (Debian: `apt-get install valgrind`); it is not part of the set-up, as no test
 # needs it. quickjs-wasi's JIT code runs under valgrind too (about 30 s per engine here).
