@@ -125,32 +125,25 @@ pub(crate) unsafe extern "C" fn define_namespaces(
         if qjs::JS_GetLength(ctx, texts, &mut texts_len) < 0 {
             return qjs::JS_EXCEPTION;
         }
-        let mut n: usize = 0;
-        let bytes = qjs::JS_ToCStringLen(ctx, &mut n, index);
-        if bytes.is_null() {
-            return qjs::JS_EXCEPTION;
-        }
-        // QuickJS's own buffer of `n` bytes, alive until JS_FreeCString below.
-        let text = std::slice::from_raw_parts(bytes.cast::<u8>(), n);
-        let mut result = qjs::JS_UNDEFINED;
-        for (name, start, len) in index_pairs(text, texts_len as f64) {
-            if name.is_empty() {
-                continue;
+        // The index's bytes (a copy QuickJS frees after the closure); out of memory is an exception.
+        let defined = crate::ffi::with_bytes(ctx, index, |text| {
+            for (name, start, len) in index_pairs(text, texts_len as f64) {
+                if name.is_empty() {
+                    continue;
+                }
+                let atom = qjs::JS_NewAtomLen(ctx, name.as_ptr().cast(), name.len() as qjs::size_t);
+                if atom == qjs::JS_ATOM_NULL {
+                    return false;
+                }
+                let defined = define_namespace(ctx, [root, global, texts, reserved, build], atom, start, len);
+                qjs::JS_FreeAtom(ctx, atom);
+                if defined < 0 {
+                    return false;
+                }
             }
-            let atom = qjs::JS_NewAtomLen(ctx, name.as_ptr().cast(), name.len() as qjs::size_t);
-            if atom == qjs::JS_ATOM_NULL {
-                result = qjs::JS_EXCEPTION;
-                break;
-            }
-            let defined = define_namespace(ctx, [root, global, texts, reserved, build], atom, start, len);
-            qjs::JS_FreeAtom(ctx, atom);
-            if defined < 0 {
-                result = qjs::JS_EXCEPTION;
-                break;
-            }
-        }
-        qjs::JS_FreeCString(ctx, bytes);
-        result
+            true
+        });
+        if defined == Some(true) { qjs::JS_UNDEFINED } else { qjs::JS_EXCEPTION }
     }
 }
 
