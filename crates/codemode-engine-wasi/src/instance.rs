@@ -52,6 +52,11 @@ pub(crate) struct Statics {
     refused_at: u32,
     /// The input buffer small host -> guest data goes to, and its size.
     in_buf: (u32, u32),
+    /// The top of the guest's stack (the stack pointer before any guest code ran): the stack grows
+    /// down from here and lies below all data.
+    stack_top: u32,
+    /// Bytes of linear memory an instance starts with (the pre-initialized image's size).
+    initial_memory: usize,
 }
 
 impl Statics {
@@ -65,7 +70,13 @@ impl Statics {
         let mut raw = [0u8; 28];
         memory.read(&*store, at, &mut raw).map_err(internal)?;
         let word = |i: usize| u32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]]);
+        let stack_top = match instance.get_global(&mut *store, STACK_POINTER).map(|g| g.get(&mut *store)) {
+            Some(Val::I32(sp)) => sp as u32,
+            _ => return Err(internal(format!("the guest exports no i32 `{STACK_POINTER}`"))),
+        };
         Ok(Statics {
+            stack_top,
+            initial_memory: memory.data_size(&*store),
             out_buf_at: word(0),
             out_len_at: word(1),
             scratch: (word(2), word(3)),
@@ -330,6 +341,89 @@ impl Vm {
     }
 }
 
+/// How deep a run's stack may reach before [`Vm`]'s clean-up releases the stack pages below that
+/// depth when the instance ends. A run that went deeper (recursion towards the stack limit) wrote
+/// pages no ordinary cell touches.
+const STACK_KEEP: u32 = 64 << 10;
+
+impl Vm {
+    /// Whether this run's stack reached below [`STACK_KEEP`]: the first page under that depth no
+    /// longer holds what the image holds there, zeros (`the_stack_below_the_kept_depth_is_zero_in_the_image`
+    /// checks the image). The page is read, never written; in a slot no deep run has used it is the
+    /// image's page, faulted in once for the slot's lifetime.
+    fn stack_went_deep(&self) -> bool {
+        let probe = self.statics.stack_top.saturating_sub(STACK_KEEP) as usize;
+        probe >= 4096
+            && self
+                .memory
+                .data(&self.store)
+                .get(probe - 4096..probe)
+                .is_some_and(|page| page.iter().fold(0u8, |acc, b| acc | b) != 0)
+    }
+
+    /// How much of this instance's memory, from address 0, to give back to the kernel as it ends
+    /// (see the `Drop` impl): all of its initial memory when the run outgrew it (its heap then
+    /// filled every free page of the image), the stack below [`STACK_KEEP`] when only the stack
+    /// went deep, nothing after an ordinary run.
+    fn written_beyond_ordinary(&self) -> usize {
+        if self.memory.data_size(&self.store) > self.statics.initial_memory {
+            self.statics.initial_memory
+        } else if self.stack_went_deep() {
+            self.statics.stack_top.saturating_sub(STACK_KEEP) as usize
+        } else {
+            0
+        }
+    }
+
+    /// Gives the first `len` bytes (whole pages) of this instance's memory back to the kernel, so
+    /// they are the image's again and no longer count as written.
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    fn release_pages(&mut self, len: usize) {
+        let len = len & !4095;
+        if len == 0 || len > self.memory.data_size(&self.store) {
+            return;
+        }
+        let at = self.memory.data_ptr(&self.store);
+        // SAFETY: `at..at + len` lies inside this instance's linear memory (checked above against its
+        // size; wasm memories start page-aligned), which this `Vm` owns exclusively through its
+        // `Store` and which no guest code is using (the instance is ending: no wasm call is on the
+        // stack, and nothing holds a reference into the memory). `MADV_DONTNEED` on wasmtime's
+        // private mapping replaces these pages with what the mapping was made from — the module's
+        // memory image or zeros, exactly what wasmtime's own reset restores — so the next instance
+        // in the slot still starts from the pristine image
+        // (`a_new_instance_starts_from_the_pristine_image_whatever_earlier_runs_wrote`). It
+        // changes no Rust-visible value and cannot fail in a way that matters: on error the pages
+        // stay, and wasmtime resets them as before.
+        let rc = unsafe { libc::madvise(at.cast(), len, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "could not release a heavy run's pages");
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn release_pages(&mut self, _len: usize) {}
+}
+
+/// The pooling allocator resets a slot by copying back every page of it that is resident and no
+/// longer the image's (`PAGEMAP_SCAN`), and keeps those pages resident: every page any run in the
+/// slot ever wrote is copied again at the end of every later run in it. One deep recursion (up to
+/// the 512 KiB default stack budget: 128 pages) or one heap that outgrew the initial memory would
+/// make every later cell in that slot pay for resetting those pages, for the life of the process
+/// (measured: a trivial cell after such cells took twice as long). So an instance whose run wrote
+/// beyond what ordinary runs write releases those pages before the slot is reset; the next run in
+/// the slot faults in again what it touches. An ordinary run pays one page read.
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if self.loaded.pooled {
+            let len = self.written_beyond_ordinary();
+            if len > 0 {
+                self.release_pages(len);
+            }
+        }
+    }
+}
+
 impl GuestVm for Vm {
     fn set_cancel(&mut self, cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
         self.store.data_mut().cancel = cancel;
@@ -457,6 +551,11 @@ mod tests {
     }
 
     fn run_to_end(loaded: &Arc<Loaded>, code: &str) -> DriveOutcome {
+        ran(loaded, code).0
+    }
+
+    /// Runs `code` to its end and hands back the instance, not yet dropped.
+    fn ran(loaded: &Arc<Loaded>, code: &str) -> (DriveOutcome, WasiInstance) {
         let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
         let mut instance = WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(code));
         let input = DriveInput {
@@ -466,64 +565,81 @@ mod tests {
             cancel: None,
             boot_source: None,
         };
-        instance.drive(input).unwrap().outcome
+        let outcome = instance.drive(input).unwrap().outcome;
+        (outcome, instance)
     }
 
-    /// The shim settles requests from its own table of pending promises (in the guest's memory):
-    /// an id settled a second time, or one it never handed out, reaches nothing and the first
-    /// outcome stands; a failure arrives as the coded error the prelude's `hostError` makes; and a
-    /// snapshot taken while requests wait carries the table to a fresh instance.
+    const DEEP: &str = "function deep(n) { return n === 0 ? 0 : 1 + deep(n - 1); } try { return deep(1e6) } catch (e) { return e.name }";
+
+    /// The deep-stack probe reads zeros in every instance no deep run has used: the whole stack
+    /// below the kept depth is zero in the image (pre-initialization did not reach it), so an
+    /// ordinary run never looks deep, and releasing those pages gives back exactly the image.
     #[test]
-    fn requests_are_settled_by_id_once_and_survive_a_snapshot() {
+    fn the_stack_below_the_kept_depth_is_zero_in_the_image() {
         let loaded = crate::loaded().unwrap();
-        let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
-        vm.with_bridge(|b| b.begin_drive(1 << 20));
-        vm.set_deadline(Instant::now() + Duration::from_secs(30));
-        let code = codemode_bridge::wrap_code(
-            "const p = [tools.call('a', {}), tools.call('b', {}), tools.call('c', {})];\n\
-             const out = [];\n\
-             for (const x of p) { try { out.push(await x); } catch (e) { out.push(`${e.name}/${e.code}/${e.message}`); } }\n\
-             return out;",
-        );
-        vm.start_cell(&code).unwrap();
-        vm.run_jobs().unwrap();
-        assert_eq!(vm.poll().unwrap(), None, "the cell waits for its three calls");
-        let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
-        assert_eq!(ids.len(), 3, "three requests: {ids:?}");
-        let bytes = vm.snapshot().unwrap();
-        let mut vm = Vm::restore(loaded, &bytes, GuestLimits::default()).unwrap();
-        vm.with_bridge(|b| b.begin_drive(1 << 20));
-        vm.set_deadline(Instant::now() + Duration::from_secs(30));
-        vm.settle(ids[1], true, r#"{"v":2}"#).unwrap();
-        vm.settle(ids[1], true, r#"{"v":"again"}"#).unwrap();
-        vm.settle(ids[2] + 1000, true, r#""never issued""#).unwrap();
-        vm.settle(ids[0], false, r#"{"name":"ToolError","message":"nope","code":"nested_tool_failed"}"#).unwrap();
-        vm.run_jobs().unwrap();
-        assert_eq!(vm.poll().unwrap(), None, "the third call is still pending");
-        vm.settle(ids[2], true, "3").unwrap();
-        vm.settle(ids[0], true, r#""too late""#).unwrap();
-        vm.run_jobs().unwrap();
-        let state = vm.poll().unwrap().expect("the cell completed");
-        let value: serde_json::Value = serde_json::from_str(state.strip_prefix('1').expect("completed")).unwrap();
-        assert_eq!(value, serde_json::json!(["ToolError/nested_tool_failed/nope", { "v": 2 }, 3]));
+        let memory = raw_memory(&loaded);
+        let vm = Vm::new(loaded.clone(), GuestLimits::default(), None).unwrap();
+        let below =
+            vm.statics.stack_top.checked_sub(STACK_KEEP).expect("the stack is deeper than the kept depth") as usize;
+        assert!(below >= 4096 && below % 4096 == 0, "page-aligned probe: {below:#x}");
+        assert!(memory[..below].iter().all(|&b| b == 0), "the image holds data below the kept stack depth");
+        for (code, deep) in [("return 1+1", false), ("return JSON.stringify([[[[[[[[1]]]]]]]])", false), (DEEP, true)] {
+            let (outcome, instance) = ran(&loaded, code);
+            assert!(matches!(outcome, DriveOutcome::Completed(_)), "{code}: {outcome:?}");
+            let vm = instance.vm.as_ref().expect("the instance keeps its vm");
+            assert_eq!(vm.stack_went_deep(), deep, "{code}");
+        }
     }
 
-    /// Inputs that fit the shim's input buffer go there; larger ones (here a 40 KB cell and boot
-    /// data) take a guest allocation, freed afterwards, and arrive whole either way.
+    /// Flags of the pages at `at..at + len` of this process, from `/proc/self/pagemap`: how many
+    /// are resident, private and written (present, exclusively mapped, not file-backed).
+    #[cfg(target_os = "linux")]
+    fn written_pages(at: usize, len: usize) -> usize {
+        use std::os::unix::fs::FileExt;
+        let map = std::fs::File::open("/proc/self/pagemap").unwrap();
+        let mut raw = vec![0u8; len / 4096 * 8];
+        map.read_exact_at(&mut raw, (at / 4096 * 8) as u64).unwrap();
+        raw.chunks_exact(8)
+            .map(|e| u64::from_le_bytes(e.try_into().unwrap()))
+            .filter(|e| e & (1 << 63) != 0 && e & (1 << 56) != 0 && e & (1 << 61) == 0)
+            .count()
+    }
+
+    /// Pages a heavy run wrote beyond what ordinary runs write do not outlive it in the pool's
+    /// slot: without the release, the slot keeps them resident and wasmtime copies every one of them
+    /// back at the end of each later run in that slot. An ordinary run's pages stay (wasmtime resets
+    /// them in place; releasing them would make the next run fault them in again). Read from the
+    /// kernel's page table, after each instance is gone.
+    #[cfg(target_os = "linux")]
     #[test]
-    fn inputs_larger_than_the_input_buffer_arrive_whole() {
+    fn heavy_runs_leave_no_written_pages_beyond_the_ordinary_in_their_slot() {
         let loaded = crate::loaded().unwrap();
-        for n in [10, 20_000, 40_000] {
-            let code = format!("const s = '{}'; return s.length", "x".repeat(n));
-            let outcome = run_to_end(&loaded, &code);
-            match outcome {
-                DriveOutcome::Completed(v) => assert_eq!(v, serde_json::json!(n), "cell of {} bytes", code.len()),
-                other => panic!("cell of {} bytes: {other:?}", code.len()),
+        assert!(loaded.pooled, "this machine grants the pooling allocator");
+        let statics = Vm::new(loaded.clone(), GuestLimits::default(), None).unwrap().statics;
+        let deep_stack = (statics.stack_top - STACK_KEEP) as usize;
+        let grow = "const a = []; for (let i = 0; i < 20000; i++) a.push({ i, s: 'x' + i }); return a.length";
+        // (cell, its result, the range checked, written pages expected there after the instance ends)
+        let cases: [(&str, serde_json::Value, usize, bool); 3] = [
+            (DEEP, serde_json::json!("RangeError"), deep_stack, false),
+            (grow, serde_json::json!(20000), statics.initial_memory, false),
+            ("return 1+1", serde_json::json!(2), statics.initial_memory, true),
+        ];
+        for (code, result, range, kept) in cases {
+            let (outcome, instance) = ran(&loaded, code);
+            assert_eq!(outcome, DriveOutcome::Completed(result), "{code}");
+            let vm = instance.vm.as_ref().expect("the instance keeps its vm");
+            let at = vm.memory.data_ptr(&vm.store) as usize;
+            let before = written_pages(at, range);
+            assert!(before >= 8, "{code}: the run wrote {before} pages of the range");
+            drop(instance);
+            // The slot stays mapped in the pool; only its page-table entries are read.
+            let after = written_pages(at, range);
+            if kept {
+                assert!(after >= 8, "{code}: an ordinary run's pages were released ({after} left)");
+            } else {
+                assert_eq!(after, 0, "{code}: written pages left in the slot");
             }
         }
-        let cap = loaded.statics.get().copied().map_or(0, |s| s.in_buf.1) as usize;
-        assert!(cap > 0 && cap < 40_000, "the 40 KB cell took the allocation path (buffer {cap} B)");
     }
 
     /// The pooling allocator resets only the pages a run wrote (`pagemap_scan`), keeping them
@@ -538,7 +654,7 @@ mod tests {
         let pristine = fresh_memory(&loaded);
         let hostile = [
             // Recursion to the stack limit (caught): the deepest stack pages, below the image.
-            "function deep(n) { return n === 0 ? 0 : 1 + deep(n - 1); } try { return deep(1e6) } catch (e) { return e.name }",
+            DEEP,
             "globalThis.leak = 'x'.repeat(3 << 20); const a = []; for (let i = 0; i < 50000; i++) a.push({ i }); return a.length",
             "Object.prototype.polluted = 1; Array.prototype.push = null; JSON.stringify = null; return 1",
         ];

@@ -49,6 +49,9 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Everything needed to run guests; built once per process.
 pub(crate) struct Loaded {
     pub(crate) engine: Engine,
+    /// Whether instances come from the pooling allocator, whose slots (and the pages a run wrote in
+    /// them) outlive the instance: see `Vm`'s deep-stack clean-up.
+    pub(crate) pooled: bool,
     pub(crate) pre: InstancePre<HostState>,
     /// Memory and stack pointer of a fresh (pre-initialized) instance: the base snapshots are
     /// diffed against. Read on first need ([`Loaded::base`]): a process that never snapshots never copies it.
@@ -139,12 +142,13 @@ fn engine_config(pooling: bool) -> Config {
 
 /// The pooling allocator (fast instantiation) when the platform grants its address-space
 /// reservation, else the on-demand allocator.
-fn new_engine() -> Result<Engine, ModuleError> {
+/// Whether the engine pools its instances (see [`Loaded::pooled`]).
+fn new_engine() -> Result<(Engine, bool), ModuleError> {
     match Engine::new(&engine_config(true)) {
-        Ok(e) => Ok(e),
+        Ok(e) => Ok((e, true)),
         Err(pooled) => {
             tracing::warn!(error = %pooled, "the pooling allocator is unavailable; falling back to on-demand instances");
-            Engine::new(&engine_config(false)).map_err(|e| ModuleError::Engine(format!("{e:#}")))
+            Engine::new(&engine_config(false)).map(|e| (e, false)).map_err(|e| ModuleError::Engine(format!("{e:#}")))
         }
     }
 }
@@ -371,7 +375,7 @@ fn mutable_globals(wasm: &[u8]) -> Result<Vec<String>, ModuleError> {
 /// Loads (or builds and caches) the pre-initialized guest.
 pub(crate) fn load() -> Result<Loaded, ModuleError> {
     let started = std::time::Instant::now();
-    let engine = new_engine()?;
+    let (engine, pooled) = new_engine()?;
     let engine_ms = started.elapsed().as_secs_f64() * 1e3;
     let build_id = build_id();
     let cache = cache_dir().map(|d| artifact_path(&d, &build_id));
@@ -418,6 +422,7 @@ pub(crate) fn load() -> Result<Loaded, ModuleError> {
     );
     Ok(Loaded {
         engine,
+        pooled,
         pre,
         base: std::sync::OnceLock::new(),
         build_id,

@@ -7,6 +7,15 @@ use std::time::{Duration, Instant};
 /// `return 1+1`: trivial exec latency, end to end.
 pub const TRIVIAL: &str = "return 1+1";
 
+/// Cells that write far more of the guest's memory than an ordinary one: recursion to the stack
+/// limit, and a heap that outgrows the instance's initial memory. [`heavy`] runs them before
+/// [`trivial`] cells are measured again: an engine that keeps memory from one run to the next (a
+/// pool slot, a reset VM) must not make the ordinary cells after such a cell slower.
+pub const HEAVY: [&str; 2] = [
+    "function deep(n) { return n === 0 ? 0 : 1 + deep(n - 1); } try { return deep(1e6) } catch (e) { return e.name }",
+    "const a = []; for (let i = 0; i < 20000; i++) a.push({ i, s: 'x' + i }); return a.length",
+];
+
 /// Sequential nested calls in one cell (per-call overhead = time / [`NESTED_CALLS`]).
 pub const NESTED: &str =
     "let s = 0; for (let i = 0; i < 1000; i++) { const r = await tools.demo_echo({ i }); s += r.i; } return s";
@@ -158,6 +167,21 @@ pub async fn trivial(cm: &CodeMode) -> Duration {
     let d = t.elapsed();
     expect_completed(&r);
     d
+}
+
+/// Runs each of the [`HEAVY`] cells `rounds` times, each followed by a [`TRIVIAL`] one (runs
+/// interleave over the engine's instances as they would in a server). A heavy cell must end, as
+/// completed or, on an engine whose recursion limit is not catchable (Boa), failed.
+pub async fn heavy(cm: &CodeMode, rounds: usize) {
+    for _ in 0..rounds {
+        for cell in HEAVY {
+            let r = cm.exec(&ctx(), &CodeModeExecInput::code(cell)).await;
+            if !matches!(r, CodeModeResult::Completed { .. } | CodeModeResult::Failed { .. }) {
+                panic!("heavy benchmark cell did not end: {}", r.to_json());
+            }
+            trivial(cm).await;
+        }
+    }
 }
 
 /// The nested-call cell; returns the time per nested call.

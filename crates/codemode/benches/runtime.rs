@@ -1,5 +1,6 @@
 //! Criterion benchmarks of the runtime, per engine: trivial exec latency, per-nested-call overhead,
-//! a suspend + resume cycle, and a trivial exec with two visible namespaces. Run with
+//! a suspend + resume cycle, a trivial exec with two visible namespaces, and a trivial exec after
+//! heavy cells (deep recursion, a grown heap) ran in the same runtime. Run with
 //! `cargo bench -p codemode --features engine-wasi,engine-quickjs,engine-boa --bench runtime`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -41,6 +42,9 @@ fn bench_engines(c: &mut Criterion) {
         let with_ns = bench::runtime_with_namespaces(&engine, 10_000);
         rt.block_on(bench::trivial(&with_ns));
         g.bench_function("exec_trivial_namespaces", |b| b.iter_custom(|n| repeat(&rt, n, || bench::trivial(&with_ns))));
+        // Last: what heavy cells leave behind for the ordinary cells after them.
+        rt.block_on(bench::heavy(&cm, 8));
+        g.bench_function("exec_trivial_after_heavy", |b| b.iter_custom(|n| repeat(&rt, n, || bench::trivial(&cm))));
         g.finish();
     }
 }
