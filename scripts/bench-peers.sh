@@ -94,4 +94,11 @@ for row in ours:
     ns, plain = row.get("execTrivialWithNamespacesUs"), row.get("execTrivialInterleavedUs")
     ratios.append(f"{ns['p50'] / plain['p50']:.3g}x" if is_latency(ns) and is_latency(plain) else "-")
 print(f"{'execTrivialWithNamespacesUs / execTrivialInterleavedUs':<50}" + "".join(f"{r:>14}" for r in ratios))
+
+# Trivial cells after heavy ones (deep recursion, a grown heap) against the first trivial row.
+ratios = []
+for row in ours:
+    after, first = row.get("execTrivialAfterHeavyUs"), row.get("execTrivialUs")
+    ratios.append(f"{after['p50'] / first['p50']:.3g}x" if is_latency(after) and is_latency(first) else "-")
+print(f"{'execTrivialAfterHeavyUs / execTrivialUs':<50}" + "".join(f"{r:>14}" for r in ratios))
 PY

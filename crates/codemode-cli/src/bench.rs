@@ -149,6 +149,14 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         } else {
             None
         };
+        // Last, as it changes what the engine keeps between runs: trivial cells after heavy ones (deep
+        // recursion, a heap outgrowing the initial memory) ran in the same process. An engine that
+        // keeps memory from run to run must not leave them slower than `execTrivialUs`.
+        bench::heavy(&cm, 8).await;
+        let mut after_heavy = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            after_heavy.push(bench::trivial(&cm).await);
+        }
         let footprint = |f: &bench::SuspendedFootprint| json!({ "runs": f.runs, "snapshotBytes": f.snapshot_bytes, "residentBytes": f.resident_bytes });
         let (t50, t90) = stats(by_size.first().cloned().unwrap_or_default());
         let sizes: Vec<serde_json::Value> = bench::CATALOG_SIZES
@@ -171,6 +179,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         let (cn50, cn90) = stats(calls_ns);
         let (u50, _) = stats(untraced_calls);
         let (tr50, tr90) = stats(traced_calls);
+        let (ah50, ah90) = stats(after_heavy);
         rows.push(json!({
             "engine": engine,
             "firstExecMs": first.as_secs_f64() * 1e3,
@@ -195,6 +204,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             "nestedCallWithTrajectoryUs": { "p50": us(tr50), "p90": us(tr90) },
             "trajectoryCostUs": us(tr50) - us(u50),
             "nestedCallSpanNs": span_ns,
+            "execTrivialAfterHeavyUs": { "p50": us(ah50), "p90": us(ah90) },
         }));
     }
     if as_json {
@@ -260,6 +270,20 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
                 if p50 > 0.0 { p99 / p50 } else { 0.0 },
             );
         }
+    }
+    println!(
+        "\n{:<14} {:>28} {:>16}   (after deep recursion and a grown heap ran in this process)",
+        "engine", "exec 1+1 after heavy (µs)", "× exec 1+1"
+    );
+    for r in &rows {
+        let first = r["execTrivialUs"]["p50"].as_f64().unwrap_or(0.0);
+        let after = r["execTrivialAfterHeavyUs"]["p50"].as_f64().unwrap_or(0.0);
+        println!(
+            "{:<14} {:>28} {:>16.2}",
+            r["engine"].as_str().unwrap_or(""),
+            pair(r, "execTrivialAfterHeavyUs"),
+            if first > 0.0 { after / first } else { 0.0 },
+        );
     }
     println!(
         "\n{:<14} {:>16} {:>30}   (per suspended run, {FOOTPRINT_RUNS} held at once)",

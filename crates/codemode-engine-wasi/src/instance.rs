@@ -581,7 +581,7 @@ mod tests {
         let vm = Vm::new(loaded.clone(), GuestLimits::default(), None).unwrap();
         let below =
             vm.statics.stack_top.checked_sub(STACK_KEEP).expect("the stack is deeper than the kept depth") as usize;
-        assert!(below >= 4096 && below % 4096 == 0, "page-aligned probe: {below:#x}");
+        assert!(below >= 4096 && below.is_multiple_of(4096), "page-aligned probe: {below:#x}");
         assert!(memory[..below].iter().all(|&b| b == 0), "the image holds data below the kept stack depth");
         for (code, deep) in [("return 1+1", false), ("return JSON.stringify([[[[[[[[1]]]]]]]])", false), (DEEP, true)] {
             let (outcome, instance) = ran(&loaded, code);
