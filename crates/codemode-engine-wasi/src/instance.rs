@@ -410,7 +410,7 @@ impl Vm {
 /// slot ever wrote is copied again at the end of every later run in it. One deep recursion (up to
 /// the 512 KiB default stack budget: 128 pages) or one heap that outgrew the initial memory would
 /// make every later cell in that slot pay for resetting those pages, for the life of the process
-/// (measured: a trivial cell after such cells took twice as long). So an instance whose run wrote
+/// (measured: a trivial cell after such cells took 1.5–1.7× as long). So an instance whose run wrote
 /// beyond what ordinary runs write releases those pages before the slot is reset; the next run in
 /// the slot faults in again what it touches. An ordinary run pays one page read.
 impl Drop for Vm {
