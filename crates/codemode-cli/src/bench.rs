@@ -21,6 +21,19 @@ fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
     (bench::percentile(&v, 0.5), bench::percentile(&v, 0.9))
 }
 
+/// How long each side of the before / after heavy cells comparison runs at least.
+const HEAVY_PHASE: Duration = Duration::from_secs(1);
+
+/// Trivial cells back to back: at least `samples` of them, for at least `at_least`.
+async fn trivial_for(cm: &codemode::CodeMode, samples: usize, at_least: Duration) -> Vec<Duration> {
+    let started = Instant::now();
+    let mut out = Vec::with_capacity(samples);
+    while out.len() < samples || started.elapsed() < at_least {
+        out.push(bench::trivial(cm).await);
+    }
+    out
+}
+
 fn cold_start(engine: &str, samples: usize) -> Result<Vec<Duration>> {
     let exe = std::env::current_exe().context("cannot find the codemode executable")?;
     let mut out = Vec::with_capacity(samples);
@@ -150,13 +163,14 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             None
         };
         // Last, as it changes what the engine keeps between runs: trivial cells after heavy ones (deep
-        // recursion, a heap outgrowing the initial memory) ran in the same process. An engine that
-        // keeps memory from run to run must not leave them slower than `execTrivialUs`.
+        // recursion, a heap outgrowing the initial memory) ran in the same process, against trivial
+        // cells measured right before them. An engine that keeps memory from run to run must not
+        // leave them slower.
+        // Each side runs at least a second: a burst of load from elsewhere on a shared machine would
+        // otherwise shift a whole side of a few milliseconds.
+        let before_heavy = trivial_for(&cm, samples, HEAVY_PHASE).await;
         bench::heavy(&cm, 8).await;
-        let mut after_heavy = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            after_heavy.push(bench::trivial(&cm).await);
-        }
+        let after_heavy = trivial_for(&cm, samples, HEAVY_PHASE).await;
         let footprint = |f: &bench::SuspendedFootprint| json!({ "runs": f.runs, "snapshotBytes": f.snapshot_bytes, "residentBytes": f.resident_bytes });
         let (t50, t90) = stats(by_size.first().cloned().unwrap_or_default());
         let sizes: Vec<serde_json::Value> = bench::CATALOG_SIZES
@@ -179,6 +193,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         let (cn50, cn90) = stats(calls_ns);
         let (u50, _) = stats(untraced_calls);
         let (tr50, tr90) = stats(traced_calls);
+        let (bh50, bh90) = stats(before_heavy);
         let (ah50, ah90) = stats(after_heavy);
         rows.push(json!({
             "engine": engine,
@@ -204,6 +219,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             "nestedCallWithTrajectoryUs": { "p50": us(tr50), "p90": us(tr90) },
             "trajectoryCostUs": us(tr50) - us(u50),
             "nestedCallSpanNs": span_ns,
+            "execTrivialBeforeHeavyUs": { "p50": us(bh50), "p90": us(bh90) },
             "execTrivialAfterHeavyUs": { "p50": us(ah50), "p90": us(ah90) },
         }));
     }
@@ -272,17 +288,18 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         }
     }
     println!(
-        "\n{:<14} {:>28} {:>16}   (after deep recursion and a grown heap ran in this process)",
-        "engine", "exec 1+1 after heavy (µs)", "× exec 1+1"
+        "\n{:<14} {:>24} {:>24} {:>10}   (heavy: deep recursion and a grown heap, in this process)",
+        "engine", "exec 1+1 before (µs)", "… after heavy (µs)", "× before"
     );
     for r in &rows {
-        let first = r["execTrivialUs"]["p50"].as_f64().unwrap_or(0.0);
+        let before = r["execTrivialBeforeHeavyUs"]["p50"].as_f64().unwrap_or(0.0);
         let after = r["execTrivialAfterHeavyUs"]["p50"].as_f64().unwrap_or(0.0);
         println!(
-            "{:<14} {:>28} {:>16.2}",
+            "{:<14} {:>24} {:>24} {:>10.2}",
             r["engine"].as_str().unwrap_or(""),
+            pair(r, "execTrivialBeforeHeavyUs"),
             pair(r, "execTrivialAfterHeavyUs"),
-            if first > 0.0 { after / first } else { 0.0 },
+            if before > 0.0 { after / before } else { 0.0 },
         );
     }
     println!(
