@@ -165,9 +165,8 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         // Last, as it changes what the engine keeps between runs: trivial cells after heavy ones (deep
         // recursion, a heap outgrowing the initial memory) ran in the same process, against trivial
         // cells measured right before them. An engine that keeps memory from run to run must not
-        // leave them slower.
-        // Each side runs at least a second: a burst of load from elsewhere on a shared machine would
-        // otherwise shift a whole side of a few milliseconds.
+        // leave them slower. Each side runs at least a second: a burst of load from elsewhere on a
+        // shared machine would otherwise shift a whole side of a few milliseconds.
         let before_heavy = trivial_for(&cm, samples, HEAVY_PHASE).await;
         bench::heavy(&cm, 8).await;
         let after_heavy = trivial_for(&cm, samples, HEAVY_PHASE).await;

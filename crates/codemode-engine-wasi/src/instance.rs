@@ -569,6 +569,63 @@ mod tests {
         (outcome, instance)
     }
 
+    /// The shim settles requests from its own table of pending promises (in the guest's memory):
+    /// an id settled a second time, or one it never handed out, reaches nothing and the first
+    /// outcome stands; a failure arrives as the coded error the prelude's `hostError` makes; and a
+    /// snapshot taken while requests wait carries the table to a fresh instance.
+    #[test]
+    fn requests_are_settled_by_id_once_and_survive_a_snapshot() {
+        let loaded = crate::loaded().unwrap();
+        let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
+        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
+        vm.with_bridge(|b| b.begin_drive(1 << 20));
+        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        let code = codemode_bridge::wrap_code(
+            "const p = [tools.call('a', {}), tools.call('b', {}), tools.call('c', {})];\n\
+             const out = [];\n\
+             for (const x of p) { try { out.push(await x); } catch (e) { out.push(`${e.name}/${e.code}/${e.message}`); } }\n\
+             return out;",
+        );
+        vm.start_cell(&code).unwrap();
+        vm.run_jobs().unwrap();
+        assert_eq!(vm.poll().unwrap(), None, "the cell waits for its three calls");
+        let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
+        assert_eq!(ids.len(), 3, "three requests: {ids:?}");
+        let bytes = vm.snapshot().unwrap();
+        let mut vm = Vm::restore(loaded, &bytes, GuestLimits::default()).unwrap();
+        vm.with_bridge(|b| b.begin_drive(1 << 20));
+        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        vm.settle(ids[1], true, r#"{"v":2}"#).unwrap();
+        vm.settle(ids[1], true, r#"{"v":"again"}"#).unwrap();
+        vm.settle(ids[2] + 1000, true, r#""never issued""#).unwrap();
+        vm.settle(ids[0], false, r#"{"name":"ToolError","message":"nope","code":"nested_tool_failed"}"#).unwrap();
+        vm.run_jobs().unwrap();
+        assert_eq!(vm.poll().unwrap(), None, "the third call is still pending");
+        vm.settle(ids[2], true, "3").unwrap();
+        vm.settle(ids[0], true, r#""too late""#).unwrap();
+        vm.run_jobs().unwrap();
+        let state = vm.poll().unwrap().expect("the cell completed");
+        let value: serde_json::Value = serde_json::from_str(state.strip_prefix('1').expect("completed")).unwrap();
+        assert_eq!(value, serde_json::json!(["ToolError/nested_tool_failed/nope", { "v": 2 }, 3]));
+    }
+
+    /// Inputs that fit the shim's input buffer go there; larger ones (here a 40 KB cell and boot
+    /// data) take a guest allocation, freed afterwards, and arrive whole either way.
+    #[test]
+    fn inputs_larger_than_the_input_buffer_arrive_whole() {
+        let loaded = crate::loaded().unwrap();
+        for n in [10, 20_000, 40_000] {
+            let code = format!("const s = '{}'; return s.length", "x".repeat(n));
+            let outcome = run_to_end(&loaded, &code);
+            match outcome {
+                DriveOutcome::Completed(v) => assert_eq!(v, serde_json::json!(n), "cell of {} bytes", code.len()),
+                other => panic!("cell of {} bytes: {other:?}", code.len()),
+            }
+        }
+        let cap = loaded.statics.get().copied().map_or(0, |s| s.in_buf.1) as usize;
+        assert!(cap > 0 && cap < 40_000, "the 40 KB cell took the allocation path (buffer {cap} B)");
+    }
+
     const DEEP: &str = "function deep(n) { return n === 0 ? 0 : 1 + deep(n - 1); } try { return deep(1e6) } catch (e) { return e.name }";
 
     /// The deep-stack probe reads zeros in every instance no deep run has used: the whole stack

@@ -141,8 +141,7 @@ fn engine_config(pooling: bool) -> Config {
 }
 
 /// The pooling allocator (fast instantiation) when the platform grants its address-space
-/// reservation, else the on-demand allocator.
-/// Whether the engine pools its instances (see [`Loaded::pooled`]).
+/// reservation, else the on-demand allocator; with whether it pools (see [`Loaded::pooled`]).
 fn new_engine() -> Result<(Engine, bool), ModuleError> {
     match Engine::new(&engine_config(true)) {
         Ok(e) => Ok((e, true)),
