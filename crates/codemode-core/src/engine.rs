@@ -80,13 +80,7 @@
 //!
 //! let program = GuestProgram { code: "return 1".into(), boot: "{}".into() };
 //! let mut vm = Toy.start(&program, &GuestLimits::default()).unwrap();
-//! let input = DriveInput {
-//!     deliveries: vec![],
-//!     deadline: std::time::Instant::now(),
-//!     output_budget: 1024,
-//!     cancel: None,
-//!     boot_source: None,
-//! };
+//! let input = DriveInput::new(vec![], std::time::Instant::now(), 1024);
 //! assert_eq!(vm.drive(input).unwrap().outcome, DriveOutcome::Completed(Value::Null));
 //! assert_eq!(Toy.capabilities(), EngineCapabilities::NONE, "claims nothing it does not enforce");
 //! ```
@@ -266,6 +260,15 @@ pub struct DriveInput {
     /// The same for every step of a run; `None` answers every pull with nothing (a catalog with no
     /// tools, as far as the guest can tell).
     pub boot_source: Option<std::sync::Arc<dyn BootSource>>,
+}
+
+impl DriveInput {
+    /// A step that delivers `deliveries`, must stop by `deadline` and may produce `output_budget`
+    /// bytes of output; nothing can cancel it and no catalog data is pulled (set `cancel` and
+    /// `boot_source` for those).
+    pub fn new(deliveries: Vec<Delivery>, deadline: Instant, output_budget: u64) -> Self {
+        DriveInput { deliveries, deadline, output_budget, cancel: None, boot_source: None }
+    }
 }
 
 /// Catalog data the guest reads on demand, by key, through the bridge's synchronous `pull` (DESIGN

@@ -642,13 +642,7 @@ mod tests {
     fn drive_on(vm: &mut Vm, code: &str, within: Duration) -> Result<DriveReport, EngineError> {
         vm.begin_run();
         vm.boot = Some("{}".into());
-        let input = DriveInput {
-            deliveries: Vec::new(),
-            deadline: Instant::now() + within,
-            output_budget: 1 << 20,
-            cancel: None,
-            boot_source: None,
-        };
+        let input = DriveInput::new(Vec::new(), Instant::now() + within, 1 << 20);
         drive(vm, &mut Some(codemode_bridge::wrap_code(code)), input)
     }
 

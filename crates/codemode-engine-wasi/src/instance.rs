@@ -70,10 +70,8 @@ impl Statics {
         let mut raw = [0u8; 28];
         memory.read(&*store, at, &mut raw).map_err(internal)?;
         let word = |i: usize| u32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]]);
-        let stack_top = match instance.get_global(&mut *store, STACK_POINTER).map(|g| g.get(&mut *store)) {
-            Some(Val::I32(sp)) => sp as u32,
-            _ => return Err(internal(format!("the guest exports no i32 `{STACK_POINTER}`"))),
-        };
+        let stack_top = crate::module::stack_pointer(store, instance)
+            .ok_or_else(|| internal(format!("the guest exports no i32 `{STACK_POINTER}`")))?;
         Ok(Statics {
             stack_top,
             initial_memory: memory.data_size(&*store),
@@ -558,13 +556,7 @@ mod tests {
     fn ran(loaded: &Arc<Loaded>, code: &str) -> (DriveOutcome, WasiInstance) {
         let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
         let mut instance = WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(code));
-        let input = DriveInput {
-            deliveries: Vec::new(),
-            deadline: Instant::now() + Duration::from_secs(30),
-            output_budget: 1 << 20,
-            cancel: None,
-            boot_source: None,
-        };
+        let input = DriveInput::new(Vec::new(), Instant::now() + Duration::from_secs(30), 1 << 20);
         let outcome = instance.drive(input).unwrap().outcome;
         (outcome, instance)
     }

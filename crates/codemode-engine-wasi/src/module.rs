@@ -68,6 +68,15 @@ pub(crate) struct Loaded {
 /// The name of the guest's stack pointer global (exported for snapshots, like every mutable global).
 pub(crate) const STACK_POINTER: &str = "__stack_pointer";
 
+/// The guest's stack pointer in `instance` (in one no guest code ran in: the top of the stack), or
+/// `None` when the module exports no i32 [`STACK_POINTER`].
+pub(crate) fn stack_pointer(store: &mut Store<HostState>, instance: &wasmtime::Instance) -> Option<u32> {
+    match instance.get_global(&mut *store, STACK_POINTER).map(|g| g.get(&mut *store)) {
+        Some(wasmtime::Val::I32(sp)) => Some(sp as u32),
+        _ => None,
+    }
+}
+
 /// What a fresh instance looks like: what snapshots are diffed against.
 #[derive(Debug)]
 pub(crate) struct Base {
@@ -92,11 +101,9 @@ impl Loaded {
             .get_memory(&mut store, "memory")
             .ok_or_else(|| ModuleError::Invalid("the guest exports no memory".into()))?;
         let memory = memory.data(&store).to_vec();
-        let stack_top = match instance.get_global(&mut store, STACK_POINTER).map(|g| g.get(&mut store)) {
-            Some(wasmtime::Val::I32(sp)) => usize::try_from(sp).unwrap_or(0),
-            _ => return Err(ModuleError::Invalid(format!("the guest exports no i32 `{STACK_POINTER}`"))),
-        };
-        Ok(self.base.get_or_init(move || Base { memory, stack_top }))
+        let stack_top = stack_pointer(&mut store, &instance)
+            .ok_or_else(|| ModuleError::Invalid(format!("the guest exports no i32 `{STACK_POINTER}`")))?;
+        Ok(self.base.get_or_init(move || Base { memory, stack_top: stack_top as usize }))
     }
 }
 

@@ -203,15 +203,7 @@ fn snapshots_of_another_engine_or_build_are_refused() {
     let boot: Arc<str> = Arc::from(r#"{"maxDepth":64}"#);
     let mut instance =
         engine.start(&GuestProgram { code: "await yield_control(); return 1".into(), boot }, &limits).unwrap();
-    let report = instance
-        .drive(DriveInput {
-            deliveries: vec![],
-            deadline: Instant::now() + Duration::from_secs(5),
-            output_budget: 1 << 16,
-            cancel: None,
-            boot_source: None,
-        })
-        .unwrap();
+    let report = instance.drive(DriveInput::new(vec![], Instant::now() + Duration::from_secs(5), 1 << 16)).unwrap();
     assert_eq!(report.outcome, DriveOutcome::Pending);
     let snap = instance.snapshot().unwrap();
     let SnapshotBody::Serialized(bytes) = snap.body else { panic!("expected serialized bytes") };
@@ -231,13 +223,11 @@ fn snapshots_of_another_engine_or_build_are_refused() {
         .unwrap();
     let yield_id = report.requests[0].id;
     let done = again
-        .drive(DriveInput {
-            deliveries: vec![codemode_core::engine::Delivery { id: yield_id, outcome: Ok(Value::Null) }],
-            deadline: Instant::now() + Duration::from_secs(5),
-            output_budget: 1 << 16,
-            cancel: None,
-            boot_source: None,
-        })
+        .drive(DriveInput::new(
+            vec![codemode_core::engine::Delivery { id: yield_id, outcome: Ok(Value::Null) }],
+            Instant::now() + Duration::from_secs(5),
+            1 << 16,
+        ))
         .unwrap();
     assert_eq!(done.outcome, DriveOutcome::Completed(json!(1)));
 }

@@ -545,15 +545,8 @@ fn boot_entries_are_defined_alike_on_every_engine() {
         for (boot, stop) in boots.iter().zip(stoppers) {
             let program = GuestProgram { code: cell.into(), boot: boot.as_str().into() };
             let mut instance = engine.start(&program, &GuestLimits::default()).unwrap();
-            let report = instance
-                .drive(DriveInput {
-                    deliveries: vec![],
-                    deadline: Instant::now() + Duration::from_secs(20),
-                    output_budget: 1 << 16,
-                    cancel: None,
-                    boot_source: None,
-                })
-                .unwrap();
+            let report =
+                instance.drive(DriveInput::new(vec![], Instant::now() + Duration::from_secs(20), 1 << 16)).unwrap();
             assert_eq!(report.outcome, DriveOutcome::Completed(want.clone()), "{name}, index ending `{stop}`");
         }
     }
