@@ -83,9 +83,13 @@
     function mcpRequest(server, tool, input, unwrap) {
       const inputJson = toJson(input === undefined ? {} : input, 1);
       const line = isGated("mcp:" + server + ":" + tool) ? cellLine() : undefined;
-      const text = '{"server":' + stringify(server) + ',"tool":' + stringify(tool) + ',"input":' + inputJson +
-        (line === undefined ? "" : ',"line":' + line) + (unwrap === true ? ',"unwrap":true}' : "}");
+      const text = mcpHead(server, tool) + inputJson + (line === undefined ? "" : ',"line":' + line) +
+        (unwrap === true ? ',"unwrap":true}' : "}");
       return track(host("mcp", text));
+    }
+    // The MCP call message up to its input (what MCP namespace functions keep after their first call).
+    function mcpHead(server, tool) {
+      return '{"server":' + stringify(server) + ',"tool":' + stringify(tool) + ',"input":';
     }
 
     // A namespace member call: `GuestRequest::Namespace {namespace, path, args, line?}`. The host maps

@@ -47,6 +47,18 @@
         let gated;
         const fn = function (input) {
           if (gated === undefined) gated = isGated(id);
+          // The nested-call path, in this one frame where it can be (each JS call costs hundreds of
+          // instructions inside WebAssembly): what callRequest, toJson and track do for an
+          // ungated tool whose input the engine serializes natively and whose promise it settles
+          // natively. Anything else takes callRequest, which gives the same message.
+          if (!gated && plainJson !== undefined) {
+            const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
+            if (json !== undefined) {
+              const r = host("call", head + json + "}");
+              if (typeof r !== "number") return r;
+              return track(r);
+            }
+          }
           return callRequest(id, input, false, head, gated);
         };
         defineProperty(tools, name, valueDesc(fn, false, true, false));
@@ -159,13 +171,40 @@
         for (let j = 0; j < mcpTools.length; j++) {
           const toolName = mcpTools[j].name;
           if (typeof toolName !== "string") continue;
+          // The message up to the input and whether the tool is gated, found on the first call.
+          // Both functions below take the nested-call path in their own frame where they can (see
+          // addConvenience); anything else takes mcpRequest, which gives the same message.
+          let head;
+          let gated = false;
+          function prepare() {
+            head = mcpHead(serverName, toolName);
+            gated = isGated("mcp:" + serverName + ":" + toolName);
+          }
           const fn = function (input) {
+            if (head === undefined) prepare();
+            if (!gated && plainJson !== undefined) {
+              const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
+              if (json !== undefined) {
+                const r = host("mcp", head + json + "}");
+                if (typeof r !== "number") return r;
+                return track(r);
+              }
+            }
             return mcpRequest(serverName, toolName, input);
           };
           defineProperty(fn, "name", valueDesc(mcpTools[j].alias || toolName, false, false, true));
           // `.value(input)`: the same call, its result unwrapped by the host (structured content,
           // else JSON text parsed, else text; `isError` throws).
           const unwrapped = function value(input) {
+            if (head === undefined) prepare();
+            if (!gated && plainJson !== undefined) {
+              const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
+              if (json !== undefined) {
+                const r = host("mcp", head + json + ',"unwrap":true}');
+                if (typeof r !== "number") return r;
+                return track(r);
+              }
+            }
             return mcpRequest(serverName, toolName, input, true);
           };
           defineProperty(fn, "value", valueDesc(unwrapped, false, false, false));
