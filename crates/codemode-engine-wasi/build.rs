@@ -2,10 +2,13 @@
 //! registry, never copied into this repository) plus our shim (`guest/shim.c`), compiled by Debian's
 //! `clang-16` for `wasm32-wasi` into a reactor module at `$OUT_DIR/codemode-guest.wasm`.
 //!
-//! One source transform is applied to the build's working copy of `quickjs.c` (in `$OUT_DIR`):
-//! QuickJS-ng switches its stack-overflow check off under `__wasi__`, which makes deep recursion trap
-//! the whole wasm instance. Both switches are turned back on, so deep recursion is a catchable
-//! `RangeError` (DESIGN §4).
+//! Two changes are made to the build's working copy of `quickjs.c` (in `$OUT_DIR`):
+//! - QuickJS-ng switches its stack-overflow check off under `__wasi__`, which makes deep recursion
+//!   trap the whole wasm instance. Both switches are turned back on, so deep recursion is a
+//!   catchable `RangeError` (DESIGN §4).
+//! - `guest/quickjs-tail.c` is appended: a pending promise without resolving functions and its
+//!   settlement (the same steps as QuickJS's own resolve and reject functions), for the promises
+//!   the shim makes for nested calls.
 //!
 //! Environment overrides: `CODEMODE_WASI_CC` (compiler, default `clang-16`), `CODEMODE_WASI_SYSROOT`
 //! (default `/usr`), `CODEMODE_QUICKJS_SRC` (a directory with QuickJS-ng's sources).
@@ -117,6 +120,7 @@ fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_else(|_| fail("OUT_DIR is not set")));
     println!("cargo:rerun-if-changed=guest/shim.c");
+    println!("cargo:rerun-if-changed=guest/quickjs-tail.c");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CODEMODE_WASI_CC");
     println!("cargo:rerun-if-env-changed=CODEMODE_WASI_SYSROOT");
@@ -148,6 +152,10 @@ fn main() {
         }
         text = text.replace(from, to);
     }
+    let tail = manifest_dir.join("guest/quickjs-tail.c");
+    let tail = std::fs::read_to_string(&tail).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", tail.display())));
+    text.push('\n');
+    text.push_str(&tail);
     std::fs::write(&qjs, text).unwrap_or_else(|e| fail(&format!("cannot write quickjs.c: {e}")));
 
     let target = "--target=wasm32-wasi";

@@ -40,6 +40,10 @@
 #include <string.h>
 #include "quickjs.h"
 
+// Appended to quickjs.c by the build (guest/quickjs-tail.c).
+JSValue codemode_promise_new(JSContext *ctx);
+void codemode_promise_settle(JSContext *ctx, JSValueConst promise, JSValueConst resolution, bool is_reject);
+
 #define IMPORT(name) __attribute__((import_module("codemode"), import_name(name)))
 #define EXPORT(name) __attribute__((export_name(name)))
 
@@ -168,17 +172,17 @@ static int set_out_exception(void) {
 }
 
 // ---- pending requests ----------------------------------------------------------------------------
-// The resolving functions of every request `host` answered with a promise (JS_NewPromiseCapability),
-// by id, until cm_settle delivers the request's outcome: the prelude's `track` then has nothing to do
+// The promise of every request `host` answered with one (made without resolving functions, see
+// guest/quickjs-tail.c), by id, until cm_settle delivers the request's outcome and settles it: the prelude's `track` then has nothing to do
 // and its JavaScript `settle` (a lookup in two objects, two deletes, JSON.parse through a string)
 // never runs. Ids only grow (the host counts them), so the table is sorted by appending; a settled
 // entry becomes a hole, and holes are squeezed out once they are half the table. The table is in
 // the guest heap (js_realloc: under the heap limit) and, like everything the guest knows, in linear
-// memory: a snapshot keeps it, and the functions it holds are roots QuickJS's collector keeps alive.
+// memory: a snapshot keeps it, and the promises it holds are roots QuickJS's collector keeps alive.
 // Guest code cannot reach it: only the host's ids index it.
 typedef struct {
     double id;
-    JSValue resolve, reject; // JS_UNDEFINED in a hole
+    JSValue promise; // JS_UNDEFINED in a hole
 } Pending;
 static Pending *pending;
 static uint32_t pending_len, pending_cap, pending_holes;
@@ -197,13 +201,13 @@ static uint32_t pending_lower_bound(double id) {
 static void pending_squeeze(void) {
     uint32_t kept = 0;
     for (uint32_t i = 0; i < pending_len; i++) {
-        if (!JS_IsUndefined(pending[i].resolve)) pending[kept++] = pending[i];
+        if (!JS_IsUndefined(pending[i].promise)) pending[kept++] = pending[i];
     }
     pending_len = kept;
     pending_holes = 0;
 }
 
-// A new promise for request `id`, its resolving functions filed under `id`.
+// A new promise for request `id`, filed under `id`.
 static JSValue promise_for(JSContext *c, double id) {
     if (pending_holes > 0 && pending_holes * 2 >= pending_len) pending_squeeze();
     if (pending_len == pending_cap) {
@@ -215,15 +219,13 @@ static JSValue promise_for(JSContext *c, double id) {
         pending = grown;
         pending_cap = cap;
     }
-    JSValue funcs[2];
-    JSValue promise = JS_NewPromiseCapability(c, funcs);
+    JSValue promise = codemode_promise_new(c);
     if (JS_IsException(promise)) return promise;
     uint32_t at = pending_lower_bound(id);
     if (at < pending_len && pending[at].id == id) {
         // The host never repeats an id; should it, the older promise stays pending.
-        if (!JS_IsUndefined(pending[at].resolve)) {
-            JS_FreeValue(c, pending[at].resolve);
-            JS_FreeValue(c, pending[at].reject);
+        if (!JS_IsUndefined(pending[at].promise)) {
+            JS_FreeValue(c, pending[at].promise);
         } else {
             pending_holes--;
         }
@@ -231,7 +233,7 @@ static JSValue promise_for(JSContext *c, double id) {
         memmove(&pending[at + 1], &pending[at], (size_t)(pending_len - at) * sizeof(Pending));
         pending_len++;
     }
-    pending[at] = (Pending){ id, funcs[0], funcs[1] };
+    pending[at] = (Pending){ id, JS_DupValue(c, promise) };
     return promise;
 }
 
@@ -841,9 +843,9 @@ EXPORT("cm_begin") int32_t cm_begin(const char *json, uint32_t json_len, const c
 EXPORT("cm_settle") int32_t cm_settle(double id, int32_t ok, const char *json, uint32_t len) {
     uint32_t at = pending_lower_bound(id);
     // Not pending (settled already, or never answered with a promise): nothing to deliver to.
-    if (at >= pending_len || pending[at].id != id || JS_IsUndefined(pending[at].resolve)) return 0;
-    JSValue resolve = pending[at].resolve, reject = pending[at].reject;
-    pending[at].resolve = pending[at].reject = JS_UNDEFINED;
+    if (at >= pending_len || pending[at].id != id || JS_IsUndefined(pending[at].promise)) return 0;
+    JSValue promise = pending[at].promise;
+    pending[at].promise = JS_UNDEFINED;
     pending_holes++;
     // QuickJS's JSON parser (JSON.parse's) needs a NUL after the text; the text may sit in in_buf.
     char *text = js_malloc(ctx, (size_t)len + 1);
@@ -854,21 +856,23 @@ EXPORT("cm_settle") int32_t cm_settle(double id, int32_t ok, const char *json, u
         value = JS_ParseJSON(ctx, text, len, "<input>");
         js_free(ctx, text);
     }
-    JSValue r = JS_EXCEPTION;
+    int failed = 1;
     if (!JS_IsException(value)) {
         if (ok) {
-            r = JS_Call(ctx, resolve, JS_UNDEFINED, 1, (JSValueConst *)&value);
+            codemode_promise_settle(ctx, promise, value, false);
+            failed = 0;
         } else {
             JSValue err = JS_Call(ctx, fn_host_error, JS_UNDEFINED, 1, (JSValueConst *)&value);
-            if (!JS_IsException(err)) r = JS_Call(ctx, reject, JS_UNDEFINED, 1, (JSValueConst *)&err);
+            if (!JS_IsException(err)) {
+                codemode_promise_settle(ctx, promise, err, true);
+                failed = 0;
+            }
             JS_FreeValue(ctx, err);
         }
         JS_FreeValue(ctx, value);
     }
-    JS_FreeValue(ctx, resolve);
-    JS_FreeValue(ctx, reject);
-    if (JS_IsException(r)) return set_out_exception();
-    JS_FreeValue(ctx, r);
+    JS_FreeValue(ctx, promise);
+    if (failed) return set_out_exception();
     return 0;
 }
 
