@@ -173,9 +173,9 @@ static int set_out_exception(void) {
 
 // ---- pending requests ----------------------------------------------------------------------------
 // The promise of every request `host` answered with one (made without resolving functions, see
-// guest/quickjs-tail.c), by id, until cm_settle delivers the request's outcome and settles it: the prelude's `track` then has nothing to do
-// and its JavaScript `settle` (a lookup in two objects, two deletes, JSON.parse through a string)
-// never runs. Ids only grow (the host counts them), so the table is sorted by appending; a settled
+// guest/quickjs-tail.c), by id, until cm_settle delivers the request's outcome and settles it: the
+// prelude's `track` then has nothing to do and its JavaScript `settle` (a lookup in two objects, two
+// deletes, JSON.parse through a string) never runs. Ids only grow (the host counts them), so the table is sorted by appending; a settled
 // entry becomes a hole, and holes are squeezed out once they are half the table. The table is in
 // the guest heap (js_realloc: under the heap limit) and, like everything the guest knows, in linear
 // memory: a snapshot keeps it, and the promises it holds are roots QuickJS's collector keeps alive.

@@ -174,14 +174,15 @@
           // The message up to the input and whether the tool is gated, found on the first call.
           // Both functions below take the nested-call path in their own frame where they can (see
           // addConvenience); anything else takes mcpRequest, which gives the same message.
+          // (Set in each function, not by a helper: a server's namespace is built with one closure
+          // fewer per tool.)
           let head;
           let gated = false;
-          function prepare() {
-            head = mcpHead(serverName, toolName);
-            gated = isGated("mcp:" + serverName + ":" + toolName);
-          }
           const fn = function (input) {
-            if (head === undefined) prepare();
+            if (head === undefined) {
+              gated = isGated("mcp:" + serverName + ":" + toolName);
+              head = mcpHead(serverName, toolName);
+            }
             if (!gated && plainJson !== undefined) {
               const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
               if (json !== undefined) {
@@ -196,7 +197,10 @@
           // `.value(input)`: the same call, its result unwrapped by the host (structured content,
           // else JSON text parsed, else text; `isError` throws).
           const unwrapped = function value(input) {
-            if (head === undefined) prepare();
+            if (head === undefined) {
+              gated = isGated("mcp:" + serverName + ":" + toolName);
+              head = mcpHead(serverName, toolName);
+            }
             if (!gated && plainJson !== undefined) {
               const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
               if (json !== undefined) {
