@@ -366,6 +366,46 @@ async fn the_approver_is_told_the_cell_line() {
     }
 }
 
+/// MCP namespace functions tell the approver the cell line on every call, `.value` too: they
+/// learn whether their tool is gated on their first call and keep it (an ungated tool's calls take
+/// the short path, which sends no line, and still return their results).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approver_is_told_the_cell_line_of_mcp_calls() {
+    for engine in engines() {
+        let asker = fixed(Some(ApprovalDecision::Approve), 0);
+        let mut t = tools(Arc::new(AtomicU32::new(0)));
+        for name in ["transfer", "balance"] {
+            t.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Mcp, "bank", name), move |input| async move {
+                Ok(ToolResult::value(json!({ "structuredContent": { "tool": name, "input": input } })))
+            })));
+        }
+        let mut config = CodeModeConfig::enabled();
+        config.timeout_ms = 2_000;
+        let cm = CodeMode::builder(config)
+            .engine_name(&engine)
+            .local_tools(t)
+            .approvals(ApprovalPolicy::require(["mcp:bank:transfer"]))
+            .approver(asker.clone())
+            .build();
+        let js = "const t = MCP.bank.transfer;\nconst a = await t.value({ n: 1 });\nconst b = await t.value({ n: 2 });\n\
+                  const c = await t({ n: 3 });\nconst d = await MCP.bank.balance.value({ n: 4 });\n\
+                  const e = await MCP.bank.balance.value({ n: 5 });\nreturn [a, b, c.structuredContent, d, e]";
+        let r = exec(&cm, js).await;
+        let expected = json!([
+            { "tool": "transfer", "input": { "n": 1 } },
+            { "tool": "transfer", "input": { "n": 2 } },
+            { "tool": "transfer", "input": { "n": 3 } },
+            { "tool": "balance", "input": { "n": 4 } },
+            { "tool": "balance", "input": { "n": 5 } },
+        ]);
+        assert_eq!(value(&r), expected, "{engine}: {}", r.to_json());
+        let asked: Vec<(String, Option<u32>)> =
+            asker.asked.lock().unwrap().iter().map(|a| (a.tool_id.clone(), a.cell_line)).collect();
+        let transfer = || "mcp:bank:transfer".to_string();
+        assert_eq!(asked, [(transfer(), Some(2)), (transfer(), Some(3)), (transfer(), Some(4))], "{engine}");
+    }
+}
+
 /// Issue 23 §1: calls parked for approval count against `maxPendingToolCalls` like running ones —
 /// without an approver every gated call parks, and a cell parking 300 of them is stopped at the
 /// limit exactly as it is when an approver holds them — and the whole stored run (snapshot plus the
