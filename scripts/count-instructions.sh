@@ -33,6 +33,14 @@
 # `CODEMODE_WASM_PROFILER=perfmap`, so wasmtime writes the names of quickjs-wasi's compiled guest
 # code to /tmp/perf-<pid>.map (removed afterwards), which callgrind alone shows as bare addresses.
 #
+# A last table counts a nested call in the command users run, `codemode run` (its tracing
+# subscriber, its own process), which criterion's bench does not: a span the subscriber records for
+# nobody cost 2-3k instructions a call there and nothing in criterion. Per engine, everything
+# `Inner::drive_loop` runs for a cell of CLI_CALLS sequential `await tools.demo_echo({ i })`
+# (default 2000) minus a cell with one call (which also holds the process's one-time compile of the
+# tool's input schema), divided by CLI_CALLS - 1. The binary is CODEMODE_BIN, else the release build
+# in the target folder; without one the table is skipped (`cargo build --release -p codemode-cli`).
+#
 # Needs valgrind (Debian: `apt-get install valgrind`); it is not part of the set-up, as no test
 # needs it. quickjs-wasi's JIT code runs under valgrind too (about 30 s per engine here).
 set -euo pipefail
@@ -161,4 +169,34 @@ for e in "${engines[@]}"; do
       echo "count-instructions: $e: no runs counted inside the drive step" >&2
     fi
   fi
+done
+
+# A nested call in `codemode run` (see the top).
+cli=${CODEMODE_BIN:-${CARGO_TARGET_DIR:-target}/release/codemode}
+calls=${CLI_CALLS:-2000}
+case "$calls" in '' | *[!0-9]* | 0 | 1) echo "count-instructions: CLI_CALLS must be a number above 1" >&2; exit 2 ;; esac
+if [ ! -x "$cli" ]; then
+  echo "count-instructions: no release codemode binary at '$cli' (set CODEMODE_BIN); the codemode run table is skipped" >&2
+  exit 0
+fi
+printf 'for (let i = 0; i < %d; i++) await tools.demo_echo({ i });\nreturn 1;\n' "$calls" >"$work/many.js"
+printf 'await tools.demo_echo({ i: 0 });\nreturn 1;\n' >"$work/one.js"
+# Everything drive_loop ran, summed over the profile (one file: threads not separated).
+looped() {
+  valgrind --tool=callgrind --separate-threads=no --toggle-collect='*Inner::drive_loop' \
+    --callgrind-out-file="$work/cli.out" "$cli" run --engine "$1" "$2" >/dev/null 2>&1 || return 1
+  callgrind_annotate "$work/cli.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'
+}
+printf '\n%-14s %12s   (codemode run, %d calls)\n' engine "per call" "$calls"
+for e in "${engines[@]}"; do
+  # Outside valgrind first, so the module cache holds what the profiled runs load.
+  "$cli" run --engine "$e" "$work/one.js" >/dev/null 2>&1 || {
+    echo "count-instructions: codemode run --engine $e failed (engine not compiled in?)" >&2
+    continue
+  }
+  many=$(looped "$e" "$work/many.js") && one=$(looped "$e" "$work/one.js") || {
+    echo "count-instructions: $e: codemode run under callgrind failed" >&2
+    continue
+  }
+  printf '%-14s %12d\n' "$e" "$(((many - one) / (calls - 1)))"
 done
