@@ -2,13 +2,14 @@
 //! registry, never copied into this repository) plus our shim (`guest/shim.c`), compiled by Debian's
 //! `clang-16` for `wasm32-wasi` into a reactor module at `$OUT_DIR/codemode-guest.wasm`.
 //!
-//! Two changes are made to the build's working copy of `quickjs.c` (in `$OUT_DIR`):
+//! These changes are made to the build's working copy of `quickjs.c` (in `$OUT_DIR`):
 //! - QuickJS-ng switches its stack-overflow check off under `__wasi__`, which makes deep recursion
 //!   trap the whole wasm instance. Both switches are turned back on, so deep recursion is a
 //!   catchable `RangeError` (DESIGN §4).
 //! - `guest/quickjs-tail.c` is appended: a pending promise without resolving functions and its
 //!   settlement (the same steps as QuickJS's own resolve and reject functions), for the promises
-//!   the shim makes for nested calls.
+//!   the shim makes for nested calls; and the number reader JSON parsing is pointed at, which reads
+//!   integers of at most 15 digits without `strtod` (the same double: each is exact).
 //!
 //! Environment overrides: `CODEMODE_WASI_CC` (compiler, default `clang-16`), `CODEMODE_WASI_SYSROOT`
 //! (default `/usr`), `CODEMODE_QUICKJS_SRC` (a directory with QuickJS-ng's sources).
@@ -32,13 +33,24 @@ fn fail(msg: &str) -> ! {
     std::process::exit(1);
 }
 
-/// The two places where QuickJS-ng disables its stack check under `__wasi__`, and their
-/// replacements. Each must match exactly once, or the build stops (the sources changed).
-const TRANSFORMS: [(&str, &str); 2] = [
+/// Replacements in `quickjs.c`: the two places where QuickJS-ng disables its stack check under
+/// `__wasi__`, and JSON's number parsing, which reads integers of at most 15 digits without
+/// `strtod` (`codemode_json_number` in `guest/quickjs-tail.c`). Each must match exactly once, or
+/// the build stops (the sources changed).
+const TRANSFORMS: [(&str, &str); 4] = [
     ("#ifdef __wasi__\n    rt->stack_size = 0;\n#endif", "/* codemode: keep the default stack size under __wasi__ */"),
     (
         "#if defined(__wasi__)\n    rt->stack_limit = 0; /* no limit */\n#else",
         "#if 0 /* codemode: the stack check stays on under __wasi__ */\n#else",
+    ),
+    (
+        "static int json_parse_number(JSParseState *s, const uint8_t **pp)\n{",
+        "static double codemode_json_number(const uint8_t *start, const uint8_t *end); /* codemode */\n\
+         static int json_parse_number(JSParseState *s, const uint8_t **pp)\n{",
+    ),
+    (
+        "s->token.u.num.val = js_float64(strtod((const char *)p_start, NULL));",
+        "s->token.u.num.val = js_float64(codemode_json_number(p_start, p)); /* codemode */",
     ),
 ];
 
@@ -146,7 +158,7 @@ fn main() {
         let n = text.matches(from).count();
         if n != 1 {
             fail(&format!(
-                "the stack-check transform expects `{}` exactly once in quickjs.c, found it {n} times: the QuickJS-ng sources changed",
+                "a source transform expects `{}` exactly once in quickjs.c, found it {n} times: the QuickJS-ng sources changed",
                 from.lines().next().unwrap_or(from)
             ));
         }

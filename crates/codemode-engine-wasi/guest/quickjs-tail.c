@@ -77,3 +77,31 @@ void codemode_promise_settle(JSContext *ctx, JSValueConst promise,
         JS_FreeValue(ctx, then);
     }
 }
+
+// A JSON number's value, `start..end` being its text as json_parse_number has checked it (an
+// optional sign, digits without a leading zero, an optional fraction and exponent). QuickJS reads
+// every number with strtod, hundreds of instructions for `5` inside WebAssembly; an integer of at
+// most 15 digits is exact in a double, so accumulating its digits gives the very double strtod
+// would (`-0` included). Anything else still goes to strtod.
+static double codemode_json_number(const uint8_t *start, const uint8_t *end)
+{
+    const uint8_t *p = start;
+    bool negative = false;
+    if (*p == '+' || *p == '-') {
+        negative = *p == '-';
+        p++;
+    }
+    if (end > p && end - p <= 15) {
+        int64_t v = 0;
+        const uint8_t *q = p;
+        while (q < end && *q >= '0' && *q <= '9') {
+            v = v * 10 + (*q - '0');
+            q++;
+        }
+        if (q == end) {
+            double d = (double)v;
+            return negative ? -d : d;
+        }
+    }
+    return strtod((const char *)start, NULL);
+}
