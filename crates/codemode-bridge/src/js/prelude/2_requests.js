@@ -92,6 +92,38 @@
       return '{"server":' + stringify(server) + ',"tool":' + stringify(tool) + ',"input":';
     }
 
+    // A tool's call function (`tools.<name>`: kind "call" and the catalog id; `MCP.<server>.<tool>`
+    // and its `.value`: kind "mcp", the server and tool names, `unwrap`). It takes the nested-call
+    // path in its own frame where it can (each JS call costs hundreds of instructions inside
+    // WebAssembly): for an ungated tool, on an engine that serializes input and settles requests
+    // natively (both QuickJS engines), it writes the message and makes the request itself. Anything
+    // else (a gated tool, which needs its cell line; input plainJson does not take; Boa) takes
+    // callRequest or mcpRequest, which write the same message. Whether the tool is gated and the
+    // message up to the input are found on the first call and kept.
+    function toolCaller(kind, id, server, name, unwrap) {
+      const mcp = kind === "mcp";
+      const tail = unwrap === true ? ',"unwrap":true}' : "}";
+      let head;
+      let gated;
+      // Named `fn`, as a convenience function always was (MCP functions are renamed by their caller).
+      const fn = function (input) {
+        if (gated === undefined) {
+          gated = isGated(mcp ? "mcp:" + server + ":" + name : id);
+          head = mcp ? mcpHead(server, name) : callHead(id, false);
+        }
+        if (!gated && plainJson !== undefined) {
+          const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
+          if (json !== undefined) {
+            const r = host(kind, head + json + tail);
+            if (typeof r !== "number") return r;
+            return track(r);
+          }
+        }
+        return mcp ? mcpRequest(server, name, input, unwrap) : callRequest(id, input, false, head, gated);
+      };
+      return fn;
+    }
+
     // A namespace member call: `GuestRequest::Namespace {namespace, path, args, line?}`. The host maps
     // it to a catalog tool call; the arguments cross as JSON-safe data like any tool input.
     function namespaceRequest(namespace, path, args, gated, unwrap) {

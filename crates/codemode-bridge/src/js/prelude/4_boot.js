@@ -43,24 +43,7 @@
         // K3: never shadow a helper, nor a name the language reaches for (the host already filters;
         // this is a second guard).
         if (name in tools || isInternalName(name)) return;
-        const head = callHead(id, false);
-        let gated;
-        const fn = function (input) {
-          if (gated === undefined) gated = isGated(id);
-          // The nested-call path, in this one frame where it can be (each JS call costs hundreds of
-          // instructions inside WebAssembly): what callRequest, toJson and track do for an
-          // ungated tool whose input the engine serializes natively and whose promise it settles
-          // natively. Anything else takes callRequest, which gives the same message.
-          if (!gated && plainJson !== undefined) {
-            const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
-            if (json !== undefined) {
-              const r = host("call", head + json + "}");
-              if (typeof r !== "number") return r;
-              return track(r);
-            }
-          }
-          return callRequest(id, input, false, head, gated);
-        };
+        const fn = toolCaller("call", id);
         defineProperty(tools, name, valueDesc(fn, false, true, false));
         nameOfId[id] = name;
       }
@@ -171,46 +154,12 @@
         for (let j = 0; j < mcpTools.length; j++) {
           const toolName = mcpTools[j].name;
           if (typeof toolName !== "string") continue;
-          // The message up to the input and whether the tool is gated, found on the first call.
-          // Both functions below take the nested-call path in their own frame where they can (see
-          // addConvenience); anything else takes mcpRequest, which gives the same message.
-          // (Set in each function, not by a helper: a server's namespace is built with one closure
-          // fewer per tool.)
-          let head;
-          let gated = false;
-          const fn = function (input) {
-            if (head === undefined) {
-              gated = isGated("mcp:" + serverName + ":" + toolName);
-              head = mcpHead(serverName, toolName);
-            }
-            if (!gated && plainJson !== undefined) {
-              const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
-              if (json !== undefined) {
-                const r = host("mcp", head + json + "}");
-                if (typeof r !== "number") return r;
-                return track(r);
-              }
-            }
-            return mcpRequest(serverName, toolName, input);
-          };
+          const fn = toolCaller("mcp", undefined, serverName, toolName);
           defineProperty(fn, "name", valueDesc(mcpTools[j].alias || toolName, false, false, true));
           // `.value(input)`: the same call, its result unwrapped by the host (structured content,
           // else JSON text parsed, else text; `isError` throws).
-          const unwrapped = function value(input) {
-            if (head === undefined) {
-              gated = isGated("mcp:" + serverName + ":" + toolName);
-              head = mcpHead(serverName, toolName);
-            }
-            if (!gated && plainJson !== undefined) {
-              const json = plainJson(input === undefined ? {} : input, 1, maxDepth);
-              if (json !== undefined) {
-                const r = host("mcp", head + json + ',"unwrap":true}');
-                if (typeof r !== "number") return r;
-                return track(r);
-              }
-            }
-            return mcpRequest(serverName, toolName, input, true);
-          };
+          const unwrapped = toolCaller("mcp", undefined, serverName, toolName, true);
+          defineProperty(unwrapped, "name", valueDesc("value", false, false, true));
           defineProperty(fn, "value", valueDesc(unwrapped, false, false, false));
           byName[toolName] = fn;
           names[names.length] = toolName;
