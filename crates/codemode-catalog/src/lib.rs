@@ -33,7 +33,7 @@ pub mod search;
 use codemode_core::catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};
 use search::{DocFields, SearchIndex};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 /// Names of Tool Search control tools, never catalogued (SPEC §11, T1, V12).
@@ -170,7 +170,8 @@ impl CatalogTool {
 pub struct Catalog {
     /// Shared: a nested call holds its tool for as long as it runs (a reference count, not a copy).
     tools: Vec<Arc<CatalogTool>>,
-    by_id: HashMap<String, usize>,
+    /// Looked up on every nested call (see [`codemode_core::hash`]).
+    by_id: codemode_core::hash::ToolMap<usize>,
     guest: Vec<usize>,
     conveniences: Vec<(String, String)>,
     index: SearchIndex,

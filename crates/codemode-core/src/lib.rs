@@ -33,6 +33,7 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod guest;
+pub mod hash;
 pub mod input;
 pub mod namespace;
 pub mod positions;

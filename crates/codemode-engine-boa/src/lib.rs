@@ -489,13 +489,18 @@ fn uncatchable() -> JsError {
     BoaEngineError::RuntimeLimit(RuntimeLimitError::LoopIteration).into()
 }
 
-/// The one host primitive: `host(kind, payload)` → request id (or 0), or a thrown error.
+/// The one host primitive: `host(kind, payload, more?, last?)` → request id (or 0), or a thrown
+/// error; `more` and `last` are the rest of the payload (the prelude's layer 0).
 fn host_primitive(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsResult<JsValue> {
     let Some(state) = ctx.get_data::<HostState>().cloned() else {
         return Err(JsNativeError::error().with_message("code mode host state is missing").into());
     };
     let text = |i: usize| args.get(i).and_then(JsValue::as_string).map(|s| s.to_std_string_lossy());
-    let (kind, payload) = (text(0).unwrap_or_default(), text(1).unwrap_or_default());
+    let kind = text(0).unwrap_or_default();
+    let mut payload = text(1).unwrap_or_default();
+    for i in 2..args.len().min(4) {
+        payload.push_str(&text(i).unwrap_or_default());
+    }
     let Ok(mut bridge) = state.bridge.try_borrow_mut() else {
         return Err(uncatchable());
     };

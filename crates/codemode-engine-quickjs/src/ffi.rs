@@ -225,7 +225,21 @@ pub(crate) unsafe fn with_bytes<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f:
     Some(r)
 }
 
-/// `host(kind, payload)`: the prelude's one host primitive (its contract is in the prelude's
+/// The texts of the string values `parts`, joined, passed to `f`; `None` when one is not a string
+/// or QuickJS runs out of memory.
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock and `parts` values it holds.
+unsafe fn with_joined<R>(ctx: *mut qjs::JSContext, parts: &[qjs::JSValue], f: impl FnOnce(&str) -> R) -> Option<R> {
+    let mut joined = String::new();
+    for &v in parts {
+        // SAFETY: as the contract says.
+        unsafe { with_text(ctx, v, |t| joined.push_str(t)) }?;
+    }
+    Some(f(&joined))
+}
+
+/// `host(kind, payload, more?, last?)`: the prelude's one host primitive (its contract is in the prelude's
 /// layer 0), answered by [`BridgeHost::host_call`].
 ///
 /// # Safety
@@ -259,15 +273,22 @@ unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
         // SAFETY: as above.
         return unsafe { throw_type(ctx, "host(kind, payload) takes two strings") };
     }
-    // SAFETY: `argv` holds at least `argc` >= 2 values, borrowed for this call.
-    let args = unsafe { std::slice::from_raw_parts(argv, 2) };
+    // `host(kind, payload, more?, last?)`: up to three parts of the payload, joined here.
+    let n = usize::try_from(argc).map_or(2, |n| n.min(4));
+    // SAFETY: `argv` holds at least `argc` >= n >= 2 values, borrowed for this call.
+    let args = unsafe { std::slice::from_raw_parts(argv, n) };
+    let call = |kind: &str, payload: &str| match state.bridge.lock() {
+        Ok(mut bridge) => bridge.host_call(kind, payload),
+        Err(_) => HostCallResult::Fatal,
+    };
     // SAFETY: values of this call, under the runtime's lock.
     let answered = unsafe {
         with_text(ctx, args[0], |kind| {
-            with_text(ctx, args[1], |payload| match state.bridge.lock() {
-                Ok(mut bridge) => bridge.host_call(kind, payload),
-                Err(_) => HostCallResult::Fatal,
-            })
+            if n == 2 {
+                with_text(ctx, args[1], |payload| call(kind, payload))
+            } else {
+                with_joined(ctx, &args[1..], |payload| call(kind, payload))
+            }
         })
     };
     match answered {

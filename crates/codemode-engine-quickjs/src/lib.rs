@@ -426,7 +426,8 @@ impl Vm {
                 done.finish::<()>()?;
                 let install: Function<'_> = module.namespace()?.get("default")?;
                 let (host, plain, namespaces) = ffi::primitives(&ctx, &mut state)?;
-                install.call((host, plain, namespaces))
+                // settlesNatively: `host` answers every request with its promise.
+                install.call((host, plain, namespaces, true))
             })();
             installed
                 .and_then(|api| Api::save(&ctx, &api))

@@ -105,3 +105,36 @@ static double codemode_json_number(const uint8_t *start, const uint8_t *end)
     }
     return strtod((const char *)start, NULL);
 }
+
+// The bytes of `v` when it is a string whose characters are all ASCII (they are then its UTF-8
+// text), with their count in *len: a pointer into the string itself, valid while `v` lives; NULL
+// for anything else (a wide, non-ASCII, sliced or rope string, or no string), which the caller
+// converts with JS_ToCStringLen. The same answer JS_ToCStringLen gives for such a string, without
+// the reference it takes, and scanned eight bytes at a time rather than one (a nested call's
+// message is ~70 bytes: the byte loop was ~300 instructions of it).
+const char *codemode_ascii(JSValueConst v, size_t *len)
+{
+    JSString *p;
+    const uint8_t *s;
+    uint32_t n, i;
+    uint64_t w, high;
+
+    if (JS_VALUE_GET_TAG(v) != JS_TAG_STRING)
+        return NULL;
+    p = JS_VALUE_GET_STRING(v);
+    if (p->is_wide_char || p->kind != JS_STRING_KIND_NORMAL)
+        return NULL;
+    s = str8(p);
+    n = p->len;
+    high = 0;
+    for (i = 0; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        high |= w;
+    }
+    for (; i < n; i++)
+        high |= s[i];
+    if (high & UINT64_C(0x8080808080808080))
+        return NULL;
+    *len = n;
+    return (const char *)s;
+}

@@ -43,6 +43,7 @@
 // Appended to quickjs.c by the build (guest/quickjs-tail.c).
 JSValue codemode_promise_new(JSContext *ctx);
 void codemode_promise_settle(JSContext *ctx, JSValueConst promise, JSValueConst resolution, bool is_reject);
+const char *codemode_ascii(JSValueConst v, size_t *len);
 
 #define IMPORT(name) __attribute__((import_module("codemode"), import_name(name)))
 #define EXPORT(name) __attribute__((export_name(name)))
@@ -238,20 +239,78 @@ static JSValue promise_for(JSContext *c, double id) {
 }
 
 // ---- host primitive -------------------------------------------------------------------------------
+// A string argument's UTF-8 text: the string's own bytes when they are ASCII (nothing to free),
+// else JS_ToCStringLen's conversion (*owned set: free it with JS_FreeCString). NULL on an exception.
+static const char *text_of(JSContext *c, JSValueConst v, size_t *len, int *owned) {
+    const char *s = codemode_ascii(v, len);
+    if (s) {
+        *owned = 0;
+        return s;
+    }
+    *owned = 1;
+    return JS_ToCStringLen(c, len, v);
+}
+
+// Where host(kind, payload, more, last) joins a payload that comes in parts (the one-frame call
+// path's head, input JSON and tail), when they fit; a larger one takes a guest allocation.
+static char join_buf[4096];
+
+// host(kind, payload, more?, last?): the prelude's primitive (see its layer 0). The parts of a
+// payload are joined here, so the guest makes no concatenated string for a call's message.
 static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
     if (argc < 2) return JS_ThrowTypeError(c, "host(kind, payload)");
-    size_t kn, pn;
-    const char *kind = JS_ToCStringLen(c, &kn, argv[0]);
+    int nparts = argc > 4 ? 3 : argc - 1;
+    size_t kn;
+    int kind_owned;
+    const char *kind = text_of(c, argv[0], &kn, &kind_owned);
     if (!kind) return JS_EXCEPTION;
-    const char *payload = JS_ToCStringLen(c, &pn, argv[1]);
-    if (!payload) { JS_FreeCString(c, kind); return JS_EXCEPTION; }
-    scratch[0] = 0;
-    int pull = kn == 4 && memcmp(kind, "pull", 4) == 0;
-    int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)pn);
-    JS_FreeCString(c, kind);
-    JS_FreeCString(c, payload);
-    scratch[sizeof scratch - 1] = 0;
+    const char *part[3];
+    size_t plen[3];
+    int owned[3] = {0, 0, 0};
+    size_t total = 0;
+    int ok = 1;
+    for (int i = 0; i < nparts; i++) {
+        part[i] = text_of(c, argv[1 + i], &plen[i], &owned[i]);
+        if (!part[i]) {
+            nparts = i;
+            ok = 0;
+            break;
+        }
+        total += plen[i];
+    }
+    const char *payload = NULL;
+    char *heap = NULL;
+    if (ok && nparts == 1) {
+        payload = part[0];
+    } else if (ok) {
+        char *dst = join_buf;
+        if (total > sizeof join_buf) {
+            heap = js_malloc(c, total);
+            dst = heap;
+        }
+        if (dst) {
+            size_t at = 0;
+            for (int i = 0; i < nparts; i++) {
+                memcpy(dst + at, part[i], plen[i]);
+                at += plen[i];
+            }
+            payload = dst;
+        }
+    }
+    int64_t r = 0;
+    int pull = 0;
+    if (payload) {
+        scratch[0] = 0;
+        pull = kn == 4 && memcmp(kind, "pull", 4) == 0;
+        r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)total);
+        scratch[sizeof scratch - 1] = 0;
+    }
+    if (heap) js_free(c, heap);
+    for (int i = 0; i < nparts; i++)
+        if (owned[i]) JS_FreeCString(c, part[i]);
+    if (kind_owned) JS_FreeCString(c, kind);
+    if (!payload) return JS_EXCEPTION;
     if (pull && r == -6) return JS_UNDEFINED;
     if (pull && r >= 0) {
         // The catalog text: copied into a buffer of the guest heap (its limit applies), then into a
@@ -756,12 +815,14 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     class_object = JS_GetClassID(proto_object);
     class_array = JS_GetClassID(proto_array);
     if (!JS_IsObject(proto_object) || !JS_IsObject(proto_array) || class_object == class_array) return -7;
-    JSValue primitives[3];
+    JSValue primitives[4];
     primitives[0] = JS_NewCFunction(ctx, js_host, "host", 2);
     primitives[1] = JS_NewCFunction(ctx, js_plain_json, "plainJson", 3);
     primitives[2] = JS_NewCFunction(ctx, js_define_namespaces, "defineNamespaces", 6);
-    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 3, primitives);
-    for (int i = 0; i < 3; i++) JS_FreeValue(ctx, primitives[i]);
+    // settlesNatively: `host` answers every request with its promise (see promise_for).
+    primitives[3] = JS_TRUE;
+    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 4, primitives);
+    for (int i = 0; i < 4; i++) JS_FreeValue(ctx, primitives[i]);
     JS_FreeValue(ctx, install);
     if (JS_IsException(api)) { set_out_exception(); return -5; }
     fn_boot = JS_GetPropertyStr(ctx, api, "boot");

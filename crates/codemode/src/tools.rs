@@ -5,7 +5,6 @@
 use codemode_core::catalog::ToolDefinition;
 use codemode_core::executor::{CodeModeCallEvent, NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
 use serde_json::Value;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,7 +61,8 @@ impl Tool for FnTool {
 #[derive(Clone, Default)]
 pub struct LocalTools {
     tools: Vec<Arc<dyn Tool>>,
-    by_id: HashMap<String, usize>,
+    /// Looked up on every nested call (see [`codemode_core::hash`]).
+    by_id: codemode_core::hash::ToolMap<usize>,
 }
 
 impl std::fmt::Debug for LocalTools {

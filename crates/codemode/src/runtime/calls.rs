@@ -493,13 +493,12 @@ impl Inner {
                 };
             // Issue 26 §4: learn the result's shape (tools without a declared output schema; for
             // MCP tools, the unwrapped value `.value` returns).
+            // Recorded from a borrow: cloning each result only to read its shape cost ~0.9k
+            // instructions a call (the copy and its drop).
             if let (Some(observed), Ok(r)) = (&observed, &outcome) {
-                let value = if contract.def.source == codemode_core::ToolSource::Mcp {
-                    codemode_core::guest::unwrap_mcp_result(&r.details).ok()
-                } else {
-                    Some(r.details.clone())
-                };
-                if let Some(v) = value {
+                if contract.def.source != codemode_core::ToolSource::Mcp {
+                    observed.record(&tool_id, &r.details);
+                } else if let Ok(v) = codemode_core::guest::unwrap_mcp_result(&r.details) {
                     observed.record(&tool_id, &v);
                 }
             }

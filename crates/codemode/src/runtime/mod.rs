@@ -401,7 +401,7 @@ impl Inner {
             inline_wait,
             observed: observe_results.then(|| {
                 Arc::new(Observations {
-                    map: Mutex::new(HashMap::new()),
+                    map: Mutex::new(HashMap::default()),
                     generation: Default::default(),
                     synced: Mutex::new((0, 0)),
                 })

@@ -15,8 +15,9 @@ pub(super) const MAX_OBSERVED_TOOLS: usize = 4_096;
 
 /// What was learned about the results of tools without an output schema (issue 26 §4).
 pub(crate) struct Observations {
-    /// By tool id; at most [`MAX_OBSERVED_TOOLS`] tools.
-    pub(crate) map: Mutex<HashMap<String, Observed>>,
+    /// By tool id; at most [`MAX_OBSERVED_TOOLS`] tools. Updated on every nested call of a tool
+    /// without an output schema (see [`codemode_core::hash`]).
+    pub(crate) map: Mutex<codemode_core::hash::ToolMap<Observed>>,
     /// Goes up when a learned type widens (or a tool's first result arrives): the boot data built
     /// before states an older type and is built again for the next run.
     pub(crate) generation: std::sync::atomic::AtomicU64,

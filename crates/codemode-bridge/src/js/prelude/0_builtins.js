@@ -1,10 +1,13 @@
 // codemode guest prelude (DESIGN §3), layer 0: captured builtins, shared lists, `install`'s state.
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
-// script. Its completion value is `install(host, plainJson?, defineNamespaces?)`, which the engine
-// calls with the one host primitive (and, optionally, accelerators):
+// script. Its completion value is `install(host, plainJson?, defineNamespaces?, settlesNatively?)`,
+// which the engine calls with the one host primitive (and, optionally, accelerators):
 //
-//   host(kind: string, payload: string) -> number | string | undefined
+//   host(kind: string, payload: string, more?: string, last?: string) -> number | string | undefined
+//     `more` and `last`, when given, are the rest of the payload: the host joins the three strings
+//     (the one-frame call path sends a message's head, its input's JSON and its tail so, instead of
+//     concatenating them in the guest first).
 //     kind "text" | "json": synchronous output; returns 0.
 //     kind "pull": catalog data under the key `payload` (a string), or undefined.
 //     any other kind: queues a request; returns its id (> 0), or a promise of its outcome when the
@@ -28,6 +31,10 @@
 //     that returns `build(texts, start, len)`, called once and kept, defined as a non-configurable
 //     accessor `root[name]` (enumerable) and `global[name]` (not enumerable; a global the VM
 //     refuses is skipped). It must run no guest code but `build`.
+//
+//   settlesNatively: true when `host` answers every request with its promise (the engine settles
+//     requests natively); then the one-frame call path (toolCaller, layer 2) hands that promise back
+//     as it is. Both QuickJS engines pass true.
 //
 // `install` returns the engine's private handle { boot, run, settle, poll, hostError }:
 // `settle(id, ok, json)` delivers a request's outcome as JSON text, `hostError(failure)` makes the
@@ -185,7 +192,7 @@
     defineProperty(G, name, valueDesc(value, false, false, false));
   }
 
-  return function install(host, plainJson, defineNamespaces) {
+  return function install(host, plainJson, defineNamespaces, settlesNatively) {
     // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
     // than a Map of pairs on the nested-call path).
     const resolvers = create(null);

@@ -97,7 +97,7 @@
           // Fast path: a helper or a convenience function already made (the target has a null
           // prototype, so this finds own properties only).
           const own = t[key];
-          if (own !== undefined || typeof key !== "string" || isInternalName(key)) return own;
+          if (own !== void 0 || typeof key !== "string" || isInternalName(key)) return own;
           const fn = convenience(key);
           return fn !== undefined ? fn : missingTool(key);
         },
