@@ -138,3 +138,55 @@ const char *codemode_ascii(JSValueConst v, size_t *len)
     *len = n;
     return (const char *)s;
 }
+
+// For plainJson (guest/shim.c): calls f(opaque, key, key_len, value) for each own enumerable
+// string-keyed property of `obj`, an ordinary object (class Object, not exotic), in the order
+// JSON.stringify visits them, reading its shape directly: no list of keys is allocated, no key is
+// looked up again, no key is converted to a C string (one property of a nested call's input cost
+// ~800 instructions through JS_GetOwnPropertyNames and JS_GetOwnProperty). Symbols and
+// non-enumerable properties are skipped, as there. Returns CODEMODE_PROPS_GENERAL, before or after
+// calling f (the caller then discards what it wrote), when the object has a property this walk
+// leaves to the general path: an array-index key (those come first, in numeric order), a key that
+// is not ASCII, or a slot that is not a plain data property (an accessor, or one QuickJS fills
+// lazily or links to a variable). Else 0, or the first non-zero answer of f. f must not change
+// `obj` (plainJson runs no guest code).
+#define CODEMODE_PROPS_GENERAL 1
+int codemode_plain_props(JSContext *ctx, JSValueConst obj,
+                         int (*f)(void *opaque, const char *key, size_t key_len, JSValueConst value),
+                         void *opaque)
+{
+    JSObject *p;
+    JSShape *sh;
+    JSShapeProperty *prs;
+    JSString *key;
+    uint32_t num_key, j;
+    int i, r;
+
+    if (JS_VALUE_GET_TAG(obj) != JS_TAG_OBJECT)
+        return CODEMODE_PROPS_GENERAL;
+    p = JS_VALUE_GET_OBJ(obj);
+    if (p->is_exotic || p->class_id != JS_CLASS_OBJECT)
+        return CODEMODE_PROPS_GENERAL;
+    sh = p->shape;
+    for (i = 0, prs = get_shape_prop(sh); i < sh->prop_count; i++, prs++) {
+        JSAtom atom = prs->atom;
+        if (atom == JS_ATOM_NULL || !(prs->flags & JS_PROP_ENUMERABLE))
+            continue;
+        if (JS_AtomGetKind(ctx, atom) != JS_ATOM_KIND_STRING)
+            continue;
+        if (JS_AtomIsArrayIndex(ctx, &num_key, atom) ||
+            (prs->flags & JS_PROP_TMASK) != JS_PROP_NORMAL)
+            return CODEMODE_PROPS_GENERAL;
+        key = ctx->rt->atom_array[atom];
+        if (key->is_wide_char || key->kind != JS_STRING_KIND_NORMAL)
+            return CODEMODE_PROPS_GENERAL;
+        for (j = 0; j < key->len; j++) {
+            if (str8(key)[j] >= 0x80)
+                return CODEMODE_PROPS_GENERAL;
+        }
+        r = f(opaque, (const char *)str8(key), key->len, p->prop[i].u.value);
+        if (r)
+            return r;
+    }
+    return 0;
+}

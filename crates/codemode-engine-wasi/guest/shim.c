@@ -44,6 +44,10 @@
 JSValue codemode_promise_new(JSContext *ctx);
 void codemode_promise_settle(JSContext *ctx, JSValueConst promise, JSValueConst resolution, bool is_reject);
 const char *codemode_ascii(JSValueConst v, size_t *len);
+#define CODEMODE_PROPS_GENERAL 1
+int codemode_plain_props(JSContext *ctx, JSValueConst obj,
+                         int (*f)(void *opaque, const char *key, size_t key_len, JSValueConst value),
+                         void *opaque);
 
 #define IMPORT(name) __attribute__((import_module("codemode"), import_name(name)))
 #define EXPORT(name) __attribute__((export_name(name)))
@@ -469,8 +473,33 @@ static int has_own_to_json(JSContext *c, JSValueConst obj) {
     return JS_GetOwnProperty(c, NULL, obj, atom_to_json);
 }
 
+typedef struct {
+    Buf *b;
+    int depth, max_depth;
+    uint32_t written;
+} PropWriter;
+
+static int put_prop(void *opaque, const char *k, size_t kn, JSValueConst x) {
+    PropWriter *w = opaque;
+    if ((w->written++ > 0 && buf_put(w->b, ",", 1)) || put_quoted(w->b, k, kn) || buf_put(w->b, ":", 1)) {
+        return PJ_ERROR;
+    }
+    return put_plain(w->b, x, w->depth + 1, w->max_depth);
+}
+
 static int put_plain_object(Buf *b, JSValueConst v, int depth, int max_depth) {
     JSContext *c = b->c;
+    // The shape walk first (codemode_plain_props, appended to quickjs.c): the keys as they sit in
+    // the object; an object it leaves to the general path below starts again from the mark.
+    size_t mark = b->len;
+    if (buf_put(b, "{", 1)) return PJ_ERROR;
+    PropWriter w = {b, depth, max_depth, 0};
+    int walked = codemode_plain_props(c, v, put_prop, &w);
+    if (walked != CODEMODE_PROPS_GENERAL) {
+        if (walked != PJ_OK) return walked;
+        return buf_put(b, "}", 1) ? PJ_ERROR : PJ_OK;
+    }
+    b->len = mark;
     JSPropertyEnum *tab;
     uint32_t len;
     if (JS_GetOwnPropertyNames(c, &tab, &len, v, JS_GPN_STRING_MASK | JS_GPN_ENUM_ONLY) < 0) return PJ_ERROR;
