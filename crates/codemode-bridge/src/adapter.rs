@@ -43,18 +43,22 @@ pub fn is_forbidden_key(key: &str) -> bool {
 }
 
 /// Nesting depth of a value: scalars are 0, `[]` is 1, `[[1]]` is 2. Iterative, so any depth is safe.
+/// Only containers are stacked, and the first one is not: a flat value (most tool inputs and
+/// results) allocates nothing.
 pub fn depth(value: &Value) -> usize {
+    let nested = |x: &&Value| x.is_array() || x.is_object();
     let mut max = 0;
-    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
-    while let Some((v, d)) = stack.pop() {
+    let mut stack: Vec<(&Value, usize)> = Vec::new();
+    let mut next = Some((value, 0));
+    while let Some((v, d)) = next.take().or_else(|| stack.pop()) {
         match v {
             Value::Array(items) => {
                 max = max.max(d + 1);
-                stack.extend(items.iter().map(|x| (x, d + 1)));
+                stack.extend(items.iter().filter(nested).map(|x| (x, d + 1)));
             }
             Value::Object(map) => {
                 max = max.max(d + 1);
-                stack.extend(map.values().map(|x| (x, d + 1)));
+                stack.extend(map.values().filter(nested).map(|x| (x, d + 1)));
             }
             _ => {}
         }
@@ -446,6 +450,19 @@ mod tests {
                 }
                 _ => prop_assert!(false, "{}: direct {:?}, general {:?}", text, direct, general),
             }
+        }
+
+        /// The iterative `depth` (which stacks containers only) equals the definition, recursively.
+        #[test]
+        fn depth_is_the_nesting_of_containers(v in arb_json()) {
+            fn nesting(v: &Value) -> usize {
+                match v {
+                    Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+                    Value::Object(map) => 1 + map.values().map(nesting).max().unwrap_or(0),
+                    _ => 0,
+                }
+            }
+            prop_assert_eq!(depth(&v), nesting(&v));
         }
 
         #[test]

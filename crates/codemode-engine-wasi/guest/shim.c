@@ -340,6 +340,37 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
     }
 }
 
+// ownFirst(fallback) -> trap: the prelude's optional fifth primitive (see its layer 0). The trap
+// answers t's own data property `key` when its value is not undefined (reading no accessor), and
+// calls fallback(t, key) for everything else.
+static JSValue js_own_first_trap(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
+                                 JSValueConst *data) {
+    (void)this_val;
+    (void)magic;
+    JSValueConst args[2] = {argc > 0 ? argv[0] : JS_UNDEFINED, argc > 1 ? argv[1] : JS_UNDEFINED};
+    if (JS_IsObject(args[0]) && (JS_IsString(args[1]) || JS_IsSymbol(args[1]))) {
+        JSAtom atom = JS_ValueToAtom(c, args[1]);
+        if (atom == JS_ATOM_NULL) return JS_EXCEPTION;
+        JSPropertyDescriptor desc;
+        int found = JS_GetOwnProperty(c, &desc, args[0], atom);
+        JS_FreeAtom(c, atom);
+        if (found < 0) return JS_EXCEPTION;
+        if (found > 0) {
+            JS_FreeValue(c, desc.getter);
+            JS_FreeValue(c, desc.setter);
+            if (!(desc.flags & JS_PROP_GETSET) && !JS_IsUndefined(desc.value)) return desc.value;
+            JS_FreeValue(c, desc.value);
+        }
+    }
+    return JS_Call(c, data[0], JS_UNDEFINED, 2, args);
+}
+
+static JSValue js_own_first(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    (void)this_val;
+    if (argc < 1 || !JS_IsFunction(c, argv[0])) return JS_ThrowTypeError(c, "ownFirst(fallback)");
+    return JS_NewCFunctionData(c, js_own_first_trap, 2, 0, 1, argv);
+}
+
 // ---- plain data as JSON --------------------------------------------------------------------------
 // plain_json(value, depth, maxDepth) -> string | undefined: the prelude's second primitive (see
 // toJson in its layer 1). It replaces isPlain's walk plus JSON.stringify, the largest guest-side
@@ -844,14 +875,15 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     class_object = JS_GetClassID(proto_object);
     class_array = JS_GetClassID(proto_array);
     if (!JS_IsObject(proto_object) || !JS_IsObject(proto_array) || class_object == class_array) return -7;
-    JSValue primitives[4];
+    JSValue primitives[5];
     primitives[0] = JS_NewCFunction(ctx, js_host, "host", 2);
     primitives[1] = JS_NewCFunction(ctx, js_plain_json, "plainJson", 3);
     primitives[2] = JS_NewCFunction(ctx, js_define_namespaces, "defineNamespaces", 6);
     // settlesNatively: `host` answers every request with its promise (see promise_for).
     primitives[3] = JS_TRUE;
-    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 4, primitives);
-    for (int i = 0; i < 4; i++) JS_FreeValue(ctx, primitives[i]);
+    primitives[4] = JS_NewCFunction(ctx, js_own_first, "ownFirst", 1);
+    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 5, primitives);
+    for (int i = 0; i < 5; i++) JS_FreeValue(ctx, primitives[i]);
     JS_FreeValue(ctx, install);
     if (JS_IsException(api)) { set_out_exception(); return -5; }
     fn_boot = JS_GetPropertyStr(ctx, api, "boot");

@@ -1,8 +1,9 @@
 // codemode guest prelude (DESIGN §3), layer 0: captured builtins, shared lists, `install`'s state.
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
-// script. Its completion value is `install(host, plainJson?, defineNamespaces?, settlesNatively?)`,
-// which the engine calls with the one host primitive (and, optionally, accelerators):
+// script. Its completion value is
+// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?)`, which the engine
+// calls with the one host primitive (and, optionally, accelerators):
 //
 //   host(kind: string, payload: string, more?: string, last?: string) -> number | string | undefined
 //     `more` and `last`, when given, are the rest of the payload: the host joins the three strings
@@ -35,6 +36,12 @@
 //   settlesNatively: true when `host` answers every request with its promise (the engine settles
 //     requests natively); then the one-frame call path (toolCaller, layer 2) hands that promise back
 //     as it is. Both QuickJS engines pass true.
+//
+//   ownFirst(fallback) -> function (t, key)   (optional; quickjs-wasi gives one)
+//     A native proxy `get` trap: the value of `t`'s own data property `key` when it has one whose
+//     value is not undefined, else `fallback(t, key)`. It reads no accessor and runs no guest code
+//     but `fallback`. (The traps of `tools` and `MCP` run on every call through them, and a
+//     JavaScript frame inside WebAssembly costs hundreds of instructions.)
 //
 // `install` returns the engine's private handle { boot, run, settle, poll, hostError }:
 // `settle(id, ok, json)` delivers a request's outcome as JSON text, `hostError(failure)` makes the
@@ -192,7 +199,7 @@
     defineProperty(G, name, valueDesc(value, false, false, false));
   }
 
-  return function install(host, plainJson, defineNamespaces, settlesNatively) {
+  return function install(host, plainJson, defineNamespaces, settlesNatively, ownFirst) {
     // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
     // than a Map of pairs on the nested-call path).
     const resolvers = create(null);

@@ -48,15 +48,22 @@
     // does not have with `missing(name)` — a function that fails naming the nearest real ones —
     // instead of `undefined` ("not a function"). Symbols, JavaScript internal names and `reserved`
     // names are never synthesized: the object is never thenable or coercible through it.
+    // A `get` trap that answers an own data property of the target with a defined value at once and
+    // leaves everything else to `get` (natively, where the engine gives `ownFirst`): for the traps
+    // every call goes through. Each `get` here answers such a property with its value too (`t[key]`
+    // reads it, without side effects), so the pair equals `get` alone.
+    function ownFirstTrap(get) {
+      return ownFirst !== undefined ? ownFirst(get) : get;
+    }
+
     function explaining(target, reserved, missing) {
-      return new ProxyCtor(target, {
-        get(t, key) {
-          if (typeof key !== "string" || key in t || isInternalName(key) || apply(arrayIncludes, reserved, [key])) {
-            return t[key];
-          }
-          return missing(key);
-        },
-      });
+      function get(t, key) {
+        if (typeof key !== "string" || key in t || isInternalName(key) || apply(arrayIncludes, reserved, [key])) {
+          return t[key];
+        }
+        return missing(key);
+      }
+      return new ProxyCtor(target, { get: ownFirstTrap(get) });
     }
 
     // A view of `target` whose properties are made on demand (`tools`, `MCP`): the `get` and `has`

@@ -93,14 +93,14 @@
       }
       const toolsView = lazyView(
         tools,
-        (t, key) => {
+        ownFirstTrap((t, key) => {
           // Fast path: a helper or a convenience function already made (the target has a null
           // prototype, so this finds own properties only).
           const own = t[key];
           if (own !== void 0 || typeof key !== "string" || isInternalName(key)) return own;
           const fn = convenience(key);
           return fn !== undefined ? fn : missingTool(key);
-        },
+        }),
         (t, key) => (typeof key === "string" ? convenience(key) !== undefined : key in t),
         completeTools,
       );
@@ -261,10 +261,10 @@
       }
       const mcpView = lazyView(
         mcpRoot,
-        (t, key) => {
+        ownFirstTrap((t, key) => {
           if (typeof key === "string" && !(key in t)) mcpServer(key);
           return t[key];
-        },
+        }),
         (t, key) => (typeof key === "string" ? mcpServer(key) : key in t),
         completeMcp,
       );
