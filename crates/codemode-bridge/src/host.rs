@@ -110,7 +110,8 @@ impl BridgeHost {
         self.state.outstanding.len()
     }
 
-    /// Handles one call of the host primitive `host(kind, payload)`.
+    /// Handles one call of the host primitive `host(kind, payload)` (an engine joins a payload the
+    /// prelude sends in parts before calling this).
     pub fn host_call(&mut self, kind: &str, payload: &str) -> HostCallResult {
         if self.fatal.is_some() {
             return HostCallResult::Fatal;

@@ -16,8 +16,10 @@
 //! - **`start(program, limits)`**: a fresh VM per run (runs never share a VM, SPEC Q2), with no
 //!   capabilities beyond the bridge: no modules, files, network, timers or host objects. Evaluate
 //!   the bridge prelude (`codemode_bridge::PRELUDE`, a classic script whose completion value is
-//!   `install(host, plainJson?, defineNamespaces?)`), call `install` with the one host primitive
-//!   `host(kind, payloadJson)` — whose every call goes to `codemode_bridge::BridgeHost::host_call` —
+//!   `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?)`), call `install`
+//!   with the one host primitive `host(kind, payloadJson, more?, last?)` — whose every call goes to
+//!   `codemode_bridge::BridgeHost::host_call`, with `more` and `last` (when given) appended to the
+//!   payload —
 //!   and call the handle's `boot(head, index, texts)` with `program.boot` split at its first two
 //!   newlines (`codemode_bridge::split_boot`). No cell code runs before the first `drive`.
 //!   `plainJson(value, depth, maxDepth)` is optional: a native serializer of plain data that must
@@ -25,6 +27,9 @@
 //!   and must run no guest code (the prelude's contract for it is in its layer 0; both QuickJS
 //!   engines provide one, the quickjs-wasi shim in C and the native engine in Rust over QuickJS's
 //!   C API; the conformance cases `plain_json_*` check the bytes and the prototype-chain rules).
+//!   `settlesNatively` (true when `host` answers every request with its promise) and `ownFirst`
+//!   (a native proxy `get` trap for own data properties) are optional too; layer 0 of the prelude
+//!   states their contracts.
 //! - **`drive(input)`**, in this order (`codemode_bridge::drive` implements it over the few VM
 //!   primitives of `codemode_bridge::GuestVm`): on the first step compile the cell wrapped by
 //!   `codemode_bridge::wrap_code` and pass the function to the handle's `run`; deliver each

@@ -157,7 +157,8 @@ pub fn unwrap_mcp_result(result: &serde_json::Value) -> Result<serde_json::Value
     }
 }
 
-/// One request of the guest, as the host primitive receives it (`host(kind, payloadJson)`), parsed
+/// One request of the guest, as the host primitive receives it (`host(kind, payloadJson)`, the
+/// payload's parts joined), parsed
 /// once into its typed form: everything after the primitive matches on this enum.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", rename_all_fields = "camelCase")]

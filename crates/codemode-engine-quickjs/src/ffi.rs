@@ -1,4 +1,4 @@
-//! The prelude's primitives as plain QuickJS C functions: `host(kind, payload)`, `plainJson`
+//! The prelude's primitives as plain QuickJS C functions: `host(kind, payload, more?, last?)`, `plainJson`
 //! (module [`crate::plain_json`]) and `defineNamespaces` (module [`crate::define_namespaces`]).
 //! `host` answers a request with its promise (made here, settled by `Vm::settle` through the kept
 //! resolving functions) rather than with an id the prelude would turn into a promise and file.
