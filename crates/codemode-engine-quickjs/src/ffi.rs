@@ -1,5 +1,6 @@
-//! The prelude's primitives as plain QuickJS C functions: `host(kind, payload, more?, last?)`, `plainJson`
-//! (module [`crate::plain_json`]) and `defineNamespaces` (module [`crate::define_namespaces`]).
+//! The prelude's primitives as plain QuickJS C functions: `host(kind, payload, more?, last?)`,
+//! `plainJson` (module [`crate::plain_json`]) and `defineNamespaces` (module
+//! [`crate::define_namespaces`]).
 //! `host` answers a request with its promise (made here, settled by `Vm::settle` through the kept
 //! resolving functions) rather than with an id the prelude would turn into a promise and file.
 //!
@@ -239,8 +240,8 @@ unsafe fn with_joined<R>(ctx: *mut qjs::JSContext, parts: &[qjs::JSValue], f: im
     Some(f(&joined))
 }
 
-/// `host(kind, payload, more?, last?)`: the prelude's one host primitive (its contract is in the prelude's
-/// layer 0), answered by [`BridgeHost::host_call`].
+/// `host(kind, payload, more?, last?)`: the prelude's one host primitive (its contract is in the
+/// prelude's layer 0), answered by [`BridgeHost::host_call`].
 ///
 /// # Safety
 /// Called by QuickJS only: `ctx` is a live context whose opaque pointer is null or a live

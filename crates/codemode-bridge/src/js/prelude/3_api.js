@@ -44,10 +44,6 @@
     unavailable("fetch", "there is no network. Call a tool instead: `await tools.search(\"http\")` finds catalog " +
       "tools, `await API.list(\"mcp\")` lists the MCP servers' APIs (`MCP.<server>.<tool>({...})`).");
 
-    // A view of a frozen API object (`tools`, an `MCP.<server>` namespace) that answers a name it
-    // does not have with `missing(name)` — a function that fails naming the nearest real ones —
-    // instead of `undefined` ("not a function"). Symbols, JavaScript internal names and `reserved`
-    // names are never synthesized: the object is never thenable or coercible through it.
     // A `get` trap that answers an own data property of the target with a defined value at once and
     // leaves everything else to `get` (natively, where the engine gives `ownFirst`): for the traps
     // every call goes through. Each `get` here answers such a property with its value too (`t[key]`
@@ -56,6 +52,10 @@
       return ownFirst !== undefined ? ownFirst(get) : get;
     }
 
+    // A view of a frozen API object (`tools`, an `MCP.<server>` namespace) that answers a name it
+    // does not have with `missing(name)` — a function that fails naming the nearest real ones —
+    // instead of `undefined` ("not a function"). Symbols, JavaScript internal names and `reserved`
+    // names are never synthesized: the object is never thenable or coercible through it.
     function explaining(target, reserved, missing) {
       function get(t, key) {
         if (typeof key !== "string" || key in t || isInternalName(key) || apply(arrayIncludes, reserved, [key])) {
