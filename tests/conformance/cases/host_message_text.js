@@ -20,9 +20,11 @@ for (const ch of ["é", "\u00ff", "\u0080", "漢", "\uD83D\uDE00", "\uD800", "\u
     await roundTrip(label + " before", { s: ch + "y".repeat(k) }, { s: arrives + "y".repeat(k) });
   }
 }
-for (const n of [4000, 4085, 4086, 4087, 4096, 5000, 40000]) {
-  await roundTrip(`ascii ${n}`, { s: "a".repeat(n) });
-  await roundTrip(`latin1 ${n}`, { s: "a".repeat(n) + "é" });
-}
+// A call's message is its head, `{"id":"plugin:demo:demo_echo","mode":"value","input":` (53
+// bytes), the input's JSON and `}`: an input string of n ASCII characters makes n + 62 bytes, so
+// n = 4033 / 4034 / 4035 make 4095 / 4096 / 4097 (the join buffer holds 4096); with a trailing "é"
+// (two bytes in UTF-8) n = 4031 / 4032 / 4033 do.
+for (const n of [4000, 4033, 4034, 4035, 5000, 40000]) await roundTrip(`ascii ${n}`, { s: "a".repeat(n) });
+for (const n of [4000, 4031, 4032, 4033, 5000, 40000]) await roundTrip(`latin1 ${n}`, { s: "a".repeat(n) + "é" });
 await roundTrip("keys", { "é": 1, "ascii": 2, "漢": [3] });
 return { calls, mismatches };
