@@ -6,10 +6,12 @@
 //! - QuickJS-ng switches its stack-overflow check off under `__wasi__`, which makes deep recursion
 //!   trap the whole wasm instance. Both switches are turned back on, so deep recursion is a
 //!   catchable `RangeError` (DESIGN §4).
-//! - `guest/quickjs-tail.c` is appended: a pending promise without resolving functions and its
-//!   settlement (the same steps as QuickJS's own resolve and reject functions), for the promises
-//!   the shim makes for nested calls; and the number reader JSON parsing is pointed at, which reads
-//!   integers of at most 15 digits without `strtod` (the same double: each is exact).
+//! - `guest/quickjs-tail.c` is appended, functions the shim needs QuickJS's internals for: a pending
+//!   promise without resolving functions and its settlement (the same steps as QuickJS's own resolve
+//!   and reject functions), for the promises the shim makes for nested calls; an ASCII string's own
+//!   bytes (`codemode_ascii`); an ordinary object's properties read from its shape, for
+//!   `plainJson` (`codemode_plain_props`); and the number reader JSON parsing is pointed at, which
+//!   reads integers of at most 15 digits without `strtod` (the same double: each is exact).
 //!
 //! Environment overrides: `CODEMODE_WASI_CC` (compiler, default `clang-16`), `CODEMODE_WASI_SYSROOT`
 //! (default `/usr`), `CODEMODE_QUICKJS_SRC` (a directory with QuickJS-ng's sources).

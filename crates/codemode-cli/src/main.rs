@@ -283,14 +283,11 @@ fn init_tracing() -> TracingGuard {
         // Without an exporter there is no second layer at all: an absent `Option` layer declares
         // interest in every callsite, so the registry would record every span the stderr filter
         // drops (one per nested call: about a tenth of a nested call's host time).
-        match &provider {
-            Some(p) => {
-                let _ = tracing_subscriber::registry().with(fmt).with(codemode::otel::layer(p)).try_init();
-            }
-            None => {
-                let _ = tracing_subscriber::registry().with(fmt).try_init();
-            }
-        }
+        let registry = tracing_subscriber::registry().with(fmt);
+        let _ = match &provider {
+            Some(p) => registry.with(codemode::otel::layer(p)).try_init(),
+            None => registry.try_init(),
+        };
         TracingGuard { provider }
     }
     #[cfg(not(feature = "otel"))]

@@ -106,22 +106,16 @@ static double codemode_json_number(const uint8_t *start, const uint8_t *end)
     return strtod((const char *)start, NULL);
 }
 
-// The bytes of `v` when it is a string whose characters are all ASCII (they are then its UTF-8
-// text), with their count in *len: a pointer into the string itself, valid while `v` lives; NULL
-// for anything else (a wide, non-ASCII, sliced or rope string, or no string), which the caller
-// converts with JS_ToCStringLen. The same answer JS_ToCStringLen gives for such a string, without
-// the reference it takes, and scanned eight bytes at a time rather than one (a nested call's
-// message is ~70 bytes: the byte loop was ~300 instructions of it).
-const char *codemode_ascii(JSValueConst v, size_t *len)
+// The bytes of string `p` when its characters are all ASCII (they are then its UTF-8 text): a
+// pointer into the string itself; NULL for a wide, non-ASCII, sliced or rope string. Scanned eight
+// bytes at a time (JS_ToCStringLen scans one at a time: ~300 instructions of a nested call's
+// ~70-byte message).
+static const char *codemode_string_ascii(JSString *p)
 {
-    JSString *p;
     const uint8_t *s;
     uint32_t n, i;
     uint64_t w, high;
 
-    if (JS_VALUE_GET_TAG(v) != JS_TAG_STRING)
-        return NULL;
-    p = JS_VALUE_GET_STRING(v);
     if (p->is_wide_char || p->kind != JS_STRING_KIND_NORMAL)
         return NULL;
     s = str8(p);
@@ -133,10 +127,23 @@ const char *codemode_ascii(JSValueConst v, size_t *len)
     }
     for (; i < n; i++)
         high |= s[i];
-    if (high & UINT64_C(0x8080808080808080))
+    return (high & UINT64_C(0x8080808080808080)) ? NULL : (const char *)s;
+}
+
+// The bytes of `v` when it is a string whose characters are all ASCII, with their count in *len,
+// valid while `v` lives (codemode_string_ascii); NULL for anything else, which the caller converts
+// with JS_ToCStringLen. The same answer JS_ToCStringLen gives for such a string, without the
+// reference it takes.
+const char *codemode_ascii(JSValueConst v, size_t *len)
+{
+    const char *s;
+
+    if (JS_VALUE_GET_TAG(v) != JS_TAG_STRING)
         return NULL;
-    *len = n;
-    return (const char *)s;
+    s = codemode_string_ascii(JS_VALUE_GET_STRING(v));
+    if (s)
+        *len = JS_VALUE_GET_STRING(v)->len;
+    return s;
 }
 
 // For plainJson (guest/shim.c): calls f(opaque, key, key_len, value) for each own enumerable
@@ -159,7 +166,8 @@ int codemode_plain_props(JSContext *ctx, JSValueConst obj,
     JSShape *sh;
     JSShapeProperty *prs;
     JSString *key;
-    uint32_t num_key, j;
+    const char *key_text;
+    uint32_t num_key;
     int i, r;
 
     if (JS_VALUE_GET_TAG(obj) != JS_TAG_OBJECT)
@@ -178,13 +186,10 @@ int codemode_plain_props(JSContext *ctx, JSValueConst obj,
             (prs->flags & JS_PROP_TMASK) != JS_PROP_NORMAL)
             return CODEMODE_PROPS_GENERAL;
         key = ctx->rt->atom_array[atom];
-        if (key->is_wide_char || key->kind != JS_STRING_KIND_NORMAL)
+        key_text = codemode_string_ascii(key);
+        if (!key_text)
             return CODEMODE_PROPS_GENERAL;
-        for (j = 0; j < key->len; j++) {
-            if (str8(key)[j] >= 0x80)
-                return CODEMODE_PROPS_GENERAL;
-        }
-        r = f(opaque, (const char *)str8(key), key->len, p->prop[i].u.value);
+        r = f(opaque, key_text, key->len, p->prop[i].u.value);
         if (r)
             return r;
     }

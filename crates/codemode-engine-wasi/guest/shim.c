@@ -180,8 +180,9 @@ static int set_out_exception(void) {
 // The promise of every request `host` answered with one (made without resolving functions, see
 // guest/quickjs-tail.c), by id, until cm_settle delivers the request's outcome and settles it: the
 // prelude's `track` then has nothing to do and its JavaScript `settle` (a lookup in two objects, two
-// deletes, JSON.parse through a string) never runs. Ids only grow (the host counts them), so the table is sorted by appending; a settled
-// entry becomes a hole, and holes are squeezed out once they are half the table. The table is in
+// deletes, JSON.parse through a string) never runs. Ids only grow (the host counts them), so the
+// table is sorted by appending; a settled entry becomes a hole, and holes are squeezed out once
+// they are half the table. The table is in
 // the guest heap (js_realloc: under the heap limit) and, like everything the guest knows, in linear
 // memory: a snapshot keeps it, and the promises it holds are roots QuickJS's collector keeps alive.
 // Guest code cannot reach it: only the host's ids index it.
@@ -271,23 +272,20 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
     if (!kind) return JS_EXCEPTION;
     const char *part[3];
     size_t plen[3];
-    int owned[3] = {0, 0, 0};
+    int owned[3];
     size_t total = 0;
-    int ok = 1;
-    for (int i = 0; i < nparts; i++) {
-        part[i] = text_of(c, argv[1 + i], &plen[i], &owned[i]);
-        if (!part[i]) {
-            nparts = i;
-            ok = 0;
-            break;
-        }
-        total += plen[i];
+    int got = 0; // parts converted (an exception stops at the first that is not)
+    while (got < nparts && (part[got] = text_of(c, argv[1 + got], &plen[got], &owned[got]))) {
+        total += plen[got];
+        got++;
     }
     const char *payload = NULL;
     char *heap = NULL;
-    if (ok && nparts == 1) {
+    if (got < nparts) {
+        // an exception is pending; nothing is sent
+    } else if (nparts == 1) {
         payload = part[0];
-    } else if (ok) {
+    } else {
         char *dst = join_buf;
         if (total > sizeof join_buf) {
             heap = js_malloc(c, total);
@@ -311,7 +309,7 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
         scratch[sizeof scratch - 1] = 0;
     }
     if (heap) js_free(c, heap);
-    for (int i = 0; i < nparts; i++)
+    for (int i = 0; i < got; i++)
         if (owned[i]) JS_FreeCString(c, part[i]);
     if (kind_owned) JS_FreeCString(c, kind);
     if (!payload) return JS_EXCEPTION;

@@ -16,6 +16,7 @@ hidden.after = 3;
 const withSymbol = { before: 1, [sym]: 2, after: 3 };
 const indices = { b: 1, 10: "ten", a: 2, 2: "two", 4294967294: "max index", 4294967295: "no index", "-1": "neg", "01": "lead" };
 const nonAscii = { plain: 1, "é": 2, "漢字": 3, last: 4 };
+const latin1Keys = { plain: 1, "é": 2, "x\u00ff": 3 };
 const escaped = { 'q"uote': 1, "back\\slash": 2, "new\nline": 3, "\u0001": 4, "": 5 };
 const nullProto = Object.create(null);
 nullProto.z = { y: { x: [1, { w: null }] } };
@@ -28,7 +29,7 @@ const nested = { outer: { deleted, readded, hidden, withSymbol }, list: [indices
 
 const mismatches = [];
 const echoed = {};
-for (const [name, value] of Object.entries({ nested, indices, nonAscii, escaped, many })) {
+for (const [name, value] of Object.entries({ nested, indices, nonAscii, latin1Keys, escaped, many })) {
   const out = await tools.demo_echo({ value });
   echoed[name] = JSON.stringify(out.value);
   if (echoed[name] !== JSON.stringify(value)) mismatches.push(name);

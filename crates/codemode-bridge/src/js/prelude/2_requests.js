@@ -80,11 +80,13 @@
     // An MCP tool call: `GuestRequest::Mcp {server, tool, input, line?}`.
     // `unwrap`: `MCP.<server>.<tool>.value(input)`, whose result the host unwraps (one rule, see
     // codemode_core::guest::unwrap_mcp_result).
-    function mcpRequest(server, tool, input, unwrap) {
+    // `head` and `gated`: what the caller already knows (a tool's call function keeps both).
+    function mcpRequest(server, tool, input, unwrap, head, gated) {
       const inputJson = toJson(input === undefined ? {} : input, 1);
-      const line = isGated("mcp:" + server + ":" + tool) ? cellLine() : undefined;
-      const text = mcpHead(server, tool) + inputJson + (line === undefined ? "" : ',"line":' + line) +
-        (unwrap === true ? ',"unwrap":true}' : "}");
+      const isToolGated = gated === undefined ? isGated("mcp:" + server + ":" + tool) : gated;
+      const line = isToolGated ? cellLine() : undefined;
+      const text = (head === undefined ? mcpHead(server, tool) : head) + inputJson +
+        (line === undefined ? "" : ',"line":' + line) + (unwrap === true ? ',"unwrap":true}' : "}");
       return track(host("mcp", text));
     }
     // The MCP call message up to its input (what MCP namespace functions keep after their first call).
@@ -119,7 +121,9 @@
           const json = plainJson(input === void 0 ? {} : input, 1, maxDepth);
           if (json !== void 0) return host(kind, head, json, tail);
         }
-        return mcp ? mcpRequest(server, name, input, unwrap) : callRequest(id, input, false, head, gated);
+        return mcp
+          ? mcpRequest(server, name, input, unwrap, head, gated)
+          : callRequest(id, input, false, head, gated);
       };
       return fn;
     }
