@@ -5,7 +5,6 @@ use crate::ENGINE_NAME;
 use crate::host::HostState;
 use crate::module::{EPOCH_TICK, Loaded, STACK_POINTER};
 use crate::snapshot::{self, GlobalValue, Header};
-use crate::written;
 use codemode_bridge::BridgeHost;
 use codemode_bridge::driver::{GuestVm, VmFault, classify_failure, drive};
 use codemode_core::engine::{
@@ -254,7 +253,7 @@ impl Vm {
     /// The instance is torn down (the pool resetting the pages it wrote) after the worker has
     /// answered, as a finished run's is: the caller waiting for the snapshot does not wait for that.
     pub(crate) fn snapshot(mut self) -> Result<Vec<u8>, EngineError> {
-        let bytes = self.encode(true);
+        let bytes = self.encode();
         if let Err(e) = codemode_bridge::workers::after_job(move || drop(self)) {
             // The work, and with it the instance, is dropped here instead.
             tracing::debug!(error = %e, "tearing a snapshotted instance down inline");
@@ -262,9 +261,8 @@ impl Vm {
         bytes
     }
 
-    /// The snapshot of this instance's state; with `scan`, comparing with the image only the pages
-    /// the kernel reports as written (see [`written`]), else every page.
-    fn encode(&mut self, scan: bool) -> Result<Vec<u8>, EngineError> {
+    /// The snapshot of this instance's state.
+    fn encode(&mut self) -> Result<Vec<u8>, EngineError> {
         let mut globals = Vec::new();
         for name in self.loaded.mutable_globals.clone() {
             let g = self
@@ -299,12 +297,7 @@ impl Vm {
                 GlobalValue::I64(_) => None,
             })
             .map_or(0, |sp| sp.min(base.stack_top));
-        let memory = self.memory.data(&self.store);
-        // Only the pages the kernel knows as privately written can differ from the image (see
-        // `written`); when it cannot tell, every page is compared.
-        let mut changed = Vec::new();
-        let scanned = scan && written::changed_ranges(memory, &mut changed);
-        snapshot::encode(&header, &base.memory, memory, dead_below, scanned.then_some(&changed[..]))
+        snapshot::encode(&header, &base.memory, self.memory.data(&self.store), dead_below)
             .map_err(|e| EngineError::Snapshot(e.to_string()))
     }
 
@@ -618,90 +611,6 @@ mod tests {
         let state = vm.poll().unwrap().expect("the cell completed");
         let value: serde_json::Value = serde_json::from_str(state.strip_prefix('1').expect("completed")).unwrap();
         assert_eq!(value, serde_json::json!(["ToolError/nested_tool_failed/nope", { "v": 2 }, 3]));
-    }
-
-    /// Whether this kernel has `PAGEMAP_SCAN` (Linux 6.7 and later).
-    fn kernel_scans_pagemaps() -> bool {
-        let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else { return false };
-        let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
-        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        cfg!(target_os = "linux") && (major, minor) >= (6, 7)
-    }
-
-    /// A snapshot that compares only the pages the kernel reports as written (`written`) is byte
-    /// for byte the one that compares every page, for cells that suspend after writing the heap
-    /// past the initial memory, after recursing deep (stack pages below the pointer), after
-    /// churning garbage, and after a restore (whose writes are the snapshot's runs), in pool slots
-    /// earlier rounds dirtied. Where the kernel can scan, the scan must also have been used and
-    /// have left pages out: an ordinary cell writes a small part of its memory.
-    #[test]
-    fn scanned_snapshots_equal_full_comparisons() {
-        let loaded = crate::loaded().unwrap();
-        let two_calls = "const a = await tools.call('a', {}); const b = await tools.call('b', {});";
-        let cells = [
-            format!("{two_calls} return [a, b]"),
-            format!(
-                "globalThis.big = []; for (let i = 0; i < 40000; i++) big.push({{ i, s: 'x' + i }});\n{two_calls} return big.length + a + b"
-            ),
-            format!(
-                "function deep(n) {{ return n === 0 ? 0 : 1 + deep(n - 1); }} try {{ deep(1e6) }} catch {{}}\n{two_calls} return a + b"
-            ),
-            format!(
-                "let keep = ''; for (let i = 0; i < 3000; i++) keep = JSON.stringify(JSON.parse(JSON.stringify({{ i, s: 'y'.repeat(i % 500) }})));\n{two_calls} return keep.length + a + b"
-            ),
-        ];
-        let mut smallest_share = f64::MAX;
-        for round in 0..3 {
-            for code in &cells {
-                let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-                vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
-                vm.with_bridge(|b| b.begin_drive(1 << 20));
-                vm.set_deadline(Instant::now() + Duration::from_secs(30));
-                vm.start_cell(&codemode_bridge::wrap_code(code)).unwrap();
-                vm.run_jobs().unwrap();
-                assert_eq!(vm.poll().unwrap(), None, "round {round}: the cell waits: {code}");
-                let first: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
-                assert_eq!(first.len(), 1, "round {round}: one call: {code}");
-
-                let mut ranges = Vec::new();
-                let scanned = written::changed_ranges(vm.memory.data(&vm.store), &mut ranges);
-                assert_eq!(scanned, kernel_scans_pagemaps(), "round {round}: whether the kernel was asked");
-                if scanned {
-                    let pages: usize = ranges.iter().map(|r| r.len().div_ceil(4096)).sum();
-                    let all = vm.memory.data_size(&vm.store) / 4096;
-                    assert!(pages <= all, "round {round}: {pages} of {all} pages");
-                    smallest_share = smallest_share.min(pages as f64 / all as f64);
-                }
-                let full = vm.encode(false).unwrap();
-                assert!(vm.encode(true).unwrap() == full, "round {round}: the scanned snapshot differs: {code}");
-
-                // Restored, settled, and suspended on the second call: compared again.
-                let mut vm = Vm::restore(loaded.clone(), &full, GuestLimits::default()).unwrap();
-                vm.with_bridge(|b| b.begin_drive(1 << 20));
-                vm.set_deadline(Instant::now() + Duration::from_secs(30));
-                vm.settle(first[0], true, "1").unwrap();
-                vm.run_jobs().unwrap();
-                assert_eq!(vm.poll().unwrap(), None, "round {round}: the restored cell waits: {code}");
-                let second: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
-                assert_eq!(second.len(), 1, "round {round}: a second call: {code}");
-                let full = vm.encode(false).unwrap();
-                assert!(vm.encode(true).unwrap() == full, "round {round}: after a restore: {code}");
-
-                let mut vm = Vm::restore(loaded.clone(), &full, GuestLimits::default()).unwrap();
-                vm.with_bridge(|b| b.begin_drive(1 << 20));
-                vm.set_deadline(Instant::now() + Duration::from_secs(30));
-                vm.settle(second[0], true, "2").unwrap();
-                vm.run_jobs().unwrap();
-                let state = vm.poll().unwrap().expect("the cell completed");
-                assert!(state.starts_with('1'), "round {round}: {code}: {state}");
-            }
-        }
-        if kernel_scans_pagemaps() {
-            assert!(
-                smallest_share < 0.5,
-                "the scan left out little: at best {smallest_share:.2} of the pages compared"
-            );
-        }
     }
 
     /// Inputs that fit the shim's input buffer go there; larger ones (here a 40 KB cell and boot

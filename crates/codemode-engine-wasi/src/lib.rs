@@ -28,7 +28,6 @@ mod host;
 mod instance;
 mod module;
 mod snapshot;
-mod written;
 
 pub use snapshot::SnapshotError;
 

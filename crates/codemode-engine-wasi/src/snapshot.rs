@@ -30,7 +30,6 @@
 use codemode_bridge::BridgeState;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::ops::Range;
 
 const MAGIC: &[u8; 8] = b"CMWSNAP\x01";
 /// The format version in the header.
@@ -278,36 +277,14 @@ pub enum SnapshotError {
 }
 
 /// Encodes `memory` (diffed against `base`) with its header. Memory below `dead_below` (the stack
-/// under the stack pointer, between drive steps) is left out, in whole pages. With `changed`
-/// (ascending byte ranges of `memory`, such as [`crate::written::changed_ranges`] reports), only the
-/// pages those ranges touch are compared: every other page must equal `base` (or zeros past it).
-pub(crate) fn encode(
-    header: &Header,
-    base: &[u8],
-    memory: &[u8],
-    dead_below: usize,
-    changed: Option<&[Range<usize>]>,
-) -> Result<Vec<u8>, SnapshotError> {
+/// under the stack pointer, between drive steps) is left out, in whole pages.
+pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8], dead_below: usize) -> Result<Vec<u8>, SnapshotError> {
     if !memory.len().is_multiple_of(PAGE) || !base.len().is_multiple_of(PAGE) {
         return Err(SnapshotError::Layout);
     }
-    let pages = memory.len() / PAGE;
     let mut body = Vec::with_capacity(16 << 10);
-    let mut next = dead_below / PAGE;
-    let mut encode_pages = |body: &mut Vec<u8>, from: usize, to: usize| -> Result<(), SnapshotError> {
-        for i in from.max(next)..to.min(pages) {
-            encode_page(body, i, &memory[i * PAGE..(i + 1) * PAGE], base_page(base, i))?;
-        }
-        next = next.max(to);
-        Ok(())
-    };
-    match changed {
-        None => encode_pages(&mut body, 0, pages)?,
-        Some(ranges) => {
-            for r in ranges {
-                encode_pages(&mut body, r.start / PAGE, r.end.div_ceil(PAGE))?;
-            }
-        }
+    for (i, page) in memory.chunks_exact(PAGE).enumerate().skip(dead_below / PAGE) {
+        encode_page(&mut body, i, page, base_page(base, i))?;
     }
     seal(header, &body)
 }
@@ -460,7 +437,7 @@ mod tests {
         mem[5] = 1; // page 0
         mem[65536 * 2 + 9003] = 3; // past the base image (in the word at 9000)
         mem[65536 + 100..65536 + 140].fill(9); // one run of six words (100 is not word-aligned)
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0, None).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         let runs: Vec<(usize, usize)> = d.runs().map(|(at, c)| (at, c.len())).collect();
         assert_eq!(runs, vec![(0, 8), (65536 + 96, 48), (65536 * 2 + 9000, 8)]);
@@ -483,7 +460,7 @@ mod tests {
         change(4 * PAGE, 4 * PAGE + 64 * WORD);
         change(5 * PAGE - WORD, 5 * PAGE);
         change(5 * PAGE + 100 * WORD, 5 * PAGE + 200 * WORD);
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0, None).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         let runs: Vec<(usize, usize)> = d.runs().map(|(at, c)| (at, c.len())).collect();
         assert_eq!(
@@ -516,12 +493,12 @@ mod tests {
             let at = (x % mem.len() as u64) as usize;
             mem[at] = mem[at].wrapping_add((x >> 40) as u8 | 1);
         }
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0, None).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         assert_eq!(rebuild(&base, mem.len(), &d), mem);
         // Under 3 pages plus a bit: the stack under a stack pointer inside page 3.
         let dead = 3 * PAGE + 100;
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, dead, None).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, dead).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         assert!(d.runs().all(|(at, _)| at >= 3 * PAGE), "nothing of the dead pages");
         assert!(d.runs().any(|(at, _)| at < 4 * PAGE), "the page holding the stack pointer stays");
@@ -584,7 +561,7 @@ mod tests {
         let base = vec![0u8; 65536];
         let mut mem = base.clone();
         mem[100] = 42;
-        let bytes = encode(&header(65536), &base, &mem, 0, None).unwrap();
+        let bytes = encode(&header(65536), &base, &mem, 0).unwrap();
         for i in [0, 9, 20, bytes.len() / 2, bytes.len() - 1] {
             let mut t = bytes.clone();
             t[i] ^= 0x40;
