@@ -304,16 +304,17 @@ fn seal(header: &Header, body: &[u8]) -> Result<Vec<u8>, SnapshotError> {
     Ok(out)
 }
 
-fn take<'a>(bytes: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], SnapshotError> {
-    let end = at.checked_add(n).ok_or(SnapshotError::Truncated)?;
-    let s = bytes.get(*at..end).ok_or(SnapshotError::Truncated)?;
+/// The next `n` bytes at `at`, which moves past them; `None` when fewer are left. (Options, not
+/// results: a `Result` with the error type here cost a call to its drop glue per field read.)
+fn take<'a>(bytes: &'a [u8], at: &mut usize, n: usize) -> Option<&'a [u8]> {
+    let end = at.checked_add(n)?;
+    let s = bytes.get(*at..end)?;
     *at = end;
-    Ok(s)
+    Some(s)
 }
 
-fn u32_at(bytes: &[u8], at: &mut usize) -> Result<u32, SnapshotError> {
-    let s = take(bytes, at, 4)?;
-    Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+fn u32_at(bytes: &[u8], at: &mut usize) -> Option<u32> {
+    take(bytes, at, 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 /// Decodes and checks a snapshot: magic, digest, format, engine, build, bounds and order of every
@@ -329,26 +330,26 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Re
     let mut at = 0;
     let mut next_page = 0usize;
     while at < raw.len() {
-        let index = u32_at(&raw, &mut at).map_err(|_| SnapshotError::PartialPage)? as usize;
+        let index = u32_at(&raw, &mut at).ok_or(SnapshotError::PartialPage)? as usize;
         if index >= pages_in_memory || index < next_page {
             return Err(SnapshotError::PageOutOfRange(index as u32));
         }
         next_page = index + 1;
-        let count = u16_at(&raw, &mut at)?;
+        let count = u16_at(&raw, &mut at).ok_or(SnapshotError::PartialPage)?;
         if count == 0 {
             return Err(SnapshotError::BadRun(index as u32));
         }
         let mut next_offset = 0usize;
         for _ in 0..count {
-            let offset = usize::from(u16_at(&raw, &mut at)?);
-            let len = usize::from(u16_at(&raw, &mut at)?);
+            let offset = usize::from(u16_at(&raw, &mut at).ok_or(SnapshotError::PartialPage)?);
+            let len = usize::from(u16_at(&raw, &mut at).ok_or(SnapshotError::PartialPage)?);
             if len == 0 || offset % WORD != 0 || len % WORD != 0 || offset < next_offset || offset + len > PAGE {
                 return Err(SnapshotError::BadRun(index as u32));
             }
             // The encoder's runs are maximal: the next one starts a word or more further on.
             next_offset = offset + len + WORD;
             let start = at;
-            take(&raw, &mut at, len).map_err(|_| SnapshotError::PartialPage)?;
+            take(&raw, &mut at, len).ok_or(SnapshotError::PartialPage)?;
             spans.push((index * PAGE + offset, start..at));
         }
     }
@@ -360,9 +361,8 @@ pub(crate) fn decode(bytes: &[u8], engine: &str, build: &str, base: &[u8]) -> Re
     Ok(Decoded { header, raw, spans })
 }
 
-fn u16_at(bytes: &[u8], at: &mut usize) -> Result<u16, SnapshotError> {
-    let s = take(bytes, at, 2).map_err(|_| SnapshotError::PartialPage)?;
-    Ok(u16::from_le_bytes([s[0], s[1]]))
+fn u16_at(bytes: &[u8], at: &mut usize) -> Option<u16> {
+    take(bytes, at, 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
 }
 
 /// Checks a snapshot without decompressing it: magic, digest, format, engine, build and layout.
@@ -378,8 +378,9 @@ pub(crate) fn check<'a>(bytes: &'a [u8], engine: &str, build: &str) -> Result<(H
         return Err(SnapshotError::Digest);
     }
     let mut at = MAGIC.len();
-    let header_len = u32_at(content, &mut at)? as usize;
-    let header: Header = serde_json::from_slice(take(content, &mut at, header_len)?).map_err(SnapshotError::Header)?;
+    let header_len = u32_at(content, &mut at).ok_or(SnapshotError::Truncated)? as usize;
+    let header: Header = serde_json::from_slice(take(content, &mut at, header_len).ok_or(SnapshotError::Truncated)?)
+        .map_err(SnapshotError::Header)?;
     if header.format != FORMAT {
         return Err(SnapshotError::Format { found: header.format, expected: FORMAT });
     }
@@ -395,8 +396,8 @@ pub(crate) fn check<'a>(bytes: &'a [u8], engine: &str, build: &str) -> Result<(H
     {
         return Err(SnapshotError::Layout);
     }
-    let body_len = u32_at(content, &mut at)? as usize;
-    let body = take(content, &mut at, body_len)?;
+    let body_len = u32_at(content, &mut at).ok_or(SnapshotError::Truncated)? as usize;
+    let body = take(content, &mut at, body_len).ok_or(SnapshotError::Truncated)?;
     if at != content.len() {
         return Err(SnapshotError::Trailing);
     }

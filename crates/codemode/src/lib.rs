@@ -152,16 +152,26 @@ fn no_runtime(e: tokio::runtime::TryCurrentError) -> CodeModeResult {
 /// Routes nested calls: local tools by id, everything else to the host's executor.
 struct Router {
     local: LocalTools,
-    local_ids: std::collections::HashSet<String>,
+    local_ids: std::collections::HashSet<String, codemode_core::hash::ToolMapHasher>,
     host: Option<Arc<dyn ToolExecutor>>,
 }
 
-#[async_trait::async_trait]
+/// Written out instead of with `#[async_trait]` (this is the signature that macro gives the
+/// trait's method): routing awaits nothing of its own, so it hands on the chosen executor's future,
+/// already boxed, instead of boxing another one around it (a copy of the call into a new
+/// allocation, per nested call).
 impl ToolExecutor for Router {
-    async fn call(&self, call: NestedToolCall) -> Result<ToolResult, ToolError> {
+    fn call<'life0, 'async_trait>(
+        &'life0 self,
+        call: NestedToolCall,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<ToolResult, ToolError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
         match &self.host {
-            Some(host) if !self.local_ids.contains(&call.tool_id) => host.call(call).await,
-            _ => self.local.call(call).await,
+            Some(host) if !self.local_ids.contains(&call.tool_id) => host.call(call),
+            _ => self.local.call(call),
         }
     }
 }
