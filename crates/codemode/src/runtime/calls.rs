@@ -16,7 +16,6 @@ use codemode_core::trajectory::CallOutcome;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::task::{Context, Poll};
@@ -78,8 +77,9 @@ impl NestedCalls {
         rt: &Handle,
         id: RequestId,
         inline_wait: Duration,
-        mut fut: Pin<Box<dyn Future<Output = CallEnd> + Send + 'static>>,
+        fut: impl Future<Output = CallEnd> + Send + 'static,
     ) -> Option<Finished> {
+        let mut fut = Box::pin(fut);
         let _in_runtime = rt.enter();
         // Only a guest worker waits (never a runtime thread); the default (no wait) asks nothing.
         if inline_wait.is_zero() || std::thread::current().name() != Some(codemode_bridge::workers::THREAD_NAME) {
@@ -483,68 +483,62 @@ impl Inner {
             outcome = tracing::field::Empty,
         );
         let call_span = span.clone();
-        // Boxed where it is made: the future is a few KB, and every move of it by value (into its
-        // span's wrapper, into `start`, into a box) was a copy of all of it, ~0.5k instructions a call.
-        let call = Box::pin(tracing::Instrument::instrument(
-            async move {
-                let outcome =
-                    match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract, log.as_ref())
-                        .await
-                    {
-                        InFlight::Parked => return CallEnd::Parked,
-                        InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
-                        InFlight::Done(outcome) => outcome,
-                    };
-                // Issue 26 §4: learn the result's shape (tools without a declared output schema; for
-                // MCP tools, the unwrapped value `.value` returns).
-                // Recorded from a borrow: cloning each result only to read its shape cost ~0.9k
-                // instructions a call (the copy and its drop).
-                if let (Some(observed), Ok(r)) = (&observed, &outcome) {
-                    if contract.def.source != codemode_core::ToolSource::Mcp {
-                        observed.record(&tool_id, &r.details);
-                    } else if let Ok(v) = codemode_core::guest::unwrap_mcp_result(&r.details) {
-                        observed.record(&tool_id, &v);
-                    }
-                }
-                let end = match outcome {
-                    Ok(r) if raw => {
-                        let content = if r.content.is_empty() {
-                            vec![json!({ "type": "text", "text": r.details.to_string() })]
-                        } else {
-                            r.content
-                        };
-                        CallEnd::Settled(Ok(json!({ "details": r.details, "content": content })))
-                    }
-                    Ok(r) if mode == CallMode::McpValue => match codemode_core::guest::unwrap_mcp_result(&r.details) {
-                        Ok(v) => CallEnd::Settled(Ok(v)),
-                        Err(message) => CallEnd::Settled(Err(tool_failure(&tool_id, &message))),
-                    },
-                    Ok(r) => CallEnd::Settled(Ok(r.details)),
-                    Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&tool_id, &e.message)),
-                    Err(e) => CallEnd::Settled(Err(tool_failure(&tool_id, &e.message))),
+        let call = async move {
+            let outcome =
+                match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract, log.as_ref()).await
+                {
+                    InFlight::Parked => return CallEnd::Parked,
+                    InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
+                    InFlight::Done(outcome) => outcome,
                 };
-                if let Some(log) = &log {
+            // Issue 26 §4: learn the result's shape (tools without a declared output schema; for
+            // MCP tools, the unwrapped value `.value` returns).
+            // Recorded from a borrow: cloning each result only to read its shape cost ~0.9k
+            // instructions a call (the copy and its drop).
+            if let (Some(observed), Ok(r)) = (&observed, &outcome) {
+                if contract.def.source != codemode_core::ToolSource::Mcp {
+                    observed.record(&tool_id, &r.details);
+                } else if let Ok(v) = codemode_core::guest::unwrap_mcp_result(&r.details) {
+                    observed.record(&tool_id, &v);
+                }
+            }
+            let end = match outcome {
+                Ok(r) if raw => {
+                    let content = if r.content.is_empty() {
+                        vec![json!({ "type": "text", "text": r.details.to_string() })]
+                    } else {
+                        r.content
+                    };
+                    CallEnd::Settled(Ok(json!({ "details": r.details, "content": content })))
+                }
+                Ok(r) if mode == CallMode::McpValue => match codemode_core::guest::unwrap_mcp_result(&r.details) {
+                    Ok(v) => CallEnd::Settled(Ok(v)),
+                    Err(message) => CallEnd::Settled(Err(tool_failure(&tool_id, &message))),
+                },
+                Ok(r) => CallEnd::Settled(Ok(r.details)),
+                Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&tool_id, &e.message)),
+                Err(e) => CallEnd::Settled(Err(tool_failure(&tool_id, &e.message))),
+            };
+            if let Some(log) = &log {
+                match &end {
+                    CallEnd::Settled(outcome) => log.finish(outcome).await,
+                    CallEnd::Denied(e) => log.finish(&Err(e.clone())).await,
+                    CallEnd::Parked | CallEnd::Reissue => {}
+                }
+            }
+            if !call_span.is_disabled() {
+                call_span.record(
+                    "outcome",
                     match &end {
-                        CallEnd::Settled(outcome) => log.finish(outcome).await,
-                        CallEnd::Denied(e) => log.finish(&Err(e.clone())).await,
-                        CallEnd::Parked | CallEnd::Reissue => {}
-                    }
-                }
-                if !call_span.is_disabled() {
-                    call_span.record(
-                        "outcome",
-                        match &end {
-                            CallEnd::Settled(Ok(_)) => "completed",
-                            CallEnd::Denied(_) => "denied",
-                            _ => "failed",
-                        },
-                    );
-                }
-                end
-            },
-            span,
-        ));
-        let finished = run.calls.start(rt, id, self.inline_wait, call);
+                        CallEnd::Settled(Ok(_)) => "completed",
+                        CallEnd::Denied(_) => "denied",
+                        _ => "failed",
+                    },
+                );
+            }
+            end
+        };
+        let finished = run.calls.start(rt, id, self.inline_wait, tracing::Instrument::instrument(call, span));
         if let Some(f) = finished {
             run.accept(f);
         }
