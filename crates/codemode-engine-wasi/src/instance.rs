@@ -250,8 +250,10 @@ impl Vm {
     }
 
     /// Serializes the instance (only between drive steps: no wasm call is on the stack).
-    /// The instance is torn down (the pool resetting the pages it wrote) after the worker has
-    /// answered, as a finished run's is: the caller waiting for the snapshot does not wait for that.
+    ///
+    /// The instance is then torn down (the pool resetting the pages it wrote) once the current
+    /// guest-worker job has returned and so answered its caller, as a finished run's instance is
+    /// (off a worker, on one): whoever waits for the snapshot does not wait for the reset.
     pub(crate) fn snapshot(mut self) -> Result<Vec<u8>, EngineError> {
         let bytes = self.encode();
         if let Err(e) = codemode_bridge::workers::after_job(move || drop(self)) {
