@@ -253,7 +253,6 @@ impl CodeModeBuilder {
     pub fn build(self) -> CodeMode {
         let engine = self.engine.unwrap_or_else(|| Engines::by_name(&self.config.runtime));
         let local_defs = self.local.definitions();
-        let local_ids = local_defs.iter().map(ToolDefinition::id).collect();
         let extra = Arc::new(BuildInputs {
             local_defs,
             policy: self.policy,
@@ -261,7 +260,7 @@ impl CodeModeBuilder {
             host: std::sync::RwLock::new((Vec::new(), Vec::new())),
         });
         *extra.host.write().unwrap_or_else(|p| p.into_inner()) = (self.definitions, self.unavailable_mcp);
-        let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, local_ids, host: self.executor });
+        let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         CodeMode {

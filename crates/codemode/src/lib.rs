@@ -152,7 +152,6 @@ fn no_runtime(e: tokio::runtime::TryCurrentError) -> CodeModeResult {
 /// Routes nested calls: local tools by id, everything else to the host's executor.
 struct Router {
     local: LocalTools,
-    local_ids: std::collections::HashSet<String, codemode_core::hash::ToolMapHasher>,
     host: Option<Arc<dyn ToolExecutor>>,
 }
 
@@ -170,7 +169,7 @@ impl ToolExecutor for Router {
         Self: 'async_trait,
     {
         match &self.host {
-            Some(host) if !self.local_ids.contains(&call.tool_id) => host.call(call),
+            Some(host) if !self.local.contains(&call.tool_id) => host.call(call),
             _ => self.local.call(call),
         }
     }

@@ -103,6 +103,11 @@ impl LocalTools {
         self.tools.iter().map(|t| t.definition().clone()).collect()
     }
 
+    /// Whether a tool with this id is in the set.
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
     /// Number of tools.
     pub fn len(&self) -> usize {
         self.tools.len()
