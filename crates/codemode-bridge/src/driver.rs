@@ -53,6 +53,15 @@ pub trait GuestVm {
     fn run_jobs(&mut self) -> Result<(), VmFault>;
     /// Calls the prelude's `poll()`: `None` while the cell runs, else its state string.
     fn poll(&mut self) -> Result<Option<String>, VmFault>;
+    /// A cell's first step when nothing is delivered in it: [`start_cell`](Self::start_cell),
+    /// [`run_jobs`](Self::run_jobs), [`poll`](Self::poll). An engine may do the three in one call
+    /// into its guest (quickjs-wasi does: each call into a fresh wasm instance, and each export it
+    /// looks up, has a cost of its own).
+    fn start_and_poll(&mut self, wrapped: &str) -> Result<Option<String>, VmFault> {
+        self.start_cell(wrapped)?;
+        self.run_jobs()?;
+        self.poll()
+    }
     /// Gives access to the bridge host.
     fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R;
     /// Whether the guest heap refused an allocation during this drive step. Used to tell QuickJS's
@@ -115,6 +124,9 @@ const NULL_THROWN: &str = "Uncaught: null";
 
 fn step<V: GuestVm>(vm: &mut V, unstarted: &mut Option<String>, input: &DriveInput) -> Result<Option<String>, VmFault> {
     if let Some(code) = unstarted.take() {
+        if input.deliveries.is_empty() {
+            return vm.start_and_poll(&code);
+        }
         vm.start_cell(&code)?;
     }
     for d in &input.deliveries {

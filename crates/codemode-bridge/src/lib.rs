@@ -105,6 +105,19 @@ pub fn split_boot(boot: &str) -> (&str, &str, &str) {
     (head, index, texts)
 }
 
+/// The JSON depth limit of a boot text's head when the head is exactly what [`BootText`] writes,
+/// `{"maxDepth":N}` (N of one to nine digits, no leading zero). An engine may then pass the prelude's
+/// `boot` the number N instead of the head's text, sparing a `JSON.parse` per run; `boot` accepts
+/// either. The quickjs-wasi shim recognizes the same form in C (`head_max_depth`); Boa passes the
+/// text, so both forms stay exercised.
+pub fn head_max_depth(head: &str) -> Option<u32> {
+    let digits = head.strip_prefix(r#"{"maxDepth":"#)?.strip_suffix('}')?;
+    let well_formed = (1..=9).contains(&digits.len())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if well_formed { digits.parse().ok() } else { None }
+}
+
 /// Keys of the bridge's `pull` (the prelude's `host("pull", key)`), answered by [`BootText::source`].
 pub mod pull_keys {
     /// `ALL_TOOLS`, as JSON.
@@ -427,5 +440,29 @@ mod tests {
         // A name the index cannot carry is written empty, and its text still takes its place.
         let two = cached.with_namespace_texts([("A b", "{}"), ("C", "[1]")].into_iter());
         assert_eq!(split_boot(&two), (r#"{"maxDepth":64}"#, " 2 C 3", "{}[1]"));
+    }
+
+    #[test]
+    fn head_max_depth_reads_only_the_head_boot_text_writes() {
+        let boot = BootData { max_depth: 64, ..BootData::default() };
+        let text = boot_json(&boot);
+        assert_eq!(head_max_depth(split_boot(&text).0), Some(64), "the head BootText writes");
+        for (head, want) in [(r#"{"maxDepth":0}"#, Some(0)), (r#"{"maxDepth":999999999}"#, Some(999_999_999))] {
+            assert_eq!(head_max_depth(head), want, "{head}");
+        }
+        // Anything else goes to the prelude as text, which parses it.
+        for head in [
+            "{}",
+            r#"{"maxDepth":}"#,
+            r#"{"maxDepth":064}"#,
+            r#"{"maxDepth":1000000000}"#,
+            r#"{"maxDepth":-1}"#,
+            r#"{"maxDepth":6.5}"#,
+            r#"{"maxDepth":64,"x":1}"#,
+            r#"{"maxDepth": 64}"#,
+            r#"{"maxDepth":64} "#,
+        ] {
+            assert_eq!(head_max_depth(head), None, "{head}");
+        }
     }
 }

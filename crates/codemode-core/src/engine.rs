@@ -21,7 +21,9 @@
 //!   `codemode_bridge::BridgeHost::host_call`, with `more` and `last` (when given) appended to the
 //!   payload —
 //!   and call the handle's `boot(head, index, texts)` with `program.boot` split at its first two
-//!   newlines (`codemode_bridge::split_boot`). No cell code runs before the first `drive`.
+//!   newlines (`codemode_bridge::split_boot`); the head may go as the number
+//!   `codemode_bridge::head_max_depth` reads from it, which spares a `JSON.parse` per run. No cell
+//!   code runs before the first `drive`.
 //!   `plainJson(value, depth, maxDepth)` is optional: a native serializer of plain data that must
 //!   return `JSON.stringify(value)` byte for byte, or `undefined` for anything it does not handle,
 //!   and must run no guest code (the prelude's contract for it is in its layer 0; both QuickJS

@@ -578,6 +578,8 @@ impl GuestVm for BoaVm {
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
         let (head, index, texts) = codemode_bridge::split_boot(&boot);
+        // The head goes as its text, which the prelude parses; the QuickJS engines pass its number
+        // (`codemode_bridge::head_max_depth`), so the corpus runs both of `boot`'s forms.
         let args = [
             JsValue::from(JsString::from(head)),
             JsValue::from(JsString::from(index)),

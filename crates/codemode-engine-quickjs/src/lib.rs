@@ -564,7 +564,11 @@ impl GuestVm for Vm {
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
         let boot = self.boot.take().unwrap_or_else(|| "{}".to_string());
         let (head, index, texts) = codemode_bridge::split_boot(&boot);
-        self.call_api(|api| &api.boot, |_, f| f.call((head, index, texts)))?;
+        // The usual head goes as its number (one `JSON.parse` fewer in the guest per run).
+        match codemode_bridge::head_max_depth(head) {
+            Some(depth) => self.call_api(|api| &api.boot, |_, f| f.call((depth, index, texts)))?,
+            None => self.call_api(|api| &api.boot, |_, f| f.call((head, index, texts)))?,
+        };
         let run = self.api.run.clone();
         let wrapped = wrapped.to_string();
         self.ctx.with(|ctx| {

@@ -12,17 +12,20 @@
 //   cm_alloc(n) / cm_free(p)          buffers for host -> guest data too large for the input buffer
 //   cm_init(prelude, len)             once, before pre-initialization: runtime, context, prelude
 //   cm_configure(heap_limit, stack, seed_lo, seed_hi, reseed)
-//                                     per instance: limits, a cleared refusal flag, and (reseed != 0)
+//                                     per restored instance (a fresh one gets the same through
+//                                     cm_start): limits, a cleared refusal flag, and (reseed != 0)
 //                                     the Math.random seed of a new run
-//   cm_begin(boot, boot_len, src, len) per run: the prelude's boot(head, index, texts) (the boot
-//                                     text split at its first two newlines), then the wrapped cell
-//                                     compiled and handed to run()
+//   cm_start(boot, boot_len, src, len, heap_limit, stack, seed_lo, seed_hi, reseed)
+//                                     per run, a fresh instance's first step: cm_configure's work,
+//                                     the prelude's boot(head, index, texts) (the boot text split at
+//                                     its first two newlines), the wrapped cell compiled and handed
+//                                     to run(), then cm_run_jobs and cm_poll (status as cm_poll's)
 //   cm_settle(id, ok, json, len)      deliver one settled request: its promise (made by `host`) is
 //                                     resolved with the parsed JSON, or rejected with the prelude's
 //                                     hostError(parsed failure); 0 when it is not pending
 //   cm_run_jobs()                     run pending jobs until none is left
-//   cm_poll()                         the cell's state
-// Status codes: 0 ok / pending, 1 guest exception or state available (see each function).
+//   cm_poll()                         the cell's state: 0 still running, 1 state in out_buf, 2 failure
+// Status codes otherwise: 0 ok, 1 guest exception (failure in out_buf).
 //
 // Imports (module "codemode"):
 //   host_call(kind, kind_len, payload, payload_len) -> i64
@@ -677,7 +680,7 @@ static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSVa
 // contract is in the prelude's layer 0; the reference is `defineNamespacesHere` in layer 4, which
 // engines without it run). Interpreted, that loop cost a run with two namespaces more than the rest
 // of its boot: parsing the index, running the loop, a closure per namespace. Here the index (one
-// line of `name len` pairs from the host's boot text, split off by cm_begin before any cell code
+// line of `name len` pairs from the host's boot text, split off by cm_start before any cell code
 // ran) is read as bytes, and each namespace costs one C function with its data and two property
 // definitions. Nothing here runs guest code: `reserved` is the prelude's private null-prototype
 // set, `root` a fresh null-prototype object; only `build` (the prelude's buildScope) is called, by
@@ -917,7 +920,25 @@ static int call_fn(JSValueConst fn, int argc, JSValueConst *argv) {
     return 0;
 }
 
-EXPORT("cm_begin") int32_t cm_begin(const char *json, uint32_t json_len, const char *code, uint32_t len) {
+// Whether `head` is exactly `{"maxDepth":N}` with N a decimal of one to nine digits and no leading
+// zero (what codemode_bridge::BootText writes); N in `*depth`.
+static int head_max_depth(const char *head, uint32_t len, int32_t *depth) {
+    static const char prefix[] = "{\"maxDepth\":";
+    const uint32_t plen = sizeof prefix - 1;
+    if (len < plen + 2 || len > plen + 10 || memcmp(head, prefix, plen) != 0 || head[len - 1] != '}') return 0;
+    if (head[plen] == '0' && len != plen + 2) return 0;
+    int32_t n = 0;
+    for (uint32_t i = plen; i < len - 1; i++) {
+        if (head[i] < '0' || head[i] > '9') return 0;
+        n = n * 10 + (head[i] - '0');
+    }
+    *depth = n;
+    return 1;
+}
+
+// The prelude's boot(head, index, texts), then the wrapped cell compiled and handed to run();
+// 0, or 1 with the failure in out_buf.
+static int32_t begin(const char *json, uint32_t json_len, const char *code, uint32_t len) {
     // Both inputs are copied before any guest code runs (they may sit in in_buf). The boot text is
     // split at its first two newlines into the prelude's three boot arguments: the head, the
     // namespace index and the namespaces' texts (codemode_bridge::split_boot; neither JSON nor the
@@ -932,6 +953,13 @@ EXPORT("cm_begin") int32_t cm_begin(const char *json, uint32_t json_len, const c
     }
     JSValue args[3];
     for (int i = 0; i < 3; i++) {
+        int32_t depth;
+        // The host's usual head, `{"maxDepth":N}`, goes to `boot` as the number N (the prelude
+        // accepts either): one `JSON.parse` fewer per run. Any other head goes as its text.
+        if (i == 0 && head_max_depth(json, lens[0], &depth)) {
+            args[0] = JS_NewInt32(ctx, depth);
+            continue;
+        }
         args[i] = JS_NewStringLen(ctx, json + starts[i], lens[i]);
         if (JS_IsException(args[i])) {
             for (int j = 0; j < i; j++) JS_FreeValue(ctx, args[j]);
@@ -1026,4 +1054,18 @@ EXPORT("cm_poll") int32_t cm_poll(void) {
     set_out(s, n);
     JS_FreeCString(ctx, s);
     return 1;
+}
+
+// A fresh instance's whole first step, in one call from the host: its configuration (as
+// cm_configure), boot and the cell's start (begin), its jobs (cm_run_jobs) and its state (cm_poll).
+// Returns as cm_poll does: 0 still running, 1 its state in out_buf, 2 a failure in out_buf. A
+// trivial cell's instance so makes one call into the guest and looks up one export, not four (each
+// lookup initializes a function reference in the fresh instance).
+EXPORT("cm_start") int32_t cm_start(const char *boot, uint32_t boot_len, const char *code, uint32_t len,
+                                    uint32_t limit, uint32_t stack_size, uint32_t seed_lo, uint32_t seed_hi,
+                                    int32_t reseed) {
+    cm_configure(limit, stack_size, seed_lo, seed_hi, reseed);
+    if (begin(boot, boot_len, code, len) != 0) return 2;
+    if (cm_run_jobs() != 0) return 2;
+    return cm_poll();
 }

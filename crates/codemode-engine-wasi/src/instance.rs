@@ -21,20 +21,30 @@ const BACKSTOP_GRACE: Duration = Duration::from_millis(200);
 /// and host calls need some of it.
 const MAX_GUEST_STACK: u64 = 768 << 10;
 
-/// The shim's exports every run uses, looked up once per instance (each lookup of an export
-/// initializes a function reference in the fresh instance: a trivial cell's instance used to pay
-/// for fifteen of them).
+/// The shim's exports, each looked up once per instance and only when first needed: each lookup of
+/// an export initializes a function reference in the fresh instance (~1k instructions; a trivial
+/// cell's instance once paid for fifteen of them, then four). A fresh run that ends in its first
+/// step uses `cm_start` alone.
 struct Exports {
-    configure: TypedFunc<(u32, u32, u32, u32, i32), ()>,
-    begin: TypedFunc<(u32, u32, u32, u32), i32>,
-    run_jobs: TypedFunc<(), i32>,
-    poll: TypedFunc<(), i32>,
+    /// `cm_start(boot, boot_len, code, len, heap, stack, seed_lo, seed_hi, reseed)`.
+    start: Option<StartFn>,
+    /// Looked up by a restored instance, or a fresh one called before it started.
+    configure: Option<TypedFunc<Configuration, ()>>,
+    /// Looked up by a run that goes on past its first step.
+    run_jobs: Option<TypedFunc<(), i32>>,
+    poll: Option<TypedFunc<(), i32>>,
     /// Looked up when first needed: a cell that makes no nested call never settles one.
     settle: Option<TypedFunc<(f64, i32, u32, u32), i32>>,
     /// Looked up when an input does not fit the shim's input buffer.
     alloc: Option<TypedFunc<u32, u32>>,
     free: Option<TypedFunc<u32, ()>>,
 }
+
+type StartFn = TypedFunc<(u32, u32, u32, u32, u32, u32, u32, u32, i32), i32>;
+
+/// `cm_configure`'s arguments: the heap limit, the stack budget, a seed's two halves, whether to
+/// reseed.
+type Configuration = (u32, u32, u32, u32, i32);
 
 /// Addresses of the shim's host-visible statics (`cm_statics`): fixed at link time, so the same in
 /// every instance of one build. They are read once, from the first instance, before any cell ran
@@ -101,6 +111,9 @@ pub(crate) struct Vm {
     loaded: Arc<Loaded>,
     boot: Option<Arc<str>>,
     limits: GuestLimits,
+    /// The configuration no guest call has applied yet (`Some(seed)`): a fresh instance's first
+    /// guest call, `cm_start`, takes it along; any other call applies it with `cm_configure` first.
+    unconfigured: Option<Option<u64>>,
 }
 
 fn internal(e: impl std::fmt::Display) -> EngineError {
@@ -125,19 +138,20 @@ fn lazy<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
     store: &mut Store<HostState>,
     instance: &Instance,
     name: &str,
-) -> Result<TypedFunc<P, R>, VmFault> {
+) -> Result<TypedFunc<P, R>, EngineError> {
     if let Some(f) = slot {
         return Ok(f.clone());
     }
-    let f = typed(store, instance, name).map_err(VmFault::Engine)?;
+    let f = typed(store, instance, name)?;
     *slot = Some(f.clone());
     Ok(f)
 }
 
 impl Vm {
-    /// A fresh instance of the pre-initialized guest (memory = the base image), configured with
-    /// `limits`; `seed` reseeds `Math.random` (every new run: a baked image would otherwise repeat
-    /// one sequence). A restored instance keeps the seed state its snapshot carries.
+    /// A fresh instance of the pre-initialized guest (memory = the base image), to be configured with
+    /// `limits` before its first guest call runs anything; `seed` reseeds `Math.random` (every new
+    /// run: a baked image would otherwise repeat one sequence). A restored instance keeps the seed
+    /// state its snapshot carries.
     pub(crate) fn new(loaded: Arc<Loaded>, limits: GuestLimits, seed: Option<u64>) -> Result<Self, EngineError> {
         let mut store = Store::new(&loaded.engine, HostState::new(limits));
         store.limiter(|s| &mut s.limits);
@@ -154,30 +168,35 @@ impl Vm {
             }
         };
         store.data_mut().scratch = statics.scratch;
-        let ex = Exports {
-            configure: typed(&mut store, &instance, "cm_configure")?,
-            begin: typed(&mut store, &instance, "cm_begin")?,
-            run_jobs: typed(&mut store, &instance, "cm_run_jobs")?,
-            poll: typed(&mut store, &instance, "cm_poll")?,
-            settle: None,
-            alloc: None,
-            free: None,
-        };
-        let mut vm = Vm { store, instance, memory, ex, statics, loaded, boot: None, limits };
-        vm.configure(seed)?;
-        Ok(vm)
+        let ex =
+            Exports { start: None, configure: None, run_jobs: None, poll: None, settle: None, alloc: None, free: None };
+        Ok(Vm { store, instance, memory, ex, statics, loaded, boot: None, limits, unconfigured: Some(seed) })
+    }
+
+    /// `cm_configure`'s (and `cm_start`'s) arguments for `seed`: the heap limit, the stack budget,
+    /// the seed's two halves and whether to reseed.
+    fn configuration(&self, seed: Option<u64>) -> Configuration {
+        let heap = u32::try_from(self.limits.memory_limit_bytes).unwrap_or(u32::MAX - (64 << 20));
+        let stack = u32::try_from(self.limits.max_stack_bytes.min(MAX_GUEST_STACK)).unwrap_or(256 << 10);
+        let s = seed.unwrap_or(0);
+        (heap, stack, s as u32, (s >> 32) as u32, i32::from(seed.is_some()))
     }
 
     /// Applies the limits (also after a restore: the snapshot carries the old process's values) and
     /// clears the heap-refusal flag; `seed` reseeds `Math.random`.
     fn configure(&mut self, seed: Option<u64>) -> Result<(), EngineError> {
-        let heap = u32::try_from(self.limits.memory_limit_bytes).unwrap_or(u32::MAX - (64 << 20));
-        let stack = u32::try_from(self.limits.max_stack_bytes.min(MAX_GUEST_STACK)).unwrap_or(256 << 10);
-        let s = seed.unwrap_or(0);
-        self.ex
-            .configure
-            .call(&mut self.store, (heap, stack, s as u32, (s >> 32) as u32, i32::from(seed.is_some())))
-            .map_err(internal)
+        self.unconfigured = None;
+        let configure = lazy(&mut self.ex.configure, &mut self.store, &self.instance, "cm_configure")?;
+        let args = self.configuration(seed);
+        configure.call(&mut self.store, args).map_err(internal)
+    }
+
+    /// Applies a configuration no guest call has applied yet, before another guest call.
+    fn configured(&mut self) -> Result<(), VmFault> {
+        match self.unconfigured {
+            Some(seed) => self.configure(seed).map_err(VmFault::Engine),
+            None => Ok(()),
+        }
     }
 
     fn fault(&mut self, e: wasmtime::Error) -> VmFault {
@@ -247,6 +266,19 @@ impl Vm {
             return Ok(());
         }
         Err(VmFault::Failure(classify_failure(&self.read_out()?)))
+    }
+
+    /// What a `cm_poll`-style status means: 0 the cell still runs, 1 its state is in the output
+    /// buffer, anything else a failure there (an interrupt first: the guest may have described it).
+    fn polled(&mut self, status: i32) -> Result<Option<String>, VmFault> {
+        if self.store.data().fired {
+            return Err(VmFault::Interrupted);
+        }
+        match status {
+            0 => Ok(None),
+            1 => Ok(Some(self.read_out()?)),
+            _ => Err(VmFault::Failure(classify_failure(&self.read_out()?))),
+        }
     }
 
     /// Serializes the instance (only between drive steps: no wasm call is on the stack).
@@ -348,6 +380,7 @@ impl Vm {
             g.set(&mut vm.store, v).map_err(|e| EngineError::Restore(format!("global {name}: {e}")))?;
         }
         vm.store.data_mut().bridge = BridgeHost::with_state(limits, decoded.header.bridge);
+        // The snapshot's memory carries the old process's limits: this process's apply.
         vm.configure(None)?;
         Ok(vm)
     }
@@ -455,18 +488,36 @@ impl GuestVm for Vm {
         }
     }
 
+    /// As [`Self::start_and_poll`]: the state it reaches is polled again by the driver's next step.
     fn start_cell(&mut self, wrapped: &str) -> Result<(), VmFault> {
+        self.start_and_poll(wrapped).map(|_| ())
+    }
+
+    /// Configuration, boot, the cell's start, its jobs and its state in one call into the guest
+    /// (`cm_start`).
+    fn start_and_poll(&mut self, wrapped: &str) -> Result<Option<String>, VmFault> {
+        let start = lazy(&mut self.ex.start, &mut self.store, &self.instance, "cm_start")?;
         let boot = self.boot.take().unwrap_or_else(|| Arc::from("{}"));
+        if boot.len().saturating_add(wrapped.len()) > self.statics.in_buf.1 as usize {
+            // The inputs go to guest allocations (`cm_alloc`), which the run's heap limit must bound.
+            self.configured()?;
+        }
+        // Already applied (above): `cm_start` applies the same limits again and does not reseed.
+        let seed = self.unconfigured.take().flatten();
+        let (heap, stack, seed_lo, seed_hi, reseed) = self.configuration(seed);
         let mut offset = 0;
         let b = self.place(boot.as_bytes(), &mut offset)?;
         let c = self.place(wrapped.as_bytes(), &mut offset)?;
-        let status = self.ex.begin.call(&mut self.store, (b.ptr, b.len, c.ptr, c.len)).map_err(|e| self.fault(e));
+        let status = start
+            .call(&mut self.store, (b.ptr, b.len, c.ptr, c.len, heap, stack, seed_lo, seed_hi, reseed))
+            .map_err(|e| self.fault(e));
         self.release(b)?;
         self.release(c)?;
-        self.status(status?)
+        self.polled(status?)
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
+        self.configured()?;
         let settle = lazy(&mut self.ex.settle, &mut self.store, &self.instance, "cm_settle")?;
         let placed = self.place(json.as_bytes(), &mut 0)?;
         let status =
@@ -476,20 +527,17 @@ impl GuestVm for Vm {
     }
 
     fn run_jobs(&mut self) -> Result<(), VmFault> {
-        let status = self.ex.run_jobs.call(&mut self.store, ()).map_err(|e| self.fault(e))?;
+        self.configured()?;
+        let run_jobs = lazy(&mut self.ex.run_jobs, &mut self.store, &self.instance, "cm_run_jobs")?;
+        let status = run_jobs.call(&mut self.store, ()).map_err(|e| self.fault(e))?;
         self.status(status)
     }
 
     fn poll(&mut self) -> Result<Option<String>, VmFault> {
-        let status = self.ex.poll.call(&mut self.store, ()).map_err(|e| self.fault(e))?;
-        if self.store.data().fired {
-            return Err(VmFault::Interrupted);
-        }
-        match status {
-            0 => Ok(None),
-            1 => Ok(Some(self.read_out()?)),
-            _ => Err(VmFault::Failure(classify_failure(&self.read_out()?))),
-        }
+        self.configured()?;
+        let poll = lazy(&mut self.ex.poll, &mut self.store, &self.instance, "cm_poll")?;
+        let status = poll.call(&mut self.store, ()).map_err(|e| self.fault(e))?;
+        self.polled(status)
     }
 
     fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R {

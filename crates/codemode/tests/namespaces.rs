@@ -139,6 +139,51 @@ fn n1_prompt_and_globals_only_when_backing_tools_are_visible() {
     assert_eq!(value(&r), json!({"t": "undefined", "keys": ["Slow"]}));
 }
 
+/// `namespaces` is one non-configurable global accessor, defined with the prelude, on every engine:
+/// a run without namespaces sees a frozen, empty, null-prototype root, a run with them its own
+/// root; no cell can replace, extend or delete either (SPEC L5, N4). (`boot` once defined the
+/// global per run; now it only points the accessor at the run's root, or leaves the empty one.)
+#[test]
+fn the_namespaces_global_is_one_accessor_whose_root_no_cell_can_replace() {
+    let cell = r#""use strict";
+      const errors = [];
+      const attempt = (f) => { try { f(); errors.push("allowed"); } catch (e) { errors.push(e.name); } };
+      const before = namespaces;
+      attempt(() => { namespaces = {}; });
+      attempt(() => { globalThis.namespaces = {}; });
+      attempt(() => { delete globalThis.namespaces; });
+      attempt(() => { Object.defineProperty(globalThis, "namespaces", { value: {} }); });
+      attempt(() => { namespaces.Extra = {}; });
+      const d = Object.getOwnPropertyDescriptor(globalThis, "namespaces");
+      return {
+        errors,
+        same: namespaces === before && d.get.call(undefined) === before && d.get.call(42) === before,
+        keys: Object.keys(namespaces),
+        proto: Object.getPrototypeOf(namespaces) === null,
+        frozen: Object.isFrozen(namespaces),
+        descriptor: [typeof d.get, d.set, d.enumerable, d.configurable, "value" in d],
+        listed: Object.keys(globalThis).includes("namespaces"),
+      };
+    "#;
+    let rt = rt();
+    for engine in ["quickjs-wasi", "quickjs", "boa"] {
+        let without = CodeMode::builder(config(10_000, 16)).engine_name(engine).local_tools(demo_tools()).build();
+        let with = runtime(engine, &registry(), config(10_000, 16));
+        for (cm, keys) in [(&without, json!([])), (&with, json!(["Shipping", "Slow"])), (&without, json!([]))] {
+            let r = rt.block_on(exec(cm, cell));
+            assert_eq!(
+                value(&r),
+                json!({
+                    "errors": ["TypeError", "TypeError", "TypeError", "TypeError", "TypeError"],
+                    "same": true, "keys": keys, "proto": true, "frozen": true,
+                    "descriptor": ["function", null, false, false, false], "listed": false,
+                }),
+                "{engine}"
+            );
+        }
+    }
+}
+
 #[test]
 fn n2_a_same_named_tool_of_another_plugin_does_not_expose_it() {
     let rt = rt();

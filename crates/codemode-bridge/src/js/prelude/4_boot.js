@@ -278,6 +278,24 @@
       lock("yield_control", yield_control);
       lock("console", consoleObj);
       lock("require", require);
+      installNamespaces();
+    }
+
+    // `namespaces` (SPEC §10 L5): a non-configurable global accessor, defined once with the prelude
+    // (so baked into `quickjs-wasi`'s image), whose getter returns the run's root: `boot` points it
+    // at a root it builds when the run has namespaces; otherwise it stays this empty one. Each root
+    // has a null prototype and is non-extensible (frozen: its properties are non-configurable
+    // accessors). Defining the global and making an empty root in every run cost a property
+    // definition on the global object, two objects and three built-in calls per run; a VM boots once,
+    // so no run ever sees another's root.
+    let runNamespaces;
+    function installNamespaces() {
+      const empty = create(null);
+      reflectPreventExtensions(empty);
+      runNamespaces = empty;
+      defineProperty(G, "namespaces", getterDesc(function namespaces() {
+        return runNamespaces;
+      }, false));
     }
 
     // ---- boot: per-run data (the JSON-depth limit, the run's namespaces) --------------------------
@@ -345,13 +363,23 @@
     // the namespaces' JSON texts one after another (see codemode_bridge::BootText::with_namespaces).
     // The engine splits the text (codemode_bridge::split_boot, or the shim's memchr): QuickJS's
     // `indexOf` compares the needle at every position through a call, ~8k instructions a run.
-    function boot(headJson, nsIndex, nsText) {
+    //
+    // `head` may also arrive as the JSON depth limit itself, a number: an engine that recognizes the
+    // host's usual head text (`{"maxDepth":N}`) passes N, sparing a `JSON.parse` per run.
+    function boot(head, nsIndex, nsText) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
-      const data = parse(headJson);
+      if (typeof head === "number") {
+        maxDepth = head;
+      } else {
+        const data = parse(head);
+        if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
+      }
       const index = typeof nsIndex === "string" ? nsIndex : "";
+      // A run without namespaces keeps the empty root `namespaces` already shows (see
+      // `installNamespaces`): nothing to make or define.
+      if (index === "") return;
       const texts = typeof nsText === "string" ? nsText : "";
-      if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
       // Namespaces (SPEC §10 L5): each visible namespace as a direct global and as
       // `namespaces.<globalName>`, both read-only and the same frozen object. The object is built
       // (its JSON sliced out and parsed, its functions made, frozen) when the cell first reads
@@ -370,7 +398,7 @@
       // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
       // `freeze` would still do (without listing and redefining them).
       reflectPreventExtensions(namespacesRoot);
-      lock("namespaces", namespacesRoot);
+      runNamespaces = namespacesRoot;
     }
 
     // `boot`'s loop over the run's namespaces, for engines without the `defineNamespaces` primitive.
