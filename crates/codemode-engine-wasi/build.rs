@@ -12,6 +12,10 @@
 //!   bytes (`codemode_ascii`); an ordinary object's properties read from its shape, for
 //!   `plainJson` (`codemode_plain_props`); and the number reader JSON parsing is pointed at, which
 //!   reads integers of at most 15 digits without `strtod` (the same double: each is exact).
+//! - Indirect calls that every cell makes are made direct where the target is the usual one
+//!   (`DEVIRTUALIZED`): a fresh wasm instance initializes each function-table entry on its first
+//!   `call_indirect` (~1k host instructions each), and a trivial cell reached nine of them this
+//!   way. The same function runs; only the way it is called changes.
 //!
 //! Environment overrides: `CODEMODE_WASI_CC` (compiler, default `clang-16`), `CODEMODE_WASI_SYSROOT`
 //! (default `/usr`), `CODEMODE_QUICKJS_SRC` (a directory with QuickJS-ng's sources).
@@ -53,6 +57,68 @@ const TRANSFORMS: [(&str, &str); 4] = [
     (
         "s->token.u.num.val = js_float64(strtod((const char *)p_start, NULL));",
         "s->token.u.num.val = js_float64(codemode_json_number(p_start, p)); /* codemode */",
+    ),
+];
+
+/// Direct calls for the indirect calls every cell makes, applied like [`TRANSFORMS`]: each checks
+/// that the function pointer is the usual target and then calls that function directly (the same
+/// call, with the same arguments), else calls through the pointer as before. Comparing a function
+/// pointer with a function's address is an integer comparison in wasm; a direct `call` never
+/// touches the function table, whose entries wasmtime initializes lazily in each fresh instance
+/// (a host call of ~1k instructions per distinct target on its first use). The targets, from a
+/// callgrind profile of a trivial cell: calling a built-in, an async function or a promise's
+/// resolving function (`JS_CallInternal`), the finalizers of functions, resolving functions,
+/// promises and arrays (`free_object`), a promise reaction job (`JS_ExecutePendingJob`) and the
+/// parser (`JS_EvalThis2`).
+const DEVIRTUALIZED: [(&str, &str); 5] = [
+    (
+        "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);",
+        "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);\n\
+         static JSValue promise_reaction_job(JSContext *ctx, int argc, JSValueConst *argv); /* codemode */\n\
+         static JSValue js_async_function_call(JSContext *ctx, JSValueConst func_obj, JSValueConst this_obj, \
+         int argc, JSValueConst *argv, int flags); /* codemode */\n\
+         static JSValue js_promise_resolve_function_call(JSContext *ctx, JSValueConst func_obj, \
+         JSValueConst this_val, int argc, JSValueConst *argv, int flags); /* codemode */",
+    ),
+    (
+        "        return call_func(caller_ctx, func_obj, this_obj, argc,\n                         argv, flags);",
+        "        /* codemode: direct calls for the usual targets */\n\
+         if (call_func == js_call_c_function)\n\
+             return js_call_c_function(caller_ctx, func_obj, this_obj, argc, argv, flags);\n\
+         if (call_func == js_async_function_call)\n\
+             return js_async_function_call(caller_ctx, func_obj, this_obj, argc, argv, flags);\n\
+         if (call_func == js_promise_resolve_function_call)\n\
+             return js_promise_resolve_function_call(caller_ctx, func_obj, this_obj, argc, argv, flags);\n\
+         return call_func(caller_ctx, func_obj, this_obj, argc,\n                         argv, flags);",
+    ),
+    (
+        "    finalizer = rt->class_array[p->class_id].finalizer;\n    if (finalizer)\n        (*finalizer)(rt, JS_MKPTR(JS_TAG_OBJECT, p));",
+        "    finalizer = rt->class_array[p->class_id].finalizer;\n\
+         /* codemode: direct calls for the usual targets */\n\
+         if (finalizer == js_bytecode_function_finalizer)\n\
+             js_bytecode_function_finalizer(rt, JS_MKPTR(JS_TAG_OBJECT, p));\n\
+         else if (finalizer == js_promise_resolve_function_finalizer)\n\
+             js_promise_resolve_function_finalizer(rt, JS_MKPTR(JS_TAG_OBJECT, p));\n\
+         else if (finalizer == js_promise_finalizer)\n\
+             js_promise_finalizer(rt, JS_MKPTR(JS_TAG_OBJECT, p));\n\
+         else if (finalizer == js_array_finalizer)\n\
+             js_array_finalizer(rt, JS_MKPTR(JS_TAG_OBJECT, p));\n\
+         else if (finalizer)\n        (*finalizer)(rt, JS_MKPTR(JS_TAG_OBJECT, p));",
+    ),
+    (
+        "    res = e->job_func(e->ctx, e->argc, vc(e->argv));",
+        "    /* codemode: a direct call for the usual target */\n\
+         if (e->job_func == promise_reaction_job)\n\
+             res = promise_reaction_job(e->ctx, e->argc, vc(e->argv));\n\
+         else\n\
+             res = e->job_func(e->ctx, e->argc, vc(e->argv));",
+    ),
+    (
+        "    return ctx->eval_internal(ctx, this_obj, input, input_len, filename, line,\n                              flags, scope_idx);",
+        "    /* codemode: a direct call for the usual target */\n\
+         if (ctx->eval_internal == __JS_EvalInternal)\n\
+             return __JS_EvalInternal(ctx, this_obj, input, input_len, filename, line, flags, scope_idx);\n\
+         return ctx->eval_internal(ctx, this_obj, input, input_len, filename, line,\n                              flags, scope_idx);",
     ),
 ];
 
@@ -156,7 +222,7 @@ fn main() {
     }
     let qjs = work.join("quickjs.c");
     let mut text = std::fs::read_to_string(&qjs).unwrap_or_else(|e| fail(&format!("cannot read quickjs.c: {e}")));
-    for (from, to) in TRANSFORMS {
+    for (from, to) in TRANSFORMS.into_iter().chain(DEVIRTUALIZED) {
         let n = text.matches(from).count();
         if n != 1 {
             fail(&format!(
