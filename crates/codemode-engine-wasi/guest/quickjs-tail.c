@@ -195,3 +195,24 @@ int codemode_plain_props(JSContext *ctx, JSValueConst obj,
     }
     return 0;
 }
+
+// What `Promise.prototype.then(on_fulfilled, on_rejected)` does for a promise of this VM, with no
+// derived promise: the handlers become the promise's reactions (queued as a job at once when it is
+// settled already), exactly as `then` would queue them, but no resolving functions or result
+// promise are made, and neither `constructor` nor `Symbol.species` is read (so no guest getter runs).
+// `await` uses the same internal step. 1 when `promise` is no promise (nothing done), -1 when out of
+// memory (an exception is pending), 0 done.
+int codemode_promise_react(JSContext *ctx, JSValueConst promise, JSValueConst on_fulfilled,
+                           JSValueConst on_rejected)
+{
+    JSValueConst handlers[2];
+    JSValueConst no_capability[2];
+
+    if (!JS_GetOpaque(promise, JS_CLASS_PROMISE))
+        return 1;
+    handlers[0] = on_fulfilled;
+    handlers[1] = on_rejected;
+    no_capability[0] = JS_UNDEFINED;
+    no_capability[1] = JS_UNDEFINED;
+    return perform_promise_then(ctx, promise, handlers, no_capability) < 0 ? -1 : 0;
+}

@@ -47,6 +47,8 @@
 JSValue codemode_promise_new(JSContext *ctx);
 void codemode_promise_settle(JSContext *ctx, JSValueConst promise, JSValueConst resolution, bool is_reject);
 const char *codemode_ascii(JSValueConst v, size_t *len);
+int codemode_promise_react(JSContext *ctx, JSValueConst promise, JSValueConst on_fulfilled,
+                           JSValueConst on_rejected);
 #define CODEMODE_PROPS_GENERAL 1
 int codemode_plain_props(JSContext *ctx, JSValueConst obj,
                          int (*f)(void *opaque, const char *key, size_t key_len, JSValueConst value),
@@ -370,6 +372,19 @@ static JSValue js_own_first(JSContext *c, JSValueConst this_val, int argc, JSVal
     (void)this_val;
     if (argc < 1 || !JS_IsFunction(c, argv[0])) return JS_ThrowTypeError(c, "ownFirst(fallback)");
     return JS_NewCFunctionData(c, js_own_first_trap, 2, 0, 1, argv);
+}
+
+// react(promise, onFulfilled, onRejected) -> boolean: the prelude's optional sixth primitive (see
+// its layer 0): `then` without the derived promise, for a promise of this VM (false, and nothing
+// done, for anything else). A cell's result reached the prelude through `Reflect.apply(then, ...)`,
+// which also looked up the promise's species and made a result promise with two resolving functions,
+// ~10k instructions of a trivial cell.
+static JSValue js_react(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    (void)this_val;
+    if (argc < 3) return JS_FALSE;
+    int r = codemode_promise_react(c, argv[0], argv[1], argv[2]);
+    if (r < 0) return JS_EXCEPTION;
+    return r == 0 ? JS_TRUE : JS_FALSE;
 }
 
 // ---- plain data as JSON --------------------------------------------------------------------------
@@ -876,15 +891,16 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     class_object = JS_GetClassID(proto_object);
     class_array = JS_GetClassID(proto_array);
     if (!JS_IsObject(proto_object) || !JS_IsObject(proto_array) || class_object == class_array) return -7;
-    JSValue primitives[5];
+    JSValue primitives[6];
     primitives[0] = JS_NewCFunction(ctx, js_host, "host", 2);
     primitives[1] = JS_NewCFunction(ctx, js_plain_json, "plainJson", 3);
     primitives[2] = JS_NewCFunction(ctx, js_define_namespaces, "defineNamespaces", 6);
     // settlesNatively: `host` answers every request with its promise (see promise_for).
     primitives[3] = JS_TRUE;
     primitives[4] = JS_NewCFunction(ctx, js_own_first, "ownFirst", 1);
-    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 5, primitives);
-    for (int i = 0; i < 5; i++) JS_FreeValue(ctx, primitives[i]);
+    primitives[5] = JS_NewCFunction(ctx, js_react, "react", 3);
+    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 6, primitives);
+    for (int i = 0; i < 6; i++) JS_FreeValue(ctx, primitives[i]);
     JS_FreeValue(ctx, install);
     if (JS_IsException(api)) { set_out_exception(); return -5; }
     fn_boot = JS_GetPropertyStr(ctx, api, "boot");

@@ -2,7 +2,7 @@
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
 // script. Its completion value is
-// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?)`, which the engine
+// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?)`, which the engine
 // calls with the one host primitive (and, optionally, accelerators):
 //
 //   host(kind: string, payload: string, more?: string, last?: string) -> number | string | undefined
@@ -42,6 +42,13 @@
 //     value is not undefined, else `fallback(t, key)`. It reads no accessor and runs no guest code
 //     but `fallback`. (The traps of `tools` and `MCP` run on every call through them, and a
 //     JavaScript frame inside WebAssembly costs hundreds of instructions.)
+//
+//   react(promise, onFulfilled, onRejected) -> boolean   (optional; quickjs-wasi gives one)
+//     What `Promise.prototype.then(onFulfilled, onRejected)` does for a promise of the VM, without
+//     the derived promise: the handlers become its reactions, queued as a job at the same moment
+//     `then` would queue them (so every job runs in the same order), and true. It reads neither
+//     `constructor` nor `Symbol.species` (no guest code runs) and makes no result promise. False,
+//     and nothing done, for anything that is not a promise of the VM; `run` then uses `then`.
 //
 // `install` returns the engine's private handle { boot, run, settle, poll, hostError }:
 // `settle(id, ok, json)` delivers a request's outcome as JSON text, `hostError(failure)` makes the
@@ -199,7 +206,7 @@
     defineProperty(G, name, valueDesc(value, false, false, false));
   }
 
-  return function install(host, plainJson, defineNamespaces, settlesNatively, ownFirst) {
+  return function install(host, plainJson, defineNamespaces, settlesNatively, ownFirst, react) {
     // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
     // than a Map of pairs on the nested-call path).
     const resolvers = create(null);

@@ -55,6 +55,20 @@
       }
     }
 
+    // The reactions to the cell's promise: made once with the prelude (so baked into quickjs-wasi's
+    // image), not as two closures per run. Unreachable from guest code: a promise keeps its reactions
+    // internally.
+    function cellFulfilled(v) {
+      try {
+        state = "1" + toJson(v === undefined ? null : v);
+      } catch (e) {
+        state = failed(e);
+      }
+    }
+    function cellRejected(e) {
+      state = failed(e);
+    }
+
     function run(fn) {
       if (started) throw new ErrorCtor("already started");
       started = true;
@@ -69,19 +83,23 @@
         state = failed(e);
         return;
       }
-      apply(promiseThen, p, [
-        (v) => {
-          try {
-            state = "1" + toJson(v === undefined ? null : v);
-          } catch (e) {
-            state = failed(e);
-          }
-        },
-        (e) => {
-          state = failed(e);
-        },
-      ]);
+      // `react` where the engine gives it (the same reactions, queued as `then` would queue them);
+      // `then` otherwise, or when `p` is no promise of the VM (it then throws for a non-promise).
+      // `then` reads the promise's `constructor` and that constructor's `Symbol.species`, both of
+      // which the cell may have replaced with getters (`Promise.prototype.constructor`,
+      // `Promise[Symbol.species]`): an own `constructor` of undefined makes it use the intrinsic
+      // Promise without reading either. The cell cannot reach its own promise, so it never sees
+      // this property.
+      if (react === undefined || !react(p, cellFulfilled, cellRejected)) {
+        try {
+          defineProperty(p, "constructor", NO_SPECIES);
+        } catch (_) {
+          // Not an extensible object: `then` throws below for anything that is no promise.
+        }
+        apply(promiseThen, p, [cellFulfilled, cellRejected]);
+      }
     }
+    const NO_SPECIES = valueDesc(undefined, false, false, false);
 
     function poll() {
       return state;
