@@ -10,12 +10,18 @@
 //!   promise without resolving functions and its settlement (the same steps as QuickJS's own resolve
 //!   and reject functions), for the promises the shim makes for nested calls; an ASCII string's own
 //!   bytes (`codemode_ascii`); an ordinary object's properties read from its shape, for
-//!   `plainJson` (`codemode_plain_props`); and the number reader JSON parsing is pointed at, which
+//!   `plainJson` (`codemode_plain_props`); `then` without a derived promise, for the prelude's
+//!   `react` (`codemode_promise_react`); and the number reader JSON parsing is pointed at, which
 //!   reads integers of at most 15 digits without `strtod` (the same double: each is exact).
+//! - The source parser reads a small decimal integer literal itself (the same int `js_atof`
+//!   returns), sparing `js_atof` for most literals of a cell.
 //! - Indirect calls that every cell makes are made direct where the target is the usual one
 //!   (`DEVIRTUALIZED`): a fresh wasm instance initializes each function-table entry on its first
 //!   `call_indirect` (~1k host instructions each), and a trivial cell reached nine of them this
 //!   way. The same function runs; only the way it is called changes.
+//!
+//! And one to `cutils.h`: a dynamic buffer's first allocation is 64 bytes instead of growing from
+//! one byte by halves (`CUTILS_TRANSFORMS`).
 //!
 //! Environment overrides: `CODEMODE_WASI_CC` (compiler, default `clang-16`), `CODEMODE_WASI_SYSROOT`
 //! (default `/usr`), `CODEMODE_QUICKJS_SRC` (a directory with QuickJS-ng's sources).
@@ -43,7 +49,7 @@ fn fail(msg: &str) -> ! {
 /// `__wasi__`, and JSON's number parsing, which reads integers of at most 15 digits without
 /// `strtod` (`codemode_json_number` in `guest/quickjs-tail.c`). Each must match exactly once, or
 /// the build stops (the sources changed).
-const TRANSFORMS: [(&str, &str); 4] = [
+const TRANSFORMS: [(&str, &str); 5] = [
     ("#ifdef __wasi__\n    rt->stack_size = 0;\n#endif", "/* codemode: keep the default stack size under __wasi__ */"),
     (
         "#if defined(__wasi__)\n    rt->stack_limit = 0; /* no limit */\n#else",
@@ -58,7 +64,45 @@ const TRANSFORMS: [(&str, &str); 4] = [
         "s->token.u.num.val = js_float64(strtod((const char *)p_start, NULL));",
         "s->token.u.num.val = js_float64(codemode_json_number(p_start, p)); /* codemode */",
     ),
+    // A numeric literal in a cell's source that is a decimal integer of at most nine digits (no
+    // leading zero, no `_`, `.`, exponent, `n` or radix letter after it) is read here, as the int
+    // `js_atof` returns for it; everything else still goes to `js_atof` (~650 instructions a
+    // literal in the guest). The check for an identifier right after the literal follows as before.
+    (
+        "            ret = js_atof(s->ctx, (const char *)p, (const char **)&p, 0,\n                          flags);",
+        "            /* codemode: small decimal integers without js_atof */\n\
+         {\n\
+             const uint8_t *q = p;\n\
+             int32_t n = 0;\n\
+             int digits = 0;\n\
+             if (!(q[0] == '0' && q[1] >= '0' && q[1] <= '9')) {\n\
+                 while (digits < 9 && *q >= '0' && *q <= '9') {\n\
+                     n = n * 10 + (*q - '0');\n\
+                     q++;\n\
+                     digits++;\n\
+                 }\n\
+             }\n\
+             if (digits > 0 && !(*q >= '0' && *q <= '9') && *q != '.' && *q != '_' && *q != 'e' && *q != 'E' &&\n\
+                 *q != 'n' && *q != 'x' && *q != 'X' && *q != 'o' && *q != 'O' && *q != 'b' && *q != 'B') {\n\
+                 ret = js_int32(n);\n\
+                 p = q;\n\
+             } else {\n\
+                 ret = js_atof(s->ctx, (const char *)p, (const char **)&p, 0, flags);\n\
+             }\n\
+         }",
+    ),
 ];
+
+/// Replacements in `cutils.h`, applied like [`TRANSFORMS`]. A dynamic buffer (`DynBuf`: the
+/// compiler's bytecode, source positions and scopes, JSON text) grew from nothing by half its size
+/// at a time: 1, 2, 3, 4, 6, 9, … bytes, each step a reallocation through the runtime's allocator.
+/// Compiling a one-line cell took 36 of them (~8k instructions, a tenth of the guest's work). Its
+/// first allocation is now 64 bytes; growth beyond that is unchanged.
+const CUTILS_TRANSFORMS: [(&str, &str); 1] = [(
+    "        size = s->allocated_size + (s->allocated_size / 2);\n",
+    "        size = s->allocated_size + (s->allocated_size / 2);\n\
+     if (size < 64) size = 64; /* codemode: no byte-by-byte growth of small buffers */\n",
+)];
 
 /// Direct calls for the indirect calls every cell makes, applied like [`TRANSFORMS`]: each checks
 /// that the function pointer is the usual target and then calls that function directly (the same
@@ -121,6 +165,24 @@ const DEVIRTUALIZED: [(&str, &str); 5] = [
          return ctx->eval_internal(ctx, this_obj, input, input_len, filename, line,\n                              flags, scope_idx);",
     ),
 ];
+
+/// `file` of the working copy in `work` with each replacement made; each must match exactly once,
+/// or the build stops (the sources changed).
+fn transformed<'a>(work: &Path, file: &str, transforms: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let path = work.join(file);
+    let mut text = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(&format!("cannot read {file}: {e}")));
+    for (from, to) in transforms {
+        let n = text.matches(from).count();
+        if n != 1 {
+            fail(&format!(
+                "a source transform expects `{}` exactly once in {file}, found it {n} times: the QuickJS-ng sources changed",
+                from.lines().next().unwrap_or(from)
+            ));
+        }
+        text = text.replace(from, to);
+    }
+    text
+}
 
 fn find_quickjs_sources() -> PathBuf {
     println!("cargo:rerun-if-env-changed=CODEMODE_QUICKJS_SRC");
@@ -220,18 +282,10 @@ fn main() {
             std::fs::copy(&p, &dest).unwrap_or_else(|err| fail(&format!("cannot copy {}: {err}", p.display())));
         }
     }
+    let mut text = transformed(&work, "cutils.h", CUTILS_TRANSFORMS.into_iter());
+    std::fs::write(work.join("cutils.h"), text).unwrap_or_else(|e| fail(&format!("cannot write cutils.h: {e}")));
     let qjs = work.join("quickjs.c");
-    let mut text = std::fs::read_to_string(&qjs).unwrap_or_else(|e| fail(&format!("cannot read quickjs.c: {e}")));
-    for (from, to) in TRANSFORMS.into_iter().chain(DEVIRTUALIZED) {
-        let n = text.matches(from).count();
-        if n != 1 {
-            fail(&format!(
-                "a source transform expects `{}` exactly once in quickjs.c, found it {n} times: the QuickJS-ng sources changed",
-                from.lines().next().unwrap_or(from)
-            ));
-        }
-        text = text.replace(from, to);
-    }
+    text = transformed(&work, "quickjs.c", TRANSFORMS.into_iter().chain(DEVIRTUALIZED));
     let tail = manifest_dir.join("guest/quickjs-tail.c");
     let tail = std::fs::read_to_string(&tail).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", tail.display())));
     text.push('\n');

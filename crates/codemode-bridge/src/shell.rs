@@ -18,8 +18,9 @@ const COMMANDS: [&str; 52] = [
 pub fn looks_like_shell(code: &str) -> Option<String> {
     // The first line that is not a `//` comment.
     let first = code.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with("//"))?;
-    let shown: String = first.chars().take(60).collect();
+    // The message is made only for a cell that is refused (most cells are not).
     let refuse = || {
+        let shown: String = first.chars().take(60).collect();
         Some(format!(
             "exec runs JavaScript, not shell: `{shown}` looks like a shell command. There is no shell, filesystem or \
              network here. Write JavaScript that calls tools instead, e.g. `const hits = await tools.search(\"files\"); \
