@@ -157,8 +157,10 @@ for e in "${engines[@]}"; do
       maps+=("/tmp/perf-$(pid_of "$f").map")
     done
     [ -f "$map" ] || map=/dev/null
-    # Runs counted by the cell's start, which happens once per run inside the drive step.
-    started='GuestVm>::start_cell$'
+    # Runs counted by the cell's start, which happens once per run inside the drive step: an
+    # engine's own `start_and_poll` (quickjs-wasi's) or its `start_cell` (which the trait's default
+    # `start_and_poll` calls; that default's name has no `GuestVm>::`, so it is not counted twice).
+    started='GuestVm>::start_(cell|and_poll)$'
     runs_t=$(python3 scripts/callgrind-calls.py "$started" "$work/fn-$e-exec_trivial".* | cut -f1)
     runs_n=$(python3 scripts/callgrind-calls.py "$started" "$work/fn-$e-exec_trivial_namespaces".* | cut -f1)
     if [ "$runs_t" -gt 0 ] && [ "$runs_n" -gt 0 ]; then

@@ -596,3 +596,44 @@ fn boot_entries_are_defined_alike_on_every_engine() {
         }
     }
 }
+
+/// The boot text reaches each engine's guest whole, whatever its bytes: a namespace's text whose
+/// only non-ASCII character sits at any offset (quickjs-wasi's string maker looks for such bytes
+/// eight at a time, then one at a time for the rest), and the head in both of the forms `boot`
+/// takes (the QuickJS engines pass the usual `{"maxDepth":N}` as its number, anything else as
+/// text): a depth limit of 3 applies in either form.
+#[test]
+fn boot_texts_arrive_whole_and_the_head_applies_in_both_forms() {
+    use codemode::Engines;
+    use codemode_core::engine::{DriveInput, DriveOutcome, GuestLimits, GuestProgram};
+    use std::time::{Duration, Instant};
+
+    let mut engines = vec!["quickjs-wasi", "quickjs"];
+    if Engines::by_name("boa").is_some() {
+        engines.push("boa");
+    }
+    let drive = |name: &str, boot: &str, cell: &str| {
+        let engine = Engines::by_name(name).unwrap_or_else(|| panic!("{name} is compiled in"));
+        let program = GuestProgram { code: cell.into(), boot: boot.into() };
+        let mut instance = engine.start(&program, &GuestLimits::default()).unwrap();
+        instance.drive(DriveInput::new(vec![], Instant::now() + Duration::from_secs(20), 1 << 16)).unwrap().outcome
+    };
+    for name in &engines {
+        for k in 0..=24 {
+            let s = format!("{}é{}", "x".repeat(k), "y".repeat(24 - k));
+            let text = json!({"id": "a", "globalName": "A", "data": {"s": s}, "calls": []}).to_string();
+            let boot = format!("{{\"maxDepth\":64}}\nA {}\n{text}", text.encode_utf16().count());
+            let outcome = drive(name, &boot, "return A.s;");
+            assert_eq!(outcome, DriveOutcome::Completed(json!(s)), "{name}, é at {k}");
+        }
+        // Nested four levels deep: over a limit of 3, within the usual 64.
+        let cell = "return { a: { b: { c: { d: 1 } } } };";
+        for head in [r#"{"maxDepth":3}"#, r#"{"maxDepth": 3}"#, r#"{ "maxDepth":3 }"#] {
+            let outcome = drive(name, &format!("{head}\n\n"), cell);
+            let DriveOutcome::Failed(f) = &outcome else { panic!("{name}, head {head}: {outcome:?}") };
+            assert!(f.message.contains("deeper than 3 levels"), "{name}, head {head}: {}", f.message);
+        }
+        let outcome = drive(name, "{\"maxDepth\":64}\n\n", cell);
+        assert_eq!(outcome, DriveOutcome::Completed(json!({"a": {"b": {"c": {"d": 1}}}})), "{name}");
+    }
+}
