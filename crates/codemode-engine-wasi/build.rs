@@ -47,9 +47,9 @@ fn fail(msg: &str) -> ! {
 }
 
 /// Replacements in `quickjs.c`: the two places where QuickJS-ng disables its stack check under
-/// `__wasi__`, and JSON's number parsing, which reads integers of at most 15 digits without
-/// `strtod` (`codemode_json_number` in `guest/quickjs-tail.c`). Each must match exactly once, or
-/// the build stops (the sources changed).
+/// `__wasi__`, JSON's number parsing, which reads integers of at most 15 digits without `strtod`
+/// (`codemode_json_number` in `guest/quickjs-tail.c`), and the source parser's reading of a small
+/// decimal integer literal. Each must match exactly once, or the build stops (the sources changed).
 const TRANSFORMS: [(&str, &str); 5] = [
     ("#ifdef __wasi__\n    rt->stack_size = 0;\n#endif", "/* codemode: keep the default stack size under __wasi__ */"),
     (
@@ -304,10 +304,10 @@ fn main() {
             std::fs::copy(&p, &dest).unwrap_or_else(|err| fail(&format!("cannot copy {}: {err}", p.display())));
         }
     }
-    let mut text = transformed(&work, "cutils.h", CUTILS_TRANSFORMS.into_iter());
-    std::fs::write(work.join("cutils.h"), text).unwrap_or_else(|e| fail(&format!("cannot write cutils.h: {e}")));
+    let cutils = transformed(&work, "cutils.h", CUTILS_TRANSFORMS.into_iter());
+    std::fs::write(work.join("cutils.h"), cutils).unwrap_or_else(|e| fail(&format!("cannot write cutils.h: {e}")));
     let qjs = work.join("quickjs.c");
-    text = transformed(&work, "quickjs.c", TRANSFORMS.into_iter().chain(DEVIRTUALIZED));
+    let mut text = transformed(&work, "quickjs.c", TRANSFORMS.into_iter().chain(DEVIRTUALIZED));
     let tail = manifest_dir.join("guest/quickjs-tail.c");
     let tail = std::fs::read_to_string(&tail).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", tail.display())));
     text.push('\n');

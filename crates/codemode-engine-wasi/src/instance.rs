@@ -502,7 +502,8 @@ impl GuestVm for Vm {
             // The inputs go to guest allocations (`cm_alloc`), which the run's heap limit must bound.
             self.configured()?;
         }
-        // Already applied (above): `cm_start` applies the same limits again and does not reseed.
+        // The configuration not applied yet goes along; when it was applied above, `cm_start`
+        // applies the same limits again and does not reseed.
         let seed = self.unconfigured.take().flatten();
         let (heap, stack, seed_lo, seed_hi, reseed) = self.configuration(seed);
         let mut offset = 0;
