@@ -154,6 +154,19 @@ pub mod pull_keys {
 pub struct BootText {
     head: std::sync::Arc<str>,
     source: std::sync::Arc<CatalogSource>,
+    /// The last boot text [`with_namespace_texts`](Self::with_namespace_texts) wrote, with the
+    /// names and texts it was written from: the next run with equal namespaces (the usual case: a
+    /// registry hands runs with equal scopes one serialization) gets the same text again without
+    /// writing its index (each text checked for non-ASCII, each length formatted) and copying
+    /// everything once more. Shared by this value's clones, which have the same head.
+    last_with_namespaces: std::sync::Arc<std::sync::Mutex<Option<LastBoot>>>,
+}
+
+/// What [`BootText::last_with_namespaces`] keeps.
+#[derive(Debug)]
+struct LastBoot {
+    namespaces: Vec<(String, String)>,
+    text: std::sync::Arc<str>,
 }
 
 /// The catalog data behind [`BootText::source`].
@@ -242,7 +255,7 @@ impl BootText {
             mcp_server_list: json_text(&servers).into(),
             gated: boot.gated.iter().cloned().collect(),
         };
-        BootText { head: head.into(), source: std::sync::Arc::new(source) }
+        BootText { head: head.into(), source: std::sync::Arc::new(source), last_with_namespaces: Default::default() }
     }
 
     /// The catalog data the guest pulls (pass it as
@@ -281,6 +294,13 @@ impl BootText {
         if namespaces.len() == 0 {
             return self.head.clone();
         }
+        let last = || self.last_with_namespaces.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(last) = last().as_ref()
+            && last.namespaces.len() == namespaces.len()
+            && last.namespaces.iter().zip(namespaces.clone()).all(|((n, t), (name, text))| n == name && t == text)
+        {
+            return last.text.clone();
+        }
         // The guest slices by UTF-16 code units; JSON text is mostly ASCII, where that is its length.
         let utf16_len = |text: &str| if text.is_ascii() { text.len() } else { text.encode_utf16().count() };
         let mut out = String::with_capacity(
@@ -299,10 +319,13 @@ impl BootText {
             let _ = write!(out, " {}", utf16_len(text));
         }
         out.push('\n');
-        for (_, text) in namespaces {
+        for (_, text) in namespaces.clone() {
             out.push_str(text);
         }
-        out.into()
+        let text: std::sync::Arc<str> = out.into();
+        let namespaces = namespaces.map(|(name, text)| (name.to_owned(), text.to_owned())).collect();
+        *last() = Some(LastBoot { namespaces, text: text.clone() });
+        text
     }
 }
 
@@ -440,6 +463,39 @@ mod tests {
         // A name the index cannot carry is written empty, and its text still takes its place.
         let two = cached.with_namespace_texts([("A b", "{}"), ("C", "[1]")].into_iter());
         assert_eq!(split_boot(&two), (r#"{"maxDepth":64}"#, " 2 C 3", "{}[1]"));
+        // The same namespaces again get the very text written last (shared, not rewritten), by any
+        // clone; any difference in a name, a text or their number writes a new one.
+        let again = cached.clone().with_namespace_texts([("A b", "{}"), ("C", "[1]")].into_iter());
+        assert!(std::sync::Arc::ptr_eq(&two, &again));
+        for (pairs, index, texts) in [
+            (&[("A b", "{}"), ("C", "[2]")][..], " 2 C 3", "{}[2]"),
+            (&[("A b", "{}"), ("D", "[2]")][..], " 2 D 3", "{}[2]"),
+            (&[("A b", "{}")][..], " 2", "{}"),
+            (&[("A b", "{}"), ("D", "[2]"), ("E", "é")][..], " 2 D 3 E 1", "{}[2]é"),
+        ] {
+            let written = cached.with_namespace_texts(pairs.iter().copied());
+            assert_eq!(split_boot(&written), (r#"{"maxDepth":64}"#, index, texts), "{pairs:?}");
+            assert!(!std::sync::Arc::ptr_eq(&two, &written));
+        }
+        // Runs on several threads at once, each with namespaces of its own (the one kept text
+        // changing under them all the time), each get the text of exactly their namespaces.
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let cached = cached.clone();
+                s.spawn(move || {
+                    for i in 0..500 {
+                        let text = format!("[{t},{}]", i % 3);
+                        let pairs = [("A", "{}"), ("T", text.as_str())];
+                        let written = cached.with_namespace_texts(pairs.into_iter());
+                        let index = format!("A 2 T {}", text.len());
+                        assert_eq!(
+                            split_boot(&written),
+                            (r#"{"maxDepth":64}"#, index.as_str(), &*format!("{{}}{text}"))
+                        );
+                    }
+                });
+            }
+        });
     }
 
     #[test]

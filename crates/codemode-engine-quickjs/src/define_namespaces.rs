@@ -12,8 +12,8 @@
 //!
 //! Nothing here runs guest code: the index is a line of the host's boot text (`name len` pairs,
 //! see `codemode_bridge::BootText::with_namespace_texts`), `reserved` is the prelude's private
-//! null-prototype set and `root` a fresh null-prototype object. Only `build` (the prelude's
-//! `buildScope`) is called, by a getter.
+//! null-prototype set, and the root, a fresh null-prototype object, is made here and returned
+//! non-extensible. Only `build` (the prelude's `buildScope`) is called, by a getter.
 #![allow(unsafe_code)]
 
 use rquickjs::qjs;
@@ -89,31 +89,30 @@ pub(crate) fn index_pairs(index: &[u8], texts_len: f64) -> Vec<(&[u8], f64, f64)
     pairs
 }
 
-/// `defineNamespaces(root, global, index, texts, reserved, build)`: see the module docs and the
+/// `defineNamespaces(global, index, texts, reserved, build) -> root`: see the module docs and the
 /// prelude's layer 0.
 ///
 /// # Safety
 /// Called by QuickJS only: `ctx` is a live context under its runtime's lock, and `argv` holds at
-/// least 6 values (QuickJS pads it to the declared length with `undefined`).
+/// least 5 values (QuickJS pads it to the declared length with `undefined`).
 pub(crate) unsafe extern "C" fn define_namespaces(
     ctx: *mut qjs::JSContext,
     _this: qjs::JSValue,
     argc: c_int,
     argv: *mut qjs::JSValue,
 ) -> qjs::JSValue {
-    const USAGE: &str = "defineNamespaces(root, global, index, texts, reserved, build)";
-    if argc < 6 || argv.is_null() {
+    const USAGE: &str = "defineNamespaces(global, index, texts, reserved, build)";
+    if argc < 5 || argv.is_null() {
         // SAFETY: as the contract says.
         return unsafe { crate::ffi::throw_type(ctx, USAGE) };
     }
-    // SAFETY: at least 6 values, borrowed for this call.
-    let [root, global, index, texts, reserved, build] =
-        (unsafe { std::slice::from_raw_parts(argv, 6) }).try_into().unwrap_or([qjs::JS_UNDEFINED; 6]);
+    // SAFETY: at least 5 values, borrowed for this call.
+    let [global, index, texts, reserved, build] =
+        (unsafe { std::slice::from_raw_parts(argv, 5) }).try_into().unwrap_or([qjs::JS_UNDEFINED; 5]);
     // SAFETY: values of this call, under the runtime's lock; every reference made below is freed
     // once on every path (the exception marker needs no freeing).
     unsafe {
-        if !qjs::JS_IsObject(root)
-            || !qjs::JS_IsObject(global)
+        if !qjs::JS_IsObject(global)
             || !qjs::JS_IsString(index)
             || !qjs::JS_IsString(texts)
             || !qjs::JS_IsObject(reserved)
@@ -124,6 +123,10 @@ pub(crate) unsafe extern "C" fn define_namespaces(
         let mut texts_len = 0i64;
         if qjs::JS_GetLength(ctx, texts, &mut texts_len) < 0 {
             return qjs::JS_EXCEPTION;
+        }
+        let root = qjs::JS_NewObjectProto(ctx, qjs::JS_NULL);
+        if qjs::JS_IsException(root) {
+            return root;
         }
         // The index's bytes (a copy QuickJS frees after the closure); out of memory is an exception.
         let defined = crate::ffi::with_bytes(ctx, index, |text| {
@@ -143,7 +146,14 @@ pub(crate) unsafe extern "C" fn define_namespaces(
             }
             true
         });
-        if defined == Some(true) { qjs::JS_UNDEFINED } else { qjs::JS_EXCEPTION }
+        // Frozen: its properties are non-configurable accessors, so making it non-extensible is
+        // all `Object.freeze` would still do.
+        if defined == Some(true) && qjs::JS_PreventExtensions(ctx, root) >= 0 {
+            root
+        } else {
+            qjs::JS_FreeValue(ctx, root);
+            qjs::JS_EXCEPTION
+        }
     }
 }
 

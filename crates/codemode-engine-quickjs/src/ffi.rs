@@ -158,7 +158,7 @@ pub(crate) fn primitives<'js>(
     }
     let host = c_function(ctx, host, c"host", 2)?;
     let plain = c_function(ctx, crate::plain_json::plain_json, c"plainJson", 3)?;
-    let namespaces = c_function(ctx, crate::define_namespaces::define_namespaces, c"defineNamespaces", 6)?;
+    let namespaces = c_function(ctx, crate::define_namespaces::define_namespaces, c"defineNamespaces", 5)?;
     Ok((host, plain, namespaces))
 }
 

@@ -216,3 +216,34 @@ int codemode_promise_react(JSContext *ctx, JSValueConst promise, JSValueConst on
     no_capability[1] = JS_UNDEFINED;
     return perform_promise_then(ctx, promise, handlers, no_capability) < 0 ? -1 : 0;
 }
+
+// What JS_NewCFunctionData2 makes (a function object calling `func` with its own copy of `data`),
+// but without the own `name` and `length` properties it defines on every such function: two
+// property definitions (and an atom lookup for the name) that cost more than defining the function
+// as an accessor twice. For the namespaces' getters, made per namespace in every run (see
+// js_define_namespaces in the shim); such a function inherits `name` ("") and `length` (0) from
+// Function.prototype. `data_len` is at most 255.
+JSValue codemode_new_accessor_function(JSContext *ctx, JSCFunctionData *func, int data_len,
+                                       JSValueConst *data)
+{
+    JSCFunctionDataRecord *s;
+    JSValue func_obj;
+    int i;
+
+    func_obj = JS_NewObjectProtoClass(ctx, ctx->function_proto, JS_CLASS_C_FUNCTION_DATA);
+    if (JS_IsException(func_obj))
+        return func_obj;
+    s = js_malloc(ctx, sizeof(*s) + data_len * sizeof(JSValue));
+    if (!s) {
+        JS_FreeValue(ctx, func_obj);
+        return JS_EXCEPTION;
+    }
+    s->func = func;
+    s->length = 0;
+    s->data_len = data_len;
+    s->magic = 0;
+    for (i = 0; i < data_len; i++)
+        s->data[i] = js_dup(data[i]);
+    JS_SetOpaqueInternal(func_obj, s);
+    return func_obj;
+}

@@ -49,6 +49,7 @@ void codemode_promise_settle(JSContext *ctx, JSValueConst promise, JSValueConst 
 const char *codemode_ascii(JSValueConst v, size_t *len);
 int codemode_promise_react(JSContext *ctx, JSValueConst promise, JSValueConst on_fulfilled,
                            JSValueConst on_rejected);
+JSValue codemode_new_accessor_function(JSContext *ctx, JSCFunctionData *func, int data_len, JSValueConst *data);
 #define CODEMODE_PROPS_GENERAL 1
 int codemode_plain_props(JSContext *ctx, JSValueConst obj,
                          int (*f)(void *opaque, const char *key, size_t key_len, JSValueConst value),
@@ -691,15 +692,16 @@ static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSVa
 }
 
 // ---- namespaces at boot --------------------------------------------------------------------------
-// defineNamespaces(root, global, index, texts, reserved, build): the prelude's third primitive (its
-// contract is in the prelude's layer 0; the reference is `defineNamespacesHere` in layer 4, which
-// engines without it run). Interpreted, that loop cost a run with two namespaces more than the rest
-// of its boot: parsing the index, running the loop, a closure per namespace. Here the index (one
-// line of `name len` pairs from the host's boot text, split off by cm_start before any cell code
-// ran) is read as bytes, and each namespace costs one C function with its data and two property
-// definitions. Nothing here runs guest code: `reserved` is the prelude's private null-prototype
-// set, `root` a fresh null-prototype object; only `build` (the prelude's buildScope) is called, by
-// a getter.
+// defineNamespaces(global, index, texts, reserved, build) -> root: the prelude's third primitive
+// (its contract is in the prelude's layer 0; the reference is `defineNamespacesHere` in layer 4,
+// which engines without it run). Interpreted, that loop cost a run with two namespaces more than
+// the rest of its boot: parsing the index, running the loop, a closure per namespace. Here the
+// index (one line of `name len` pairs from the host's boot text, split off by cm_start before any
+// cell code ran) is read as bytes, and each namespace costs one function object with its data and
+// two property definitions. The root is made, and made non-extensible, here too: two built-in
+// calls fewer from the prelude, each of which cost a fresh instance a function-table entry. Nothing
+// here runs guest code: `reserved` is the prelude's private null-prototype set; only `build` (the
+// prelude's buildScope) is called, by a getter.
 
 // A namespace's getter: data = [build, texts, start, len, built]. Builds the namespace object on the
 // first read and keeps it in its own data slot 4, so both accessors (they share this one function)
@@ -736,9 +738,11 @@ static double index_length(const char *digits, size_t n) {
     return v;
 }
 
-// Defines one namespace's two accessors: 0 when defined or skipped, -1 on an exception.
-static int define_namespace(JSContext *c, JSValueConst *argv, JSAtom atom, double start, double len) {
-    JSValueConst root = argv[0], global = argv[1], texts = argv[3], reserved = argv[4];
+// Defines one namespace's two accessors on `root` and the global: 0 when defined or skipped, -1 on
+// an exception.
+static int define_namespace(JSContext *c, JSValueConst root, JSValueConst *argv, JSAtom atom, double start,
+                            double len) {
+    JSValueConst global = argv[0], texts = argv[2], reserved = argv[3];
     JSValue is_reserved = JS_GetProperty(c, reserved, atom);
     if (JS_IsException(is_reserved)) return -1;
     int skip = JS_IsBool(is_reserved) && JS_VALUE_GET_BOOL(is_reserved);
@@ -746,8 +750,10 @@ static int define_namespace(JSContext *c, JSValueConst *argv, JSAtom atom, doubl
     int present = skip ? 0 : JS_HasProperty(c, root, atom);
     if (present < 0) return -1;
     if (skip || present) return 0;
-    JSValueConst data[5] = { argv[5], texts, JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
-    JSValue get = JS_NewCFunctionData2(c, js_namespace_get, "get", 0, 0, 5, data);
+    JSValueConst data[5] = { argv[4], texts, JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
+    // A function object without own `name` and `length` (see codemode_new_accessor_function):
+    // giving them took two property definitions per getter, more than the accessors themselves.
+    JSValue get = codemode_new_accessor_function(c, js_namespace_get, 5, data);
     if (JS_IsException(get)) return -1;
     int defined = JS_DefineProperty(c, root, atom, JS_UNDEFINED, get, JS_UNDEFINED,
                                     JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_ENUMERABLE |
@@ -773,15 +779,20 @@ static int define_namespace(JSContext *c, JSValueConst *argv, JSAtom atom, doubl
 
 static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
-    if (argc < 6 || !JS_IsObject(argv[0]) || !JS_IsObject(argv[1]) || !JS_IsString(argv[2]) || !JS_IsString(argv[3]) ||
-        !JS_IsObject(argv[4]) || !JS_IsFunction(c, argv[5]))
-        return JS_ThrowTypeError(c, "defineNamespaces(root, global, index, texts, reserved, build)");
+    if (argc < 5 || !JS_IsObject(argv[0]) || !JS_IsString(argv[1]) || !JS_IsString(argv[2]) || !JS_IsObject(argv[3]) ||
+        !JS_IsFunction(c, argv[4]))
+        return JS_ThrowTypeError(c, "defineNamespaces(global, index, texts, reserved, build)");
     int64_t texts_len;
-    if (JS_GetLength(c, argv[3], &texts_len) < 0) return JS_EXCEPTION;
+    if (JS_GetLength(c, argv[2], &texts_len) < 0) return JS_EXCEPTION;
     size_t n;
-    const char *index = JS_ToCStringLen(c, &n, argv[2]);
+    const char *index = JS_ToCStringLen(c, &n, argv[1]);
     if (!index) return JS_EXCEPTION;
-    JSValue result = JS_UNDEFINED;
+    JSValue root = JS_NewObjectProto(c, JS_NULL);
+    if (JS_IsException(root)) {
+        JS_FreeCString(c, index);
+        return JS_EXCEPTION;
+    }
+    int failed = 0;
     double at = 0;
     size_t p = 0;
     // Tokens are separated by single spaces; pairs are (name, length), as `split(" ")` then pairs.
@@ -803,18 +814,24 @@ static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int arg
         if (name_len == 0) continue;
         JSAtom atom = JS_NewAtomLen(c, index + name_at, name_len);
         if (atom == JS_ATOM_NULL) {
-            result = JS_EXCEPTION;
+            failed = 1;
             break;
         }
-        int r = define_namespace(c, argv, atom, start, len);
+        int r = define_namespace(c, root, argv, atom, start, len);
         JS_FreeAtom(c, atom);
         if (r < 0) {
-            result = JS_EXCEPTION;
+            failed = 1;
             break;
         }
     }
     JS_FreeCString(c, index);
-    return result;
+    // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
+    // `Object.freeze` would still do. (A plain object's preventExtensions cannot fail.)
+    if (failed || JS_PreventExtensions(c, root) < 0) {
+        JS_FreeValue(c, root);
+        return JS_EXCEPTION;
+    }
+    return root;
 }
 
 static int interrupt_handler(JSRuntime *r, void *opaque) {
@@ -894,7 +911,7 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     JSValue primitives[6];
     primitives[0] = JS_NewCFunction(ctx, js_host, "host", 2);
     primitives[1] = JS_NewCFunction(ctx, js_plain_json, "plainJson", 3);
-    primitives[2] = JS_NewCFunction(ctx, js_define_namespaces, "defineNamespaces", 6);
+    primitives[2] = JS_NewCFunction(ctx, js_define_namespaces, "defineNamespaces", 5);
     // settlesNatively: `host` answers every request with its promise (see promise_for).
     primitives[3] = JS_TRUE;
     primitives[4] = JS_NewCFunction(ctx, js_own_first, "ownFirst", 1);

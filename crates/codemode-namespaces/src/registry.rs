@@ -166,7 +166,9 @@ struct Entry {
 
 #[derive(Default)]
 struct Inner {
-    entries: RwLock<BTreeMap<String, Entry>>,
+    /// Shared, so a run's opening takes the visible entries with one reference count each (no
+    /// copies of their owners and sets, which every run made before).
+    entries: RwLock<BTreeMap<String, Arc<Entry>>>,
     next_serial: AtomicU64,
     /// The last run's opened namespaces, for the next run whose factories return equal scopes.
     last_opened: Mutex<Option<Arc<Opened>>>,
@@ -185,11 +187,11 @@ struct Opened {
 }
 
 impl Inner {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
         self.entries.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Entry>>> {
         self.entries.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -248,7 +250,7 @@ impl Namespaces {
         tracing::debug!(id = %reg.id, owner = %owner, global = %reg.global_name, "namespace registered");
         let required_ids = reg.required_tools.iter().map(|name| catalog_id(owner.source, &owner.name, name)).collect();
         let required = Arc::new(reg.required_tools.iter().cloned().collect());
-        entries.insert(reg.id.clone(), Entry { owner, reg: Arc::new(reg), serial, required_ids, required });
+        entries.insert(reg.id.clone(), Arc::new(Entry { owner, reg: Arc::new(reg), serial, required_ids, required }));
         self.inner.forget_opened();
         Ok(())
     }
@@ -280,7 +282,7 @@ impl Namespaces {
 
     /// Every registered namespace, visible or not.
     pub fn list(&self) -> Vec<NamespaceInfo> {
-        self.inner.read().values().map(info).collect()
+        self.inner.read().values().map(|e| info(e)).collect()
     }
 }
 
@@ -301,7 +303,7 @@ fn is_visible(e: &Entry, catalog: &dyn CallableTools) -> bool {
 
 impl NamespaceRegistry for Namespaces {
     fn visible(&self, catalog: &dyn CallableTools) -> Vec<NamespaceInfo> {
-        self.inner.read().values().filter(|e| is_visible(e, catalog)).map(info).collect()
+        self.inner.read().values().filter(|e| is_visible(e, catalog)).map(|e| info(e)).collect()
     }
 
     fn open(
@@ -310,22 +312,17 @@ impl NamespaceRegistry for Namespaces {
         catalog: &dyn CallableTools,
     ) -> Result<Arc<dyn RunNamespaces>, NamespaceError> {
         // Factories run outside the lock: a slow or re-entrant factory cannot block registration.
-        let visible: Vec<_> = self
-            .inner
-            .read()
-            .values()
-            .filter(|e| is_visible(e, catalog))
-            .map(|e| (e.owner.clone(), e.reg.clone(), e.serial, e.required.clone()))
-            .collect();
+        let visible: Vec<Arc<Entry>> = self.inner.read().values().filter(|e| is_visible(e, catalog)).cloned().collect();
         // Every factory runs, for every run (SPEC L4); only their serialization may be reused.
         let mut made_from = Vec::with_capacity(visible.len());
-        for (_, reg, serial, _) in &visible {
+        for e in &visible {
+            let reg = &e.reg;
             let scope = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (reg.scope)(ctx))) {
                 Ok(Ok(scope)) => scope,
-                Ok(Err(e)) => return Err(fail(reg, format!("its scope factory failed: {e}"))),
+                Ok(Err(err)) => return Err(fail(reg, format!("its scope factory failed: {err}"))),
                 Err(_) => return Err(fail(reg, "its scope factory panicked".into())),
             };
-            made_from.push((*serial, scope));
+            made_from.push((e.serial, scope));
         }
         let registry = Arc::downgrade(&self.inner);
         let last = self.inner.last_opened.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -340,8 +337,9 @@ impl NamespaceRegistry for Namespaces {
             texts: Vec::with_capacity(visible.len()),
             entries: HashMap::new(),
         };
-        for ((owner, reg, serial, required), (_, scope)) in visible.into_iter().zip(&made_from) {
-            let s = serialize_scope(&reg.global_name, scope, &owner, &required).map_err(|e| fail(&reg, e))?;
+        for (e, (_, scope)) in visible.iter().zip(&made_from) {
+            let (reg, owner, serial) = (&e.reg, &e.owner, e.serial);
+            let s = serialize_scope(&reg.global_name, scope, owner, &e.required).map_err(|err| fail(reg, err))?;
             let guest = GuestNamespace {
                 id: reg.id.clone(),
                 global_name: reg.global_name.clone(),
@@ -352,7 +350,7 @@ impl NamespaceRegistry for Namespaces {
             opened.guest.push(guest);
             opened.entries.insert(
                 reg.id.clone(),
-                RunEntry { serial, global_name: reg.global_name.clone(), owner, targets: s.targets },
+                RunEntry { serial, global_name: reg.global_name.clone(), owner: owner.clone(), targets: s.targets },
             );
         }
         opened.made_from = made_from;

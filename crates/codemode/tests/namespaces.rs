@@ -514,8 +514,9 @@ proptest! {
 /// empty one are skipped (each still consuming its text), a non-ASCII name is kept as it is, a
 /// global the VM refuses to redefine (`Infinity`) is reachable under `namespaces` only, a bad
 /// length (each of several kinds) or a name without one stops the list, lengths count UTF-16
-/// units, both accessors share one getter (named `get`, ignoring `this`) and the object it builds
-/// once.
+/// units, both accessors share one getter (of length 0, ignoring `this`) and the object it builds
+/// once. The getter's `name` is not compared: quickjs-wasi's getters have no own `name` (giving
+/// each one cost two property definitions per namespace and run), the others' are `get`.
 #[test]
 fn boot_entries_are_defined_alike_on_every_engine() {
     use codemode::Engines;
@@ -555,7 +556,7 @@ fn boot_entries_are_defined_alike_on_every_engine() {
     let cell = r#"
       const g = Object.getOwnPropertyDescriptor(globalThis, "A");
       const r = Object.getOwnPropertyDescriptor(namespaces, "A");
-      const shape = (d) => [d.enumerable, d.configurable, d.set === undefined, typeof d.get, d.get.name, d.get.length];
+      const shape = (d) => [d.enumerable, d.configurable, d.set === undefined, typeof d.get, d.get.length];
       return {
         keys: Object.keys(namespaces),
         values: [A.x, B.y, namespaces.Infinity.z, globalThis["Ŝhip"].s],
@@ -576,8 +577,8 @@ fn boot_entries_are_defined_alike_on_every_engine() {
         "absent": ["undefined", "undefined", false, false, false],
         "tools": "object",
         "same": true,
-        "global": [false, false, true, "function", "get", 0],
-        "root": [true, false, true, "function", "get", 0],
+        "global": [false, false, true, "function", 0],
+        "root": [true, false, true, "function", 0],
         "frozen": [true, true],
         "hidden": false,
     });

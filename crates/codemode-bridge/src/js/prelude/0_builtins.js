@@ -22,16 +22,19 @@
 //     without it. It must run no guest code (no getters, traps or toJSON): a native speed-up of
 //     toJson, invisible to the cell.
 //
-//   defineNamespaces(root, global, index, texts, reserved, build) -> undefined   (optional; both
-//     QuickJS engines give one)
+//   defineNamespaces(global, index, texts, reserved, build) -> root   (optional; both QuickJS
+//     engines give one)
 //     What `boot`'s own loop over the run's namespaces does (see `defineNamespacesHere` in layer 4),
-//     natively: for each `name len` pair of the string `index` (tokens separated by single spaces),
-//     in turn, stopping at a name without a length and at a length that is not a non-negative
-//     integer in its shortest decimal form or that runs past `texts` (in UTF-16 code units), and
-//     skipping a name that is empty, is `true` in `reserved` or is in `root` already, one getter
-//     that returns `build(texts, start, len)`, called once and kept, defined as a non-configurable
-//     accessor `root[name]` (enumerable) and `global[name]` (not enumerable; a global the VM
-//     refuses is skipped). It must run no guest code but `build`.
+//     natively: a fresh null-prototype `root`; for each `name len` pair of the string `index`
+//     (tokens separated by single spaces), in turn, stopping at a name without a length and at a
+//     length that is not a non-negative integer in its shortest decimal form or that runs past
+//     `texts` (in UTF-16 code units), and skipping a name that is empty, is `true` in `reserved` or
+//     is in `root` already, one getter that returns `build(texts, start, len)`, called once and
+//     kept, defined as a non-configurable accessor `root[name]` (enumerable) and `global[name]` (not
+//     enumerable; a global the VM refuses is skipped); then `root` made non-extensible (frozen: its
+//     properties are non-configurable accessors) and returned. It must run no guest code but
+//     `build`. The getter's own `name` and `length` are not part of this contract (quickjs-wasi's
+//     getters have none, and inherit `Function.prototype`'s).
 //
 //   settlesNatively: true when `host` answers every request with its promise (the engine settles
 //     requests natively); then the one-frame call path (toolCaller, layer 2) hands that promise back

@@ -387,26 +387,24 @@
       // building two small namespaces cost more than the rest of a trivial cell's boot. The host
       // validated the names (identifiers, no reserved global, no unsafe key); the checks here are
       // a second guard.
-      const namespacesRoot = create(null);
-      if (defineNamespaces !== undefined) {
-        // The same loop, natively (see `install`): a run with namespaces pays for its accessors,
-        // not for interpreting this loop.
-        defineNamespaces(namespacesRoot, G, index, texts, RESERVED_SET, buildScope);
-      } else {
-        defineNamespacesHere(namespacesRoot, index, texts);
-      }
-      // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
-      // `freeze` would still do (without listing and redefining them).
-      reflectPreventExtensions(namespacesRoot);
-      runNamespaces = namespacesRoot;
+      // The same loop natively when the engine gives it (see `install`): a run with namespaces
+      // pays for its accessors, not for interpreting this loop.
+      runNamespaces =
+        defineNamespaces !== undefined
+          ? defineNamespaces(G, index, texts, RESERVED_SET, buildScope)
+          : defineNamespacesHere(index, texts);
     }
 
-    // `boot`'s loop over the run's namespaces, for engines without the `defineNamespaces` primitive.
-    // Each pair of the index names a namespace and the length of its text. A length that is not a
+    // `boot`'s loop over the run's namespaces, for engines without the `defineNamespaces` primitive:
+    // the run's root, a fresh null-prototype object, with one accessor per namespace, returned
+    // non-extensible (frozen: its properties are non-configurable accessors, so making it
+    // non-extensible is all `freeze` would still do, without listing and redefining them). Each
+    // pair of the index names a namespace and the length of its text. A length that is not a
     // non-negative integer in its shortest decimal form, or that runs past `texts`, would misplace
     // every later namespace: the list stops there (as it does at a name without a length). A name
     // that is empty, reserved or already defined is skipped; its text keeps its place.
-    function defineNamespacesHere(namespacesRoot, index, texts) {
+    function defineNamespacesHere(index, texts) {
+      const namespacesRoot = create(null);
       const tokens = index === "" ? [] : apply(stringSplit, index, [" "]);
       let at = 0;
       for (let i = 0; i + 1 < tokens.length; i += 2) {
@@ -433,5 +431,7 @@
         }
       }
       nsRootDesc.get = nsGlobalDesc.get = undefined;
+      reflectPreventExtensions(namespacesRoot);
+      return namespacesRoot;
     }
 
