@@ -285,7 +285,8 @@ impl BootText {
     /// [`RunNamespaces::guest_texts`](codemode_core::namespace::RunNamespaces::guest_texts)): the
     /// same boot text, without serializing the scopes again. A global name is an identifier (the
     /// registry checks); one that is empty or holds whitespace, which the index could not carry, is
-    /// written empty: the guest skips it, and the namespaces after it keep their places.
+    /// written empty: the guest skips it, and the namespaces after it keep their places. Names and
+    /// texts equal to the last call's (on this value or a clone) return that call's text, shared.
     pub fn with_namespace_texts<'a>(
         &self,
         namespaces: impl ExactSizeIterator<Item = (&'a str, &'a str)> + Clone,
