@@ -385,10 +385,9 @@
       // (its JSON sliced out and parsed, its functions made, frozen) when the cell first reads
       // either name, so a cell that never touches a namespace does not pay for it: parsing and
       // building two small namespaces cost more than the rest of a trivial cell's boot. The host
-      // validated the names (identifiers, no reserved global, no unsafe key); the checks here are
-      // a second guard.
-      // The same loop natively when the engine gives it (see `install`): a run with namespaces
-      // pays for its accessors, not for interpreting this loop.
+      // validated the names (identifiers, no reserved global, no unsafe key); the loop's checks are
+      // a second guard. The engine's native `defineNamespaces` runs that loop when it gives one
+      // (see `install`), so a run with namespaces pays for its accessors, not for interpreting it.
       runNamespaces =
         defineNamespaces !== undefined
           ? defineNamespaces(G, index, texts, RESERVED_SET, buildScope)
