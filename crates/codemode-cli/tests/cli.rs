@@ -801,11 +801,15 @@ fn serve_debug_switches_log_to_stderr_only() {
             let stdout = child.stdout.take().unwrap();
             move || {
                 use std::io::BufRead;
+                // The server answers requests concurrently: the `exec` (id 3) may be answered
+                // before `tools/list` (id 2), so read until both responses are in (or stdout ends).
                 let mut lines = Vec::new();
+                let (mut list_seen, mut exec_seen) = (false, false);
                 for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                    let done = line.contains("\"id\":3");
+                    list_seen |= line.contains("\"id\":2");
+                    exec_seen |= line.contains("\"id\":3");
                     lines.push(line);
-                    if done {
+                    if list_seen && exec_seen {
                         break;
                     }
                 }
@@ -823,7 +827,10 @@ fn serve_debug_switches_log_to_stderr_only() {
             let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout must be protocol only: {l}: {e}"));
             assert_eq!(v["jsonrpc"], "2.0", "{l}");
         }
-        let list: Value = serde_json::from_str(lines.iter().find(|l| l.contains("\"id\":2")).unwrap()).unwrap();
+        let list = lines.iter().find(|l| l.contains("\"id\":2"));
+        let list: Value =
+            serde_json::from_str(list.unwrap_or_else(|| panic!("no tools/list response: {lines:?}\n{stderr}")))
+                .unwrap();
         let names: Vec<&str> =
             list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["exec", "wait"]);
