@@ -663,14 +663,16 @@ fn namespace_calls_resume_across_processes() {
     let cell = "const n = await Ops.nap(1500);\n\
                 const heavy = await Ops.shipments.heavy(20);\n\
                 const unpaid = await Shipping.unpaidOver(20);\n\
-                return { n, heavy: heavy.map((s) => s.id), unpaid: unpaid.map((s) => s.id), team: Ops.team };";
+                return { n, heavy: heavy.map((s) => s.id), unpaid: unpaid.map((s) => s.id), team: Ops.team,
+                         root: Object.keys(namespaces), same: namespaces.Ops === Ops };";
     let (first, second) = exec_then_wait(&dir, &config, cell);
     assert_eq!(first["status"], "waiting", "{first}");
     assert_eq!(first["pendingToolCalls"][0]["toolId"], "plugin:demo:demo_sleep", "{first}");
     let (last, _) = wait_until_settled(&config, &dir.join("runs"), &second);
     assert_eq!(
         last["value"],
-        json!({"n": {"slept": 1500}, "heavy": ["SHP-1005", "SHP-1010"], "unpaid": ["SHP-1005", "SHP-1010"], "team": "logistics"}),
+        json!({"n": {"slept": 1500}, "heavy": ["SHP-1005", "SHP-1010"], "unpaid": ["SHP-1005", "SHP-1010"],
+               "team": "logistics", "root": ["Ops", "Shipping"], "same": true}),
         "{last}"
     );
     let out = bin().args(["catalog", "--json", "--config"]).arg(&config).output().unwrap();

@@ -17,9 +17,10 @@
 //                                     the Math.random seed of a new run
 //   cm_start(boot, boot_len, src, len, heap_limit, stack, seed_lo, seed_hi, reseed)
 //                                     per run, a fresh instance's first step: cm_configure's work,
-//                                     the prelude's boot(head, index, texts) (the boot text split at
-//                                     its first two newlines), the wrapped cell compiled and handed
-//                                     to run(), then cm_run_jobs and cm_poll (status as cm_poll's)
+//                                     the prelude's boot(head, true?) (the boot text split at its
+//                                     first newline; its namespace part kept as bytes for
+//                                     defineNamespaces), the wrapped cell compiled and handed to
+//                                     run(), then cm_run_jobs and cm_poll (status as cm_poll's)
 //   cm_settle(id, ok, json, len)      deliver one settled request: its promise (made by `host`) is
 //                                     resolved with the parsed JSON, or rejected with the prelude's
 //                                     hostError(parsed failure); 0 when it is not pending
@@ -692,33 +693,114 @@ static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSVa
 }
 
 // ---- namespaces at boot --------------------------------------------------------------------------
-// defineNamespaces(global, index, texts, reserved, build) -> root: the prelude's third primitive
-// (its contract is in the prelude's layer 0; the reference is `defineNamespacesHere` in layer 4,
-// which engines without it run). Interpreted, that loop cost a run with two namespaces more than
-// the rest of its boot: parsing the index, running the loop, a closure per namespace. Here the
-// index (one line of `name len` pairs from the host's boot text, split off by cm_start before any
-// cell code ran) is read as bytes, and each namespace costs one function object with its data and
-// two property definitions. The root is made, and made non-extensible, here too: two built-in
-// calls fewer from the prelude, each of which cost a fresh instance a function-table entry. Nothing
-// here runs guest code: `reserved` is the prelude's private null-prototype set; only `build` (the
-// prelude's buildScope) is called, by a getter.
+// defineNamespaces(global, true, undefined, reserved, build) -> true, and defineNamespaces() -> root:
+// the prelude's third primitive (its contract is in the prelude's layer 0; the reference is
+// `defineNamespacesHere` in layer 4, which engines without it run). Interpreted, that loop cost a
+// run with two namespaces more than the rest of its boot: parsing the index, running the loop, a
+// closure per namespace. Here the boot text's namespace part (the index, one line of `name len`
+// pairs, and the namespaces' JSON texts after it) never becomes a JS string: `begin` keeps a copy of
+// its bytes (ns_held) and hands `boot` `true` in their place. The index is read as bytes; each
+// namespace costs one function object with its data and one property definition on the global. A
+// namespace's text becomes a string only when the cell first reads the namespace, and the root
+// `namespaces` is made only when the cell first reads it (the prelude's getter then calls
+// defineNamespaces() with no arguments): a trivial cell that never looks at either pays for neither
+// (making the two strings and the root cost a run with two namespaces a quarter of its extra work).
+// Nothing here runs guest code: `reserved` is the prelude's private null-prototype set; only `build`
+// (the prelude's buildScope) is called, by a getter.
 
-// A namespace's getter: data = [build, texts, start, len, built]. Builds the namespace object on the
-// first read and keeps it in its own data slot 4, so both accessors (they share this one function)
-// return the same object. The slot is part of the function's data record, which QuickJS's
-// collector marks like the other four values.
+// The boot text's namespace part, copied by `begin` before any guest code runs (the host's input may
+// sit in in_buf, which later host calls overwrite): the index and the texts, in one allocation of the
+// run's heap, never freed (the instance ends with the run; a snapshot keeps them with the rest of
+// memory). NULL when the run has no namespaces.
+static const char *ns_index, *ns_texts;
+static uint32_t ns_index_len, ns_texts_len;
+// Whether the texts are all ASCII (then a UTF-16 offset is a byte offset), and their length in
+// UTF-16 code units (the unit the index's lengths count, as JavaScript strings do).
+static int ns_texts_ascii;
+static double ns_texts_units;
+
+// The namespaces defined at boot, in index order, for the root made on the first read of
+// `namespaces`: each name's atom and its getter (references owned here until the root is made, so a
+// getter whose global the VM refused stays alive; one allocation, the getters first). ns_state: 0
+// nothing defined yet, 1 defined and the root not made, 2 the root made.
+static JSValue *ns_getters;
+static JSAtom *ns_atoms;
+static uint32_t ns_count;
+static int ns_state;
+
+// Keeps a copy of the boot text's namespace part `part[0..n)` (index, newline, texts; the index
+// `index_len` bytes long): 0, or -1 when the heap refuses it.
+static int hold_namespaces(JSContext *c, const char *part, uint32_t n, uint32_t index_len) {
+    char *held = js_malloc(c, n ? n : 1);
+    if (!held) return -1;
+    memcpy(held, part, n);
+    ns_index = held;
+    ns_index_len = index_len;
+    // After the index comes its newline, then the texts (none when the boot text ends there).
+    uint32_t texts_at = index_len < n ? index_len + 1 : n;
+    ns_texts = held + texts_at;
+    ns_texts_len = n - texts_at;
+    return 0;
+}
+
+// Counts the held texts' UTF-16 code units (the host's text is valid UTF-8, as a Rust string is):
+// eight bytes at a time while they are ASCII, then every byte that starts a character, twice for a
+// four-byte one (a surrogate pair in JavaScript).
+static void count_text_units(void) {
+    const uint8_t *t = (const uint8_t *)ns_texts;
+    uint32_t i = 0;
+    uint64_t acc = 0, word;
+    for (; i + 8 <= ns_texts_len; i += 8) {
+        memcpy(&word, t + i, 8);
+        acc |= word;
+    }
+    for (uint32_t j = i; j < ns_texts_len; j++) acc |= t[j];
+    ns_texts_ascii = (acc & 0x8080808080808080ull) == 0;
+    if (ns_texts_ascii) {
+        ns_texts_units = ns_texts_len;
+        return;
+    }
+    double units = 0;
+    for (uint32_t j = 0; j < ns_texts_len; j++) {
+        if ((t[j] & 0xC0) != 0x80) units++;
+        if (t[j] >= 0xF0) units++;
+    }
+    ns_texts_units = units;
+}
+
+// A namespace's getter: data = [build, start, len, built] (start and len in UTF-16 units of the held
+// texts). Builds the namespace object on the first read and keeps it in its own data slot 3, so both
+// accessors (they share this one function) return the same object. The slot is part of the
+// function's data record, which QuickJS's collector marks like the other values. build gets the
+// namespace's own text (ASCII texts: its bytes, 0, len) or, when the texts hold other characters,
+// all of them with the namespace's place (as the prelude's loop passes them).
 static JSValue js_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
                                 JSValueConst *data) {
     (void)this_val;
     (void)argc;
     (void)argv;
     (void)magic;
-    if (!JS_IsUndefined(data[4])) return JS_DupValue(c, data[4]);
-    JSValueConst args[3] = { data[1], data[2], data[3] };
+    if (!JS_IsUndefined(data[3])) return JS_DupValue(c, data[3]);
+    double start, len;
+    if (JS_ToFloat64(c, &start, data[1]) < 0 || JS_ToFloat64(c, &len, data[2]) < 0) return JS_EXCEPTION;
+    JSValue text;
+    JSValueConst args[3];
+    if (ns_texts_ascii) {
+        // The boot checked start + len against the texts' length.
+        text = JS_NewStringLen(c, ns_texts + (size_t)start, (size_t)len);
+        args[1] = JS_NewInt32(c, 0);
+    } else {
+        text = JS_NewStringLen(c, ns_texts, ns_texts_len);
+        args[1] = data[1];
+    }
+    if (JS_IsException(text)) return text;
+    args[0] = text;
+    args[2] = data[2];
     JSValue built = JS_Call(c, data[0], JS_UNDEFINED, 3, args);
+    JS_FreeValue(c, text);
     if (JS_IsException(built)) return built;
     // The record's storage is a plain JSValue array QuickJS hands over as const: writable memory.
-    JSValue *slot = (JSValue *)&data[4];
+    JSValue *slot = (JSValue *)&data[3];
     JS_FreeValue(c, *slot);
     *slot = JS_DupValue(c, built);
     return built;
@@ -738,61 +820,98 @@ static double index_length(const char *digits, size_t n) {
     return v;
 }
 
-// Defines one namespace's two accessors on `root` and the global: 0 when defined or skipped, -1 on
-// an exception.
-static int define_namespace(JSContext *c, JSValueConst root, JSValueConst *argv, JSAtom atom, double start,
-                            double len) {
-    JSValueConst global = argv[0], texts = argv[2], reserved = argv[3];
+// Defines one namespace's getter on the global and keeps it (with `atom`, whose reference it takes)
+// for the root: 0 when defined or skipped, -1 on an exception.
+static int define_namespace(JSContext *c, JSValueConst *argv, JSAtom atom, double start, double len) {
+    JSValueConst global = argv[0], reserved = argv[3];
     JSValue is_reserved = JS_GetProperty(c, reserved, atom);
-    if (JS_IsException(is_reserved)) return -1;
+    if (JS_IsException(is_reserved)) {
+        JS_FreeAtom(c, atom);
+        return -1;
+    }
     int skip = JS_IsBool(is_reserved) && JS_VALUE_GET_BOOL(is_reserved);
     JS_FreeValue(c, is_reserved);
-    int present = skip ? 0 : JS_HasProperty(c, root, atom);
-    if (present < 0) return -1;
-    if (skip || present) return 0;
-    JSValueConst data[5] = { argv[4], texts, JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
+    // A name defined already (atoms are unique: equal names, equal atoms).
+    for (uint32_t i = 0; !skip && i < ns_count; i++) skip = ns_atoms[i] == atom;
+    if (skip) {
+        JS_FreeAtom(c, atom);
+        return 0;
+    }
+    JSValueConst data[4] = { argv[4], JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
     // A function object without own `name` and `length` (see codemode_new_accessor_function):
     // giving them took two property definitions per getter, more than the accessors themselves.
-    JSValue get = codemode_new_accessor_function(c, js_namespace_get, 5, data);
-    if (JS_IsException(get)) return -1;
-    int defined = JS_DefineProperty(c, root, atom, JS_UNDEFINED, get, JS_UNDEFINED,
-                                    JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_ENUMERABLE |
-                                        JS_PROP_HAS_CONFIGURABLE | JS_PROP_THROW);
-    if (defined >= 0) {
-        // A global the VM does not let us define (the host refuses such names) stays reachable as
-        // `namespaces.<name>` only, as in the prelude's loop, which catches the error.
-        int g = JS_DefineProperty(c, global, atom, JS_UNDEFINED, get, JS_UNDEFINED,
-                                  JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_HAS_CONFIGURABLE);
-        if (g < 0) {
-            JSValue e = JS_GetException(c);
-            if (JS_IsUncatchableError(e)) {
-                JS_Throw(c, e);
-                defined = -1;
-            } else {
-                JS_FreeValue(c, e);
-            }
+    JSValue get = codemode_new_accessor_function(c, js_namespace_get, 4, data);
+    if (JS_IsException(get)) {
+        JS_FreeAtom(c, atom);
+        return -1;
+    }
+    ns_atoms[ns_count] = atom;
+    ns_getters[ns_count] = get;
+    ns_count++;
+    // A global the VM does not let us define (the host refuses such names) stays reachable as
+    // `namespaces.<name>` only, as in the prelude's loop, which catches the error.
+    if (JS_DefineProperty(c, global, atom, JS_UNDEFINED, get, JS_UNDEFINED,
+                          JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_HAS_CONFIGURABLE) < 0) {
+        JSValue e = JS_GetException(c);
+        if (JS_IsUncatchableError(e)) {
+            JS_Throw(c, e);
+            return -1;
+        }
+        JS_FreeValue(c, e);
+    }
+    return 0;
+}
+
+// defineNamespaces(): the root, made from what the boot kept (once; the prelude keeps it). A fresh
+// null-prototype object with each namespace's getter as a non-configurable, enumerable accessor, in
+// index order, made non-extensible (frozen: its properties are non-configurable accessors, so that
+// is all `Object.freeze` would still do). The kept references are released: root and global hold
+// the getters now.
+static JSValue make_namespaces_root(JSContext *c) {
+    if (ns_state != 1) return JS_ThrowTypeError(c, "defineNamespaces(): no root to make");
+    JSValue root = JS_NewObjectProto(c, JS_NULL);
+    if (JS_IsException(root)) return root;
+    for (uint32_t i = 0; i < ns_count; i++) {
+        if (JS_DefineProperty(c, root, ns_atoms[i], JS_UNDEFINED, ns_getters[i], JS_UNDEFINED,
+                              JS_PROP_HAS_GET | JS_PROP_HAS_ENUMERABLE | JS_PROP_ENUMERABLE |
+                                  JS_PROP_HAS_CONFIGURABLE | JS_PROP_THROW) < 0) {
+            JS_FreeValue(c, root);
+            return JS_EXCEPTION;
         }
     }
-    JS_FreeValue(c, get);
-    return defined < 0 ? -1 : 0;
+    // (A plain object's preventExtensions cannot fail.)
+    if (JS_PreventExtensions(c, root) < 0) {
+        JS_FreeValue(c, root);
+        return JS_EXCEPTION;
+    }
+    for (uint32_t i = 0; i < ns_count; i++) {
+        JS_FreeAtom(c, ns_atoms[i]);
+        JS_FreeValue(c, ns_getters[i]);
+    }
+    js_free(c, ns_getters);
+    ns_getters = NULL;
+    ns_atoms = NULL;
+    ns_count = 0;
+    ns_state = 2;
+    return root;
 }
 
 static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
-    if (argc < 5 || !JS_IsObject(argv[0]) || !JS_IsString(argv[1]) || !JS_IsString(argv[2]) || !JS_IsObject(argv[3]) ||
-        !JS_IsFunction(c, argv[4]))
-        return JS_ThrowTypeError(c, "defineNamespaces(global, index, texts, reserved, build)");
-    int64_t texts_len;
-    if (JS_GetLength(c, argv[2], &texts_len) < 0) return JS_EXCEPTION;
-    size_t n;
-    const char *index = JS_ToCStringLen(c, &n, argv[1]);
-    if (!index) return JS_EXCEPTION;
-    JSValue root = JS_NewObjectProto(c, JS_NULL);
-    if (JS_IsException(root)) {
-        JS_FreeCString(c, index);
-        return JS_EXCEPTION;
-    }
-    int failed = 0;
+    if (argc == 0) return make_namespaces_root(c);
+    if (argc < 5 || !JS_IsObject(argv[0]) || !JS_IsBool(argv[1]) || !JS_VALUE_GET_BOOL(argv[1]) ||
+        !JS_IsObject(argv[3]) || !JS_IsFunction(c, argv[4]) || !ns_index || ns_state != 0)
+        return JS_ThrowTypeError(c, "defineNamespaces(global, true, undefined, reserved, build), once per run");
+    count_text_units();
+    const char *index = ns_index;
+    size_t n = ns_index_len;
+    // At most one namespace per four bytes of the index (`a 0` and a space; the last has no space).
+    size_t capacity = n / 4 + 1;
+    ns_getters = js_malloc(c, capacity * (sizeof(JSValue) + sizeof(JSAtom)));
+    if (!ns_getters) return JS_EXCEPTION;
+    ns_atoms = (JSAtom *)(void *)(ns_getters + capacity);
+    ns_count = 0;
+    ns_state = 1;
     double at = 0;
     size_t p = 0;
     // Tokens are separated by single spaces; pairs are (name, length), as `split(" ")` then pairs.
@@ -808,30 +927,16 @@ static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int arg
         double len = index_length(index + len_at, p - len_at);
         if (p < n) p++;
         // A bad length would misplace every later namespace: stop at it (as the prelude's loop).
-        if (len < 0 || at + len > (double)texts_len) break;
+        if (len < 0 || at + len > ns_texts_units) break;
         double start = at;
         at += len;
         if (name_len == 0) continue;
+        // (Never full: see capacity.)
+        if (ns_count >= capacity) return JS_ThrowInternalError(c, "defineNamespaces: index miscounted");
         JSAtom atom = JS_NewAtomLen(c, index + name_at, name_len);
-        if (atom == JS_ATOM_NULL) {
-            failed = 1;
-            break;
-        }
-        int r = define_namespace(c, root, argv, atom, start, len);
-        JS_FreeAtom(c, atom);
-        if (r < 0) {
-            failed = 1;
-            break;
-        }
+        if (atom == JS_ATOM_NULL || define_namespace(c, argv, atom, start, len) < 0) return JS_EXCEPTION;
     }
-    JS_FreeCString(c, index);
-    // Frozen: its properties are non-configurable accessors, so making it non-extensible is all
-    // `Object.freeze` would still do. (A plain object's preventExtensions cannot fail.)
-    if (failed || JS_PreventExtensions(c, root) < 0) {
-        JS_FreeValue(c, root);
-        return JS_EXCEPTION;
-    }
-    return root;
+    return JS_TRUE;
 }
 
 static int interrupt_handler(JSRuntime *r, void *opaque) {
@@ -969,35 +1074,39 @@ static int head_max_depth(const char *head, uint32_t len, int32_t *depth) {
     return 1;
 }
 
-// The prelude's boot(head, index, texts), then the wrapped cell compiled and handed to run();
-// 0, or 1 with the failure in out_buf.
+// The prelude's boot(head, true?), then the wrapped cell compiled and handed to run(); 0, or 1
+// with the failure in out_buf.
 static int32_t begin(const char *json, uint32_t json_len, const char *code, uint32_t len) {
     // Both inputs are copied before any guest code runs (they may sit in in_buf). The boot text is
-    // split at its first two newlines into the prelude's three boot arguments: the head, the
-    // namespace index and the namespaces' texts (codemode_bridge::split_boot; neither JSON nor the
-    // index holds a raw newline).
-    uint32_t starts[3], lens[3];
-    uint32_t at = 0;
-    for (int i = 0; i < 3; i++) {
-        const char *nl = i < 2 ? memchr(json + at, '\n', json_len - at) : NULL;
-        starts[i] = at;
-        lens[i] = nl ? (uint32_t)(nl - (json + at)) : json_len - at;
-        at = nl ? starts[i] + lens[i] + 1 : json_len;
-    }
+    // split at its first two newlines: the head, the namespace index and the namespaces' texts
+    // (codemode_bridge::split_boot; neither JSON nor the index holds a raw newline).
+    const char *nl = memchr(json, '\n', json_len);
+    uint32_t head_len = nl ? (uint32_t)(nl - json) : json_len;
+    uint32_t rest_at = nl ? head_len + 1 : json_len;
+    const char *rest = json + rest_at;
+    uint32_t rest_len = json_len - rest_at;
+    const char *nl2 = memchr(rest, '\n', rest_len);
+    uint32_t index_len = nl2 ? (uint32_t)(nl2 - rest) : rest_len;
     JSValue args[3];
-    for (int i = 0; i < 3; i++) {
-        int32_t depth;
-        // The host's usual head, `{"maxDepth":N}`, goes to `boot` as the number N (the prelude
-        // accepts either): one `JSON.parse` fewer per run. Any other head goes as its text.
-        if (i == 0 && head_max_depth(json, lens[0], &depth)) {
-            args[0] = JS_NewInt32(ctx, depth);
-            continue;
+    int32_t depth;
+    // The host's usual head, `{"maxDepth":N}`, goes to `boot` as the number N (the prelude accepts
+    // either): one `JSON.parse` fewer per run. Any other head goes as its text.
+    if (head_max_depth(json, head_len, &depth)) {
+        args[0] = JS_NewInt32(ctx, depth);
+    } else {
+        args[0] = JS_NewStringLen(ctx, json, head_len);
+        if (JS_IsException(args[0])) return set_out_exception();
+    }
+    // The namespace part stays bytes (see hold_namespaces): `boot` gets `true` for it, or nothing
+    // when the run has no namespaces.
+    args[1] = args[2] = JS_UNDEFINED;
+    if (index_len > 0) {
+        if (hold_namespaces(ctx, rest, rest_len, index_len) < 0) {
+            JS_FreeValue(ctx, args[0]);
+            set_out(OOM_FAILURE, sizeof OOM_FAILURE - 1);
+            return 1;
         }
-        args[i] = JS_NewStringLen(ctx, json + starts[i], lens[i]);
-        if (JS_IsException(args[i])) {
-            for (int j = 0; j < i; j++) JS_FreeValue(ctx, args[j]);
-            return set_out_exception();
-        }
+        args[1] = JS_TRUE;
     }
     char *src = malloc(len + 1);
     if (!src) {

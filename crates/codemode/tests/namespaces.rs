@@ -320,12 +320,15 @@ fn n9_suspended_namespace_calls_resume_through_wait() {
         let cm = runtime(engine, &registry(), config(1_000, 16));
         let r = rt.block_on(exec(
             &cm,
-            "const a = await Slow.nap(1500); const b = await Shipping.unpaidOver(20); return [a, b.length];",
+            // `Shipping` and the root `namespaces` are first read after the resume (quickjs-wasi
+            // makes both from what its boot kept, restored with the snapshot).
+            "const a = await Slow.nap(1500); const b = await Shipping.unpaidOver(20);\n\
+             return [a, b.length, Object.keys(namespaces), namespaces.Shipping === Shipping, Object.isFrozen(namespaces)];",
         ));
         let CodeModeResult::Waiting { run_id, pending_tool_calls, .. } = &r else { panic!("{}", r.to_json()) };
         assert_eq!(pending_tool_calls[0].tool_id, "plugin:demo:demo_sleep", "{engine}");
         let r = wait_to_end(&rt, &cm, run_id);
-        assert_eq!(value(&r), json!([{"slept": 1500}, 2]), "{engine}");
+        assert_eq!(value(&r), json!([{"slept": 1500}, 2, ["Shipping", "Slow"], true, true]), "{engine}");
     }
 }
 
@@ -536,14 +539,22 @@ fn boot_entries_are_defined_alike_on_every_engine() {
     ];
     let units = |s: &str| s.encode_utf16().count();
     let d = text("d", json!({"w": 4}));
-    // Each of these ends the list before `C`: `D`, after it, is never defined.
-    let stoppers = ["C -1", "C 01", "C 1e1", "C x", "C 1.0", "C", "C  D"];
+    // Each of these ends the list before `C`: `D`, after it, is never defined. The last runs past
+    // the texts by one UTF-16 unit, though not past their UTF-8 bytes (`é𝄞` is 3 units, 6 bytes):
+    // the length is checked in units, as JavaScript counts them.
+    let past_the_end = format!("C {}", units(&d) + 1);
+    let stoppers = ["C -1", "C 01", "C 1e1", "C x", "C 1.0", "C", "C  D", past_the_end.as_str()];
     let boots: Vec<String> = stoppers
         .iter()
         .map(|stop| {
             let pairs: Vec<String> = entries.iter().map(|(name, t)| format!("{name} {}", units(t))).collect();
-            // `C` alone ends the index: a name without a length.
-            let tail = if *stop == "C" { String::new() } else { format!(" D {}", units(&d)) };
+            // `C` alone ends the index: a name without a length. Past the end, `C`'s text would be
+            // `d` and `D`'s nothing.
+            let tail = match *stop {
+                "C" => String::new(),
+                s if s == past_the_end => " D 0".to_string(),
+                _ => format!(" D {}", units(&d)),
+            };
             let mut boot = format!("{{\"maxDepth\":64}}\n{} {stop}{tail}\n", pairs.join(" "));
             for (_, t) in &entries {
                 boot.push_str(t);

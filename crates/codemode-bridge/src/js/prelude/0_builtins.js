@@ -35,6 +35,13 @@
 //     properties are non-configurable accessors) and returned. It must run no guest code but
 //     `build`. The getter's own `name` and `length` are not part of this contract (quickjs-wasi's
 //     getters have none, and inherit `Function.prototype`'s).
+//     Two liberties, both taken by quickjs-wasi: an engine that keeps the boot text's namespace part
+//     (index and texts) as bytes hands `boot` `true` as its index (and no texts), and `boot` then
+//     calls `defineNamespaces(global, true, undefined, reserved, build)`, which reads its own copy
+//     (a getter may then pass `build` its namespace's text alone, with start 0). And it may return
+//     `true` instead of the root: the getters are defined on `global` at once, and
+//     `defineNamespaces()`, called with no arguments when the cell first reads `namespaces`, makes
+//     the root as above (the same accessors, in the same order, non-extensible) and returns it.
 //
 //   settlesNatively: true when `host` answers every request with its promise (the engine settles
 //     requests natively); then the one-frame call path (toolCaller, layer 2) hands that promise back

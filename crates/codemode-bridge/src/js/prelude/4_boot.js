@@ -283,7 +283,9 @@
 
     // `namespaces` (SPEC §10 L5): a non-configurable global accessor, defined once with the prelude
     // (so baked into `quickjs-wasi`'s image), whose getter returns the run's root: `boot` points it
-    // at a root it builds when the run has namespaces; otherwise it stays this empty one. Each root
+    // at a root it builds when the run has namespaces (or at `true`, when the engine's
+    // `defineNamespaces` makes the root on this getter's first call); otherwise it stays this empty
+    // one. Each root
     // has a null prototype and is non-extensible (frozen: its properties are non-configurable
     // accessors). Defining the global and making an empty root in every run cost a property
     // definition on the global object, two objects and three built-in calls per run; a VM boots once,
@@ -294,6 +296,8 @@
       reflectPreventExtensions(empty);
       runNamespaces = empty;
       defineProperty(G, "namespaces", getterDesc(function namespaces() {
+        // `true`: the engine makes the root when it is first read (see `install`).
+        if (runNamespaces === true) runNamespaces = defineNamespaces();
         return runNamespaces;
       }, false));
     }
@@ -365,7 +369,9 @@
     // `indexOf` compares the needle at every position through a call, ~8k instructions a run.
     //
     // `head` may also arrive as the JSON depth limit itself, a number: an engine that recognizes the
-    // host's usual head text (`{"maxDepth":N}`) passes N, sparing a `JSON.parse` per run.
+    // host's usual head text (`{"maxDepth":N}`) passes N, sparing a `JSON.parse` per run. And
+    // `nsIndex` may arrive as `true`, with no `nsText`: the engine keeps both as bytes for its
+    // `defineNamespaces` (see `install`).
     function boot(head, nsIndex, nsText) {
       if (booted) throw new ErrorCtor("already booted");
       booted = true;
@@ -374,6 +380,11 @@
       } else {
         const data = parse(head);
         if (typeof data.maxDepth === "number") maxDepth = data.maxDepth;
+      }
+      // An engine that keeps the namespace index and texts as bytes passes `true` (see `install`).
+      if (nsIndex === true) {
+        runNamespaces = defineNamespaces(G, true, undefined, RESERVED_SET, buildScope);
+        return;
       }
       const index = typeof nsIndex === "string" ? nsIndex : "";
       // A run without namespaces keeps the empty root `namespaces` already shows (see
