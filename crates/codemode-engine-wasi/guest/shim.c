@@ -15,12 +15,13 @@
 //                                     per restored instance (a fresh one gets the same through
 //                                     cm_start): limits, a cleared refusal flag, and (reseed != 0)
 //                                     the Math.random seed of a new run
-//   cm_start(boot, boot_len, src, len, heap_limit, stack, seed_lo, seed_hi, reseed)
+//   cm_start(boot, boot_len, src, len, heap_limit, stack, seed_lo, seed_hi, reseed, texts_units)
 //                                     per run, a fresh instance's first step: cm_configure's work,
 //                                     the prelude's boot(head, true?) (the boot text split at its
 //                                     first newline; its namespace part kept as bytes for
-//                                     defineNamespaces), the wrapped cell compiled and handed to
-//                                     run(), then cm_run_jobs and cm_poll (status as cm_poll's)
+//                                     defineNamespaces, its texts texts_units UTF-16 units long),
+//                                     the wrapped cell compiled and handed to run(), then
+//                                     cm_run_jobs and cm_poll (status as cm_poll's)
 //   cm_settle(id, ok, json, len)      deliver one settled request: its promise (made by `host`) is
 //                                     resolved with the parsed JSON, or rejected with the prelude's
 //                                     hostError(parsed failure); 0 when it is not pending
@@ -715,7 +716,8 @@ static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSVa
 static const char *ns_index, *ns_texts;
 static uint32_t ns_index_len, ns_texts_len;
 // Whether the texts are all ASCII (then a UTF-16 offset is a byte offset), and their length in
-// UTF-16 code units (the unit the index's lengths count, as JavaScript strings do).
+// UTF-16 code units (the unit the index's lengths count, as JavaScript strings do; counted by the
+// host, which does it natively, and passed with cm_start).
 static int ns_texts_ascii;
 static double ns_texts_units;
 
@@ -729,8 +731,9 @@ static uint32_t ns_count;
 static int ns_state;
 
 // Keeps a copy of the boot text's namespace part `part[0..n)` (index, newline, texts; the index
-// `index_len` bytes long): 0, or -1 when the heap refuses it.
-static int hold_namespaces(JSContext *c, const char *part, uint32_t n, uint32_t index_len) {
+// `index_len` bytes long, the texts `texts_units` UTF-16 code units, as the host counted them): 0,
+// or -1 when the heap refuses it.
+static int hold_namespaces(JSContext *c, const char *part, uint32_t n, uint32_t index_len, uint32_t texts_units) {
     char *held = js_malloc(c, n ? n : 1);
     if (!held) return -1;
     memcpy(held, part, n);
@@ -740,32 +743,12 @@ static int hold_namespaces(JSContext *c, const char *part, uint32_t n, uint32_t 
     uint32_t texts_at = index_len < n ? index_len + 1 : n;
     ns_texts = held + texts_at;
     ns_texts_len = n - texts_at;
+    // UTF-8 text is as many units as bytes only when it is all ASCII. Whatever the host said, a
+    // getter reads within the copy: slices of bytes only when the counts agree (and then the boot
+    // kept every namespace within them), otherwise slices of the whole text made a string.
+    ns_texts_units = texts_units;
+    ns_texts_ascii = texts_units == ns_texts_len;
     return 0;
-}
-
-// Counts the held texts' UTF-16 code units (the host's text is valid UTF-8, as a Rust string is):
-// eight bytes at a time while they are ASCII, then every byte that starts a character, twice for a
-// four-byte one (a surrogate pair in JavaScript).
-static void count_text_units(void) {
-    const uint8_t *t = (const uint8_t *)ns_texts;
-    uint32_t i = 0;
-    uint64_t acc = 0, word;
-    for (; i + 8 <= ns_texts_len; i += 8) {
-        memcpy(&word, t + i, 8);
-        acc |= word;
-    }
-    for (uint32_t j = i; j < ns_texts_len; j++) acc |= t[j];
-    ns_texts_ascii = (acc & 0x8080808080808080ull) == 0;
-    if (ns_texts_ascii) {
-        ns_texts_units = ns_texts_len;
-        return;
-    }
-    double units = 0;
-    for (uint32_t j = 0; j < ns_texts_len; j++) {
-        if ((t[j] & 0xC0) != 0x80) units++;
-        if (t[j] >= 0xF0) units++;
-    }
-    ns_texts_units = units;
 }
 
 // A namespace's getter: data = [build, start, len, built] (start and len in UTF-16 units of the held
@@ -902,7 +885,6 @@ static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int arg
     if (argc < 5 || !JS_IsObject(argv[0]) || !JS_IsBool(argv[1]) || !JS_VALUE_GET_BOOL(argv[1]) ||
         !JS_IsObject(argv[3]) || !JS_IsFunction(c, argv[4]) || !ns_index || ns_state != 0)
         return JS_ThrowTypeError(c, "defineNamespaces(global, true, undefined, reserved, build), once per run");
-    count_text_units();
     const char *index = ns_index;
     size_t n = ns_index_len;
     // At most one namespace per four bytes of the index (`a 0` and a space; the last has no space).
@@ -1076,7 +1058,7 @@ static int head_max_depth(const char *head, uint32_t len, int32_t *depth) {
 
 // The prelude's boot(head, true?), then the wrapped cell compiled and handed to run(); 0, or 1
 // with the failure in out_buf.
-static int32_t begin(const char *json, uint32_t json_len, const char *code, uint32_t len) {
+static int32_t begin(const char *json, uint32_t json_len, const char *code, uint32_t len, uint32_t texts_units) {
     // Both inputs are copied before any guest code runs (they may sit in in_buf). The boot text is
     // split at its first two newlines: the head, the namespace index and the namespaces' texts
     // (codemode_bridge::split_boot; neither JSON nor the index holds a raw newline).
@@ -1101,7 +1083,7 @@ static int32_t begin(const char *json, uint32_t json_len, const char *code, uint
     // when the run has no namespaces.
     args[1] = args[2] = JS_UNDEFINED;
     if (index_len > 0) {
-        if (hold_namespaces(ctx, rest, rest_len, index_len) < 0) {
+        if (hold_namespaces(ctx, rest, rest_len, index_len, texts_units) < 0) {
             JS_FreeValue(ctx, args[0]);
             set_out(OOM_FAILURE, sizeof OOM_FAILURE - 1);
             return 1;
@@ -1205,9 +1187,9 @@ EXPORT("cm_poll") int32_t cm_poll(void) {
 // lookup initializes a function reference in the fresh instance).
 EXPORT("cm_start") int32_t cm_start(const char *boot, uint32_t boot_len, const char *code, uint32_t len,
                                     uint32_t limit, uint32_t stack_size, uint32_t seed_lo, uint32_t seed_hi,
-                                    int32_t reseed) {
+                                    int32_t reseed, uint32_t texts_units) {
     cm_configure(limit, stack_size, seed_lo, seed_hi, reseed);
-    if (begin(boot, boot_len, code, len) != 0) return 2;
+    if (begin(boot, boot_len, code, len, texts_units) != 0) return 2;
     if (cm_run_jobs() != 0) return 2;
     return cm_poll();
 }

@@ -26,7 +26,7 @@ const MAX_GUEST_STACK: u64 = 768 << 10;
 /// cell's instance once paid for fifteen of them, then four). A fresh run that ends in its first
 /// step uses `cm_start` alone.
 struct Exports {
-    /// `cm_start(boot, boot_len, code, len, heap, stack, seed_lo, seed_hi, reseed)`.
+    /// `cm_start(boot, boot_len, code, len, heap, stack, seed_lo, seed_hi, reseed, texts_units)`.
     start: Option<StartFn>,
     /// Looked up by a restored instance, or a fresh one called before it started.
     configure: Option<TypedFunc<Configuration, ()>>,
@@ -40,7 +40,18 @@ struct Exports {
     free: Option<TypedFunc<u32, ()>>,
 }
 
-type StartFn = TypedFunc<(u32, u32, u32, u32, u32, u32, u32, u32, i32), i32>;
+type StartFn = TypedFunc<(u32, u32, u32, u32, u32, u32, u32, u32, i32, u32), i32>;
+
+/// The length in UTF-16 code units of the boot text's namespace texts (what the index's lengths
+/// count, as JavaScript strings do), for `cm_start`: the shim checks the index against it without
+/// scanning the texts itself (a word-at-a-time scan in the guest cost a run with two namespaces ~1k
+/// instructions; `is_ascii` here a few dozen). Saturates, so an impossible length only stops the
+/// guest's list early.
+fn texts_units(boot: &str) -> u32 {
+    let texts = codemode_bridge::split_boot(boot).2;
+    let units = if texts.is_ascii() { texts.len() } else { texts.encode_utf16().count() };
+    u32::try_from(units).unwrap_or(u32::MAX)
+}
 
 /// `cm_configure`'s arguments: the heap limit, the stack budget, a seed's two halves, whether to
 /// reseed.
@@ -509,8 +520,9 @@ impl GuestVm for Vm {
         let mut offset = 0;
         let b = self.place(boot.as_bytes(), &mut offset)?;
         let c = self.place(wrapped.as_bytes(), &mut offset)?;
+        let units = texts_units(&boot);
         let status = start
-            .call(&mut self.store, (b.ptr, b.len, c.ptr, c.len, heap, stack, seed_lo, seed_hi, reseed))
+            .call(&mut self.store, (b.ptr, b.len, c.ptr, c.len, heap, stack, seed_lo, seed_hi, reseed, units))
             .map_err(|e| self.fault(e));
         self.release(b)?;
         self.release(c)?;
@@ -622,6 +634,16 @@ mod tests {
         let input = DriveInput::new(Vec::new(), Instant::now() + Duration::from_secs(30), 1 << 20);
         let outcome = instance.drive(input).unwrap().outcome;
         (outcome, instance)
+    }
+
+    /// The texts' length `cm_start` passes is the one JavaScript gives them (UTF-16 units: `é` one,
+    /// `𝄞` two), whatever the head and index hold, and zero without texts.
+    #[test]
+    fn texts_are_counted_in_utf16_units() {
+        assert_eq!(texts_units("{\"maxDepth\":64}\nA 5\n{\"a\":1}"), 7);
+        assert_eq!(texts_units("{\"é\":1}\nŜ 6\n\"é𝄞\""), 5);
+        assert_eq!(texts_units("{\"maxDepth\":64}"), 0);
+        assert_eq!(texts_units("{}\n\n"), 0);
     }
 
     /// The shim settles requests from its own table of pending promises (in the guest's memory):
