@@ -135,8 +135,15 @@ const CUTILS_TRANSFORMS: [(&str, &str); 2] = [
 /// callgrind profile of a trivial cell: calling a built-in, an async function or a promise's
 /// resolving function (`JS_CallInternal`), the finalizers of functions, resolving functions,
 /// promises and arrays (`free_object`), a promise reaction job (`JS_ExecutePendingJob`) and the
-/// parser (`JS_EvalThis2`).
-const DEVIRTUALIZED: [(&str, &str); 5] = [
+/// parser (`JS_EvalThis2`). Then the shim's own functions QuickJS calls through pointers (declared
+/// here; the shim defines them, non-static for this): its primitives, called from
+/// `js_call_c_function` (`host` on every nested call, `react` and `plainJson` in every run,
+/// `defineNamespaces` in every run with namespaces) and `js_call_c_function_data` (the `tools` traps'
+/// `ownFirst`, the namespaces' getters), and its heap functions, which QuickJS's arena calls for
+/// blocks too large for an arena (a compiled cell's scope array grows by one in every run). A trivial
+/// cell's instance initialized three table entries for these (~2.9k instructions), one with two
+/// visible namespaces four. A call of any other C function pays the few integer comparisons.
+const DEVIRTUALIZED: [(&str, &str); 12] = [
     (
         "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);",
         "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);\n\
@@ -144,7 +151,20 @@ const DEVIRTUALIZED: [(&str, &str); 5] = [
          static JSValue js_async_function_call(JSContext *ctx, JSValueConst func_obj, JSValueConst this_obj, \
          int argc, JSValueConst *argv, int flags); /* codemode */\n\
          static JSValue js_promise_resolve_function_call(JSContext *ctx, JSValueConst func_obj, \
-         JSValueConst this_val, int argc, JSValueConst *argv, int flags); /* codemode */",
+         JSValueConst this_val, int argc, JSValueConst *argv, int flags); /* codemode */\n\
+         /* codemode: the shim's functions QuickJS calls through pointers (guest/shim.c) */\n\
+         JSValue codemode_prim_host(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
+         JSValue codemode_prim_plain_json(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
+         JSValue codemode_prim_react(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
+         JSValue codemode_prim_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
+         JSValue codemode_prim_own_first_trap(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, \
+         int magic, JSValueConst *data);\n\
+         JSValue codemode_prim_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, \
+         int magic, JSValueConst *data);\n\
+         void *codemode_heap_malloc(void *opaque, size_t size);\n\
+         void *codemode_heap_calloc(void *opaque, size_t count, size_t size);\n\
+         void codemode_heap_free(void *opaque, void *ptr);\n\
+         void *codemode_heap_realloc(void *opaque, void *ptr, size_t size);",
     ),
     (
         "        return call_func(caller_ctx, func_obj, this_obj, argc,\n                         argv, flags);",
@@ -185,6 +205,70 @@ const DEVIRTUALIZED: [(&str, &str); 5] = [
          if (ctx->eval_internal == __JS_EvalInternal)\n\
              return __JS_EvalInternal(ctx, this_obj, input, input_len, filename, line, flags, scope_idx);\n\
          return ctx->eval_internal(ctx, this_obj, input, input_len, filename, line,\n                              flags, scope_idx);",
+    ),
+    (
+        "        ret_val = func.generic(ctx, this_obj, argc, arg_buf);",
+        "        /* codemode: direct calls for the shim's primitives */\n\
+         if (func.generic == codemode_prim_host)\n\
+             ret_val = codemode_prim_host(ctx, this_obj, argc, arg_buf);\n\
+         else if (func.generic == codemode_prim_react)\n\
+             ret_val = codemode_prim_react(ctx, this_obj, argc, arg_buf);\n\
+         else if (func.generic == codemode_prim_plain_json)\n\
+             ret_val = codemode_prim_plain_json(ctx, this_obj, argc, arg_buf);\n\
+         else if (func.generic == codemode_prim_define_namespaces)\n\
+             ret_val = codemode_prim_define_namespaces(ctx, this_obj, argc, arg_buf);\n\
+         else\n\
+             ret_val = func.generic(ctx, this_obj, argc, arg_buf);",
+    ),
+    (
+        "    ret = s->func(ctx, this_val, argc, arg_buf, s->magic, vc(s->data));",
+        "    /* codemode: direct calls for the shim's functions */\n\
+         if (s->func == codemode_prim_own_first_trap)\n\
+             ret = codemode_prim_own_first_trap(ctx, this_val, argc, arg_buf, s->magic, vc(s->data));\n\
+         else if (s->func == codemode_prim_namespace_get)\n\
+             ret = codemode_prim_namespace_get(ctx, this_val, argc, arg_buf, s->magic, vc(s->data));\n\
+         else\n\
+             ret = s->func(ctx, this_val, argc, arg_buf, s->magic, vc(s->data));",
+    ),
+    (
+        "            nb = rt->mf.js_realloc(rt->malloc_state.opaque, b,\n                                   sizeof(JSMallocBlockHeader) + size);",
+        "            /* codemode: a direct call for the usual target */\n\
+         if (rt->mf.js_realloc == codemode_heap_realloc)\n\
+             nb = codemode_heap_realloc(rt->malloc_state.opaque, b, sizeof(JSMallocBlockHeader) + size);\n\
+         else\n\
+             nb = rt->mf.js_realloc(rt->malloc_state.opaque, b, sizeof(JSMallocBlockHeader) + size);",
+    ),
+    (
+        "    ar = rt->mf.js_malloc(rt->malloc_state.opaque,\n                          sizeof(JSArena) + (size_t)n_blocks * block_size);",
+        "    /* codemode: a direct call for the usual target */\n\
+         if (rt->mf.js_malloc == codemode_heap_malloc)\n\
+             ar = codemode_heap_malloc(rt->malloc_state.opaque, sizeof(JSArena) + (size_t)n_blocks * block_size);\n\
+         else\n\
+             ar = rt->mf.js_malloc(rt->malloc_state.opaque, sizeof(JSArena) + (size_t)n_blocks * block_size);",
+    ),
+    (
+        "    b = rt->mf.js_malloc(rt->malloc_state.opaque,\n                         sizeof(JSMallocBlockHeader) + size);",
+        "    /* codemode: a direct call for the usual target */\n\
+         if (rt->mf.js_malloc == codemode_heap_malloc)\n\
+             b = codemode_heap_malloc(rt->malloc_state.opaque, sizeof(JSMallocBlockHeader) + size);\n\
+         else\n\
+             b = rt->mf.js_malloc(rt->malloc_state.opaque, sizeof(JSMallocBlockHeader) + size);",
+    ),
+    (
+        "    b = rt->mf.js_calloc(rt->malloc_state.opaque, 1,\n                         sizeof(JSMallocBlockHeader) + size);",
+        "    /* codemode: a direct call for the usual target */\n\
+         if (rt->mf.js_calloc == codemode_heap_calloc)\n\
+             b = codemode_heap_calloc(rt->malloc_state.opaque, 1, sizeof(JSMallocBlockHeader) + size);\n\
+         else\n\
+             b = rt->mf.js_calloc(rt->malloc_state.opaque, 1, sizeof(JSMallocBlockHeader) + size);",
+    ),
+    (
+        "            rt->mf.js_free(rt->malloc_state.opaque, b);",
+        "            /* codemode: a direct call for the usual target */\n\
+         if (rt->mf.js_free == codemode_heap_free)\n\
+             codemode_heap_free(rt->malloc_state.opaque, b);\n\
+         else\n\
+             rt->mf.js_free(rt->malloc_state.opaque, b);",
     ),
 ];
 

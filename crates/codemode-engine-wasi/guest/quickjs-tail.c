@@ -221,8 +221,8 @@ int codemode_promise_react(JSContext *ctx, JSValueConst promise, JSValueConst on
 // but without the own `name` and `length` properties it defines on every such function: two
 // property definitions (and an atom lookup for the name) that cost more than defining the function
 // as an accessor twice. For the namespaces' getters, made per namespace in every run (see
-// js_define_namespaces in the shim); such a function inherits `name` ("") and `length` (0) from
-// Function.prototype. `data_len` is at most 255.
+// codemode_prim_define_namespaces in the shim); such a function inherits `name` ("") and `length`
+// (0) from Function.prototype. `data_len` is at most 255.
 JSValue codemode_new_accessor_function(JSContext *ctx, JSCFunctionData *func, int data_len,
                                        JSValueConst *data)
 {

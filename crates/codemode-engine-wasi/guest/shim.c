@@ -90,7 +90,7 @@ static int heap_fits(size_t extra) {
     return 1;
 }
 
-static void *h_malloc(void *opaque, size_t size) {
+void *codemode_heap_malloc(void *opaque, size_t size) {
     (void)opaque;
     if (size == 0) size = 1;
     if (size > (size_t)-1 - HDR || !heap_fits(size)) return NULL;
@@ -101,14 +101,14 @@ static void *h_malloc(void *opaque, size_t size) {
     return p + HDR;
 }
 
-static void *h_calloc(void *opaque, size_t count, size_t size) {
+void *codemode_heap_calloc(void *opaque, size_t count, size_t size) {
     if (count != 0 && size > ((size_t)-1 - HDR) / count) { heap_refused = 1; return NULL; }
-    void *p = h_malloc(opaque, count * size);
+    void *p = codemode_heap_malloc(opaque, count * size);
     if (p) memset(p, 0, count * size);
     return p;
 }
 
-static void h_free(void *opaque, void *ptr) {
+void codemode_heap_free(void *opaque, void *ptr) {
     (void)opaque;
     if (!ptr) return;
     char *p = (char *)ptr - HDR;
@@ -116,9 +116,9 @@ static void h_free(void *opaque, void *ptr) {
     free(p);
 }
 
-static void *h_realloc(void *opaque, void *ptr, size_t size) {
-    if (!ptr) return h_malloc(opaque, size);
-    if (size == 0) { h_free(opaque, ptr); return NULL; }
+void *codemode_heap_realloc(void *opaque, void *ptr, size_t size) {
+    if (!ptr) return codemode_heap_malloc(opaque, size);
+    if (size == 0) { codemode_heap_free(opaque, ptr); return NULL; }
     char *p = (char *)ptr - HDR;
     size_t old = *(size_t *)p;
     if (size > (size_t)-1 - HDR) { heap_refused = 1; return NULL; }
@@ -134,7 +134,7 @@ static size_t h_usable(const void *ptr) {
     return ptr ? *(const size_t *)((const char *)ptr - HDR) : 0;
 }
 
-static const JSMallocFunctions heap_functions = { h_calloc, h_malloc, h_free, h_realloc, h_usable };
+static const JSMallocFunctions heap_functions = { codemode_heap_calloc, codemode_heap_malloc, codemode_heap_free, codemode_heap_realloc, h_usable };
 
 // ---- output --------------------------------------------------------------------------------------
 static void set_out(const char *s, size_t n) {
@@ -270,7 +270,7 @@ static char join_buf[4096];
 
 // host(kind, payload, more?, last?): the prelude's primitive (see its layer 0). The parts of a
 // payload are joined here, so the guest makes no concatenated string for a call's message.
-static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+JSValue codemode_prim_host(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
     if (argc < 2) return JS_ThrowTypeError(c, "host(kind, payload)");
     int nparts = argc > 4 ? 3 : argc - 1;
@@ -349,7 +349,7 @@ static JSValue js_host(JSContext *c, JSValueConst this_val, int argc, JSValueCon
 // ownFirst(fallback) -> trap: the prelude's optional fifth primitive (see its layer 0). The trap
 // answers t's own data property `key` when its value is not undefined (reading no accessor), and
 // calls fallback(t, key) for everything else.
-static JSValue js_own_first_trap(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
+JSValue codemode_prim_own_first_trap(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
                                  JSValueConst *data) {
     (void)this_val;
     (void)magic;
@@ -374,7 +374,7 @@ static JSValue js_own_first_trap(JSContext *c, JSValueConst this_val, int argc, 
 static JSValue js_own_first(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
     if (argc < 1 || !JS_IsFunction(c, argv[0])) return JS_ThrowTypeError(c, "ownFirst(fallback)");
-    return JS_NewCFunctionData(c, js_own_first_trap, 2, 0, 1, argv);
+    return JS_NewCFunctionData(c, codemode_prim_own_first_trap, 2, 0, 1, argv);
 }
 
 // react(promise, onFulfilled, onRejected) -> boolean: the prelude's optional sixth primitive (see
@@ -382,7 +382,7 @@ static JSValue js_own_first(JSContext *c, JSValueConst this_val, int argc, JSVal
 // done, for anything else). A cell's result reached the prelude through `Reflect.apply(then, ...)`,
 // which also looked up the promise's species and made a result promise with two resolving functions,
 // ~10k instructions of a trivial cell.
-static JSValue js_react(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+JSValue codemode_prim_react(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
     if (argc < 3) return JS_FALSE;
     int r = codemode_promise_react(c, argv[0], argv[1], argv[2]);
@@ -668,7 +668,7 @@ static int put_plain(Buf *b, JSValueConst v, int depth, int max_depth) {
     return cls == class_array ? put_plain_array(b, v, depth, max_depth) : put_plain_object(b, v, depth, max_depth);
 }
 
-static JSValue js_plain_json(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+JSValue codemode_prim_plain_json(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
     int32_t depth = 0, max_depth = 0;
     if (argc < 3 || JS_ToInt32(c, &depth, argv[1]) || JS_ToInt32(c, &max_depth, argv[2]))
@@ -757,7 +757,7 @@ static int hold_namespaces(JSContext *c, const char *part, uint32_t n, uint32_t 
 // function's data record, which QuickJS's collector marks like the other values. build gets the
 // namespace's own text (ASCII texts: its bytes, 0, len) or, when the texts hold other characters,
 // all of them with the namespace's place (as the prelude's loop passes them).
-static JSValue js_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
+JSValue codemode_prim_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
                                 JSValueConst *data) {
     (void)this_val;
     (void)argc;
@@ -823,7 +823,7 @@ static int define_namespace(JSContext *c, JSValueConst *argv, JSAtom atom, doubl
     JSValueConst data[4] = { argv[4], JS_NewNumber(c, start), JS_NewNumber(c, len), JS_UNDEFINED };
     // A function object without own `name` and `length` (see codemode_new_accessor_function):
     // giving them took two property definitions per getter, more than the accessors themselves.
-    JSValue get = codemode_new_accessor_function(c, js_namespace_get, 4, data);
+    JSValue get = codemode_new_accessor_function(c, codemode_prim_namespace_get, 4, data);
     if (JS_IsException(get)) {
         JS_FreeAtom(c, atom);
         return -1;
@@ -879,7 +879,7 @@ static JSValue make_namespaces_root(JSContext *c) {
     return root;
 }
 
-static JSValue js_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+JSValue codemode_prim_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
     if (argc == 0) return make_namespaces_root(c);
     if (argc < 5 || !JS_IsObject(argv[0]) || !JS_IsBool(argv[1]) || !JS_VALUE_GET_BOOL(argv[1]) ||
@@ -996,13 +996,13 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     class_array = JS_GetClassID(proto_array);
     if (!JS_IsObject(proto_object) || !JS_IsObject(proto_array) || class_object == class_array) return -7;
     JSValue primitives[6];
-    primitives[0] = JS_NewCFunction(ctx, js_host, "host", 2);
-    primitives[1] = JS_NewCFunction(ctx, js_plain_json, "plainJson", 3);
-    primitives[2] = JS_NewCFunction(ctx, js_define_namespaces, "defineNamespaces", 5);
+    primitives[0] = JS_NewCFunction(ctx, codemode_prim_host, "host", 2);
+    primitives[1] = JS_NewCFunction(ctx, codemode_prim_plain_json, "plainJson", 3);
+    primitives[2] = JS_NewCFunction(ctx, codemode_prim_define_namespaces, "defineNamespaces", 5);
     // settlesNatively: `host` answers every request with its promise (see promise_for).
     primitives[3] = JS_TRUE;
     primitives[4] = JS_NewCFunction(ctx, js_own_first, "ownFirst", 1);
-    primitives[5] = JS_NewCFunction(ctx, js_react, "react", 3);
+    primitives[5] = JS_NewCFunction(ctx, codemode_prim_react, "react", 3);
     JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 6, primitives);
     for (int i = 0; i < 6; i++) JS_FreeValue(ctx, primitives[i]);
     JS_FreeValue(ctx, install);
