@@ -90,6 +90,9 @@ static int heap_fits(size_t extra) {
     return 1;
 }
 
+// The heap functions but free, and the primitives below, are not static: QuickJS calls them
+// directly where it would call through a pointer (build.rs, DEVIRTUALIZED), which spares a fresh
+// instance the function-table entries it would otherwise initialize for them.
 void *codemode_heap_malloc(void *opaque, size_t size) {
     (void)opaque;
     if (size == 0) size = 1;
@@ -108,7 +111,7 @@ void *codemode_heap_calloc(void *opaque, size_t count, size_t size) {
     return p;
 }
 
-void codemode_heap_free(void *opaque, void *ptr) {
+static void codemode_heap_free(void *opaque, void *ptr) {
     (void)opaque;
     if (!ptr) return;
     char *p = (char *)ptr - HDR;
@@ -130,11 +133,12 @@ void *codemode_heap_realloc(void *opaque, void *ptr, size_t size) {
     return q + HDR;
 }
 
-static size_t h_usable(const void *ptr) {
+size_t codemode_heap_usable(const void *ptr) {
     return ptr ? *(const size_t *)((const char *)ptr - HDR) : 0;
 }
 
-static const JSMallocFunctions heap_functions = { codemode_heap_calloc, codemode_heap_malloc, codemode_heap_free, codemode_heap_realloc, h_usable };
+static const JSMallocFunctions heap_functions = { codemode_heap_calloc, codemode_heap_malloc, codemode_heap_free,
+                                                  codemode_heap_realloc, codemode_heap_usable };
 
 // ---- output --------------------------------------------------------------------------------------
 static void set_out(const char *s, size_t n) {
