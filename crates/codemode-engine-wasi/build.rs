@@ -139,13 +139,15 @@ const CUTILS_TRANSFORMS: [(&str, &str); 2] = [
 /// here; the shim defines them, non-static for this): its primitives, called from
 /// `js_call_c_function` (`host` on every nested call, `react` and `plainJson` in every run,
 /// `defineNamespaces` in every run with namespaces) and `js_call_c_function_data` (the `tools` traps'
-/// `ownFirst`, the namespaces' getters), and its heap functions, which QuickJS's arena calls for
-/// blocks too large for an arena (a compiled cell's scope array is one, and its size is read in
-/// every run). A trivial cell's instance initialized three table entries for these (~3k
-/// instructions), one with two visible namespaces four. A call of any other C function pays the few
-/// integer comparisons. (Freeing a large block is left indirect: no ordinary run frees one, and the
-/// check made QuickJS's free path too large to inline, a nested call 0.4 % dearer.)
-const DEVIRTUALIZED: [(&str, &str); 12] = [
+/// `ownFirst`, the namespaces' getters), and two of its heap functions, which QuickJS's arena calls
+/// for blocks too large for an arena: the size query (every run: a compiled cell's scope array is
+/// such a block) and reallocation. A trivial cell's instance initialized three table entries for
+/// these (`react`, `plainJson`, the size query; ~3k instructions), one with two visible namespaces
+/// four. A call of any other C function pays the few
+/// integer comparisons. (Allocating and freeing a large block are left indirect: no ordinary run
+/// does either, and the checks made QuickJS's allocation and free paths too large to inline, a
+/// nested call 0.4 % dearer.)
+const DEVIRTUALIZED: [(&str, &str); 9] = [
     (
         "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);",
         "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);\n\
@@ -163,8 +165,6 @@ const DEVIRTUALIZED: [(&str, &str); 12] = [
          int magic, JSValueConst *data);\n\
          JSValue codemode_prim_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, \
          int magic, JSValueConst *data);\n\
-         void *codemode_heap_malloc(void *opaque, size_t size);\n\
-         void *codemode_heap_calloc(void *opaque, size_t count, size_t size);\n\
          void *codemode_heap_realloc(void *opaque, void *ptr, size_t size);\n\
          size_t codemode_heap_usable(const void *ptr);",
     ),
@@ -239,30 +239,6 @@ const DEVIRTUALIZED: [(&str, &str); 12] = [
              nb = codemode_heap_realloc(rt->malloc_state.opaque, b, sizeof(JSMallocBlockHeader) + size);\n\
          else\n\
              nb = rt->mf.js_realloc(rt->malloc_state.opaque, b, sizeof(JSMallocBlockHeader) + size);",
-    ),
-    (
-        "    ar = rt->mf.js_malloc(rt->malloc_state.opaque,\n                          sizeof(JSArena) + (size_t)n_blocks * block_size);",
-        "    /* codemode: a direct call for the usual target */\n\
-         if (rt->mf.js_malloc == codemode_heap_malloc)\n\
-             ar = codemode_heap_malloc(rt->malloc_state.opaque, sizeof(JSArena) + (size_t)n_blocks * block_size);\n\
-         else\n\
-             ar = rt->mf.js_malloc(rt->malloc_state.opaque, sizeof(JSArena) + (size_t)n_blocks * block_size);",
-    ),
-    (
-        "    b = rt->mf.js_malloc(rt->malloc_state.opaque,\n                         sizeof(JSMallocBlockHeader) + size);",
-        "    /* codemode: a direct call for the usual target */\n\
-         if (rt->mf.js_malloc == codemode_heap_malloc)\n\
-             b = codemode_heap_malloc(rt->malloc_state.opaque, sizeof(JSMallocBlockHeader) + size);\n\
-         else\n\
-             b = rt->mf.js_malloc(rt->malloc_state.opaque, sizeof(JSMallocBlockHeader) + size);",
-    ),
-    (
-        "    b = rt->mf.js_calloc(rt->malloc_state.opaque, 1,\n                         sizeof(JSMallocBlockHeader) + size);",
-        "    /* codemode: a direct call for the usual target */\n\
-         if (rt->mf.js_calloc == codemode_heap_calloc)\n\
-             b = codemode_heap_calloc(rt->malloc_state.opaque, 1, sizeof(JSMallocBlockHeader) + size);\n\
-         else\n\
-             b = rt->mf.js_calloc(rt->malloc_state.opaque, 1, sizeof(JSMallocBlockHeader) + size);",
     ),
     (
         "            size_t size = rt->mf.js_malloc_usable_size(b);",

@@ -90,10 +90,10 @@ static int heap_fits(size_t extra) {
     return 1;
 }
 
-// The heap functions but free, and the primitives below, are not static: QuickJS calls them
-// directly where it would call through a pointer (build.rs, DEVIRTUALIZED), which spares a fresh
+// codemode_heap_realloc and codemode_heap_usable, and the primitives below, are not static: QuickJS
+// calls them directly where it would call through a pointer (build.rs, DEVIRTUALIZED), which spares a fresh
 // instance the function-table entries it would otherwise initialize for them.
-void *codemode_heap_malloc(void *opaque, size_t size) {
+static void *codemode_heap_malloc(void *opaque, size_t size) {
     (void)opaque;
     if (size == 0) size = 1;
     if (size > (size_t)-1 - HDR || !heap_fits(size)) return NULL;
@@ -104,7 +104,7 @@ void *codemode_heap_malloc(void *opaque, size_t size) {
     return p + HDR;
 }
 
-void *codemode_heap_calloc(void *opaque, size_t count, size_t size) {
+static void *codemode_heap_calloc(void *opaque, size_t count, size_t size) {
     if (count != 0 && size > ((size_t)-1 - HDR) / count) { heap_refused = 1; return NULL; }
     void *p = codemode_heap_malloc(opaque, count * size);
     if (p) memset(p, 0, count * size);
