@@ -144,9 +144,10 @@ const CUTILS_TRANSFORMS: [(&str, &str); 2] = [
 /// such a block) and reallocation. A trivial cell's instance initialized three table entries for
 /// these (`react`, `plainJson`, the size query; ~3k instructions), one with two visible namespaces
 /// four. A call of any other C function pays the few
-/// integer comparisons. (Allocating and freeing a large block are left indirect: no ordinary run
-/// does either, and the checks made QuickJS's allocation and free paths too large to inline, a
-/// nested call 0.4 % dearer.)
+/// integer comparisons. The two heap calls go through small functions of their own
+/// (`codemode_large_*`, in `guest/quickjs-tail.c`) that are never inlined: checked in place, they
+/// made the arena's functions too large to inline into their callers, a nested call 0.4 % dearer.
+/// (Allocating and freeing a large block stay indirect: no ordinary run does either.)
 const DEVIRTUALIZED: [(&str, &str); 9] = [
     (
         "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);",
@@ -166,7 +167,9 @@ const DEVIRTUALIZED: [(&str, &str); 9] = [
          JSValue codemode_prim_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, \
          int magic, JSValueConst *data);\n\
          void *codemode_heap_realloc(void *opaque, void *ptr, size_t size);\n\
-         size_t codemode_heap_usable(const void *ptr);",
+         size_t codemode_heap_usable(const void *ptr);\n\
+         static no_inline void *codemode_large_realloc(JSRuntime *rt, void *b, size_t size);\n\
+         static no_inline size_t codemode_large_usable(JSRuntime *rt, const void *b);",
     ),
     (
         "        return call_func(caller_ctx, func_obj, this_obj, argc,\n                         argv, flags);",
@@ -234,17 +237,11 @@ const DEVIRTUALIZED: [(&str, &str); 9] = [
     ),
     (
         "            nb = rt->mf.js_realloc(rt->malloc_state.opaque, b,\n                                   sizeof(JSMallocBlockHeader) + size);",
-        "            /* codemode: a direct call for the usual target */\n\
-         if (rt->mf.js_realloc == codemode_heap_realloc)\n\
-             nb = codemode_heap_realloc(rt->malloc_state.opaque, b, sizeof(JSMallocBlockHeader) + size);\n\
-         else\n\
-             nb = rt->mf.js_realloc(rt->malloc_state.opaque, b, sizeof(JSMallocBlockHeader) + size);",
+        "            nb = codemode_large_realloc(rt, b, sizeof(JSMallocBlockHeader) + size); /* codemode */",
     ),
     (
         "            size_t size = rt->mf.js_malloc_usable_size(b);",
-        "            /* codemode: a direct call for the usual target */\n\
-         size_t size = rt->mf.js_malloc_usable_size == codemode_heap_usable ? codemode_heap_usable(b)\n\
-                                                                          : rt->mf.js_malloc_usable_size(b);",
+        "            size_t size = codemode_large_usable(rt, b); /* codemode */",
     ),
 ];
 
