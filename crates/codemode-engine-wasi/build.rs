@@ -139,16 +139,14 @@ const CUTILS_TRANSFORMS: [(&str, &str); 2] = [
 /// here; the shim defines them, non-static for this): its primitives, called from
 /// `js_call_c_function` (`host` on every nested call, `react` and `plainJson` in every run,
 /// `defineNamespaces` in every run with namespaces) and `js_call_c_function_data` (the `tools` traps'
-/// `ownFirst`, the namespaces' getters), and two of its heap functions, which QuickJS's arena calls
-/// for blocks too large for an arena: the size query (every run: a compiled cell's scope array is
-/// such a block) and reallocation. A trivial cell's instance initialized three table entries for
-/// these (`react`, `plainJson`, the size query; ~3k instructions), one with two visible namespaces
-/// four. A call of any other C function pays the few
-/// integer comparisons. The two heap calls go through small functions of their own
-/// (`codemode_large_*`, in `guest/quickjs-tail.c`) that are never inlined: checked in place, they
-/// made the arena's functions too large to inline into their callers, a nested call 0.4 % dearer.
-/// (Allocating and freeing a large block stay indirect: no ordinary run does either.)
-const DEVIRTUALIZED: [(&str, &str); 9] = [
+/// `ownFirst`, the namespaces' getters). A trivial cell's instance initialized table entries for two
+/// of these (`react`, `plainJson`; ~2k instructions), one with two visible namespaces three. A call of
+/// any other C function pays the few integer comparisons. Left indirect: the arena's calls of the
+/// shim's heap functions for blocks too large for an arena. One of them runs in every run (the
+/// size query, for a compiled cell's scope array: one more entry, ~1k), but any check added there,
+/// in place or through a helper, changed which of the allocator's functions clang inlines, and
+/// made a nested call 0.4-0.8 % dearer in callgrind.
+const DEVIRTUALIZED: [(&str, &str); 7] = [
     (
         "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);",
         "static void js_array_finalizer(JSRuntime *rt, JSValueConst val);\n\
@@ -165,11 +163,7 @@ const DEVIRTUALIZED: [(&str, &str); 9] = [
          JSValue codemode_prim_own_first_trap(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, \
          int magic, JSValueConst *data);\n\
          JSValue codemode_prim_namespace_get(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, \
-         int magic, JSValueConst *data);\n\
-         void *codemode_heap_realloc(void *opaque, void *ptr, size_t size);\n\
-         size_t codemode_heap_usable(const void *ptr);\n\
-         static no_inline void *codemode_large_realloc(JSRuntime *rt, void *b, size_t size);\n\
-         static no_inline size_t codemode_large_usable(JSRuntime *rt, const void *b);",
+         int magic, JSValueConst *data);",
     ),
     (
         "        return call_func(caller_ctx, func_obj, this_obj, argc,\n                         argv, flags);",
@@ -234,14 +228,6 @@ const DEVIRTUALIZED: [(&str, &str); 9] = [
              ret = codemode_prim_namespace_get(ctx, this_val, argc, arg_buf, s->magic, vc(s->data));\n\
          else\n\
              ret = s->func(ctx, this_val, argc, arg_buf, s->magic, vc(s->data));",
-    ),
-    (
-        "            nb = rt->mf.js_realloc(rt->malloc_state.opaque, b,\n                                   sizeof(JSMallocBlockHeader) + size);",
-        "            nb = codemode_large_realloc(rt, b, sizeof(JSMallocBlockHeader) + size); /* codemode */",
-    ),
-    (
-        "            size_t size = rt->mf.js_malloc_usable_size(b);",
-        "            size_t size = codemode_large_usable(rt, b); /* codemode */",
     ),
 ];
 

@@ -247,21 +247,3 @@ JSValue codemode_new_accessor_function(JSContext *ctx, JSCFunctionData *func, in
     JS_SetOpaqueInternal(func_obj, s);
     return func_obj;
 }
-
-// The arena's calls of the shim's heap functions for blocks too large for an arena (build.rs,
-// DEVIRTUALIZED): a direct call when the runtime's function is the shim's (always, in this guest),
-// which spares a fresh instance the function-table entry an indirect call initializes. Out of line,
-// so the arena's own functions stay small enough to be inlined where QuickJS inlines them.
-static no_inline void *codemode_large_realloc(JSRuntime *rt, void *b, size_t size)
-{
-    if (rt->mf.js_realloc == codemode_heap_realloc)
-        return codemode_heap_realloc(rt->malloc_state.opaque, b, size);
-    return rt->mf.js_realloc(rt->malloc_state.opaque, b, size);
-}
-
-static no_inline size_t codemode_large_usable(JSRuntime *rt, const void *b)
-{
-    if (rt->mf.js_malloc_usable_size == codemode_heap_usable)
-        return codemode_heap_usable(b);
-    return rt->mf.js_malloc_usable_size(b);
-}

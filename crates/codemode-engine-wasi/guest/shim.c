@@ -90,9 +90,6 @@ static int heap_fits(size_t extra) {
     return 1;
 }
 
-// codemode_heap_realloc and codemode_heap_usable, and the primitives below, are not static: QuickJS
-// calls them directly where it would call through a pointer (build.rs, DEVIRTUALIZED), which spares a fresh
-// instance the function-table entries it would otherwise initialize for them.
 static void *codemode_heap_malloc(void *opaque, size_t size) {
     (void)opaque;
     if (size == 0) size = 1;
@@ -119,7 +116,7 @@ static void codemode_heap_free(void *opaque, void *ptr) {
     free(p);
 }
 
-void *codemode_heap_realloc(void *opaque, void *ptr, size_t size) {
+static void *codemode_heap_realloc(void *opaque, void *ptr, size_t size) {
     if (!ptr) return codemode_heap_malloc(opaque, size);
     if (size == 0) { codemode_heap_free(opaque, ptr); return NULL; }
     char *p = (char *)ptr - HDR;
@@ -133,7 +130,7 @@ void *codemode_heap_realloc(void *opaque, void *ptr, size_t size) {
     return q + HDR;
 }
 
-size_t codemode_heap_usable(const void *ptr) {
+static size_t codemode_heap_usable(const void *ptr) {
     return ptr ? *(const size_t *)((const char *)ptr - HDR) : 0;
 }
 
@@ -271,6 +268,10 @@ static const char *text_of(JSContext *c, JSValueConst v, size_t *len, int *owned
 // Where host(kind, payload, more, last) joins a payload that comes in parts (the one-frame call
 // path's head, input JSON and tail), when they fit; a larger one takes a guest allocation.
 static char join_buf[4096];
+
+// The primitives (codemode_prim_*) are not static: QuickJS calls them directly where it would call
+// through a pointer (build.rs, DEVIRTUALIZED), which spares a fresh instance the function-table
+// entries it would otherwise initialize for them.
 
 // host(kind, payload, more?, last?): the prelude's primitive (see its layer 0). The parts of a
 // payload are joined here, so the guest makes no concatenated string for a call's message.
