@@ -705,7 +705,7 @@ JSValue codemode_prim_plain_json(JSContext *c, JSValueConst this_val, int argc, 
 // run with two namespaces more than the rest of its boot: parsing the index, running the loop, a
 // closure per namespace. Here the boot text's namespace part (the index, one line of `name len`
 // pairs, and the namespaces' JSON texts after it) never becomes a JS string: `begin` keeps a copy of
-// its bytes (ns_held) and hands `boot` `true` in their place. The index is read as bytes; each
+// its bytes (ns_index, ns_texts) and hands `boot` `true` in their place. The index is read as bytes; each
 // namespace costs one function object with its data and one property definition on the global. A
 // namespace's text becomes a string only when the cell first reads the namespace, and the root
 // `namespaces` is made only when the cell first reads it (the prelude's getter then calls

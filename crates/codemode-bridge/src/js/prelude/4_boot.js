@@ -285,11 +285,10 @@
     // (so baked into `quickjs-wasi`'s image), whose getter returns the run's root: `boot` points it
     // at a root it builds when the run has namespaces (or at `true`, when the engine's
     // `defineNamespaces` makes the root on this getter's first call); otherwise it stays this empty
-    // one. Each root
-    // has a null prototype and is non-extensible (frozen: its properties are non-configurable
-    // accessors). Defining the global and making an empty root in every run cost a property
-    // definition on the global object, two objects and three built-in calls per run; a VM boots once,
-    // so no run ever sees another's root.
+    // one. Each root has a null prototype and is non-extensible (frozen: its properties are
+    // non-configurable accessors). Defining the global and making an empty root in every run cost a
+    // property definition on the global object, two objects and three built-in calls per run; a VM
+    // boots once, so no run ever sees another's root.
     let runNamespaces;
     function installNamespaces() {
       const empty = create(null);
