@@ -105,6 +105,12 @@ pub fn split_boot(boot: &str) -> (&str, &str, &str) {
     (head, index, texts)
 }
 
+/// `text`'s length in UTF-16 code units, the unit JavaScript strings count in and the boot text's
+/// namespace index is written in: its byte length when it is ASCII (JSON text mostly is).
+pub fn utf16_len(text: &str) -> usize {
+    if text.is_ascii() { text.len() } else { text.encode_utf16().count() }
+}
+
 /// The JSON depth limit of a boot text's head when the head is exactly what [`BootText`] writes,
 /// `{"maxDepth":N}` (N of one to nine digits, no leading zero). An engine may then pass the prelude's
 /// `boot` the number N instead of the head's text, sparing a `JSON.parse` per run; `boot` accepts
@@ -302,8 +308,7 @@ impl BootText {
         {
             return last.text.clone();
         }
-        // The guest slices by UTF-16 code units; JSON text is mostly ASCII, where that is its length.
-        let utf16_len = |text: &str| if text.is_ascii() { text.len() } else { text.encode_utf16().count() };
+        // The guest slices by UTF-16 code units (utf16_len).
         let mut out = String::with_capacity(
             self.head.len() + 2 + namespaces.clone().map(|(name, text)| name.len() + 12 + text.len()).sum::<usize>(),
         );

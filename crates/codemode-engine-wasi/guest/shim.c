@@ -720,10 +720,9 @@ JSValue codemode_prim_plain_json(JSContext *c, JSValueConst this_val, int argc, 
 // memory). NULL when the run has no namespaces.
 static const char *ns_index, *ns_texts;
 static uint32_t ns_index_len, ns_texts_len;
-// Whether the texts are all ASCII (then a UTF-16 offset is a byte offset), and their length in
-// UTF-16 code units (the unit the index's lengths count, as JavaScript strings do; counted by the
-// host, which does it natively, and passed with cm_start).
-static int ns_texts_ascii;
+// The texts' length in UTF-16 code units (the unit the index's lengths count, as JavaScript strings
+// do; counted by the host, which does it natively, and passed with cm_start). Equal to their byte
+// length only when they are all ASCII: then a UTF-16 offset is a byte offset.
 static double ns_texts_units;
 
 // The namespaces defined at boot, in index order, for the root made on the first read of
@@ -752,7 +751,6 @@ static int hold_namespaces(JSContext *c, const char *part, uint32_t n, uint32_t 
     // getter reads within the copy: slices of bytes only when the counts agree (and then the boot
     // kept every namespace within them), otherwise slices of the whole text made a string.
     ns_texts_units = texts_units;
-    ns_texts_ascii = texts_units == ns_texts_len;
     return 0;
 }
 
@@ -773,7 +771,7 @@ JSValue codemode_prim_namespace_get(JSContext *c, JSValueConst this_val, int arg
     if (JS_ToFloat64(c, &start, data[1]) < 0 || JS_ToFloat64(c, &len, data[2]) < 0) return JS_EXCEPTION;
     JSValue text;
     JSValueConst args[3];
-    if (ns_texts_ascii) {
+    if (ns_texts_units == ns_texts_len) {
         // The boot checked start + len against the texts' length.
         text = JS_NewStringLen(c, ns_texts + (size_t)start, (size_t)len);
         args[1] = JS_NewInt32(c, 0);

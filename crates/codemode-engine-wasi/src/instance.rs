@@ -48,9 +48,7 @@ type StartFn = TypedFunc<(u32, u32, u32, u32, u32, u32, u32, u32, i32, u32), i32
 /// instructions; `is_ascii` here a few dozen). Saturates, so an impossible length only stops the
 /// guest's list early.
 fn texts_units(boot: &str) -> u32 {
-    let texts = codemode_bridge::split_boot(boot).2;
-    let units = if texts.is_ascii() { texts.len() } else { texts.encode_utf16().count() };
-    u32::try_from(units).unwrap_or(u32::MAX)
+    u32::try_from(codemode_bridge::utf16_len(codemode_bridge::split_boot(boot).2)).unwrap_or(u32::MAX)
 }
 
 /// `cm_configure`'s arguments: the heap limit, the stack budget, a seed's two halves, whether to
