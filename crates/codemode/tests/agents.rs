@@ -378,3 +378,53 @@ async fn result_types_are_learned_from_observed_results() {
         assert_eq!(description.contains(line), on, "{description}");
     }
 }
+
+/// Answers every host-executed call with `{ ok: true }`.
+struct AlwaysOk;
+
+#[async_trait::async_trait]
+impl codemode::ToolExecutor for AlwaysOk {
+    async fn call(&self, _call: codemode::NestedToolCall) -> Result<codemode::ToolResult, codemode::ToolError> {
+        Ok(codemode::ToolResult::value(json!({ "ok": true })))
+    }
+}
+
+/// Issue 26 §4: a tool-list change forgets what was learned about a tool only when that tool's
+/// definition changed or it went away. (An upstream MCP server that registers tools after the
+/// handshake announces them with `tools/list_changed`; that used to erase every learned type, so a
+/// client's second call could see one result where it had made two.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learned_result_types_survive_a_tool_list_change_that_leaves_the_tool_alone() {
+    let def = |name: &str, description: &str| {
+        codemode::ToolDefinition::new(codemode::ToolSource::Client, "app", name).with_description(description)
+    };
+    let cm = CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name("quickjs")
+        .tool_definitions([def("a", "first"), def("b", "second")])
+        .executor(Arc::new(AlwaysOk))
+        .build();
+    let ctx = ctx(None, None);
+    let learned = |cm: &CodeMode, ids: &'static [&'static str]| {
+        let code = format!(
+            "const out = []; for (const id of {ids:?}) out.push((await tools.describe(id))?.observedOutput?.results ?? null); return out"
+        );
+        let cm = cm.clone();
+        let ctx = ctx.clone();
+        async move { cm.exec(&ctx, &CodeModeExecInput::code(code)).await.to_json()["value"].clone() }
+    };
+    let calls = "await tools.call('client:app:a', {}); await tools.call('client:app:b', {}); return 1";
+    assert_eq!(cm.exec(&ctx, &CodeModeExecInput::code(calls)).await.to_json()["value"], json!(1));
+    assert_eq!(learned(&cm, &["client:app:a", "client:app:b"]).await, json!([1, 1]));
+    // A tool added, the others as they were: everything learned stays.
+    cm.set_host_tools(vec![def("a", "first"), def("b", "second"), def("c", "added")]);
+    assert_eq!(learned(&cm, &["client:app:a", "client:app:b"]).await, json!([1, 1]));
+    // `a` redefined: only `a` starts over.
+    cm.set_host_tools(vec![def("a", "first, reworded"), def("b", "second"), def("c", "added")]);
+    assert_eq!(learned(&cm, &["client:app:a", "client:app:b"]).await, json!([null, 1]));
+    assert_eq!(cm.exec(&ctx, &CodeModeExecInput::code(calls)).await.to_json()["value"], json!(1));
+    assert_eq!(learned(&cm, &["client:app:a", "client:app:b"]).await, json!([1, 2]));
+    // `b` gone: its entry goes; back again, it starts over.
+    cm.set_host_tools(vec![def("a", "first, reworded")]);
+    cm.set_host_tools(vec![def("a", "first, reworded"), def("b", "second")]);
+    assert_eq!(learned(&cm, &["client:app:a", "client:app:b"]).await, json!([1, null]));
+}

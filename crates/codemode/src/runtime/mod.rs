@@ -227,7 +227,8 @@ pub(crate) struct Inner {
     /// How long a guest worker waits for a nested call's result itself (see [`CallGates`]).
     pub(crate) inline_wait: Duration,
     /// What was learned about the results of tools without an output schema, by tool id (`None`:
-    /// switched off). Cleared when the tools change (a new catalog version). At most
+    /// switched off). A tool's entry is dropped when its definition changes or it goes away (a new
+    /// catalog version). At most
     /// [`MAX_OBSERVED_TOOLS`] tools.
     pub(crate) observed: Option<Arc<Observations>>,
     loop_histories: Mutex<HashMap<codemode_core::RunScope, Arc<Mutex<History>>>>,
@@ -459,10 +460,20 @@ impl Inner {
     /// Replaces the catalog for runs started from now on (the default target's; the other targets'
     /// are built again when next needed).
     pub(crate) fn set_catalog(&self, catalog: Catalog) {
-        // A new catalog version: what its tools return is learned anew.
+        // A new catalog version: what a tool returns is learned anew when its definition changed or
+        // it went away. The others keep what was learned: an upstream server announcing tools it
+        // registers after the handshake must not erase what its unchanged tools were seen to return.
         if let Some(o) = &self.observed {
-            o.map.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            o.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let before = self.catalog.read().unwrap_or_else(|p| p.into_inner()).catalog.clone();
+            let mut map = o.map.lock().unwrap_or_else(|p| p.into_inner());
+            let len = map.len();
+            map.retain(|id, _| match (before.get(id), catalog.get(id)) {
+                (Some(old), Some(new)) => old.def == new.def,
+                _ => false,
+            });
+            if map.len() != len {
+                o.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         let next = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals, self.observed.as_deref()));
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
