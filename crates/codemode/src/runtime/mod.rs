@@ -227,9 +227,8 @@ pub(crate) struct Inner {
     /// How long a guest worker waits for a nested call's result itself (see [`CallGates`]).
     pub(crate) inline_wait: Duration,
     /// What was learned about the results of tools without an output schema, by tool id (`None`:
-    /// switched off). A tool's entry is dropped when its definition changes or it goes away (a new
-    /// catalog version). At most
-    /// [`MAX_OBSERVED_TOOLS`] tools.
+    /// switched off). A tool's entry is dropped when a new catalog changes its definition or leaves
+    /// it out. At most [`MAX_OBSERVED_TOOLS`] tools.
     pub(crate) observed: Option<Arc<Observations>>,
     loop_histories: Mutex<HashMap<codemode_core::RunScope, Arc<Mutex<History>>>>,
     pub(crate) store: Arc<dyn SnapshotStore>,
