@@ -245,6 +245,55 @@ fn store_cached(module: &Module, path: &Path) {
     })();
     if let Err(e) = result {
         tracing::warn!(path = %path.display(), error = %e, "cannot cache the compiled guest module");
+        return;
+    }
+    prune_stale(dir, path, std::time::SystemTime::now());
+}
+
+/// How long another build's cached artifact may go unread before a new artifact's write removes it.
+/// Prevents: every upgrade leaving its ~4 MB artifact in the cache directory forever. Kept this long
+/// so that two installed versions used in turn do not remove each other's artifact (and recompile)
+/// at each switch: an artifact in use is read at every start, which keeps its access time fresh
+/// (the kernel updates it at least daily under `relatime`).
+const STALE_ARTIFACT: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Removes the other builds' artifacts not read for [`STALE_ARTIFACT`] and temporary files an
+/// interrupted write left behind more than a day ago. Runs only after this process wrote a new
+/// artifact (once per build and machine), never on the start path. Touches nothing but this
+/// cache's own file names, never directories or symbolic links (`DirEntry::metadata` does not
+/// follow them); errors are ignored (another process may be removing the same files).
+fn prune_stale(dir: &Path, keep: &Path, now: std::time::SystemTime) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path == keep {
+            continue;
+        }
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let limit = if name.starts_with(".quickjs-wasi-") && name.ends_with(".tmp") {
+            std::time::Duration::from_secs(24 * 3600)
+        } else if name.starts_with("quickjs-wasi-") && name.ends_with(".cwasm") {
+            STALE_ARTIFACT
+        } else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let last = match (meta.accessed(), meta.modified()) {
+            (Ok(a), Ok(m)) => a.max(m),
+            (Ok(t), Err(_)) | (Err(_), Ok(t)) => t,
+            (Err(_), Err(_)) => continue,
+        };
+        if now.duration_since(last).is_ok_and(|idle| idle > limit) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => tracing::debug!(path = %path.display(), "removed a stale cached guest module"),
+                Err(e) => {
+                    tracing::debug!(path = %path.display(), error = %e, "cannot remove a stale cached guest module")
+                }
+            }
+        }
     }
 }
 
@@ -455,6 +504,39 @@ fn start_ticker(engine: Engine) {
 
 #[cfg(test)]
 mod tests {
+    /// A new artifact's write removes the other builds' artifacts unread for 30 days and old
+    /// leftovers of interrupted writes; recent artifacts, the new one and foreign files stay.
+    #[test]
+    fn writing_an_artifact_prunes_stale_ones_only() {
+        use std::time::{Duration, SystemTime};
+        let dir = std::env::temp_dir().join(format!("codemode-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let now = SystemTime::now();
+        let day = Duration::from_secs(24 * 3600);
+        let file = |name: &str, idle: Duration| {
+            let p = dir.join(name);
+            std::fs::write(&p, b"x").unwrap();
+            let t = now - idle;
+            let f = std::fs::File::options().write(true).open(&p).unwrap();
+            f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t)).unwrap();
+            p
+        };
+        let keep = file("quickjs-wasi-new-x86_64-linux-wasmtime0.1.0.cwasm", 60 * day);
+        let stale = file("quickjs-wasi-old-x86_64-linux-wasmtime0.1.0.cwasm", 31 * day);
+        let recent = file("quickjs-wasi-other-x86_64-linux-wasmtime0.1.0.cwasm", 29 * day);
+        let old_tmp = file(".quickjs-wasi-old.cwasm.123.tmp", 2 * day);
+        let new_tmp = file(".quickjs-wasi-new.cwasm.456.tmp", Duration::from_secs(60));
+        let foreign = file("notes.cwasm", 400 * day);
+        std::fs::create_dir(dir.join("quickjs-wasi-dir.cwasm")).unwrap();
+        super::prune_stale(&dir, &keep, now);
+        let left = |p: &std::path::Path| p.exists();
+        assert!(left(&keep) && left(&recent) && left(&new_tmp) && left(&foreign));
+        assert!(!left(&stale) && !left(&old_tmp));
+        assert!(dir.join("quickjs-wasi-dir.cwasm").is_dir(), "directories are never touched");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn the_built_guest_exports_every_mutable_global() {
         let globals = super::mutable_globals(super::GUEST_WASM).unwrap();
