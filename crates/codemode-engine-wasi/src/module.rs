@@ -281,11 +281,7 @@ fn prune_stale(dir: &Path, keep: &Path, now: std::time::SystemTime) {
         if !meta.is_file() {
             continue;
         }
-        let last = match (meta.accessed(), meta.modified()) {
-            (Ok(a), Ok(m)) => a.max(m),
-            (Ok(t), Err(_)) | (Err(_), Ok(t)) => t,
-            (Err(_), Err(_)) => continue,
-        };
+        let Some(last) = [meta.accessed(), meta.modified()].into_iter().flatten().max() else { continue };
         if now.duration_since(last).is_ok_and(|idle| idle > limit) {
             match std::fs::remove_file(&path) {
                 Ok(()) => tracing::debug!(path = %path.display(), "removed a stale cached guest module"),
