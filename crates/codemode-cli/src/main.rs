@@ -232,6 +232,7 @@ impl StoreArgs {
 
     async fn runtime(&self, common: &CommonArgs) -> Result<Gateway> {
         let config = load_config(common)?;
+        start_engine_load(&config.code_mode.runtime);
         let store = self.open().await?;
         build_runtime_with(config, common, Some(store), None).await
     }
@@ -369,6 +370,7 @@ async fn build_runtime_with(
     store: Option<Arc<dyn codemode::SnapshotStore>>,
     trajectory: Option<Arc<dyn codemode::RunObserver>>,
 ) -> Result<Gateway> {
+    start_engine_load(&config.code_mode.runtime);
     let (builder, hub) = codemode_mcp::runtime_builder(
         &config,
         &common.target(),
@@ -389,6 +391,53 @@ async fn build_runtime_with(
         );
     }
     Ok(Gateway { cm, hub })
+}
+
+/// Starts loading the `quickjs-wasi` guest module (mapping the cached compiled module, or compiling
+/// it on a machine's first run) on a thread of its own when `engine` names it, so that the load
+/// overlaps the async runtime's start, opening the snapshot store, building the catalog and
+/// starting the config's MCP servers instead of delaying the first cell (or, for `serve`, the
+/// first answer). The first run waits for this load rather than starting a
+/// second one, and meets its outcome (a failed load fails that run closed as
+/// `runtime_unavailable`). Other engines are left alone: their preparation builds spare VMs a
+/// one-shot command does not need. At most one such thread per process.
+pub(crate) fn start_engine_load(engine: &str) {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    if engine != LOADED_AHEAD {
+        return;
+    }
+    let Some(engine) = codemode::Engines::by_name(engine) else { return };
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
+            if let Err(e) = engine.prepare() {
+                tracing::debug!(error = %e, "loading the engine ahead of the first cell failed");
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "cannot start the engine-loading thread; the first cell loads it");
+        }
+    });
+}
+
+/// The engine whose module [`start_engine_load`] loads ahead.
+const LOADED_AHEAD: &str = "quickjs-wasi";
+
+/// The engine a cell-running command (`run`, `exec`, `wait`, `demo`, `serve`) will use when that is
+/// known before its config file is read: `--engine`, or the default when no config file is given.
+fn engine_before_config(command: &Command) -> Option<String> {
+    let common = match command {
+        Command::Run { common, .. }
+        | Command::Exec { common, .. }
+        | Command::Wait { common, .. }
+        | Command::Demo { common, .. } => common,
+        Command::Serve(args) => &args.common,
+        Command::Approve { .. } | Command::Bench { .. } | Command::Catalog(_) => return None,
+    };
+    match (&common.engine, &common.config) {
+        (Some(engine), _) => Some(engine.clone()),
+        (None, None) => Some(CodeModeConfig::enabled().runtime),
+        (None, Some(_)) => None,
+    }
 }
 
 /// Warns on stderr about upstream servers that did not connect.
@@ -427,6 +476,9 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
+    if let Some(engine) = engine_before_config(&cli.command) {
+        start_engine_load(&engine);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -464,5 +516,37 @@ fn main() -> ExitCode {
             eprintln!("codemode: {e:#}");
             ExitCode::from(EXIT_USAGE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine_for(args: &[&str]) -> Option<String> {
+        let cli = Cli::try_parse_from(std::iter::once("codemode").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        engine_before_config(&cli.command)
+    }
+
+    /// The module is loaded ahead only when the engine is known before a config file is read: the
+    /// flag wins, no file means the default, and a file (which may name another engine) defers the
+    /// decision to after it is read. Commands that run no cell load nothing.
+    #[test]
+    fn the_engine_loaded_ahead_is_the_one_the_command_will_use() {
+        // `CODEMODE_CONFIG` in the environment is a config file as far as clap is concerned.
+        let default = std::env::var_os("CODEMODE_CONFIG").is_none().then_some(LOADED_AHEAD);
+        assert_eq!(engine_for(&["run", "cell.js"]).as_deref(), default, "the default engine");
+        assert_eq!(engine_for(&["run", "--engine", "boa", "cell.js"]).as_deref(), Some("boa"));
+        assert_eq!(engine_for(&["run", "--config", "c.json", "--engine", "quickjs", "-"]).as_deref(), Some("quickjs"));
+        assert_eq!(engine_for(&["run", "--config", "c.json", "-"]), None, "the file decides");
+        assert_eq!(engine_for(&["exec", "cell.js"]).as_deref(), default);
+        assert_eq!(engine_for(&["wait", "--engine", "quickjs", "run-id"]).as_deref(), Some("quickjs"));
+        assert_eq!(engine_for(&["demo"]).as_deref(), default);
+        assert_eq!(engine_for(&["approve", "run-id", "1"]), None, "approve runs no cell");
+        assert_eq!(engine_for(&["serve", "--http", "127.0.0.1:0"]).as_deref(), default);
+        assert_eq!(engine_for(&["serve", "--engine", "quickjs"]).as_deref(), Some("quickjs"));
+        assert_eq!(engine_for(&["bench"]), None, "bench loads every engine itself");
+        assert_eq!(engine_for(&["catalog"]), None);
     }
 }

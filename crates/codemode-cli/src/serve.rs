@@ -12,7 +12,7 @@ use std::sync::Arc;
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ServeArgs {
     #[command(flatten)]
-    common: CommonArgs,
+    pub(crate) common: CommonArgs,
     /// Serve streamable HTTP at `http://ADDR/mcp` instead of stdio (loopback addresses are
     /// recommended; the Host and Origin headers are checked against the bound address).
     #[arg(long, value_name = "ADDR")]
@@ -84,6 +84,7 @@ pub(crate) async fn open_store(
 
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let file = load_config(&args.common)?;
+    crate::start_engine_load(&file.code_mode.runtime);
     let choice = match (&args.store, &args.snapshot_dir) {
         (Some(s), _) => Some(match (store_from_flag(s)?, &file.snapshot_store) {
             // `--store redis://…` names the server; the file's keyPrefix and leaseMs still apply.

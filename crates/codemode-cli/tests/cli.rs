@@ -948,3 +948,55 @@ fn relative_relocations_are_packed_when_the_toolchain_supports_it() {
     let out = bin().arg("--version").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The guest module is loaded on a thread of its own from the start of the process, racing the
+/// first cell: an artifact cut off in the cache (a full disk, a crash while copying a cache
+/// directory) is refused by that early load, rebuilt and written back whole, and the run completes
+/// on either path (the engine known before the config file is read, or only after it).
+#[test]
+fn a_cut_off_module_cache_is_rebuilt_by_the_early_load() {
+    let dir = tempdir("cut-cache");
+    let cache = dir.join("cache");
+    let config = write(&dir, "codemode.json", r#"{ "tools": { "codeMode": { "enabled": true } } }"#);
+    let run = |args: &[&str]| {
+        let out = bin()
+            .env("CODEMODE_CACHE_DIR", &cache)
+            .env_remove("CODEMODE_NO_MODULE_CACHE")
+            .args(["run"])
+            .args(args)
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(b"return 6 * 7")?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let v = last_json(&out);
+        assert_eq!((v["status"].as_str(), v["value"].as_i64()), (Some("completed"), Some(42)), "{args:?}: {v}");
+        assert_eq!(v["telemetry"]["engine"], "quickjs-wasi");
+    };
+    let artifacts = || -> Vec<(PathBuf, u64)> {
+        std::fs::read_dir(&cache)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+                    .map(|e| (e.path(), e.metadata().unwrap().len()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    run(&["--engine", "quickjs-wasi"]);
+    let built = artifacts();
+    assert_eq!(built.len(), 1, "one artifact written: {built:?}");
+    for args in [&["--engine", "quickjs-wasi"][..], &["--config", config.to_str().unwrap()][..]] {
+        let (path, len) = &built[0];
+        std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len / 2).unwrap();
+        run(args);
+        assert_eq!(artifacts(), built, "{args:?}: the artifact is rebuilt whole");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
