@@ -397,10 +397,12 @@ async fn build_runtime_with(
 /// it on a machine's first run) on a thread of its own when `engine` names it, so that the load
 /// overlaps the async runtime's start, opening the snapshot store, building the catalog and
 /// starting the config's MCP servers instead of delaying the first cell (or, for `serve`, the
-/// first answer). The first run waits for this load rather than starting a
-/// second one, and meets its outcome (a failed load fails that run closed as
-/// `runtime_unavailable`). Other engines are left alone: their preparation builds spare VMs a
-/// one-shot command does not need. At most one such thread per process.
+/// first answer). The first run waits for this load rather than starting a second one, and meets
+/// its outcome (a failed load fails that run closed as `runtime_unavailable`). Other engines are
+/// left alone: their preparation builds spare VMs a one-shot command does not need. At most one
+/// such thread per process. A command that fails before its first cell (a bad config, an
+/// unreachable store) exits without waiting for the load; a compile it cut short leaves at most a
+/// temporary file in the cache, which a later artifact write removes once it is a day old.
 pub(crate) fn start_engine_load(engine: &str) {
     static STARTED: std::sync::Once = std::sync::Once::new();
     if engine != LOADED_AHEAD {
