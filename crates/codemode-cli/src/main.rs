@@ -346,6 +346,7 @@ pub(crate) async fn build_traced_runtime(
     common: &CommonArgs,
     trajectory: Option<Arc<dyn codemode::RunObserver>>,
 ) -> Result<Gateway> {
+    start_engine_load(&config.code_mode.runtime);
     build_runtime_with(config, common, None, trajectory).await
 }
 
@@ -370,7 +371,6 @@ async fn build_runtime_with(
     store: Option<Arc<dyn codemode::SnapshotStore>>,
     trajectory: Option<Arc<dyn codemode::RunObserver>>,
 ) -> Result<Gateway> {
-    start_engine_load(&config.code_mode.runtime);
     let (builder, hub) = codemode_mcp::runtime_builder(
         &config,
         &common.target(),
@@ -408,8 +408,8 @@ pub(crate) fn start_engine_load(engine: &str) {
     if engine != LOADED_AHEAD {
         return;
     }
-    let Some(engine) = codemode::Engines::by_name(engine) else { return };
     STARTED.call_once(|| {
+        let Some(engine) = codemode::Engines::by_name(engine) else { return };
         let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
             if let Err(e) = engine.prepare() {
                 tracing::debug!(error = %e, "loading the engine ahead of the first cell failed");

@@ -951,8 +951,9 @@ fn relative_relocations_are_packed_when_the_toolchain_supports_it() {
 
 /// The guest module is loaded on a thread of its own from the start of the process, racing the
 /// first cell: an artifact cut off in the cache (a full disk, a crash while copying a cache
-/// directory) is refused by that early load, rebuilt and written back whole, and the run completes
-/// on either path (the engine known before the config file is read, or only after it).
+/// directory) is refused by whichever of the two gets to it first, rebuilt and written back whole,
+/// and the run completes on either path (the engine known before the config file is read, or only
+/// after it).
 #[test]
 fn a_cut_off_module_cache_is_rebuilt_by_the_early_load() {
     let dir = tempdir("cut-cache");
