@@ -11,8 +11,11 @@
 //!   and reject functions), for the promises the shim makes for nested calls; an ASCII string's own
 //!   bytes (`codemode_ascii`); an ordinary object's properties read from its shape, for
 //!   `plainJson` (`codemode_plain_props`); `then` without a derived promise, for the prelude's
-//!   `react` (`codemode_promise_react`); and the number reader JSON parsing is pointed at, which
-//!   reads integers of at most 15 digits without `strtod` (the same double: each is exact).
+//!   `react` (`codemode_promise_react`); the number reader JSON parsing is pointed at, which
+//!   reads integers of at most 15 digits without `strtod` (the same double: each is exact); and a
+//!   reader of the compact JSON the host writes for settled requests (`codemode_json_read`: the
+//!   value JSON.parse makes, built with the same calls, without the source tokenizer; other text
+//!   still goes to JSON.parse's parser).
 //! - The source parser reads a small decimal integer literal itself (the same int `js_atof`
 //!   returns), sparing `js_atof` for most literals of a cell.
 //! - Indirect calls that every cell makes are made direct where the target is the usual one

@@ -247,3 +247,330 @@ JSValue codemode_new_accessor_function(JSContext *ctx, JSCFunctionData *func, in
     JS_SetOpaqueInternal(func_obj, s);
     return func_obj;
 }
+
+// ---- results read without JSON.parse's tokenizer ----------------------------------------------
+// A settled request's value arrives as JSON the host wrote: compact (no whitespace), valid UTF-8,
+// at most max_json_depth deep. JS_ParseJSON reads it through the source tokenizer (every
+// `true`/`null` an identifier looked up as an atom, every key a string turned into an atom, the text
+// copied first to end it with a NUL): ~4k instructions for `{"i":1}` inside WebAssembly. This reader
+// takes that compact form only and builds the value with the very calls json_parse_value makes
+// (JS_NewObject / JS_DefinePropertyValue with JS_PROP_C_W_E for members, JS_NewArray /
+// JS_DefinePropertyValueUint32 for elements, numbers as float64 read by codemode_json_number,
+// strings decoded as json_parse_string decodes them), so what it returns is what JSON.parse returns.
+// On anything outside that form (whitespace, a syntax error, bad UTF-8, deeper than
+// CM_JSON_MAX_DEPTH, a number too long for its buffer) it gives up without throwing and the caller
+// parses the text with JS_ParseJSON, which decides (and reports) as before.
+
+#define CM_JSON_MAX_DEPTH 128
+
+typedef struct {
+    JSContext *ctx;
+    const uint8_t *p, *end;
+    bool give_up; // the text is outside the compact form: no exception is pending
+} CmJsonReader;
+
+static JSValue cm_json_give_up(CmJsonReader *r)
+{
+    r->give_up = true;
+    return JS_EXCEPTION;
+}
+
+static JSValue cm_json_value(CmJsonReader *r, int depth);
+
+// A string's body after its opening quote, up to and past its closing quote. Keys and values alike:
+// `as_atom` makes the atom (*atom) instead of the value.
+static JSValue cm_json_string(CmJsonReader *r, bool as_atom, JSAtom *atom)
+{
+    JSContext *ctx = r->ctx;
+    const uint8_t *start = r->p, *p = start, *end = r->end;
+    StringBuffer b_s, *b = &b_s;
+    JSValue v;
+
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80)
+        p++;
+    if (p >= end)
+        return cm_json_give_up(r);
+    if (*p == '"') {
+        // ASCII without escapes: the bytes are the characters.
+        size_t n = p - start;
+        r->p = p + 1;
+        if (n > JS_STRING_LEN_MAX)
+            return cm_json_give_up(r);
+        if (as_atom) {
+            *atom = JS_NewAtomLen(ctx, (const char *)start, n);
+            return *atom == JS_ATOM_NULL ? JS_EXCEPTION : JS_UNDEFINED;
+        }
+        if (n == 0)
+            return JS_AtomToString(ctx, JS_ATOM_empty_string);
+        return js_new_string8_len(ctx, (const char *)start, (int)n);
+    }
+    // Escapes or non-ASCII characters: the steps of json_parse_string.
+    if (string_buffer_init(ctx, b, 48))
+        return JS_EXCEPTION;
+    if (p > start && string_buffer_write8(b, start, (int)(p - start)))
+        goto fail;
+    for (;;) {
+        const uint8_t *run = p;
+        uint32_t c;
+        while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80)
+            p++;
+        if (p > run && string_buffer_write8(b, run, (int)(p - run)))
+            goto fail;
+        if (p >= end)
+            goto give_up;
+        c = *p;
+        if (c == '"') {
+            p++;
+            break;
+        }
+        if (c < 0x20)
+            goto give_up;
+        if (c == '\\') {
+            if (end - p < 2)
+                goto give_up;
+            c = p[1];
+            p += 2;
+            switch (c) {
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            case '"': break;
+            case '\\': break;
+            case '/': break;
+            case 'u': {
+                int i;
+                if (end - p < 4)
+                    goto give_up;
+                c = 0;
+                for (i = 0; i < 4; i++) {
+                    int h = from_hex(p[i]);
+                    if (h < 0)
+                        goto give_up;
+                    c = (c << 4) | h;
+                }
+                p += 4;
+                break;
+            }
+            default:
+                goto give_up;
+            }
+        } else {
+            // c >= 0x80: a UTF-8 sequence, all of it inside the text.
+            const uint8_t *next;
+            if (end - p < 4) {
+                // utf8_decode may look up to three bytes past the lead: read a padded copy.
+                uint8_t tail[4] = { 0, 0, 0, 0 };
+                memcpy(tail, p, end - p);
+                c = utf8_decode(tail, &next);
+                if (next == tail + 1 || next > tail + (end - p))
+                    goto give_up;
+                p += next - tail;
+            } else {
+                c = utf8_decode(p, &next);
+                if (next == p + 1)
+                    goto give_up;
+                p = next;
+            }
+        }
+        if (string_buffer_putc(b, c))
+            goto fail;
+    }
+    r->p = p;
+    v = string_buffer_end(b);
+    if (JS_IsException(v) || !as_atom)
+        return v;
+    *atom = JS_NewAtomStr(ctx, JS_VALUE_GET_STRING(v));
+    return *atom == JS_ATOM_NULL ? JS_EXCEPTION : JS_UNDEFINED;
+give_up:
+    string_buffer_free(b);
+    return cm_json_give_up(r);
+fail:
+    string_buffer_free(b);
+    return JS_EXCEPTION;
+}
+
+// A number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+static JSValue cm_json_number(CmJsonReader *r)
+{
+    const uint8_t *start = r->p, *p = start, *end = r->end;
+    char text[64];
+    double d;
+
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end || !is_digit(*p))
+        return cm_json_give_up(r);
+    if (*p == '0') {
+        p++;
+        if (p < end && is_digit(*p))
+            return cm_json_give_up(r);
+    } else {
+        while (p < end && is_digit(*p))
+            p++;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p))
+            return cm_json_give_up(r);
+        while (p < end && is_digit(*p))
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || !is_digit(*p))
+            return cm_json_give_up(r);
+        while (p < end && is_digit(*p))
+            p++;
+    }
+    // codemode_json_number reads short integers itself and hands anything else to strtod, which
+    // reads up to a NUL: the text is copied out so it never runs past the number.
+    if ((size_t)(p - start) >= sizeof(text))
+        return cm_json_give_up(r);
+    memcpy(text, start, p - start);
+    text[p - start] = 0;
+    d = codemode_json_number((const uint8_t *)text, (const uint8_t *)text + (p - start));
+    r->p = p;
+    return js_float64(d);
+}
+
+static JSValue cm_json_value(CmJsonReader *r, int depth)
+{
+    JSContext *ctx = r->ctx;
+    const uint8_t *p = r->p;
+    size_t left = r->end - p;
+    JSValue v;
+
+    if (left == 0)
+        return cm_json_give_up(r);
+    switch (*p) {
+    case '{': {
+        JSAtom key;
+        if (depth >= CM_JSON_MAX_DEPTH)
+            return cm_json_give_up(r);
+        v = JS_NewObject(ctx);
+        if (JS_IsException(v))
+            return v;
+        r->p++;
+        if (r->p < r->end && *r->p == '}') {
+            r->p++;
+            return v;
+        }
+        for (;;) {
+            JSValue member, k;
+            if (r->p >= r->end || *r->p != '"') {
+                cm_json_give_up(r);
+                goto fail;
+            }
+            r->p++;
+            k = cm_json_string(r, true, &key);
+            if (JS_IsException(k))
+                goto fail;
+            if (r->p >= r->end || *r->p != ':') {
+                JS_FreeAtom(ctx, key);
+                cm_json_give_up(r);
+                goto fail;
+            }
+            r->p++;
+            member = cm_json_value(r, depth + 1);
+            if (JS_IsException(member)) {
+                JS_FreeAtom(ctx, key);
+                goto fail;
+            }
+            if (JS_DefinePropertyValue(ctx, v, key, member, JS_PROP_C_W_E) < 0) {
+                JS_FreeAtom(ctx, key);
+                goto fail;
+            }
+            JS_FreeAtom(ctx, key);
+            if (r->p < r->end && *r->p == ',') {
+                r->p++;
+                continue;
+            }
+            if (r->p < r->end && *r->p == '}') {
+                r->p++;
+                return v;
+            }
+            cm_json_give_up(r);
+            goto fail;
+        }
+    }
+    case '[': {
+        uint32_t idx;
+        if (depth >= CM_JSON_MAX_DEPTH)
+            return cm_json_give_up(r);
+        v = JS_NewArray(ctx);
+        if (JS_IsException(v))
+            return v;
+        r->p++;
+        if (r->p < r->end && *r->p == ']') {
+            r->p++;
+            return v;
+        }
+        for (idx = 0;; idx++) {
+            JSValue el = cm_json_value(r, depth + 1);
+            if (JS_IsException(el))
+                goto fail;
+            if (JS_DefinePropertyValueUint32(ctx, v, idx, el, JS_PROP_C_W_E) < 0)
+                goto fail;
+            if (r->p < r->end && *r->p == ',') {
+                r->p++;
+                continue;
+            }
+            if (r->p < r->end && *r->p == ']') {
+                r->p++;
+                return v;
+            }
+            cm_json_give_up(r);
+            goto fail;
+        }
+    }
+    case '"':
+        r->p++;
+        return cm_json_string(r, false, NULL);
+    case 't':
+        if (left >= 4 && memcmp(p, "true", 4) == 0) {
+            r->p += 4;
+            return JS_TRUE;
+        }
+        return cm_json_give_up(r);
+    case 'f':
+        if (left >= 5 && memcmp(p, "false", 5) == 0) {
+            r->p += 5;
+            return JS_FALSE;
+        }
+        return cm_json_give_up(r);
+    case 'n':
+        if (left >= 4 && memcmp(p, "null", 4) == 0) {
+            r->p += 4;
+            return JS_NULL;
+        }
+        return cm_json_give_up(r);
+    default:
+        if (*p == '-' || is_digit(*p))
+            return cm_json_number(r);
+        return cm_json_give_up(r);
+    }
+fail:
+    JS_FreeValue(ctx, v);
+    return JS_EXCEPTION;
+}
+
+// The value of JSON text `text` (len bytes, no NUL needed) in the compact form the host writes, as
+// JSON.parse would make it; JS_EXCEPTION with an exception pending when making it failed (out of
+// memory); JS_UNINITIALIZED when the text is outside that form (nothing thrown: parse it with
+// JS_ParseJSON instead).
+JSValue codemode_json_read(JSContext *ctx, const char *text, size_t len)
+{
+    CmJsonReader r = { ctx, (const uint8_t *)text, (const uint8_t *)text + len, false };
+    JSValue v = cm_json_value(&r, 0);
+    if (JS_IsException(v))
+        return r.give_up ? JS_UNINITIALIZED : v;
+    if (r.p != r.end) {
+        JS_FreeValue(ctx, v);
+        return JS_UNINITIALIZED;
+    }
+    return v;
+}

@@ -52,6 +52,7 @@ const char *codemode_ascii(JSValueConst v, size_t *len);
 int codemode_promise_react(JSContext *ctx, JSValueConst promise, JSValueConst on_fulfilled,
                            JSValueConst on_rejected);
 JSValue codemode_new_accessor_function(JSContext *ctx, JSCFunctionData *func, int data_len, JSValueConst *data);
+JSValue codemode_json_read(JSContext *ctx, const char *text, size_t len);
 #define CODEMODE_PROPS_GENERAL 1
 int codemode_plain_props(JSContext *ctx, JSValueConst obj,
                          int (*f)(void *opaque, const char *key, size_t key_len, JSValueConst value),
@@ -1122,14 +1123,18 @@ EXPORT("cm_settle") int32_t cm_settle(double id, int32_t ok, const char *json, u
     JSValue promise = pending[at].promise;
     pending[at].promise = JS_UNDEFINED;
     pending_holes++;
-    // QuickJS's JSON parser (JSON.parse's) needs a NUL after the text; the text may sit in in_buf.
-    char *text = js_malloc(ctx, (size_t)len + 1);
-    JSValue value = JS_EXCEPTION;
-    if (text) {
-        memcpy(text, json, len);
-        text[len] = 0;
-        value = JS_ParseJSON(ctx, text, len, "<input>");
-        js_free(ctx, text);
+    // The host writes compact JSON, which codemode_json_read takes as it lies in in_buf; other text
+    // goes to QuickJS's JSON parser (JSON.parse's), which needs a NUL after it.
+    JSValue value = codemode_json_read(ctx, json, len);
+    if (JS_IsUninitialized(value)) {
+        char *text = js_malloc(ctx, (size_t)len + 1);
+        value = JS_EXCEPTION;
+        if (text) {
+            memcpy(text, json, len);
+            text[len] = 0;
+            value = JS_ParseJSON(ctx, text, len, "<input>");
+            js_free(ctx, text);
+        }
     }
     int failed = 1;
     if (!JS_IsException(value)) {

@@ -684,6 +684,148 @@ mod tests {
         assert_eq!(value, serde_json::json!(["ToolError/nested_tool_failed/nope", { "v": 2 }, 3]));
     }
 
+    /// Settles request `id`'s call, which the cell began, with `text` and runs the cell to its end:
+    /// the cell's state (`1` + value) or the settle's fault.
+    fn settled_with(loaded: &Arc<Loaded>, cell: &str, texts: &[&str]) -> Result<String, VmFault> {
+        let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
+        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
+        vm.with_bridge(|b| b.begin_drive(1 << 20));
+        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        vm.start_cell(&codemode_bridge::wrap_code(cell)).unwrap();
+        vm.run_jobs().unwrap();
+        let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
+        assert_eq!(ids.len(), texts.len(), "one call per text: {cell}");
+        vm.with_bridge(|b| b.begin_drive(1 << 20));
+        for (id, text) in ids.iter().zip(texts) {
+            vm.settle(*id, true, text)?;
+        }
+        vm.run_jobs()?;
+        Ok(vm.poll()?.expect("the cell completed"))
+    }
+
+    /// A cell comparing the value its call settles with against `JSON.parse` of the same text, by
+    /// type, `Object.is`, prototype, own keys in order and their descriptors: `null` when equal,
+    /// else where they differ.
+    fn compared_with_json_parse(text: &str) -> String {
+        let literal = serde_json::to_string(text).unwrap();
+        format!(
+            "function same(a, b, at) {{\n\
+               if (typeof a !== typeof b) return at + ': ' + typeof a + ' vs ' + typeof b;\n\
+               if (a === null || typeof a !== 'object') return Object.is(a, b) ? null : at + ': ' + String(a) + ' vs ' + String(b);\n\
+               if (b === null || Array.isArray(a) !== Array.isArray(b)) return at + ': kind';\n\
+               if (Object.getPrototypeOf(a) !== Object.getPrototypeOf(b)) return at + ': prototype';\n\
+               if (Object.isExtensible(a) !== Object.isExtensible(b)) return at + ': extensible';\n\
+               const ka = Reflect.ownKeys(a), kb = Reflect.ownKeys(b);\n\
+               if (ka.length !== kb.length) return at + ': keys ' + JSON.stringify(ka) + ' vs ' + JSON.stringify(kb);\n\
+               for (let i = 0; i < ka.length; i++) {{\n\
+                 if (ka[i] !== kb[i]) return at + ': key ' + i + ' ' + JSON.stringify(ka[i]) + ' vs ' + JSON.stringify(kb[i]);\n\
+                 const da = Object.getOwnPropertyDescriptor(a, ka[i]), db = Object.getOwnPropertyDescriptor(b, kb[i]);\n\
+                 if (da.writable !== db.writable || da.enumerable !== db.enumerable || da.configurable !== db.configurable || 'get' in da) return at + ': descriptor of ' + String(ka[i]);\n\
+                 const d = same(da.value, db.value, at + '.' + String(ka[i]));\n\
+                 if (d !== null) return d;\n\
+               }}\n\
+               return null;\n\
+             }}\n\
+             const got = await tools.call('a', {{}});\n\
+             return same(got, JSON.parse({literal}), '$')"
+        )
+    }
+
+    /// A tiny deterministic generator of JSON values (xorshift), for the settle test below: keys and
+    /// strings with escapes, control characters, non-ASCII and astral characters, numeric and
+    /// special keys; integers, fractions, exponents, long and negative numbers, `-0`; nesting.
+    struct Gen(u64);
+    impl Gen {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+        fn string(&mut self) -> String {
+            // Pieces, `|`-separated (one is empty).
+            const PIECES: &str = "a|i|0|12|__proto__|constructor|toJSON||é|𝄞|\n|\"|\\|\u{1}|\u{2028}|\u{7f}";
+            let pieces: Vec<&str> = PIECES.split('|').collect();
+            (0..self.next(4)).map(|_| pieces[self.next(pieces.len() as u64) as usize]).collect()
+        }
+        fn value(&mut self, depth: u32) -> serde_json::Value {
+            use serde_json::{Value, json};
+            match self.next(if depth == 0 { 5 } else { 7 }) {
+                0 => Value::Null,
+                1 => Value::Bool(self.next(2) == 1),
+                2 => match self.next(6) {
+                    0 => json!(self.next(1 << 20)),
+                    1 => json!(-(self.next(u64::MAX >> 1) as i64)),
+                    2 => json!(self.next(u64::MAX)),
+                    3 => json!(-0.0),
+                    4 => json!(self.next(1_000_000) as f64 / 7.0),
+                    _ => json!(f64::from_bits(self.next(0x7fe0_0000_0000_0000))),
+                },
+                3 | 4 => Value::String(self.string()),
+                5 => Value::Array((0..self.next(4)).map(|_| self.value(depth - 1)).collect()),
+                _ => Value::Object((0..self.next(4)).map(|_| (self.string(), self.value(depth - 1))).collect()),
+            }
+        }
+    }
+
+    /// What a settled call delivers is what `JSON.parse` makes of the same text: the shim reads the
+    /// host's compact JSON itself (`codemode_json_read`) and hands anything else (whitespace, bad
+    /// input) to QuickJS's parser. Compact texts of every kind, the same texts pretty-printed, and
+    /// texts the reader must give up on; a text JSON.parse refuses fails the settle as before; a
+    /// short text after a longer one in the same input buffer is read to its own end only.
+    #[test]
+    fn settled_values_are_what_json_parse_makes() {
+        let loaded = crate::loaded().unwrap();
+        let mut texts: Vec<String> = [
+            r#"{"i":1}"#,
+            "5",
+            "-0",
+            "-0.0",
+            "0.1",
+            "1e300",
+            "-1.5E-7",
+            "123456789012345678901234567890",
+            "1.7976931348623157e308",
+            r#""""#,
+            r#""\u0000\ud800\udc00\ud800x\udfff\/\b\f\n\r\t""#,
+            r#"{"__proto__":{"polluted":true},"0":1,"4294967295":2,"01":3,"-1":4,"":5,"é":6}"#,
+            r#"{"a":1,"a":2}"#,
+            "[[],{},[[[]]],[null,true,false]]",
+            " {\"i\" : 1 } ",
+            "[1, 2,\n3]",
+            "\"\u{7f}\u{80}é𝄞\"",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        texts.push(format!("{}1{}", "[".repeat(200), "]".repeat(200)));
+        texts.push(format!("\"{}\"", "x".repeat(5000)));
+        let mut g = Gen(0x2545_F491_4F6C_DD1D);
+        for _ in 0..120 {
+            let v = g.value(4);
+            texts.push(serde_json::to_string(&v).unwrap());
+            texts.push(serde_json::to_string_pretty(&v).unwrap());
+        }
+        for text in &texts {
+            let state = settled_with(&loaded, &compared_with_json_parse(text), &[text]).unwrap();
+            assert_eq!(state, "1null", "settled with {text}");
+        }
+        for bad in ["", "{", r#"{"a":}"#, "[1,]", "01", "1.", "-", "tru", r#""\x""#, "\"a\u{1}\"", r#"{"a":1}x"#, "NaN"]
+        {
+            assert!(
+                settled_with(&loaded, "return await tools.call('a', {})", &[bad]).is_err(),
+                "JSON.parse refuses {bad:?}, so must the settle"
+            );
+        }
+        let state = settled_with(
+            &loaded,
+            "const p = [tools.call('a', {}), tools.call('b', {})]; return [await p[0], await p[1]]",
+            &["\"123456789\"", "1"],
+        )
+        .unwrap();
+        assert_eq!(state, r#"1["123456789",1]"#);
+    }
+
     /// Inputs that fit the shim's input buffer go there; larger ones (here a 40 KB cell and boot
     /// data) take a guest allocation, freed afterwards, and arrive whole either way.
     #[test]
