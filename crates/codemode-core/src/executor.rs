@@ -21,8 +21,9 @@ pub struct NestedToolCall {
     pub tool: Arc<ToolDefinition>,
     /// The input object (JSON-safe, sanitised).
     pub input: Value,
-    /// The caller's context (agent, session, sender, channel, model).
-    pub context: RunContext,
+    /// The caller's context (agent, session, sender, channel, model), shared by every call of the
+    /// run (one reference count a call, not a copy of its strings).
+    pub context: Arc<RunContext>,
     /// Where the tool may report progress while it runs (SPEC P8; an upstream MCP server's own
     /// progress notifications go here). `None` when nobody watches the run.
     pub progress: Option<ProgressSink>,

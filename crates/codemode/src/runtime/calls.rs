@@ -469,8 +469,8 @@ impl Inner {
         });
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
-        let tool_id = tool.id.clone();
         let observed = self.observed.clone().filter(|_| tool.def.output_schema.is_none());
+        // The resolved tool moves into the call's future, its id with it (no copy of the id).
         let contract = tool;
         // One span per nested call (exported by `codemode::otel` when enabled; a disabled callsite
         // check otherwise). Its parent is the `exec` / `wait` span driving the run.
@@ -479,7 +479,7 @@ impl Inner {
             "codemode.nested_call",
             run_id = %run.id,
             request_id = id,
-            tool_id = %tool_id,
+            tool_id = %contract.id,
             outcome = tracing::field::Empty,
         );
         let call_span = span.clone();
@@ -497,9 +497,9 @@ impl Inner {
             // instructions a call (the copy and its drop).
             if let (Some(observed), Ok(r)) = (&observed, &outcome) {
                 if contract.def.source != codemode_core::ToolSource::Mcp {
-                    observed.record(&tool_id, &r.details);
+                    observed.record(&contract.id, &r.details);
                 } else if let Ok(v) = codemode_core::guest::unwrap_mcp_result(&r.details) {
-                    observed.record(&tool_id, &v);
+                    observed.record(&contract.id, &v);
                 }
             }
             let end = match outcome {
@@ -513,11 +513,11 @@ impl Inner {
                 }
                 Ok(r) if mode == CallMode::McpValue => match codemode_core::guest::unwrap_mcp_result(&r.details) {
                     Ok(v) => CallEnd::Settled(Ok(v)),
-                    Err(message) => CallEnd::Settled(Err(tool_failure(&tool_id, &message))),
+                    Err(message) => CallEnd::Settled(Err(tool_failure(&contract.id, &message))),
                 },
                 Ok(r) => CallEnd::Settled(Ok(r.details)),
-                Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&tool_id, &e.message)),
-                Err(e) => CallEnd::Settled(Err(tool_failure(&tool_id, &e.message))),
+                Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&contract.id, &e.message)),
+                Err(e) => CallEnd::Settled(Err(tool_failure(&contract.id, &e.message))),
             };
             if let Some(log) = &log {
                 match &end {

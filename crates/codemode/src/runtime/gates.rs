@@ -414,7 +414,7 @@ pub(super) async fn run_in_flight(
                 input_preview: ApprovalRequest::preview(&call.input),
                 reason,
                 cell_line: approval.cell_line,
-                context: call.context.clone(),
+                context: codemode_core::scope::RunContext::clone(&call.context),
             };
             match tokio::time::timeout(approval.timeout, approver.decide(&request)).await {
                 Ok(Some(ApprovalDecision::Approve)) => {}

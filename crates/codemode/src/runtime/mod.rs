@@ -151,7 +151,7 @@ pub(crate) struct CallGates {
 
 /// Process-local state of a suspended run: what cannot be serialized.
 struct Inflight {
-    context: RunContext,
+    context: Arc<RunContext>,
     catalog: Arc<Catalog>,
     source: Arc<dyn BootSource>,
     namespaces: Arc<dyn RunNamespaces>,
@@ -679,7 +679,7 @@ impl Inner {
         };
         let run = Run {
             id: run_id,
-            context: ctx.clone(),
+            context: Arc::new(ctx.clone()),
             catalog: catalog.catalog.clone(),
             source: catalog.boot.source(),
             namespaces,
@@ -744,7 +744,11 @@ impl Inner {
             // The run keeps its own context, except the model call now driving it: nested calls
             // this `wait` makes carry the wait's call id (transcript projection, SPEC U9).
             Some(l) => {
-                let context = RunContext { tool_call_id: ctx.tool_call_id.clone(), ..l.context };
+                let context = if l.context.tool_call_id == ctx.tool_call_id {
+                    l.context
+                } else {
+                    Arc::new(RunContext { tool_call_id: ctx.tool_call_id.clone(), ..RunContext::clone(&l.context) })
+                };
                 let catalog = self.recheck_catalog(&l.catalog, ctx);
                 (context, catalog, l.source, l.namespaces, l.calls)
             }
@@ -761,7 +765,7 @@ impl Inner {
                         Arc::new(NoNamespaces) as Arc<dyn RunNamespaces>
                     }
                 };
-                (ctx.clone(), catalog, source, namespaces, NestedCalls::new())
+                (Arc::new(ctx.clone()), catalog, source, namespaces, NestedCalls::new())
             }
         };
         let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, positions, .. } =

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 /// One run while an `exec` or `wait` call holds it.
 pub(super) struct Run {
     pub(super) id: RunId,
-    pub(super) context: RunContext,
+    pub(super) context: Arc<RunContext>,
     pub(super) catalog: Arc<Catalog>,
     /// The catalog data the guest pulls on demand (`ALL_TOOLS`, `tools.<name>`, `API`, `MCP`).
     pub(super) source: Arc<dyn BootSource>,
