@@ -18,6 +18,9 @@
 //!   still goes to JSON.parse's parser).
 //! - The source parser reads a small decimal integer literal itself (the same int `js_atof`
 //!   returns), sparing `js_atof` for most literals of a cell.
+//! - A proxy's `get` whose trap is the prelude's own-first trap (`tools`, `MCP.<server>`) is
+//!   answered from the target's own data property without calling the trap, where the trap would
+//!   have answered that way (`codemode_own_first_fast`): the same value, one C call fewer.
 //! - Indirect calls that every cell makes are made direct where the target is the usual one
 //!   (`DEVIRTUALIZED`): a fresh wasm instance initializes each function-table entry on its first
 //!   `call_indirect` (~1k host instructions each), and a trivial cell reached nine of them this
@@ -51,9 +54,10 @@ fn fail(msg: &str) -> ! {
 
 /// Replacements in `quickjs.c`: the two places where QuickJS-ng disables its stack check under
 /// `__wasi__`, JSON's number parsing, which reads integers of at most 15 digits without `strtod`
-/// (`codemode_json_number` in `guest/quickjs-tail.c`), and the source parser's reading of a small
-/// decimal integer literal. Each must match exactly once, or the build stops (the sources changed).
-const TRANSFORMS: [(&str, &str); 5] = [
+/// (`codemode_json_number` in `guest/quickjs-tail.c`), the source parser's reading of a small
+/// decimal integer literal, and a proxy `get` through the prelude's own-first trap (see the entry).
+/// Each must match exactly once, or the build stops (the sources changed).
+const TRANSFORMS: [(&str, &str); 6] = [
     ("#ifdef __wasi__\n    rt->stack_size = 0;\n#endif", "/* codemode: keep the default stack size under __wasi__ */"),
     (
         "#if defined(__wasi__)\n    rt->stack_limit = 0; /* no limit */\n#else",
@@ -94,6 +98,26 @@ const TRANSFORMS: [(&str, &str); 5] = [
                  ret = js_atof(s->ctx, (const char *)p, (const char **)&p, 0, flags);\n\
              }\n\
          }",
+    ),
+    // A proxy's `get` whose trap is the prelude's own-first trap (`tools`, `MCP.<server>`: every
+    // nested call reads its function through one) is answered without calling the trap when the
+    // trap would answer from the target's own data property (`codemode_own_first_fast`, in
+    // `guest/quickjs-tail.c`): the same value, and the invariant checks after the call hold for it
+    // by construction (it is the target's own property's value). Anything else calls the trap as
+    // before.
+    (
+        "        return JS_GetPropertyInternal(ctx, s->target, atom, receiver, false);\n    atom_val = JS_AtomToValue(ctx, atom);",
+        "        return JS_GetPropertyInternal(ctx, s->target, atom, receiver, false);\n\
+         /* codemode: the prelude's own-first trap answered without calling it */\n\
+         {\n\
+             JSValue codemode_own_first_fast(JSContext *ctx, JSValueConst method, JSValueConst target, JSAtom atom);\n\
+             JSValue fast = codemode_own_first_fast(ctx, method, s->target, atom);\n\
+             if (!JS_IsUninitialized(fast)) {\n\
+                 JS_FreeValue(ctx, method);\n\
+                 return fast;\n\
+             }\n\
+         }\n\
+         atom_val = JS_AtomToValue(ctx, atom);",
     ),
 ];
 

@@ -574,3 +574,36 @@ JSValue codemode_json_read(JSContext *ctx, const char *text, size_t len)
     }
     return v;
 }
+
+// ---- the own-first trap, answered inside js_proxy_get ------------------------------------------
+// The `get` trap the prelude's `ownFirst` primitive makes (guest/shim.c).
+JSValue codemode_prim_own_first_trap(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, int magic,
+                                     JSValueConst *data);
+
+// What that trap would return, for js_proxy_get to skip calling it (build.rs puts the call there):
+// the target's own data property `atom` when its value is not undefined. JS_UNINITIALIZED when
+// `method` is any other function, or when the trap would defer to its fallback (no such own
+// property, an accessor, or undefined): then js_proxy_get calls the trap as before. JS_EXCEPTION
+// when reading the property failed, as the trap's own read would have.
+JSValue codemode_own_first_fast(JSContext *ctx, JSValueConst method, JSValueConst target, JSAtom atom)
+{
+    JSObject *p;
+    JSPropertyDescriptor desc;
+    int found;
+
+    if (JS_VALUE_GET_TAG(method) != JS_TAG_OBJECT || JS_VALUE_GET_TAG(target) != JS_TAG_OBJECT)
+        return JS_UNINITIALIZED;
+    p = JS_VALUE_GET_OBJ(method);
+    if (p->class_id != JS_CLASS_C_FUNCTION_DATA ||
+        p->u.c_function_data_record->func != codemode_prim_own_first_trap)
+        return JS_UNINITIALIZED;
+    found = JS_GetOwnPropertyInternal(ctx, &desc, JS_VALUE_GET_OBJ(target), atom);
+    if (found < 0)
+        return JS_EXCEPTION;
+    if (found == 0)
+        return JS_UNINITIALIZED;
+    if (!(desc.flags & JS_PROP_GETSET) && !JS_IsUndefined(desc.value))
+        return desc.value; // a data property: no getter or setter to free
+    js_free_desc(ctx, &desc);
+    return JS_UNINITIALIZED;
+}
