@@ -591,7 +591,10 @@ JSValue codemode_own_first_fast(JSContext *ctx, JSValueConst method, JSValueCons
     JSPropertyDescriptor desc;
     int found;
 
-    if (JS_VALUE_GET_TAG(method) != JS_TAG_OBJECT || JS_VALUE_GET_TAG(target) != JS_TAG_OBJECT)
+    // Only over an ordinary object (the prelude's targets all are): reading its own property runs
+    // no code, so skipping the trap's read and the invariant check's second read changes nothing.
+    if (JS_VALUE_GET_TAG(method) != JS_TAG_OBJECT || JS_VALUE_GET_TAG(target) != JS_TAG_OBJECT ||
+        JS_VALUE_GET_OBJ(target)->class_id != JS_CLASS_OBJECT)
         return JS_UNINITIALIZED;
     p = JS_VALUE_GET_OBJ(method);
     if (p->class_id != JS_CLASS_C_FUNCTION_DATA ||
