@@ -684,8 +684,8 @@ mod tests {
         assert_eq!(value, serde_json::json!(["ToolError/nested_tool_failed/nope", { "v": 2 }, 3]));
     }
 
-    /// Settles request `id`'s call, which the cell began, with `text` and runs the cell to its end:
-    /// the cell's state (`1` + value) or the settle's fault.
+    /// Starts `cell`, settles the calls it makes at once with `texts` in order, and runs it to its
+    /// end: the cell's state (`1` + value), or the fault of a settle or of the run.
     fn settled_with(loaded: &Arc<Loaded>, cell: &str, texts: &[&str]) -> Result<String, VmFault> {
         let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
         vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
