@@ -437,6 +437,26 @@ static JSValue cm_json_number(CmJsonReader *r)
     return js_float64(d);
 }
 
+// Steps past byte `c` when it comes next.
+static bool cm_json_eat(CmJsonReader *r, uint8_t c)
+{
+    if (r->p < r->end && *r->p == c) {
+        r->p++;
+        return true;
+    }
+    return false;
+}
+
+// `true`, `false` or `null`: `value` when `word` comes next.
+static JSValue cm_json_word(CmJsonReader *r, const char *word, JSValue value)
+{
+    size_t n = strlen(word);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n) != 0)
+        return cm_json_give_up(r);
+    r->p += n;
+    return value;
+}
+
 static JSValue cm_json_value(CmJsonReader *r, int depth)
 {
     JSContext *ctx = r->ctx;
@@ -447,107 +467,67 @@ static JSValue cm_json_value(CmJsonReader *r, int depth)
     if (left == 0)
         return cm_json_give_up(r);
     switch (*p) {
-    case '{': {
-        JSAtom key;
+    case '{':
         if (depth >= CM_JSON_MAX_DEPTH)
             return cm_json_give_up(r);
         v = JS_NewObject(ctx);
         if (JS_IsException(v))
             return v;
         r->p++;
-        if (r->p < r->end && *r->p == '}') {
-            r->p++;
+        if (cm_json_eat(r, '}'))
             return v;
-        }
         for (;;) {
-            JSValue member, k;
-            if (r->p >= r->end || *r->p != '"') {
+            JSAtom key;
+            JSValue member;
+            bool ok;
+            if (!cm_json_eat(r, '"')) {
                 cm_json_give_up(r);
                 goto fail;
             }
-            r->p++;
-            k = cm_json_string(r, true, &key);
-            if (JS_IsException(k))
+            if (JS_IsException(cm_json_string(r, true, &key)))
                 goto fail;
-            if (r->p >= r->end || *r->p != ':') {
-                JS_FreeAtom(ctx, key);
-                cm_json_give_up(r);
-                goto fail;
-            }
-            r->p++;
-            member = cm_json_value(r, depth + 1);
-            if (JS_IsException(member)) {
-                JS_FreeAtom(ctx, key);
-                goto fail;
-            }
-            if (JS_DefinePropertyValue(ctx, v, key, member, JS_PROP_C_W_E) < 0) {
-                JS_FreeAtom(ctx, key);
-                goto fail;
-            }
+            member = cm_json_eat(r, ':') ? cm_json_value(r, depth + 1) : cm_json_give_up(r);
+            // JS_DefinePropertyValue takes `member` whether it succeeds or not.
+            ok = !JS_IsException(member) && JS_DefinePropertyValue(ctx, v, key, member, JS_PROP_C_W_E) >= 0;
             JS_FreeAtom(ctx, key);
-            if (r->p < r->end && *r->p == ',') {
-                r->p++;
+            if (!ok)
+                goto fail;
+            if (cm_json_eat(r, ','))
                 continue;
-            }
-            if (r->p < r->end && *r->p == '}') {
-                r->p++;
+            if (cm_json_eat(r, '}'))
                 return v;
-            }
             cm_json_give_up(r);
             goto fail;
         }
-    }
-    case '[': {
-        uint32_t idx;
+    case '[':
         if (depth >= CM_JSON_MAX_DEPTH)
             return cm_json_give_up(r);
         v = JS_NewArray(ctx);
         if (JS_IsException(v))
             return v;
         r->p++;
-        if (r->p < r->end && *r->p == ']') {
-            r->p++;
+        if (cm_json_eat(r, ']'))
             return v;
-        }
-        for (idx = 0;; idx++) {
+        for (uint32_t idx = 0;; idx++) {
             JSValue el = cm_json_value(r, depth + 1);
-            if (JS_IsException(el))
+            if (JS_IsException(el) || JS_DefinePropertyValueUint32(ctx, v, idx, el, JS_PROP_C_W_E) < 0)
                 goto fail;
-            if (JS_DefinePropertyValueUint32(ctx, v, idx, el, JS_PROP_C_W_E) < 0)
-                goto fail;
-            if (r->p < r->end && *r->p == ',') {
-                r->p++;
+            if (cm_json_eat(r, ','))
                 continue;
-            }
-            if (r->p < r->end && *r->p == ']') {
-                r->p++;
+            if (cm_json_eat(r, ']'))
                 return v;
-            }
             cm_json_give_up(r);
             goto fail;
         }
-    }
     case '"':
         r->p++;
         return cm_json_string(r, false, NULL);
     case 't':
-        if (left >= 4 && memcmp(p, "true", 4) == 0) {
-            r->p += 4;
-            return JS_TRUE;
-        }
-        return cm_json_give_up(r);
+        return cm_json_word(r, "true", JS_TRUE);
     case 'f':
-        if (left >= 5 && memcmp(p, "false", 5) == 0) {
-            r->p += 5;
-            return JS_FALSE;
-        }
-        return cm_json_give_up(r);
+        return cm_json_word(r, "false", JS_FALSE);
     case 'n':
-        if (left >= 4 && memcmp(p, "null", 4) == 0) {
-            r->p += 4;
-            return JS_NULL;
-        }
-        return cm_json_give_up(r);
+        return cm_json_word(r, "null", JS_NULL);
     default:
         if (*p == '-' || is_digit(*p))
             return cm_json_number(r);
