@@ -185,6 +185,7 @@ const DEVIRTUALIZED: [(&str, &str); 7] = [
          /* codemode: the shim's functions QuickJS calls through pointers (guest/shim.c) */\n\
          JSValue codemode_prim_host(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
          JSValue codemode_prim_plain_json(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
+         JSValue codemode_prim_call_plain(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
          JSValue codemode_prim_react(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
          JSValue codemode_prim_define_namespaces(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv);\n\
          JSValue codemode_prim_own_first_trap(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv, \
@@ -235,7 +236,9 @@ const DEVIRTUALIZED: [(&str, &str); 7] = [
     (
         "        ret_val = func.generic(ctx, this_obj, argc, arg_buf);",
         "        /* codemode: direct calls for the shim's primitives */\n\
-         if (func.generic == codemode_prim_host)\n\
+         if (func.generic == codemode_prim_call_plain)\n\
+             ret_val = codemode_prim_call_plain(ctx, this_obj, argc, arg_buf);\n\
+         else if (func.generic == codemode_prim_host)\n\
              ret_val = codemode_prim_host(ctx, this_obj, argc, arg_buf);\n\
          else if (func.generic == codemode_prim_react)\n\
              ret_val = codemode_prim_react(ctx, this_obj, argc, arg_buf);\n\

@@ -30,8 +30,8 @@ pub use host::{BridgeHost, BridgeState, HostCallResult};
 use serde::Serialize;
 
 /// The guest prelude. Evaluate it as a classic script; its completion value is
-/// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?)` (the optional
-/// arguments are described in [`codemode_core::engine`]).
+/// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?, callPlain?)`
+/// (the optional arguments are described at the top of its layer 0, `src/js/prelude/0_builtins.js`).
 ///
 /// Written in layers (`src/js/prelude/`): captured builtins and shared lists, the JSON-safe adapter,
 /// requests, output and unavailable-API stubs, boot (the public API), running the cell. Only the

@@ -16,7 +16,7 @@
 //! - **`start(program, limits)`**: a fresh VM per run (runs never share a VM, SPEC Q2), with no
 //!   capabilities beyond the bridge: no modules, files, network, timers or host objects. Evaluate
 //!   the bridge prelude (`codemode_bridge::PRELUDE`, a classic script whose completion value is
-//!   `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?)`), call `install`
+//!   `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?, callPlain?)`), call `install`
 //!   with the one host primitive `host(kind, payloadJson, more?, last?)` — whose every call goes to
 //!   `codemode_bridge::BridgeHost::host_call`, with `more` and `last` (when given) appended to the
 //!   payload —
@@ -30,9 +30,11 @@
 //!   engines provide one, the quickjs-wasi shim in C and the native engine in Rust over QuickJS's
 //!   C API; the conformance cases `plain_json_*` check the bytes and the prototype-chain rules).
 //!   `settlesNatively` (true when `host` answers every request with its promise), `ownFirst`
-//!   (a native proxy `get` trap for own data properties) and `react` (a promise's `then` without
-//!   the derived promise, for the cell's result) are optional too; layer 0 of the prelude states
-//!   their contracts.
+//!   (a native proxy `get` trap for own data properties), `react` (a promise's `then` without
+//!   the derived promise, for the cell's result) and `callPlain` (`plainJson` and `host` in one
+//!   call, for a tool call's message) are optional too; layer 0 of the prelude states their
+//!   contracts. An engine that gives `react` may skip `poll()` while the promise it reacted to is
+//!   pending (the prelude's state changes only in those reactions once the cell has started).
 //! - **`drive(input)`**, in this order (`codemode_bridge::drive` implements it over the few VM
 //!   primitives of `codemode_bridge::GuestVm`): on the first step compile the cell wrapped by
 //!   `codemode_bridge::wrap_code` and pass the function to the handle's `run`; deliver each

@@ -293,6 +293,11 @@ struct Api {
     run: Persistent<Function<'static>>,
     poll: Persistent<Function<'static>>,
     host_error: Persistent<Function<'static>>,
+    /// An empty ordinary object no guest code can reach, kept for the VM's life: it holds QuickJS's
+    /// shared initial shape of `Object.prototype` objects, which otherwise dies whenever the last
+    /// object still empty gains a property, so each `{ i }` a cell passes and each object a result
+    /// is parsed into would make and free it again.
+    _shape_keeper: Persistent<Object<'static>>,
 }
 
 impl Api {
@@ -300,7 +305,13 @@ impl Api {
         let get = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
             Ok(Persistent::save(ctx, handle.get::<_, Function<'js>>(name)?))
         };
-        Ok(Api { boot: get("boot")?, run: get("run")?, poll: get("poll")?, host_error: get("hostError")? })
+        Ok(Api {
+            boot: get("boot")?,
+            run: get("run")?,
+            poll: get("poll")?,
+            host_error: get("hostError")?,
+            _shape_keeper: Persistent::save(ctx, Object::new(ctx.clone())?),
+        })
     }
 }
 

@@ -266,6 +266,8 @@ static const char *text_of(JSContext *c, JSValueConst v, size_t *len, int *owned
     return JS_ToCStringLen(c, len, v);
 }
 
+static JSValue host_send(JSContext *c, const char *kind, size_t kn, const char *payload, size_t total);
+
 // Where host(kind, payload, more, last) joins a payload that comes in parts (the one-frame call
 // path's head, input JSON and tail), when they fit; a larger one takes a guest allocation.
 static char join_buf[4096];
@@ -314,19 +316,22 @@ JSValue codemode_prim_host(JSContext *c, JSValueConst this_val, int argc, JSValu
             payload = dst;
         }
     }
-    int64_t r = 0;
-    int pull = 0;
-    if (payload) {
-        scratch[0] = 0;
-        pull = kn == 4 && memcmp(kind, "pull", 4) == 0;
-        r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)total);
-        scratch[sizeof scratch - 1] = 0;
-    }
+    JSValue answer = payload ? host_send(c, kind, kn, payload, total) : JS_EXCEPTION;
     if (heap) js_free(c, heap);
     for (int i = 0; i < got; i++)
         if (owned[i]) JS_FreeCString(c, part[i]);
     if (kind_owned) JS_FreeCString(c, kind);
-    if (!payload) return JS_EXCEPTION;
+    return answer;
+}
+
+// Sends `payload` to the host as a request of `kind` and answers as `host` does: a promise for a
+// queued request, 0 for output, the catalog text (or undefined) for "pull", or the host's refusal
+// thrown.
+static JSValue host_send(JSContext *c, const char *kind, size_t kn, const char *payload, size_t total) {
+    scratch[0] = 0;
+    int pull = kn == 4 && memcmp(kind, "pull", 4) == 0;
+    int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)total);
+    scratch[sizeof scratch - 1] = 0;
     if (pull && r == -6) return JS_UNDEFINED;
     if (pull && r >= 0) {
         // The catalog text: copied into a buffer of the guest heap (its limit applies), then into a
@@ -388,11 +393,17 @@ static JSValue js_own_first(JSContext *c, JSValueConst this_val, int argc, JSVal
 // done, for anything else). A cell's result reached the prelude through `Reflect.apply(then, ...)`,
 // which also looked up the promise's species and made a result promise with two resolving functions,
 // ~10k instructions of a trivial cell.
+//
+// The prelude reacts to one promise only, the cell's, once per VM; it is kept (cell_promise) so that
+// cm_poll can tell a cell still running without calling the prelude's poll (see there).
+static JSValue cell_promise = JS_UNDEFINED;
+
 JSValue codemode_prim_react(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
     (void)this_val;
     if (argc < 3) return JS_FALSE;
     int r = codemode_promise_react(c, argv[0], argv[1], argv[2]);
     if (r < 0) return JS_EXCEPTION;
+    if (r == 0 && JS_IsUndefined(cell_promise)) cell_promise = JS_DupValue(c, argv[0]);
     return r == 0 ? JS_TRUE : JS_FALSE;
 }
 
@@ -408,6 +419,8 @@ JSValue codemode_prim_react(JSContext *c, JSValueConst this_val, int argc, JSVal
 // prelude's own path (the reference behaviour, getters and traps included) takes the value whole.
 // So does running out of guest heap half way: its buffer is in the guest heap, under the limit.
 static JSValue proto_object, proto_array;
+// See cm_init: keeps the initial shape of Object.prototype objects alive.
+static JSValue shape_keeper;
 static JSClassID class_object, class_array;
 static JSAtom atom_to_json;
 
@@ -415,6 +428,9 @@ typedef struct {
     JSContext *c;
     char *p;
     size_t len, cap;
+    // Whether `p` is a guest allocation (grown by js_realloc, freed by its user) rather than a
+    // buffer of the caller's (copied into the first allocation when it runs out).
+    int heap;
 } Buf;
 
 // 0 ok, -1 out of memory (an exception is pending).
@@ -428,9 +444,16 @@ static int buf_put(Buf *b, const char *s, size_t n) {
             }
             cap *= 2;
         }
-        char *q = js_realloc(b->c, b->p, cap);
+        char *q;
+        if (b->heap) {
+            q = js_realloc(b->c, b->p, cap);
+        } else {
+            q = js_malloc(b->c, cap);
+            if (q && b->len) memcpy(q, b->p, b->len);
+        }
         if (!q) return -1;
         b->p = q;
+        b->heap = 1;
         b->cap = cap;
     }
     memcpy(b->p + b->len, s, n);
@@ -683,20 +706,62 @@ JSValue codemode_prim_plain_json(JSContext *c, JSValueConst this_val, int argc, 
     // buffer is given back and the prelude's own path tries instead, with its own memory profile:
     // a value that serialized within the limit before this shortcut existed still does.
     int refused_before = heap_refused;
-    Buf b = { c, NULL, 0, 0 };
+    char first[256];
+    Buf b = { c, first, 0, sizeof first, 0 };
     int r = put_plain(&b, argv[0], depth, max_depth);
     JSValue out = JS_UNDEFINED;
     if (r == PJ_OK) {
-        out = JS_NewStringLen(c, b.p ? b.p : "", b.len);
+        out = JS_NewStringLen(c, b.p, b.len);
         if (JS_IsException(out)) r = PJ_ERROR;
     }
-    js_free(c, b.p);
+    if (b.heap) js_free(c, b.p);
     if (r == PJ_ERROR) {
         JS_FreeValue(c, JS_GetException(c));
         heap_refused = refused_before;
         return JS_UNDEFINED;
     }
     return out;
+}
+
+// callPlain(kind, head, value, tail, maxDepth) -> promise | undefined: the prelude's optional seventh
+// primitive (see its layer 0). What `host(kind, head, plainJson(value, 1, maxDepth), tail)` does
+// when plainJson gives a string, in one native call: the message is written straight into the
+// buffer `host` joins its parts in (a guest allocation past that), with no JSON string made, no
+// second primitive call and no copy. Undefined, and nothing sent, when plainJson would answer
+// undefined (the prelude then takes its own path) or when the heap refuses the buffer.
+JSValue codemode_prim_call_plain(JSContext *c, JSValueConst this_val, int argc, JSValueConst *argv) {
+    (void)this_val;
+    int32_t max_depth = 0;
+    if (argc < 5 || JS_ToInt32(c, &max_depth, argv[4]))
+        return JS_ThrowTypeError(c, "callPlain(kind, head, value, tail, maxDepth)");
+    size_t kn, hn, tn;
+    int kind_owned = 0, head_owned = 0, tail_owned = 0;
+    const char *kind = text_of(c, argv[0], &kn, &kind_owned);
+    const char *head = kind ? text_of(c, argv[1], &hn, &head_owned) : NULL;
+    const char *tail = head ? text_of(c, argv[3], &tn, &tail_owned) : NULL;
+    JSValue answer = JS_EXCEPTION;
+    if (tail) {
+        int refused_before = heap_refused;
+        Buf b = { c, join_buf, 0, sizeof join_buf, 0 };
+        int r = buf_put(&b, head, hn) ? PJ_ERROR : put_plain(&b, argv[2], 1, max_depth);
+        if (r == PJ_OK && buf_put(&b, tail, tn)) r = PJ_ERROR;
+        if (r == PJ_OK) {
+            answer = host_send(c, kind, kn, b.p, b.len);
+        } else {
+            // As plainJson: nothing sent, and a refused allocation forgotten (the prelude's own path
+            // tries with its own memory profile).
+            if (r == PJ_ERROR) {
+                JS_FreeValue(c, JS_GetException(c));
+                heap_refused = refused_before;
+            }
+            answer = JS_UNDEFINED;
+        }
+        if (b.heap) js_free(c, b.p);
+    }
+    if (tail_owned) JS_FreeCString(c, tail);
+    if (head_owned) JS_FreeCString(c, head);
+    if (kind_owned) JS_FreeCString(c, kind);
+    return answer;
 }
 
 // ---- namespaces at boot --------------------------------------------------------------------------
@@ -999,7 +1064,13 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     class_object = JS_GetClassID(proto_object);
     class_array = JS_GetClassID(proto_array);
     if (!JS_IsObject(proto_object) || !JS_IsObject(proto_array) || class_object == class_array) return -7;
-    JSValue primitives[6];
+    // An empty ordinary object no guest code can reach, kept for the VM's life: it holds QuickJS's
+    // shared initial shape of Object.prototype objects. Without it that shape dies whenever the last
+    // object still empty gains a property, so every `{ i }` a cell passes and every object a result
+    // is read into made and freed it again (two shapes a nested call, ~1.7k instructions).
+    shape_keeper = JS_NewObject(ctx);
+    if (!JS_IsObject(shape_keeper)) return -7;
+    JSValue primitives[7];
     primitives[0] = JS_NewCFunction(ctx, codemode_prim_host, "host", 2);
     primitives[1] = JS_NewCFunction(ctx, codemode_prim_plain_json, "plainJson", 3);
     primitives[2] = JS_NewCFunction(ctx, codemode_prim_define_namespaces, "defineNamespaces", 5);
@@ -1007,8 +1078,9 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     primitives[3] = JS_TRUE;
     primitives[4] = JS_NewCFunction(ctx, js_own_first, "ownFirst", 1);
     primitives[5] = JS_NewCFunction(ctx, codemode_prim_react, "react", 3);
-    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 6, primitives);
-    for (int i = 0; i < 6; i++) JS_FreeValue(ctx, primitives[i]);
+    primitives[6] = JS_NewCFunction(ctx, codemode_prim_call_plain, "callPlain", 5);
+    JSValue api = JS_Call(ctx, install, JS_UNDEFINED, 7, primitives);
+    for (int i = 0; i < 7; i++) JS_FreeValue(ctx, primitives[i]);
     JS_FreeValue(ctx, install);
     if (JS_IsException(api)) { set_out_exception(); return -5; }
     fn_boot = JS_GetPropertyStr(ctx, api, "boot");
@@ -1166,7 +1238,19 @@ EXPORT("cm_run_jobs") int32_t cm_run_jobs(void) {
 }
 
 // 0: the cell is still running; 1: its state is in out_buf; 2: exception (failure in out_buf).
+//
+// The prelude's state changes only in `run` and in its reactions to the cell's promise (layer 5):
+// while that promise is pending, and the jobs have run (cm_poll comes after cm_run_jobs), the cell
+// is still running, and the answer is 0 without a call into the prelude (~0.9k instructions of a
+// nested call's step). Once the promise is settled it is let go, and the prelude says what the
+// state is; so it does for a cell that never reached `react` (it failed to start, or its promise
+// is no promise of this VM).
 EXPORT("cm_poll") int32_t cm_poll(void) {
+    if (!JS_IsUndefined(cell_promise)) {
+        if (JS_PromiseState(ctx, cell_promise) == JS_PROMISE_PENDING) return 0;
+        JS_FreeValue(ctx, cell_promise);
+        cell_promise = JS_UNDEFINED;
+    }
     JSValue r = JS_Call(ctx, fn_poll, JS_UNDEFINED, 0, NULL);
     if (JS_IsException(r)) {
         set_out_exception();
@@ -1186,6 +1270,17 @@ EXPORT("cm_poll") int32_t cm_poll(void) {
     set_out(s, n);
     JS_FreeCString(ctx, s);
     return 1;
+}
+
+// A drive step's end in one call from the host: the step's last delivery settled (as cm_settle,
+// when `deliver`), the jobs run (cm_run_jobs) and the state polled (cm_poll). Returns as cm_poll:
+// 0 still running, 1 its state in out_buf, 2 a failure in out_buf (from whichever part failed;
+// nothing after a failed part runs). Each call into the instance costs the host ~1k instructions
+// of entry and exit; a nested call's step made three.
+EXPORT("cm_step") int32_t cm_step(double id, int32_t ok, const char *json, uint32_t len, int32_t deliver) {
+    if (deliver && cm_settle(id, ok, json, len) != 0) return 2;
+    if (cm_run_jobs() != 0) return 2;
+    return cm_poll();
 }
 
 // A fresh instance's whole first step, in one call from the host: its configuration (as

@@ -25,6 +25,7 @@ const MAX_GUEST_STACK: u64 = 768 << 10;
 /// an export initializes a function reference in the fresh instance (~1k instructions; a trivial
 /// cell's instance once paid for fifteen of them, then four). A fresh run that ends in its first
 /// step uses `cm_start` alone.
+#[derive(Default)]
 struct Exports {
     /// `cm_start(boot, boot_len, code, len, heap, stack, seed_lo, seed_hi, reseed, texts_units)`.
     start: Option<StartFn>,
@@ -35,12 +36,16 @@ struct Exports {
     poll: Option<TypedFunc<(), i32>>,
     /// Looked up when first needed: a cell that makes no nested call never settles one.
     settle: Option<TypedFunc<(f64, i32, u32, u32), i32>>,
+    /// `cm_step(id, ok, json, len, deliver)`: a step's last delivery, its jobs and its poll in one
+    /// call (looked up by a run that goes on past its first step).
+    step: Option<StepFn>,
     /// Looked up when an input does not fit the shim's input buffer.
     alloc: Option<TypedFunc<u32, u32>>,
     free: Option<TypedFunc<u32, ()>>,
 }
 
 type StartFn = TypedFunc<(u32, u32, u32, u32, u32, u32, u32, u32, i32, u32), i32>;
+type StepFn = TypedFunc<(f64, i32, u32, u32, i32), i32>;
 
 /// The length in UTF-16 code units of the boot text's namespace texts (what the index's lengths
 /// count, as JavaScript strings do), for `cm_start`: the shim checks the index against it without
@@ -141,19 +146,18 @@ fn typed<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
         .map_err(internal)
 }
 
-/// The export in `slot`, looked up on first use.
-fn lazy<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
-    slot: &mut Option<TypedFunc<P, R>>,
+/// The export in `slot`, looked up on first use. Lent, not cloned: a `TypedFunc`'s clone copies its
+/// registered type (~200 instructions with its drop, two or three times a nested call).
+fn lazy<'a, P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+    slot: &'a mut Option<TypedFunc<P, R>>,
     store: &mut Store<HostState>,
     instance: &Instance,
     name: &str,
-) -> Result<TypedFunc<P, R>, EngineError> {
-    if let Some(f) = slot {
-        return Ok(f.clone());
+) -> Result<&'a TypedFunc<P, R>, EngineError> {
+    if slot.is_none() {
+        *slot = Some(typed(store, instance, name)?);
     }
-    let f = typed(store, instance, name)?;
-    *slot = Some(f.clone());
-    Ok(f)
+    slot.as_ref().ok_or_else(|| internal(format!("missing export {name}")))
 }
 
 impl Vm {
@@ -177,8 +181,7 @@ impl Vm {
             }
         };
         store.data_mut().scratch = statics.scratch;
-        let ex =
-            Exports { start: None, configure: None, run_jobs: None, poll: None, settle: None, alloc: None, free: None };
+        let ex = Exports::default();
         Ok(Vm { store, instance, memory, ex, statics, loaded, boot: None, limits, unconfigured: Some(seed) })
     }
 
@@ -195,8 +198,8 @@ impl Vm {
     /// clears the heap-refusal flag; `seed` reseeds `Math.random`.
     fn configure(&mut self, seed: Option<u64>) -> Result<(), EngineError> {
         self.unconfigured = None;
-        let configure = lazy(&mut self.ex.configure, &mut self.store, &self.instance, "cm_configure")?;
         let args = self.configuration(seed);
+        let configure = lazy(&mut self.ex.configure, &mut self.store, &self.instance, "cm_configure")?;
         configure.call(&mut self.store, args).map_err(internal)
     }
 
@@ -234,7 +237,8 @@ impl Vm {
             Placed { ptr: at, len, owned: false }
         } else {
             let alloc = lazy(&mut self.ex.alloc, &mut self.store, &self.instance, "cm_alloc")?;
-            let ptr = alloc.call(&mut self.store, len).map_err(|e| self.fault(e))?;
+            let ptr = alloc.call(&mut self.store, len);
+            let ptr = ptr.map_err(|e| self.fault(e))?;
             if ptr == 0 {
                 return Err(VmFault::Failure(codemode_core::engine::GuestFailure {
                     code: Some(codemode_core::error::CodeModeErrorCode::MemoryLimitExceeded),
@@ -253,7 +257,8 @@ impl Vm {
             return Ok(());
         }
         let free = lazy(&mut self.ex.free, &mut self.store, &self.instance, "cm_free")?;
-        free.call(&mut self.store, placed.ptr).map_err(|e| self.fault(e))
+        let freed = free.call(&mut self.store, placed.ptr);
+        freed.map_err(|e| self.fault(e))
     }
 
     fn read_out(&mut self) -> Result<String, VmFault> {
@@ -505,7 +510,6 @@ impl GuestVm for Vm {
     /// Configuration, boot, the cell's start, its jobs and its state in one call into the guest
     /// (`cm_start`).
     fn start_and_poll(&mut self, wrapped: &str) -> Result<Option<String>, VmFault> {
-        let start = lazy(&mut self.ex.start, &mut self.store, &self.instance, "cm_start")?;
         let boot = self.boot.take().unwrap_or_else(|| Arc::from("{}"));
         if boot.len().saturating_add(wrapped.len()) > self.statics.in_buf.1 as usize {
             // The inputs go to guest allocations (`cm_alloc`), which the run's heap limit must bound.
@@ -519,9 +523,10 @@ impl GuestVm for Vm {
         let b = self.place(boot.as_bytes(), &mut offset)?;
         let c = self.place(wrapped.as_bytes(), &mut offset)?;
         let units = texts_units(&boot);
-        let status = start
-            .call(&mut self.store, (b.ptr, b.len, c.ptr, c.len, heap, stack, seed_lo, seed_hi, reseed, units))
-            .map_err(|e| self.fault(e));
+        let start = lazy(&mut self.ex.start, &mut self.store, &self.instance, "cm_start")?;
+        let status =
+            start.call(&mut self.store, (b.ptr, b.len, c.ptr, c.len, heap, stack, seed_lo, seed_hi, reseed, units));
+        let status = status.map_err(|e| self.fault(e));
         self.release(b)?;
         self.release(c)?;
         self.polled(status?)
@@ -529,25 +534,45 @@ impl GuestVm for Vm {
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
         self.configured()?;
-        let settle = lazy(&mut self.ex.settle, &mut self.store, &self.instance, "cm_settle")?;
         let placed = self.place(json.as_bytes(), &mut 0)?;
-        let status =
-            settle.call(&mut self.store, (id as f64, i32::from(ok), placed.ptr, placed.len)).map_err(|e| self.fault(e));
+        let settle = lazy(&mut self.ex.settle, &mut self.store, &self.instance, "cm_settle")?;
+        let status = settle.call(&mut self.store, (id as f64, i32::from(ok), placed.ptr, placed.len));
+        let status = status.map_err(|e| self.fault(e));
         self.release(placed)?;
         self.status(status?)
+    }
+
+    /// One call into the guest (`cm_step`) where the default makes up to three.
+    fn settle_and_poll(&mut self, last: Option<(RequestId, bool, &str)>) -> Result<Option<String>, VmFault> {
+        self.configured()?;
+        let placed = match last {
+            Some((_, _, json)) => Some(self.place(json.as_bytes(), &mut 0)?),
+            None => None,
+        };
+        let (id, ok) = last.map_or((0.0, 0), |(id, ok, _)| (id as f64, i32::from(ok)));
+        let (ptr, len) = placed.as_ref().map_or((0, 0), |p| (p.ptr, p.len));
+        let step = lazy(&mut self.ex.step, &mut self.store, &self.instance, "cm_step")?;
+        let status = step.call(&mut self.store, (id, ok, ptr, len, i32::from(last.is_some())));
+        let status = status.map_err(|e| self.fault(e));
+        if let Some(placed) = placed {
+            self.release(placed)?;
+        }
+        self.polled(status?)
     }
 
     fn run_jobs(&mut self) -> Result<(), VmFault> {
         self.configured()?;
         let run_jobs = lazy(&mut self.ex.run_jobs, &mut self.store, &self.instance, "cm_run_jobs")?;
-        let status = run_jobs.call(&mut self.store, ()).map_err(|e| self.fault(e))?;
+        let status = run_jobs.call(&mut self.store, ());
+        let status = status.map_err(|e| self.fault(e))?;
         self.status(status)
     }
 
     fn poll(&mut self) -> Result<Option<String>, VmFault> {
         self.configured()?;
         let poll = lazy(&mut self.ex.poll, &mut self.store, &self.instance, "cm_poll")?;
-        let status = poll.call(&mut self.store, ()).map_err(|e| self.fault(e))?;
+        let status = poll.call(&mut self.store, ());
+        let status = status.map_err(|e| self.fault(e))?;
         self.polled(status)
     }
 
@@ -682,6 +707,48 @@ mod tests {
         let state = vm.poll().unwrap().expect("the cell completed");
         let value: serde_json::Value = serde_json::from_str(state.strip_prefix('1').expect("completed")).unwrap();
         assert_eq!(value, serde_json::json!(["ToolError/nested_tool_failed/nope", { "v": 2 }, 3]));
+    }
+
+    /// A step's end (`settle_and_poll`, one call into the guest: `cm_step`) delivers, runs the jobs
+    /// and polls as `settle`, `run_jobs` and `poll` do one by one: a cell still waiting polls as
+    /// pending (the shim then answers from the cell's promise without calling the prelude), a step
+    /// with nothing to deliver changes nothing, the last delivery completes the cell, and a
+    /// delivery the guest refuses fails the step with the guest's error (the jobs after it do not
+    /// run).
+    #[test]
+    fn a_steps_end_delivers_runs_and_polls_in_one_call() {
+        let loaded = crate::loaded().unwrap();
+        let start = |cell: &str| {
+            let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
+            vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
+            vm.with_bridge(|b| b.begin_drive(1 << 20));
+            vm.set_deadline(Instant::now() + Duration::from_secs(30));
+            assert_eq!(vm.start_and_poll(&codemode_bridge::wrap_code(cell)).unwrap(), None, "{cell}");
+            let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
+            vm.with_bridge(|b| b.begin_drive(1 << 20));
+            (vm, ids)
+        };
+        let cell = "const a = tools.call('a', {}), b = tools.call('b', {});\n\
+                    const x = await a; globalThis.seen = x; return [x, await b, globalThis.seen];";
+        let (mut vm, ids) = start(cell);
+        assert_eq!(ids.len(), 2);
+        assert_eq!(vm.settle_and_poll(None).unwrap(), None, "nothing delivered: still running");
+        assert_eq!(vm.settle_and_poll(Some((ids[0], true, r#"{"v":1}"#))).unwrap(), None, "waits for b");
+        let state = vm.settle_and_poll(Some((ids[1], true, "[2]"))).unwrap().expect("the cell completed");
+        let value: serde_json::Value = serde_json::from_str(state.strip_prefix('1').expect("completed")).unwrap();
+        assert_eq!(value, serde_json::json!([{ "v": 1 }, [2], { "v": 1 }]));
+        assert_eq!(vm.settle_and_poll(None).unwrap(), Some(state), "a finished cell keeps its state");
+
+        let (mut vm, ids) = start(cell);
+        match vm.settle_and_poll(Some((ids[0], true, "{not json"))) {
+            Err(VmFault::Failure(f)) => assert!(f.message.contains("SyntaxError"), "{f:?}"),
+            other => panic!("a refused delivery fails the step: {other:?}"),
+        }
+
+        // A cell that fails: its rejection is the state once the jobs have run.
+        let (mut vm, ids) = start("await tools.call('a', {}); throw new TypeError('after the call');");
+        let state = vm.settle_and_poll(Some((ids[0], true, "1"))).unwrap().expect("the cell failed");
+        assert!(state.starts_with('0') && state.contains("after the call"), "{state}");
     }
 
     /// Starts `cell`, settles the calls it makes at once with `texts` in order, and runs it to its

@@ -405,17 +405,14 @@ impl Inner {
         let raw = mode == CallMode::Raw;
         // The guest reports engine lines of the wrapped (or transpiled) cell: map to the model's own.
         let cell_line = request.call_line().map(|l| run.positions.map(l, None).0);
-        run.pending.insert(
+        run.pending.insert(PendingRequest {
             id,
-            PendingRequest {
-                id,
-                tool_id: Some(tool.id.clone()),
-                request,
-                read_only: tool.def.read_only,
-                issued_at_ms: self.now_ms(),
-                awaiting_approval: false,
-            },
-        );
+            tool_id: Some(tool.id.clone()),
+            request,
+            read_only: tool.def.read_only,
+            issued_at_ms: self.now_ms(),
+            awaiting_approval: false,
+        });
         run.emit(|| RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
         if run.traced() {
             let outcome = match origin {

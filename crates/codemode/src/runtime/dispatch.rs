@@ -99,17 +99,14 @@ impl Inner {
                 run.ready.push(Delivery { id, outcome });
             }
             request @ GuestRequest::Yield { .. } => {
-                run.pending.insert(
+                run.pending.insert(PendingRequest {
                     id,
-                    PendingRequest {
-                        id,
-                        tool_id: None,
-                        request,
-                        read_only: true,
-                        issued_at_ms: self.now_ms(),
-                        awaiting_approval: false,
-                    },
-                );
+                    tool_id: None,
+                    request,
+                    read_only: true,
+                    issued_at_ms: self.now_ms(),
+                    awaiting_approval: false,
+                });
                 return Ok(true);
             }
             other => {

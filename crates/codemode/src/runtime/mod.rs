@@ -79,7 +79,7 @@ use codemode_snapshot::Clock;
 use observed::Observations;
 use run::Run;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -685,7 +685,7 @@ impl Inner {
             namespaces,
             restart_safe: req.restart_safe,
             telemetry,
-            pending: BTreeMap::new(),
+            pending: run::PendingTable::default(),
             ready: Vec::new(),
             calls: NestedCalls::new(),
             created_at_ms: self.now_ms(),
@@ -779,7 +779,7 @@ impl Inner {
             namespaces,
             restart_safe,
             telemetry,
-            pending: pending.into_iter().map(|p| (p.id, p)).collect(),
+            pending: pending.into_iter().collect(),
             ready,
             calls,
             created_at_ms,

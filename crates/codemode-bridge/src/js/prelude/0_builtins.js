@@ -2,7 +2,7 @@
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
 // script. Its completion value is
-// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?)`, which the engine
+// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?, callPlain?)`, which the engine
 // calls with the one host primitive (and, optionally, accelerators):
 //
 //   host(kind: string, payload: string, more?: string, last?: string) -> number | string | undefined
@@ -59,6 +59,12 @@
 //     `then` would queue them (so every job runs in the same order), and true. It reads neither
 //     `constructor` nor `Symbol.species` (no guest code runs) and makes no result promise. False,
 //     and nothing done, for anything that is not a promise of the VM; `run` then uses `then`.
+//
+//   callPlain(kind, head, value, tail, maxDepth) -> promise | undefined   (optional; quickjs-wasi
+//     gives one)
+//     What `host(kind, head, plainJson(value, 1, maxDepth), tail)` does when plainJson gives a
+//     string, in one call and without the JSON string; undefined, and nothing sent, when plainJson
+//     would give undefined (or the engine cannot make the message). Only with settlesNatively.
 //
 // `install` returns the engine's private handle { boot, run, settle, poll, hostError }:
 // `settle(id, ok, json)` delivers a request's outcome as JSON text, `hostError(failure)` makes the
@@ -216,7 +222,7 @@
     defineProperty(G, name, valueDesc(value, false, false, false));
   }
 
-  return function install(host, plainJson, defineNamespaces, settlesNatively, ownFirst, react) {
+  return function install(host, plainJson, defineNamespaces, settlesNatively, ownFirst, react, callPlain) {
     // request id -> resolve / reject (null-prototype dictionaries private to the prelude: cheaper
     // than a Map of pairs on the nested-call path).
     const resolvers = create(null);

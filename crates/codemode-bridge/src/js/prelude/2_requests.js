@@ -102,10 +102,13 @@
     // else (a gated tool, which needs its cell line; input plainJson does not take; Boa) takes
     // callRequest or mcpRequest, which write the same message. Whether the tool is gated and the
     // message up to the input are found on the first call and kept. The message goes to `host` in
-    // three parts (head, input, tail), which the host joins. `x === void 0`, not `x === undefined`,
+    // three parts (head, input, tail), which the host joins, or, where the engine gives `callPlain`,
+    // the input is serialized and sent with head and tail in one native call. `x === void 0`, not `x === undefined`,
     // on this path: QuickJS reads the global `undefined` by name and compares the slow way, while
     // `=== void 0` compiles to one opcode (six such tests were ~2 % of a call on quickjs-wasi).
     const direct = plainJson !== undefined && settlesNatively === true;
+    // The message made and sent in one native call (quickjs-wasi), not plainJson then host.
+    const oneCall = direct && typeof callPlain === "function";
     function toolCaller(kind, id, server, name, unwrap) {
       const mcp = kind === "mcp";
       const tail = unwrap === true ? ',"unwrap":true}' : "}";
@@ -118,8 +121,14 @@
           head = mcp ? mcpHead(server, name) : callHead(id, false);
         }
         if (direct && !gated) {
-          const json = plainJson(input === void 0 ? {} : input, 1, maxDepth);
-          if (json !== void 0) return host(kind, head, json, tail);
+          const value = input === void 0 ? {} : input;
+          if (oneCall) {
+            const p = callPlain(kind, head, value, tail, maxDepth);
+            if (p !== void 0) return p;
+          } else {
+            const json = plainJson(value, 1, maxDepth);
+            if (json !== void 0) return host(kind, head, json, tail);
+          }
         }
         return mcp
           ? mcpRequest(server, name, input, unwrap, head, gated)
