@@ -27,6 +27,9 @@
 //                                     hostError(parsed failure); 0 when it is not pending
 //   cm_run_jobs()                     run pending jobs until none is left
 //   cm_poll()                         the cell's state: 0 still running, 1 state in out_buf, 2 failure
+//   cm_step(id, ok, json, len, deliver)
+//                                     a later step's end: cm_settle (when deliver), cm_run_jobs,
+//                                     cm_poll, stopping at the first that fails (status as cm_poll's)
 // Status codes otherwise: 0 ok, 1 guest exception (failure in out_buf).
 //
 // Imports (module "codemode"):
