@@ -450,9 +450,10 @@ impl Inner {
             timeout: Duration::from_millis(self.approvals.timeout_ms),
             cell_line,
         };
+        // Boxed: a fleet store's call log only, and inline it made every call's future larger.
         let log = self.store.fleet().then(|| {
             run.logged = true;
-            CallLog {
+            Box::new(CallLog {
                 store: self.store.clone(),
                 run_id: run.id.clone(),
                 issue: CallIssue {
@@ -462,7 +463,7 @@ impl Inner {
                     read_only: tool.def.read_only,
                 },
                 stored: run.stored,
-            }
+            })
         });
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
@@ -481,13 +482,27 @@ impl Inner {
         );
         let call_span = span.clone();
         let call = async move {
-            let outcome =
-                match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract, log.as_ref()).await
+            // The in-flight gates (`gates.rs`); when they would only call the tool and check its
+            // output, that is done here, and their whole future (boxed otherwise) is not part of
+            // this one: every call's future is boxed once, and a smaller one is a cheaper allocation.
+            let outcome = if gates::only_the_tool(&hooks, &approval, log.as_deref()) {
+                gates::checked_output(&contract, executor.call(nested).await)
+            } else {
+                match Box::pin(gates::run_in_flight(
+                    &hooks,
+                    executor.as_ref(),
+                    nested,
+                    &approval,
+                    &contract,
+                    log.as_deref(),
+                ))
+                .await
                 {
                     InFlight::Parked => return CallEnd::Parked,
                     InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
                     InFlight::Done(outcome) => outcome,
-                };
+                }
+            };
             // Issue 26 §4: learn the result's shape (tools without a declared output schema; for
             // MCP tools, the unwrapped value `.value` returns).
             // Recorded from a borrow: cloning each result only to read its shape cost ~0.9k
@@ -518,8 +533,10 @@ impl Inner {
             };
             if let Some(log) = &log {
                 match &end {
-                    CallEnd::Settled(outcome) => log.finish(outcome).await,
-                    CallEnd::Denied(e) => log.finish(&Err(e.clone())).await,
+                    // Boxed (fleet stores only): kept inline, the store's round trip made every
+                    // call's future larger.
+                    CallEnd::Settled(outcome) => Box::pin(log.finish(outcome)).await,
+                    CallEnd::Denied(e) => Box::pin(log.finish(&Err(e.clone()))).await,
                     CallEnd::Parked | CallEnd::Reissue => {}
                 }
             }

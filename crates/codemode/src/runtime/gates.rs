@@ -407,31 +407,22 @@ pub(super) async fn run_in_flight(
         }
         if let Some(reason) = reason {
             let Some(approver) = &approval.approver else { return InFlight::Parked };
-            let request = ApprovalRequest {
-                run_id: call.run_id.clone(),
-                request_id: call.request_id,
-                tool_id: call.tool_id.clone(),
-                input_preview: ApprovalRequest::preview(&call.input),
-                reason,
-                cell_line: approval.cell_line,
-                context: codemode_core::scope::RunContext::clone(&call.context),
-            };
-            match tokio::time::timeout(approval.timeout, approver.decide(&request)).await {
-                Ok(Some(ApprovalDecision::Approve)) => {}
-                Ok(Some(ApprovalDecision::Deny { reason })) => {
-                    refused = Some(ToolError::new(ToolErrorKind::Denied, crate::tools::denial_message(&reason)));
-                }
-                Ok(None) | Err(_) => return InFlight::Parked,
+            // Boxed: the request and the timer live only on this path, and kept inline they made
+            // every call's future (boxed once per call) larger than the allocator's fast sizes.
+            match Box::pin(ask_approver(approver.as_ref(), &call, reason, approval)).await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => refused = Some(e),
+                None => return InFlight::Parked,
             }
         }
     }
     if refused.is_none()
         && let Some(log) = log
-        && let Some(answer) = log.begin().await
+        && let Some(answer) = Box::pin(log.begin()).await
     {
         return InFlight::Logged(answer);
     }
-    let mut outcome = if hooks.is_empty() {
+    let outcome = if hooks.is_empty() {
         // Nothing looks at the call after the tool: it is handed over, not copied.
         match refused {
             Some(e) => Err(e),
@@ -448,19 +439,97 @@ pub(super) async fn run_in_flight(
         }
         outcome
     };
-    // SPEC D4: the declared output contract is checked after the hooks, before the value reaches
-    // the guest; a mismatch fails the call and the value is never delivered.
-    if let Ok(r) = &outcome
-        && let Err(m) = contract.check_output(&r.details)
-    {
-        outcome = Err(ToolError::new(ToolErrorKind::OutputContract, m.to_string()));
+    InFlight::Done(checked_output(contract, outcome))
+}
+
+/// Whether [`run_in_flight`] would do nothing but call the tool and check its output: no hook, no
+/// approval to ask for (already approved, or no policy reason; only a hook could add one) and no
+/// call log. The caller may then do just that ([`checked_output`] of the tool's outcome).
+pub(super) fn only_the_tool(hooks: &[Arc<dyn ToolHook>], approval: &Approval, log: Option<&CallLog>) -> bool {
+    hooks.is_empty() && log.is_none() && (approval.approved || approval.policy_reason.is_none())
+}
+
+/// SPEC D4: the declared output contract is checked after the hooks, before the value reaches the
+/// guest; a mismatch fails the call and the value is never delivered.
+pub(super) fn checked_output(
+    contract: &CatalogTool,
+    outcome: Result<ToolResult, ToolError>,
+) -> Result<ToolResult, ToolError> {
+    match &outcome {
+        Ok(r) => match contract.check_output(&r.details) {
+            Ok(()) => outcome,
+            Err(m) => Err(ToolError::new(ToolErrorKind::OutputContract, m.to_string())),
+        },
+        Err(_) => outcome,
     }
-    InFlight::Done(outcome)
+}
+
+/// Asks the approver about `call` within the approval timeout: `Some(Ok)` approved, `Some(Err)`
+/// denied (the refusal the guest gets), `None` no decision in time (the call parks).
+async fn ask_approver(
+    approver: &dyn Approver,
+    call: &NestedToolCall,
+    reason: String,
+    approval: &Approval,
+) -> Option<Result<(), ToolError>> {
+    let request = ApprovalRequest {
+        run_id: call.run_id.clone(),
+        request_id: call.request_id,
+        tool_id: call.tool_id.clone(),
+        input_preview: ApprovalRequest::preview(&call.input),
+        reason,
+        cell_line: approval.cell_line,
+        context: codemode_core::scope::RunContext::clone(&call.context),
+    };
+    match tokio::time::timeout(approval.timeout, approver.decide(&request)).await {
+        Ok(Some(ApprovalDecision::Approve)) => Some(Ok(())),
+        Ok(Some(ApprovalDecision::Deny { reason })) => {
+            Some(Err(ToolError::new(ToolErrorKind::Denied, crate::tools::denial_message(&reason))))
+        }
+        Ok(None) | Err(_) => None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::BEFORE_START;
+    use super::{Approval, CallLog, only_the_tool};
+    use crate::tools::ToolHook;
+    use codemode_core::scope::RunId;
+    use codemode_core::store::CallIssue;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A hook with every default (it still makes the in-flight stages run).
+    struct Watching;
+    #[async_trait::async_trait]
+    impl ToolHook for Watching {}
+
+    /// A call skips the in-flight stages' own future only when they would do nothing but call the
+    /// tool: any hook, an approval still to ask for, or a fleet's call log sends it through them.
+    #[test]
+    fn only_a_call_with_no_hook_approval_or_log_skips_the_in_flight_stages() {
+        let approval = |policy_reason: Option<&str>, approved: bool| Approval {
+            policy_reason: policy_reason.map(str::to_string),
+            approved,
+            approver: None,
+            timeout: Duration::from_secs(1),
+            cell_line: None,
+        };
+        let log = CallLog {
+            store: Arc::new(codemode_snapshot::MemorySnapshotStore::new()),
+            run_id: RunId::from_generated("cm_test".to_string()),
+            issue: CallIssue { request_id: 1, tool_id: "t".to_string(), input_digest: String::new(), read_only: false },
+            stored: false,
+        };
+        let hooks: Vec<Arc<dyn ToolHook>> = vec![Arc::new(Watching)];
+        assert!(only_the_tool(&[], &approval(None, false), None));
+        assert!(only_the_tool(&[], &approval(Some("gated"), true), None), "approved already: nothing to ask");
+        assert!(!only_the_tool(&[], &approval(Some("gated"), false), None), "the approver must be asked");
+        assert!(!only_the_tool(&hooks, &approval(None, false), None), "a hook may refuse, gate or rewrite");
+        assert!(!only_the_tool(&hooks, &approval(Some("gated"), true), None));
+        assert!(!only_the_tool(&[], &approval(None, false), Some(&log)), "a fleet logs the call first");
+    }
 
     /// The security model in the book lists the gates before a call starts, by name, in the order
     /// [`BEFORE_START`] runs them (issue 24 §2: the order is written once and documented).
