@@ -64,8 +64,8 @@ pub trait GuestVm {
     }
     /// A step's end: [`settle`](Self::settle) of `last` (the step's last delivery, if any),
     /// [`run_jobs`](Self::run_jobs), [`poll`](Self::poll). An engine may do the three in one call
-    /// into its guest (quickjs-wasi does: each call into a wasm instance costs ~1k instructions of
-    /// entry and exit, and a nested call's step made three).
+    /// into its guest (quickjs-wasi does: each call into a wasm instance costs the host a few
+    /// hundred instructions of entry and exit, and a nested call's step made three).
     fn settle_and_poll(&mut self, last: Option<(RequestId, bool, &str)>) -> Result<Option<String>, VmFault> {
         if let Some((id, ok, json)) = last {
             self.settle(id, ok, json)?;

@@ -1278,8 +1278,8 @@ EXPORT("cm_poll") int32_t cm_poll(void) {
 // A drive step's end in one call from the host: the step's last delivery settled (as cm_settle,
 // when `deliver`), the jobs run (cm_run_jobs) and the state polled (cm_poll). Returns as cm_poll:
 // 0 still running, 1 its state in out_buf, 2 a failure in out_buf (from whichever part failed;
-// nothing after a failed part runs). Each call into the instance costs the host ~1k instructions
-// of entry and exit; a nested call's step made three.
+// nothing after a failed part runs). Each call into the instance costs the host a few hundred
+// instructions of entry and exit; a nested call's step made three.
 EXPORT("cm_step") int32_t cm_step(double id, int32_t ok, const char *json, uint32_t len, int32_t deliver) {
     if (deliver && cm_settle(id, ok, json, len) != 0) return 2;
     if (cm_run_jobs() != 0) return 2;

@@ -2,8 +2,8 @@
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
 // script. Its completion value is
-// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?, callPlain?)`, which the engine
-// calls with the one host primitive (and, optionally, accelerators):
+// `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?, callPlain?)`,
+// which the engine calls with the one host primitive (and, optionally, accelerators):
 //
 //   host(kind: string, payload: string, more?: string, last?: string) -> number | string | undefined
 //     `more` and `last`, when given, are the rest of the payload: the host joins the three strings

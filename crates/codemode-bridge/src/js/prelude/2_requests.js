@@ -102,10 +102,11 @@
     // else (a gated tool, which needs its cell line; input plainJson does not take; Boa) takes
     // callRequest or mcpRequest, which write the same message. Whether the tool is gated and the
     // message up to the input are found on the first call and kept. The message goes to `host` in
-    // three parts (head, input, tail), which the host joins, or, where the engine gives `callPlain`,
-    // the input is serialized and sent with head and tail in one native call. `x === void 0`, not `x === undefined`,
-    // on this path: QuickJS reads the global `undefined` by name and compares the slow way, while
-    // `=== void 0` compiles to one opcode (six such tests were ~2 % of a call on quickjs-wasi).
+    // three parts (head, input, tail), which the host joins, or, where the engine gives
+    // `callPlain`, the input is serialized and sent with head and tail in one native call.
+    // `x === void 0`, not `x === undefined`, on this path: QuickJS reads the global `undefined` by
+    // name and compares the slow way, while `=== void 0` compiles to one opcode (six such tests
+    // were ~2 % of a call on quickjs-wasi).
     const direct = plainJson !== undefined && settlesNatively === true;
     // The message made and sent in one native call (quickjs-wasi), not plainJson then host.
     const oneCall = direct && typeof callPlain === "function";
