@@ -1070,7 +1070,7 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
     // An empty ordinary object no guest code can reach, kept for the VM's life: it holds QuickJS's
     // shared initial shape of Object.prototype objects. Without it that shape dies whenever the last
     // object still empty gains a property, so every `{ i }` a cell passes and every object a result
-    // is read into made and freed it again (two shapes a nested call, ~1.7k instructions).
+    // is read into made and freed it again (two shapes a nested call; a few hundred instructions).
     shape_keeper = JS_NewObject(ctx);
     if (!JS_IsObject(shape_keeper)) return -7;
     JSValue primitives[7];
@@ -1244,8 +1244,8 @@ EXPORT("cm_run_jobs") int32_t cm_run_jobs(void) {
 //
 // The prelude's state changes only in `run` and in its reactions to the cell's promise (layer 5):
 // while that promise is pending, and the jobs have run (cm_poll comes after cm_run_jobs), the cell
-// is still running, and the answer is 0 without a call into the prelude (~0.9k instructions of a
-// nested call's step). Once the promise is settled it is let go, and the prelude says what the
+// is still running, and the answer is 0 without a call into the prelude (~0.5k instructions of a
+// nested call's step, its JavaScript frame included). Once the promise is settled it is let go, and the prelude says what the
 // state is; so it does for a cell that never reached `react` (it failed to start, or its promise
 // is no promise of this VM).
 EXPORT("cm_poll") int32_t cm_poll(void) {
