@@ -55,7 +55,9 @@ pub(super) struct Run {
 
 /// A run's outstanding requests, in id order: a vector kept sorted by id. A run has a few at a
 /// time; the `BTreeMap` this replaced moved each ~200-byte request into its node and out again,
-/// ~0.7k instructions a nested call.
+/// ~0.7k instructions a nested call. Ids only grow, so a request is filed at the end; removing one
+/// shifts the later ones, and the `pendingLimit` gate keeps the tool calls among them below
+/// `maxPendingToolCalls` (at most 128), so no cell can make that quadratic cost large.
 #[derive(Default)]
 pub(super) struct PendingTable(Vec<PendingRequest>);
 
