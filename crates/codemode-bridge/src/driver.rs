@@ -141,17 +141,16 @@ fn step<V: GuestVm>(vm: &mut V, unstarted: &mut Option<String>, input: &DriveInp
         vm.start_cell(&code)?;
     }
     // Delivered in order; the last goes with the jobs and the poll (see `settle_and_poll`).
-    let mut last = None;
-    let count = input.deliveries.len();
-    for (i, d) in input.deliveries.iter().enumerate() {
+    let (last, earlier) = match input.deliveries.split_last() {
+        Some((last, earlier)) => (Some(last), earlier),
+        None => (None, &[][..]),
+    };
+    for d in earlier {
         if let Some((ok, json)) = vm.with_bridge(|b| b.prepare_delivery(d)) {
-            if i + 1 == count {
-                last = Some((d.id, ok, json));
-            } else {
-                vm.settle(d.id, ok, &json)?;
-            }
+            vm.settle(d.id, ok, &json)?;
         }
     }
+    let last = last.and_then(|d| vm.with_bridge(|b| b.prepare_delivery(d)).map(|(ok, json)| (d.id, ok, json)));
     vm.settle_and_poll(last.as_ref().map(|(id, ok, json)| (*id, *ok, json.as_str())))
 }
 

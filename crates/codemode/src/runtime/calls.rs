@@ -482,27 +482,14 @@ impl Inner {
         );
         let call_span = span.clone();
         let call = async move {
-            // The in-flight gates (`gates.rs`); when they would only call the tool and check its
-            // output, that is done here, and their whole future (boxed otherwise) is not part of
-            // this one: every call's future is boxed once, and a smaller one is a cheaper allocation.
-            let outcome = if gates::only_the_tool(&hooks, &approval, log.as_deref()) {
-                gates::checked_output(&contract, executor.call(nested).await)
-            } else {
-                match Box::pin(gates::run_in_flight(
-                    &hooks,
-                    executor.as_ref(),
-                    nested,
-                    &approval,
-                    &contract,
-                    log.as_deref(),
-                ))
-                .await
+            let outcome =
+                match gates::run_in_flight(&hooks, executor.as_ref(), nested, &approval, &contract, log.as_deref())
+                    .await
                 {
                     InFlight::Parked => return CallEnd::Parked,
                     InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
                     InFlight::Done(outcome) => outcome,
-                }
-            };
+                };
             // Issue 26 §4: learn the result's shape (tools without a declared output schema; for
             // MCP tools, the unwrapped value `.value` returns).
             // Recorded from a borrow: cloning each result only to read its shape cost ~0.9k

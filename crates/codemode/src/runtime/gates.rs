@@ -385,6 +385,26 @@ impl CallLog {
 pub(super) async fn run_in_flight(
     hooks: &[Arc<dyn ToolHook>],
     executor: &dyn ToolExecutor,
+    call: NestedToolCall,
+    approval: &Approval,
+    contract: &CatalogTool,
+    log: Option<&CallLog>,
+) -> InFlight {
+    // With no hook, no approval to ask for (already approved, or no policy reason: only a hook
+    // could add one) and no call log (`only_the_tool`), the stages reduce to the tool and its output contract. Their
+    // own future is boxed only when they have more to do: every call's future is boxed once, and
+    // kept inline theirs (the approver's request and timer, the log's round trip, the hooks' state)
+    // made it larger than the allocator's fast sizes.
+    if only_the_tool(hooks, approval, log) {
+        return InFlight::Done(checked_output(contract, executor.call(call).await));
+    }
+    Box::pin(through_the_stages(hooks, executor, call, approval, contract, log)).await
+}
+
+/// [`run_in_flight`]'s stages, in order.
+async fn through_the_stages(
+    hooks: &[Arc<dyn ToolHook>],
+    executor: &dyn ToolExecutor,
     mut call: NestedToolCall,
     approval: &Approval,
     contract: &CatalogTool,
@@ -442,19 +462,14 @@ pub(super) async fn run_in_flight(
     InFlight::Done(checked_output(contract, outcome))
 }
 
-/// Whether [`run_in_flight`] would do nothing but call the tool and check its output: no hook, no
-/// approval to ask for (already approved, or no policy reason; only a hook could add one) and no
-/// call log. The caller may then do just that ([`checked_output`] of the tool's outcome).
-pub(super) fn only_the_tool(hooks: &[Arc<dyn ToolHook>], approval: &Approval, log: Option<&CallLog>) -> bool {
+/// Whether the in-flight stages would do nothing but call the tool and check its output.
+fn only_the_tool(hooks: &[Arc<dyn ToolHook>], approval: &Approval, log: Option<&CallLog>) -> bool {
     hooks.is_empty() && log.is_none() && (approval.approved || approval.policy_reason.is_none())
 }
 
 /// SPEC D4: the declared output contract is checked after the hooks, before the value reaches the
 /// guest; a mismatch fails the call and the value is never delivered.
-pub(super) fn checked_output(
-    contract: &CatalogTool,
-    outcome: Result<ToolResult, ToolError>,
-) -> Result<ToolResult, ToolError> {
+fn checked_output(contract: &CatalogTool, outcome: Result<ToolResult, ToolError>) -> Result<ToolResult, ToolError> {
     match &outcome {
         Ok(r) => match contract.check_output(&r.details) {
             Ok(()) => outcome,
