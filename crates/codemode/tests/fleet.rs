@@ -233,3 +233,62 @@ async fn learned_result_types_are_shared_by_the_fleet() {
         shown.to_json()
     );
 }
+
+/// Answers a host tool call with `{ "n": 1 }`, or `{ "s": "x" }` when the tool's description says
+/// it was reworded (a new definition returning a new type).
+struct Ones;
+
+#[async_trait::async_trait]
+impl codemode::ToolExecutor for Ones {
+    async fn call(&self, call: codemode::NestedToolCall) -> Result<ToolResult, codemode::ToolError> {
+        let reworded = call.tool.description.contains("reworded");
+        Ok(ToolResult::value(if reworded { json!({ "s": "x" }) } else { json!({ "n": 1 }) }))
+    }
+}
+
+/// Issue 26 §4 across a fleet, with a tool redefined: the fleet joins only what its replicas
+/// learned from the same definition. A replica that redefines the tool does not get the old
+/// definition's type back from the store, a replica of the old definition does not take the new
+/// one's, and replicas agreeing on a definition still share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redefined_tool_does_not_take_what_its_old_definition_returned_from_the_fleet() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let def = |description: &str| ToolDefinition::new(ToolSource::Client, "app", "a").with_description(description);
+    let host = async |description: &str| {
+        let config = CodeModeConfig { timeout_ms: 3_000, ..CodeModeConfig::enabled() };
+        CodeMode::builder(config)
+            .engine_name("quickjs-wasi")
+            .tool_definitions([def(description)])
+            .executor(Arc::new(Ones))
+            .store(store(&server, 2_000).await)
+            .build()
+    };
+    let ctx = RunContext::session("types");
+    // What a replica shows for the tool after its next run ends (a run's end syncs with the fleet).
+    let learned = async |cm: &CodeMode| {
+        let code =
+            "const o = (await tools.describe('client:app:a'))?.observedOutput; return o ? [o.type, o.results] : null";
+        let _ = cm.exec(&ctx, &CodeModeExecInput::code("return 0")).await;
+        cm.exec(&ctx, &CodeModeExecInput::code(code)).await.to_json()["value"].clone()
+    };
+    let calls = |n: usize| {
+        CodeModeExecInput::code(format!(
+            "for (let i = 0; i < {n}; i++) await tools.call('client:app:a', {{}}); return 1"
+        ))
+    };
+    let a = host("first").await;
+    let b = host("first").await;
+    assert_eq!(a.exec(&ctx, &calls(2)).await.to_json()["value"], 1);
+    assert_eq!(learned(&b).await, json!(["{ n: number }", 2]), "a replica of the same definition shares");
+    // A redefines the tool: it starts over, and the fleet's entry of the old definition stays out.
+    a.set_host_tools(vec![def("first, reworded")]);
+    assert_eq!(learned(&a).await, json!(null));
+    assert_eq!(a.exec(&ctx, &calls(1)).await.to_json()["value"], 1);
+    assert_eq!(learned(&a).await, json!(["{ s: string }", 1]));
+    // A fresh replica of each definition: each takes only its own definition's type.
+    assert_eq!(learned(&host("first, reworded").await).await, json!(["{ s: string }", 1]));
+    assert_eq!(learned(&host("first").await).await, json!(null), "the fleet's entry is the new definition's now");
+    // B keeps what it learned from its own definition, and learns on.
+    assert_eq!(b.exec(&ctx, &calls(3)).await.to_json()["value"], 1);
+    assert_eq!(learned(&b).await, json!(["{ n: number }", 5]));
+}

@@ -496,9 +496,9 @@ impl Inner {
             // instructions a call (the copy and its drop).
             if let (Some(observed), Ok(r)) = (&observed, &outcome) {
                 if contract.def.source != codemode_core::ToolSource::Mcp {
-                    observed.record(&contract.id, &r.details);
+                    observed.record(&contract.id, &contract.def, &r.details);
                 } else if let Ok(v) = codemode_core::guest::unwrap_mcp_result(&r.details) {
-                    observed.record(&contract.id, &v);
+                    observed.record(&contract.id, &contract.def, &v);
                 }
             }
             let end = match outcome {

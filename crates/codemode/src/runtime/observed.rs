@@ -4,6 +4,7 @@
 
 use super::Inner;
 use codemode_catalog::observed::Observed;
+use codemode_core::ToolDefinition;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,11 +14,23 @@ use tokio::runtime::Handle;
 /// growing the map without bound (results of further tools are not learned).
 pub(super) const MAX_OBSERVED_TOOLS: usize = 4_096;
 
+/// What was learned about one tool's results, and from which definition of the tool.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Learned {
+    /// Digest of the definition the results came from ([`definition_digest`]). A fleet joins only
+    /// what its replicas learned from the same definition: a tool redefined on one replica (a
+    /// rolling upgrade, an upstream server's new version) must not get back the type its old
+    /// definition returned, nor hand its new type to replicas still running the old one.
+    pub(crate) def: String,
+    /// The type learned, and how many results it is based on.
+    pub(crate) seen: Observed,
+}
+
 /// What was learned about the results of tools without an output schema (issue 26 §4).
 pub(crate) struct Observations {
     /// By tool id; at most [`MAX_OBSERVED_TOOLS`] tools. Updated on every nested call of a tool
     /// without an output schema (see [`codemode_core::hash`]).
-    pub(crate) map: Mutex<codemode_core::hash::ToolMap<Observed>>,
+    pub(crate) map: Mutex<codemode_core::hash::ToolMap<Learned>>,
     /// Goes up when a learned type widens (or a tool's first result arrives): the boot data built
     /// before states an older type and is built again for the next run.
     pub(crate) generation: std::sync::atomic::AtomicU64,
@@ -26,8 +39,10 @@ pub(crate) struct Observations {
     pub(crate) synced: Mutex<(u64, u64)>,
 }
 
-/// The kind of shared state the learned result types are kept under in a fleet store.
-const OBSERVED_STATE: &str = "observed";
+/// The kind of shared state the learned result types are kept under in a fleet store: tool id →
+/// [`Learned`]. (Replicas of an earlier version kept theirs, without the definition, under
+/// `observed`; the two views do not mix.)
+const OBSERVED_STATE: &str = "observed-by-definition";
 
 /// How often a replica reads the fleet's learned result types when it learned nothing new itself.
 const OBSERVED_PULL_MS: u64 = 10_000;
@@ -40,22 +55,26 @@ impl Observations {
     /// The `.d.ts` doc lines of what was learned so far.
     pub(super) fn docs(&self) -> codemode_catalog::mcp_api::ObservedDocs {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter().filter(|(_, o)| o.results > 0).map(|(id, o)| (id.clone(), o.doc_line())).collect()
+        map.iter().filter(|(_, o)| o.seen.results > 0).map(|(id, o)| (id.clone(), o.seen.doc_line())).collect()
     }
 
     pub(super) fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Records one result of `tool_id`; bumps the generation when the learned type widens.
-    pub(crate) fn record(&self, tool_id: &str, value: &Value) {
+    /// Records one result of `tool_id`, defined by `def`; bumps the generation when the learned
+    /// type widens. The definition is digested only for a tool's first result.
+    pub(crate) fn record(&self, tool_id: &str, def: &ToolDefinition, value: &Value) {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_OBSERVED_TOOLS && !map.contains_key(tool_id) {
             return;
         }
         let widened = match map.get_mut(tool_id) {
-            Some(entry) => entry.record(value),
-            None => map.entry(tool_id.to_string()).or_default().record(value),
+            Some(entry) => entry.seen.record(value),
+            None => {
+                let entry = Learned { def: definition_digest(def), seen: Observed::default() };
+                map.entry(tool_id.to_string()).or_insert(entry).seen.record(value)
+            }
         };
         if widened {
             self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -68,19 +87,22 @@ impl Inner {
     pub(crate) fn observed_types(&self) -> std::collections::BTreeMap<String, String> {
         let Some(o) = &self.observed else { return Default::default() };
         let map = o.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter().filter(|(_, v)| v.results > 0).map(|(id, v)| (id.clone(), v.shape.render())).collect()
+        map.iter().filter(|(_, v)| v.seen.results > 0).map(|(id, v)| (id.clone(), v.seen.shape.render())).collect()
     }
 
     /// The type learned from `tool_id`'s results, as shown to the model.
     pub(crate) fn observed_output(&self, tool_id: &str) -> Option<Value> {
         let map = self.observed.as_ref()?.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(tool_id).filter(|o| o.results > 0).map(codemode_catalog::observed::Observed::to_json)
+        map.get(tool_id).filter(|o| o.seen.results > 0).map(|o| o.seen.to_json())
     }
 
     /// On a fleet store, joins this replica's learned result types with the fleet's (when it learned
     /// something new, or every [`OBSERVED_PULL_MS`]) and writes the joined view back, so every
     /// replica shows what any of them learned (issue 26 §4). Last writer wins; a join never loses
-    /// a widening of its own.
+    /// a widening of its own. Only what was learned from the same definition of a tool is joined
+    /// ([`Learned::def`]); a tool this replica has not called is taken from the fleet only when
+    /// its catalog (the default target's) defines it the same way. Entries of tools this replica
+    /// learned nothing about are written back as they were read.
     pub(super) fn sync_observed(&self, rt: &Handle) {
         let Some(o) = self.observed.as_ref().filter(|_| self.store.fleet()) else { return };
         let now = self.now_ms();
@@ -91,31 +113,41 @@ impl Inner {
                 return;
             }
         }
-        let remote: HashMap<String, codemode_catalog::observed::Observed> =
-            match rt.block_on(self.store.shared_state(OBSERVED_STATE)) {
-                Ok(Some(text)) => serde_json::from_str(&text).unwrap_or_default(),
-                Ok(None) => HashMap::new(),
-                Err(e) => {
-                    tracing::debug!(error = %e, "learned result types not read from the store");
-                    return;
-                }
-            };
+        let mut shared: HashMap<String, Learned> = match rt.block_on(self.store.shared_state(OBSERVED_STATE)) {
+            Ok(Some(text)) => serde_json::from_str(&text).unwrap_or_default(),
+            Ok(None) => HashMap::new(),
+            Err(e) => {
+                tracing::debug!(error = %e, "learned result types not read from the store");
+                return;
+            }
+        };
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner()).catalog.clone();
         let text = {
             let mut map = o.map.lock().unwrap_or_else(|p| p.into_inner());
             let mut widened = false;
-            for (id, theirs) in remote {
-                if map.len() >= MAX_OBSERVED_TOOLS && !map.contains_key(&id) {
-                    continue;
-                }
-                let mine = map.entry(id).or_default();
-                let before = mine.shape.clone();
-                mine.join(theirs);
-                widened |= mine.shape != before;
+            for (id, theirs) in &shared {
+                let mine = match map.get_mut(id) {
+                    Some(mine) if mine.def == theirs.def => mine,
+                    Some(_) => continue,
+                    None => {
+                        let same = catalog.get(id).is_some_and(|t| definition_digest(&t.def) == theirs.def);
+                        if !same || map.len() >= MAX_OBSERVED_TOOLS {
+                            continue;
+                        }
+                        map.entry(id.clone()).or_insert(Learned { def: theirs.def.clone(), seen: Observed::default() })
+                    }
+                };
+                let before = mine.seen.shape.clone();
+                mine.seen.join(theirs.seen.clone());
+                widened |= mine.seen.shape != before;
             }
             if widened {
                 o.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            serde_json::to_string(&*map).unwrap_or_default()
+            for (id, mine) in map.iter().filter(|(_, l)| l.seen.results > 0) {
+                shared.insert(id.clone(), mine.clone());
+            }
+            serde_json::to_string(&shared).unwrap_or_default()
         };
         *o.synced.lock().unwrap_or_else(|p| p.into_inner()) = (o.generation(), now);
         if text.len() <= MAX_OBSERVED_SHARED_BYTES {
@@ -125,4 +157,11 @@ impl Inner {
             }
         }
     }
+}
+
+/// A digest of a tool definition as the catalog holds it (SHA-256 of its JSON with sorted keys):
+/// the same on every replica for the same definition. Any change of the definition changes it,
+/// as [`Inner::set_catalog`] forgets a tool's learned type on any change.
+pub(crate) fn definition_digest(def: &ToolDefinition) -> String {
+    codemode_snapshot::input_digest(&serde_json::to_value(def).unwrap_or(Value::Null))
 }
