@@ -45,6 +45,10 @@ pub const PRELUDE: &str = concat!(
     include_str!("js/prelude/5_run.js"),
 );
 
+/// SHA-256 of [`PRELUDE`] (lowercase hex), computed by the build script: an engine naming its
+/// build by the prelude reads it instead of hashing ~60 KB at every process start.
+pub const PRELUDE_SHA256: &str = include_str!(concat!(env!("OUT_DIR"), "/prelude_sha256.txt"));
+
 /// File name used for the cell in stack traces.
 pub use codemode_core::positions::CELL_FILENAME;
 
@@ -352,6 +356,16 @@ mod tests {
         let body = &PRELUDE[start..];
         let body = &body[body.find('[').unwrap() + 1..body.find("];").unwrap()];
         body.split(',').map(|s| s.trim().trim_matches('"').to_string()).filter(|s| !s.is_empty()).collect()
+    }
+
+    /// The build script's digest is of `PRELUDE` exactly: a layer joined in another order, left out
+    /// of `PRELUDE`, or kept elsewhere fails here (the quickjs-wasi build id and module cache rely
+    /// on it changing with every prelude change).
+    #[test]
+    fn the_built_prelude_digest_is_of_the_prelude() {
+        use sha2::Digest as _;
+        let digest: String = sha2::Sha256::digest(PRELUDE.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(PRELUDE_SHA256, digest);
     }
 
     /// Error positions on a cell's first line are shifted back by the prefix's length, and the cell

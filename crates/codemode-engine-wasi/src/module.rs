@@ -4,7 +4,6 @@
 
 use crate::host::{HostState, linker};
 use codemode_core::engine::GuestLimits;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wasmtime::{Config, Engine, InstancePre, Module, Store};
@@ -56,7 +55,7 @@ pub(crate) struct Loaded {
     /// Memory and stack pointer of a fresh (pre-initialized) instance: the base snapshots are
     /// diffed against. Read on first need ([`Loaded::base`]): a process that never snapshots never copies it.
     base: std::sync::OnceLock<Base>,
-    /// Identity of this engine build: hash of the guest module, the prelude and [`BUILD_FORMAT`].
+    /// Identity of this engine build ([`build_id`]): the guest module, the prelude and [`BUILD_FORMAT`].
     pub(crate) build_id: String,
     /// Exported mutable globals (the whole non-memory state of an instance).
     pub(crate) mutable_globals: Vec<String>,
@@ -107,15 +106,16 @@ impl Loaded {
     }
 }
 
-/// The identity of this engine build, as stored in snapshots. The guest module's own digest is
-/// computed when the crate is built (hashing its megabyte here cost every process start ~1 ms).
+/// The identity of this engine build, as stored in snapshots and in the cached artifact's name:
+/// the first 64 bits of the guest module's digest and of the prelude's, and [`BUILD_FORMAT`]'s
+/// version. Both digests are computed when the crates are built: hashing the module's megabyte
+/// here cost every process start ~1 ms, and even hashing the prelude's 60 KB (with the CPU
+/// feature probe SHA-256 needs first, which traps to the hypervisor on a virtual machine) took
+/// ~50 µs of a ~6 ms process.
 pub(crate) fn build_id() -> String {
-    let mut h = Sha256::new();
-    h.update(BUILD_FORMAT.as_bytes());
-    h.update((GUEST_WASM.len() as u64).to_le_bytes());
-    h.update(GUEST_WASM_SHA256.as_bytes());
-    h.update(codemode_bridge::PRELUDE.as_bytes());
-    h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+    let head = |hex: &'static str| hex.get(..16).unwrap_or(hex);
+    let format = BUILD_FORMAT.rsplit('/').next().unwrap_or(BUILD_FORMAT);
+    format!("{}{}-{format}", head(GUEST_WASM_SHA256), head(codemode_bridge::PRELUDE_SHA256))
 }
 
 fn engine_config(pooling: bool) -> Config {
@@ -500,6 +500,19 @@ fn start_ticker(engine: Engine) {
 
 #[cfg(test)]
 mod tests {
+    /// The build id names this guest module and this prelude by their bytes as embedded (the
+    /// build scripts' digests are of what the binary holds) and the build format: any change of
+    /// one gives snapshots and cached artifacts another id.
+    #[test]
+    fn the_build_id_names_the_module_the_prelude_and_the_format() {
+        use sha2::Digest as _;
+        let hex = |bytes: &[u8]| -> String { sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect() };
+        let (module, prelude) = (hex(super::GUEST_WASM), hex(codemode_bridge::PRELUDE.as_bytes()));
+        let format = super::BUILD_FORMAT.rsplit('/').next().unwrap();
+        assert_eq!(super::build_id(), format!("{}{}-{format}", &module[..16], &prelude[..16]));
+        assert!(format.parse::<u32>().is_ok(), "the format ends in its version: {}", super::BUILD_FORMAT);
+    }
+
     /// A new artifact's write removes the other builds' artifacts unread for 30 days and old
     /// leftovers of interrupted writes; recent artifacts, the new one and foreign files stay.
     #[test]
