@@ -442,6 +442,22 @@ fn engine_before_config(command: &Command) -> Option<String> {
     }
 }
 
+/// Worker threads of the async runtime. `serve` and `bench` run many sessions or cells at once and
+/// get two (this machine's cores). A one-shot command gets one: a cell's tool calls and its
+/// upstream servers' I/O are waits, not work (the guest runs on a thread of its own), and each
+/// worker is a thread to start and stop in a process that lives a few milliseconds.
+fn runtime_workers(command: &Command) -> usize {
+    match command {
+        Command::Serve(_) | Command::Bench { .. } => 2,
+        Command::Run { .. }
+        | Command::Exec { .. }
+        | Command::Wait { .. }
+        | Command::Demo { .. }
+        | Command::Approve { .. }
+        | Command::Catalog(_) => 1,
+    }
+}
+
 /// Warns on stderr about upstream servers that did not connect.
 pub(crate) fn report_servers(hub: &codemode_mcp::McpHub) {
     for s in hub.statuses() {
@@ -481,7 +497,11 @@ fn main() -> ExitCode {
     if let Some(engine) = engine_before_config(&cli.command) {
         start_engine_load(&engine);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(runtime_workers(&cli.command))
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("codemode: cannot start the async runtime: {e}");
