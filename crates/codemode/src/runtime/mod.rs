@@ -404,6 +404,7 @@ impl Inner {
                     map: Mutex::new(HashMap::default()),
                     generation: Default::default(),
                     synced: Mutex::new((0, 0)),
+                    shared: store.fleet(),
                 })
             }),
             loop_histories: Mutex::new(HashMap::new()),

@@ -17,10 +17,11 @@ pub(super) const MAX_OBSERVED_TOOLS: usize = 4_096;
 /// What was learned about one tool's results, and from which definition of the tool.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Learned {
-    /// Digest of the definition the results came from ([`definition_digest`]). A fleet joins only
-    /// what its replicas learned from the same definition: a tool redefined on one replica (a
-    /// rolling upgrade, an upstream server's new version) must not get back the type its old
-    /// definition returned, nor hand its new type to replicas still running the old one.
+    /// Digest of the definition the results came from ([`definition_digest`]; empty when no
+    /// fleet shares what is learned: only a fleet compares them). A fleet joins only what its
+    /// replicas learned from the same definition: a tool redefined on one replica (a rolling
+    /// upgrade, an upstream server's new version) must not get back the type its old definition
+    /// returned, nor hand its new type to replicas still running the old one.
     pub(crate) def: String,
     /// The type learned, and how many results it is based on.
     pub(crate) seen: Observed,
@@ -37,6 +38,8 @@ pub(crate) struct Observations {
     /// On a fleet store: the generation last joined with the fleet's view, and when the fleet's
     /// view was last read (ms).
     pub(crate) synced: Mutex<(u64, u64)>,
+    /// A fleet store shares what is learned: each entry keeps its definition's digest.
+    pub(crate) shared: bool,
 }
 
 /// The kind of shared state the learned result types are kept under in a fleet store: tool id →
@@ -63,7 +66,8 @@ impl Observations {
     }
 
     /// Records one result of `tool_id`, defined by `def`; bumps the generation when the learned
-    /// type widens. The definition is digested only for a tool's first result.
+    /// type widens. The definition is digested only for a tool's first result, and only when a
+    /// fleet shares what is learned.
     pub(crate) fn record(&self, tool_id: &str, def: &ToolDefinition, value: &Value) {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_OBSERVED_TOOLS && !map.contains_key(tool_id) {
@@ -72,7 +76,8 @@ impl Observations {
         let widened = match map.get_mut(tool_id) {
             Some(entry) => entry.seen.record(value),
             None => {
-                let entry = Learned { def: definition_digest(def), seen: Observed::default() };
+                let def = if self.shared { definition_digest(def) } else { String::new() };
+                let entry = Learned { def, seen: Observed::default() };
                 map.entry(tool_id.to_string()).or_insert(entry).seen.record(value)
             }
         };
@@ -121,7 +126,17 @@ impl Inner {
                 return;
             }
         };
+        // The digests of the fleet's tools this replica has learned nothing about yet, as its catalog
+        // defines them: computed before the map is locked (every nested call records under it).
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner()).catalog.clone();
+        let unknown: Vec<&String> = {
+            let map = o.map.lock().unwrap_or_else(|p| p.into_inner());
+            shared.keys().filter(|id| !map.contains_key(*id)).collect()
+        };
+        let ours: HashMap<&str, String> = unknown
+            .into_iter()
+            .filter_map(|id| catalog.get(id).map(|t| (id.as_str(), definition_digest(&t.def))))
+            .collect();
         let text = {
             let mut map = o.map.lock().unwrap_or_else(|p| p.into_inner());
             let mut widened = false;
@@ -130,7 +145,7 @@ impl Inner {
                     Some(mine) if mine.def == theirs.def => mine,
                     Some(_) => continue,
                     None => {
-                        let same = catalog.get(id).is_some_and(|t| definition_digest(&t.def) == theirs.def);
+                        let same = ours.get(id.as_str()) == Some(&theirs.def);
                         if !same || map.len() >= MAX_OBSERVED_TOOLS {
                             continue;
                         }
