@@ -443,7 +443,7 @@ fn engine_before_config(command: &Command) -> Option<String> {
 }
 
 /// Worker threads of the async runtime. `serve` and `bench` run many sessions or cells at once and
-/// get two (this machine's cores). A one-shot command gets one: a cell's tool calls and its
+/// get two, as before. A one-shot command gets one: a cell's tool calls and its
 /// upstream servers' I/O are waits, not work (the guest runs on a thread of its own), and each
 /// worker is a thread to start and stop in a process that lives a few milliseconds.
 fn runtime_workers(command: &Command) -> usize {
