@@ -15,7 +15,7 @@ const GUEST_WASM_SHA256: &str = env!("CODEMODE_GUEST_WASM_SHA256");
 
 /// Bumped whenever the pre-initialization or the snapshot layout changes in a way the module hash
 /// does not capture.
-const BUILD_FORMAT: &str = "codemode-quickjs-wasi/1";
+const BUILD_FORMAT: u32 = 1;
 
 /// Native stack wasm code may use (wasmtime's `max_wasm_stack`). Guest code runs on
 /// [`codemode_bridge::workers`] threads, whose stack is twice this; deep JS recursion hits QuickJS's own
@@ -107,15 +107,13 @@ impl Loaded {
 }
 
 /// The identity of this engine build, as stored in snapshots and in the cached artifact's name:
-/// the first 64 bits of the guest module's digest and of the prelude's, and [`BUILD_FORMAT`]'s
-/// version. Both digests are computed when the crates are built: hashing the module's megabyte
+/// the first 64 bits of the guest module's digest and of the prelude's, and [`BUILD_FORMAT`]. Both digests are computed when the crates are built: hashing the module's megabyte
 /// here cost every process start ~1 ms, and even hashing the prelude's 60 KB (with the CPU
 /// feature probe SHA-256 needs first, which traps to the hypervisor on a virtual machine) took
 /// ~50 µs of a ~6 ms process.
 pub(crate) fn build_id() -> String {
     let head = |hex: &'static str| hex.get(..16).unwrap_or(hex);
-    let format = BUILD_FORMAT.rsplit('/').next().unwrap_or(BUILD_FORMAT);
-    format!("{}{}-{format}", head(GUEST_WASM_SHA256), head(codemode_bridge::PRELUDE_SHA256))
+    format!("{}{}-{BUILD_FORMAT}", head(GUEST_WASM_SHA256), head(codemode_bridge::PRELUDE_SHA256))
 }
 
 fn engine_config(pooling: bool) -> Config {
@@ -508,9 +506,8 @@ mod tests {
         use sha2::Digest as _;
         let hex = |bytes: &[u8]| -> String { sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect() };
         let (module, prelude) = (hex(super::GUEST_WASM), hex(codemode_bridge::PRELUDE.as_bytes()));
-        let format = super::BUILD_FORMAT.rsplit('/').next().unwrap();
+        let format = super::BUILD_FORMAT;
         assert_eq!(super::build_id(), format!("{}{}-{format}", &module[..16], &prelude[..16]));
-        assert!(format.parse::<u32>().is_ok(), "the format ends in its version: {}", super::BUILD_FORMAT);
     }
 
     /// A new artifact's write removes the other builds' artifacts unread for 30 days and old

@@ -391,10 +391,10 @@ pub(super) async fn run_in_flight(
     log: Option<&CallLog>,
 ) -> InFlight {
     // With no hook, no approval to ask for (already approved, or no policy reason: only a hook
-    // could add one) and no call log (`only_the_tool`), the stages reduce to the tool and its output contract. Their
-    // own future is boxed only when they have more to do: every call's future is boxed once, and
-    // kept inline theirs (the approver's request and timer, the log's round trip, the hooks' state)
-    // made it larger than the allocator's fast sizes.
+    // could add one) and no call log (`only_the_tool`), the stages reduce to the tool and its
+    // output contract. Their own future is boxed only when they have more to do: every call's
+    // future is boxed once, and kept inline theirs (the approver's request and timer, the log's
+    // round trip, the hooks' state) made it larger than the allocator's fast sizes.
     if only_the_tool(hooks, approval, log) {
         return InFlight::Done(checked_output(contract, executor.call(call).await));
     }
