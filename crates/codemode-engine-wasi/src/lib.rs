@@ -28,6 +28,7 @@ mod host;
 mod instance;
 mod module;
 mod snapshot;
+mod written;
 
 pub use snapshot::SnapshotError;
 

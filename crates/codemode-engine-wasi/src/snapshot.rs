@@ -277,13 +277,26 @@ pub enum SnapshotError {
 }
 
 /// Encodes `memory` (diffed against `base`) with its header. Memory below `dead_below` (the stack
-/// under the stack pointer, between drive steps) is left out, in whole pages.
-pub(crate) fn encode(header: &Header, base: &[u8], memory: &[u8], dead_below: usize) -> Result<Vec<u8>, SnapshotError> {
+/// under the stack pointer, between drive steps) is left out, in whole pages. `written`, when
+/// known, says for each page from `dead_below`'s on whether it may differ from `base` at all (see
+/// [`crate::written`]): the pages it rules out are not compared.
+pub(crate) fn encode(
+    header: &Header,
+    base: &[u8],
+    memory: &[u8],
+    dead_below: usize,
+    written: Option<&[bool]>,
+) -> Result<Vec<u8>, SnapshotError> {
     if !memory.len().is_multiple_of(PAGE) || !base.len().is_multiple_of(PAGE) {
         return Err(SnapshotError::Layout);
     }
+    let first = dead_below / PAGE;
     let mut body = Vec::with_capacity(16 << 10);
-    for (i, page) in memory.chunks_exact(PAGE).enumerate().skip(dead_below / PAGE) {
+    for (i, page) in memory.chunks_exact(PAGE).enumerate().skip(first) {
+        // A page the hint does not cover (it never is shorter, but the slice may be) is compared.
+        if written.is_some_and(|w| w.get(i - first) == Some(&false)) {
+            continue;
+        }
         encode_page(&mut body, i, page, base_page(base, i))?;
     }
     seal(header, &body)
@@ -438,12 +451,40 @@ mod tests {
         mem[5] = 1; // page 0
         mem[65536 * 2 + 9003] = 3; // past the base image (in the word at 9000)
         mem[65536 + 100..65536 + 140].fill(9); // one run of six words (100 is not word-aligned)
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0, None).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         let runs: Vec<(usize, usize)> = d.runs().map(|(at, c)| (at, c.len())).collect();
         assert_eq!(runs, vec![(0, 8), (65536 + 96, 48), (65536 * 2 + 9000, 8)]);
         assert_eq!(d.header, header(mem.len() as u64));
         assert_eq!(rebuild(&base, mem.len(), &d), mem);
+    }
+
+    /// The page-table hint only ever skips pages: pages it marks as possibly written are compared
+    /// as before, pages it rules out are not looked at (here one that does differ, to show it is
+    /// skipped), a hint shorter than the memory leaves the rest compared, and a page marked
+    /// written that equals the image leaves no record.
+    #[test]
+    fn the_written_hint_skips_only_the_pages_it_rules_out() {
+        let base = vec![7u8; PAGE * 16];
+        let mut mem = base.clone();
+        for page in [1, 3, 6, 7] {
+            mem[page * PAGE + 8] = 1;
+        }
+        let pages = |bytes: &[u8]| -> Vec<usize> {
+            let d = decode(bytes, "quickjs-wasi", "b1", &base).unwrap();
+            d.runs().map(|(at, _)| at / PAGE).collect()
+        };
+        let h = header(mem.len() as u64);
+        let all = encode(&h, &base, &mem, 0, None).unwrap();
+        assert_eq!(pages(&all), vec![1, 3, 6, 7]);
+        // Pages 2 and 5 "written" but equal to the image; page 3 ruled out although it differs.
+        let hint = [false, true, true, false, false, true, true];
+        assert_eq!(pages(&encode(&h, &base, &mem, 0, Some(&hint)).unwrap()), vec![1, 6, 7], "page 7 is past the hint");
+        // The hint starts at the first live page (here page 2, under a dead stack).
+        let hint = [false, true, false, false, true, false];
+        assert_eq!(pages(&encode(&h, &base, &mem, 2 * PAGE, Some(&hint)).unwrap()), vec![3, 6]);
+        // Every page marked: the same bytes as no hint at all.
+        assert_eq!(encode(&h, &base, &mem, 0, Some(&[true; 16])).unwrap(), all);
     }
 
     /// Runs are exact at their edges: a run across a 64-word boundary, runs of one word on either
@@ -461,7 +502,7 @@ mod tests {
         change(4 * PAGE, 4 * PAGE + 64 * WORD);
         change(5 * PAGE - WORD, 5 * PAGE);
         change(5 * PAGE + 100 * WORD, 5 * PAGE + 200 * WORD);
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0, None).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         let runs: Vec<(usize, usize)> = d.runs().map(|(at, c)| (at, c.len())).collect();
         assert_eq!(
@@ -494,12 +535,12 @@ mod tests {
             let at = (x % mem.len() as u64) as usize;
             mem[at] = mem[at].wrapping_add((x >> 40) as u8 | 1);
         }
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, 0, None).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         assert_eq!(rebuild(&base, mem.len(), &d), mem);
         // Under 3 pages plus a bit: the stack under a stack pointer inside page 3.
         let dead = 3 * PAGE + 100;
-        let bytes = encode(&header(mem.len() as u64), &base, &mem, dead).unwrap();
+        let bytes = encode(&header(mem.len() as u64), &base, &mem, dead, None).unwrap();
         let d = decode(&bytes, "quickjs-wasi", "b1", &base).unwrap();
         assert!(d.runs().all(|(at, _)| at >= 3 * PAGE), "nothing of the dead pages");
         assert!(d.runs().any(|(at, _)| at < 4 * PAGE), "the page holding the stack pointer stays");
@@ -562,7 +603,7 @@ mod tests {
         let base = vec![0u8; 65536];
         let mut mem = base.clone();
         mem[100] = 42;
-        let bytes = encode(&header(65536), &base, &mem, 0).unwrap();
+        let bytes = encode(&header(65536), &base, &mem, 0, None).unwrap();
         for i in [0, 9, 20, bytes.len() / 2, bytes.len() - 1] {
             let mut t = bytes.clone();
             t[i] ^= 0x40;
