@@ -10,7 +10,10 @@
 //! bytes. "May": the pooling allocator resets a reused slot's written pages by copying the image
 //! back, so they stay anonymous with the image's content; the comparison then finds them equal, as
 //! it did when every page was compared. The shared zero page counts as "may differ" too (it is not
-//! a file page), which costs a comparison and nothing else.
+//! a file page), which costs a comparison and nothing else. All of this holds because wasmtime maps
+//! linear memories privately: a shared mapping's written pages would read as file pages. The
+//! oracle test `snapshots_through_the_page_tables_equal_comparing_every_page` fails if a wasmtime
+//! upgrade ever changes that.
 //!
 //! A page wrongly ruled out would be a change missing from the snapshot, so the page tables are
 //! read only after they have been seen to tell the truth in this process (checked once): a page
