@@ -9,8 +9,11 @@
 //! present and anonymous, or swapped out, means it *may* differ; anything else holds the image's
 //! bytes. "May": the pooling allocator resets a reused slot's written pages by copying the image
 //! back, so they stay anonymous with the image's content; the comparison then finds them equal, as
-//! it did when every page was compared. The shared zero page counts as "may differ" too (it is not
-//! a file page), which costs a comparison and nothing else. All of this holds because wasmtime maps
+//! it did when every page was compared. A page only read maps the image's file page or, where the
+//! mapping is anonymous, the shared zero page: the zero page counts as "may differ" (it is not a
+//! file page), a comparison more; a huge zero page (transparent huge pages on for all memory) may
+//! read as a file page and be skipped, which is as right, since it maps zeros only where a fresh
+//! instance has zeros too. All of this holds because wasmtime maps
 //! linear memories privately: a shared mapping's written pages would read as file pages. The
 //! oracle test `snapshots_through_the_page_tables_equal_comparing_every_page` fails if a wasmtime
 //! upgrade ever changes that.
@@ -153,11 +156,12 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    /// Against the real kernel: written pages may differ, pages never touched do not, and a page
-    /// only read maps the shared zero page, which is not a file page and so is compared (a
-    /// comparison more, never a change missed). Where transparent huge pages are on for all
-    /// memory, a write may bring in its whole 2 MiB neighbourhood: those pages count as written
-    /// (compared, and found equal), so only pages 2 MiB apart are asserted untouched.
+    /// Against the real kernel: written pages may differ, and pages never touched do not. Where
+    /// transparent huge pages are on for all memory, a write may bring in its whole 2 MiB
+    /// neighbourhood (those pages count as written: compared, and found equal), so only blocks
+    /// 2 MiB away from every write are asserted untouched. (A page only read is left unasserted:
+    /// it maps the zero page, reported as written, or under such huge pages the huge zero page,
+    /// which may read as a file page; zeros either way, where a fresh instance has zeros.)
     #[test]
     fn written_pages_are_reported_and_untouched_ones_are_not() {
         if !usable() {
@@ -171,19 +175,17 @@ mod tests {
         let region = &mut buf[start..start + 8 * HUGE];
         let pages = region.len() / PAGE;
         let per_huge = HUGE / PAGE;
-        // Written: a page in the first 2 MiB, two in the third. Read only: one in the fifth.
+        // Written: a page in the first 2 MiB, two in the third.
         region[3 * PAGE + 17] = 1;
         region[2 * HUGE + 4 * PAGE] = 2;
         region[2 * HUGE + 30 * PAGE + PAGE - 1] = 3;
-        assert_eq!(std::hint::black_box(&region[4 * HUGE + 9 * PAGE..])[0], 0);
         std::hint::black_box(&region);
         let flags = may_differ(region, 0).unwrap();
         assert_eq!(flags.len(), pages);
         for written in [3, 2 * per_huge + 4, 2 * per_huge + 30] {
             assert!(flags[written], "written page {written} not reported");
         }
-        assert!(flags[4 * per_huge + 9], "a page only read maps the zero page, which is compared");
-        for huge in [1, 3, 5, 6, 7] {
+        for huge in [1, 3, 4, 5, 6, 7] {
             let untouched = &flags[huge * per_huge..(huge + 1) * per_huge];
             assert!(untouched.iter().all(|f| !f), "untouched 2 MiB block {huge} reported written");
         }
