@@ -13,10 +13,10 @@
 //! mapping is anonymous, the shared zero page: the zero page counts as "may differ" (it is not a
 //! file page), a comparison more; a huge zero page (transparent huge pages on for all memory) may
 //! read as a file page and be skipped, which is as right, since it maps zeros only where a fresh
-//! instance has zeros too. All of this holds because wasmtime maps
-//! linear memories privately: a shared mapping's written pages would read as file pages. The
-//! oracle test `snapshots_through_the_page_tables_equal_comparing_every_page` fails if a wasmtime
-//! upgrade ever changes that.
+//! instance has zeros too. All of this holds because wasmtime maps linear memories privately: a
+//! shared mapping's written pages would read as file pages. The oracle test
+//! `snapshots_through_the_page_tables_equal_comparing_every_page` fails if a wasmtime upgrade ever
+//! changes that.
 //!
 //! A page wrongly ruled out would be a change missing from the snapshot, so the page tables are
 //! read only after they have been seen to tell the truth in this process (checked once): a page
