@@ -718,6 +718,19 @@ mod tests {
         assert_eq!(value, serde_json::json!(["ToolError/nested_tool_failed/nope", { "v": 2 }, 3]));
     }
 
+    /// A fresh instance that started `cell` (in one step) and waits for the calls it made: the
+    /// instance, with its next drive begun, and the ids of the calls.
+    fn waiting(loaded: &Arc<Loaded>, cell: &str) -> (Vm, Vec<RequestId>) {
+        let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
+        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
+        vm.with_bridge(|b| b.begin_drive(1 << 20));
+        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        assert_eq!(vm.start_and_poll(&codemode_bridge::wrap_code(cell)).unwrap(), None, "{cell}");
+        let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
+        vm.with_bridge(|b| b.begin_drive(1 << 20));
+        (vm, ids)
+    }
+
     /// A step's end (`settle_and_poll`, one call into the guest: `cm_step`) delivers, runs the jobs
     /// and polls as `settle`, `run_jobs` and `poll` do one by one: a cell still waiting polls as
     /// pending (the shim then answers from the cell's promise without calling the prelude), a step
@@ -727,16 +740,7 @@ mod tests {
     #[test]
     fn a_steps_end_delivers_runs_and_polls_in_one_call() {
         let loaded = crate::loaded().unwrap();
-        let start = |cell: &str| {
-            let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-            vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
-            vm.with_bridge(|b| b.begin_drive(1 << 20));
-            vm.set_deadline(Instant::now() + Duration::from_secs(30));
-            assert_eq!(vm.start_and_poll(&codemode_bridge::wrap_code(cell)).unwrap(), None, "{cell}");
-            let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
-            vm.with_bridge(|b| b.begin_drive(1 << 20));
-            (vm, ids)
-        };
+        let start = |cell: &str| waiting(&loaded, cell);
         let cell = "const a = tools.call('a', {}), b = tools.call('b', {});\n\
                     const x = await a; globalThis.seen = x; return [x, await b, globalThis.seen];";
         let (mut vm, ids) = start(cell);
@@ -788,12 +792,7 @@ mod tests {
         let mut skipped_some = false;
         for round in 0..2 {
             for (cell, want) in cells.iter().zip(&expected) {
-                let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-                vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
-                vm.with_bridge(|b| b.begin_drive(1 << 20));
-                vm.set_deadline(Instant::now() + Duration::from_secs(30));
-                assert_eq!(vm.start_and_poll(&codemode_bridge::wrap_code(cell)).unwrap(), None, "{cell}");
-                let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
+                let (mut vm, ids) = waiting(&loaded, cell);
                 assert_eq!(ids.len(), 1, "{cell}");
                 if let Some(flags) = crate::written::may_differ(vm.memory.data(&vm.store), 0) {
                     skipped_some |= flags.iter().any(|f| !f);

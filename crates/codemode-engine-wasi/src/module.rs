@@ -107,10 +107,10 @@ impl Loaded {
 }
 
 /// The identity of this engine build, as stored in snapshots and in the cached artifact's name:
-/// the first 64 bits of the guest module's digest and of the prelude's, and [`BUILD_FORMAT`]. Both digests are computed when the crates are built: hashing the module's megabyte
-/// here cost every process start ~1 ms, and even hashing the prelude's 60 KB (with the CPU
-/// feature probe SHA-256 needs first, which traps to the hypervisor on a virtual machine) took
-/// ~50 µs of a ~6 ms process.
+/// the first 64 bits of the guest module's digest and of the prelude's, and [`BUILD_FORMAT`]. Both
+/// digests are computed when the crates are built: hashing the module's megabyte here cost every
+/// process start ~1 ms, and even hashing the prelude's 60 KB (with the CPU feature probe SHA-256
+/// needs first, which traps to the hypervisor on a virtual machine) took ~50 µs of a ~6 ms process.
 pub(crate) fn build_id() -> String {
     let head = |hex: &'static str| hex.get(..16).unwrap_or(hex);
     format!("{}{}-{BUILD_FORMAT}", head(GUEST_WASM_SHA256), head(codemode_bridge::PRELUDE_SHA256))

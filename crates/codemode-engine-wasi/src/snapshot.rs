@@ -293,7 +293,7 @@ pub(crate) fn encode(
     let first = dead_below / PAGE;
     let mut body = Vec::with_capacity(16 << 10);
     for (i, page) in memory.chunks_exact(PAGE).enumerate().skip(first) {
-        // A page the hint does not cover (it never is shorter, but the slice may be) is compared.
+        // Pages past the hint's end are compared.
         if written.is_some_and(|w| w.get(i - first) == Some(&false)) {
             continue;
         }

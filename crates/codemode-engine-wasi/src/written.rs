@@ -85,24 +85,11 @@ mod imp {
         pagemap().is_some()
     }
 
-    /// The entries of pages `first..first + out.len()` of the address space.
-    fn read_entries(file: &File, first: usize, out: &mut [u64]) -> Option<()> {
-        let mut bytes = vec![0u8; out.len().checked_mul(ENTRY)?];
-        let mut done = 0;
-        let offset = u64::try_from(first.checked_mul(ENTRY)?).ok()?;
-        while done < bytes.len() {
-            let n = file.read_at(&mut bytes[done..], offset.checked_add(done as u64)?).ok()?;
-            if n == 0 {
-                return None;
-            }
-            done += n;
-        }
-        for (entry, raw) in out.iter_mut().zip(bytes.chunks_exact(ENTRY)) {
-            let mut word = [0u8; ENTRY];
-            word.copy_from_slice(raw);
-            *entry = u64::from_ne_bytes(word);
-        }
-        Some(())
+    /// The page-map entries of pages `first..first + count` of the address space.
+    fn read_entries(file: &File, first: usize, count: usize) -> Option<Vec<u64>> {
+        let mut bytes = vec![0u8; count.checked_mul(ENTRY)?];
+        file.read_exact_at(&mut bytes, u64::try_from(first.checked_mul(ENTRY)?).ok()?).ok()?;
+        Some(bytes.chunks_exact(ENTRY).map(|raw| <[u8; ENTRY]>::try_from(raw).map_or(0, u64::from_ne_bytes)).collect())
     }
 
     /// The self-check: a page of a buffer written just now must read as present and not a file
@@ -112,8 +99,8 @@ mod imp {
     fn trustworthy(file: &File) -> bool {
         let written = vec![0x5au8; 3 * PAGE];
         let at = (written.as_ptr() as usize).div_ceil(PAGE);
-        let mut entry = [0u64];
-        let present = read_entries(file, at, &mut entry).is_some() && entry[0] & (PRESENT | FILE) == PRESENT;
+        let present =
+            read_entries(file, at, 1).is_some_and(|e| e.first().is_some_and(|e| e & (PRESENT | FILE) == PRESENT));
         std::hint::black_box(&written);
         present
     }
@@ -127,12 +114,11 @@ mod imp {
         }
         let pages = memory.len() / PAGE;
         let mut out = Vec::with_capacity(pages.saturating_sub(from));
-        let mut entries = vec![0u64; CHUNK.min(pages.saturating_sub(from))];
         let mut page = from;
         while page < pages {
             let n = CHUNK.min(pages - page);
-            read_entries(file, start / PAGE + page, &mut entries[..n])?;
-            out.extend(entries[..n].iter().map(|e| e & SWAPPED != 0 || e & (PRESENT | FILE) == PRESENT));
+            let entries = read_entries(file, start / PAGE + page, n)?;
+            out.extend(entries.iter().map(|e| e & SWAPPED != 0 || e & (PRESENT | FILE) == PRESENT));
             page += n;
         }
         Some(out)
