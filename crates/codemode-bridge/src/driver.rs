@@ -73,6 +73,12 @@ pub trait GuestVm {
         self.run_jobs()?;
         self.poll()
     }
+    /// Whether the engine's host primitive can answer a request with its settled outcome
+    /// ([`HostCallResult::Settled`](crate::HostCallResult::Settled)): only then does [`drive`]
+    /// give the bridge the step's [`DriveInput::answerer`]. The default is no.
+    fn answers_inline(&self) -> bool {
+        false
+    }
     /// Gives access to the bridge host.
     fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R;
     /// Whether the guest heap refused an allocation during this drive step. Used to tell QuickJS's
@@ -88,11 +94,13 @@ pub const OUT_OF_MEMORY_MESSAGE: &str = "InternalError: out of memory (the guest
 pub fn drive<V: GuestVm>(
     vm: &mut V,
     unstarted: &mut Option<String>,
-    input: DriveInput,
+    mut input: DriveInput,
 ) -> Result<DriveReport, EngineError> {
+    let answerer = if vm.answers_inline() { input.answerer.take() } else { None };
     vm.with_bridge(|b| {
         b.begin_drive(input.output_budget);
         b.set_boot_source(input.boot_source.clone());
+        b.set_answerer(answerer);
     });
     vm.set_deadline(input.deadline);
     vm.set_cancel(input.cancel.clone());

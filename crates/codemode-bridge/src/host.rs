@@ -4,7 +4,9 @@
 
 use crate::adapter::{RequestPayloadError, encode_for_guest, parse_guest_json, parse_request};
 use codemode_core::engine::BootSource;
-use codemode_core::engine::{BridgeRequest, Delivery, GuestFailure, GuestLimits, RequestId, RequestKind};
+use codemode_core::engine::{
+    Answer, Answerer, BridgeRequest, Delivery, GuestFailure, GuestLimits, RequestId, RequestKind,
+};
 use codemode_core::error::CodeModeErrorCode;
 use codemode_core::result::CodeModeOutput;
 use serde::{Deserialize, Serialize};
@@ -39,6 +41,15 @@ pub enum HostCallResult {
         /// Message.
         message: String,
     },
+    /// The request was answered at once by the step's [`Answerer`]: the primitive settles the
+    /// guest's promise with this outcome before it returns (resolved with the parsed `json` when
+    /// `ok`, else rejected with the prelude's `hostError` of it), as a later delivery would.
+    Settled {
+        /// Resolve (`true`) or reject.
+        ok: bool,
+        /// The outcome, encoded for the guest as [`BridgeHost::prepare_delivery`] encodes it.
+        json: String,
+    },
     /// A limit was hit that ends the cell: the engine must interrupt the guest (uncatchably) and report
     /// [`BridgeHost::fatal`]. The guest additionally sees a thrown error until the interrupt lands.
     Fatal,
@@ -55,6 +66,7 @@ pub struct BridgeHost {
     output_budget: u64,
     fatal: Option<GuestFailure>,
     source: Option<Arc<dyn BootSource>>,
+    answerer: Option<Arc<dyn Answerer>>,
 }
 
 impl BridgeHost {
@@ -75,6 +87,7 @@ impl BridgeHost {
             output_budget: u64::MAX,
             fatal: None,
             source: None,
+            answerer: None,
         }
     }
 
@@ -100,6 +113,13 @@ impl BridgeHost {
         self.source = source;
     }
 
+    /// Sets who takes this step's requests as they are made (see [`Answerer`]); cleared by
+    /// [`Self::finish_drive`]. Only engines whose primitive handles [`HostCallResult::Settled`]
+    /// set one.
+    pub fn set_answerer(&mut self, answerer: Option<Arc<dyn Answerer>>) {
+        self.answerer = answerer;
+    }
+
     /// The failure that ends the cell, if a fatal limit was hit.
     pub fn fatal(&self) -> Option<&GuestFailure> {
         self.fatal.as_ref()
@@ -113,6 +133,14 @@ impl BridgeHost {
     /// Handles one call of the host primitive `host(kind, payload)` (an engine joins a payload the
     /// prelude sends in parts before calling this).
     pub fn host_call(&mut self, kind: &str, payload: &str) -> HostCallResult {
+        self.host_call_holding(kind, payload, 0)
+    }
+
+    /// [`Self::host_call`] for an engine whose guest holds `held` outcomes answered at once
+    /// ([`HostCallResult::Settled`]) that it has not settled yet: they count as outstanding
+    /// requests, as they would if they had been delivered in a later step, so the
+    /// outstanding-request limit means the same with and without an answerer.
+    pub fn host_call_holding(&mut self, kind: &str, payload: &str, held: usize) -> HostCallResult {
         if self.fatal.is_some() {
             return HostCallResult::Fatal;
         }
@@ -144,7 +172,7 @@ impl BridgeHost {
                         message: format!("unknown bridge request `{kind}`"),
                     };
                 };
-                if self.state.outstanding.len() >= self.limits.max_outstanding_requests as usize {
+                if self.state.outstanding.len().saturating_add(held) >= self.limits.max_outstanding_requests as usize {
                     self.fatal = Some(GuestFailure {
                         code: Some(CodeModeErrorCode::TooManyPendingToolCalls),
                         message: format!(
@@ -171,10 +199,55 @@ impl BridgeHost {
                 let id = self.state.next_id;
                 self.state.next_id += 1;
                 self.state.outstanding.insert(id, kind);
-                self.requests.push(BridgeRequest { id, request });
-                HostCallResult::Request(id)
+                let request = BridgeRequest { id, request };
+                // Taken at once only while nothing of this step waits for the report (output, or a
+                // request kept for it): so requests are handled in the order they were made, and
+                // the output before a request is seen before what handling it emits. A yield ends
+                // the step, so it always goes to the report.
+                let takes = kind != RequestKind::Yield && self.output.is_empty() && self.requests.is_empty();
+                let Some(answerer) = self.answerer.take_if(|_| takes) else {
+                    self.requests.push(request);
+                    return HostCallResult::Request(id);
+                };
+                let mut notes = Vec::new();
+                let answer = answerer.answer(request, &mut notes);
+                self.answerer = Some(answerer);
+                // Notes (loop-detection warnings) are the host's, not the guest's: counted, never
+                // refused, as when they are added after a step.
+                for text in notes {
+                    let item = CodeModeOutput::Text { text };
+                    self.output_used = self.output_used.saturating_add(item.cost() as u64);
+                    self.output.push(item);
+                }
+                match answer {
+                    Answer::Started => HostCallResult::Request(id),
+                    Answer::Declined(request) => {
+                        self.requests.push(request);
+                        HostCallResult::Request(id)
+                    }
+                    Answer::Settled(delivery) if delivery.id == id => match self.prepare_delivery(&delivery) {
+                        Some((ok, json)) => HostCallResult::Settled { ok, json },
+                        None => self.internal_fatal(id),
+                    },
+                    // An answer for another request would leave this one unanswered.
+                    Answer::Settled(_) => self.internal_fatal(id),
+                    Answer::Stop(failure) => {
+                        self.fatal = Some(failure);
+                        HostCallResult::Fatal
+                    }
+                }
             }
         }
+    }
+
+    /// Ends the cell over an answerer that broke its contract (a bug, never the guest's doing):
+    /// the request it answered wrongly could never settle.
+    fn internal_fatal(&mut self, id: RequestId) -> HostCallResult {
+        self.fatal = Some(GuestFailure {
+            code: Some(CodeModeErrorCode::InternalError),
+            message: format!("request {id} was answered with another request's outcome"),
+        });
+        HostCallResult::Fatal
     }
 
     fn push_output(&mut self, item: CodeModeOutput, cost: u64) -> HostCallResult {
@@ -234,6 +307,7 @@ impl BridgeHost {
 
     /// Ends a drive step: the requests and output items it produced.
     pub fn finish_drive(&mut self) -> (Vec<BridgeRequest>, Vec<CodeModeOutput>) {
+        self.answerer = None;
         (std::mem::take(&mut self.requests), std::mem::take(&mut self.output))
     }
 
@@ -344,5 +418,136 @@ mod tests {
         assert_eq!(h2.outstanding(), 1);
         h2.begin_drive(100);
         assert_eq!(h2.host_call("call", r#"{"id":"t"}"#), HostCallResult::Request(2));
+    }
+
+    /// An answerer that answers by the tool id of a call (`now`, `later`, `no`, `stop`, `other`,
+    /// `warn`) and records the ids it was handed.
+    #[derive(Debug, Default)]
+    struct Scripted {
+        seen: std::sync::Mutex<Vec<RequestId>>,
+    }
+
+    impl Answerer for Scripted {
+        fn answer(&self, request: BridgeRequest, notes: &mut Vec<String>) -> Answer {
+            self.seen.lock().unwrap().push(request.id);
+            let tool = match &request.request {
+                GuestRequest::Call { id, .. } => id.clone(),
+                _ => "now".into(),
+            };
+            match tool.as_str() {
+                "now" => Answer::Settled(Delivery { id: request.id, outcome: Ok(json!({ "n": request.id })) }),
+                "fails" => Answer::Settled(Delivery {
+                    id: request.id,
+                    outcome: Err(GuestError::new("ToolError", "boom", Some(CodeModeErrorCode::NestedToolFailed))),
+                }),
+                "warn" => {
+                    notes.push("the same call again".into());
+                    Answer::Settled(Delivery { id: request.id, outcome: Ok(json!(null)) })
+                }
+                "later" => Answer::Started,
+                "stop" => Answer::Stop(GuestFailure {
+                    code: Some(CodeModeErrorCode::NestedToolFailed),
+                    message: "the loop breaker tripped".into(),
+                }),
+                "other" => Answer::Settled(Delivery { id: request.id + 100, outcome: Ok(json!(1)) }),
+                _ => Answer::Declined(request),
+            }
+        }
+    }
+
+    fn answering(limits: GuestLimits) -> (BridgeHost, Arc<Scripted>) {
+        let scripted = Arc::new(Scripted::default());
+        let mut h = BridgeHost::new(limits);
+        h.begin_drive(1000);
+        h.set_answerer(Some(scripted.clone()));
+        (h, scripted)
+    }
+
+    fn call(h: &mut BridgeHost, tool: &str) -> HostCallResult {
+        h.host_call("call", &format!(r#"{{"id":"{tool}","input":{{}}}}"#))
+    }
+
+    /// The step's answerer takes each request as it is made: a settled one comes back encoded as a
+    /// delivery would be (and is no longer outstanding), a started one stays outstanding and is not
+    /// reported, a declined one is reported.
+    #[test]
+    fn an_answerer_settles_starts_or_declines_each_request() {
+        let (mut h, scripted) = answering(GuestLimits::default());
+        assert_eq!(call(&mut h, "now"), HostCallResult::Settled { ok: true, json: r#"{"n":1}"#.into() });
+        assert_eq!(h.outstanding(), 0, "delivered at once");
+        assert!(
+            matches!(call(&mut h, "fails"), HostCallResult::Settled { ok: false, json } if json.contains("nested_tool_failed"))
+        );
+        assert_eq!(call(&mut h, "later"), HostCallResult::Request(3));
+        assert_eq!(h.outstanding(), 1, "under way: delivered in a later step");
+        assert_eq!(
+            h.host_call("search", r#"{"query":"q"}"#),
+            HostCallResult::Settled { ok: true, json: r#"{"n":4}"#.into() }
+        );
+        assert_eq!(call(&mut h, "no"), HostCallResult::Request(5));
+        let (requests, output) = h.finish_drive();
+        assert_eq!(requests.iter().map(|r| r.id).collect::<Vec<_>>(), vec![5], "only the declined one is reported");
+        assert!(output.is_empty());
+        assert_eq!(*scripted.seen.lock().unwrap(), vec![1, 2, 3, 4, 5]);
+        // The answerer lasts one step.
+        h.begin_drive(1000);
+        assert_eq!(call(&mut h, "now"), HostCallResult::Request(6));
+    }
+
+    /// Once a step has output, or a request kept for its report, the rest of its requests go to the
+    /// report too (handled after the step, in the order they were made); a yield always does.
+    #[test]
+    fn after_output_or_a_reported_request_the_rest_of_the_step_is_reported() {
+        let (mut h, scripted) = answering(GuestLimits::default());
+        assert!(matches!(h.host_call("yield", "{}"), HostCallResult::Request(1)));
+        assert!(matches!(call(&mut h, "now"), HostCallResult::Request(2)), "after a reported request");
+        let (requests, _) = h.finish_drive();
+        assert_eq!(requests.len(), 2);
+
+        h.begin_drive(1000);
+        h.set_answerer(Some(scripted.clone()));
+        assert!(matches!(call(&mut h, "now"), HostCallResult::Settled { .. }));
+        assert_eq!(h.host_call("text", "hi"), HostCallResult::Accepted);
+        assert_eq!(call(&mut h, "now"), HostCallResult::Request(4), "after output");
+        let (requests, output) = h.finish_drive();
+        assert_eq!(requests.iter().map(|r| r.id).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(output.len(), 1);
+        assert_eq!(*scripted.seen.lock().unwrap(), vec![3], "the yield and the later ones never reached it");
+    }
+
+    /// Notes go into the output where the request was made, counted but never refused (a
+    /// warning must not fail the cell at the output limit); an answer that stops the run is fatal
+    /// with its own failure; an answer for another request is fatal as an internal error.
+    #[test]
+    fn notes_are_output_and_failures_stop_the_cell() {
+        let (mut h, _) = answering(GuestLimits::default());
+        h.begin_drive(5);
+        assert!(matches!(call(&mut h, "warn"), HostCallResult::Settled { .. }));
+        assert!(h.output_used() > 5, "counted past the budget");
+        assert_eq!(h.fatal(), None, "and not refused");
+        let (_, output) = h.finish_drive();
+        assert_eq!(output, vec![CodeModeOutput::Text { text: "the same call again".into() }]);
+
+        let (mut h, _) = answering(GuestLimits::default());
+        assert_eq!(call(&mut h, "stop"), HostCallResult::Fatal);
+        assert_eq!(h.fatal().map(|f| f.message.as_str()), Some("the loop breaker tripped"));
+        assert_eq!(call(&mut h, "now"), HostCallResult::Fatal, "nothing more after a fatal");
+
+        let (mut h, _) = answering(GuestLimits::default());
+        assert_eq!(call(&mut h, "other"), HostCallResult::Fatal);
+        assert_eq!(h.fatal().and_then(|f| f.code), Some(CodeModeErrorCode::InternalError));
+    }
+
+    /// Outcomes the guest holds (answered at once, not settled in it yet) count as outstanding, so
+    /// the limit trips where it would if they had been delivered in a later step.
+    #[test]
+    fn held_outcomes_count_as_outstanding() {
+        let (mut h, _) = answering(GuestLimits { max_outstanding_requests: 3, ..GuestLimits::default() });
+        for held in 0..3 {
+            let answer = h.host_call_holding("call", r#"{"id":"now","input":{}}"#, held);
+            assert!(matches!(answer, HostCallResult::Settled { .. }), "{held}: {answer:?}");
+        }
+        assert_eq!(h.host_call_holding("call", r#"{"id":"now","input":{}}"#, 3), HostCallResult::Fatal);
+        assert_eq!(h.fatal().and_then(|f| f.code), Some(CodeModeErrorCode::TooManyPendingToolCalls));
     }
 }

@@ -270,15 +270,52 @@ pub struct DriveInput {
     /// The same for every step of a run; `None` answers every pull with nothing (a catalog with no
     /// tools, as far as the guest can tell).
     pub boot_source: Option<std::sync::Arc<dyn BootSource>>,
+    /// Who takes the step's requests the moment the guest makes them (see [`Answerer`]). An engine
+    /// that can hand a settled outcome back through the host primitive passes each request to it;
+    /// one that cannot ignores it, and every request comes back in [`DriveReport::requests`].
+    /// `None`: every request comes back in the report.
+    pub answerer: Option<std::sync::Arc<dyn Answerer>>,
 }
 
 impl DriveInput {
     /// A step that delivers `deliveries`, must stop by `deadline` and may produce `output_budget`
-    /// bytes of output; nothing can cancel it and no catalog data is pulled (set `cancel` and
-    /// `boot_source` for those).
+    /// bytes of output; nothing can cancel it, no catalog data is pulled and no request is
+    /// answered inline (set `cancel`, `boot_source` and `answerer` for those).
     pub fn new(deliveries: Vec<Delivery>, deadline: Instant, output_budget: u64) -> Self {
-        DriveInput { deliveries, deadline, output_budget, cancel: None, boot_source: None }
+        DriveInput { deliveries, deadline, output_budget, cancel: None, boot_source: None, answerer: None }
     }
+}
+
+/// Takes a request while the guest waits in the host primitive, so that one whose outcome is there
+/// at once (a tool that returns without waiting, a search, a refusal) settles without the drive
+/// step ending: the guest's promise is settled before the primitive returns, and the step goes on.
+/// Without it, every request ends up in [`DriveReport::requests`], and a nested call costs a step's
+/// end and a new step (the host's bookkeeping, a call into the guest, polling the cell).
+///
+/// The runtime implements it with the same handling a reported request gets, so inline answers
+/// change when a request is handled, never how. The bridge passes a request only while the step
+/// has produced no output and no request it kept for the report, so requests are handled in the
+/// order they were made and output is observed in order with them; `yield` requests are never
+/// passed (a yield ends the step).
+pub trait Answerer: Send + Sync + fmt::Debug {
+    /// Handles `request` (already issued under its id): what became of it. `notes` collects text
+    /// the host adds to the output at this point (loop-detection warnings, SPEC §22).
+    fn answer(&self, request: BridgeRequest, notes: &mut Vec<String>) -> Answer;
+}
+
+/// What an [`Answerer`] did with a request.
+#[derive(Debug)]
+pub enum Answer {
+    /// The request settled at once: deliver this outcome before the primitive returns.
+    Settled(Delivery),
+    /// The request was taken and is under way: its outcome comes in a later step's
+    /// [`DriveInput::deliveries`].
+    Started,
+    /// Not taken: the request goes into the step's report, as without an answerer.
+    Declined(BridgeRequest),
+    /// Handling the request ended the run with this failure: the engine stops the guest, and the
+    /// step reports it.
+    Stop(GuestFailure),
 }
 
 /// Catalog data the guest reads on demand, by key, through the bridge's synchronous `pull` (DESIGN
@@ -318,7 +355,7 @@ pub enum DriveOutcome {
 pub struct DriveReport {
     /// The cell's state.
     pub outcome: DriveOutcome,
-    /// Requests issued during this step, in issue order.
+    /// Requests issued during this step and not taken by the step's [`Answerer`], in issue order.
     pub requests: Vec<BridgeRequest>,
     /// Output items produced during this step, in guest call order.
     pub output: Vec<CodeModeOutput>,

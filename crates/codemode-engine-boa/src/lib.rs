@@ -517,6 +517,9 @@ fn host_primitive(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsRes
         .with_message(message)
         .into()),
         HostCallResult::Fatal => Err(uncatchable()),
+        // Never: this engine does not answer inline (`GuestVm::answers_inline` is false), so its
+        // bridge has no answerer. Should it ever, the cell stops rather than lose the outcome.
+        HostCallResult::Settled { .. } => Err(uncatchable()),
     }
 }
 

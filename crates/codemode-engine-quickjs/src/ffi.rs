@@ -328,7 +328,10 @@ unsafe fn answer(ctx: *mut qjs::JSContext, state: Option<&ContextState>, result:
             };
             qjs::JS_EXCEPTION
         }
-        HostCallResult::Fatal => {
+        // `Settled` never comes: this engine does not answer inline (`GuestVm::answers_inline` is
+        // false), so its bridge has no answerer. Should it ever, the cell stops rather than lose
+        // the outcome.
+        HostCallResult::Fatal | HostCallResult::Settled { .. } => {
             if let Some(state) = state {
                 state.interrupt.fatal.store(true, Ordering::Relaxed);
             }

@@ -33,8 +33,13 @@
 // Status codes otherwise: 0 ok, 1 guest exception (failure in out_buf).
 //
 // Imports (module "codemode"):
-//   host_call(kind, kind_len, payload, payload_len) -> i64
-//       > 0: request id (`host` answers with a new promise, see "pending requests"); 0: accepted;
+//   host_call(kind, kind_len, payload, payload_len, answer, answer_cap, held) -> i64
+//       > 0 and < 2^53: request id (`host` answers with a new promise, see "pending requests");
+//       >= 2^62: the request settled at once (bit 61: resolve, else reject; bit 60: its JSON is in
+//       answer[0..len), else fetched with host_take; len in the low 32 bits): `host` answers
+//       with a new promise that is settled when the job queue next runs dry (see "answered at
+//       once"); `held` is how many such outcomes wait for that (the host counts them as
+//       outstanding, as it counts requests it has not delivered); 0: accepted;
 //       -1 TypeError, -2 RangeError, -3 Error (message in scratch),
 //       -4: fatal limit (the host stops the guest through should_interrupt).
 //       kind "pull": >= 0 is the length of the catalog text under `payload` (fetched with
@@ -65,7 +70,11 @@ int codemode_plain_props(JSContext *ctx, JSValueConst obj,
 #define EXPORT(name) __attribute__((export_name(name)))
 
 IMPORT("host_call")
-extern int64_t cm_host_call(const char *kind, uint32_t kind_len, const char *payload, uint32_t payload_len);
+extern int64_t cm_host_call(const char *kind, uint32_t kind_len, const char *payload, uint32_t payload_len,
+                            char *answer, uint32_t answer_cap, uint32_t held);
+#define ANSWERED ((int64_t)1 << 62)
+#define ANSWERED_OK ((int64_t)1 << 61)
+#define ANSWERED_IN_BUFFER ((int64_t)1 << 60)
 IMPORT("host_take")
 extern int32_t cm_host_take(char *dst, uint32_t len);
 IMPORT("should_interrupt")
@@ -270,6 +279,64 @@ static const char *text_of(JSContext *c, JSValueConst v, size_t *len, int *owned
 }
 
 static JSValue host_send(JSContext *c, const char *kind, size_t kn, const char *payload, size_t total);
+static JSValue parse_outcome(JSContext *c, const char *json, uint32_t len);
+static int settle_value(JSContext *c, JSValueConst promise, JSValue value, int32_t ok);
+
+// ---- answered at once -----------------------------------------------------------------------------
+// A request the host settled inside host_call (a tool that returned at once, a search, a refusal):
+// its promise and parsed outcome wait here, in order, and are settled when the job queue next runs
+// dry (cm_run_jobs) — where a drive step would have ended and the next one begun by delivering
+// them. So a cell sees exactly the order of events it sees when the host delivers in a later step
+// (a callback of an un-awaited call does not run before the cell's return value is taken, for
+// instance); only the host's round trip is saved. In the guest heap (js_realloc: under the heap
+// limit), the values held by reference, like the pending table's promises; always empty between
+// drive steps (cm_run_jobs returns only with it empty), so no snapshot holds an entry.
+typedef struct {
+    JSValue promise;
+    JSValue value;
+    int32_t ok;
+} Answered;
+static Answered *answered;
+static uint32_t answered_len, answered_cap;
+
+// Files `promise` (a reference is taken) and `value` (its reference moves here); -1 with an
+// exception pending when the heap refuses the room (value freed).
+static int answered_push(JSContext *c, JSValueConst promise, JSValue value, int32_t ok) {
+    if (answered_len == answered_cap) {
+        uint32_t cap = answered_cap ? answered_cap * 2 : 16;
+        Answered *grown = cap > answered_cap && cap <= UINT32_MAX / sizeof(Answered)
+                              ? js_realloc(c, answered, (size_t)cap * sizeof(Answered))
+                              : NULL;
+        if (!grown) {
+            JS_FreeValue(c, value);
+            if (!JS_HasException(c)) JS_ThrowRangeError(c, "too many answered requests");
+            return -1;
+        }
+        answered = grown;
+        answered_cap = cap;
+    }
+    answered[answered_len++] = (Answered){ JS_DupValue(c, promise), value, ok };
+    return 0;
+}
+
+// Settles the outcomes filed before this call, in order. Settling may run guest code (a `then`
+// getter on a result), which may file more: those wait for the next time the queue runs dry, as
+// requests made while a step delivers are delivered in the next step. 0, or -1 with an exception
+// pending (the rest are let go: the step fails).
+static int answered_settle(JSContext *c) {
+    uint32_t n = answered_len;
+    int failed = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        Answered a = answered[i]; // read afresh: guest code may have moved the array
+        answered[i] = (Answered){ JS_UNDEFINED, JS_UNDEFINED, 0 };
+        if (failed) JS_FreeValue(c, a.value);
+        else failed = settle_value(c, a.promise, a.value, a.ok);
+        JS_FreeValue(c, a.promise);
+    }
+    memmove(answered, answered + n, (size_t)(answered_len - n) * sizeof(Answered));
+    answered_len -= n;
+    return failed;
+}
 
 // Where host(kind, payload, more, last) joins a payload that comes in parts (the one-frame call
 // path's head, input JSON and tail), when they fit; a larger one takes a guest allocation.
@@ -333,8 +400,39 @@ JSValue codemode_prim_host(JSContext *c, JSValueConst this_val, int argc, JSValu
 static JSValue host_send(JSContext *c, const char *kind, size_t kn, const char *payload, size_t total) {
     scratch[0] = 0;
     int pull = kn == 4 && memcmp(kind, "pull", 4) == 0;
-    int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)total);
+    // join_buf doubles as the answer buffer: the payload (which may lie in it) has been read by the
+    // time the host writes an answer there, and nothing reads it after this call.
+    int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)total, join_buf, sizeof join_buf, answered_len);
     scratch[sizeof scratch - 1] = 0;
+    if (!pull && r >= ANSWERED) {
+        // Settled at once: a new promise, filed with the parsed outcome to be settled when the
+        // queue runs dry (nothing goes into the pending table: no later delivery is for it).
+        uint32_t len = (uint32_t)(r & 0xffffffff);
+        char *heap = NULL;
+        const char *json = join_buf;
+        if (!(r & ANSWERED_IN_BUFFER)) {
+            heap = js_malloc(c, (size_t)len + 1);
+            if (!heap) return JS_EXCEPTION;
+            if (cm_host_take(heap, len) != 0) {
+                js_free(c, heap);
+                return JS_ThrowInternalError(c, "a settled outcome vanished");
+            }
+            json = heap;
+        }
+        JSValue value = parse_outcome(c, json, len);
+        if (heap) js_free(c, heap);
+        if (JS_IsException(value)) return value;
+        JSValue promise = codemode_promise_new(c);
+        if (JS_IsException(promise)) {
+            JS_FreeValue(c, value);
+            return promise;
+        }
+        if (answered_push(c, promise, value, (r & ANSWERED_OK) != 0) != 0) {
+            JS_FreeValue(c, promise);
+            return JS_EXCEPTION;
+        }
+        return promise;
+    }
     if (pull && r == -6) return JS_UNDEFINED;
     if (pull && r >= 0) {
         // The catalog text: copied into a buffer of the guest heap (its limit applies), then into a
@@ -1191,6 +1289,44 @@ static int32_t begin(const char *json, uint32_t json_len, const char *code, uint
     return r;
 }
 
+// An outcome's JSON as the host encoded it, parsed (JS_EXCEPTION, with an exception pending, when
+// the heap refuses it). The host writes compact JSON, which codemode_json_read takes as it lies (in
+// in_buf or the answer buffer); other text goes to QuickJS's JSON parser (JSON.parse's), which
+// needs a NUL after it.
+static JSValue parse_outcome(JSContext *c, const char *json, uint32_t len) {
+    JSValue value = codemode_json_read(c, json, len);
+    if (JS_IsUninitialized(value)) {
+        char *text = js_malloc(c, (size_t)len + 1);
+        value = JS_EXCEPTION;
+        if (text) {
+            memcpy(text, json, len);
+            text[len] = 0;
+            value = JS_ParseJSON(c, text, len, "<input>");
+            js_free(c, text);
+        }
+    }
+    return value;
+}
+
+// Settles `promise` with an outcome (its reference is taken): resolved with `value` when `ok`, else
+// rejected with the prelude's hostError(value). 0, or -1 with an exception pending.
+static int settle_value(JSContext *c, JSValueConst promise, JSValue value, int32_t ok) {
+    int failed = 1;
+    if (ok) {
+        codemode_promise_settle(c, promise, value, false);
+        failed = 0;
+    } else {
+        JSValue err = JS_Call(c, fn_host_error, JS_UNDEFINED, 1, (JSValueConst *)&value);
+        if (!JS_IsException(err)) {
+            codemode_promise_settle(c, promise, err, true);
+            failed = 0;
+        }
+        JS_FreeValue(c, err);
+    }
+    JS_FreeValue(c, value);
+    return failed ? -1 : 0;
+}
+
 EXPORT("cm_settle") int32_t cm_settle(double id, int32_t ok, const char *json, uint32_t len) {
     uint32_t at = pending_lower_bound(id);
     // Not pending (settled already, or never answered with a promise): nothing to deliver to.
@@ -1198,45 +1334,24 @@ EXPORT("cm_settle") int32_t cm_settle(double id, int32_t ok, const char *json, u
     JSValue promise = pending[at].promise;
     pending[at].promise = JS_UNDEFINED;
     pending_holes++;
-    // The host writes compact JSON, which codemode_json_read takes as it lies in in_buf; other text
-    // goes to QuickJS's JSON parser (JSON.parse's), which needs a NUL after it.
-    JSValue value = codemode_json_read(ctx, json, len);
-    if (JS_IsUninitialized(value)) {
-        char *text = js_malloc(ctx, (size_t)len + 1);
-        value = JS_EXCEPTION;
-        if (text) {
-            memcpy(text, json, len);
-            text[len] = 0;
-            value = JS_ParseJSON(ctx, text, len, "<input>");
-            js_free(ctx, text);
-        }
-    }
-    int failed = 1;
-    if (!JS_IsException(value)) {
-        if (ok) {
-            codemode_promise_settle(ctx, promise, value, false);
-            failed = 0;
-        } else {
-            JSValue err = JS_Call(ctx, fn_host_error, JS_UNDEFINED, 1, (JSValueConst *)&value);
-            if (!JS_IsException(err)) {
-                codemode_promise_settle(ctx, promise, err, true);
-                failed = 0;
-            }
-            JS_FreeValue(ctx, err);
-        }
-        JS_FreeValue(ctx, value);
-    }
+    JSValue value = parse_outcome(ctx, json, len);
+    int failed = JS_IsException(value) || settle_value(ctx, promise, value, ok);
     JS_FreeValue(ctx, promise);
     if (failed) return set_out_exception();
     return 0;
 }
 
+// Runs jobs until the queue is dry and no outcome answered at once waits to be settled (settling
+// them queues the jobs that react to them).
 EXPORT("cm_run_jobs") int32_t cm_run_jobs(void) {
     for (;;) {
         JSContext *c1;
         int r = JS_ExecutePendingJob(rt, &c1);
         if (r < 0) return set_out_exception();
-        if (r == 0) return 0;
+        if (r == 0) {
+            if (answered_len == 0) return 0;
+            if (answered_settle(ctx) != 0) return set_out_exception();
+        }
     }
 }
 

@@ -13,6 +13,16 @@ const ERRNO_SUCCESS: i32 = 0;
 const ERRNO_BADF: i32 = 8;
 const ERRNO_SPIPE: i32 = 70;
 
+/// `host_call`'s answer for a request settled at once (bit 62; request ids stay below 2^53):
+/// the low 32 bits are the outcome's JSON length, [`ANSWERED_OK`] says resolve (else reject), and
+/// [`ANSWERED_IN_BUFFER`] says the JSON is in the answer buffer the guest passed (else it is
+/// fetched with `host_take`).
+const ANSWERED: i64 = 1 << 62;
+/// See [`ANSWERED`].
+const ANSWERED_OK: i64 = 1 << 61;
+/// See [`ANSWERED`].
+const ANSWERED_IN_BUFFER: i64 = 1 << 60;
+
 /// Host state of one guest instance (the wasmtime `Store` data).
 pub(crate) struct HostState {
     /// Linear-memory and table limits of the store.
@@ -32,7 +42,8 @@ pub(crate) struct HostState {
     pub(crate) scratch: (u32, u32),
     /// The guest's memory, once instantiated.
     pub(crate) memory: Option<Memory>,
-    /// The answer of the last `pull`, until the shim copies it into the guest (`host_take`).
+    /// The answer of the last `pull` (or the outcome of a request settled at once that did not fit
+    /// the answer buffer), until the shim copies it into the guest (`host_take`).
     pub(crate) pulled: Option<std::sync::Arc<str>>,
 }
 
@@ -95,7 +106,15 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     l.func_wrap(
         "codemode",
         "host_call",
-        |mut caller: Caller<'_, HostState>, kp: u32, kl: u32, pp: u32, pl: u32| -> wasmtime::Result<i64> {
+        |mut caller: Caller<'_, HostState>,
+         kp: u32,
+         kl: u32,
+         pp: u32,
+         pl: u32,
+         ap: u32,
+         acap: u32,
+         held: u32|
+         -> wasmtime::Result<i64> {
             let mem = memory(&mut caller)?;
             // Read in place: the guest's memory and the bridge are borrowed side by side (no copy of
             // either text per call).
@@ -103,7 +122,7 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
                 let (data, state) = mem.data_and_store_mut(&mut caller);
                 let kind = guest_str(data, kp, kl)?;
                 let payload = guest_str(data, pp, pl)?;
-                state.bridge.host_call(&kind, &payload)
+                state.bridge.host_call_holding(&kind, &payload, held as usize)
             };
             let (code, message) = match answer {
                 HostCallResult::Request(id) => return Ok(i64::try_from(id).unwrap_or(i64::MAX)),
@@ -116,6 +135,25 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
                     return Ok(len);
                 }
                 HostCallResult::Data(None) => return Ok(-6),
+                // Settled at once: the outcome's JSON goes into the guest's answer buffer
+                // (`ap..ap + acap`, its own memory) when it fits, else the shim allocates its length
+                // and fetches it with `host_take`, as a pull's text.
+                HostCallResult::Settled { ok, json } => {
+                    let len = u32::try_from(json.len())
+                        .map_err(|_| wasmtime::format_err!("a settled outcome too large for the guest"))?;
+                    let mut code = ANSWERED | i64::from(len);
+                    if ok {
+                        code |= ANSWERED_OK;
+                    }
+                    if len <= acap {
+                        mem.write(&mut caller, ap as usize, json.as_bytes())
+                            .map_err(|e| wasmtime::format_err!("{e}"))?;
+                        code |= ANSWERED_IN_BUFFER;
+                    } else {
+                        caller.data_mut().pulled = Some(std::sync::Arc::from(json));
+                    }
+                    return Ok(code);
+                }
                 HostCallResult::Throw { name: "TypeError", message } => (-1, message),
                 HostCallResult::Throw { name: "RangeError", message } => (-2, message),
                 HostCallResult::Throw { message, .. } => (-3, message),

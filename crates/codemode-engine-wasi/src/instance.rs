@@ -585,6 +585,11 @@ impl GuestVm for Vm {
         self.polled(status)
     }
 
+    /// The shim settles a request answered at once inside `host` (see `host::ANSWERED`).
+    fn answers_inline(&self) -> bool {
+        true
+    }
+
     fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R {
         f(&mut self.store.data_mut().bridge)
     }
@@ -641,7 +646,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use codemode_bridge::random_seed;
-    use codemode_core::engine::DriveOutcome;
+    use codemode_core::engine::{BridgeRequest, Delivery, DriveOutcome};
 
     fn fresh_memory(loaded: &Arc<Loaded>) -> Vec<u8> {
         let vm = Vm::new(loaded.clone(), GuestLimits::default(), None).unwrap();
@@ -729,6 +734,104 @@ mod tests {
         let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
         vm.with_bridge(|b| b.begin_drive(1 << 20));
         (vm, ids)
+    }
+
+    /// What the tests' tools answer: a call to `t` gives back its input, a call to `bad` fails, a
+    /// call to `slow` is under way (settled by the next step), anything else gives `null`.
+    fn outcome_of(request: &BridgeRequest) -> Delivery {
+        use codemode_core::guest::GuestRequest;
+        let outcome = match &request.request {
+            GuestRequest::Call { id, input, .. } if id == "t" || id == "slow" => Ok(input.clone()),
+            GuestRequest::Call { id, .. } if id == "bad" => Err(codemode_core::engine::GuestError::new(
+                "ToolError",
+                "it broke",
+                Some(codemode_core::error::CodeModeErrorCode::NestedToolFailed),
+            )),
+            _ => Ok(serde_json::Value::Null),
+        };
+        Delivery { id: request.id, outcome }
+    }
+
+    /// Answers every request at once, except calls to `slow` (started, kept for the next step).
+    #[derive(Debug, Default)]
+    struct AtOnce {
+        answered: std::sync::Mutex<usize>,
+        started: std::sync::Mutex<Vec<BridgeRequest>>,
+    }
+
+    impl codemode_core::engine::Answerer for AtOnce {
+        fn answer(&self, request: BridgeRequest, _notes: &mut Vec<String>) -> codemode_core::engine::Answer {
+            use codemode_core::guest::GuestRequest;
+            if matches!(&request.request, GuestRequest::Call { id, .. } if id == "slow") {
+                self.started.lock().unwrap().push(request);
+                return codemode_core::engine::Answer::Started;
+            }
+            *self.answered.lock().unwrap() += 1;
+            codemode_core::engine::Answer::Settled(outcome_of(&request))
+        }
+    }
+
+    /// Drives `cell` to its end, delivering each step's reported (and started) requests in the
+    /// next step: the outcome, the number of steps and of requests answered inline.
+    fn drive_to_end(loaded: &Arc<Loaded>, cell: &str, answerer: Option<Arc<AtOnce>>) -> (DriveOutcome, usize, usize) {
+        let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
+        let mut instance = WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(cell));
+        let mut deliveries = Vec::new();
+        for steps in 1..=1000 {
+            let mut input = DriveInput::new(deliveries, Instant::now() + Duration::from_secs(30), 1 << 20);
+            input.answerer = answerer.clone().map(|a| a as Arc<dyn codemode_core::engine::Answerer>);
+            let report = instance.drive(input).unwrap();
+            let started =
+                answerer.as_ref().map(|a| std::mem::take(&mut *a.started.lock().unwrap())).unwrap_or_default();
+            deliveries = report.requests.iter().chain(&started).map(outcome_of).collect();
+            if !matches!(report.outcome, DriveOutcome::Pending) && deliveries.is_empty() {
+                let inline = answerer.map_or(0, |a| *a.answered.lock().unwrap());
+                return (report.outcome, steps, inline);
+            }
+        }
+        panic!("{cell}: no end in 1000 steps");
+    }
+
+    /// Requests answered inside the host primitive (the step's answerer) leave the cell exactly
+    /// what the host's delivery in a later step leaves it — the same value, the same failures,
+    /// callbacks run in the same order (an un-awaited call's callback after the return value is
+    /// taken; a `then` getter on every object, which makes calls while outcomes are settled) — in
+    /// fewer steps: a loop of calls answered at once runs in one.
+    #[test]
+    fn requests_answered_inline_leave_the_cell_what_later_steps_leave_it() {
+        let loaded = crate::loaded().unwrap();
+        let cells = [
+            "let s = 0; for (let i = 0; i < 50; i++) s += (await tools.call('t', { i })).i; return s;",
+            "const log = []; tools.call('t', { n: 1 }).then((r) => log.push(r.n)); return log;",
+            "const log = [];\n\
+             const all = Promise.all([1, 2, 3].map((i) => tools.call('t', { i }).then((r) => { log.push(r.i); return r.i * 10; })));\n\
+             log.push('sync'); const got = await all; await null; return [log, got];",
+            "const out = []; try { await tools.call('bad', {}); } catch (e) { out.push(`${e.name}/${e.code}/${e.message}`); }\n\
+             out.push((await tools.call('t', { after: 1 })).after); return out;",
+            "const a = tools.call('slow', { s: 1 }); const b = await tools.call('t', { f: 2 });\n\
+             return [b.f, (await a).s];",
+            "let made = 0;\n\
+             Object.defineProperty(Object.prototype, 'then', { configurable: true, get() {\n\
+               if (made < 3) { made++; tools.call('t', { made }).then((r) => { globalThis.last = r.made; }); }\n\
+               return undefined; } });\n\
+             const r = await tools.call('t', { first: true });\n\
+             for (let i = 0; i < 5; i++) await null;\n\
+             delete Object.prototype.then; return [r.first, made, globalThis.last];",
+        ];
+        for cell in cells {
+            let (stepwise, stepwise_steps, _) = drive_to_end(&loaded, cell, None);
+            let (inline, inline_steps, answered) = drive_to_end(&loaded, cell, Some(Arc::new(AtOnce::default())));
+            assert_eq!(inline, stepwise, "{cell}");
+            assert!(matches!(inline, DriveOutcome::Completed(_)), "{cell}: {inline:?}");
+            assert!(answered > 0, "{cell}: nothing was answered inline");
+            // (With a call under way the step waits for it either way.)
+            assert!(
+                inline_steps < stepwise_steps || (cell.contains("slow") && inline_steps == stepwise_steps),
+                "{cell}: {inline_steps} steps inline, {stepwise_steps} stepwise"
+            );
+        }
+        let (outcome, steps, answered) = drive_to_end(&loaded, cells[0], Some(Arc::new(AtOnce::default())));
+        assert_eq!((outcome, steps, answered), (DriveOutcome::Completed(serde_json::json!(1225)), 1, 50));
     }
 
     /// A step's end (`settle_and_poll`, one call into the guest: `cm_step`) delivers, runs the jobs

@@ -75,6 +75,7 @@ pub fn host_primitive(calls: &[(String, String)]) {
                 assert!(data.is_none(), "a pull with no boot source answers nothing");
             }
             HostCallResult::Accepted | HostCallResult::Throw { .. } => {}
+            HostCallResult::Settled { .. } => panic!("settled at once without an answerer"),
         }
         assert!(host.outstanding() <= limits.max_outstanding_requests as usize);
     }

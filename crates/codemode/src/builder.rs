@@ -264,26 +264,30 @@ impl CodeModeBuilder {
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         CodeMode {
-            inner: Arc::new(Inner::new(
-                self.config,
-                engine,
-                extra.clone(),
-                executor,
-                runtime::CallGates {
-                    loops: self.loops,
-                    observe_results: self.observe_results,
-                    inline_wait: self.inline_wait,
-                    namespaces: self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
-                    trajectory: self.trajectory,
-                    redaction: self.redaction.unwrap_or_default(),
-                    hooks: self.hooks,
-                    approvals: self.approvals,
-                    approver: self.approver,
-                    sandbox: self.sandbox,
-                },
-                store,
-                clock,
-            )),
+            inner: Arc::new_cyclic(|me| {
+                let mut inner = Inner::new(
+                    self.config,
+                    engine,
+                    extra.clone(),
+                    executor,
+                    runtime::CallGates {
+                        loops: self.loops,
+                        observe_results: self.observe_results,
+                        inline_wait: self.inline_wait,
+                        namespaces: self.namespaces.unwrap_or_else(|| Arc::new(codemode_core::namespace::NoNamespaces)),
+                        trajectory: self.trajectory,
+                        redaction: self.redaction.unwrap_or_default(),
+                        hooks: self.hooks,
+                        approvals: self.approvals,
+                        approver: self.approver,
+                        sandbox: self.sandbox,
+                    },
+                    store,
+                    clock,
+                );
+                inner.me = me.clone();
+                inner
+            }),
             extra,
         }
     }

@@ -44,6 +44,7 @@
 mod calls;
 mod dispatch;
 mod gates;
+mod inline;
 mod lifecycle;
 mod loops;
 mod observed;
@@ -84,6 +85,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
+
+/// Why a call fails whose run a drive step's answerer did not give back (never expected).
+const MSG_RUN_LOST: &str = "internal error: the run's state was not handed back after a drive step";
 
 /// Message of the failure when a cell awaits something that nothing will ever settle (a guest
 /// program error, like an uncaught exception: no code).
@@ -199,6 +203,8 @@ impl RunCatalog {
 }
 
 pub(crate) struct Inner {
+    /// The runtime itself, for what outlives a borrow of it (a drive step's answerer).
+    pub(crate) me: std::sync::Weak<Inner>,
     pub(crate) config: CodeModeConfig,
     pub(crate) engine: Option<Arc<dyn GuestEngine>>,
     /// The catalog of the runtime's default target (agent, provider, model).
@@ -384,6 +390,8 @@ impl Inner {
         let catalog = inputs.catalog_for(inputs.default_target());
         let catalog = std::sync::RwLock::new(Arc::new(RunCatalog::new(catalog, &limits, &approvals, None)));
         Inner {
+            // Set by the builder, which makes the `Arc` (`Arc::new_cyclic`).
+            me: std::sync::Weak::new(),
             config,
             engine,
             catalog,
@@ -856,11 +864,21 @@ impl Inner {
     fn drive_loop(
         &self,
         rt: &Handle,
-        mut run: Run,
+        run: Run,
         mut instance: Box<dyn GuestInstance>,
         mut call: Call,
     ) -> CodeModeResult {
-        match self.drive_steps(rt, &mut run, instance.as_mut(), &mut call) {
+        let (run, end) = match self.drive_steps(rt, run, instance.as_mut(), &mut call) {
+            Ok(driven) => driven,
+            Err(lost) => {
+                // Never expected (see `InlineAnswers::take_run`): the run's state is gone, so
+                // there is nothing to store or release; the call fails rather than hang.
+                dispose(instance);
+                let output = std::mem::take(&mut call.output);
+                return CodeModeResult::failed(lost, output, CodeModeTelemetry::default());
+            }
+        };
+        match end {
             StepsEnd::Abort => {
                 dispose(instance);
                 self.aborted(rt, run, call)
@@ -878,27 +896,52 @@ impl Inner {
     }
 
     /// Drives the guest until it completes, fails, yields, or waits past the deadline.
-    fn drive_steps(&self, rt: &Handle, run: &mut Run, instance: &mut dyn GuestInstance, call: &mut Call) -> StepsEnd {
+    ///
+    /// The run is handed back with how the steps ended; `Err` only if a step's answerer did not
+    /// give it back (never expected).
+    fn drive_steps(
+        &self,
+        rt: &Handle,
+        mut run: Run,
+        instance: &mut dyn GuestInstance,
+        call: &mut Call,
+    ) -> Result<(Run, StepsEnd), CodeModeError> {
+        let end = |run: Run, end: StepsEnd| Ok((run, end));
         let max_out = self.config.max_output_bytes;
         let mut completed: Option<Value> = None;
         loop {
             if call.cancelled() {
-                return StepsEnd::Abort;
+                return end(run, StepsEnd::Abort);
             }
-            let input = DriveInput {
+            let mut input = DriveInput {
                 deliveries: std::mem::take(&mut run.ready),
                 deadline: call.deadline,
                 output_budget: max_out.saturating_sub(call.output_used),
                 cancel: Some(call.cancel.clone()),
                 boot_source: Some(run.source.clone()),
+                answerer: None,
             };
-            let report = match instance.drive(input) {
+            // The run is lent to the step's answerer while the guest runs (see `inline`).
+            let (driven, back) = match self.me.upgrade() {
+                Some(me) => {
+                    let answers = Arc::new(inline::InlineAnswers::lend(me, rt, call.deadline, &call.cancel, run));
+                    input.answerer = Some(answers.clone());
+                    let driven = instance.drive(input);
+                    (driven, answers.take_run())
+                }
+                None => (instance.drive(input), Some(run)),
+            };
+            run = match back {
+                Some(run) => run,
+                None => return Err(CodeModeError::new(CodeModeErrorCode::InternalError, MSG_RUN_LOST)),
+            };
+            let report = match driven {
                 Ok(report) => report,
-                Err(e) => return StepsEnd::Fail(CodeModeError::new(e.code(), e.to_string())),
+                Err(e) => return end(run, StepsEnd::Fail(CodeModeError::new(e.code(), e.to_string()))),
             };
             // Interrupted because the run was aborted, not because time ran out.
             if call.cancelled() {
-                return StepsEnd::Abort;
+                return end(run, StepsEnd::Abort);
             }
             for item in report.output {
                 call.output_used += item.cost() as u64;
@@ -906,15 +949,15 @@ impl Inner {
                 call.output.push(item);
             }
             match report.outcome {
-                DriveOutcome::Failed(f) => return StepsEnd::Fail(failure_error(f)),
+                DriveOutcome::Failed(f) => return end(run, StepsEnd::Fail(failure_error(f))),
                 DriveOutcome::Completed(v) => completed = Some(v),
                 DriveOutcome::Pending => {}
             }
             let mut yielded = false;
             for req in report.requests {
-                match self.handle_request(rt, run, req) {
+                match self.handle_request(rt, &mut run, req) {
                     Ok(y) => yielded |= y,
-                    Err(e) => return StepsEnd::Fail(e),
+                    Err(e) => return end(run, StepsEnd::Fail(e)),
                 }
             }
             // Loop-detection warnings are output the model sees (SPEC §22).
@@ -925,17 +968,17 @@ impl Inner {
                 call.output.push(item);
             }
             run.collect_finished();
-            if let Err(e) = self.start_reissues(rt, run) {
-                return StepsEnd::Fail(e);
+            if let Err(e) = self.start_reissues(rt, &mut run) {
+                return end(run, StepsEnd::Fail(e));
             }
             // A parked call is outstanding like a running one: the run completes only once it has
             // been decided (and, if approved, has run).
             let outstanding = run.calls.running() + run.parked();
             if completed.is_some() && outstanding == 0 && run.ready.is_empty() {
-                return StepsEnd::Complete(completed.take().unwrap_or(Value::Null));
+                return end(run, StepsEnd::Complete(completed.take().unwrap_or(Value::Null)));
             }
             if yielded {
-                return StepsEnd::Suspend(WaitReason::Yield);
+                return end(run, StepsEnd::Suspend(WaitReason::Yield));
             }
             if !run.ready.is_empty() {
                 if Instant::now() < call.deadline {
@@ -945,28 +988,28 @@ impl Inner {
                     // Only instant answers are left (searches, lookups, calls that returned at
                     // once): the cell was busy, not waiting on slow tools. A `waiting` result must
                     // always name what it waits for.
-                    return StepsEnd::Fail(CodeModeError::new(CodeModeErrorCode::Timeout, TIMEOUT_MESSAGE));
+                    return end(run, StepsEnd::Fail(CodeModeError::new(CodeModeErrorCode::Timeout, TIMEOUT_MESSAGE)));
                 }
-                return StepsEnd::Suspend(WaitReason::PendingTools);
+                return end(run, StepsEnd::Suspend(WaitReason::PendingTools));
             }
             if run.calls.running() == 0 {
                 if run.parked() > 0 {
                     // Only calls waiting for a human are left: suspend now (the decision comes
                     // through `decide`, and the next `wait` applies it).
-                    return StepsEnd::Suspend(WaitReason::PendingTools);
+                    return end(run, StepsEnd::Suspend(WaitReason::PendingTools));
                 }
-                return StepsEnd::Fail(CodeModeError::uncoded(MSG_STALLED));
+                return end(run, StepsEnd::Fail(CodeModeError::uncoded(MSG_STALLED)));
             }
-            match next_settled(run, call, call.deadline) {
+            match next_settled(&mut run, call, call.deadline) {
                 Next::Finished(f) => {
                     run.accept(f);
                     run.collect_finished();
-                    if let Err(e) = self.start_reissues(rt, run) {
-                        return StepsEnd::Fail(e);
+                    if let Err(e) = self.start_reissues(rt, &mut run) {
+                        return end(run, StepsEnd::Fail(e));
                     }
                 }
-                Next::Cancelled => return StepsEnd::Abort,
-                Next::Deadline => return StepsEnd::Suspend(WaitReason::PendingTools),
+                Next::Cancelled => return end(run, StepsEnd::Abort),
+                Next::Deadline => return end(run, StepsEnd::Suspend(WaitReason::PendingTools)),
             }
         }
     }
