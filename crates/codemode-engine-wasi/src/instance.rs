@@ -808,6 +808,7 @@ mod tests {
              log.push('sync'); const got = await all; await null; return [log, got];",
             "const out = []; try { await tools.call('bad', {}); } catch (e) { out.push(`${e.name}/${e.code}/${e.message}`); }\n\
              out.push((await tools.call('t', { after: 1 })).after); return out;",
+            "const big = 'x'.repeat(10000) + '\\u00e9'; const r = await tools.call('t', { big }); return [r.big.length, r.big.at(-1)];",
             "const a = tools.call('slow', { s: 1 }); const b = await tools.call('t', { f: 2 });\n\
              return [b.f, (await a).s];",
             "let made = 0;\n\

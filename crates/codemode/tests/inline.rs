@@ -1,0 +1,212 @@
+//! Requests answered inside the host primitive (`codemode_core::engine::Answerer`): on
+//! quickjs-wasi a nested call whose tool returns at once, a search or a refusal settles without
+//! the drive step ending. These tests run the same cells on quickjs-wasi and on the native engine
+//! (which reports every request at the step's end) and require the same results — values,
+//! errors, output, loop-detection warnings and refusals, the outstanding-request limit, the
+//! counts — and check the one thing that differs: the order of the run's events, which inline
+//! answers give as things happened.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode::{
+    CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, LoopPolicy, NestedToolCall,
+    RunContext, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolHook,
+};
+use codemode_testing::demo::demo_tools;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+
+const ENGINES: [&str; 2] = ["quickjs-wasi", "quickjs"];
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Refuses calls whose input says `{ "deny": true }`.
+struct DenyMarked;
+
+#[async_trait::async_trait]
+impl ToolHook for DenyMarked {
+    async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {
+        if call.input.get("deny") == Some(&json!(true)) {
+            return Err(ToolError { kind: ToolErrorKind::Denied, message: "marked for refusal".into() });
+        }
+        Ok(())
+    }
+}
+
+fn runtime(engine: &str, loops: Value) -> CodeMode {
+    CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name(engine)
+        .local_tools(demo_tools())
+        .hook(Arc::new(DenyMarked))
+        .loop_detection(LoopPolicy::from_document(&loops).unwrap())
+        .build()
+}
+
+/// What a result must agree on across engines: status, value or error code, output, and the
+/// counts of calls, failed calls, searches and lookups.
+fn essence(r: &CodeModeResult) -> Value {
+    let j = r.to_json();
+    let t = &j["telemetry"];
+    json!({
+        "status": j["status"],
+        "value": j["value"],
+        "code": r.error_code().map(|c| c.as_str()),
+        "output": j["output"],
+        "counts": [t["callCount"], t["failedCallCount"], t["searchCount"], t["describeCount"]],
+    })
+}
+
+/// The same cells give the same results on both engines.
+#[test]
+fn inline_answers_leave_results_as_reported_requests_do() {
+    let rt = rt();
+    let cells = [
+        // A loop of calls answered at once, with searches and lookups among them.
+        "let s = 0; for (let i = 0; i < 200; i++) s += (await tools.demo_echo({ i })).i;\n\
+         const hits = await tools.search('echo', 3); const d = await tools.describe('plugin:demo:demo_echo');\n\
+         return [s, hits.length > 0, d.id];",
+        // An un-awaited call's callback runs after the return value is taken.
+        "const log = []; tools.demo_echo({ n: 1 }).then((r) => { log.push(r.n); text('callback ran'); }); return log;",
+        // Refusals and failures: an unknown tool, a hook's denial, an input the schema refuses, a
+        // tool that fails — caught in turn.
+        "const out = [];\n\
+         for (const f of [() => tools.call('plugin:demo:nope', {}), () => tools.demo_echo({ deny: true }), () => tools.demo_customer_get({ id: 7 }), () => tools.demo_fail({})]) {\n\
+           try { await f(); out.push('ran'); } catch (e) { out.push(e.code); }\n\
+         }\n\
+         return out;",
+        // Output between calls.
+        "for (let i = 0; i < 3; i++) { text('before ' + i); const r = await tools.demo_echo({ i }); text('after ' + r.i); } return 'done';",
+        // A rejected un-awaited call nobody handles does not fail the cell; one awaited does.
+        "tools.demo_echo({ deny: true }); await tools.demo_echo({ deny: true });",
+    ];
+    for cell in cells {
+        let results: Vec<Value> = ENGINES
+            .iter()
+            .map(|engine| {
+                let cm = runtime(engine, json!({}));
+                essence(&rt.block_on(cm.exec(&RunContext::session("inline"), &CodeModeExecInput::code(cell))))
+            })
+            .collect();
+        assert_eq!(results[0], results[1], "{cell}\nquickjs-wasi: {}\nquickjs: {}", results[0], results[1]);
+    }
+}
+
+/// More un-awaited calls than the bridge lets be outstanding stop the cell the same way on both
+/// engines. What differs is what ran before: a call answered inline ran when the cell made it,
+/// while the native engine, handling a step's requests after the step, drops the requests of a
+/// step that fails (here every one of them).
+#[test]
+fn the_outstanding_limit_stops_a_cell_alike() {
+    let rt = rt();
+    let cell = "for (let i = 0; i < 1100; i++) tools.demo_echo({ i }); return 'all issued';";
+    let mut calls = Vec::new();
+    for engine in ENGINES {
+        let cm = runtime(engine, json!({}));
+        let r = rt.block_on(cm.exec(&RunContext::session("limit"), &CodeModeExecInput::code(cell)));
+        assert_eq!(
+            r.error_code().map(|c| c.as_str()),
+            Some("too_many_pending_tool_calls"),
+            "{engine}: {}",
+            r.to_json()
+        );
+        calls.push(r.telemetry().call_count);
+    }
+    let limit = codemode_core::engine::GuestLimits::default().max_outstanding_requests;
+    assert_eq!(calls, vec![limit, 0], "quickjs-wasi ran the calls within the limit; quickjs none");
+}
+
+/// Loop detection's warnings, refusals and circuit breaker reach the cell the same way.
+#[test]
+fn loop_detection_acts_alike_through_inline_answers() {
+    let rt = rt();
+    let loops = json!({"tools": {"loopDetection": {"enabled": true, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 9}}});
+    let cell = "const out = [];\n\
+        for (let i = 0; i < 7; i++) {\n\
+          try { await tools.demo_echo({ q: 1 }); out.push('ok'); } catch (e) { out.push(e.code); }\n\
+        }\n\
+        return out;";
+    let mut seen = Vec::new();
+    for engine in ENGINES {
+        let cm = runtime(engine, loops.clone());
+        let ctx = RunContext::session("loops");
+        let first = essence(&rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code(cell))));
+        let broken = essence(&rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code(cell))));
+        assert_eq!(first["value"][4], "nested_tool_failed", "{engine}: {first}");
+        assert_eq!(first["output"].as_array().map(Vec::len), Some(1), "{engine}: one warning: {first}");
+        assert_eq!(broken["code"], "nested_tool_failed", "{engine}: the breaker ends the run: {broken}");
+        seen.push((first, broken));
+    }
+    assert_eq!(seen[0], seen[1]);
+}
+
+/// A run suspends on a slow call between calls answered at once, and resumes (from its snapshot)
+/// to the same result on both engines.
+#[test]
+fn a_run_suspends_and_resumes_between_inline_answers() {
+    let rt = rt();
+    let cell = "let s = 0; for (let i = 0; i < 20; i++) s += (await tools.demo_echo({ i })).i;\n\
+                const slow = await tools.demo_sleep({ ms: 400 });\n\
+                for (let i = 0; i < 20; i++) s += (await tools.demo_echo({ i })).i;\n\
+                return [s, slow.slept];";
+    let mut results = Vec::new();
+    for engine in ENGINES {
+        let config =
+            CodeModeConfig::from_value(Some(&json!({"enabled": true, "timeoutMs": 100})), "tools.codeMode").unwrap();
+        let cm = CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build();
+        let ctx = RunContext::session("suspend");
+        let mut r = rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code(cell)));
+        let mut waits = 0;
+        while let CodeModeResult::Waiting { run_id, .. } = &r {
+            waits += 1;
+            // The slow call is over by the time `wait` runs, so the calls after it have the whole
+            // 100 ms (a run busy at its deadline with nothing outstanding fails with `timeout`).
+            std::thread::sleep(std::time::Duration::from_millis(450));
+            r = rt.block_on(cm.wait(&ctx, &CodeModeWaitInput::new(run_id.clone())));
+        }
+        assert!(waits > 0, "{engine}: the slow call made the run wait");
+        assert_eq!(r.to_json()["value"], json!([380, 400]), "{engine}: {}", r.to_json());
+        results.push(essence(&r));
+    }
+    assert_eq!(results[0], results[1]);
+}
+
+/// Collects the run's call and output events, in order.
+#[derive(Default)]
+struct Events(Mutex<Vec<String>>);
+
+impl RunObserver for Events {
+    fn on_event(&self, event: RunEvent) {
+        let e = match event {
+            RunEvent::CallStarted { request_id, .. } => format!("started {request_id}"),
+            RunEvent::CallFinished { request_id, .. } => format!("finished {request_id}"),
+            RunEvent::Output { item, .. } => format!("output {}", serde_json::to_value(item).unwrap()["text"]),
+            _ => return,
+        };
+        self.0.lock().unwrap().push(e);
+    }
+}
+
+/// The run's events: with inline answers a call's events come when it is made, before the output
+/// the cell writes after making it; the native engine reports a step's output first and then the
+/// requests made in the step. (This is also how the tests see that quickjs-wasi answers inline.)
+#[test]
+fn inline_answers_report_events_as_they_happen() {
+    let rt = rt();
+    let cell = "const p = tools.demo_echo({ a: 1 }); text('written after the call'); await p; return 1;";
+    let mut orders = Vec::new();
+    for engine in ENGINES {
+        let cm = runtime(engine, json!({}));
+        let events = Arc::new(Events::default());
+        let r = rt.block_on(cm.exec_observed(
+            &RunContext::session("events"),
+            &CodeModeExecInput::code(cell),
+            Some(events.clone()),
+        ));
+        assert_eq!(r.to_json()["value"], 1, "{engine}: {}", r.to_json());
+        orders.push(std::mem::take(&mut *events.0.lock().unwrap()));
+    }
+    let output = "output \"written after the call\"".to_string();
+    assert_eq!(orders[0], vec!["started 1".to_string(), "finished 1".into(), output.clone()], "quickjs-wasi");
+    assert_eq!(orders[1], vec![output, "started 1".into(), "finished 1".into()], "quickjs");
+}
