@@ -45,6 +45,8 @@ pub enum HostCallResult {
     /// guest's promise with this outcome before it returns (resolved with the parsed `json` when
     /// `ok`, else rejected with the prelude's `hostError` of it), as a later delivery would.
     Settled {
+        /// The request (an engine that files its promise by id may use it).
+        id: RequestId,
         /// Resolve (`true`) or reject.
         ok: bool,
         /// The outcome, encoded for the guest as [`BridgeHost::prepare_delivery`] encodes it.
@@ -226,7 +228,7 @@ impl BridgeHost {
                         HostCallResult::Request(id)
                     }
                     Answer::Settled(delivery) if delivery.id == id => match self.prepare_delivery(&delivery) {
-                        Some((ok, json)) => HostCallResult::Settled { ok, json },
+                        Some((ok, json)) => HostCallResult::Settled { id, ok, json },
                         None => self.internal_fatal(id),
                     },
                     // An answer for another request would leave this one unanswered.
@@ -473,16 +475,16 @@ mod tests {
     #[test]
     fn an_answerer_settles_starts_or_declines_each_request() {
         let (mut h, scripted) = answering(GuestLimits::default());
-        assert_eq!(call(&mut h, "now"), HostCallResult::Settled { ok: true, json: r#"{"n":1}"#.into() });
+        assert_eq!(call(&mut h, "now"), HostCallResult::Settled { id: 1, ok: true, json: r#"{"n":1}"#.into() });
         assert_eq!(h.outstanding(), 0, "delivered at once");
         assert!(
-            matches!(call(&mut h, "fails"), HostCallResult::Settled { ok: false, json } if json.contains("nested_tool_failed"))
+            matches!(call(&mut h, "fails"), HostCallResult::Settled { id: 2, ok: false, json } if json.contains("nested_tool_failed"))
         );
         assert_eq!(call(&mut h, "later"), HostCallResult::Request(3));
         assert_eq!(h.outstanding(), 1, "under way: delivered in a later step");
         assert_eq!(
             h.host_call("search", r#"{"query":"q"}"#),
-            HostCallResult::Settled { ok: true, json: r#"{"n":4}"#.into() }
+            HostCallResult::Settled { id: 4, ok: true, json: r#"{"n":4}"#.into() }
         );
         assert_eq!(call(&mut h, "no"), HostCallResult::Request(5));
         let (requests, output) = h.finish_drive();

@@ -42,6 +42,11 @@ pub(crate) struct ContextState {
     /// by request id: owned references, released when the request is settled or by
     /// [`ContextState::release_pending`] before the runtime goes.
     pub(crate) pending: RefCell<HashMap<RequestId, [qjs::JSValue; 2]>>,
+    /// Requests the step's answerer settled at once (`HostCallResult::Settled`), in the order they
+    /// were made: their promises wait in `pending` like any other, and `Vm::run_jobs` settles them
+    /// when the job queue next runs dry — where the step would have ended and the next begun with
+    /// their delivery — so the cell sees what a later step's delivery gives it.
+    pub(crate) answered: RefCell<Vec<(RequestId, bool, String)>>,
     /// `Math.random`'s state (xorshift64*), seeded for every run: a VM reused from its booted image
     /// would otherwise repeat one sequence, and QuickJS seeds its own only once, from the clock.
     pub(crate) rng: Cell<u64>,
@@ -63,6 +68,7 @@ impl ContextState {
             class_object: 0,
             class_array: 0,
             pending: RefCell::new(HashMap::new()),
+            answered: RefCell::new(Vec::new()),
             rng: Cell::new(codemode_bridge::random_seed()),
         })
     }
@@ -278,8 +284,10 @@ unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
     let n = usize::try_from(argc).map_or(2, |n| n.min(4));
     // SAFETY: `argv` holds at least `argc` >= n >= 2 values, borrowed for this call.
     let args = unsafe { std::slice::from_raw_parts(argv, n) };
+    // Outcomes answered at once and not settled yet count as outstanding (see `answered`).
+    let held = state.answered.borrow().len();
     let call = |kind: &str, payload: &str| match state.bridge.lock() {
-        Ok(mut bridge) => bridge.host_call(kind, payload),
+        Ok(mut bridge) => bridge.host_call_holding(kind, payload, held),
         Err(_) => HostCallResult::Fatal,
     };
     // SAFETY: values of this call, under the runtime's lock.
@@ -328,10 +336,23 @@ unsafe fn answer(ctx: *mut qjs::JSContext, state: Option<&ContextState>, result:
             };
             qjs::JS_EXCEPTION
         }
-        // `Settled` never comes: this engine does not answer inline (`GuestVm::answers_inline` is
-        // false), so its bridge has no answerer. Should it ever, the cell stops rather than lose
-        // the outcome.
-        HostCallResult::Fatal | HostCallResult::Settled { .. } => {
+        // Settled at once: a promise filed under the id like any other, its outcome kept to be
+        // settled when the job queue next runs dry (see `ContextState::answered`).
+        HostCallResult::Settled { id, ok, json } => match state {
+            Some(state) => {
+                // SAFETY: as the contract says.
+                let promise = unsafe { promise_for(ctx, state, id) };
+                // SAFETY: checking the value just made.
+                if !unsafe { qjs::JS_IsException(promise) } {
+                    state.answered.borrow_mut().push((id, ok, json));
+                }
+                promise
+            }
+            // Never: the primitive is registered with its state. The outcome cannot be kept.
+            // SAFETY: as the contract says.
+            None => unsafe { answer(ctx, None, HostCallResult::Fatal) },
+        },
+        HostCallResult::Fatal => {
             if let Some(state) = state {
                 state.interrupt.fatal.store(true, Ordering::Relaxed);
             }

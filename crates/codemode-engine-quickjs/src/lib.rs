@@ -497,6 +497,7 @@ impl Vm {
             return false;
         }
         self.context_state.pending.borrow_mut().clear();
+        self.context_state.answered.borrow_mut().clear();
         self.boot = None;
         arena.reset();
         self.reused = true;
@@ -612,11 +613,22 @@ impl GuestVm for Vm {
         })
     }
 
+    /// Runs jobs until the queue is dry and no outcome answered at once waits to be settled:
+    /// those are settled, in order, each time the queue runs dry (settling one may run guest code
+    /// that makes more requests; those wait for the next time).
     fn run_jobs(&mut self) -> Result<(), VmFault> {
         loop {
             match self.rt.execute_pending_job() {
                 Ok(true) => continue,
-                Ok(false) => return Ok(()),
+                Ok(false) => {
+                    let answered = std::mem::take(&mut *self.context_state.answered.borrow_mut());
+                    if answered.is_empty() {
+                        return Ok(());
+                    }
+                    for (id, ok, json) in answered {
+                        self.settle(id, ok, &json)?;
+                    }
+                }
                 Err(job) => {
                     if self.interrupt.fired.load(Ordering::Relaxed) {
                         job.0.with(|ctx| {
@@ -636,6 +648,11 @@ impl GuestVm for Vm {
 
     fn memory_refused(&mut self) -> bool {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    /// `host` answers a request settled at once with a promise settled by `run_jobs`.
+    fn answers_inline(&self) -> bool {
+        true
     }
 
     fn with_bridge<R>(&mut self, f: impl FnOnce(&mut BridgeHost) -> R) -> R {

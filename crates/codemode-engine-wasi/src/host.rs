@@ -138,7 +138,7 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
                 // Settled at once: the outcome's JSON goes into the guest's answer buffer
                 // (`ap..ap + acap`, its own memory) when it fits, else the shim allocates its length
                 // and fetches it with `host_take`, as a pull's text.
-                HostCallResult::Settled { ok, json } => {
+                HostCallResult::Settled { ok, json, .. } => {
                     let len = u32::try_from(json.len())
                         .map_err(|_| wasmtime::format_err!("a settled outcome too large for the guest"))?;
                     let mut code = ANSWERED | i64::from(len);

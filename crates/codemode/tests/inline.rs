@@ -1,10 +1,10 @@
-//! Requests answered inside the host primitive (`codemode_core::engine::Answerer`): on
-//! quickjs-wasi a nested call whose tool returns at once, a search or a refusal settles without
-//! the drive step ending. These tests run the same cells on quickjs-wasi and on the native engine
-//! (which reports every request at the step's end) and require the same results — values,
-//! errors, output, loop-detection warnings and refusals, the outstanding-request limit, the
-//! counts — and check the one thing that differs: the order of the run's events, which inline
-//! answers give as things happened.
+//! Requests answered inside the host primitive (`codemode_core::engine::Answerer`): on both
+//! QuickJS engines a nested call whose tool returns at once, a search or a refusal settles without
+//! the drive step ending. These tests run the same cells on them and on boa (which reports every
+//! request at the step's end) and require the same results — values, errors, output,
+//! loop-detection warnings and refusals, the outstanding-request limit, the counts, suspending and
+//! resuming — and check what differs: the order of the run's events, which inline answers give as
+//! things happened, and the calls a failing step had made.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{
@@ -15,7 +15,8 @@ use codemode_testing::demo::demo_tools;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
-const ENGINES: [&str; 2] = ["quickjs-wasi", "quickjs"];
+/// The engines that answer inline, and last the one that does not (the reference).
+const ENGINES: [&str; 3] = ["quickjs-wasi", "quickjs", "boa"];
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -57,7 +58,7 @@ fn essence(r: &CodeModeResult) -> Value {
     })
 }
 
-/// The same cells give the same results on both engines.
+/// The same cells give the same results on the three engines.
 #[test]
 fn inline_answers_leave_results_as_reported_requests_do() {
     let rt = rt();
@@ -77,6 +78,15 @@ fn inline_answers_leave_results_as_reported_requests_do() {
          return out;",
         // Output between calls.
         "for (let i = 0; i < 3; i++) { text('before ' + i); const r = await tools.demo_echo({ i }); text('after ' + r.i); } return 'done';",
+        // A hostile cell: a `then` getter on every object, which makes calls while the outcomes of
+        // others are being settled.
+        "let made = 0;\n\
+         Object.defineProperty(Object.prototype, 'then', { configurable: true, get() {\n\
+           if (made < 3) { made++; tools.demo_echo({ made }).then((r) => { globalThis.last = r.made; }); }\n\
+           return undefined; } });\n\
+         const r = await tools.demo_echo({ first: true });\n\
+         for (let i = 0; i < 5; i++) await null;\n\
+         delete Object.prototype.then; return [r.first, made, globalThis.last ?? null];",
         // A rejected un-awaited call nobody handles does not fail the cell; one awaited does.
         "tools.demo_echo({ deny: true }); await tools.demo_echo({ deny: true });",
     ];
@@ -88,14 +98,16 @@ fn inline_answers_leave_results_as_reported_requests_do() {
                 essence(&rt.block_on(cm.exec(&RunContext::session("inline"), &CodeModeExecInput::code(cell))))
             })
             .collect();
-        assert_eq!(results[0], results[1], "{cell}\nquickjs-wasi: {}\nquickjs: {}", results[0], results[1]);
+        for (engine, result) in ENGINES.iter().zip(&results) {
+            assert_eq!(result, &results[2], "{cell}\n{engine}: {result}\nboa: {}", results[2]);
+        }
     }
 }
 
-/// More un-awaited calls than the bridge lets be outstanding stop the cell the same way on both
-/// engines. What differs is what ran before: a call answered inline ran when the cell made it,
-/// while the native engine, handling a step's requests after the step, drops the requests of a
-/// step that fails (here every one of them).
+/// More un-awaited calls than the bridge lets be outstanding stop the cell the same way on every
+/// engine. What differs is what ran before: a call answered inline ran when the cell made it,
+/// while boa, handling a step's requests after the step, drops the requests of a step that fails
+/// (here every one of them).
 #[test]
 fn the_outstanding_limit_stops_a_cell_alike() {
     let rt = rt();
@@ -113,7 +125,7 @@ fn the_outstanding_limit_stops_a_cell_alike() {
         calls.push(r.telemetry().call_count);
     }
     let limit = codemode_core::engine::GuestLimits::default().max_outstanding_requests;
-    assert_eq!(calls, vec![limit, 0], "quickjs-wasi ran the calls within the limit; quickjs none");
+    assert_eq!(calls, vec![limit, limit, 0], "the QuickJS engines ran the calls within the limit; boa none");
 }
 
 /// Loop detection's warnings, refusals and circuit breaker reach the cell the same way.
@@ -137,11 +149,12 @@ fn loop_detection_acts_alike_through_inline_answers() {
         assert_eq!(broken["code"], "nested_tool_failed", "{engine}: the breaker ends the run: {broken}");
         seen.push((first, broken));
     }
-    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0], seen[2]);
+    assert_eq!(seen[1], seen[2]);
 }
 
 /// A run suspends on a slow call between calls answered at once, and resumes (from its snapshot)
-/// to the same result on both engines.
+/// to the same result on every engine.
 #[test]
 fn a_run_suspends_and_resumes_between_inline_answers() {
     let rt = rt();
@@ -168,7 +181,8 @@ fn a_run_suspends_and_resumes_between_inline_answers() {
         assert_eq!(r.to_json()["value"], json!([380, 400]), "{engine}: {}", r.to_json());
         results.push(essence(&r));
     }
-    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0], results[2]);
+    assert_eq!(results[1], results[2]);
 }
 
 /// Collects the run's call and output events, in order.
@@ -188,8 +202,8 @@ impl RunObserver for Events {
 }
 
 /// The run's events: with inline answers a call's events come when it is made, before the output
-/// the cell writes after making it; the native engine reports a step's output first and then the
-/// requests made in the step. (This is also how the tests see that quickjs-wasi answers inline.)
+/// the cell writes after making it; boa reports a step's output first and then the requests made
+/// in the step. (This is also how the tests see that the QuickJS engines answer inline.)
 #[test]
 fn inline_answers_report_events_as_they_happen() {
     let rt = rt();
@@ -207,6 +221,8 @@ fn inline_answers_report_events_as_they_happen() {
         orders.push(std::mem::take(&mut *events.0.lock().unwrap()));
     }
     let output = "output \"written after the call\"".to_string();
-    assert_eq!(orders[0], vec!["started 1".to_string(), "finished 1".into(), output.clone()], "quickjs-wasi");
-    assert_eq!(orders[1], vec![output, "started 1".into(), "finished 1".into()], "quickjs");
+    let inline = vec!["started 1".to_string(), "finished 1".into(), output.clone()];
+    assert_eq!(orders[0], inline, "quickjs-wasi");
+    assert_eq!(orders[1], inline, "quickjs");
+    assert_eq!(orders[2], vec![output, "started 1".into(), "finished 1".into()], "boa");
 }
