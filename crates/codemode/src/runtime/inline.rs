@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 use tokio::runtime::Handle;
 
-/// The answerer of one drive step: the run, lent for the step, and what handling a request needs.
+/// The answerer of an `exec` / `wait` call's drive steps: the run, lent for each step, and what
+/// handling a request needs.
 pub(super) struct InlineAnswers {
     inner: Arc<Inner>,
     rt: Handle,
@@ -27,7 +28,7 @@ pub(super) struct InlineAnswers {
     deadline: Instant,
     /// The call's cancel flag: once set, requests are left to the step's end (which aborts).
     cancel: Arc<AtomicBool>,
-    /// The run, while the step runs (`None` once taken back).
+    /// The run, while a step runs (`None` between steps).
     run: Mutex<Option<Run>>,
 }
 
@@ -38,9 +39,14 @@ impl std::fmt::Debug for InlineAnswers {
 }
 
 impl InlineAnswers {
-    /// Lends `run` to a step's answerer.
-    pub(super) fn lend(inner: Arc<Inner>, rt: &Handle, deadline: Instant, cancel: &Arc<AtomicBool>, run: Run) -> Self {
-        InlineAnswers { inner, rt: rt.clone(), deadline, cancel: cancel.clone(), run: Mutex::new(Some(run)) }
+    /// The answerer of the steps of one `exec` / `wait` call (its deadline and cancel flag).
+    pub(super) fn new(inner: Arc<Inner>, rt: &Handle, deadline: Instant, cancel: &Arc<AtomicBool>) -> Self {
+        InlineAnswers { inner, rt: rt.clone(), deadline, cancel: cancel.clone(), run: Mutex::new(None) }
+    }
+
+    /// Lends `run` for a step.
+    pub(super) fn lend(&self, run: Run) {
+        *self.run.lock().unwrap_or_else(PoisonError::into_inner) = Some(run);
     }
 
     /// Takes the run back after the step. A request handled in a panic leaves the lock poisoned,

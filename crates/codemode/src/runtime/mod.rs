@@ -909,6 +909,10 @@ impl Inner {
         let end = |run: Run, end: StepsEnd| Ok((run, end));
         let max_out = self.config.max_output_bytes;
         let mut completed: Option<Value> = None;
+        // The answerer of every step of this call; the run is lent to it while the guest runs
+        // (see `inline`).
+        let answers =
+            self.me.upgrade().map(|me| Arc::new(inline::InlineAnswers::new(me, rt, call.deadline, &call.cancel)));
         loop {
             if call.cancelled() {
                 return end(run, StepsEnd::Abort);
@@ -921,10 +925,9 @@ impl Inner {
                 boot_source: Some(run.source.clone()),
                 answerer: None,
             };
-            // The run is lent to the step's answerer while the guest runs (see `inline`).
-            let (driven, back) = match self.me.upgrade() {
-                Some(me) => {
-                    let answers = Arc::new(inline::InlineAnswers::lend(me, rt, call.deadline, &call.cancel, run));
+            let (driven, back) = match &answers {
+                Some(answers) => {
+                    answers.lend(run);
                     input.answerer = Some(answers.clone());
                     let driven = instance.drive(input);
                     (driven, answers.take_run())
