@@ -16,7 +16,8 @@
 
 use crate::Interrupt;
 use codemode_bridge::{BridgeHost, HostCallResult};
-use codemode_core::engine::RequestId;
+use codemode_core::engine::{GuestFailure, RequestId};
+use codemode_core::error::CodeModeErrorCode;
 use rquickjs::{Array, Ctx, Exception, Object, Value, qjs};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -24,7 +25,7 @@ use std::ffi::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// What a VM's primitives need, reached through its context's opaque pointer.
 pub(crate) struct ContextState {
@@ -259,12 +260,23 @@ unsafe extern "C" fn host(
     argc: c_int,
     argv: *mut qjs::JSValue,
 ) -> qjs::JSValue {
-    // SAFETY: as this function's contract says. A panic (none is expected) becomes a fatal stop
-    // of the cell rather than an abort of the process.
+    // SAFETY: as this function's contract says. A panic (a bug: in the bridge, or in the runtime
+    // or a tool while a request is answered inline) becomes a fatal stop of the cell, reported as
+    // `internal_error`, rather than an abort of the process.
     match std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { host_call(ctx, argc, argv) })) {
         Ok(v) => v,
-        // SAFETY: as above.
-        Err(_) => unsafe { answer(ctx, None, HostCallResult::Fatal) },
+        Err(_) => {
+            // SAFETY: as above.
+            let state = unsafe { state(ctx) };
+            if let Some(state) = state {
+                state.bridge.lock().unwrap_or_else(PoisonError::into_inner).set_fatal(GuestFailure {
+                    code: Some(CodeModeErrorCode::InternalError),
+                    message: "internal error: the host failed while handling a request of the cell".into(),
+                });
+            }
+            // SAFETY: as above.
+            unsafe { answer(ctx, state, HostCallResult::Fatal) }
+        }
     }
 }
 
@@ -286,9 +298,10 @@ unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
     let args = unsafe { std::slice::from_raw_parts(argv, n) };
     // Outcomes answered at once and not settled yet count as outstanding (see `answered`).
     let held = state.answered.borrow().len();
-    let call = |kind: &str, payload: &str| match state.bridge.lock() {
-        Ok(mut bridge) => bridge.host_call_holding(kind, payload, held),
-        Err(_) => HostCallResult::Fatal,
+    // A lock poisoned by a panic in an earlier call (which stopped that cell) is taken as it is:
+    // the bridge is made anew for every run.
+    let call = |kind: &str, payload: &str| {
+        state.bridge.lock().unwrap_or_else(PoisonError::into_inner).host_call_holding(kind, payload, held)
     };
     // SAFETY: values of this call, under the runtime's lock.
     let answered = unsafe {

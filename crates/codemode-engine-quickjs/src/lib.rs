@@ -475,6 +475,8 @@ impl Vm {
             Ok(mut b) => *b = BridgeHost::new(self.limits),
             Err(poisoned) => *poisoned.into_inner() = BridgeHost::new(self.limits),
         }
+        // Poisoned by a panic in an earlier run (which failed): the bridge is new now.
+        self.bridge.clear_poison();
         self.context_state.reseed();
         self.interrupt.deadline_ns.store(u64::MAX, Ordering::Relaxed);
         self.interrupt.fatal.store(false, Ordering::Relaxed);

@@ -226,3 +226,36 @@ fn inline_answers_report_events_as_they_happen() {
     assert_eq!(orders[1], inline, "quickjs");
     assert_eq!(orders[2], vec![output, "started 1".into(), "finished 1".into()], "boa");
 }
+
+/// A tool whose future panics (a plugin bug) while its call is answered inline fails that run
+/// with `internal_error` on every engine, and the runtime goes on: the next cell runs.
+#[test]
+fn a_tool_that_panics_fails_only_its_run() {
+    use codemode_core::catalog::{ToolDefinition, ToolSource};
+    let rt = rt();
+    for engine in ENGINES {
+        let mut tools = demo_tools();
+        tools.add(Arc::new(codemode::FnTool::new(
+            ToolDefinition::new(ToolSource::Plugin, "demo", "demo_panics")
+                .with_parameters(json!({ "type": "object" }))
+                .read_only(),
+            |_| async move {
+                if std::hint::black_box(true) {
+                    panic!("a plugin bug");
+                }
+                Ok(codemode_core::executor::ToolResult::value(json!(null)))
+            },
+        )));
+        let cm = CodeMode::builder(CodeModeConfig::enabled()).engine_name(engine).local_tools(tools).build();
+        let ctx = RunContext::session("panics");
+        let r = rt.block_on(cm.exec(
+            &ctx,
+            &CodeModeExecInput::code(
+                "await tools.demo_echo({ a: 1 }); try { await tools.demo_panics({}); } catch (e) { return 'caught'; }",
+            ),
+        ));
+        assert_eq!(r.error_code().map(|c| c.as_str()), Some("internal_error"), "{engine}: {}", r.to_json());
+        let r = rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code("return (await tools.demo_echo({ a: 2 })).a")));
+        assert_eq!(r.to_json()["value"], 2, "{engine}: {}", r.to_json());
+    }
+}
