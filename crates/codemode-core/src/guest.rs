@@ -275,6 +275,10 @@ struct CallFields {
     line: Option<u32>,
 }
 
+/// Opening brackets from which [`GuestRequest::parse_prelude_call`] leaves an input to the whole
+/// parse (serde_json refuses values nested 128 levels deep; a call message adds one level).
+const SERDE_DEPTH_MARGIN: usize = 120;
+
 /// The fields of [`GuestRequest::Mcp`], parsed without the enum's tag (see [`CallFields`]).
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -311,8 +315,15 @@ impl GuestRequest {
     /// input (size before, depth and forbidden keys after, see `codemode_bridge::adapter`).
     pub fn parse_tool_call(kind: crate::engine::RequestKind, text: &str) -> Option<Result<Self, serde_json::Error>> {
         Some(match kind {
-            crate::engine::RequestKind::Call => serde_json::from_str(text)
-                .map(|CallFields { id, input, mode, line }| GuestRequest::Call { id, input, mode, line }),
+            crate::engine::RequestKind::Call => match Self::parse_prelude_call(text) {
+                Some(call) => Ok(call),
+                None => serde_json::from_str(text).map(|CallFields { id, input, mode, line }| GuestRequest::Call {
+                    id,
+                    input,
+                    mode,
+                    line,
+                }),
+            },
             crate::engine::RequestKind::Mcp => {
                 serde_json::from_str(text).map(|McpFields { server, tool, input, line, unwrap }| GuestRequest::Mcp {
                     server,
@@ -324,6 +335,36 @@ impl GuestRequest {
             }
             _ => return None,
         })
+    }
+
+    /// A call message exactly as the prelude writes one for a catalog tool that no approval
+    /// gates, `{"id":"<id>","mode":"value"|"raw","input":<input>}` with an id free of escapes and
+    /// control characters: the id sliced out of the text and only the input parsed (~1.3k of the
+    /// ~2.7k instructions the whole parse takes, on a nested call's path). `None` for anything
+    /// else, including an input that does not parse alone; the caller then parses the text whole,
+    /// which gives the same request for every text this accepts.
+    fn parse_prelude_call(text: &str) -> Option<Self> {
+        let rest = text.strip_prefix(r#"{"id":""#)?;
+        let (id, rest) = rest.split_once('"')?;
+        if id.bytes().any(|b| b == b'\\' || b < 0x20) {
+            return None;
+        }
+        let (mode, input) = if let Some(input) = rest.strip_prefix(r#","mode":"value","input":"#) {
+            (CallMode::Value, input)
+        } else {
+            (CallMode::Raw, rest.strip_prefix(r#","mode":"raw","input":"#)?)
+        };
+        let input = input.strip_suffix('}')?;
+        // Parsed alone, an input may nest one level deeper than inside the message before
+        // serde_json's recursion limit (128) refuses it: one that might come near is left to the
+        // whole parse (the bridge refuses anything nested past `max_json_depth` anyway).
+        if input.len() >= SERDE_DEPTH_MARGIN
+            && input.bytes().filter(|b| matches!(b, b'[' | b'{')).count() >= SERDE_DEPTH_MARGIN
+        {
+            return None;
+        }
+        let input = serde_json::from_str(input).ok()?;
+        Some(GuestRequest::Call { id: id.to_string(), input, mode, line: None })
     }
 
     /// The input of a tool call (`Call` / `Mcp`), to apply the bridge's limits to.
@@ -467,6 +508,59 @@ mod tests {
     use super::*;
     use crate::engine::RequestKind;
     use serde_json::json;
+
+    /// The prelude's call message is read by slicing where it has its usual form, and the result
+    /// is the whole parse's for every text: messages of that form, and texts that differ from it in
+    /// one way or another (an escaped or control character in the id, other fields, whitespace, a
+    /// trailing brace, an input that is not JSON alone, an input nested near serde_json's recursion
+    /// limit) — which the whole parse reads.
+    #[test]
+    fn the_preludes_call_message_parses_as_the_whole_text_does() {
+        let whole = |t: &str| -> Option<GuestRequest> {
+            serde_json::from_str(t).ok().map(|CallFields { id, input, mode, line }| GuestRequest::Call {
+                id,
+                input,
+                mode,
+                line,
+            })
+        };
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let fast = [
+            r#"{"id":"plugin:demo:demo_echo","mode":"value","input":{"i":5}}"#.to_string(),
+            r#"{"id":"mcp:srv:t","mode":"raw","input":[1,"}",{"a":null}]}"#.to_string(),
+            r#"{"id":"é 𝄞","mode":"value","input":"x"}"#.to_string(),
+            r#"{"id":"","mode":"value","input":{"__proto__":{"p":1}, "a" : 1 }}"#.to_string(),
+            r#"{"id":"x","mode":"value","input":{} }"#.to_string(),
+            format!(r#"{{"id":"x","mode":"value","input":{}}}"#, deep(119)),
+        ];
+        for t in &fast {
+            let got = GuestRequest::parse_prelude_call(t);
+            assert!(got.is_some(), "{t}");
+            assert_eq!(got, whole(t), "{t}");
+            assert_eq!(GuestRequest::parse_tool_call(RequestKind::Call, t).unwrap().ok(), got, "{t}");
+        }
+        let other = [
+            r#"{"id":"a"b","mode":"value","input":{}}"#,
+            r#"{"id":"a\b","mode":"value","input":{}}"#,
+            "{\"id\":\"a\tb\",\"mode\":\"value\",\"input\":{}}",
+            r#"{"id":"x","mode":"value","input":{},"line":3}"#,
+            r#"{"id":"x","mode":"value","input":{}}}"#,
+            r#"{"id":"x","mode":"value","input":{},"id":"y"}"#,
+            r#"{"id":"x","mode":"other","input":{}}"#,
+            r#"{"id":"x","input":{},"mode":"raw"}"#,
+            r#"{"id":"x","mode":"value","input":}"#,
+            r#"{"id":"x","mode":"value","input":{"a":1}"#,
+            r#"{"id":"x","mode":"value","input":nul}"#,
+            r#"{ "id":"x","mode":"value","input":{}}"#,
+        ];
+        let deeper: Vec<String> =
+            [126, 127, 128].iter().map(|&n| format!(r#"{{"id":"x","mode":"value","input":{}}}"#, deep(n))).collect();
+        for t in other.iter().copied().chain(deeper.iter().map(String::as_str)) {
+            assert_eq!(GuestRequest::parse_prelude_call(t), None, "{t}");
+            let via = GuestRequest::parse_tool_call(RequestKind::Call, t).unwrap().ok();
+            assert_eq!(via, whole(t), "{t}");
+        }
+    }
 
     #[test]
     fn requests_parse_once_into_their_typed_form() {
