@@ -339,8 +339,8 @@ impl GuestRequest {
 
     /// A call message exactly as the prelude writes one for a catalog tool that no approval
     /// gates, `{"id":"<id>","mode":"value"|"raw","input":<input>}` with an id free of escapes and
-    /// control characters: the id sliced out of the text and only the input parsed (~1.3k of the
-    /// ~2.7k instructions the whole parse takes, on a nested call's path). `None` for anything
+    /// control characters: the id sliced out of the text and only the input parsed (1.7k
+    /// instructions where the whole parse takes 2.7k, on a nested call's path). `None` for anything
     /// else, including an input that does not parse alone; the caller then parses the text whole,
     /// which gives the same request for every text this accepts.
     fn parse_prelude_call(text: &str) -> Option<Self> {
