@@ -247,7 +247,7 @@ impl BridgeHost {
     fn internal_fatal(&mut self, id: RequestId) -> HostCallResult {
         self.fatal = Some(GuestFailure {
             code: Some(CodeModeErrorCode::InternalError),
-            message: format!("request {id} was answered with another request's outcome"),
+            message: format!("internal error: the answer to request {id} cannot be delivered"),
         });
         HostCallResult::Fatal
     }
