@@ -16,7 +16,8 @@
 //!   interrupt handler at the deadline, and wasmtime epoch interruption as a backstop for code that
 //!   never polls it. A trap of any kind ends only that run.
 //! - **Capabilities**: none. The guest imports the bridge primitive (plus `host_take`, which copies a
-//!   pulled catalog entry into a guest buffer), an interrupt poll, and five WASI
+//!   pulled catalog entry, or a large outcome of a request answered inline, into a guest buffer),
+//!   an interrupt poll, and five WASI
 //!   functions stubbed on the host (a clock; output and file calls that do nothing): no files, no
 //!   environment, no arguments, no sockets.
 //!
