@@ -259,3 +259,31 @@ fn a_tool_that_panics_fails_only_its_run() {
         assert_eq!(r.to_json()["value"], 2, "{engine}: {}", r.to_json());
     }
 }
+
+/// A tool that holds the worker thread past the call's deadline (its future blocks, as a Python
+/// `inline` tool does) is not settled inline: the step's end sees an outcome that came too late
+/// with nothing outstanding and fails the run with `timeout`, on every engine alike.
+#[test]
+fn an_outcome_past_the_deadline_is_left_to_the_steps_end() {
+    use codemode_core::catalog::{ToolDefinition, ToolSource};
+    let rt = rt();
+    for engine in ENGINES {
+        let mut tools = demo_tools();
+        tools.add(Arc::new(codemode::FnTool::new(
+            ToolDefinition::new(ToolSource::Plugin, "demo", "demo_blocks")
+                .with_parameters(json!({ "type": "object" }))
+                .read_only(),
+            |_| async move {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                Ok(codemode_core::executor::ToolResult::value(json!("late")))
+            },
+        )));
+        let config =
+            CodeModeConfig::from_value(Some(&json!({"enabled": true, "timeoutMs": 100})), "tools.codeMode").unwrap();
+        let cm = CodeMode::builder(config).engine_name(engine).local_tools(tools).build();
+        let r = rt.block_on(
+            cm.exec(&RunContext::session("late"), &CodeModeExecInput::code("return await tools.demo_blocks({})")),
+        );
+        assert_eq!(r.error_code().map(|c| c.as_str()), Some("timeout"), "{engine}: {}", r.to_json());
+    }
+}

@@ -8,7 +8,8 @@
 //! differs. For that, the run is lent to the step's answerer while the guest runs and taken back
 //! when the step ends ([`InlineAnswers::take_run`]). Requests the bridge does not pass (a yield,
 //! anything after the step's first output or first reported request) and requests made after the
-//! call's deadline or cancellation are declined and handled after the step, as before.
+//! call was cancelled go to the step's report, as before; an outcome there only past the call's
+//! deadline is left for the step's end.
 
 use super::Inner;
 use super::run::Run;
@@ -23,8 +24,8 @@ use tokio::runtime::Handle;
 pub(super) struct InlineAnswers {
     inner: Arc<Inner>,
     rt: Handle,
-    /// The `exec` / `wait` call's deadline: past it, requests are left to the step's end, which
-    /// decides between suspending and `timeout` as it always has.
+    /// The `exec` / `wait` call's deadline: an outcome there only past it is left to the step's
+    /// end, which decides between suspending and `timeout` as it always has.
     deadline: Instant,
     /// The call's cancel flag: once set, requests are left to the step's end (which aborts).
     cancel: Arc<AtomicBool>,
@@ -58,7 +59,8 @@ impl InlineAnswers {
 
 impl Answerer for InlineAnswers {
     fn answer(&self, request: BridgeRequest, notes: &mut Vec<String>) -> Answer {
-        if self.cancel.load(Ordering::Relaxed) || Instant::now() >= self.deadline {
+        // After an abort the step's end aborts the run without handling its requests.
+        if self.cancel.load(Ordering::Relaxed) {
             return Answer::Declined(request);
         }
         let mut slot = self.run.lock().unwrap_or_else(PoisonError::into_inner);
@@ -69,6 +71,12 @@ impl Answerer for InlineAnswers {
             Err(e) => Answer::Stop(GuestFailure { code: e.code, message: e.message }),
             Ok(_) => {
                 notes.append(&mut run.loop_warnings);
+                // An outcome there only past the call's deadline (a tool that held the worker
+                // thread, like a Python inline tool) stays ready for the step's end, which decides
+                // between suspending and `timeout` as for any outcome that arrives then.
+                if Instant::now() >= self.deadline {
+                    return Answer::Started;
+                }
                 // A step starts with nothing ready (its deliveries were taken), and only a request
                 // handled here adds to it before the step ends: what is there for `id` is its outcome.
                 match run.ready.iter().rposition(|d| d.id == id) {
