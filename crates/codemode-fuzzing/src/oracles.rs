@@ -86,6 +86,119 @@ pub fn host_primitive(calls: &[(String, String)]) {
     }
 }
 
+/// Answers requests as a script says (one byte each: settle, settle with a failure, start,
+/// decline, stop the run, or settle another request's id) and records what it was handed.
+#[derive(Debug)]
+struct ScriptedAnswerer {
+    script: Vec<u8>,
+    seen: std::sync::Mutex<Vec<(codemode_core::engine::RequestId, u8)>>,
+}
+
+impl codemode_core::engine::Answerer for ScriptedAnswerer {
+    fn answer(
+        &self,
+        request: codemode_core::engine::BridgeRequest,
+        notes: &mut Vec<String>,
+    ) -> codemode_core::engine::Answer {
+        use codemode_core::engine::{Answer, Delivery, GuestError, GuestFailure};
+        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let choice = self.script.get(seen.len()).copied().unwrap_or(0) % 7;
+        seen.push((request.id, choice));
+        let id = request.id;
+        match choice {
+            0 => Answer::Settled(Delivery { id, outcome: Ok(serde_json::json!({ "id": id })) }),
+            1 => Answer::Settled(Delivery { id, outcome: Err(GuestError::new("ToolError", "no", None)) }),
+            2 => Answer::Started,
+            3 => Answer::Declined(request),
+            4 => Answer::Stop(GuestFailure { code: None, message: "stopped".into() }),
+            5 => Answer::Settled(Delivery { id: id + 1000, outcome: Ok(Value::Null) }),
+            _ => {
+                notes.push("a note".into());
+                Answer::Started
+            }
+        }
+    }
+}
+
+/// The host primitive with a step's answerer (requests answered inside the primitive), under any
+/// call sequence, any script of answers and any count of outcomes the guest holds: no panic; ids
+/// strictly increase; outstanding requests plus held outcomes never exceed the limit once a
+/// request is accepted; a settled answer is valid JSON and its request is neither reported nor
+/// outstanding; a started one stays outstanding and is not reported; a declined one is reported;
+/// the answerer is handed nothing after the step's first output or reported request, and never a
+/// yield; a stop or an answer for another id is fatal, and fatal stays fatal. Returns how many
+/// requests the answerer was handed (so a test can tell the oracle was exercised).
+pub fn host_primitive_answering(calls: &[(String, String)], script: &[u8]) -> usize {
+    use codemode_core::engine::RequestId;
+    use std::collections::BTreeSet;
+    let limits = GuestLimits { max_outstanding_requests: 3, max_message_bytes: 4096, ..GuestLimits::default() };
+    let mut host = BridgeHost::new(limits);
+    host.begin_drive(16 * 1024);
+    let answerer = std::sync::Arc::new(ScriptedAnswerer { script: script.to_vec(), seen: Default::default() });
+    host.set_answerer(Some(answerer.clone()));
+    let (mut last_id, mut fatal, mut closed) = (0, false, false);
+    let (mut settled, mut started) = (BTreeSet::<RequestId>::new(), BTreeSet::<RequestId>::new());
+    for (i, (kind, payload)) in calls.iter().enumerate() {
+        let held = script.get(script.len().saturating_sub(1 + i)).map_or(0, |b| usize::from(b % 4));
+        let handed = answerer.seen.lock().map_or(0, |s| s.len());
+        let answer = host.host_call_holding(kind, payload, held);
+        let newly: Vec<(RequestId, u8)> = answerer.seen.lock().map(|s| s[handed..].to_vec()).unwrap_or_default();
+        assert!(newly.len() <= 1, "one request handed at a time");
+        if let Some(&(id, choice)) = newly.first() {
+            assert!(!closed, "request {id} handed after the step's output or a reported request");
+            assert_ne!(kind, "yield", "a yield was handed to the answerer");
+            match (&answer, choice) {
+                (HostCallResult::Settled { id: got, json, .. }, 0 | 1) => {
+                    assert_eq!(*got, id);
+                    assert!(serde_json::from_str::<Value>(json).is_ok(), "settled with invalid JSON: {json}");
+                    settled.insert(id);
+                }
+                (HostCallResult::Request(got), 2 | 3 | 6) => {
+                    assert_eq!(*got, id);
+                    if choice == 3 {
+                        closed = true;
+                    } else {
+                        started.insert(id);
+                    }
+                    if choice == 6 {
+                        closed = true; // the note is output
+                    }
+                }
+                (HostCallResult::Fatal, 4 | 5) => {}
+                (other, c) => panic!("answer {c} for request {id} became {other:?}"),
+            }
+        }
+        match answer {
+            HostCallResult::Request(id) | HostCallResult::Settled { id, .. } => {
+                assert!(!fatal, "a request was accepted after a fatal limit");
+                assert!(id > last_id, "ids must increase: {id} after {last_id}");
+                last_id = id;
+                assert!(
+                    host.outstanding() + held <= limits.max_outstanding_requests as usize,
+                    "{} outstanding and {held} held over the limit",
+                    host.outstanding()
+                );
+                if newly.is_empty() {
+                    closed = true; // reported
+                }
+            }
+            HostCallResult::Fatal => fatal = true,
+            HostCallResult::Accepted => closed = true,
+            HostCallResult::Data(_) | HostCallResult::Throw { .. } => {}
+        }
+    }
+    let (requests, _output) = host.finish_drive();
+    let reported: BTreeSet<RequestId> = requests.iter().map(|r| r.id).collect();
+    assert!(settled.is_disjoint(&reported), "a settled request was also reported");
+    assert!(started.is_disjoint(&reported), "a started request was also reported");
+    for id in &settled {
+        assert!(
+            host.prepare_delivery(&codemode_core::engine::Delivery { id: *id, outcome: Ok(Value::Null) }).is_none()
+        );
+    }
+    answerer.seen.lock().map_or(0, |s| s.len())
+}
+
 /// A configuration file: parsing never panics, and whatever parses has every number clamped.
 pub fn config(text: &str) {
     use codemode_core::config as c;

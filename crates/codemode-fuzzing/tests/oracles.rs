@@ -29,6 +29,17 @@ fn host_primitive_keeps_its_invariants() {
 }
 
 #[test]
+fn host_primitive_with_an_answerer_keeps_its_invariants() {
+    let mut handed = 0;
+    each(2000, 1024, |u| {
+        let calls = g::host_calls(u);
+        let script: Vec<u8> = u.arbitrary().unwrap_or_default();
+        handed += oracles::host_primitive_answering(&calls, &script);
+    });
+    assert!(handed > 400, "the answerer was handed only {handed} requests");
+}
+
+#[test]
 fn config_parsing_never_panics_and_clamps() {
     each(400, 512, |u| oracles::config(&g::config_text(u)));
 }
