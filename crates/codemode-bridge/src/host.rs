@@ -41,9 +41,10 @@ pub enum HostCallResult {
         /// Message.
         message: String,
     },
-    /// The request was answered at once by the step's [`Answerer`]: the primitive settles the
-    /// guest's promise with this outcome before it returns (resolved with the parsed `json` when
-    /// `ok`, else rejected with the prelude's `hostError` of it), as a later delivery would.
+    /// The request was answered at once by the step's [`Answerer`]: the primitive answers with a
+    /// new promise, which the engine settles with this outcome (resolved with the parsed `json`
+    /// when `ok`, else rejected with the prelude's `hostError` of it) when the guest's job queue
+    /// next runs dry, as a delivery in the next step would have.
     Settled {
         /// The request (an engine that files its promise by id may use it).
         id: RequestId,

@@ -288,7 +288,9 @@ impl DriveInput {
 
 /// Takes a request while the guest waits in the host primitive, so that one whose outcome is there
 /// at once (a tool that returns without waiting, a search, a refusal) settles without the drive
-/// step ending: the guest's promise is settled before the primitive returns, and the step goes on.
+/// step ending: the outcome goes back through the primitive, the engine settles the guest's
+/// promise with it when the guest's job queue next runs dry (where the next step would have
+/// delivered it, so the cell sees the same order of events), and the step goes on.
 /// Without it, every request ends up in [`DriveReport::requests`], and a nested call costs a step's
 /// end and a new step (the host's bookkeeping, a call into the guest, polling the cell).
 ///
@@ -306,7 +308,7 @@ pub trait Answerer: Send + Sync + fmt::Debug {
 /// What an [`Answerer`] did with a request.
 #[derive(Debug)]
 pub enum Answer {
-    /// The request settled at once: deliver this outcome before the primitive returns.
+    /// The request settled at once: the primitive hands this outcome back to the guest.
     Settled(Delivery),
     /// The request was taken and is under way: its outcome comes in a later step's
     /// [`DriveInput::deliveries`].
