@@ -275,6 +275,12 @@ struct CallFields {
     line: Option<u32>,
 }
 
+impl From<CallFields> for GuestRequest {
+    fn from(CallFields { id, input, mode, line }: CallFields) -> Self {
+        GuestRequest::Call { id, input, mode, line }
+    }
+}
+
 /// Opening brackets from which [`GuestRequest::parse_prelude_call`] leaves an input to the whole
 /// parse (serde_json refuses values nested 128 levels deep; a call message adds one level).
 const SERDE_DEPTH_MARGIN: usize = 120;
@@ -317,12 +323,7 @@ impl GuestRequest {
         Some(match kind {
             crate::engine::RequestKind::Call => match Self::parse_prelude_call(text) {
                 Some(call) => Ok(call),
-                None => serde_json::from_str(text).map(|CallFields { id, input, mode, line }| GuestRequest::Call {
-                    id,
-                    input,
-                    mode,
-                    line,
-                }),
+                None => serde_json::from_str::<CallFields>(text).map(GuestRequest::from),
             },
             crate::engine::RequestKind::Mcp => {
                 serde_json::from_str(text).map(|McpFields { server, tool, input, line, unwrap }| GuestRequest::Mcp {
@@ -516,14 +517,7 @@ mod tests {
     /// limit) — which the whole parse reads.
     #[test]
     fn the_preludes_call_message_parses_as_the_whole_text_does() {
-        let whole = |t: &str| -> Option<GuestRequest> {
-            serde_json::from_str(t).ok().map(|CallFields { id, input, mode, line }| GuestRequest::Call {
-                id,
-                input,
-                mode,
-                line,
-            })
-        };
+        let whole = |t: &str| serde_json::from_str::<CallFields>(t).ok().map(GuestRequest::from);
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         let fast = [
             r#"{"id":"plugin:demo:demo_echo","mode":"value","input":{"i":5}}"#.to_string(),

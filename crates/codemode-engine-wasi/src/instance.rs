@@ -666,11 +666,16 @@ mod tests {
 
     /// Runs `code` to its end and hands back the instance, not yet dropped.
     fn ran(loaded: &Arc<Loaded>, code: &str) -> (DriveOutcome, WasiInstance) {
-        let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-        let mut instance = WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(code));
+        let mut instance = fresh_instance(loaded, code);
         let input = DriveInput::new(Vec::new(), Instant::now() + Duration::from_secs(30), 1 << 20);
         let outcome = instance.drive(input).unwrap().outcome;
         (outcome, instance)
+    }
+
+    /// A fresh instance that will start `code` at its first drive.
+    fn fresh_instance(loaded: &Arc<Loaded>, code: &str) -> WasiInstance {
+        let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
+        WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(code))
     }
 
     /// The texts' length `cm_start` passes is the one JavaScript gives them (UTF-16 units: `é` one,
@@ -774,8 +779,7 @@ mod tests {
     /// Drives `cell` to its end, delivering each step's reported (and started) requests in the
     /// next step: the outcome, the number of steps and of requests answered inline.
     fn drive_to_end(loaded: &Arc<Loaded>, cell: &str, answerer: Option<Arc<AtOnce>>) -> (DriveOutcome, usize, usize) {
-        let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-        let mut instance = WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(cell));
+        let mut instance = fresh_instance(loaded, cell);
         let mut deliveries = Vec::new();
         for steps in 1..=1000 {
             let mut input = DriveInput::new(deliveries, Instant::now() + Duration::from_secs(30), 1 << 20);

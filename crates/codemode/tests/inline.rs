@@ -44,6 +44,24 @@ fn runtime(engine: &str, loops: Value) -> CodeMode {
         .build()
 }
 
+/// The demo catalog plus one plugin tool `demo.<name>` running `f`.
+fn demo_with<F, Fut>(name: &str, f: F) -> codemode::LocalTools
+where
+    F: Fn(Value) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<codemode_core::executor::ToolResult, ToolError>> + Send + 'static,
+{
+    use codemode_core::catalog::{ToolDefinition, ToolSource};
+    let mut tools = demo_tools();
+    let def = ToolDefinition::new(ToolSource::Plugin, "demo", name).with_parameters(json!({ "type": "object" }));
+    tools.add(Arc::new(codemode::FnTool::new(def.read_only(), f)));
+    tools
+}
+
+/// Code mode enabled with a 100 ms `timeoutMs`.
+fn short_timeout() -> CodeModeConfig {
+    CodeModeConfig::from_value(Some(&json!({"enabled": true, "timeoutMs": 100})), "tools.codeMode").unwrap()
+}
+
 /// What a result must agree on across engines: status, value or error code, output, and the
 /// counts of calls, failed calls, searches and lookups.
 fn essence(r: &CodeModeResult) -> Value {
@@ -164,9 +182,7 @@ fn a_run_suspends_and_resumes_between_inline_answers() {
                 return [s, slow.slept];";
     let mut results = Vec::new();
     for engine in ENGINES {
-        let config =
-            CodeModeConfig::from_value(Some(&json!({"enabled": true, "timeoutMs": 100})), "tools.codeMode").unwrap();
-        let cm = CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build();
+        let cm = CodeMode::builder(short_timeout()).engine_name(engine).local_tools(demo_tools()).build();
         let ctx = RunContext::session("suspend");
         let mut r = rt.block_on(cm.exec(&ctx, &CodeModeExecInput::code(cell)));
         let mut waits = 0;
@@ -231,21 +247,14 @@ fn inline_answers_report_events_as_they_happen() {
 /// with `internal_error` on every engine, and the runtime goes on: the next cell runs.
 #[test]
 fn a_tool_that_panics_fails_only_its_run() {
-    use codemode_core::catalog::{ToolDefinition, ToolSource};
     let rt = rt();
     for engine in ENGINES {
-        let mut tools = demo_tools();
-        tools.add(Arc::new(codemode::FnTool::new(
-            ToolDefinition::new(ToolSource::Plugin, "demo", "demo_panics")
-                .with_parameters(json!({ "type": "object" }))
-                .read_only(),
-            |_| async move {
-                if std::hint::black_box(true) {
-                    panic!("a plugin bug");
-                }
-                Ok(codemode_core::executor::ToolResult::value(json!(null)))
-            },
-        )));
+        let tools = demo_with("demo_panics", |_| async move {
+            if std::hint::black_box(true) {
+                panic!("a plugin bug");
+            }
+            Ok(codemode_core::executor::ToolResult::value(json!(null)))
+        });
         let cm = CodeMode::builder(CodeModeConfig::enabled()).engine_name(engine).local_tools(tools).build();
         let ctx = RunContext::session("panics");
         let r = rt.block_on(cm.exec(
@@ -265,22 +274,13 @@ fn a_tool_that_panics_fails_only_its_run() {
 /// with nothing outstanding and fails the run with `timeout`, on every engine alike.
 #[test]
 fn an_outcome_past_the_deadline_is_left_to_the_steps_end() {
-    use codemode_core::catalog::{ToolDefinition, ToolSource};
     let rt = rt();
     for engine in ENGINES {
-        let mut tools = demo_tools();
-        tools.add(Arc::new(codemode::FnTool::new(
-            ToolDefinition::new(ToolSource::Plugin, "demo", "demo_blocks")
-                .with_parameters(json!({ "type": "object" }))
-                .read_only(),
-            |_| async move {
-                std::thread::sleep(std::time::Duration::from_millis(300));
-                Ok(codemode_core::executor::ToolResult::value(json!("late")))
-            },
-        )));
-        let config =
-            CodeModeConfig::from_value(Some(&json!({"enabled": true, "timeoutMs": 100})), "tools.codeMode").unwrap();
-        let cm = CodeMode::builder(config).engine_name(engine).local_tools(tools).build();
+        let tools = demo_with("demo_blocks", |_| async move {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Ok(codemode_core::executor::ToolResult::value(json!("late")))
+        });
+        let cm = CodeMode::builder(short_timeout()).engine_name(engine).local_tools(tools).build();
         let r = rt.block_on(
             cm.exec(&RunContext::session("late"), &CodeModeExecInput::code("return await tools.demo_blocks({})")),
         );
