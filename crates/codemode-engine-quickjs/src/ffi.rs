@@ -1,6 +1,7 @@
 //! The prelude's primitives as plain QuickJS C functions: `host(kind, payload, more?, last?)`,
-//! `plainJson` (module [`crate::plain_json`]) and `defineNamespaces` (module
-//! [`crate::define_namespaces`]).
+//! `plainJson` (module [`crate::plain_json`]), `defineNamespaces` (module
+//! [`crate::define_namespaces`]), `ownFirst` (a native proxy `get` trap) and `callPlain` (`plainJson`
+//! and `host` in one call).
 //! `host` answers a request with its promise (made here, settled by `Vm::settle` through the kept
 //! resolving functions) rather than with an id the prelude would turn into a promise and file.
 //!
@@ -145,12 +146,9 @@ unsafe extern "C" fn random(
     qjs::JS_NewFloat64((x >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0))
 }
 
-/// Makes `host`, `plainJson` and `defineNamespaces` (module [`crate::define_namespaces`]) for
-/// `ctx`, whose opaque pointer is `state` ([`attach`]).
-pub(crate) fn primitives<'js>(
-    ctx: &Ctx<'js>,
-    state: &mut ContextState,
-) -> rquickjs::Result<(Value<'js>, Value<'js>, Value<'js>)> {
+/// Makes `host`, `plainJson`, `defineNamespaces` (module [`crate::define_namespaces`]), `ownFirst`
+/// and `callPlain` for `ctx`, whose opaque pointer is `state` ([`attach`]).
+pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquickjs::Result<Primitives<'js>> {
     // The class ids of an ordinary object and of an array, read before any guest code runs.
     let object = Object::new(ctx.clone())?;
     let array = Array::new(ctx.clone())?;
@@ -163,10 +161,27 @@ pub(crate) fn primitives<'js>(
     if state.class_object == state.class_array {
         return Err(rquickjs::Error::new_from_js_message("object", "array", "QuickJS gave both the same class id"));
     }
-    let host = c_function(ctx, host, c"host", 2)?;
-    let plain = c_function(ctx, crate::plain_json::plain_json, c"plainJson", 3)?;
-    let namespaces = c_function(ctx, crate::define_namespaces::define_namespaces, c"defineNamespaces", 5)?;
-    Ok((host, plain, namespaces))
+    Ok(Primitives {
+        host: c_function(ctx, host, c"host", 2)?,
+        plain_json: c_function(ctx, crate::plain_json::plain_json, c"plainJson", 3)?,
+        define_namespaces: c_function(ctx, crate::define_namespaces::define_namespaces, c"defineNamespaces", 5)?,
+        own_first: c_function(ctx, own_first, c"ownFirst", 1)?,
+        call_plain: c_function(ctx, call_plain, c"callPlain", 5)?,
+    })
+}
+
+/// The primitives the prelude's `install` takes from this engine (its layer 0 says what each does).
+pub(crate) struct Primitives<'js> {
+    /// `host(kind, payload, more?, last?)`.
+    pub(crate) host: Value<'js>,
+    /// `plainJson(value, depth, maxDepth)`.
+    pub(crate) plain_json: Value<'js>,
+    /// `defineNamespaces(...)`.
+    pub(crate) define_namespaces: Value<'js>,
+    /// `ownFirst(fallback)`.
+    pub(crate) own_first: Value<'js>,
+    /// `callPlain(kind, head, value, tail, maxDepth)`.
+    pub(crate) call_plain: Value<'js>,
 }
 
 type CFunction = unsafe extern "C" fn(*mut qjs::JSContext, qjs::JSValue, c_int, *mut qjs::JSValue) -> qjs::JSValue;
@@ -265,19 +280,26 @@ unsafe extern "C" fn host(
     // `internal_error`, rather than an abort of the process.
     match std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { host_call(ctx, argc, argv) })) {
         Ok(v) => v,
-        Err(_) => {
-            // SAFETY: as above.
-            let state = unsafe { state(ctx) };
-            if let Some(state) = state {
-                state.bridge.lock().unwrap_or_else(PoisonError::into_inner).set_fatal(GuestFailure {
-                    code: Some(CodeModeErrorCode::InternalError),
-                    message: "internal error: the host failed while handling a request of the cell".into(),
-                });
-            }
-            // SAFETY: as above.
-            unsafe { answer(ctx, state, HostCallResult::Fatal) }
-        }
+        // SAFETY: as above.
+        Err(_) => unsafe { host_panicked(ctx) },
     }
+}
+
+/// A panic while a request was handled: the cell stops with `internal_error`.
+///
+/// # Safety
+/// As [`host`].
+unsafe fn host_panicked(ctx: *mut qjs::JSContext) -> qjs::JSValue {
+    // SAFETY: as the contract says.
+    let state = unsafe { state(ctx) };
+    if let Some(state) = state {
+        state.bridge.lock().unwrap_or_else(PoisonError::into_inner).set_fatal(GuestFailure {
+            code: Some(CodeModeErrorCode::InternalError),
+            message: "internal error: the host failed while handling a request of the cell".into(),
+        });
+    }
+    // SAFETY: as the contract says.
+    unsafe { answer(ctx, state, HostCallResult::Fatal) }
 }
 
 /// # Safety
@@ -296,13 +318,7 @@ unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
     let n = usize::try_from(argc).map_or(2, |n| n.min(4));
     // SAFETY: `argv` holds at least `argc` >= n >= 2 values, borrowed for this call.
     let args = unsafe { std::slice::from_raw_parts(argv, n) };
-    // Outcomes answered at once and not settled yet count as outstanding (see `answered`).
-    let held = state.answered.borrow().len();
-    // A lock poisoned by a panic in an earlier call (which stopped that cell) is taken as it is:
-    // the bridge is made anew for every run.
-    let call = |kind: &str, payload: &str| {
-        state.bridge.lock().unwrap_or_else(PoisonError::into_inner).host_call_holding(kind, payload, held)
-    };
+    let call = |kind: &str, payload: &str| bridge_call(state, kind, payload);
     // SAFETY: values of this call, under the runtime's lock.
     let answered = unsafe {
         with_text(ctx, args[0], |kind| {
@@ -318,6 +334,164 @@ unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
         Some(Some(result)) => unsafe { answer(ctx, Some(state), result) },
         // SAFETY: as above.
         _ => unsafe { throw_type(ctx, "host(kind, payload) takes two strings") },
+    }
+}
+
+/// Hands request `kind` with `payload` to the VM's bridge.
+fn bridge_call(state: &ContextState, kind: &str, payload: &str) -> HostCallResult {
+    // Outcomes answered at once and not settled yet count as outstanding (see `answered`).
+    let held = state.answered.borrow().len();
+    // A lock poisoned by a panic in an earlier call (which stopped that cell) is taken as it is:
+    // the bridge is made anew for every run.
+    state.bridge.lock().unwrap_or_else(PoisonError::into_inner).host_call_holding(kind, payload, held)
+}
+
+/// `callPlain(kind, head, value, tail, maxDepth)`: what `host(kind, head, plainJson(value, 1,
+/// maxDepth), tail)` does when `plainJson` gives a string, in one call and without the JSON string
+/// (its contract is in the prelude's layer 0). The message is written straight into one host buffer:
+/// no JavaScript string is made for the input's text and none is read back. `undefined`, and
+/// nothing sent, when `plainJson` would answer `undefined` (the prelude then takes its own path).
+/// Its limits are `plainJson`'s ([`crate::plain_json`]): the input's text is bounded by the guest
+/// heap limit, its nesting by [`crate::plain_json::MAX_NESTING`], and it asks the interrupt check
+/// while it writes.
+///
+/// # Safety
+/// As [`host`] (QuickJS pads `argv` to the declared length, 5).
+unsafe extern "C" fn call_plain(
+    ctx: *mut qjs::JSContext,
+    _this: qjs::JSValue,
+    argc: c_int,
+    argv: *mut qjs::JSValue,
+) -> qjs::JSValue {
+    // SAFETY: as this function's contract says; a panic is handled as `host` handles one.
+    match std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { call_plain_inner(ctx, argc, argv) })) {
+        Ok(v) => v,
+        // SAFETY: as above.
+        Err(_) => unsafe { host_panicked(ctx) },
+    }
+}
+
+/// # Safety
+/// As [`call_plain`].
+unsafe fn call_plain_inner(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSValue) -> qjs::JSValue {
+    const USAGE: &str = "callPlain(kind, head, value, tail, maxDepth)";
+    // SAFETY: as the contract says.
+    let Some(state) = (unsafe { state(ctx) }) else {
+        // SAFETY: as above.
+        return unsafe { answer(ctx, None, HostCallResult::Fatal) };
+    };
+    if argc < 5 || argv.is_null() {
+        // SAFETY: as above.
+        return unsafe { throw_type(ctx, USAGE) };
+    }
+    // SAFETY: `argv` holds at least `argc` >= 5 values, borrowed for this call.
+    let args = unsafe { std::slice::from_raw_parts(argv, 5) };
+    let Some(max_depth) = crate::plain_json::int_of(args[4]) else {
+        // SAFETY: as above.
+        return unsafe { throw_type(ctx, USAGE) };
+    };
+    let mut message = Vec::new();
+    // SAFETY: values of this call, under the runtime's lock.
+    if unsafe { with_text(ctx, args[1], |head| message.extend_from_slice(head.as_bytes())) }.is_none() {
+        // SAFETY: as above.
+        return unsafe { throw_type(ctx, USAGE) };
+    }
+    // SAFETY: as above; no guest code runs while the input is written.
+    if !unsafe { crate::plain_json::append_plain(ctx, state, args[2], 1, max_depth, &mut message) } {
+        return qjs::JS_UNDEFINED;
+    }
+    // SAFETY: as above.
+    if unsafe { with_text(ctx, args[3], |tail| message.extend_from_slice(tail.as_bytes())) }.is_none() {
+        // SAFETY: as above.
+        return unsafe { throw_type(ctx, USAGE) };
+    }
+    // Head and tail are valid UTF-8 (`with_text`), and so is the input's text (`plain_json`'s
+    // quoting); should it not be, nothing is sent and the prelude's path takes the value.
+    let Ok(payload) = std::str::from_utf8(&message) else { return qjs::JS_UNDEFINED };
+    // SAFETY: as above.
+    match unsafe { with_text(ctx, args[0], |kind| bridge_call(state, kind, payload)) } {
+        // SAFETY: as above.
+        Some(result) => unsafe { answer(ctx, Some(state), result) },
+        // SAFETY: as above.
+        None => unsafe { throw_type(ctx, USAGE) },
+    }
+}
+
+/// `ownFirst(fallback)`: a proxy `get` trap that answers the target's own data property `key` when
+/// its value is not `undefined` — reading no accessor, running no guest code — and calls
+/// `fallback(target, key)` for everything else (its contract is in the prelude's layer 0). The
+/// traps of `tools` and `MCP` run on every call made through them; this one spares each a
+/// JavaScript frame.
+///
+/// # Safety
+/// Called by QuickJS only: `ctx` is a live context and `argv` holds at least `argc` values.
+unsafe extern "C" fn own_first(
+    ctx: *mut qjs::JSContext,
+    _this: qjs::JSValue,
+    argc: c_int,
+    argv: *mut qjs::JSValue,
+) -> qjs::JSValue {
+    // SAFETY: as this function's contract says; `argv[0]` exists when `argc` >= 1.
+    unsafe {
+        if argc < 1 || argv.is_null() || !qjs::JS_IsFunction(ctx, *argv) {
+            return throw_type(ctx, "ownFirst(fallback)");
+        }
+        // The trap keeps its own reference of `fallback` (QuickJS duplicates the data values).
+        qjs::JS_NewCFunctionData(ctx, Some(own_first_trap), 2, 0, 1, argv)
+    }
+}
+
+/// The trap [`own_first`] makes: `data[0]` is the fallback.
+///
+/// # Safety
+/// Called by QuickJS only: `ctx` is a live context, `argv` holds at least `argc` values and
+/// `data` the one value the trap was made with.
+unsafe extern "C" fn own_first_trap(
+    ctx: *mut qjs::JSContext,
+    _this: qjs::JSValue,
+    argc: c_int,
+    argv: *mut qjs::JSValue,
+    _magic: c_int,
+    data: *mut qjs::JSValue,
+) -> qjs::JSValue {
+    let arg = |i: usize| {
+        if argv.is_null() || usize::try_from(argc).is_ok_and(|n| n <= i) {
+            qjs::JS_UNDEFINED
+        } else {
+            // SAFETY: `i` < `argc` values at `argv`, borrowed for this call.
+            unsafe { *argv.add(i) }
+        }
+    };
+    let mut args = [arg(0), arg(1)];
+    // SAFETY: values of this call, under the runtime's lock; `data` holds the fallback. The
+    // prelude's targets are plain frozen objects (were one a proxy, JS_GetOwnProperty would run its
+    // `getOwnPropertyDescriptor` trap, as the fallback's `key in t` would run its `has`), and the
+    // handler holding this trap is out of guest code's reach.
+    unsafe {
+        let (target, key) = (args[0], args[1]);
+        if qjs::JS_IsObject(target) && (qjs::JS_IsString(key) || qjs::JS_IsSymbol(key)) {
+            let atom = qjs::JS_ValueToAtom(ctx, key);
+            if atom == qjs::JS_ATOM_NULL {
+                return qjs::JS_EXCEPTION;
+            }
+            let mut desc = std::mem::MaybeUninit::<qjs::JSPropertyDescriptor>::uninit();
+            let found = qjs::JS_GetOwnProperty(ctx, desc.as_mut_ptr(), target, atom);
+            qjs::JS_FreeAtom(ctx, atom);
+            if found < 0 {
+                return qjs::JS_EXCEPTION;
+            }
+            if found > 0 {
+                // Filled by the successful call: three owned references.
+                let desc = desc.assume_init();
+                qjs::JS_FreeValue(ctx, desc.getter);
+                qjs::JS_FreeValue(ctx, desc.setter);
+                if desc.flags & qjs::JS_PROP_GETSET as c_int == 0 && !qjs::JS_IsUndefined(desc.value) {
+                    return desc.value;
+                }
+                qjs::JS_FreeValue(ctx, desc.value);
+            }
+        }
+        qjs::JS_Call(ctx, *data, qjs::JS_UNDEFINED, 2, args.as_mut_ptr())
     }
 }
 
@@ -450,5 +624,27 @@ pub(crate) fn call<'js>(
             return Err(rquickjs::Error::Exception);
         }
         Ok(Value::from_raw(ctx.clone(), r))
+    }
+}
+
+/// QuickJS's own JSON parser over `json`, as `JSON.parse` uses it. JS_ParseJSON reads up to a NUL
+/// after the text: it is pushed onto `json` for the call (in place when the string has room, which
+/// the engine's texts do) and taken off again, where rquickjs's `json_parse` copies the text twice.
+pub(crate) fn parse_json<'js>(ctx: &Ctx<'js>, json: &mut String) -> rquickjs::Result<Value<'js>> {
+    let len = json.len();
+    json.push('\0');
+    // SAFETY: `json` holds `len` bytes of text followed by the NUL JS_ParseJSON requires, and lives
+    // through the call; the context is live under its lock (we hold a `Ctx`). The result is a new
+    // reference (handed to rquickjs's `Value`, which frees it) or the exception marker.
+    let v = unsafe {
+        qjs::JS_ParseJSON(ctx.as_raw().as_ptr(), json.as_ptr().cast(), len as qjs::size_t, c"<input>".as_ptr())
+    };
+    json.truncate(len);
+    // SAFETY: checking the value just made; on success it is owned by the `Value`.
+    unsafe {
+        if qjs::JS_IsException(v) {
+            return Err(rquickjs::Error::Exception);
+        }
+        Ok(Value::from_raw(ctx.clone(), v))
     }
 }

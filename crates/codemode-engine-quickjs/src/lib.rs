@@ -395,6 +395,37 @@ fn unavailable(what: &str) -> impl Fn(rquickjs::Error) -> EngineError + '_ {
 }
 
 impl Vm {
+    /// Delivers outcomes `(id, ok, json)`, in order, under one lock of the runtime: each fulfils
+    /// or rejects its request's promise (`host` made it and kept its resolving functions). A request
+    /// that is not pending (settled already, or never answered with a promise) has nothing to
+    /// deliver to, as in the prelude's own `settle`. `json` gets a NUL pushed in place (see
+    /// [`ffi::parse_json`]).
+    fn settle_all(&mut self, outcomes: impl IntoIterator<Item = (RequestId, bool, String)>) -> Result<(), VmFault> {
+        let host_error = &self.api.host_error;
+        let state = &self.context_state;
+        let interrupt = &self.interrupt;
+        self.ctx.with(|ctx| {
+            for (id, ok, mut json) in outcomes {
+                let Some([resolve, reject]) = state.take_pending(&ctx, id) else { continue };
+                let settled = (|| -> rquickjs::Result<Value<'_>> {
+                    let value = ffi::parse_json(&ctx, &mut json)?;
+                    if ok {
+                        ffi::call(
+                            &ctx,
+                            &resolve.into_function().ok_or(rquickjs::Error::Unknown)?,
+                            &mut [value.as_raw()],
+                        )
+                    } else {
+                        let error = ffi::call(&ctx, &host_error.clone().restore(&ctx)?, &mut [value.as_raw()])?;
+                        ffi::call(&ctx, &reject.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [error.as_raw()])
+                    }
+                })();
+                settled.map_err(|e| fault(interrupt, &ctx, e))?;
+            }
+            Ok(())
+        })
+    }
+
     fn new(limits: GuestLimits) -> Result<Self, EngineError> {
         let heap_limit = usize::try_from(limits.memory_limit_bytes).unwrap_or(usize::MAX);
         let refused = Arc::new(AtomicBool::new(false));
@@ -436,9 +467,18 @@ impl Vm {
                 let (module, done) = module.eval()?;
                 done.finish::<()>()?;
                 let install: Function<'_> = module.namespace()?.get("default")?;
-                let (host, plain, namespaces) = ffi::primitives(&ctx, &mut state)?;
-                // settlesNatively: `host` answers every request with its promise.
-                install.call((host, plain, namespaces, true))
+                let p = ffi::primitives(&ctx, &mut state)?;
+                // settlesNatively: `host` answers every request with its promise. No `react`: the
+                // prelude's `then` path serves it (once per run, for the cell's result).
+                install.call((
+                    p.host,
+                    p.plain_json,
+                    p.define_namespaces,
+                    true,
+                    p.own_first,
+                    rquickjs::Undefined,
+                    p.call_plain,
+                ))
             })();
             installed
                 .and_then(|api| Api::save(&ctx, &api))
@@ -594,25 +634,10 @@ impl GuestVm for Vm {
     }
 
     fn settle(&mut self, id: RequestId, ok: bool, json: &str) -> Result<(), VmFault> {
-        let host_error = &self.api.host_error;
-        let state = &self.context_state;
-        let interrupt = &self.interrupt;
-        self.ctx.with(|ctx| {
-            // A request that is not pending (settled already, or never answered with a promise)
-            // has nothing to deliver to, as in the prelude's own `settle`.
-            let Some([resolve, reject]) = state.take_pending(&ctx, id) else { return Ok(()) };
-            let settled = (|| -> rquickjs::Result<Value<'_>> {
-                // QuickJS's own JSON parser, as JSON.parse uses it.
-                let value = ctx.json_parse(json)?;
-                if ok {
-                    ffi::call(&ctx, &resolve.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [value.as_raw()])
-                } else {
-                    let error = ffi::call(&ctx, &host_error.clone().restore(&ctx)?, &mut [value.as_raw()])?;
-                    ffi::call(&ctx, &reject.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [error.as_raw()])
-                }
-            })();
-            settled.map(|_| ()).map_err(|e| fault(interrupt, &ctx, e))
-        })
+        // Room for the NUL JS_ParseJSON reads up to (see `parse_json`), so pushing it never copies.
+        let mut text = String::with_capacity(json.len() + 1);
+        text.push_str(json);
+        self.settle_all(std::iter::once((id, ok, text)))
     }
 
     /// Runs jobs until the queue is dry and no outcome answered at once waits to be settled:
@@ -627,9 +652,7 @@ impl GuestVm for Vm {
                     if answered.is_empty() {
                         return Ok(());
                     }
-                    for (id, ok, json) in answered {
-                        self.settle(id, ok, &json)?;
-                    }
+                    self.settle_all(answered)?;
                 }
                 Err(job) => {
                     if self.interrupt.fired.load(Ordering::Relaxed) {

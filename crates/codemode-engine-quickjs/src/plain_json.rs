@@ -82,31 +82,72 @@ unsafe fn serialize(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
     let args = unsafe { std::slice::from_raw_parts(argv, 3) };
     let (Some(depth), Some(max_depth)) = (int_of(args[1]), int_of(args[2])) else { return qjs::JS_UNDEFINED };
     let refused_before = state.refused.load(Ordering::Relaxed);
-    let mut w = Writer { ctx, state, to_json: 0, out: Vec::new(), visits: 0 };
-    let step = w.value(args[0], depth, max_depth.min(MAX_NESTING));
-    if w.to_json != 0 {
-        // SAFETY: an atom this writer made with JS_NewAtomLen and still holds.
-        unsafe { qjs::JS_FreeAtom(ctx, w.to_json) };
+    let mut out = Vec::new();
+    // SAFETY: as this function's contract says; `args[0]` is a value of this call.
+    if !unsafe { append_plain(ctx, state, args[0], depth, max_depth, &mut out) } {
+        return qjs::JS_UNDEFINED;
     }
-    let text = match step {
-        // SAFETY: `out` is valid UTF-8 (see `Writer::quote`) of `out.len()` bytes.
-        Ok(()) => unsafe { qjs::JS_NewStringLen(ctx, w.out.as_ptr().cast(), w.out.len() as qjs::size_t) },
-        Err(Step::NotPlain) => return qjs::JS_UNDEFINED,
-        Err(Step::Failed) => qjs::JS_EXCEPTION,
-    };
+    // SAFETY: `out` is valid UTF-8 (see `Writer::quote`) of `out.len()` bytes.
+    let text = unsafe { qjs::JS_NewStringLen(ctx, out.as_ptr().cast(), out.len() as qjs::size_t) };
     // SAFETY: a value just made in this context, or the exception marker.
     if unsafe { qjs::JS_IsException(text) } {
-        // Out of guest heap: clear the exception, put the flag back, let the prelude's path try.
-        // SAFETY: this context has a pending exception, which JS_GetException hands over.
-        unsafe { qjs::JS_FreeValue(ctx, qjs::JS_GetException(ctx)) };
-        state.refused.store(refused_before, Ordering::Relaxed);
+        // SAFETY: as in `append_plain`.
+        unsafe { forget_failure(ctx, state, refused_before) };
         return qjs::JS_UNDEFINED;
     }
     text
 }
 
+/// Appends the JSON text of `v` (at nesting `depth` of at most `max_depth`) to `out`, as
+/// `plainJson` writes it: true when written. False when the value is not plain data, its text
+/// would pass the guest heap limit (counted from `out`'s length at the start) or QuickJS ran out of
+/// guest heap (the exception is then cleared and the "allocation refused" flag put back, see the
+/// module docs); `out` may then hold part of a text, which the caller drops.
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock whose opaque pointer is `state`, and `v` a
+/// value it holds.
+pub(crate) unsafe fn append_plain(
+    ctx: *mut qjs::JSContext,
+    state: &ContextState,
+    v: qjs::JSValue,
+    depth: i32,
+    max_depth: i32,
+    out: &mut Vec<u8>,
+) -> bool {
+    let refused_before = state.refused.load(Ordering::Relaxed);
+    let start = out.len();
+    let mut w = Writer { ctx, state, to_json: 0, out: std::mem::take(out), start, visits: 0 };
+    let step = w.value(v, depth, max_depth.min(MAX_NESTING));
+    if w.to_json != 0 {
+        // SAFETY: an atom this writer made with JS_NewAtomLen and still holds.
+        unsafe { qjs::JS_FreeAtom(ctx, w.to_json) };
+    }
+    *out = w.out;
+    match step {
+        Ok(()) => true,
+        Err(Step::NotPlain) => false,
+        Err(Step::Failed) => {
+            // SAFETY: as this function's contract says; QuickJS left an exception pending.
+            unsafe { forget_failure(ctx, state, refused_before) };
+            false
+        }
+    }
+}
+
+/// Out of guest heap half way: clears the pending exception and puts the engine's "allocation
+/// refused" flag back as it was, so the prelude's own path can try with its own memory profile.
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock with an exception pending.
+unsafe fn forget_failure(ctx: *mut qjs::JSContext, state: &ContextState, refused_before: bool) {
+    // SAFETY: this context has a pending exception, which JS_GetException hands over.
+    unsafe { qjs::JS_FreeValue(ctx, qjs::JS_GetException(ctx)) };
+    state.refused.store(refused_before, Ordering::Relaxed);
+}
+
 /// A depth argument: an int, or a float64 holding one (the prelude's numbers may be either).
-fn int_of(v: qjs::JSValue) -> Option<i32> {
+pub(crate) fn int_of(v: qjs::JSValue) -> Option<i32> {
     // SAFETY: reading a value's tag, and its payload as the tag says it is.
     unsafe {
         match qjs::JS_VALUE_GET_NORM_TAG(v) {
@@ -163,6 +204,8 @@ struct Writer<'s> {
     /// The `toJSON` atom, made when the first object is met (0 until then).
     to_json: qjs::JSAtom,
     out: Vec<u8>,
+    /// Where this value's text starts in `out` (what came before is not counted against the limit).
+    start: usize,
     /// Values met so far (see [`INTERRUPT_EVERY`]).
     visits: u32,
 }
@@ -171,7 +214,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 impl Writer<'_> {
     fn put(&mut self, bytes: &[u8]) -> Result<(), Step> {
-        if bytes.len() > self.state.max_bytes.saturating_sub(self.out.len()) {
+        if bytes.len() > self.state.max_bytes.saturating_sub(self.out.len() - self.start) {
             return Err(Step::NotPlain);
         }
         self.out.extend_from_slice(bytes);
