@@ -390,7 +390,9 @@ unsafe fn call_plain_inner(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs
         // SAFETY: as above.
         return unsafe { throw_type(ctx, USAGE) };
     };
-    let mut message = Vec::new();
+    // Room for a typical message (an id, a small input): growing it from nothing took several
+    // reallocations a call.
+    let mut message = Vec::with_capacity(256);
     // SAFETY: values of this call, under the runtime's lock.
     if unsafe { with_text(ctx, args[1], |head| message.extend_from_slice(head.as_bytes())) }.is_none() {
         // SAFETY: as above.

@@ -237,7 +237,7 @@ impl Writer<'_> {
             qjs::JS_TAG_INT => {
                 // SAFETY: as above.
                 let n = unsafe { qjs::JS_VALUE_GET_INT(v) };
-                self.put(n.to_string().as_bytes())
+                self.put(itoa::Buffer::new().format(n).as_bytes())
             }
             qjs::JS_TAG_FLOAT64 => self.number(v),
             qjs::JS_TAG_OBJECT => self.object(v, depth, max_depth),
@@ -254,7 +254,7 @@ impl Writer<'_> {
         }
         // Integral values below 2^53 print as their digits (-0 as "0"), as ToString prints them.
         if d.trunc() == d && d.abs() < 9_007_199_254_740_992.0 {
-            return self.put((d as i64).to_string().as_bytes());
+            return self.put(itoa::Buffer::new().format(d as i64).as_bytes());
         }
         // SAFETY: JS_ToString of a number runs no guest code; its result is owned (`Held`).
         let s = Held { ctx: self.ctx, v: unsafe { qjs::JS_ToString(self.ctx, v) } };

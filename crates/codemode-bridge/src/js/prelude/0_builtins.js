@@ -47,11 +47,11 @@
 //     requests natively); then the one-frame call path (toolCaller, layer 2) hands that promise back
 //     as it is. Both QuickJS engines pass true.
 //
-//   ownFirst(fallback) -> function (t, key)   (optional; quickjs-wasi gives one)
+//   ownFirst(fallback) -> function (t, key)   (optional; both QuickJS engines give one)
 //     A native proxy `get` trap: the value of `t`'s own data property `key` when it has one whose
 //     value is not undefined, else `fallback(t, key)`. It reads no accessor and runs no guest code
 //     but `fallback`. (The traps of `tools` and `MCP` run on every call through them, and a
-//     JavaScript frame inside WebAssembly costs hundreds of instructions.)
+//     JavaScript frame costs hundreds of instructions, inside WebAssembly more.)
 //
 //   react(promise, onFulfilled, onRejected) -> boolean   (optional; quickjs-wasi gives one)
 //     What `Promise.prototype.then(onFulfilled, onRejected)` does for a promise of the VM, without
@@ -60,8 +60,8 @@
 //     `constructor` nor `Symbol.species` (no guest code runs) and makes no result promise. False,
 //     and nothing done, for anything that is not a promise of the VM; `run` then uses `then`.
 //
-//   callPlain(kind, head, value, tail, maxDepth) -> promise | undefined   (optional; quickjs-wasi
-//     gives one)
+//   callPlain(kind, head, value, tail, maxDepth) -> promise | undefined   (optional; both QuickJS
+//     engines give one)
 //     What `host(kind, head, plainJson(value, 1, maxDepth), tail)` does when plainJson gives a
 //     string, in one call and without the JSON string; undefined, and nothing sent, when plainJson
 //     would give undefined (or the engine cannot make the message). Only with settlesNatively.
