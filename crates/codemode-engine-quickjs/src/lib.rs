@@ -282,6 +282,9 @@ struct Vm {
     limits: GuestLimits,
     /// Whether a run already used this VM (it was reset since).
     reused: bool,
+    /// The outcomes being settled (swapped with `ContextState::answered`, so neither list is
+    /// allocated anew each time the job queue runs dry); empty between settlements.
+    settling: Vec<(RequestId, bool, String)>,
     /// The region holding the whole QuickJS heap, when reusable: dropped after everything above.
     arena: Option<arena::Arena>,
 }
@@ -504,6 +507,7 @@ impl Vm {
             context_state: state,
             limits,
             reused: false,
+            settling: Vec::new(),
             arena,
         })
     }
@@ -648,11 +652,15 @@ impl GuestVm for Vm {
             match self.rt.execute_pending_job() {
                 Ok(true) => continue,
                 Ok(false) => {
-                    let answered = std::mem::take(&mut *self.context_state.answered.borrow_mut());
-                    if answered.is_empty() {
+                    let mut batch = std::mem::take(&mut self.settling);
+                    std::mem::swap(&mut batch, &mut *self.context_state.answered.borrow_mut());
+                    if batch.is_empty() {
+                        self.settling = batch;
                         return Ok(());
                     }
-                    self.settle_all(answered)?;
+                    let settled = self.settle_all(batch.drain(..));
+                    self.settling = batch;
+                    settled?;
                 }
                 Err(job) => {
                     if self.interrupt.fired.load(Ordering::Relaxed) {
