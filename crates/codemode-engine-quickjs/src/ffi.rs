@@ -49,6 +49,10 @@ pub(crate) struct ContextState {
     /// when the job queue next runs dry — where the step would have ended and the next begun with
     /// their delivery — so the cell sees what a later step's delivery gives it.
     pub(crate) answered: RefCell<Vec<(RequestId, bool, String)>>,
+    /// While `Vm::settle_all` settles a batch taken from `answered`: how many of its outcomes come
+    /// after the one being settled. They still wait and count as outstanding (as a step's later
+    /// deliveries do until each is delivered); 0 otherwise.
+    pub(crate) settling_left: Cell<usize>,
     /// `Math.random`'s state (xorshift64*), seeded for every run: a VM reused from its booted image
     /// would otherwise repeat one sequence, and QuickJS seeds its own only once, from the clock.
     pub(crate) rng: Cell<u64>,
@@ -71,6 +75,7 @@ impl ContextState {
             class_array: 0,
             pending: RefCell::new(HashMap::new()),
             answered: RefCell::new(Vec::new()),
+            settling_left: Cell::new(0),
             rng: Cell::new(codemode_bridge::random_seed()),
         })
     }
@@ -339,8 +344,9 @@ unsafe fn host_call(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs::JSVal
 
 /// Hands request `kind` with `payload` to the VM's bridge.
 fn bridge_call(state: &ContextState, kind: &str, payload: &str) -> HostCallResult {
-    // Outcomes answered at once and not settled yet count as outstanding (see `answered`).
-    let held = state.answered.borrow().len();
+    // Outcomes answered at once and not settled yet count as outstanding (see `answered` and
+    // `settling_left`).
+    let held = state.answered.borrow().len() + state.settling_left.get();
     // A lock poisoned by a panic in an earlier call (which stopped that cell) is taken as it is:
     // the bridge is made anew for every run.
     state.bridge.lock().unwrap_or_else(PoisonError::into_inner).host_call_holding(kind, payload, held)

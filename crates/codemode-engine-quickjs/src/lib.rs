@@ -402,30 +402,43 @@ impl Vm {
     /// or rejects its request's promise (`host` made it and kept its resolving functions). A request
     /// that is not pending (settled already, or never answered with a promise) has nothing to
     /// deliver to, as in the prelude's own `settle`. `json` gets a NUL pushed in place (see
-    /// [`ffi::parse_json`]).
-    fn settle_all(&mut self, outcomes: impl IntoIterator<Item = (RequestId, bool, String)>) -> Result<(), VmFault> {
+    /// [`ffi::parse_json`]). While one is settled, the ones after it count as outstanding
+    /// (`ContextState::settling_left`): settling can run guest code that makes requests.
+    fn settle_all(
+        &mut self,
+        mut outcomes: impl ExactSizeIterator<Item = (RequestId, bool, String)>,
+    ) -> Result<(), VmFault> {
         let host_error = &self.api.host_error;
         let state = &self.context_state;
         let interrupt = &self.interrupt;
         self.ctx.with(|ctx| {
-            for (id, ok, mut json) in outcomes {
-                let Some([resolve, reject]) = state.take_pending(&ctx, id) else { continue };
-                let settled = (|| -> rquickjs::Result<Value<'_>> {
-                    let value = ffi::parse_json(&ctx, &mut json)?;
-                    if ok {
-                        ffi::call(
-                            &ctx,
-                            &resolve.into_function().ok_or(rquickjs::Error::Unknown)?,
-                            &mut [value.as_raw()],
-                        )
-                    } else {
-                        let error = ffi::call(&ctx, &host_error.clone().restore(&ctx)?, &mut [value.as_raw()])?;
-                        ffi::call(&ctx, &reject.into_function().ok_or(rquickjs::Error::Unknown)?, &mut [error.as_raw()])
-                    }
-                })();
-                settled.map_err(|e| fault(interrupt, &ctx, e))?;
-            }
-            Ok(())
+            let settled = (|| {
+                while let Some((id, ok, mut json)) = outcomes.next() {
+                    state.settling_left.set(outcomes.len());
+                    let Some([resolve, reject]) = state.take_pending(&ctx, id) else { continue };
+                    let settled = (|| -> rquickjs::Result<Value<'_>> {
+                        let value = ffi::parse_json(&ctx, &mut json)?;
+                        if ok {
+                            ffi::call(
+                                &ctx,
+                                &resolve.into_function().ok_or(rquickjs::Error::Unknown)?,
+                                &mut [value.as_raw()],
+                            )
+                        } else {
+                            let error = ffi::call(&ctx, &host_error.clone().restore(&ctx)?, &mut [value.as_raw()])?;
+                            ffi::call(
+                                &ctx,
+                                &reject.into_function().ok_or(rquickjs::Error::Unknown)?,
+                                &mut [error.as_raw()],
+                            )
+                        }
+                    })();
+                    settled.map_err(|e| fault(interrupt, &ctx, e))?;
+                }
+                Ok(())
+            })();
+            state.settling_left.set(0);
+            settled
         })
     }
 
@@ -544,6 +557,7 @@ impl Vm {
         }
         self.context_state.pending.borrow_mut().clear();
         self.context_state.answered.borrow_mut().clear();
+        self.context_state.settling_left.set(0);
         self.boot = None;
         arena.reset();
         self.reused = true;

@@ -298,6 +298,10 @@ typedef struct {
 } Answered;
 static Answered *answered;
 static uint32_t answered_len, answered_cap;
+// While answered_settle runs: how many entries from the start are settled or being settled. The
+// entries after them still wait and count as outstanding (the host's `held`), as a step's later
+// deliveries do until each is delivered; the ones settled no longer do. 0 otherwise.
+static uint32_t answered_done;
 
 // Files `promise` (a reference is taken) and `value` (its reference moves here); -1 with an
 // exception pending when the heap refuses the room (value freed).
@@ -329,10 +333,12 @@ static int answered_settle(JSContext *c) {
     for (uint32_t i = 0; i < n; i++) {
         Answered a = answered[i]; // read afresh: guest code may have moved the array
         answered[i] = (Answered){ JS_UNDEFINED, JS_UNDEFINED, 0 };
+        answered_done = i + 1;
         if (failed) JS_FreeValue(c, a.value);
         else failed = settle_value(c, a.promise, a.value, a.ok);
         JS_FreeValue(c, a.promise);
     }
+    answered_done = 0;
     memmove(answered, answered + n, (size_t)(answered_len - n) * sizeof(Answered));
     answered_len -= n;
     return failed;
@@ -402,7 +408,8 @@ static JSValue host_send(JSContext *c, const char *kind, size_t kn, const char *
     int pull = kn == 4 && memcmp(kind, "pull", 4) == 0;
     // join_buf doubles as the answer buffer: the payload (which may lie in it) has been read by the
     // time the host writes an answer there, and nothing reads it after this call.
-    int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)total, join_buf, sizeof join_buf, answered_len);
+    int64_t r = cm_host_call(kind, (uint32_t)kn, payload, (uint32_t)total, join_buf, sizeof join_buf,
+                             answered_len - answered_done);
     scratch[sizeof scratch - 1] = 0;
     if (!pull && r >= ANSWERED) {
         // Settled at once: a new promise, filed with the parsed outcome to be settled when the

@@ -146,6 +146,50 @@ fn the_outstanding_limit_stops_a_cell_alike() {
     assert_eq!(calls, vec![limit, limit, 0], "the QuickJS engines ran the calls within the limit; boa none");
 }
 
+/// Outcomes waiting to be settled count as outstanding while they wait, also while earlier ones are
+/// being settled: a `then` getter that runs during a settlement (reading `then` of the first
+/// result) and makes calls can make exactly as many on every engine. On boa the outcomes are a
+/// step's deliveries, each counted until it is delivered; on the QuickJS engines they are outcomes
+/// answered inline, which must be counted the same way: with `K` outcomes to settle, the getter
+/// run while the first is settled can make `limit - (K - 1)` calls and not one more. (Before this
+/// test, quickjs-wasi still counted the outcome being settled, one call too few, and the native
+/// engine none of the batch, `K - 1` calls too many.)
+#[test]
+fn outcomes_waiting_to_be_settled_count_against_the_limit_alike() {
+    let rt = rt();
+    let limit = codemode_core::engine::GuestLimits::default().max_outstanding_requests as usize;
+    let k = 1000;
+    // The reference's count: after the first delivery, `k - 1` wait, so `limit - (k - 1)` calls fit.
+    let fits = limit - (k - 1);
+    let cell = |n: usize| {
+        format!(
+            "const ps = [];\n\
+             for (let i = 0; i < {k}; i++) ps.push(tools.demo_echo({{ i }}));\n\
+             let made = 0, armed = true;\n\
+             Object.defineProperty(Object.prototype, 'then', {{ configurable: true, get() {{\n\
+               if (armed) {{ armed = false; for (let j = 0; j < {n}; j++) {{ tools.demo_echo({{ j }}); made++; }} }}\n\
+               return undefined;\n\
+             }} }});\n\
+             await Promise.all(ps);\n\
+             delete Object.prototype.then;\n\
+             return made;"
+        )
+    };
+    for engine in ENGINES {
+        let cm = runtime(engine, json!({}));
+        let ok = rt.block_on(cm.exec(&RunContext::session("settling"), &CodeModeExecInput::code(cell(fits))));
+        assert_eq!(essence(&ok)["value"], json!(fits), "{engine}: {fits} calls must fit: {}", ok.to_json());
+        let over = rt.block_on(cm.exec(&RunContext::session("settling"), &CodeModeExecInput::code(cell(fits + 1))));
+        assert_eq!(
+            over.error_code().map(|c| c.as_str()),
+            Some("too_many_pending_tool_calls"),
+            "{engine}: {} calls must not fit: {}",
+            fits + 1,
+            over.to_json()
+        );
+    }
+}
+
 /// Loop detection's warnings, refusals and circuit breaker reach the cell the same way.
 #[test]
 fn loop_detection_acts_alike_through_inline_answers() {
