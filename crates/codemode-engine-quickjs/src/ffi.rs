@@ -636,8 +636,9 @@ pub(crate) fn call<'js>(
 }
 
 /// QuickJS's own JSON parser over `json`, as `JSON.parse` uses it. JS_ParseJSON reads up to a NUL
-/// after the text: it is pushed onto `json` for the call (in place when the string has room, which
-/// the engine's texts do) and taken off again, where rquickjs's `json_parse` copies the text twice.
+/// after the text: it is pushed onto `json` for the call (in place when the string has spare room,
+/// else with one reallocation) and taken off again, where rquickjs's `json_parse` copies the text
+/// twice.
 pub(crate) fn parse_json<'js>(ctx: &Ctx<'js>, json: &mut String) -> rquickjs::Result<Value<'js>> {
     let len = json.len();
     json.push('\0');
