@@ -423,7 +423,7 @@ pub fn answer_spin() -> Option<AnswerSpin> {
 
 impl AnswerSpin {
     /// Whether to look once more: within [`ANSWER_SPIN`], and a core idle (or every core busy for
-    /// less than [`FULL_GRACE`]).
+    /// less than `FULL_GRACE`).
     pub fn keep_going(&mut self) -> bool {
         let now = Instant::now();
         if now >= self.until {

@@ -181,7 +181,7 @@ impl LoopPolicy {
 /// Canonical: object keys are hashed in sorted order, so `{a, b}` and `{b, a}` are the same call.
 /// Prevents: a cell that cycles the key order of one input evading the repeat detectors (every
 /// order used to be a "different" call). Numbers hash by their JSON text, so `1` and `1.0` differ.
-/// Hashes the value in place (no text is built), and stops descending past [`MAX_FINGERPRINT_DEPTH`]
+/// Hashes the value in place (no text is built), and stops descending past `MAX_FINGERPRINT_DEPTH`
 /// levels (deeper levels are hashed by their kind only: the bridge's depth limit is far lower).
 pub fn fingerprint(v: &Value) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();

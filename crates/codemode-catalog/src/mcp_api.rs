@@ -27,7 +27,7 @@ pub const RESOURCES_READ: &str = "resources/read";
 pub const PROMPTS_GET: &str = "prompts/get";
 
 /// Whether a name may not be a property of a namespace object: the language's own names
-/// ([`JS_INTERNAL_NAMES`]) and the namespace helpers ([`MCP_NAMESPACE_HELPERS`]).
+/// ([`codemode_core::guest::JS_INTERNAL_NAMES`]) and the namespace helpers ([`MCP_NAMESPACE_HELPERS`]).
 pub fn is_reserved_member(name: &str) -> bool {
     is_js_internal_name(name) || MCP_NAMESPACE_HELPERS.contains(&name)
 }

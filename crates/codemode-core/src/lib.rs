@@ -9,12 +9,12 @@
 //! - [`telemetry`]: the counters of SPEC §17;
 //! - [`catalog`]: catalog entries and tool definitions (SPEC §7, §11);
 //! - [`scope`]: run identity and scope checks (SPEC §6);
-//! - [`engine`]: the [`GuestEngine`](engine::GuestEngine) / [`GuestInstance`](engine::GuestInstance)
+//! - [`engine`]: the [`GuestEngine`] / [`GuestInstance`]
 //!   contract that every JavaScript engine implements (DESIGN §4);
-//! - [`store`]: the [`SnapshotStore`](store::SnapshotStore) contract for suspended runs (DESIGN §6);
-//! - [`executor`]: the [`ToolExecutor`](executor::ToolExecutor) contract through which every nested
+//! - [`store`]: the [`SnapshotStore`] contract for suspended runs (DESIGN §6);
+//! - [`executor`]: the [`ToolExecutor`] contract through which every nested
 //!   tool call reaches the host (SPEC §12);
-//! - [`approval`]: human approval of nested calls ([`Approver`](approval::Approver), decisions);
+//! - [`approval`]: human approval of nested calls ([`Approver`], decisions);
 //! - [`guest`]: names the guest API reserves (shared by the catalog and the bridge prelude);
 //! - [`trajectory`]: transcript records of `exec` / `wait` calls and the nested calls they drove,
 //!   with the redaction policy (SPEC §12 P9, §19 U9);

@@ -9,7 +9,7 @@
 //! runtime owned by this module; neither ever holds the GIL while the guest runs. A synchronous
 //! Python tool runs on tokio's blocking pool (it may block as long as it likes: the run's own
 //! limits bound the run, not the tool), an `async def` tool on the asyncio event loop that called
-//! `exec` / `wait`. Only JSON crosses ([`convert`]): no Python object ever reaches the guest.
+//! `exec` / `wait`. Only JSON crosses (module `convert`): no Python object ever reaches the guest.
 //!
 //! Layering (DESIGN §2): a language package on top of `codemode-embed`.
 // Raw Python C-API calls only in `gil.rs` (a guest worker keeping its thread state), each with
