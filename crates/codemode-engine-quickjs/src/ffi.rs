@@ -280,21 +280,20 @@ unsafe extern "C" fn host(
     argc: c_int,
     argv: *mut qjs::JSValue,
 ) -> qjs::JSValue {
-    // SAFETY: as this function's contract says. A panic (a bug: in the bridge, or in the runtime
-    // or a tool while a request is answered inline) becomes a fatal stop of the cell, reported as
-    // `internal_error`, rather than an abort of the process.
-    match std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { host_call(ctx, argc, argv) })) {
-        Ok(v) => v,
-        // SAFETY: as above.
-        Err(_) => unsafe { host_panicked(ctx) },
-    }
+    // SAFETY: as this function's contract says.
+    unsafe { guarded(ctx, || host_call(ctx, argc, argv)) }
 }
 
-/// A panic while a request was handled: the cell stops with `internal_error`.
+/// Runs a request primitive's body `f`. A panic in it (a bug: in the bridge, or in the runtime or
+/// a tool while a request is answered inline) becomes a fatal stop of the cell, reported as
+/// `internal_error`, rather than an abort of the process.
 ///
 /// # Safety
-/// As [`host`].
-unsafe fn host_panicked(ctx: *mut qjs::JSContext) -> qjs::JSValue {
+/// As [`host`]; `f` runs under the same contract.
+unsafe fn guarded(ctx: *mut qjs::JSContext, f: impl FnOnce() -> qjs::JSValue) -> qjs::JSValue {
+    if let Ok(v) = std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        return v;
+    }
     // SAFETY: as the contract says.
     let state = unsafe { state(ctx) };
     if let Some(state) = state {
@@ -369,12 +368,8 @@ unsafe extern "C" fn call_plain(
     argc: c_int,
     argv: *mut qjs::JSValue,
 ) -> qjs::JSValue {
-    // SAFETY: as this function's contract says; a panic is handled as `host` handles one.
-    match std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { call_plain_inner(ctx, argc, argv) })) {
-        Ok(v) => v,
-        // SAFETY: as above.
-        Err(_) => unsafe { host_panicked(ctx) },
-    }
+    // SAFETY: as this function's contract says.
+    unsafe { guarded(ctx, || call_plain_inner(ctx, argc, argv)) }
 }
 
 /// # Safety

@@ -672,9 +672,23 @@ mod tests {
         (outcome, instance)
     }
 
+    /// A fresh VM with the default limits.
+    fn fresh_vm(loaded: &Arc<Loaded>) -> Vm {
+        Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap()
+    }
+
+    /// A fresh VM with its boot data set and a drive begun (a 30 s deadline), ready to start a cell.
+    fn ready_vm(loaded: &Arc<Loaded>) -> Vm {
+        let mut vm = fresh_vm(loaded);
+        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
+        vm.with_bridge(|b| b.begin_drive(1 << 20));
+        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        vm
+    }
+
     /// A fresh instance that will start `code` at its first drive.
     fn fresh_instance(loaded: &Arc<Loaded>, code: &str) -> WasiInstance {
-        let vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
+        let vm = fresh_vm(loaded);
         WasiInstance::fresh(vm, Arc::from(r#"{"maxDepth":64}"#), codemode_bridge::wrap_code(code))
     }
 
@@ -695,10 +709,7 @@ mod tests {
     #[test]
     fn requests_are_settled_by_id_once_and_survive_a_snapshot() {
         let loaded = crate::loaded().unwrap();
-        let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
-        vm.with_bridge(|b| b.begin_drive(1 << 20));
-        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        let mut vm = ready_vm(&loaded);
         let code = codemode_bridge::wrap_code(
             "const p = [tools.call('a', {}), tools.call('b', {}), tools.call('c', {})];\n\
              const out = [];\n\
@@ -731,10 +742,7 @@ mod tests {
     /// A fresh instance that started `cell` (in one step) and waits for the calls it made: the
     /// instance, with its next drive begun, and the ids of the calls.
     fn waiting(loaded: &Arc<Loaded>, cell: &str) -> (Vm, Vec<RequestId>) {
-        let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
-        vm.with_bridge(|b| b.begin_drive(1 << 20));
-        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        let mut vm = ready_vm(loaded);
         assert_eq!(vm.start_and_poll(&codemode_bridge::wrap_code(cell)).unwrap(), None, "{cell}");
         let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
         vm.with_bridge(|b| b.begin_drive(1 << 20));
@@ -924,10 +932,7 @@ mod tests {
     /// Starts `cell`, settles the calls it makes at once with `texts` in order, and runs it to its
     /// end: the cell's state (`1` + value), or the fault of a settle or of the run.
     fn settled_with(loaded: &Arc<Loaded>, cell: &str, texts: &[&str]) -> Result<String, VmFault> {
-        let mut vm = Vm::new(loaded.clone(), GuestLimits::default(), Some(random_seed())).unwrap();
-        vm.boot = Some(Arc::from(r#"{"maxDepth":64}"#));
-        vm.with_bridge(|b| b.begin_drive(1 << 20));
-        vm.set_deadline(Instant::now() + Duration::from_secs(30));
+        let mut vm = ready_vm(loaded);
         vm.start_cell(&codemode_bridge::wrap_code(cell)).unwrap();
         vm.run_jobs().unwrap();
         let ids: Vec<RequestId> = vm.with_bridge(|b| b.finish_drive()).0.iter().map(|r| r.id).collect();
