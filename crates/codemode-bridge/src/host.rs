@@ -21,7 +21,67 @@ pub struct BridgeState {
     /// The next request id to hand out.
     pub next_id: RequestId,
     /// Requests issued and not yet delivered.
-    pub outstanding: BTreeMap<RequestId, RequestKind>,
+    pub outstanding: Outstanding,
+}
+
+/// Requests issued and not yet delivered, by id, in increasing order: a vector kept sorted (ids are
+/// handed out in increasing order, so a new request goes at the end). A tree map made and freed
+/// a node each time the set went from empty to one request and back — on every nested call a
+/// cell awaits before making the next (~0.35k instructions of the call). Serialized as the map it
+/// is: the same form, and the same bytes, as a `BTreeMap<RequestId, RequestKind>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outstanding(Vec<(RequestId, RequestKind)>);
+
+impl Outstanding {
+    /// Number of requests.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds request `id` (replacing the kind of one already there, which the bridge never does).
+    pub fn insert(&mut self, id: RequestId, kind: RequestKind) {
+        match self.0.last() {
+            Some((last, _)) if *last >= id => match self.0.binary_search_by_key(&id, |(i, _)| *i) {
+                Ok(at) => self.0[at].1 = kind,
+                Err(at) => self.0.insert(at, (id, kind)),
+            },
+            _ => self.0.push((id, kind)),
+        }
+    }
+
+    /// Takes request `id` out, if it is there.
+    pub fn remove(&mut self, id: RequestId) -> Option<RequestKind> {
+        let at = self.0.binary_search_by_key(&id, |(i, _)| *i).ok()?;
+        Some(self.0.remove(at).1)
+    }
+
+    /// The kind of request `id`, if it is there.
+    pub fn get(&self, id: RequestId) -> Option<RequestKind> {
+        self.0.binary_search_by_key(&id, |(i, _)| *i).ok().map(|at| self.0[at].1)
+    }
+
+    /// The requests in increasing id order.
+    pub fn iter(&self) -> impl Iterator<Item = (RequestId, RequestKind)> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl Serialize for Outstanding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(id, kind)| (id, kind)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Outstanding {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // A map's keys come sorted and unique out of the tree.
+        Ok(Outstanding(BTreeMap::<RequestId, RequestKind>::deserialize(d)?.into_iter().collect()))
+    }
 }
 
 /// What the host primitive answers.
@@ -75,7 +135,7 @@ pub struct BridgeHost {
 impl BridgeHost {
     /// A fresh bridge for a new run.
     pub fn new(limits: GuestLimits) -> Self {
-        Self::with_state(limits, BridgeState { next_id: 1, outstanding: BTreeMap::new() })
+        Self::with_state(limits, BridgeState { next_id: 1, outstanding: Outstanding::default() })
     }
 
     /// A bridge restored from a snapshot.
@@ -284,7 +344,7 @@ impl BridgeHost {
     /// the id is not outstanding (never issued, or already delivered — a result is never delivered
     /// twice). A result too large or too deep for the bridge becomes an error delivery.
     pub fn prepare_delivery(&mut self, delivery: &Delivery) -> Option<(bool, String)> {
-        self.state.outstanding.remove(&delivery.id)?;
+        self.state.outstanding.remove(delivery.id)?;
         let limits = self.limits;
         let encoded = match &delivery.outcome {
             Ok(value) => match encode_for_guest(value, limits.max_delivery_bytes, limits.max_json_depth) {
@@ -326,6 +386,44 @@ fn error_json(name: &str, message: &str, code: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The outstanding set against the tree map it replaced: after any sequence of inserts
+        /// (mostly increasing ids, as the bridge hands them out, some not) and removals, the same
+        /// requests in the same order, the same answers, and the same JSON both ways.
+        #[test]
+        fn outstanding_behaves_and_serializes_as_the_tree_map_did(
+            ops in prop::collection::vec((0u8..4, 0u64..40), 0..200),
+        ) {
+            let kinds = [RequestKind::Call, RequestKind::Search, RequestKind::Describe];
+            let mut model = BTreeMap::new();
+            let mut ours = Outstanding::default();
+            let mut next = 1u64;
+            for (op, x) in ops {
+                let kind = kinds[(x % 3) as usize];
+                match op {
+                    0 | 1 => {
+                        ours.insert(next, kind);
+                        model.insert(next, kind);
+                        next += 1 + x % 3;
+                    }
+                    2 => {
+                        ours.insert(x, kind);
+                        model.insert(x, kind);
+                    }
+                    _ => prop_assert_eq!(ours.remove(x), model.remove(&x)),
+                }
+                prop_assert_eq!(ours.get(x), model.get(&x).copied());
+                prop_assert_eq!(ours.len(), model.len());
+            }
+            prop_assert!(ours.iter().eq(model.iter().map(|(i, k)| (*i, *k))));
+            let json = serde_json::to_string(&ours).unwrap();
+            prop_assert_eq!(&json, &serde_json::to_string(&model).unwrap());
+            prop_assert_eq!(serde_json::from_str::<Outstanding>(&json).unwrap(), ours);
+        }
+    }
+
     use super::*;
     use codemode_core::engine::GuestError;
     use codemode_core::guest::GuestRequest;

@@ -25,7 +25,7 @@ pub mod shell;
 pub mod workers;
 
 pub use driver::{GuestVm, VmFault, drive};
-pub use host::{BridgeHost, BridgeState, HostCallResult};
+pub use host::{BridgeHost, BridgeState, HostCallResult, Outstanding};
 
 use serde::Serialize;
 

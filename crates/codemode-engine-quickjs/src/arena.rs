@@ -64,7 +64,16 @@ struct Control {
     large: usize,
     /// Offset of the first free block of each class (the next one's offset is in its first word).
     free: [usize; CLASSES],
+    /// Requests of QuickJS's small-block page size served (a test's count of pages made).
+    #[cfg(test)]
+    pages: usize,
 }
+
+/// Sizes of QuickJS's small-block pages (4 KiB less at most a few headers), for a test's count.
+#[cfg(test)]
+const PAGE_MIN: usize = 4000;
+#[cfg(test)]
+const PAGE_MAX: usize = 4096;
 
 /// Where the first block starts: after the control block, on a granule boundary.
 const FIRST_BLOCK: usize = std::mem::size_of::<Control>().div_ceil(GRANULE) * GRANULE;
@@ -192,6 +201,14 @@ impl Arena {
             }
             (*c).large = 0;
         }
+    }
+
+    /// How many of QuickJS's small-block pages the region has served (a reset restores the image's
+    /// count).
+    #[cfg(test)]
+    pub(crate) fn pages_made(&self) -> usize {
+        // SAFETY: as in `set_limit`.
+        unsafe { (*self.control()).pages }
     }
 
     /// Whether an image was taken.
@@ -421,6 +438,13 @@ unsafe impl Allocator for ArenaAllocator {
         let Some(class) = class_of(size) else { return self.refuse() };
         let usable = class_size(class);
         let c = self.control();
+        #[cfg(test)]
+        // SAFETY: as below.
+        unsafe {
+            if (PAGE_MIN..=PAGE_MAX).contains(&size) {
+                (*c).pages += 1;
+            }
+        }
         // SAFETY: the control block is live; QuickJS calls the allocator from one thread at a time
         // (under the runtime's lock). Free-list offsets and the bump offset only ever point inside
         // the carved range of the region.

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -40,6 +41,9 @@ pub(crate) struct ContextState {
     pub(crate) class_object: qjs::JSClassID,
     /// Class id of an array, read off a fresh one.
     pub(crate) class_array: qjs::JSClassID,
+    /// The `toJSON` atom the serializer looks up on every object it writes, made once (0 until
+    /// [`primitives`]; the serializer then makes its own). Released with the pending references.
+    pub(crate) to_json: Cell<qjs::JSAtom>,
     /// The resolving functions `[resolve, reject]` of every request `host` answered with a promise,
     /// by request id: owned references, released when the request is settled or by
     /// [`ContextState::release_pending`] before the runtime goes.
@@ -53,6 +57,10 @@ pub(crate) struct ContextState {
     /// after the one being settled. They still wait and count as outstanding (as a step's later
     /// deliveries do until each is delivered); 0 otherwise.
     pub(crate) settling_left: Cell<usize>,
+    /// The texts of the last few strings `callPlain` read as kind, head or tail, each with an owned
+    /// reference to its string (see [`kept_text`]): forgotten with the heap at a reset, released
+    /// by [`ContextState::release_pending`] before the runtime goes.
+    pub(crate) texts: RefCell<Vec<(qjs::JSValue, Rc<str>)>>,
     /// `Math.random`'s state (xorshift64*), seeded for every run: a VM reused from its booted image
     /// would otherwise repeat one sequence, and QuickJS seeds its own only once, from the clock.
     pub(crate) rng: Cell<u64>,
@@ -73,9 +81,11 @@ impl ContextState {
             max_bytes,
             class_object: 0,
             class_array: 0,
+            to_json: Cell::new(0),
             pending: RefCell::new(HashMap::new()),
             answered: RefCell::new(Vec::new()),
             settling_left: Cell::new(0),
+            texts: RefCell::new(Vec::with_capacity(TEXTS_KEPT)),
             rng: Cell::new(codemode_bridge::random_seed()),
         })
     }
@@ -95,12 +105,19 @@ impl ContextState {
     }
 
     /// Releases the resolving functions of requests never settled (the run ended, or was dropped,
-    /// with calls in flight). Must run while the context is alive; the VM calls it when dropped.
+    /// with calls in flight) and the kept texts' strings. Must run while the context is alive; the
+    /// VM calls it when dropped.
     pub(crate) fn release_pending(&self, ctx: &Ctx<'_>) {
         let pending = std::mem::take(&mut *self.pending.borrow_mut());
-        for f in pending.into_values().flatten() {
+        let texts = std::mem::take(&mut *self.texts.borrow_mut());
+        for f in pending.into_values().flatten().chain(texts.into_iter().map(|(s, _)| s)) {
             // SAFETY: owned references of this live context, each freed once.
             unsafe { qjs::JS_FreeValue(ctx.as_raw().as_ptr(), f) };
+        }
+        let to_json = self.to_json.replace(0);
+        if to_json != 0 {
+            // SAFETY: the atom `primitives` made, freed once (taken out above).
+            unsafe { qjs::JS_FreeAtom(ctx.as_raw().as_ptr(), to_json) };
         }
     }
 }
@@ -162,6 +179,8 @@ pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquic
     unsafe {
         state.class_object = qjs::JS_GetClassID(object.as_raw());
         state.class_array = qjs::JS_GetClassID(array.as_raw());
+        // A NUL-free 6-byte name; 0 (out of memory) leaves it to the serializer.
+        state.to_json.set(qjs::JS_NewAtomLen(ctx.as_raw().as_ptr(), c"toJSON".as_ptr(), 6));
     }
     if state.class_object == state.class_array {
         return Err(rquickjs::Error::new_from_js_message("object", "array", "QuickJS gave both the same class id"));
@@ -231,6 +250,65 @@ unsafe fn with_text<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f: impl FnOnce
     }
     // SAFETY: as the contract says, and `v` is a string.
     unsafe { with_bytes(ctx, v, |bytes| f(&codemode_bridge::adapter::guest_text(bytes))) }
+}
+
+/// How many strings' texts [`kept_text`] keeps: a tool's kind, head and tail, for a few tools.
+const TEXTS_KEPT: usize = 8;
+
+/// Longest text [`kept_text`] keeps (a head holds the tool's id; longer ones are read each time).
+const TEXT_KEPT_MAX: usize = 512;
+
+/// [`with_text`] for the prelude's message parts, which are the same strings call after call (a
+/// tool function keeps its head and tail; the kind is a literal): the text of a string read
+/// before is taken from [`ContextState::texts`] instead of being copied out of the heap, checked
+/// and freed again (~1k instructions a call for the three parts).
+///
+/// A string is recognized by its address, and the entry holds a reference to it, so the address
+/// cannot be reused by another string while the entry lives; QuickJS strings never change. The
+/// entries go with the heap: released before the runtime is freed, forgotten (never freed into
+/// the restored heap) when a reused VM's region is reset.
+///
+/// # Safety
+/// As [`with_text`]; `state` is `ctx`'s state.
+unsafe fn kept_text<R>(
+    ctx: *mut qjs::JSContext,
+    state: &ContextState,
+    v: qjs::JSValue,
+    f: impl FnOnce(&str) -> R,
+) -> Option<R> {
+    // SAFETY: as the contract says; a string value only.
+    if !unsafe { qjs::JS_IsString(v) } {
+        return None;
+    }
+    // SAFETY: `v` is a string, so a pointer value.
+    let at = unsafe { qjs::JS_VALUE_GET_PTR(v) };
+    let kept = state
+        .texts
+        .borrow()
+        .iter()
+        // SAFETY: every kept value is a string (a pointer value).
+        .find(|(s, _)| unsafe { qjs::JS_VALUE_GET_PTR(*s) } == at)
+        .map(|(_, text)| text.clone());
+    if let Some(text) = kept {
+        return Some(f(&text));
+    }
+    // SAFETY: as the contract says, and `v` is a string.
+    unsafe {
+        with_bytes(ctx, v, |bytes| {
+            let text = codemode_bridge::adapter::guest_text(bytes);
+            if text.len() <= TEXT_KEPT_MAX {
+                let mut texts = state.texts.borrow_mut();
+                if texts.len() == TEXTS_KEPT {
+                    let (oldest, _) = texts.remove(0);
+                    // SAFETY: the entry's own reference, freed once (the entry is gone).
+                    qjs::JS_FreeValue(ctx, oldest);
+                }
+                // SAFETY: a new reference to `v`, owned by the entry.
+                texts.push((qjs::JS_DupValue(ctx, v), Rc::from(&*text)));
+            }
+            f(&text)
+        })
+    }
 }
 
 /// The bytes of string `v` as QuickJS encodes it (UTF-8, an unpaired surrogate kept as its own
@@ -395,7 +473,7 @@ unsafe fn call_plain_inner(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs
     // reallocations a call.
     let mut message = Vec::with_capacity(256);
     // SAFETY: values of this call, under the runtime's lock.
-    if unsafe { with_text(ctx, args[1], |head| message.extend_from_slice(head.as_bytes())) }.is_none() {
+    if unsafe { kept_text(ctx, state, args[1], |head| message.extend_from_slice(head.as_bytes())) }.is_none() {
         // SAFETY: as above.
         return unsafe { throw_type(ctx, USAGE) };
     }
@@ -404,7 +482,7 @@ unsafe fn call_plain_inner(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs
         return qjs::JS_UNDEFINED;
     }
     // SAFETY: as above.
-    if unsafe { with_text(ctx, args[3], |tail| message.extend_from_slice(tail.as_bytes())) }.is_none() {
+    if unsafe { kept_text(ctx, state, args[3], |tail| message.extend_from_slice(tail.as_bytes())) }.is_none() {
         // SAFETY: as above.
         return unsafe { throw_type(ctx, USAGE) };
     }
@@ -412,7 +490,7 @@ unsafe fn call_plain_inner(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs
     // quoting); should it not be, nothing is sent and the prelude's path takes the value.
     let Ok(payload) = std::str::from_utf8(&message) else { return qjs::JS_UNDEFINED };
     // SAFETY: as above.
-    match unsafe { with_text(ctx, args[0], |kind| bridge_call(state, kind, payload)) } {
+    match unsafe { kept_text(ctx, state, args[0], |kind| bridge_call(state, kind, payload)) } {
         // SAFETY: as above.
         Some(result) => unsafe { answer(ctx, Some(state), result) },
         // SAFETY: as above.
@@ -630,11 +708,20 @@ pub(crate) fn call<'js>(
     }
 }
 
-/// QuickJS's own JSON parser over `json`, as `JSON.parse` uses it. JS_ParseJSON reads up to a NUL
-/// after the text: it is pushed onto `json` for the call (in place when the string has spare room,
-/// else with one reallocation) and taken off again, where rquickjs's `json_parse` copies the text
-/// twice.
+/// The value `JSON.parse` makes of `json`: read by serde_json straight into QuickJS values
+/// ([`crate::from_json`]), or, for text serde_json refuses, by QuickJS's own JSON parser.
+/// JS_ParseJSON reads up to a NUL after the text: it is pushed onto `json` for the call (in place
+/// when the string has spare room, else with one reallocation) and taken off again, where
+/// rquickjs's `json_parse` copies the text twice.
 pub(crate) fn parse_json<'js>(ctx: &Ctx<'js>, json: &mut String) -> rquickjs::Result<Value<'js>> {
+    // SAFETY: the context is live under its lock (we hold a `Ctx`). The result is a new reference,
+    // handed to rquickjs's `Value`, which frees it.
+    match unsafe { crate::from_json::read(ctx.as_raw().as_ptr(), json) } {
+        // SAFETY: a new reference of this context, owned by the `Value` from here.
+        Ok(v) => return Ok(unsafe { Value::from_raw(ctx.clone(), v) }),
+        Err(crate::from_json::NotRead::Exception) => return Err(rquickjs::Error::Exception),
+        Err(crate::from_json::NotRead::Refused) => {}
+    }
     let len = json.len();
     json.push('\0');
     // SAFETY: `json` holds `len` bytes of text followed by the NUL JS_ParseJSON requires, and lives
@@ -650,5 +737,79 @@ pub(crate) fn parse_json<'js>(ctx: &Ctx<'js>, json: &mut String) -> rquickjs::Re
             return Err(rquickjs::Error::Exception);
         }
         Ok(Value::from_raw(ctx.clone(), v))
+    }
+}
+
+/// Sizes QuickJS serves from its own 4 KiB pages (its "arenas"): blocks of 16 to 512 bytes, each
+/// with an 8-byte header, in size classes of 8, 16 and 32 bytes' steps. One request per class
+/// (the class's block size less the header). The pinned QuickJS's table; a different table would
+/// only make some keepers share a class.
+const PAGE_CLASSES: [usize; 31] = [
+    16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320,
+    352, 384, 416, 448, 480, 512,
+];
+
+/// One block held in each of QuickJS's small size classes for the VM's life, placed so that every
+/// class has a free block in a page that stays: a short-lived value never makes a page.
+///
+/// QuickJS frees a small-block page the moment its last block is freed. After boot every page of
+/// a class may be full (an ordinary object's class is, with this prelude), and then each nested
+/// call's short-lived objects made a new page (~440 instructions: the page and the free list
+/// through its 4 KiB) and freed it again when they died — every call. [`PageKeepers::hold`] takes
+/// two blocks of each class, frees the first and keeps the second: with no free block in the
+/// class, both come from a new page, which keeps all but one free; with one, the second makes a
+/// page and the first's place is free again; with more, both come from older pages and at least
+/// one of their places stays free. Costs a page only for classes with fewer than two free blocks
+/// at boot (three, 12 KiB, with this prelude), taken before the booted image, so every run starts
+/// with them; nothing per call. Guaranteed for one short-lived block per class: a run that keeps
+/// many more alive at once can still fill the kept page.
+pub(crate) struct PageKeepers {
+    blocks: Vec<NonNull<c_void>>,
+}
+
+impl PageKeepers {
+    /// Takes the keepers from `ctx`'s runtime (called once the prelude has booted).
+    pub(crate) fn hold(ctx: &Ctx<'_>) -> Self {
+        let mut blocks = Vec::with_capacity(PAGE_CLASSES.len());
+        // SAFETY: a live context under its runtime's lock (we hold a `Ctx`); `js_malloc_rt` and
+        // `js_free_rt` are QuickJS's own allocator; a null answer (refused) is skipped, and the
+        // first block of each pair is freed once, right after the second was taken.
+        unsafe {
+            let rt = qjs::JS_GetRuntime(ctx.as_raw().as_ptr());
+            for block in PAGE_CLASSES {
+                let size = (block - 8) as qjs::size_t;
+                let Some(first) = NonNull::new(qjs::js_malloc_rt(rt, size)) else { continue };
+                if let Some(kept) = NonNull::new(qjs::js_malloc_rt(rt, size)) {
+                    blocks.push(kept);
+                }
+                qjs::js_free_rt(rt, first.as_ptr());
+            }
+        }
+        PageKeepers { blocks }
+    }
+
+    /// Allocates one block of each class and frees it again (a test's short-lived value).
+    #[cfg(test)]
+    pub(crate) fn churn(ctx: &Ctx<'_>) {
+        // SAFETY: as in `hold`; each block is freed right after it was allocated.
+        unsafe {
+            let rt = qjs::JS_GetRuntime(ctx.as_raw().as_ptr());
+            for block in PAGE_CLASSES {
+                let p = qjs::js_malloc_rt(rt, (block - 8) as qjs::size_t);
+                qjs::js_free_rt(rt, p);
+            }
+        }
+    }
+
+    /// Frees the keepers (before the runtime goes).
+    pub(crate) fn release(&mut self, ctx: &Ctx<'_>) {
+        // SAFETY: as in `hold`; each block was allocated by this runtime and is freed once (the
+        // list is emptied).
+        unsafe {
+            let rt = qjs::JS_GetRuntime(ctx.as_raw().as_ptr());
+            for p in self.blocks.drain(..) {
+                qjs::js_free_rt(rt, p.as_ptr());
+            }
+        }
     }
 }

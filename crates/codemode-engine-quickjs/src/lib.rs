@@ -34,6 +34,7 @@ mod alloc;
 mod arena;
 mod define_namespaces;
 mod ffi;
+mod from_json;
 mod plain_json;
 mod prelude_compile;
 
@@ -285,6 +286,8 @@ struct Vm {
     /// The outcomes being settled (swapped with `ContextState::answered`, so neither list is
     /// allocated anew each time the job queue runs dry); empty between settlements.
     settling: Vec<(RequestId, bool, String)>,
+    /// A block of each small size class, held so their pages are not made and freed per call.
+    pages: ffi::PageKeepers,
     /// The region holding the whole QuickJS heap, when reusable: dropped after everything above.
     arena: Option<arena::Arena>,
 }
@@ -322,10 +325,12 @@ impl Drop for Vm {
     fn drop(&mut self) {
         // Resolving functions of requests still in flight are owned references: release them while
         // the context is alive (the fields, context and runtime included, are dropped after this).
-        if !self.context_state.pending.borrow().is_empty() {
-            let state = &self.context_state;
-            self.ctx.with(|ctx| state.release_pending(&ctx));
-        }
+        let state = &self.context_state;
+        let pages = &mut self.pages;
+        self.ctx.with(|ctx| {
+            state.release_pending(&ctx);
+            pages.release(&ctx);
+        });
     }
 }
 
@@ -501,10 +506,11 @@ impl Vm {
                 .catch(&ctx)
                 .map_err(|e| EngineError::Unavailable(format!("the guest prelude failed to load: {e}")))
         })?;
+        rt.run_gc();
+        let pages = ctx.with(|ctx| ffi::PageKeepers::hold(&ctx));
         if let Some(arena) = arena.as_mut() {
             // The image: the booted VM after a collection, with no value held outside the heap
-            // but the prelude's handle (which every run keeps too).
-            rt.run_gc();
+            // but the prelude's handle and the page keepers (which every run keeps too).
             if !arena.take_image() {
                 tracing::debug!("the booted native VM holds a large block: it serves one run");
             }
@@ -521,6 +527,7 @@ impl Vm {
             limits,
             reused: false,
             settling: Vec::new(),
+            pages,
             arena,
         })
     }
@@ -548,14 +555,16 @@ impl Vm {
     /// Every byte of the QuickJS heap — the runtime and context structures, atoms, shapes, the
     /// job queue, the collector's lists, the allocator's state — becomes what it was when the
     /// image was taken, and what the run carved beyond it is zeroed. Values the host held into the
-    /// run's heap are only the resolving functions of requests never settled: they are forgotten
-    /// here (they belong to the state being discarded), never freed into the restored heap.
+    /// run's heap are only the resolving functions of requests never settled and the strings of
+    /// `callPlain`'s kept texts: they are forgotten here (they belong to the state being
+    /// discarded), never freed into the restored heap.
     fn recycle(&mut self) -> bool {
         let Some(arena) = self.arena.as_mut() else { return false };
         if !arena.has_image() || arena.carved().saturating_sub(arena.image_len()) > RECYCLE_MAX {
             return false;
         }
         self.context_state.pending.borrow_mut().clear();
+        self.context_state.texts.borrow_mut().clear();
         self.context_state.answered.borrow_mut().clear();
         self.context_state.settling_left.set(0);
         self.boot = None;
@@ -779,6 +788,20 @@ mod tests {
         // And again from the same image.
         assert!(vm.recycle());
         assert_eq!(completed(run_on(&mut vm, "return typeof planted")), json!("undefined"));
+    }
+
+    /// The page keepers (`ffi::PageKeepers`): from the booted image, a short-lived block of any
+    /// size class takes a place in a page that stays. Without them, a class whose pages were full
+    /// at boot made a page for it and freed it again (this prelude leaves one such class, an
+    /// object's, which every nested call met); keeping one block per class, without the pair,
+    /// still left two classes whose last free place the keeper itself took.
+    #[test]
+    fn a_short_lived_block_of_any_class_makes_no_page() {
+        let vm = Vm::new(GuestLimits::default()).unwrap();
+        let pages = |vm: &Vm| vm.arena.as_ref().expect("a reusable VM").pages_made();
+        let before = pages(&vm);
+        vm.ctx.with(|ctx| ffi::PageKeepers::churn(&ctx));
+        assert_eq!(pages(&vm), before, "pages made for short-lived blocks");
     }
 
     #[test]

@@ -117,9 +117,17 @@ pub(crate) unsafe fn append_plain(
 ) -> bool {
     let refused_before = state.refused.load(Ordering::Relaxed);
     let start = out.len();
-    let mut w = Writer { ctx, state, to_json: 0, out: std::mem::take(out), start, visits: 0 };
+    let mut w = Writer {
+        ctx,
+        state,
+        to_json: state.to_json.get(),
+        made_to_json: false,
+        out: std::mem::take(out),
+        start,
+        visits: 0,
+    };
     let step = w.value(v, depth, max_depth.min(MAX_NESTING));
-    if w.to_json != 0 {
+    if w.made_to_json {
         // SAFETY: an atom this writer made with JS_NewAtomLen and still holds.
         unsafe { qjs::JS_FreeAtom(ctx, w.to_json) };
     }
@@ -201,8 +209,11 @@ impl Drop for Names {
 struct Writer<'s> {
     ctx: *mut qjs::JSContext,
     state: &'s ContextState,
-    /// The `toJSON` atom, made when the first object is met (0 until then).
+    /// The `toJSON` atom: the VM's ([`ContextState::to_json`]), else made when the first object is
+    /// met (0 until then).
     to_json: qjs::JSAtom,
+    /// Whether this writer made `to_json` (and frees it).
+    made_to_json: bool,
     out: Vec<u8>,
     /// Where this value's text starts in `out` (what came before is not counted against the limit).
     start: usize,
@@ -355,6 +366,7 @@ impl Writer<'_> {
             if self.to_json == 0 {
                 return Err(Step::Failed);
             }
+            self.made_to_json = true;
         }
         // SAFETY: `v` is a non-proxy object: looking up an own property runs no guest code.
         match unsafe { qjs::JS_GetOwnProperty(self.ctx, std::ptr::null_mut(), v, self.to_json) } {

@@ -331,3 +331,39 @@ fn an_outcome_past_the_deadline_is_left_to_the_steps_end() {
         assert_eq!(r.error_code().map(|c| c.as_str()), Some("timeout"), "{engine}: {}", r.to_json());
     }
 }
+
+/// Each call reaches the tool it names: twelve tools, each returning its own name, called in a
+/// different rotation in each of eight cells of one runtime (so the native engine runs later cells
+/// on VMs reset to their booted image, where a run's strings land where the last run's were). The
+/// native engine keeps the texts of the strings `callPlain` reads (a tool's message head and tail)
+/// for a few tools and recognizes them by address: a text kept past a reset, or across more tools
+/// than it keeps, would send a call to another tool.
+#[test]
+fn every_call_reaches_the_tool_it_names_across_many_tools_and_reused_vms() {
+    use codemode_core::catalog::{ToolDefinition, ToolSource};
+    let rt = rt();
+    for engine in ENGINES {
+        let mut tools = demo_tools();
+        for k in 0..12 {
+            let name = format!("demo_t{k}");
+            let def =
+                ToolDefinition::new(ToolSource::Plugin, "demo", &name).with_parameters(json!({ "type": "object" }));
+            let answer = name.clone();
+            tools.add(Arc::new(codemode::FnTool::new(def.read_only(), move |input: Value| {
+                let answer = answer.clone();
+                async move { Ok(codemode_core::executor::ToolResult::value(json!({ "tool": answer, "i": input["i"] }))) }
+            })));
+        }
+        let cm = CodeMode::builder(CodeModeConfig::enabled()).engine_name(engine).local_tools(tools).build();
+        for run in 0..8 {
+            let step = [1, 5, 7, 11][run % 4];
+            let cell = format!(
+                "const seen = []; for (let i = 0; i < 36; i++) {{ const k = (i * {step} + {run}) % 12; \
+                 const r = await tools['demo_t' + k]({{ i }}); \
+                 if (r.tool !== 'demo_t' + k || r.i !== i) seen.push([k, i, r]); }} return seen"
+            );
+            let r = rt.block_on(cm.exec(&RunContext::session("many-tools"), &CodeModeExecInput::code(&cell)));
+            assert_eq!(r.to_json()["value"], json!([]), "{engine}, cell {run}: {}", r.to_json());
+        }
+    }
+}
