@@ -231,6 +231,69 @@ pub fn replace_lone_surrogates(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Whether `value` certainly passes [`encode_for_guest`]'s limits: it nests at most `max_depth`
+/// levels (forbidden keys' values included, as the encoder counts them) and an upper bound of its text (every string byte at its escaped length, every number
+/// at 25 bytes, the forbidden keys left out as the encoder leaves them out) is at most
+/// `max_bytes`. `false` says only that the bound is over: the value may still fit, and only
+/// encoding it tells. Iterative, and it stops as soon as either limit is passed.
+pub fn fits_for_guest(value: &Value, max_bytes: u64, max_depth: u32) -> bool {
+    fn string_bound(s: &str) -> u64 {
+        // `"` and `\\` take 2 bytes, control characters at most 6 (`\u001f`), anything else its own.
+        2 + s
+            .bytes()
+            .map(|b| {
+                if b < 0x20 {
+                    6
+                } else if b == b'"' || b == b'\\' {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum::<u64>()
+    }
+    let max_depth = max_depth as usize;
+    let mut bound: u64 = 0;
+    // (value, its depth, whether it is written): a forbidden key's value is not written, but its
+    // nesting counts against the depth limit as in `encode_for_guest`.
+    let mut stack: Vec<(&Value, usize, bool)> = vec![(value, 0, true)];
+    while let Some((v, d, written)) = stack.pop() {
+        let size = match v {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 25,
+            Value::String(s) => string_bound(s),
+            Value::Array(items) => {
+                if d + 1 > max_depth {
+                    return false;
+                }
+                stack.extend(items.iter().map(|x| (x, d + 1, written)));
+                2 + items.len() as u64
+            }
+            Value::Object(map) => {
+                if d + 1 > max_depth {
+                    return false;
+                }
+                let mut keys = 2;
+                for (k, x) in map {
+                    let kept = !is_forbidden_key(k);
+                    if kept {
+                        keys += string_bound(k) + 2;
+                    }
+                    stack.push((x, d + 1, written && kept));
+                }
+                keys
+            }
+        };
+        if written {
+            bound += size;
+            if bound > max_bytes {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// Serializes a host value for the guest: depth limit, size limit (checked while writing, so an
 /// oversized value is never fully copied), forbidden keys dropped.
 pub fn encode_for_guest(value: &Value, max_bytes: u64, max_depth: u32) -> Result<String, AdapterError> {
@@ -370,6 +433,18 @@ mod tests {
     }
 
     proptest! {
+        /// `fits_for_guest` is an upper bound: a value it passes encodes within the limits, and
+        /// it passes every value at 25 times its encoded length (so it is not always `false`).
+        #[test]
+        fn a_value_that_fits_encodes_within_the_limits(v in arb_json(), limit in 0u64..400, max_depth in 0u32..8) {
+            if fits_for_guest(&v, limit, max_depth) {
+                prop_assert!(encode_for_guest(&v, limit, max_depth).is_ok());
+            }
+            let text = encode_for_guest(&v, u64::MAX, 64).unwrap();
+            prop_assert!(fits_for_guest(&v, 25 * text.len() as u64, depth(&v) as u32));
+            prop_assert_eq!(fits_for_guest(&v, u64::MAX, max_depth), depth(&v) <= max_depth as usize);
+        }
+
         #[test]
         fn round_trip_preserves_sanitized_values(v in arb_json()) {
             let text = encode_for_guest(&v, 1 << 24, 64).unwrap();

@@ -113,10 +113,25 @@ pub enum HostCallResult {
         /// The outcome, encoded for the guest as [`BridgeHost::prepare_delivery`] encodes it.
         json: String,
     },
+    /// [`HostCallResult::Settled`] with a value, for an engine that makes guest values from host
+    /// values itself ([`BridgeHost::take_values`]): the request resolved with `value`, which is
+    /// within the bridge's limits ([`crate::adapter::fits_for_guest`]) and must become what
+    /// `JSON.parse` makes of its encoding ([`BridgeHost::prepare_delivery`]'s text) — forbidden keys
+    /// left out. Only a resolved outcome comes this way; anything else as `Settled`.
+    SettledValue {
+        /// The request.
+        id: RequestId,
+        /// The value it resolved with.
+        value: serde_json::Value,
+    },
     /// A limit was hit that ends the cell: the engine must interrupt the guest (uncatchably) and report
     /// [`BridgeHost::fatal`]. The guest additionally sees a thrown error until the interrupt lands.
     Fatal,
 }
+
+/// Deepest value handed over as [`HostCallResult::SettledValue`] (an engine may build it
+/// recursively); deeper ones go as text, however deep the limits allow.
+pub const VALUE_DEPTH_MAX: u32 = 64;
 
 /// The engine-independent bridge state machine behind the host primitive.
 #[derive(Debug)]
@@ -130,6 +145,7 @@ pub struct BridgeHost {
     fatal: Option<GuestFailure>,
     source: Option<Arc<dyn BootSource>>,
     answerer: Option<Arc<dyn Answerer>>,
+    takes_values: bool,
 }
 
 impl BridgeHost {
@@ -151,7 +167,16 @@ impl BridgeHost {
             fatal: None,
             source: None,
             answerer: None,
+            takes_values: false,
         }
+    }
+
+    /// The engine makes guest values from host values itself: a request the answerer resolves at
+    /// once with a value that certainly fits the bridge's limits comes back as
+    /// [`HostCallResult::SettledValue`] (the value, not its text). Spares the encoding and the
+    /// guest's parse of it on every such call.
+    pub fn take_values(&mut self) {
+        self.takes_values = true;
     }
 
     /// The state to put into a snapshot.
@@ -287,6 +312,20 @@ impl BridgeHost {
                     Answer::Declined(request) => {
                         self.requests.push(request);
                         HostCallResult::Request(id)
+                    }
+                    // A value the engine takes as it is (the last condition takes the request out of
+                    // the outstanding set, as `prepare_delivery` does, so it comes last).
+                    Answer::Settled(Delivery { id: settled, outcome: Ok(value) })
+                        if settled == id
+                            && self.takes_values
+                            && crate::adapter::fits_for_guest(
+                                &value,
+                                self.limits.max_delivery_bytes,
+                                self.limits.max_json_depth.min(VALUE_DEPTH_MAX),
+                            )
+                            && self.state.outstanding.remove(id).is_some() =>
+                    {
+                        HostCallResult::SettledValue { id, value }
                     }
                     Answer::Settled(delivery) if delivery.id == id => match self.prepare_delivery(&delivery) {
                         Some((ok, json)) => HostCallResult::Settled { id, ok, json },
@@ -551,6 +590,13 @@ mod tests {
                     message: "the loop breaker tripped".into(),
                 }),
                 "other" => Answer::Settled(Delivery { id: request.id + 100, outcome: Ok(json!(1)) }),
+                // 40 control characters: 240 bytes by `fits_for_guest`'s bound, 82 encoded
+                // (`\n` each); with `__proto__`, which the encoding leaves out.
+                "controls" => Answer::Settled(Delivery {
+                    id: request.id,
+                    outcome: Ok(json!({ "s": "\n".repeat(40), "__proto__": 1 })),
+                }),
+                "big" => Answer::Settled(Delivery { id: request.id, outcome: Ok(json!("x".repeat(300))) }),
                 _ => Answer::Declined(request),
             }
         }
@@ -566,6 +612,30 @@ mod tests {
 
     fn call(h: &mut BridgeHost, tool: &str) -> HostCallResult {
         h.host_call("call", &format!(r#"{{"id":"{tool}","input":{{}}}}"#))
+    }
+
+    /// An engine that takes values gets a resolved outcome as it is when it certainly fits the
+    /// limits, taken out of the outstanding set as a delivery would be; anything else (a rejection,
+    /// a value whose bound is over the limit, one over the limit itself) comes encoded as before.
+    #[test]
+    fn an_engine_that_takes_values_gets_those_that_certainly_fit() {
+        let limits = GuestLimits { max_delivery_bytes: 200, ..GuestLimits::default() };
+        let (mut h, _) = answering(limits);
+        h.take_values();
+        assert_eq!(call(&mut h, "now"), HostCallResult::SettledValue { id: 1, value: json!({ "n": 1 }) });
+        assert_eq!(h.outstanding(), 0, "delivered at once");
+        assert!(
+            matches!(call(&mut h, "fails"), HostCallResult::Settled { id: 2, ok: false, json } if json.contains("nested_tool_failed"))
+        );
+        let expected = format!(r#"{{"s":"{}"}}"#, "\\n".repeat(40));
+        assert_eq!(call(&mut h, "controls"), HostCallResult::Settled { id: 3, ok: true, json: expected });
+        assert!(
+            matches!(call(&mut h, "big"), HostCallResult::Settled { id: 4, ok: false, json } if json.contains("result refused by the bridge"))
+        );
+        assert_eq!(call(&mut h, "other"), HostCallResult::Fatal, "an answer for another request");
+        // Without `take_values` (the other engines), the same answers come encoded.
+        let (mut h, _) = answering(limits);
+        assert_eq!(call(&mut h, "now"), HostCallResult::Settled { id: 1, ok: true, json: r#"{"n":1}"#.into() });
     }
 
     /// The step's answerer takes each request as it is made: a settled one comes back encoded as a

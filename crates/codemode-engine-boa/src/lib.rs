@@ -519,7 +519,7 @@ fn host_primitive(_this: &JsValue, args: &[JsValue], ctx: &mut Context) -> JsRes
         HostCallResult::Fatal => Err(uncatchable()),
         // Never: this engine does not answer inline (`GuestVm::answers_inline` is false), so its
         // bridge has no answerer. Should it ever, the cell stops rather than lose the outcome.
-        HostCallResult::Settled { .. } => Err(uncatchable()),
+        HostCallResult::Settled { .. } | HostCallResult::SettledValue { .. } => Err(uncatchable()),
     }
 }
 

@@ -29,6 +29,21 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// A request's outcome waiting to be settled in the guest.
+pub(crate) enum Outcome {
+    /// As the bridge encoded it: resolve with what `JSON.parse` makes of `json` when `ok`, else
+    /// reject with the prelude's host error made of it.
+    Json {
+        /// Resolve (`true`) or reject.
+        ok: bool,
+        /// The encoded outcome.
+        json: String,
+    },
+    /// Resolve with this value, made in the guest as `JSON.parse` would make it of its encoding
+    /// (`HostCallResult::SettledValue`: within the bridge's limits).
+    Value(serde_json::Value),
+}
+
 /// What a VM's primitives need, reached through its context's opaque pointer.
 pub(crate) struct ContextState {
     pub(crate) bridge: Arc<Mutex<BridgeHost>>,
@@ -52,7 +67,7 @@ pub(crate) struct ContextState {
     /// were made: their promises wait in `pending` like any other, and `Vm::run_jobs` settles them
     /// when the job queue next runs dry — where the step would have ended and the next begun with
     /// their delivery — so the cell sees what a later step's delivery gives it.
-    pub(crate) answered: RefCell<Vec<(RequestId, bool, String)>>,
+    pub(crate) answered: RefCell<Vec<(RequestId, Outcome)>>,
     /// While `Vm::settle_all` settles a batch taken from `answered`: how many of its outcomes come
     /// after the one being settled. They still wait and count as outstanding (as a step's later
     /// deliveries do until each is delivered); 0 otherwise.
@@ -606,20 +621,14 @@ unsafe fn answer(ctx: *mut qjs::JSContext, state: Option<&ContextState>, result:
         }
         // Settled at once: a promise filed under the id like any other, its outcome kept to be
         // settled when the job queue next runs dry (see `ContextState::answered`).
-        HostCallResult::Settled { id, ok, json } => match state {
-            Some(state) => {
-                // SAFETY: as the contract says.
-                let promise = unsafe { promise_for(ctx, state, id) };
-                // SAFETY: checking the value just made.
-                if !unsafe { qjs::JS_IsException(promise) } {
-                    state.answered.borrow_mut().push((id, ok, json));
-                }
-                promise
-            }
-            // Never: the primitive is registered with its state. The outcome cannot be kept.
+        HostCallResult::Settled { id, ok, json } => {
             // SAFETY: as the contract says.
-            None => unsafe { answer(ctx, None, HostCallResult::Fatal) },
-        },
+            unsafe { answered(ctx, state, id, Outcome::Json { ok, json }) }
+        }
+        HostCallResult::SettledValue { id, value } => {
+            // SAFETY: as the contract says.
+            unsafe { answered(ctx, state, id, Outcome::Value(value)) }
+        }
         HostCallResult::Fatal => {
             if let Some(state) = state {
                 state.interrupt.fatal.store(true, Ordering::Relaxed);
@@ -705,6 +714,42 @@ pub(crate) fn call<'js>(
             return Err(rquickjs::Error::Exception);
         }
         Ok(Value::from_raw(ctx.clone(), r))
+    }
+}
+
+/// The promise for request `id`, answered at once with `outcome`, which waits in
+/// [`ContextState::answered`] to be settled.
+///
+/// # Safety
+/// As [`answer`].
+unsafe fn answered(
+    ctx: *mut qjs::JSContext,
+    state: Option<&ContextState>,
+    id: RequestId,
+    outcome: Outcome,
+) -> qjs::JSValue {
+    let Some(state) = state else {
+        // Never: the primitive is registered with its state. The outcome cannot be kept.
+        // SAFETY: as the contract says.
+        return unsafe { answer(ctx, None, HostCallResult::Fatal) };
+    };
+    // SAFETY: as the contract says.
+    let promise = unsafe { promise_for(ctx, state, id) };
+    // SAFETY: checking the value just made.
+    if !unsafe { qjs::JS_IsException(promise) } {
+        state.answered.borrow_mut().push((id, outcome));
+    }
+    promise
+}
+
+/// The guest value of a host value, as `JSON.parse` makes it of the value's encoding for the guest
+/// (see [`crate::from_json::build`]).
+pub(crate) fn value_of<'js>(ctx: &Ctx<'js>, value: &serde_json::Value) -> rquickjs::Result<Value<'js>> {
+    // SAFETY: the context is live under its lock (we hold a `Ctx`); the result is a new reference,
+    // owned by the `Value` from here.
+    match unsafe { crate::from_json::build(ctx.as_raw().as_ptr(), value) } {
+        Some(v) => Ok(unsafe { Value::from_raw(ctx.clone(), v) }),
+        None => Err(rquickjs::Error::Exception),
     }
 }
 

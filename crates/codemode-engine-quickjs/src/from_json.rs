@@ -204,6 +204,94 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
     }
 }
 
+/// Makes the guest value of a host value: what `JSON.parse` makes of the value's encoding for the
+/// guest (`codemode_bridge::adapter::encode_for_guest`), built with the same calls as [`read`] —
+/// forbidden keys left out as the encoding leaves them out, numbers as the double `JSON.parse`
+/// reads from their text (an integer rounded to the nearest, a double exactly: the encoding
+/// writes its shortest round-trip form), strings as they are. `None`: QuickJS refused an
+/// allocation and its exception is pending. Recursive: the bridge hands over only values nested at
+/// most `codemode_bridge::host::VALUE_DEPTH_MAX` levels.
+///
+/// # Safety
+/// `ctx` is a live context, used under its runtime's lock.
+pub(crate) unsafe fn build(ctx: *mut qjs::JSContext, value: &serde_json::Value) -> Option<qjs::JSValue> {
+    // SAFETY: as the contract says.
+    unsafe { build_owned(ctx, value) }.map(Owned::take)
+}
+
+/// [`build`], owned.
+///
+/// # Safety
+/// As [`build`].
+unsafe fn build_owned(ctx: *mut qjs::JSContext, value: &serde_json::Value) -> Option<Owned> {
+    use serde_json::Value as J;
+    let made = |v: qjs::JSValue| {
+        // SAFETY: checking a value just made.
+        if unsafe { qjs::JS_IsException(v) } { None } else { Some(Owned { ctx, value: v }) }
+    };
+    match value {
+        J::Null => Some(Owned { ctx, value: qjs::JS_NULL }),
+        J::Bool(b) => Some(Owned { ctx, value: if *b { qjs::JS_TRUE } else { qjs::JS_FALSE } }),
+        J::Number(n) => {
+            let d = match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => i as f64,
+                (None, Some(u)) => u as f64,
+                _ => n.as_f64().unwrap_or(f64::NAN),
+            };
+            Some(Owned { ctx, value: qjs::JS_NewFloat64(d) })
+        }
+        // SAFETY: valid UTF-8 of the given length; the context is live.
+        J::String(s) => made(unsafe { qjs::JS_NewStringLen(ctx, s.as_ptr().cast(), s.len() as qjs::size_t) }),
+        J::Array(items) => {
+            // SAFETY: the context is live.
+            let array = made(unsafe { qjs::JS_NewArray(ctx) })?;
+            for (index, item) in items.iter().enumerate() {
+                // SAFETY: as above.
+                let item = unsafe { build_owned(ctx, item) }?;
+                let Ok(index) = u32::try_from(index) else {
+                    // More items than an array holds (never within the bridge's size limit).
+                    // SAFETY: the context is live; the exception stays pending for the caller.
+                    unsafe { qjs::JS_ThrowOutOfMemory(ctx) };
+                    return None;
+                };
+                // SAFETY: `array` is a live array of this context; the item's reference is handed
+                // over (freed by QuickJS whatever the outcome).
+                let status = unsafe {
+                    qjs::JS_DefinePropertyValueUint32(ctx, array.value, index, item.take(), qjs::JS_PROP_C_W_E as _)
+                };
+                if status < 0 {
+                    return None;
+                }
+            }
+            Some(array)
+        }
+        J::Object(map) => {
+            // SAFETY: the context is live.
+            let object = made(unsafe { qjs::JS_NewObject(ctx) })?;
+            for (key, item) in map.iter().filter(|(k, _)| !codemode_bridge::adapter::is_forbidden_key(k)) {
+                // SAFETY: as above.
+                let item = unsafe { build_owned(ctx, item) }?;
+                // SAFETY: valid UTF-8 of the given length; the context is live.
+                let atom = unsafe { qjs::JS_NewAtomLen(ctx, key.as_ptr().cast(), key.len() as qjs::size_t) };
+                if atom == qjs::JS_ATOM_NULL {
+                    return None;
+                }
+                // SAFETY: `object` is a live ordinary object of this context and `atom` a live atom
+                // (freed right after); the item's reference is handed over.
+                let status = unsafe {
+                    qjs::JS_DefinePropertyValue(ctx, object.value, atom, item.take(), qjs::JS_PROP_C_W_E as _)
+                };
+                // SAFETY: the atom made above, freed once.
+                unsafe { qjs::JS_FreeAtom(ctx, atom) };
+                if status < 0 {
+                    return None;
+                }
+            }
+            Some(object)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,6 +372,8 @@ mod tests {
             "[a-z]{1,3}",
             "(0|[1-9][0-9]{0,10})",
             Just("__proto__".to_string()),
+            Just("constructor".to_string()),
+            Just("prototype".to_string()),
             Just("-0".to_string()),
             Just("4294967295".to_string()),
         ];
@@ -296,8 +386,28 @@ mod tests {
         })
     }
 
+    /// `build`'s value of `value` against what `JSON.parse` makes of its encoding for the guest.
+    fn compare_built(ctx: &Ctx<'_>, value: &Json) -> Result<(), String> {
+        let text = codemode_bridge::adapter::encode_for_guest(value, u64::MAX, 64).map_err(|e| e.to_string())?;
+        let built = crate::ffi::value_of(ctx, value).map_err(|e| format!("{e} building {text}"))?;
+        let json: Object<'_> = ctx.globals().get("JSON").unwrap();
+        let parse: Function<'_> = json.get("parse").unwrap();
+        let reference: Value<'_> = parse.call((text.as_str(),)).map_err(|e| format!("JSON.parse: {e} for {text}"))?;
+        let same: Function<'_> = ctx.eval(SAME).unwrap();
+        let diff: String = same.call((built, reference)).unwrap();
+        if diff.is_empty() { Ok(()) } else { Err(format!("{diff} for {text}")) }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// A host value handed over as it is (`HostCallResult::SettledValue`) becomes what the
+        /// guest would have parsed from its encoding: forbidden keys left out, numbers and
+        /// strings alike.
+        #[test]
+        fn host_values_build_as_json_parse_reads_their_encoding(value in json_value()) {
+            prop_assert_eq!(with_context(|ctx| compare_built(ctx, &value)), Ok(()));
+        }
 
         /// Every text serde_json writes of a value is read directly (never left to the fallback,
         /// so the comparison is of the direct reading) into what `JSON.parse` makes of it.

@@ -285,7 +285,7 @@ struct Vm {
     reused: bool,
     /// The outcomes being settled (swapped with `ContextState::answered`, so neither list is
     /// allocated anew each time the job queue runs dry); empty between settlements.
-    settling: Vec<(RequestId, bool, String)>,
+    settling: Vec<(RequestId, ffi::Outcome)>,
     /// A block of each small size class, held so their pages are not made and freed per call.
     pages: ffi::PageKeepers,
     /// The region holding the whole QuickJS heap, when reusable: dropped after everything above.
@@ -341,6 +341,14 @@ impl Drop for Vm {
 // `ctx.with` (under the lock), and the whole `Vm` moves between threads as one value, never shared.
 #[allow(unsafe_code)]
 unsafe impl Send for Vm {}
+
+/// A run's bridge: it hands resolved values over as they are (`HostCallResult::SettledValue`), which
+/// the engine makes guest values of itself ([`ffi::value_of`]).
+fn new_bridge(limits: GuestLimits) -> BridgeHost {
+    let mut bridge = BridgeHost::new(limits);
+    bridge.take_values();
+    bridge
+}
 
 fn eval_options(filename: &str) -> EvalOptions {
     let mut opts = EvalOptions::default();
@@ -403,26 +411,29 @@ fn unavailable(what: &str) -> impl Fn(rquickjs::Error) -> EngineError + '_ {
 }
 
 impl Vm {
-    /// Delivers outcomes `(id, ok, json)`, in order, under one lock of the runtime: each fulfils
+    /// Delivers outcomes `(id, outcome)`, in order, under one lock of the runtime: each fulfils
     /// or rejects its request's promise (`host` made it and kept its resolving functions). A request
     /// that is not pending (settled already, or never answered with a promise) has nothing to
-    /// deliver to, as in the prelude's own `settle`. `json` gets a NUL pushed in place (see
-    /// [`ffi::parse_json`]). While one is settled, the ones after it count as outstanding
+    /// deliver to, as in the prelude's own `settle`. An encoded outcome gets a NUL pushed in place
+    /// (see [`ffi::parse_json`]); a value is made in the guest directly ([`ffi::value_of`]). While one is settled, the ones after it count as outstanding
     /// (`ContextState::settling_left`): settling can run guest code that makes requests.
     fn settle_all(
         &mut self,
-        mut outcomes: impl ExactSizeIterator<Item = (RequestId, bool, String)>,
+        mut outcomes: impl ExactSizeIterator<Item = (RequestId, ffi::Outcome)>,
     ) -> Result<(), VmFault> {
         let host_error = &self.api.host_error;
         let state = &self.context_state;
         let interrupt = &self.interrupt;
         self.ctx.with(|ctx| {
             let settled = (|| {
-                while let Some((id, ok, mut json)) = outcomes.next() {
+                while let Some((id, outcome)) = outcomes.next() {
                     state.settling_left.set(outcomes.len());
                     let Some([resolve, reject]) = state.take_pending(&ctx, id) else { continue };
                     let settled = (|| -> rquickjs::Result<Value<'_>> {
-                        let value = ffi::parse_json(&ctx, &mut json)?;
+                        let (ok, value) = match outcome {
+                            ffi::Outcome::Value(value) => (true, ffi::value_of(&ctx, &value)?),
+                            ffi::Outcome::Json { ok, mut json } => (ok, ffi::parse_json(&ctx, &mut json)?),
+                        };
                         if ok {
                             ffi::call(
                                 &ctx,
@@ -472,7 +483,7 @@ impl Vm {
         let handler_state = interrupt.clone();
         rt.set_interrupt_handler(Some(Box::new(move || handler_state.should_stop())));
         let ctx = Context::full(&rt).map_err(unavailable("cannot create a QuickJS context"))?;
-        let bridge = Arc::new(Mutex::new(BridgeHost::new(limits)));
+        let bridge = Arc::new(Mutex::new(new_bridge(limits)));
         let bytecode = prelude_bytecode()?;
         let mut state = ffi::ContextState::new(bridge.clone(), interrupt.clone(), refused.clone(), heap_limit);
         let api = ctx.with(|ctx| -> Result<Api, EngineError> {
@@ -536,8 +547,8 @@ impl Vm {
     /// `Math.random` seed, no deadline, cancel flag, fatal stop or allocation refusal.
     fn begin_run(&mut self) {
         match self.bridge.lock() {
-            Ok(mut b) => *b = BridgeHost::new(self.limits),
-            Err(poisoned) => *poisoned.into_inner() = BridgeHost::new(self.limits),
+            Ok(mut b) => *b = new_bridge(self.limits),
+            Err(poisoned) => *poisoned.into_inner() = new_bridge(self.limits),
         }
         // Poisoned by a panic in an earlier run (which failed): the bridge is new now.
         self.bridge.clear_poison();
@@ -664,7 +675,7 @@ impl GuestVm for Vm {
         // Room for the NUL JS_ParseJSON reads up to (see `parse_json`), so pushing it never copies.
         let mut text = String::with_capacity(json.len() + 1);
         text.push_str(json);
-        self.settle_all(std::iter::once((id, ok, text)))
+        self.settle_all(std::iter::once((id, ffi::Outcome::Json { ok, json: text })))
     }
 
     /// Runs jobs until the queue is dry and no outcome answered at once waits to be settled:

@@ -157,7 +157,8 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
                 HostCallResult::Throw { name: "TypeError", message } => (-1, message),
                 HostCallResult::Throw { name: "RangeError", message } => (-2, message),
                 HostCallResult::Throw { message, .. } => (-3, message),
-                HostCallResult::Fatal => {
+                // Never: this engine's bridge is not told to hand values over (`take_values`).
+                HostCallResult::SettledValue { .. } | HostCallResult::Fatal => {
                     caller.data_mut().fatal = true;
                     return Ok(-4);
                 }

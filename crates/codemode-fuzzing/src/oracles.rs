@@ -75,7 +75,9 @@ pub fn host_primitive(calls: &[(String, String)]) {
                 assert!(data.is_none(), "a pull with no boot source answers nothing");
             }
             HostCallResult::Accepted | HostCallResult::Throw { .. } => {}
-            HostCallResult::Settled { .. } => panic!("settled at once without an answerer"),
+            HostCallResult::Settled { .. } | HostCallResult::SettledValue { .. } => {
+                panic!("settled at once without an answerer")
+            }
         }
         assert!(host.outstanding() <= limits.max_outstanding_requests as usize);
     }
@@ -126,18 +128,26 @@ impl codemode_core::engine::Answerer for ScriptedAnswerer {
 /// request is accepted; a settled answer is valid JSON and its request is neither reported nor
 /// outstanding; a started one stays outstanding and is not reported; a declined one is reported;
 /// the answerer is handed nothing after the step's first output or reported request, and never a
-/// yield; a stop or an answer for another id is fatal, and fatal stays fatal. Returns how many
-/// requests the answerer was handed (so a test can tell the oracle was exercised).
-pub fn host_primitive_answering(calls: &[(String, String)], script: &[u8]) -> usize {
+/// yield; a stop or an answer for another id is fatal, and fatal stays fatal. For an odd number of
+/// calls the bridge hands resolved values over as they are (`take_values`, the native engine's bridge):
+/// a small one must come as a value, and only then. Returns how many requests the answerer was
+/// handed and how many outcomes came as values (so a test can tell the oracle was exercised).
+pub fn host_primitive_answering(calls: &[(String, String)], script: &[u8]) -> (usize, usize) {
     use codemode_core::engine::RequestId;
     use std::collections::BTreeSet;
     let limits = GuestLimits { max_outstanding_requests: 3, max_message_bytes: 4096, ..GuestLimits::default() };
     let mut host = BridgeHost::new(limits);
+    // Half the scripts run against an engine that takes resolved values as they are.
+    let takes_values = calls.len() % 2 == 1;
+    if takes_values {
+        host.take_values();
+    }
     host.begin_drive(16 * 1024);
     let answerer = std::sync::Arc::new(ScriptedAnswerer { script: script.to_vec(), seen: Default::default() });
     host.set_answerer(Some(answerer.clone()));
     let (mut last_id, mut fatal, mut closed) = (0, false, false);
     let (mut settled, mut started) = (BTreeSet::<RequestId>::new(), BTreeSet::<RequestId>::new());
+    let mut values = 0;
     for (i, (kind, payload)) in calls.iter().enumerate() {
         let held = script.get(script.len().saturating_sub(1 + i)).map_or(0, |b| usize::from(b % 4));
         let handed = answerer.seen.lock().map_or(0, |s| s.len());
@@ -150,8 +160,19 @@ pub fn host_primitive_answering(calls: &[(String, String)], script: &[u8]) -> us
             match (&answer, choice) {
                 (HostCallResult::Settled { id: got, json, .. }, 0 | 1) => {
                     assert_eq!(*got, id);
+                    assert!(
+                        !(takes_values && choice == 0),
+                        "a small resolved value went as text to an engine taking values"
+                    );
                     assert!(serde_json::from_str::<Value>(json).is_ok(), "settled with invalid JSON: {json}");
                     settled.insert(id);
+                }
+                (HostCallResult::SettledValue { id: got, value }, 0) => {
+                    assert_eq!(*got, id);
+                    assert!(takes_values, "a value handed to an engine that does not take values");
+                    assert_eq!(*value, serde_json::json!({ "id": id }));
+                    settled.insert(id);
+                    values += 1;
                 }
                 (HostCallResult::Request(got), 2 | 3 | 6) => {
                     assert_eq!(*got, id);
@@ -169,7 +190,9 @@ pub fn host_primitive_answering(calls: &[(String, String)], script: &[u8]) -> us
             }
         }
         match answer {
-            HostCallResult::Request(id) | HostCallResult::Settled { id, .. } => {
+            HostCallResult::Request(id)
+            | HostCallResult::Settled { id, .. }
+            | HostCallResult::SettledValue { id, .. } => {
                 assert!(!fatal, "a request was accepted after a fatal limit");
                 assert!(id > last_id, "ids must increase: {id} after {last_id}");
                 last_id = id;
@@ -196,7 +219,7 @@ pub fn host_primitive_answering(calls: &[(String, String)], script: &[u8]) -> us
             host.prepare_delivery(&codemode_core::engine::Delivery { id: *id, outcome: Ok(Value::Null) }).is_none()
         );
     }
-    answerer.seen.lock().map_or(0, |s| s.len())
+    (answerer.seen.lock().map_or(0, |s| s.len()), values)
 }
 
 /// A configuration file: parsing never panics, and whatever parses has every number clamped.

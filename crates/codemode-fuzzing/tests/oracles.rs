@@ -30,13 +30,16 @@ fn host_primitive_keeps_its_invariants() {
 
 #[test]
 fn host_primitive_with_an_answerer_keeps_its_invariants() {
-    let mut handed = 0;
+    let (mut handed, mut values) = (0, 0);
     each(2000, 1024, |u| {
         let calls = g::host_calls(u);
         let script: Vec<u8> = u.arbitrary().unwrap_or_default();
-        handed += oracles::host_primitive_answering(&calls, &script);
+        let (h, v) = oracles::host_primitive_answering(&calls, &script);
+        handed += h;
+        values += v;
     });
     assert!(handed > 400, "the answerer was handed only {handed} requests");
+    assert!(values > 100, "only {values} outcomes came as values");
 }
 
 #[test]
