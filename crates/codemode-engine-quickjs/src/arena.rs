@@ -156,7 +156,6 @@ impl Arena {
     }
 
     /// Usable bytes of live blocks now.
-    #[cfg(test)]
     pub(crate) fn used(&self) -> usize {
         // SAFETY: as in `set_limit`.
         unsafe { (*self.control()).used }

@@ -267,6 +267,13 @@ unsafe fn with_text<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f: impl FnOnce
     unsafe { with_bytes(ctx, v, |bytes| f(&codemode_bridge::adapter::guest_text(bytes))) }
 }
 
+/// The runtime's GC threshold (a test's check that no collection ran: one sets a new threshold).
+#[cfg(test)]
+pub(crate) fn gc_threshold(ctx: &Ctx<'_>) -> usize {
+    // SAFETY: a live context under its lock; reading a runtime field.
+    unsafe { qjs::JS_GetGCThreshold(qjs::JS_GetRuntime(ctx.as_raw().as_ptr())) as usize }
+}
+
 /// How many strings' texts [`kept_text`] keeps: a tool's kind, head and tail, for a few tools.
 const TEXTS_KEPT: usize = 8;
 

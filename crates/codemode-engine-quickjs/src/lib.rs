@@ -520,6 +520,13 @@ impl Vm {
         rt.run_gc();
         let pages = ctx.with(|ctx| ffi::PageKeepers::hold(&ctx));
         if let Some(arena) = arena.as_mut() {
+            // The next collection when the heap has grown by half, as QuickJS sets it after one of
+            // its own. Left at its initial 256 KiB, it sat a few KiB above the booted heap (~238
+            // KiB), and the image restores it for every run: a run allocating that much collected
+            // every time (~240k instructions). The heap's size is the allocator's count of usable
+            // bytes (a third above QuickJS's own, which would walk every object to compute).
+            let booted = arena.used();
+            rt.set_gc_threshold(booted.saturating_add(booted / 2));
             // The image: the booted VM after a collection, with no value held outside the heap
             // but the prelude's handle and the page keepers (which every run keeps too).
             if !arena.take_image() {
@@ -813,6 +820,23 @@ mod tests {
         let before = pages(&vm);
         vm.ctx.with(|ctx| ffi::PageKeepers::churn(&ctx));
         assert_eq!(pages(&vm), before, "pages made for short-lived blocks");
+    }
+
+    /// A run that makes a few tens of KiB of objects does not collect: the booted image's GC
+    /// threshold is half again the booted heap, as QuickJS sets it after a collection, not its
+    /// initial 256 KiB a few KiB above the heap (which every reset restored, so such runs
+    /// collected every time).
+    #[test]
+    fn a_small_run_does_not_collect() {
+        let mut vm = Vm::new(GuestLimits::default()).unwrap();
+        let threshold = |vm: &Vm| vm.ctx.with(|ctx| ffi::gc_threshold(&ctx));
+        let before = threshold(&vm);
+        let cell = "const a = []; for (let i = 0; i < 500; i++) a.push({ i, s: 'x' + i }); return a.length";
+        for _ in 0..3 {
+            assert_eq!(completed(run_on(&mut vm, cell)), json!(500));
+            assert_eq!(threshold(&vm), before, "a collection ran (it sets a new threshold)");
+            assert!(vm.recycle());
+        }
     }
 
     #[test]
