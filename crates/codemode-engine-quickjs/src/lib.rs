@@ -323,8 +323,9 @@ impl Api {
 
 impl Drop for Vm {
     fn drop(&mut self) {
-        // Resolving functions of requests still in flight are owned references: release them while
-        // the context is alive (the fields, context and runtime included, are dropped after this).
+        // Resolving functions of requests still in flight, the kept texts' strings, the `toJSON`
+        // atom and the page keepers are held in the runtime: release them while the context is
+        // alive (the fields, context and runtime included, are dropped after this).
         let state = &self.context_state;
         let pages = &mut self.pages;
         self.ctx.with(|ctx| {
@@ -415,8 +416,9 @@ impl Vm {
     /// or rejects its request's promise (`host` made it and kept its resolving functions). A request
     /// that is not pending (settled already, or never answered with a promise) has nothing to
     /// deliver to, as in the prelude's own `settle`. An encoded outcome gets a NUL pushed in place
-    /// (see [`ffi::parse_json`]); a value is made in the guest directly ([`ffi::value_of`]). While one is settled, the ones after it count as outstanding
-    /// (`ContextState::settling_left`): settling can run guest code that makes requests.
+    /// (see [`ffi::parse_json`]); a value is made in the guest directly ([`ffi::value_of`]). While
+    /// one is settled, the ones after it count as outstanding (`ContextState::settling_left`):
+    /// settling can run guest code that makes requests.
     fn settle_all(
         &mut self,
         mut outcomes: impl ExactSizeIterator<Item = (RequestId, ffi::Outcome)>,
