@@ -252,38 +252,57 @@ pub fn fits_for_guest(value: &Value, max_bytes: u64, max_depth: u32) -> bool {
             })
             .sum::<u64>()
     }
+    // A scalar's bound, `None` for a container.
+    fn scalar_bound(v: &Value) -> Option<u64> {
+        match v {
+            Value::Null | Value::Bool(_) => Some(5),
+            Value::Number(_) => Some(25),
+            Value::String(s) => Some(string_bound(s)),
+            Value::Array(_) | Value::Object(_) => None,
+        }
+    }
+    // A container's element: a scalar counted now (if written), a container walked later.
+    fn child<'v>(x: &'v Value, d: usize, kept: bool, size: &mut u64, stack: &mut Vec<(&'v Value, usize, bool)>) {
+        match scalar_bound(x) {
+            Some(b) if kept => *size += b,
+            Some(_) => {}
+            None => stack.push((x, d, kept)),
+        }
+    }
     let max_depth = max_depth as usize;
     let mut bound: u64 = 0;
-    // (value, its depth, whether it is written): a forbidden key's value is not written, but its
-    // nesting counts against the depth limit as in `encode_for_guest`.
-    let mut stack: Vec<(&Value, usize, bool)> = vec![(value, 0, true)];
-    while let Some((v, d, written)) = stack.pop() {
-        let size = match v {
-            Value::Null | Value::Bool(_) => 5,
-            Value::Number(_) => 25,
-            Value::String(s) => string_bound(s),
+    // Containers still to walk: (value, its depth, whether it is written). A forbidden key's value
+    // is not written, but its nesting counts against the depth limit as in `encode_for_guest`.
+    // Scalars are counted where they are met, so a flat value allocates nothing.
+    let mut stack: Vec<(&Value, usize, bool)> = Vec::new();
+    let mut next = Some((value, 0, true));
+    while let Some((v, d, written)) = next.take().or_else(|| stack.pop()) {
+        let mut size = 0;
+        match v {
             Value::Array(items) => {
                 if d + 1 > max_depth {
                     return false;
                 }
-                stack.extend(items.iter().map(|x| (x, d + 1, written)));
-                2 + items.len() as u64
+                size += 2 + items.len() as u64;
+                for x in items {
+                    child(x, d + 1, written, &mut size, &mut stack);
+                }
             }
             Value::Object(map) => {
                 if d + 1 > max_depth {
                     return false;
                 }
-                let mut keys = 2;
+                size += 2;
                 for (k, x) in map {
-                    let kept = !is_forbidden_key(k);
+                    let kept = written && !is_forbidden_key(k);
                     if kept {
-                        keys += string_bound(k) + 2;
+                        size += string_bound(k) + 2;
                     }
-                    stack.push((x, d + 1, written && kept));
+                    child(x, d + 1, kept, &mut size, &mut stack);
                 }
-                keys
             }
-        };
+            scalar => size += scalar_bound(scalar).unwrap_or(0),
+        }
         if written {
             bound += size;
             if bound > max_bytes {
