@@ -56,8 +56,8 @@ pub(crate) struct ContextState {
     pub(crate) class_object: qjs::JSClassID,
     /// Class id of an array, read off a fresh one.
     pub(crate) class_array: qjs::JSClassID,
-    /// The `toJSON` atom the serializer looks up on every object it writes, made once (0 until
-    /// [`primitives`]; the serializer then makes its own). Released with the pending references.
+    /// The `toJSON` atom the serializer looks up on every object it writes, made once by
+    /// [`primitives`] (0 before). Released with the pending references.
     pub(crate) to_json: Cell<qjs::JSAtom>,
     /// The resolving functions `[resolve, reject]` of every request `host` answered with a promise,
     /// by request id: owned references, released when the request is settled or by
@@ -194,8 +194,11 @@ pub(crate) fn primitives<'js>(ctx: &Ctx<'js>, state: &mut ContextState) -> rquic
     unsafe {
         state.class_object = qjs::JS_GetClassID(object.as_raw());
         state.class_array = qjs::JS_GetClassID(array.as_raw());
-        // A NUL-free 6-byte name; 0 (out of memory) leaves it to the serializer.
+        // A NUL-free 6-byte name.
         state.to_json.set(qjs::JS_NewAtomLen(ctx.as_raw().as_ptr(), c"toJSON".as_ptr(), 6));
+    }
+    if state.to_json.get() == qjs::JS_ATOM_NULL {
+        return Err(rquickjs::Error::Allocation);
     }
     if state.class_object == state.class_array {
         return Err(rquickjs::Error::new_from_js_message("object", "array", "QuickJS gave both the same class id"));
@@ -544,6 +547,40 @@ unsafe extern "C" fn own_first(
     }
 }
 
+/// The value of `object`'s own property `atom` if it is a data property: `Ok(Some(value))`, an
+/// owned reference; `Ok(None)` when it has no such property or it is an accessor (its getter is
+/// not called); `Err(())` when QuickJS failed, its exception pending.
+///
+/// # Safety
+/// `ctx` is a live context under its runtime's lock, `object` an object value it holds and `atom`
+/// a live atom. No guest code runs unless `object` is a proxy (its `getOwnPropertyDescriptor`
+/// trap would).
+pub(crate) unsafe fn own_data_property(
+    ctx: *mut qjs::JSContext,
+    object: qjs::JSValue,
+    atom: qjs::JSAtom,
+) -> Result<Option<qjs::JSValue>, ()> {
+    let mut desc = std::mem::MaybeUninit::<qjs::JSPropertyDescriptor>::uninit();
+    // SAFETY: as the contract says; on success QuickJS fills every field of `desc` with owned
+    // references.
+    let found = unsafe { qjs::JS_GetOwnProperty(ctx, desc.as_mut_ptr(), object, atom) };
+    if found <= 0 {
+        return if found < 0 { Err(()) } else { Ok(None) };
+    }
+    // SAFETY: filled by the successful call above; the getter and setter references it handed
+    // over are freed once, and the value's too when it is not returned.
+    unsafe {
+        let desc = desc.assume_init();
+        qjs::JS_FreeValue(ctx, desc.getter);
+        qjs::JS_FreeValue(ctx, desc.setter);
+        if desc.flags & qjs::JS_PROP_GETSET as c_int != 0 {
+            qjs::JS_FreeValue(ctx, desc.value);
+            return Ok(None);
+        }
+        Ok(Some(desc.value))
+    }
+}
+
 /// The trap [`own_first`] makes: `data[0]` is the fallback.
 ///
 /// # Safety
@@ -577,21 +614,12 @@ unsafe extern "C" fn own_first_trap(
             if atom == qjs::JS_ATOM_NULL {
                 return qjs::JS_EXCEPTION;
             }
-            let mut desc = std::mem::MaybeUninit::<qjs::JSPropertyDescriptor>::uninit();
-            let found = qjs::JS_GetOwnProperty(ctx, desc.as_mut_ptr(), target, atom);
+            let found = own_data_property(ctx, target, atom);
             qjs::JS_FreeAtom(ctx, atom);
-            if found < 0 {
-                return qjs::JS_EXCEPTION;
-            }
-            if found > 0 {
-                // Filled by the successful call: three owned references.
-                let desc = desc.assume_init();
-                qjs::JS_FreeValue(ctx, desc.getter);
-                qjs::JS_FreeValue(ctx, desc.setter);
-                if desc.flags & qjs::JS_PROP_GETSET as c_int == 0 && !qjs::JS_IsUndefined(desc.value) {
-                    return desc.value;
-                }
-                qjs::JS_FreeValue(ctx, desc.value);
+            match found {
+                Err(()) => return qjs::JS_EXCEPTION,
+                Ok(Some(value)) if !qjs::JS_IsUndefined(value) => return value,
+                Ok(_) => {}
             }
         }
         qjs::JS_Call(ctx, *data, qjs::JS_UNDEFINED, 2, args.as_mut_ptr())

@@ -67,6 +67,60 @@ impl Drop for Owned {
     }
 }
 
+// The calls both readings make, each as `JSON.parse` makes it. `None` / `false`: QuickJS refused
+// an allocation and its exception is pending.
+
+/// Wraps a value QuickJS just made, `None` for the exception marker.
+fn owned(ctx: *mut qjs::JSContext, value: qjs::JSValue) -> Option<Owned> {
+    // SAFETY: checking a value just made.
+    if unsafe { qjs::JS_IsException(value) } { None } else { Some(Owned { ctx, value }) }
+}
+
+/// A new string of `s`.
+///
+/// # Safety
+/// `ctx` is a live context, used under its runtime's lock.
+unsafe fn new_string(ctx: *mut qjs::JSContext, s: &str) -> Option<Owned> {
+    // SAFETY: `s` is valid UTF-8 of the given length; the context is live.
+    owned(ctx, unsafe { qjs::JS_NewStringLen(ctx, s.as_ptr().cast(), s.len() as qjs::size_t) })
+}
+
+/// A new empty array, or ordinary object.
+///
+/// # Safety
+/// As [`new_string`].
+unsafe fn new_container(ctx: *mut qjs::JSContext, array: bool) -> Option<Owned> {
+    // SAFETY: the context is live.
+    owned(ctx, unsafe { if array { qjs::JS_NewArray(ctx) } else { qjs::JS_NewObject(ctx) } })
+}
+
+/// Defines `item` as element `index` of `array` (handed over whatever the outcome).
+///
+/// # Safety
+/// As [`new_string`]; `array` is an array of `ctx`.
+unsafe fn set_item(ctx: *mut qjs::JSContext, array: &Owned, index: u32, item: Owned) -> bool {
+    // SAFETY: as the contract says; QuickJS takes the item's reference.
+    unsafe { qjs::JS_DefinePropertyValueUint32(ctx, array.value, index, item.take(), qjs::JS_PROP_C_W_E as _) >= 0 }
+}
+
+/// Defines `item` as `object`'s own data property `key` (handed over whatever the outcome).
+///
+/// # Safety
+/// As [`new_string`]; `object` is an ordinary object of `ctx`.
+unsafe fn set_key(ctx: *mut qjs::JSContext, object: &Owned, key: &str, item: Owned) -> bool {
+    // SAFETY: `key` is valid UTF-8 of the given length; the context is live.
+    let atom = unsafe { qjs::JS_NewAtomLen(ctx, key.as_ptr().cast(), key.len() as qjs::size_t) };
+    if atom == qjs::JS_ATOM_NULL {
+        return false;
+    }
+    // SAFETY: `object` is a live ordinary object of this context and `atom` a live atom (freed
+    // right after); QuickJS takes the item's reference.
+    let status = unsafe { qjs::JS_DefinePropertyValue(ctx, object.value, atom, item.take(), qjs::JS_PROP_C_W_E as _) };
+    // SAFETY: the atom made above, freed once.
+    unsafe { qjs::JS_FreeAtom(ctx, atom) };
+    status >= 0
+}
+
 /// The seed and visitor: makes each value in `ctx`; `thrown` records that QuickJS refused.
 #[derive(Clone, Copy)]
 struct Build<'a> {
@@ -75,22 +129,19 @@ struct Build<'a> {
 }
 
 impl Build<'_> {
-    /// Wraps a value QuickJS just made, or reports its exception.
-    fn made<E: de::Error>(self, value: qjs::JSValue) -> Result<Owned, E> {
-        // SAFETY: checking a value just made.
-        if unsafe { qjs::JS_IsException(value) } {
-            self.thrown.set(true);
-            return Err(E::custom("allocation refused"));
-        }
-        Ok(Owned { ctx: self.ctx, value })
+    /// A made value, or the error that ends the reading as an exception.
+    fn made<E: de::Error>(self, value: Option<Owned>) -> Result<Owned, E> {
+        value.ok_or_else(|| self.refused())
     }
 
-    fn defined<E: de::Error>(self, status: std::ffi::c_int) -> Result<(), E> {
-        if status < 0 {
-            self.thrown.set(true);
-            return Err(E::custom("allocation refused"));
-        }
-        Ok(())
+    /// A definition's outcome, or the error that ends the reading as an exception.
+    fn defined<E: de::Error>(self, ok: bool) -> Result<(), E> {
+        if ok { Ok(()) } else { Err(self.refused()) }
+    }
+
+    fn refused<E: de::Error>(self) -> E {
+        self.thrown.set(true);
+        E::custom("allocation refused")
     }
 }
 
@@ -132,20 +183,17 @@ impl<'de> Visitor<'de> for Build<'_> {
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Owned, E> {
-        // SAFETY: `s` is valid UTF-8 of the given length; the context is live (see `read`).
-        self.made(unsafe { qjs::JS_NewStringLen(self.ctx, s.as_ptr().cast(), s.len() as qjs::size_t) })
+        // SAFETY: the context is live (see `read`).
+        self.made(unsafe { new_string(self.ctx, s) })
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Owned, A::Error> {
         // SAFETY: the context is live (see `read`).
-        let array = self.made(unsafe { qjs::JS_NewArray(self.ctx) })?;
+        let array = self.made(unsafe { new_container(self.ctx, true) })?;
         let mut index: u32 = 0;
         while let Some(item) = items.next_element_seed(self)? {
-            // SAFETY: `array` is a live array of this context; the item's reference is handed
-            // over (freed by QuickJS whatever the outcome).
-            self.defined(unsafe {
-                qjs::JS_DefinePropertyValueUint32(self.ctx, array.value, index, item.take(), qjs::JS_PROP_C_W_E as _)
-            })?;
+            // SAFETY: `array` is an array of this live context.
+            self.defined(unsafe { set_item(self.ctx, &array, index, item) })?;
             index = index.checked_add(1).ok_or_else(|| de::Error::custom("too many items"))?;
         }
         Ok(array)
@@ -153,24 +201,11 @@ impl<'de> Visitor<'de> for Build<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Owned, A::Error> {
         // SAFETY: the context is live (see `read`).
-        let object = self.made(unsafe { qjs::JS_NewObject(self.ctx) })?;
+        let object = self.made(unsafe { new_container(self.ctx, false) })?;
         while let Some(key) = entries.next_key::<Key<'de>>()? {
             let value = entries.next_value_seed(self)?;
-            let name = key.as_str();
-            // SAFETY: `name` is valid UTF-8 of the given length; the context is live.
-            let atom = unsafe { qjs::JS_NewAtomLen(self.ctx, name.as_ptr().cast(), name.len() as qjs::size_t) };
-            if atom == qjs::JS_ATOM_NULL {
-                self.thrown.set(true);
-                return Err(de::Error::custom("allocation refused"));
-            }
-            // SAFETY: `object` is a live ordinary object of this context and `atom` a live atom
-            // (freed right after); the value's reference is handed over.
-            let status = unsafe {
-                qjs::JS_DefinePropertyValue(self.ctx, object.value, atom, value.take(), qjs::JS_PROP_C_W_E as _)
-            };
-            // SAFETY: the atom made above, freed once.
-            unsafe { qjs::JS_FreeAtom(self.ctx, atom) };
-            self.defined(status)?;
+            // SAFETY: `object` is an ordinary object of this live context.
+            self.defined(unsafe { set_key(self.ctx, &object, key.as_str(), value) })?;
         }
         Ok(object)
     }
@@ -225,10 +260,6 @@ pub(crate) unsafe fn build(ctx: *mut qjs::JSContext, value: &serde_json::Value) 
 /// As [`build`].
 unsafe fn build_owned(ctx: *mut qjs::JSContext, value: &serde_json::Value) -> Option<Owned> {
     use serde_json::Value as J;
-    let made = |v: qjs::JSValue| {
-        // SAFETY: checking a value just made.
-        if unsafe { qjs::JS_IsException(v) } { None } else { Some(Owned { ctx, value: v }) }
-    };
     match value {
         J::Null => Some(Owned { ctx, value: qjs::JS_NULL }),
         J::Bool(b) => Some(Owned { ctx, value: if *b { qjs::JS_TRUE } else { qjs::JS_FALSE } }),
@@ -240,11 +271,11 @@ unsafe fn build_owned(ctx: *mut qjs::JSContext, value: &serde_json::Value) -> Op
             };
             Some(Owned { ctx, value: qjs::JS_NewFloat64(d) })
         }
-        // SAFETY: valid UTF-8 of the given length; the context is live.
-        J::String(s) => made(unsafe { qjs::JS_NewStringLen(ctx, s.as_ptr().cast(), s.len() as qjs::size_t) }),
+        // SAFETY: the context is live (the contract).
+        J::String(s) => unsafe { new_string(ctx, s) },
         J::Array(items) => {
-            // SAFETY: the context is live.
-            let array = made(unsafe { qjs::JS_NewArray(ctx) })?;
+            // SAFETY: as above.
+            let array = unsafe { new_container(ctx, true) }?;
             for (index, item) in items.iter().enumerate() {
                 // SAFETY: as above.
                 let item = unsafe { build_owned(ctx, item) }?;
@@ -254,36 +285,21 @@ unsafe fn build_owned(ctx: *mut qjs::JSContext, value: &serde_json::Value) -> Op
                     unsafe { qjs::JS_ThrowOutOfMemory(ctx) };
                     return None;
                 };
-                // SAFETY: `array` is a live array of this context; the item's reference is handed
-                // over (freed by QuickJS whatever the outcome).
-                let status = unsafe {
-                    qjs::JS_DefinePropertyValueUint32(ctx, array.value, index, item.take(), qjs::JS_PROP_C_W_E as _)
-                };
-                if status < 0 {
+                // SAFETY: `array` is an array of this live context.
+                if !unsafe { set_item(ctx, &array, index, item) } {
                     return None;
                 }
             }
             Some(array)
         }
         J::Object(map) => {
-            // SAFETY: the context is live.
-            let object = made(unsafe { qjs::JS_NewObject(ctx) })?;
+            // SAFETY: as above.
+            let object = unsafe { new_container(ctx, false) }?;
             for (key, item) in map.iter().filter(|(k, _)| !codemode_bridge::adapter::is_forbidden_key(k)) {
                 // SAFETY: as above.
                 let item = unsafe { build_owned(ctx, item) }?;
-                // SAFETY: valid UTF-8 of the given length; the context is live.
-                let atom = unsafe { qjs::JS_NewAtomLen(ctx, key.as_ptr().cast(), key.len() as qjs::size_t) };
-                if atom == qjs::JS_ATOM_NULL {
-                    return None;
-                }
-                // SAFETY: `object` is a live ordinary object of this context and `atom` a live atom
-                // (freed right after); the item's reference is handed over.
-                let status = unsafe {
-                    qjs::JS_DefinePropertyValue(ctx, object.value, atom, item.take(), qjs::JS_PROP_C_W_E as _)
-                };
-                // SAFETY: the atom made above, freed once.
-                unsafe { qjs::JS_FreeAtom(ctx, atom) };
-                if status < 0 {
+                // SAFETY: `object` is an ordinary object of this live context.
+                if !unsafe { set_key(ctx, &object, key, item) } {
                     return None;
                 }
             }

@@ -117,20 +117,8 @@ pub(crate) unsafe fn append_plain(
 ) -> bool {
     let refused_before = state.refused.load(Ordering::Relaxed);
     let start = out.len();
-    let mut w = Writer {
-        ctx,
-        state,
-        to_json: state.to_json.get(),
-        made_to_json: false,
-        out: std::mem::take(out),
-        start,
-        visits: 0,
-    };
+    let mut w = Writer { ctx, state, to_json: state.to_json.get(), out: std::mem::take(out), start, visits: 0 };
     let step = w.value(v, depth, max_depth.min(MAX_NESTING));
-    if w.made_to_json {
-        // SAFETY: an atom this writer made with JS_NewAtomLen and still holds.
-        unsafe { qjs::JS_FreeAtom(ctx, w.to_json) };
-    }
     *out = w.out;
     match step {
         Ok(()) => true,
@@ -209,11 +197,8 @@ impl Drop for Names {
 struct Writer<'s> {
     ctx: *mut qjs::JSContext,
     state: &'s ContextState,
-    /// The `toJSON` atom: the VM's ([`ContextState::to_json`]), else made when the first object is
-    /// met (0 until then).
+    /// The `toJSON` atom (the VM's, [`ContextState::to_json`]).
     to_json: qjs::JSAtom,
-    /// Whether this writer made `to_json` (and frees it).
-    made_to_json: bool,
     out: Vec<u8>,
     /// Where this value's text starts in `out` (what came before is not counted against the limit).
     start: usize,
@@ -360,14 +345,6 @@ impl Writer<'_> {
     /// JSON.stringify reads `toJSON` through the whole prototype chain (getters included): the
     /// value is plain only if no link is a Proxy and none has an own `toJSON`, data or accessor.
     fn check_chain(&mut self, v: qjs::JSValue) -> Result<(), Step> {
-        if self.to_json == 0 {
-            // SAFETY: a NUL-free 6-byte name; the atom is freed in `serialize`.
-            self.to_json = unsafe { qjs::JS_NewAtomLen(self.ctx, c"toJSON".as_ptr(), 6) };
-            if self.to_json == 0 {
-                return Err(Step::Failed);
-            }
-            self.made_to_json = true;
-        }
         // SAFETY: `v` is a non-proxy object: looking up an own property runs no guest code.
         match unsafe { qjs::JS_GetOwnProperty(self.ctx, std::ptr::null_mut(), v, self.to_json) } {
             0 => {}
@@ -404,28 +381,12 @@ impl Writer<'_> {
 
     /// The value of `v`'s own data property `atom`: not plain for an accessor or a hole.
     fn own_data(&mut self, v: qjs::JSValue, atom: qjs::JSAtom) -> Result<Held, Step> {
-        let mut desc = std::mem::MaybeUninit::<qjs::JSPropertyDescriptor>::uninit();
-        // SAFETY: `v` is a non-proxy object held by the caller (no guest code runs); on success
-        // QuickJS fills every field of `desc` with owned references.
-        let found = unsafe { qjs::JS_GetOwnProperty(self.ctx, desc.as_mut_ptr(), v, atom) };
-        if found < 0 {
-            return Err(Step::Failed);
+        // SAFETY: `v` is a non-proxy object held by the caller (no guest code runs).
+        match unsafe { crate::ffi::own_data_property(self.ctx, v, atom) } {
+            Ok(Some(value)) => Ok(Held { ctx: self.ctx, v: value }),
+            Ok(None) => Err(Step::NotPlain),
+            Err(()) => Err(Step::Failed),
         }
-        if found == 0 {
-            return Err(Step::NotPlain);
-        }
-        // SAFETY: filled by the successful call above.
-        let desc = unsafe { desc.assume_init() };
-        let value = Held { ctx: self.ctx, v: desc.value };
-        // SAFETY: the getter and setter references the descriptor handed over, freed once.
-        unsafe {
-            qjs::JS_FreeValue(self.ctx, desc.getter);
-            qjs::JS_FreeValue(self.ctx, desc.setter);
-        }
-        if desc.flags & qjs::JS_PROP_GETSET as c_int != 0 {
-            return Err(Step::NotPlain);
-        }
-        Ok(value)
     }
 
     fn fields(&mut self, v: qjs::JSValue, depth: i32, max_depth: i32) -> Result<(), Step> {
