@@ -313,24 +313,7 @@ impl BridgeHost {
                         self.requests.push(request);
                         HostCallResult::Request(id)
                     }
-                    // A value the engine takes as it is (the last condition takes the request out of
-                    // the outstanding set, as `prepare_delivery` does, so it comes last).
-                    Answer::Settled(Delivery { id: settled, outcome: Ok(value) })
-                        if settled == id
-                            && self.takes_values
-                            && crate::adapter::fits_for_guest(
-                                &value,
-                                self.limits.max_delivery_bytes,
-                                self.limits.max_json_depth.min(VALUE_DEPTH_MAX),
-                            )
-                            && self.state.outstanding.remove(id).is_some() =>
-                    {
-                        HostCallResult::SettledValue { id, value }
-                    }
-                    Answer::Settled(delivery) if delivery.id == id => match self.prepare_delivery(&delivery) {
-                        Some((ok, json)) => HostCallResult::Settled { id, ok, json },
-                        None => self.internal_fatal(id),
-                    },
+                    Answer::Settled(delivery) if delivery.id == id => self.settled_at_once(delivery),
                     // An answer for another request would leave this one unanswered.
                     Answer::Settled(_) => self.internal_fatal(id),
                     Answer::Stop(failure) => {
@@ -376,6 +359,27 @@ impl BridgeHost {
     pub fn set_fatal(&mut self, failure: GuestFailure) {
         if self.fatal.is_none() {
             self.fatal = Some(failure);
+        }
+    }
+
+    /// The primitive's answer for a request the answerer settled at once: the value as it is for an
+    /// engine that takes values ([`BridgeHost::take_values`]) when it certainly fits the limits,
+    /// else the delivery encoded as [`BridgeHost::prepare_delivery`] encodes it. Either way the
+    /// request leaves the outstanding set; one that was not in it is an internal failure.
+    fn settled_at_once(&mut self, delivery: Delivery) -> HostCallResult {
+        let id = delivery.id;
+        let (max_bytes, max_depth) = (self.limits.max_delivery_bytes, self.limits.max_json_depth.min(VALUE_DEPTH_MAX));
+        let as_value = self.takes_values
+            && matches!(&delivery.outcome, Ok(value) if crate::adapter::fits_for_guest(value, max_bytes, max_depth));
+        match delivery.outcome {
+            Ok(value) if as_value => match self.state.outstanding.remove(id) {
+                Some(_) => HostCallResult::SettledValue { id, value },
+                None => self.internal_fatal(id),
+            },
+            outcome => match self.prepare_delivery(&Delivery { id, outcome }) {
+                Some((ok, json)) => HostCallResult::Settled { id, ok, json },
+                None => self.internal_fatal(id),
+            },
         }
     }
 
