@@ -1201,12 +1201,6 @@ EXPORT("cm_init") int32_t cm_init(const char *prelude, uint32_t len) {
         return -6;
     // Start the per-run life with a clean heap (the init garbage is not part of every snapshot).
     JS_RunGC(rt);
-    // The next collection when the heap has grown by half, as QuickJS sets it after one of its
-    // own. Left at its initial 256 KiB, it could sit just above the booted heap, and every run
-    // starts from this image: a run allocating that much would collect every time.
-    JSMemoryUsage usage;
-    JS_ComputeMemoryUsage(rt, &usage);
-    JS_SetGCThreshold(rt, (size_t)(usage.malloc_size + usage.malloc_size / 2));
     return 0;
 }
 
