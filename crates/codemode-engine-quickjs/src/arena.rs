@@ -106,7 +106,8 @@ fn class_size(class: usize) -> usize {
 /// The region: owned here, used by QuickJS through [`ArenaAllocator`] handles.
 pub(crate) struct Arena {
     base: NonNull<u8>,
-    layout: Layout,
+    /// The region's size in bytes (a multiple of the page size).
+    capacity: usize,
     /// The region's first bytes as they were when the image was taken (its length is the bump
     /// offset then): what [`Arena::reset`] copies back.
     image: Vec<u8>,
@@ -119,15 +120,12 @@ unsafe impl Send for Arena {}
 
 impl Arena {
     /// A region of `capacity` bytes (rounded up to a page), or `None` if the host will not lend
-    /// it. The memory comes zeroed from the system and is only backed by pages as it is used.
+    /// it. The memory comes zeroed from the system and is only backed by pages as it is used (see
+    /// [`region`]).
     pub(crate) fn new(capacity: usize) -> Option<Self> {
         let capacity = capacity.max(FIRST_BLOCK + GRANULE).checked_next_multiple_of(4096)?;
-        // Alignment 16: the system's calloc then maps large regions lazily (a larger alignment
-        // would make Rust zero every byte of it up front).
-        let layout = Layout::from_size_align(capacity, GRANULE).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
-        let arena = Arena { base, layout, image: Vec::new() };
+        let base = region::map(capacity)?;
+        let arena = Arena { base, capacity, image: Vec::new() };
         // SAFETY: the region is at least FIRST_BLOCK bytes, aligned for `Control`, and zeroed.
         unsafe {
             let c = arena.control();
@@ -145,7 +143,7 @@ impl Arena {
 
     /// A handle QuickJS allocates through. `refused` is set whenever it says no.
     pub(crate) fn allocator(&self, refused: Arc<AtomicBool>) -> ArenaAllocator {
-        ArenaAllocator { base: self.base, capacity: self.layout.size(), refused }
+        ArenaAllocator { base: self.base, capacity: self.capacity, refused }
     }
 
     /// Sets the heap limit (usable bytes of live blocks, the image's included).
@@ -244,7 +242,7 @@ impl Arena {
     /// check of [`Arena::reset`]).
     #[cfg(test)]
     pub(crate) fn is_pristine(&self, upto: usize) -> bool {
-        let upto = upto.min(self.layout.size());
+        let upto = upto.min(self.capacity);
         // SAFETY: the region's bytes are initialized (zeroed at creation) and not being written.
         let bytes = unsafe { std::slice::from_raw_parts(self.base.as_ptr(), upto) };
         let n = self.image.len().min(upto);
@@ -256,9 +254,75 @@ impl Drop for Arena {
     fn drop(&mut self) {
         // Normally none are left (freeing the runtime frees them through the allocator).
         self.free_large_blocks();
-        // SAFETY: allocated in `new` with this layout, freed once. The runtime that used the region
+        // SAFETY: mapped in `new` with this size, unmapped once. The runtime that used the region
         // is gone: the VM drops its runtime before its arena.
-        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) };
+        unsafe { region::unmap(self.base, self.capacity) };
+    }
+}
+
+/// The region's memory, taken from the operating system directly rather than through the global
+/// allocator: a region is large (twice the heap limit plus 16 MiB) and mostly never touched, so
+/// it must be backed by pages only as QuickJS uses them. glibc's `calloc` happened to give that
+/// (it maps blocks this large afresh), but another allocator may hand back reused memory and zero
+/// all of it, making every VM resident at its full size — with mimalloc as the process's
+/// allocator, each suspended native run held ~20 MiB more (`codemode bench`'s footprint row).
+#[cfg(unix)]
+mod region {
+    use std::ptr::NonNull;
+
+    /// `len` bytes of fresh, zeroed, private memory (no swap reserved for it up front), or `None`.
+    pub(super) fn map(len: usize) -> Option<NonNull<u8>> {
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
+        // existing memory; the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        NonNull::new(p.cast::<u8>())
+    }
+
+    /// Returns a region made by [`map`].
+    ///
+    /// # Safety
+    /// `base` and `len` are those of one live mapping made by [`map`], unused from here on.
+    pub(super) unsafe fn unmap(base: NonNull<u8>, len: usize) {
+        // SAFETY: as the contract says. A failure (only for arguments `map` never gives) would
+        // leave the mapping in place: a leak, not a fault.
+        let _ = unsafe { libc::munmap(base.as_ptr().cast(), len) };
+    }
+}
+
+/// The region's memory elsewhere: the global allocator's zeroed memory.
+#[cfg(not(unix))]
+mod region {
+    use std::alloc::Layout;
+    use std::ptr::NonNull;
+
+    fn layout(len: usize) -> Option<Layout> {
+        Layout::from_size_align(len, super::GRANULE).ok()
+    }
+
+    pub(super) fn map(len: usize) -> Option<NonNull<u8>> {
+        // SAFETY: the layout has a non-zero size (the arena asks for at least one page).
+        NonNull::new(unsafe { std::alloc::alloc_zeroed(layout(len)?) })
+    }
+
+    /// # Safety
+    /// `base` and `len` are those of one live allocation made by [`map`], unused from here on.
+    pub(super) unsafe fn unmap(base: NonNull<u8>, len: usize) {
+        if let Some(layout) = layout(len) {
+            // SAFETY: as the contract says.
+            unsafe { std::alloc::dealloc(base.as_ptr(), layout) };
+        }
     }
 }
 
@@ -563,6 +627,47 @@ unsafe impl Allocator for ArenaAllocator {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// Pages of `len` bytes at `base` the kernel has backed (`mincore`).
+    #[cfg(target_os = "linux")]
+    fn resident_pages(base: *mut u8, len: usize) -> usize {
+        let mut vec = vec![0u8; len.div_ceil(4096)];
+        // SAFETY (test): `base..base + len` is one live mapping of the caller's; `vec` has a byte
+        // per page.
+        let rc = unsafe { libc::mincore(base.cast(), len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|b| **b & 1 == 1).count()
+    }
+
+    /// The region is a mapping of its own, backed only where QuickJS has written, whatever the
+    /// process's global allocator does with large blocks: a VM's 144 MiB region (default limits)
+    /// must not become resident when a region is made again after another one was used and dropped.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_region_is_its_own_mapping_backed_only_where_it_was_written() {
+        const LEN: usize = 32 << 20;
+        for _ in 0..2 {
+            let mut arena = Arena::new(LEN).unwrap();
+            arena.set_limit(LEN);
+            let base = arena.base.as_ptr();
+            assert_eq!(base as usize % 4096, 0, "a mapping of its own starts on a page");
+            assert_eq!(arena.capacity, LEN);
+            // Only the control block's page was written.
+            assert_eq!(resident_pages(base, LEN), 1);
+            let refused = Arc::new(AtomicBool::new(false));
+            let mut a = arena.allocator(refused);
+            for _ in 0..64 {
+                assert!(!a.alloc(4096).is_null());
+            }
+            let resident = resident_pages(base, LEN);
+            assert!((2..=80).contains(&resident), "{resident} pages backed for ~64 written");
+            // Dirty the whole region past the control block (which the drop reads) before
+            // dropping it: the next one must still start untouched.
+            // SAFETY (test): the region's bytes, not in use by any runtime; the allocator handle
+            // is not used again.
+            unsafe { std::ptr::write_bytes(base.add(FIRST_BLOCK), 0xA5, LEN - FIRST_BLOCK) };
+        }
+    }
 
     #[test]
     fn classes_cover_every_size_with_at_most_a_quarter_wasted() {
