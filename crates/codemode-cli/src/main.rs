@@ -33,18 +33,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// The process's allocator: mimalloc instead of the C library's. A nested tool call makes fifteen
-/// short-lived host allocations (the request, the tool's input and its copy, the call's future,
-/// the result); glibc's `malloc`/`free` spent ~137 instructions a pair on them (2.0k of a native
-/// call's 24.8k), mimalloc ~85, so a call costs 0.8k fewer (3 %). It is built without transparent
-/// huge pages (`no_thp`): with them every process faulted in 2 MiB pages, starting ~1 ms slower
-/// and ~10 MiB larger. What it costs: ~85 more page faults at start (~0.15 ms). The engines' guest
-/// heaps are not affected: the wasm guest's lives in its linear memory and the native engine's in
-/// its own mapped region (`codemode-engine-quickjs`). The libraries set no allocator: an
-/// embedding (and the Python and Node packages' host process) keeps its own.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit status of a usage or configuration error.
 const EXIT_USAGE: u8 = 2;
 
