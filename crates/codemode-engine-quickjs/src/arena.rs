@@ -270,7 +270,9 @@ impl Drop for Arena {
 mod region {
     use std::ptr::NonNull;
 
-    /// `len` bytes of fresh, zeroed, private memory (no swap reserved for it up front), or `None`.
+    /// `len` bytes of fresh, zeroed, private memory, or `None`. The same mapping glibc's `calloc`
+    /// made for a region (no `MAP_NORESERVE`: under strict overcommit accounting a region is
+    /// refused at creation, as it was, rather than failing a write later).
     pub(super) fn map(len: usize) -> Option<NonNull<u8>> {
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
         // existing memory; the result is checked before use.
@@ -279,7 +281,7 @@ mod region {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
