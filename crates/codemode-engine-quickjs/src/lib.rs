@@ -841,6 +841,20 @@ mod tests {
         }
     }
 
+    /// When the host will not lend a region (here: a heap limit so large that twice it cannot be
+    /// mapped), the VM takes its memory from the guarded system allocator instead and serves one
+    /// run; it is never reset for another.
+    #[test]
+    fn a_vm_whose_region_cannot_be_mapped_serves_one_run() {
+        let limits = GuestLimits { memory_limit_bytes: 1 << 62, ..GuestLimits::default() };
+        let mut vm = Vm::new(limits).unwrap();
+        assert!(vm.arena.is_none(), "a 2^63-byte region was mapped");
+        assert_eq!(completed(run_on(&mut vm, "return [1 + 1, 'x'.repeat(1 << 20).length]")), json!([2, 1 << 20]));
+        assert!(!vm.recycle(), "a VM without a region is not reused");
+        // A VM with ordinary limits still gets its region.
+        assert!(Vm::new(GuestLimits::default()).unwrap().arena.is_some());
+    }
+
     #[test]
     fn a_vm_whose_run_carved_far_into_its_region_is_not_reused() {
         let mut vm = Vm::new(GuestLimits::default()).unwrap();

@@ -22,6 +22,14 @@ pub const NESTED: &str =
 /// Nested calls made by [`NESTED`].
 pub const NESTED_CALLS: u32 = 1000;
 
+/// [`NESTED`] three times as long. With both, [`split_nested`] tells what one more call costs from
+/// what a cell making calls costs once (its compile, its first call's function, the reset after
+/// it): [`NESTED`]'s time per call is both together.
+pub const NESTED_LONG: &str =
+    "let s = 0; for (let i = 0; i < 3000; i++) { const r = await tools.demo_echo({ i }); s += r.i; } return s";
+/// Nested calls made by [`NESTED_LONG`].
+pub const NESTED_LONG_CALLS: u32 = 3000;
+
 /// A cell that suspends once (yield) and resumes: exec + wait.
 pub const SUSPEND_RESUME: &str = "const rows = [1, 2, 3]; await yield_control(); return rows.length";
 
@@ -199,6 +207,38 @@ pub async fn nested_cell(cm: &CodeMode, cell: &str) -> Duration {
     d / NESTED_CALLS
 }
 
+/// The whole time of one run of `cell` (panics unless it completes).
+pub async fn cell_time(cm: &CodeMode, cell: &str) -> Duration {
+    let t = Instant::now();
+    let r = cm.exec(&ctx(), &CodeModeExecInput::code(cell)).await;
+    let d = t.elapsed();
+    expect_completed(&r);
+    d
+}
+
+/// A nested call's cost split in two (see [`split_nested`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NestedSplit {
+    /// What one more call in a cell costs: the medians' difference over the calls between them.
+    pub per_call: Duration,
+    /// What a cell of [`NESTED_CALLS`] calls costs beyond its calls at that rate.
+    pub per_cell: Duration,
+}
+
+/// Splits the time of calls into a cost per call and a cost per cell, from whole-cell times of
+/// [`NESTED`] (`short`) and [`NESTED_LONG`] (`long`): `None` when a side has no samples or the
+/// longer cells' median is not the larger (noise larger than 2,000 calls).
+pub fn split_nested(short: &[Duration], long: &[Duration]) -> Option<NestedSplit> {
+    let median = |v: &[Duration]| {
+        let mut v = v.to_vec();
+        v.sort();
+        (!v.is_empty()).then(|| percentile(&v, 0.5))
+    };
+    let (short, long) = (median(short)?, median(long)?);
+    let per_call = long.checked_sub(short)? / (NESTED_LONG_CALLS - NESTED_CALLS);
+    Some(NestedSplit { per_call, per_cell: short.saturating_sub(per_call * NESTED_CALLS) })
+}
+
 /// A cell that loads what a run's first nested call pays for once per runtime (the engine's first
 /// instance, the called tool's compiled input schema), so a measurement after it counts only what
 /// every call costs.
@@ -353,4 +393,28 @@ pub fn runtime_with_store(
 /// `round((len - 1) * q)` (the same rule as `make bench-peers`). Zero for an empty sample.
 pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|&u| Duration::from_micros(u)).collect()
+    }
+
+    #[test]
+    fn a_nested_call_splits_into_its_margin_and_its_cell() {
+        // Cells of 1,000 and 3,000 calls at 2 µs a call, each with 150 µs once (medians 2,150 and
+        // 6,150 µs; the outliers do not move them).
+        let short = us(&[2_150, 2_140, 2_160, 9_000, 2_150]);
+        let long = us(&[6_150, 6_150, 1_000, 6_160, 6_140]);
+        let split = split_nested(&short, &long).unwrap();
+        assert_eq!(split.per_call, Duration::from_micros(2));
+        assert_eq!(split.per_cell, Duration::from_micros(150));
+        // Longer cells that came out no slower, or no samples: no split.
+        assert_eq!(split_nested(&us(&[2_000]), &us(&[1_900])), None);
+        assert_eq!(split_nested(&[], &us(&[6_000])), None);
+        assert_eq!(split_nested(&us(&[2_000]), &[]), None);
+    }
 }
