@@ -23,8 +23,8 @@ pub const NESTED: &str =
 pub const NESTED_CALLS: u32 = 1000;
 
 /// [`NESTED`] three times as long. With both, [`split_nested`] tells what one more call costs from
-/// what a cell making calls costs once (its compile, its first call's function, the reset after
-/// it): [`NESTED`]'s time per call is both together.
+/// what a cell making calls costs once (its compile, its first call, the reset after it, and its
+/// early calls, which run slower than later ones): [`NESTED`]'s time per call is both together.
 pub const NESTED_LONG: &str =
     "let s = 0; for (let i = 0; i < 3000; i++) { const r = await tools.demo_echo({ i }); s += r.i; } return s";
 /// Nested calls made by [`NESTED_LONG`].
@@ -235,7 +235,7 @@ pub fn split_nested(short: &[Duration], long: &[Duration]) -> Option<NestedSplit
         (!v.is_empty()).then(|| percentile(&v, 0.5))
     };
     let (short, long) = (median(short)?, median(long)?);
-    let per_call = long.checked_sub(short)? / (NESTED_LONG_CALLS - NESTED_CALLS);
+    let per_call = long.checked_sub(short).filter(|d| !d.is_zero())? / (NESTED_LONG_CALLS - NESTED_CALLS);
     Some(NestedSplit { per_call, per_cell: short.saturating_sub(per_call * NESTED_CALLS) })
 }
 
@@ -414,6 +414,7 @@ mod tests {
         assert_eq!(split.per_cell, Duration::from_micros(150));
         // Longer cells that came out no slower, or no samples: no split.
         assert_eq!(split_nested(&us(&[2_000]), &us(&[1_900])), None);
+        assert_eq!(split_nested(&us(&[2_000]), &us(&[2_000])), None);
         assert_eq!(split_nested(&[], &us(&[6_000])), None);
         assert_eq!(split_nested(&us(&[2_000]), &[]), None);
     }
