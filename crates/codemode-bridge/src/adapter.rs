@@ -234,8 +234,9 @@ pub fn replace_lone_surrogates(text: &str) -> std::borrow::Cow<'_, str> {
 /// Whether `value` certainly passes [`encode_for_guest`]'s limits: it nests at most `max_depth`
 /// levels (forbidden keys' values included, as the encoder counts them) and an upper bound of its
 /// text (every string byte at its escaped length, every number at 25 bytes, the forbidden keys
-/// left out as the encoder leaves them out) is at most `max_bytes`. `false` says only that the bound is over: the value may still fit, and only
-/// encoding it tells. Iterative, and it stops as soon as either limit is passed.
+/// left out as the encoder leaves them out) is at most `max_bytes`. `false` says only that the
+/// bound is over: the value may still fit, and only encoding it tells. Iterative, and it stops as
+/// soon as either limit is passed.
 pub fn fits_for_guest(value: &Value, max_bytes: u64, max_depth: u32) -> bool {
     fn string_bound(s: &str) -> u64 {
         // `"` and `\\` take 2 bytes, control characters at most 6 (`\u001f`), anything else its own.

@@ -117,7 +117,7 @@ pub(crate) unsafe fn append_plain(
 ) -> bool {
     let refused_before = state.refused.load(Ordering::Relaxed);
     let start = out.len();
-    let mut w = Writer { ctx, state, to_json: state.to_json.get(), out: std::mem::take(out), start, visits: 0 };
+    let mut w = Writer { ctx, state, out: std::mem::take(out), start, visits: 0 };
     let step = w.value(v, depth, max_depth.min(MAX_NESTING));
     *out = w.out;
     match step {
@@ -197,8 +197,6 @@ impl Drop for Names {
 struct Writer<'s> {
     ctx: *mut qjs::JSContext,
     state: &'s ContextState,
-    /// The `toJSON` atom (the VM's, [`ContextState::to_json`]).
-    to_json: qjs::JSAtom,
     out: Vec<u8>,
     /// Where this value's text starts in `out` (what came before is not counted against the limit).
     start: usize,
@@ -346,7 +344,7 @@ impl Writer<'_> {
     /// value is plain only if no link is a Proxy and none has an own `toJSON`, data or accessor.
     fn check_chain(&mut self, v: qjs::JSValue) -> Result<(), Step> {
         // SAFETY: `v` is a non-proxy object: looking up an own property runs no guest code.
-        match unsafe { qjs::JS_GetOwnProperty(self.ctx, std::ptr::null_mut(), v, self.to_json) } {
+        match unsafe { qjs::JS_GetOwnProperty(self.ctx, std::ptr::null_mut(), v, self.state.to_json.get()) } {
             0 => {}
             found if found > 0 => return Err(Step::NotPlain),
             _ => return Err(Step::Failed),
@@ -368,7 +366,7 @@ impl Writer<'_> {
                 return Err(Step::NotPlain);
             }
             // SAFETY: a non-proxy object we hold: no guest code runs for either call.
-            match unsafe { qjs::JS_GetOwnProperty(self.ctx, std::ptr::null_mut(), link.v, self.to_json) } {
+            match unsafe { qjs::JS_GetOwnProperty(self.ctx, std::ptr::null_mut(), link.v, self.state.to_json.get()) } {
                 0 => {}
                 found if found > 0 => return Err(Step::NotPlain),
                 _ => return Err(Step::Failed),
