@@ -77,8 +77,10 @@ impl OutputContract {
 /// One catalogued tool.
 #[derive(Debug, Clone)]
 pub struct CatalogTool {
-    /// The exact id.
-    pub id: String,
+    /// The exact id, shared: every nested call of the tool carries it (see
+    /// [`NestedToolCall::tool_id`](codemode_core::executor::NestedToolCall::tool_id)) as a reference
+    /// count, not a copy.
+    pub id: codemode_core::catalog::ToolId,
     /// The definition.
     pub def: Arc<ToolDefinition>,
     /// The compact entry the guest sees.
@@ -131,7 +133,7 @@ impl CatalogTool {
     pub fn check_runnable(&self) -> Result<(), ContractError> {
         match self.contract() {
             Some(OutputContract::Invalid(e)) => {
-                Err(ContractError::InvalidSchema { tool: self.id.clone(), reason: e.to_string() })
+                Err(ContractError::InvalidSchema { tool: self.id.to_string(), reason: e.to_string() })
             }
             _ => Ok(()),
         }
@@ -158,7 +160,7 @@ impl CatalogTool {
                 }),
             },
             Some(OutputContract::Invalid(e)) => {
-                Err(ContractError::InvalidSchema { tool: self.id.clone(), reason: e.to_string() })
+                Err(ContractError::InvalidSchema { tool: self.id.to_string(), reason: e.to_string() })
             }
             None => Ok(()),
         }
@@ -214,7 +216,14 @@ impl Catalog {
             }
             let contract = Arc::default();
             let input = Arc::new(input::InputCheck::default());
-            cat.tools.push(Arc::new(CatalogTool { id, def: Arc::new(def), entry, guest_visible, contract, input }));
+            cat.tools.push(Arc::new(CatalogTool {
+                id: id.into(),
+                def: Arc::new(def),
+                entry,
+                guest_visible,
+                contract,
+                input,
+            }));
         }
         cat.index = SearchIndex::build(cat.guest.iter().map(|&i| {
             let t = &cat.tools[i];

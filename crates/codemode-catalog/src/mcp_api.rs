@@ -281,7 +281,7 @@ pub fn render_server_with(catalog: &Catalog, view: &McpServerView, observed: &Ob
             }
             None => input_type(&t.def.parameters),
         };
-        doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters, observed.get(&t.id).map(String::as_str));
+        doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters, observed.get(&*t.id).map(String::as_str));
         match key(&tool.name, tool.alias.as_deref(), tool.explicit) {
             Some(k) if !k.starts_with('[') && !JS_RESERVED_WORDS.contains(&k.as_str()) => {
                 s.push_str(&format!("  function {k}(input: {input}): Promise<McpToolResult>;\n"));

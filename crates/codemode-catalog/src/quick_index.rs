@@ -56,19 +56,19 @@ pub fn quick_index_with(
     let (with_output, without): (Vec<&Arc<crate::CatalogTool>>, Vec<&Arc<crate::CatalogTool>>) =
         eligible.iter().copied().partition(|t| t.entry.output.is_some());
     let (with_observed, without): (Vec<&Arc<crate::CatalogTool>>, Vec<&Arc<crate::CatalogTool>>) =
-        without.into_iter().partition(|t| observed.contains_key(&t.id));
+        without.into_iter().partition(|t| observed.contains_key(&*t.id));
     let mut used = 0usize;
     let mut lines = Vec::new();
     let mut listed = Vec::new();
     for t in with_output.into_iter().chain(with_observed).chain(without) {
-        let learned = observed.get(&t.id).map(|o| format!("{o} (observed)"));
+        let learned = observed.get(&*t.id).map(|o| format!("{o} (observed)"));
         let l = line(&t.id, &t.entry.input, t.entry.output.as_deref().or(learned.as_deref()));
         let cost = l.chars().count() + 1;
         if used + cost > max_chars {
             continue;
         }
         used += cost;
-        listed.push(t.id.clone());
+        listed.push(t.id.to_string());
         lines.push(l);
     }
     let omitted = eligible.len() - listed.len();

@@ -151,6 +151,105 @@ pub fn catalog_id(source: ToolSource, owner: &str, name: &str) -> String {
     format!("{source}:{owner}:{name}")
 }
 
+/// A tool's catalog id (see [`catalog_id`]), as the catalog and every nested call of the tool
+/// carry it: shared text, so a call's copy is a reference count, not an allocation. Reads as a
+/// `&str` (`Deref`, [`ToolId::as_str`]), compares with string types, serializes as the string.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ToolId(std::sync::Arc<str>);
+
+impl ToolId {
+    /// The id text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for ToolId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for ToolId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for ToolId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for ToolId {
+    fn from(s: String) -> Self {
+        ToolId(s.into())
+    }
+}
+
+impl From<&str> for ToolId {
+    fn from(s: &str) -> Self {
+        ToolId(s.into())
+    }
+}
+
+impl From<ToolId> for String {
+    fn from(id: ToolId) -> Self {
+        id.0.to_string()
+    }
+}
+
+impl fmt::Display for ToolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ToolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq<str> for ToolId {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for ToolId {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for ToolId {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<ToolId> for str {
+    fn eq(&self, other: &ToolId) -> bool {
+        self == &*other.0
+    }
+}
+
+impl PartialEq<ToolId> for &str {
+    fn eq(&self, other: &ToolId) -> bool {
+        *self == &*other.0
+    }
+}
+
+impl PartialEq<ToolId> for String {
+    fn eq(&self, other: &ToolId) -> bool {
+        **self == *other.0
+    }
+}
+
 /// A compact catalog entry as the guest sees it in `ALL_TOOLS` and `tools.search` (SPEC §7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -193,6 +292,26 @@ pub struct ToolCatalogEntryWithSchema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shared id reads, compares, prints and serializes as the plain string it replaced (stored
+    /// runs and events written before keep their form), and a clone shares the text.
+    #[test]
+    fn a_tool_id_is_its_string_in_every_form() {
+        let id = ToolId::from(catalog_id(ToolSource::Plugin, "demo", "demo_echo"));
+        assert_eq!(id, "plugin:demo:demo_echo");
+        assert_eq!("plugin:demo:demo_echo", id);
+        assert_eq!(id, String::from("plugin:demo:demo_echo"));
+        assert_ne!(id, "plugin:demo:demo_ech");
+        assert_eq!(id.as_str().len(), 21);
+        assert_eq!(format!("{id} {id:?}"), r#"plugin:demo:demo_echo "plugin:demo:demo_echo""#);
+        assert_eq!(serde_json::to_value(&id).unwrap(), serde_json::json!("plugin:demo:demo_echo"));
+        assert_eq!(serde_json::from_str::<ToolId>(r#""mcp:gh:list""#).unwrap(), "mcp:gh:list");
+        assert!(serde_json::from_str::<ToolId>("7").is_err());
+        let copy = id.clone();
+        assert!(std::ptr::eq(copy.as_str(), id.as_str()), "a clone shares the text");
+        let map: std::collections::HashMap<ToolId, u8> = [(id, 1)].into();
+        assert_eq!(map.get("plugin:demo:demo_echo"), Some(&1), "looked up by &str");
+    }
 
     #[test]
     fn ids_follow_source_owner_name() {

@@ -15,8 +15,8 @@ pub struct NestedToolCall {
     pub run_id: RunId,
     /// The bridge request id (unique within the run).
     pub request_id: RequestId,
-    /// The exact catalog id.
-    pub tool_id: String,
+    /// The exact catalog id (shared with the catalog's entry: a reference count a call, not a copy).
+    pub tool_id: crate::catalog::ToolId,
     /// The tool's definition.
     pub tool: Arc<ToolDefinition>,
     /// The input object (JSON-safe, sanitised).

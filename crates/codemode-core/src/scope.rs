@@ -8,6 +8,7 @@ use crate::error::{CodeModeError, CodeModeErrorCode};
 use crate::input::MAX_RUN_ID_BYTES;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// Lookup failure message for unknown, expired, aborted or busy runs (SPEC §6).
 pub const MSG_UNAVAILABLE: &str = "code mode run is unavailable or expired.";
@@ -23,9 +24,12 @@ pub const MSG_TOO_MANY: &str = "too many suspended code mode runs.";
 /// The id of one code-mode run (one `exec` cell), handed to the model in `waiting` results.
 ///
 /// Only `[A-Za-z0-9_-]`, at most 128 bytes: safe as a map key and as a file name.
+///
+/// Shared text: a clone (one for every nested call the run makes, one for each record of it) is a
+/// reference count, not a copy. Serialized as the plain string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct RunId(String);
+pub struct RunId(Arc<str>);
 
 impl RunId {
     /// Validates a run id received from outside (a hostile `wait` input).
@@ -33,17 +37,13 @@ impl RunId {
         let ok = !s.is_empty()
             && s.len() <= MAX_RUN_ID_BYTES
             && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if ok {
-            Ok(RunId(s.to_string()))
-        } else {
-            Err(CodeModeError::new(CodeModeErrorCode::InvalidInput, MSG_UNAVAILABLE))
-        }
+        if ok { Ok(RunId(s.into())) } else { Err(CodeModeError::new(CodeModeErrorCode::InvalidInput, MSG_UNAVAILABLE)) }
     }
 
     /// Wraps a freshly generated id. The caller guarantees the character set.
     pub fn from_generated(s: String) -> Self {
         debug_assert!(RunId::parse(&s).is_ok());
-        RunId(s)
+        RunId(s.into())
     }
 
     /// The id text.
@@ -163,6 +163,15 @@ impl RunContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serialized as the plain string (stored runs keep their form); a clone shares the text.
+    #[test]
+    fn a_run_id_serializes_as_its_string_and_clones_share_it() {
+        let id = RunId::parse("cm_0123abcd-EF").unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), r#""cm_0123abcd-EF""#);
+        assert_eq!(serde_json::from_str::<RunId>(r#""cm_0123abcd-EF""#).unwrap(), id);
+        assert!(std::ptr::eq(id.clone().as_str(), id.as_str()));
+    }
 
     #[test]
     fn run_ids_are_validated() {

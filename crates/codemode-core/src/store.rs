@@ -25,7 +25,7 @@ pub struct PendingRequest {
     pub id: RequestId,
     /// The nested tool's catalog id (tool calls only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_id: Option<String>,
+    pub tool_id: Option<crate::catalog::ToolId>,
     /// The request (needed to re-issue a read-only call in another process).
     pub request: GuestRequest,
     /// The tool is read-only/idempotent, so a resuming process may re-issue it.

@@ -79,7 +79,15 @@ pub(crate) struct ContextState {
     /// `Math.random`'s state (xorshift64*), seeded for every run: a VM reused from its booted image
     /// would otherwise repeat one sequence, and QuickJS seeds its own only once, from the clock.
     pub(crate) rng: Cell<u64>,
+    /// The buffer `callPlain` writes a request's text into, kept between calls (one allocation
+    /// less a nested call). Host memory the guest never reads; emptied before each use, and not
+    /// kept once a request made it larger than [`MESSAGE_KEPT_BYTES`].
+    pub(crate) message: Cell<Vec<u8>>,
 }
+
+/// The largest request buffer [`ContextState::message`] keeps for the next call: a cell that once
+/// sent a large input does not hold that much host memory for the rest of the VM's life.
+pub(crate) const MESSAGE_KEPT_BYTES: usize = 4096;
 
 impl ContextState {
     /// State for a VM; the class ids are filled in by [`primitives`].
@@ -102,6 +110,7 @@ impl ContextState {
             settling_left: Cell::new(0),
             texts: RefCell::new(Vec::with_capacity(TEXTS_KEPT)),
             rng: Cell::new(codemode_bridge::random_seed()),
+            message: Cell::new(Vec::new()),
         })
     }
 
@@ -494,16 +503,18 @@ unsafe fn call_plain_inner(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs
         // SAFETY: as above.
         return unsafe { throw_type(ctx, USAGE) };
     };
-    // Room for a typical message (an id, a small input): growing it from nothing took several
+    // The VM's buffer, taken (a call made while it is out, should one ever be, starts its own);
+    // room for a typical message (an id, a small input): growing it from nothing took several
     // reallocations a call.
-    let mut message = Vec::with_capacity(256);
+    let mut kept = KeptMessage::take(state);
+    let message = &mut kept.0;
     // SAFETY: values of this call, under the runtime's lock.
     if unsafe { kept_text(ctx, state, args[1], |head| message.extend_from_slice(head.as_bytes())) }.is_none() {
         // SAFETY: as above.
         return unsafe { throw_type(ctx, USAGE) };
     }
     // SAFETY: as above; no guest code runs while the input is written.
-    if !unsafe { crate::plain_json::append_plain(ctx, state, args[2], 1, max_depth, &mut message) } {
+    if !unsafe { crate::plain_json::append_plain(ctx, state, args[2], 1, max_depth, message) } {
         return qjs::JS_UNDEFINED;
     }
     // SAFETY: as above.
@@ -513,13 +524,34 @@ unsafe fn call_plain_inner(ctx: *mut qjs::JSContext, argc: c_int, argv: *mut qjs
     }
     // Head and tail are valid UTF-8 (`with_text`), and so is the input's text (`plain_json`'s
     // quoting); should it not be, nothing is sent and the prelude's path takes the value.
-    let Ok(payload) = std::str::from_utf8(&message) else { return qjs::JS_UNDEFINED };
+    let Ok(payload) = std::str::from_utf8(message) else { return qjs::JS_UNDEFINED };
     // SAFETY: as above.
     match unsafe { kept_text(ctx, state, args[0], |kind| bridge_call(state, kind, payload)) } {
         // SAFETY: as above.
         Some(result) => unsafe { answer(ctx, Some(state), result) },
         // SAFETY: as above.
         None => unsafe { throw_type(ctx, USAGE) },
+    }
+}
+
+/// [`ContextState::message`] while `callPlain` writes a request into it: handed back to the state
+/// when dropped, whichever way the call ends (unless it grew past [`MESSAGE_KEPT_BYTES`]).
+pub(crate) struct KeptMessage<'a>(pub(crate) Vec<u8>, &'a ContextState);
+
+impl<'a> KeptMessage<'a> {
+    pub(crate) fn take(state: &'a ContextState) -> Self {
+        let mut buf = state.message.take();
+        buf.clear();
+        buf.reserve(256);
+        KeptMessage(buf, state)
+    }
+}
+
+impl Drop for KeptMessage<'_> {
+    fn drop(&mut self) {
+        if self.0.capacity() <= MESSAGE_KEPT_BYTES {
+            self.1.message.set(std::mem::take(&mut self.0));
+        }
     }
 }
 

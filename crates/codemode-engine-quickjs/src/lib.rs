@@ -855,6 +855,33 @@ mod tests {
         assert!(Vm::new(GuestLimits::default()).unwrap().arena.is_some());
     }
 
+    /// `callPlain`'s request buffer is the VM's between calls: handed out empty each time (no byte
+    /// of one request reaches the next), and not kept once a request made it large.
+    #[test]
+    fn the_request_buffer_is_emptied_for_each_call_and_not_kept_large() {
+        let vm = Vm::new(GuestLimits::default()).unwrap();
+        let state = &*vm.context_state;
+        let first = {
+            let mut m = ffi::KeptMessage::take(state);
+            m.0.extend_from_slice(br#"{"id":"plugin:demo:demo_echo","input":{"secret":1}}"#);
+            m.0.as_ptr()
+        };
+        {
+            let m = ffi::KeptMessage::take(state);
+            assert!(m.0.is_empty(), "{:?}", String::from_utf8_lossy(&m.0));
+            assert_eq!(m.0.as_ptr(), first, "the buffer is reused, not made again");
+            // Taken again while out (a call within a call): a buffer of its own.
+            let inner = ffi::KeptMessage::take(state);
+            assert!(inner.0.is_empty() && inner.0.as_ptr() != first);
+        }
+        {
+            let mut m = ffi::KeptMessage::take(state);
+            m.0.resize(ffi::MESSAGE_KEPT_BYTES + 1, b'x');
+        }
+        let m = ffi::KeptMessage::take(state);
+        assert!(m.0.is_empty() && m.0.capacity() < ffi::MESSAGE_KEPT_BYTES, "a large buffer was kept");
+    }
+
     #[test]
     fn a_vm_whose_run_carved_far_into_its_region_is_not_reused() {
         let mut vm = Vm::new(GuestLimits::default()).unwrap();

@@ -46,14 +46,24 @@ impl std::fmt::Debug for FnTool {
     }
 }
 
-#[async_trait::async_trait]
 impl Tool for FnTool {
     fn definition(&self) -> &ToolDefinition {
         &self.def
     }
 
-    async fn call(&self, input: Value, _call: &NestedToolCall) -> Result<ToolResult, ToolError> {
-        (self.f)(input).await
+    // Written out rather than through `async_trait`: the closure's future is boxed already, and
+    // handing it back as it is spares every call a second box around it.
+    fn call<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        input: Value,
+        _call: &'life1 NestedToolCall,
+    ) -> Pin<Box<dyn Future<Output = Result<ToolResult, ToolError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (self.f)(input)
     }
 }
 
@@ -122,7 +132,7 @@ impl LocalTools {
 #[async_trait::async_trait]
 impl ToolExecutor for LocalTools {
     async fn call(&self, mut call: NestedToolCall) -> Result<ToolResult, ToolError> {
-        let Some(&i) = self.by_id.get(&call.tool_id) else {
+        let Some(&i) = self.by_id.get(&*call.tool_id) else {
             return Err(ToolError::new(ToolErrorKind::Unavailable, format!("no executor for `{}`", call.tool_id)));
         };
         let tool = self.tools[i].clone();

@@ -372,7 +372,7 @@ fn namespace_calls_pass_hooks_approvals_restart_safe_and_the_pending_limit() {
     #[async_trait::async_trait]
     impl ToolHook for Seen {
         async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {
-            self.0.lock().unwrap().push((call.tool_id.clone(), call.input.clone()));
+            self.0.lock().unwrap().push((call.tool_id.to_string(), call.input.clone()));
             if call.input.get("id").and_then(Value::as_str) == Some("SHP-1002") {
                 return Err(ToolError::new(codemode::ToolErrorKind::Denied, "hook says no"));
             }

@@ -306,7 +306,7 @@ impl Inner {
                 .pending
                 .values()
                 .filter(|p| p.kind().is_tool_call() && !p.awaiting_approval)
-                .map(|p| (p.id, p.tool_id.clone().unwrap_or_default(), p.read_only))
+                .map(|p| (p.id, p.tool_id.as_deref().unwrap_or_default().to_string(), p.read_only))
                 .collect();
             run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
             return Ok(());
@@ -413,7 +413,7 @@ impl Inner {
             issued_at_ms: self.now_ms(),
             awaiting_approval: false,
         });
-        run.emit(|| RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.clone() });
+        run.emit(|| RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.to_string() });
         if run.traced() {
             let outcome = match origin {
                 CallOrigin::New => CallOutcome::Issued,
@@ -429,7 +429,7 @@ impl Inner {
                 observer.on_event(RunEvent::CallProgress {
                     run_id: run_id.clone(),
                     request_id: id,
-                    tool_id: tool_id.clone(),
+                    tool_id: tool_id.to_string(),
                     message,
                 })
             })
@@ -458,7 +458,7 @@ impl Inner {
                 run_id: run.id.clone(),
                 issue: CallIssue {
                     request_id: id,
-                    tool_id: tool.id.clone(),
+                    tool_id: tool.id.to_string(),
                     input_digest: codemode_snapshot::input_digest(&nested.input),
                     read_only: tool.def.read_only,
                 },

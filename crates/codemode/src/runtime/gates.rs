@@ -490,7 +490,7 @@ async fn ask_approver(
     let request = ApprovalRequest {
         run_id: call.run_id.clone(),
         request_id: call.request_id,
-        tool_id: call.tool_id.clone(),
+        tool_id: call.tool_id.to_string(),
         input_preview: ApprovalRequest::preview(&call.input),
         reason,
         cell_line: approval.cell_line,

@@ -188,8 +188,12 @@ impl RunCatalog {
         };
         let mut boot = codemode_catalog::mcp_api::boot_data_with(&catalog, limits.max_json_depth, &docs);
         if !approvals.is_off() {
-            boot.gated =
-                catalog.tools().iter().filter(|t| approvals.reason(&t.def).is_some()).map(|t| t.id.clone()).collect();
+            boot.gated = catalog
+                .tools()
+                .iter()
+                .filter(|t| approvals.reason(&t.def).is_some())
+                .map(|t| t.id.to_string())
+                .collect();
         }
         let boot = codemode_bridge::BootText::new(&boot);
         let by_source = catalog.count_by_source();

@@ -128,7 +128,11 @@ impl Run {
                     if let Some((issued, input)) = record {
                         self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
                     }
-                    self.emit(|| RunEvent::CallParked { run_id: self.id.to_string(), request_id: id, tool_id });
+                    self.emit(|| RunEvent::CallParked {
+                        run_id: self.id.to_string(),
+                        request_id: id,
+                        tool_id: tool_id.to_string(),
+                    });
                 }
                 return;
             }
@@ -155,7 +159,7 @@ impl Run {
             self.emit(|| RunEvent::CallFinished {
                 run_id: self.id.to_string(),
                 request_id: d.id,
-                tool_id,
+                tool_id: tool_id.to_string(),
                 ok: d.outcome.is_ok(),
             });
         }
@@ -252,7 +256,7 @@ impl Run {
             .map(|p| CodeModePendingToolCall {
                 request_id: p.id,
                 kind: if p.awaiting_approval { PendingCallKind::Approval } else { PendingCallKind::running(p.kind()) },
-                tool_id: p.tool_id.clone().unwrap_or_default(),
+                tool_id: p.tool_id.as_deref().unwrap_or_default().to_string(),
                 elapsed_ms: now.saturating_sub(p.issued_at_ms),
             })
             .collect()
