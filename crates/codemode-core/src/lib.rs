@@ -45,7 +45,7 @@ pub mod text;
 pub mod trajectory;
 
 pub use approval::{ApprovalDecision, ApprovalRequest, Approver};
-pub use catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolSource};
+pub use catalog::{ToolCatalogEntry, ToolCatalogEntryWithSchema, ToolDefinition, ToolId, ToolSource};
 pub use config::{CodeModeConfig, ConfigError, Language};
 pub use engine::{
     BootSource, BridgeRequest, Delivery, DriveInput, DriveOutcome, DriveReport, EngineCapabilities, EngineError,

@@ -57,7 +57,7 @@ pub use codemode_core::trajectory;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
-    ToolDefinition, ToolExecutor, ToolSource,
+    ToolDefinition, ToolExecutor, ToolId, ToolSource,
 };
 /// The namespace registry crate (SPEC §10): registration, scopes, name rules, config namespaces.
 pub use codemode_namespaces as namespaces;
