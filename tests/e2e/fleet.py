@@ -153,6 +153,12 @@ def ledger_lines(ledger: Path) -> list[str]:
     return [l.split()[0] for l in ledger.read_text().splitlines()] if ledger.exists() else []
 
 
+def calls_received(ledger: Path) -> list[str]:
+    """The upstream's journal of calls as they arrived: `<tool> <key>` each."""
+    journal = ledger.with_name(ledger.name + ".calls")
+    return [" ".join(l.split()[:2]) for l in journal.read_text().splitlines()] if journal.exists() else []
+
+
 def approve(url: str, run_id: str, request_id: int) -> int:
     base = url.rsplit("/mcp", 1)[0]
     req = urllib.request.Request(f"{base}/approvals/{run_id}/{request_id}", data=json.dumps({"decision": "approve"}).encode(),
@@ -268,11 +274,15 @@ async def stopped_replica(r: list[Replica], ledger: Path) -> None:
     # Replica 2 resumes it (its wait budget is the config's timeoutMs), pays, and is stopped while
     # it waits on the slow read, holding the run's lease.
     victim = asyncio.create_task(call(r[1].url, "bob", "wait", {"runId": first["runId"]}, timeout=120))
-    for _ in range(100):
-        if "stopped-pay" in ledger_lines(ledger):
+    # Stopped once the slow read reached the upstream: the cell got past the payment, so replica 2
+    # had its result recorded (a nested call's result is recorded before the cell sees it). Stopped
+    # as soon as the ledger showed the payment, a loaded machine could stop it before that.
+    for _ in range(200):
+        if "read slow" in calls_received(ledger):
             break
         await asyncio.sleep(0.05)
     assert "stopped-pay" in ledger_lines(ledger), "replica 2 did not pay"
+    assert "read slow" in calls_received(ledger), "replica 2 paid but its cell did not go on to the slow read"
     r[1].proc.send_signal(signal.SIGSTOP)
     await asyncio.sleep(LEASE_MS / 1000 * 2.5)
     taken = await settle(r[2].url, "bob", first)
