@@ -1,9 +1,10 @@
 // An upstream MCP server with a side effect it can prove (issue 25): `pay` appends one line
 // `<key> <pid>` to the ledger file given as the first argument (after sleeping `ms`), `charge`
 // does the same (a gated tool in the fleet test's config), and `read` is read-only
-// (`readOnlyHint`) and only sleeps; `run_code` is a nested code mode codemode must flag. The fleet test reads the ledger to check that no side effect
-// ran twice, whatever happened to the replicas. Every call is also journaled as it arrives, as
-// `<tool> <key> <pid>` in `<ledger>.calls`: what a test waits on to know a cell got past a call. Newline-delimited JSON-RPC on stdio
+// (`readOnlyHint`) and only sleeps; `run_code` is a nested code mode codemode must flag. The fleet
+// test reads the ledger to check that no side effect ran twice, whatever happened to the replicas.
+// Every call is also journaled as it arrives, as `<tool> <key> <pid>` in `<ledger>.calls`: what a
+// test waits on to know a cell got past a call. Newline-delimited JSON-RPC on stdio
 // (tests/e2e/stdio_jsonrpc.js), no packages.
 const fs = require("fs");
 const ledger = process.argv[2];

@@ -200,11 +200,7 @@ pub async fn nested(cm: &CodeMode) -> Duration {
 /// One run of a cell making [`NESTED_CALLS`] sequential calls (e.g. [`NESTED_NAMESPACE`]), divided
 /// per call.
 pub async fn nested_cell(cm: &CodeMode, cell: &str) -> Duration {
-    let t = Instant::now();
-    let r = cm.exec(&ctx(), &CodeModeExecInput::code(cell)).await;
-    let d = t.elapsed();
-    expect_completed(&r);
-    d / NESTED_CALLS
+    cell_time(cm, cell).await / NESTED_CALLS
 }
 
 /// The whole time of one run of `cell` (panics unless it completes).
