@@ -128,11 +128,24 @@ pub fn head_max_depth(head: &str) -> Option<u32> {
     if well_formed { digits.parse().ok() } else { None }
 }
 
+/// The answer to [`pull_keys::CONVENIENCE`] for the catalog tool `id`: whether the approval policy
+/// gates it (`1` or `0`), then the message of a call to it up to the input, as the prelude writes
+/// one (`{"id":…,"mode":"value","input":`). The guest takes both from one pull when the cell first
+/// reaches `tools.<name>`, instead of asking whether the tool is gated and writing the id as JSON
+/// on its first call.
+pub fn convenience_answer(id: &str, gated: bool) -> String {
+    let quoted = serde_json::Value::String(id.to_owned()).to_string();
+    format!(r#"{}{{"id":{quoted},"mode":"value","input":"#, if gated { '1' } else { '0' })
+}
+
 /// Keys of the bridge's `pull` (the prelude's `host("pull", key)`), answered by [`BootText::source`].
 pub mod pull_keys {
     /// `ALL_TOOLS`, as JSON.
     pub const ALL_TOOLS: &str = "tools";
-    /// Prefix: `conv:<name>` is the catalog id behind `tools.<name>` (plain text).
+    /// Prefix: `conv:<name>` is what the convenience function `tools.<name>` needs for its calls
+    /// (plain text): `1` when the approval policy gates its catalog tool, else `0`, then the call
+    /// message up to the input, `{"id":<catalog id as JSON>,"mode":"value","input":` (see
+    /// [`convenience_answer`](super::convenience_answer)).
     pub const CONVENIENCE: &str = "conv:";
     /// Every `[name, id]` convenience pair, as JSON (when the cell enumerates `tools`).
     pub const CONVENIENCES: &str = "convs";
@@ -254,16 +267,21 @@ impl BootText {
         let head = serde_json::json!({ "maxDepth": boot.max_depth }).to_string();
         let api_list: Vec<serde_json::Value> =
             boot.api_files.iter().map(|(p, c)| serde_json::json!({ "path": p, "bytes": c.len() })).collect();
+        let gated: std::collections::HashSet<String> = boot.gated.iter().cloned().collect();
         let source = CatalogSource {
             all_tools: json_text(&boot.tools).into(),
-            conveniences: boot.conveniences.iter().map(|(name, id)| (name.clone(), text(id))).collect(),
+            conveniences: boot
+                .conveniences
+                .iter()
+                .map(|(name, id)| (name.clone(), text(&convenience_answer(id, gated.contains(id)))))
+                .collect(),
             convenience_list: json_text(&boot.conveniences).into(),
             api_list: json_text(&api_list).into(),
             api_files: boot.api_files.iter().map(|(p, c)| (p.clone(), text(c))).collect(),
             mcp_tools: boot.mcp.iter().map(|s| (s.name.clone(), json_text(&s.tools).into())).collect(),
             mcp_servers,
             mcp_server_list: json_text(&servers).into(),
-            gated: boot.gated.iter().cloned().collect(),
+            gated,
         };
         BootText { head: head.into(), source: std::sync::Arc::new(source), last_with_namespaces: Default::default() }
     }
@@ -398,6 +416,31 @@ mod tests {
         }
     }
 
+    /// The convenience answer's head, completed with an input and `}`, is the call the prelude's own
+    /// `callHead` would have written: the same request, whatever characters the id holds.
+    #[test]
+    fn a_convenience_answer_heads_the_call_message_of_its_tool() {
+        for (id, gated) in [("plugin:demo:demo_echo", false), ("mcp:a\"b\\c\n\u{1f}é𝄞", true), ("", false)] {
+            let answer = convenience_answer(id, gated);
+            assert_eq!(&answer[..1], if gated { "1" } else { "0" });
+            let message = format!("{}{{\"i\":1}}}}", &answer[1..]);
+            let request =
+                codemode_core::guest::GuestRequest::parse_tool_call(codemode_core::engine::RequestKind::Call, &message)
+                    .expect("a call")
+                    .expect("parses");
+            assert_eq!(
+                request,
+                codemode_core::guest::GuestRequest::Call {
+                    id: id.to_owned(),
+                    input: json!({"i": 1}),
+                    mode: codemode_core::guest::CallMode::Value,
+                    line: None
+                },
+                "{message}"
+            );
+        }
+    }
+
     #[test]
     fn boot_head_is_small_and_the_catalog_is_pulled_by_key() {
         let mut api_files = BTreeMap::new();
@@ -432,7 +475,11 @@ mod tests {
         let source = cached.source();
         let pull = |k: &str| source.pull(k).map(|s| s.to_string());
         assert_eq!(pull("tools").as_deref(), Some("[]"));
-        assert_eq!(pull("conv:demo_echo").as_deref(), Some("plugin:demo:demo_echo"));
+        // Gated (the boot data gates it), then the call message up to the input.
+        assert_eq!(
+            pull("conv:demo_echo").as_deref(),
+            Some(r#"1{"id":"plugin:demo:demo_echo","mode":"value","input":"#)
+        );
         assert_eq!(pull("conv:exec"), None);
         assert_eq!(pull("convs").as_deref(), Some(r#"[["demo_echo","plugin:demo:demo_echo"]]"#));
         assert_eq!(pull("api:mcp/x.d.ts"), Some(api_files["mcp/x.d.ts"].clone()));

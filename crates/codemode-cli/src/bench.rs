@@ -103,6 +103,12 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             nested_long.push(bench::cell_time(&cm, bench::NESTED_LONG).await);
         }
         let split = bench::split_nested(&nested_short, &nested_long);
+        // A cell making one call, interleaved with trivial cells: what a cell's first call adds.
+        let (mut one_plain, mut one_call) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+        for _ in 0..samples {
+            one_plain.push(bench::trivial(&cm).await);
+            one_call.push(bench::one_call(&cm).await);
+        }
         let mut cycle = Vec::with_capacity(samples);
         for _ in 0..samples {
             cycle.push(bench::suspend_resume(&cm).await);
@@ -202,6 +208,8 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         let (u50, _) = stats(untraced_calls);
         let (tr50, tr90) = stats(traced_calls);
         let (bh50, bh90) = stats(before_heavy);
+        let (op50, _) = stats(one_plain);
+        let (oc50, oc90) = stats(one_call);
         let (ah50, ah90) = stats(after_heavy);
         rows.push(json!({
             "engine": engine,
@@ -214,6 +222,9 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             // null when the 3,000-call cells' median did not come out above the 1,000-call ones'.
             "nestedCallMarginalUs": split.map(|s| us(s.per_call)),
             "nestedCellFixedUs": split.map(|s| us(s.per_cell)),
+            // A cell making one call, and what it costs over the trivial cells interleaved with it.
+            "execOneCallUs": { "p50": us(oc50), "p90": us(oc90) },
+            "firstCallCostUs": us(oc50) - us(op50),
             "suspendResumeUs": { "p50": us(c50), "p90": us(c90) },
             "snapshotBytesOnePendingCall": snapshot,
             "coldStartProcessMs": { "p50": s50.as_secs_f64() * 1e3, "p90": s90.as_secs_f64() * 1e3 },
@@ -258,17 +269,18 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         );
     }
     println!(
-        "\n{:<14} {:>22} {:>22} {:>22}   (a 1,000-call cell's time per call, split by 3,000-call cells)",
-        "engine", "nested call (µs, p50)", "one more call (µs)", "once a cell (µs)"
+        "\n{:<14} {:>22} {:>22} {:>22} {:>22}   (a 1,000-call cell's time per call, split by 3,000-call cells; a cell's first call over exec 1+1)",
+        "engine", "nested call (µs, p50)", "one more call (µs)", "once a cell (µs)", "first call (µs)"
     );
     let or_na = |v: &serde_json::Value| v.as_f64().map_or("n/a".to_string(), |x| format!("{x:.2}"));
     for r in &rows {
         println!(
-            "{:<14} {:>22.2} {:>22} {:>22}",
+            "{:<14} {:>22.2} {:>22} {:>22} {:>22.2}",
             r["engine"].as_str().unwrap_or(""),
             r["nestedCallUs"]["p50"].as_f64().unwrap_or(0.0),
             or_na(&r["nestedCallMarginalUs"]),
             or_na(&r["nestedCellFixedUs"]),
+            r["firstCallCostUs"].as_f64().unwrap_or(0.0),
         );
     }
     println!(

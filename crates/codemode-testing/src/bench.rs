@@ -30,6 +30,11 @@ pub const NESTED_LONG: &str =
 /// Nested calls made by [`NESTED_LONG`].
 pub const NESTED_LONG_CALLS: u32 = 3000;
 
+/// A cell making one nested call: what a cell's first call costs (the tool's convenience function
+/// made, its first message written) on top of [`TRIVIAL`], as an agent's cells mostly make a few
+/// calls of different tools rather than thousands of one.
+pub const ONE_CALL: &str = "const r = await tools.demo_echo({ i: 1 }); return r.i";
+
 /// A cell that suspends once (yield) and resumes: exec + wait.
 pub const SUSPEND_RESUME: &str = "const rows = [1, 2, 3]; await yield_control(); return rows.length";
 
@@ -175,6 +180,11 @@ pub async fn trivial(cm: &CodeMode) -> Duration {
     let d = t.elapsed();
     expect_completed(&r);
     d
+}
+
+/// One run of [`ONE_CALL`]; panics unless it completes.
+pub async fn one_call(cm: &CodeMode) -> Duration {
+    cell_time(cm, ONE_CALL).await
 }
 
 /// Runs each of the [`HEAVY`] cells `rounds` times, each followed by a [`TRIVIAL`] one (runs

@@ -37,6 +37,7 @@ fn bench_engines(c: &mut Criterion) {
         rt.block_on(bench::warm_up(&cm));
         let mut g = c.benchmark_group(engine.as_str());
         g.bench_function("exec_trivial", |b| b.iter_custom(|n| repeat(&rt, n, || bench::trivial(&cm))));
+        g.bench_function("exec_one_call", |b| b.iter_custom(|n| repeat(&rt, n, || bench::one_call(&cm))));
         g.bench_function("nested_call", |b| b.iter_custom(|n| repeat(&rt, n, || bench::nested(&cm))));
         g.bench_function("suspend_resume", |b| b.iter_custom(|n| repeat(&rt, n, || bench::suspend_resume(&cm))));
         let with_ns = bench::runtime_with_namespaces(&engine, 10_000);

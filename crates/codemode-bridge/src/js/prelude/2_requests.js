@@ -104,17 +104,19 @@
     // message up to the input are found on the first call and kept. The message goes to `host` in
     // three parts (head, input, tail), which the host joins, or, where the engine gives
     // `callPlain`, the input is serialized and sent with head and tail in one native call.
+    // `head` and `gated`, when the caller knows them already (a convenience function: the host
+    // answers its name with both, see `conveniences` in layer 4), are not looked up again.
     // `x === void 0`, not `x === undefined`, on this path: QuickJS reads the global `undefined` by
     // name and compares the slow way, while `=== void 0` compiles to one opcode (six such tests
     // were ~2 % of a call on quickjs-wasi).
     const direct = plainJson !== undefined && settlesNatively === true;
     // The message made and sent in one native call (quickjs-wasi), not plainJson then host.
     const oneCall = direct && typeof callPlain === "function";
-    function toolCaller(kind, id, server, name, unwrap) {
+    function toolCaller(kind, id, server, name, unwrap, knownHead, knownGated) {
       const mcp = kind === "mcp";
       const tail = unwrap === true ? ',"unwrap":true}' : "}";
-      let head;
-      let gated;
+      let head = knownHead;
+      let gated = knownGated;
       // Named `fn`, as a convenience function always was (MCP functions are renamed by their caller).
       const fn = function (input) {
         if (gated === void 0) {

@@ -34,18 +34,32 @@
         return callRequest(safeString(id, ""), input, false);
       };
       // Convenience functions `tools.<name>` (SPEC K1–K5) are made when the cell first reaches a
-      // name (one pull of that name's catalog id), or all at once when the cell looks at `tools` as
-      // a whole (keys, descriptors, `Object.isFrozen`): then `tools` is complete and frozen, as if it
-      // had been built at boot. Until then no write reaches it: every mutating trap refuses.
+      // name (one pull of that name), or all at once when the cell looks at `tools` as a whole
+      // (keys, descriptors, `Object.isFrozen`): then `tools` is complete and frozen, as if it had
+      // been built at boot. Until then no write reaches it: every mutating trap refuses.
+      // `nameOfId` (catalog id -> name, for the suggestions of `missingTool`) is filled when `tools`
+      // is completed, which `missingTool` does before it reads it.
       const nameOfId = create(null);
       let complete = false;
+      // The descriptor every convenience function is defined with (read-only, enumerable, never
+      // reconfigured); its value is set for the one definition and cleared after it.
+      const convDesc = valueDesc(undefined, false, true, false);
+      function defineConvenience(name, fn) {
+        convDesc.value = fn;
+        try {
+          defineProperty(tools, name, convDesc);
+        } finally {
+          convDesc.value = undefined;
+        }
+      }
       function addConvenience(name, id) {
         // K3: never shadow a helper, nor a name the language reaches for (the host already filters;
         // this is a second guard).
         if (name in tools || isInternalName(name)) return;
-        const fn = toolCaller("call", id);
-        defineProperty(tools, name, valueDesc(fn, false, true, false));
-        nameOfId[id] = name;
+        defineConvenience(name, toolCaller("call", id));
+      }
+      function isHelper(name) {
+        return name === "search" || name === "describe" || name === "call" || name === "callValue";
       }
       function completeTools() {
         if (complete) return;
@@ -54,7 +68,11 @@
         try {
           for (let i = 0; i < pairs.length; i++) {
             const pair = pairs[i];
-            if (isArray(pair) && typeof pair[0] === "string" && typeof pair[1] === "string") addConvenience(pair[0], pair[1]);
+            if (isArray(pair) && typeof pair[0] === "string" && typeof pair[1] === "string") {
+              addConvenience(pair[0], pair[1]);
+              // Made now or by `pulled` earlier; a helper of the same name keeps its place (K3).
+              if (pair[0] in tools && !isHelper(pair[0])) nameOfId[pair[1]] = pair[0];
+            }
           }
         } finally {
           freeze(tools);
@@ -63,10 +81,19 @@
       function convenience(name) {
         if (name in tools) return tools[name];
         if (complete || isInternalName(name)) return undefined;
-        const id = pull("conv:" + name);
-        if (typeof id !== "string") return undefined;
-        addConvenience(name, id);
-        return tools[name];
+        return pulled(name);
+      }
+      // The convenience function of `name` — a string that is no property of `tools` and no
+      // internal name, while `tools` is not complete — or undefined when the catalog has none. The
+      // host answers the name with what the function's calls need (`codemode_bridge::pull_keys::
+      // CONVENIENCE`): "1" when the approval policy gates the tool, else "0", then the call
+      // message up to its input, so neither is looked up on the first call.
+      function pulled(name) {
+        const found = pull("conv:" + name);
+        if (found === undefined) return undefined;
+        const fn = toolCaller("call", undefined, undefined, undefined, undefined, apply(stringSlice, found, [1]), found[0] === "1");
+        defineConvenience(name, fn);
+        return fn;
       }
 
       // `tools.<name>` for a name that is no catalog tool: a function that fails with the nearest
@@ -98,7 +125,7 @@
           // prototype, so this finds own properties only).
           const own = t[key];
           if (own !== void 0 || typeof key !== "string" || isInternalName(key)) return own;
-          const fn = convenience(key);
+          const fn = complete ? undefined : pulled(key);
           return fn !== undefined ? fn : missingTool(key);
         }),
         (t, key) => (typeof key === "string" ? convenience(key) !== undefined : key in t),
