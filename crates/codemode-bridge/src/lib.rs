@@ -162,6 +162,12 @@ pub mod pull_keys {
     pub const MCP_SERVERS: &str = "mcpservers";
     /// Prefix: `gated:<id>` is `"1"` when the approval policy gates that catalog id.
     pub const GATED: &str = "gated:";
+    /// Prefix: `mcptool:<len>:<server><name>` is the tool of MCP server `<server>` (its exact name,
+    /// `<len>` UTF-16 code units long, in decimal: names may hold any character) that `<name>`
+    /// reaches — its exact name, else its alias — as JSON: its entry (`name`, `alias`,
+    /// `explicit`), `gated` (the approval policy gates it) and `head`, the call message up to the
+    /// input (`{"server":…,"tool":…,"input":`). None when no tool is named so.
+    pub const MCP_TOOL: &str = "mcptool:";
 }
 
 /// What the guest boots with, built once per catalog and shared by every run over it.
@@ -203,7 +209,68 @@ struct CatalogSource {
     mcp_tools: std::collections::HashMap<String, std::sync::Arc<str>>,
     mcp_servers: std::collections::HashMap<String, std::sync::Arc<str>>,
     mcp_server_list: std::sync::Arc<str>,
+    /// Each MCP server's tools by the names that reach them, by the server's exact name.
+    mcp_members: std::collections::HashMap<String, McpMembers>,
     gated: std::collections::HashSet<String>,
+}
+
+/// The byte offset in `text` after its first `units` UTF-16 code units, or `None` when `text` is
+/// shorter or that point falls inside a character.
+fn utf16_offset(text: &str, units: usize) -> Option<usize> {
+    let mut seen = 0;
+    for (at, c) in text.char_indices() {
+        if seen >= units {
+            return (seen == units).then_some(at);
+        }
+        seen += c.len_utf16();
+    }
+    (seen == units).then_some(text.len())
+}
+
+/// One MCP server's tools, and which of them each exact name and alias reaches (an exact name
+/// wins over another tool's alias).
+#[derive(Debug)]
+struct McpMembers {
+    tools: Vec<codemode_core::guest::McpToolView>,
+    by_key: std::collections::HashMap<String, usize>,
+}
+
+impl McpMembers {
+    fn new(tools: &[codemode_core::guest::McpToolView]) -> Self {
+        let mut by_key = std::collections::HashMap::new();
+        for (i, tool) in tools.iter().enumerate() {
+            by_key.entry(tool.name.clone()).or_insert(i);
+        }
+        for (i, tool) in tools.iter().enumerate() {
+            if let Some(alias) = &tool.alias {
+                by_key.entry(alias.clone()).or_insert(i);
+            }
+        }
+        McpMembers { tools: tools.to_vec(), by_key }
+    }
+}
+
+impl CatalogSource {
+    /// The answer to [`pull_keys::MCP_TOOL`] for `rest` (`<len>:<server><name>`).
+    fn mcp_member(&self, rest: &str) -> Option<std::sync::Arc<str>> {
+        let (len, rest) = rest.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        let at = utf16_offset(rest, len)?;
+        let (server, key) = rest.split_at(at);
+        let members = self.mcp_members.get(server)?;
+        let tool = members.by_key.get(key).and_then(|&i| members.tools.get(i))?;
+        let quoted = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
+        let head = format!(r#"{{"server":{},"tool":{},"input":"#, quoted(server), quoted(&tool.name));
+        let gated = self.gated.contains(&format!("mcp:{server}:{}", tool.name));
+        let answer = serde_json::json!({
+            "name": tool.name,
+            "alias": tool.alias,
+            "explicit": tool.explicit,
+            "gated": gated,
+            "head": head,
+        });
+        Some(answer.to_string().into())
+    }
 }
 
 impl codemode_core::engine::BootSource for CatalogSource {
@@ -220,6 +287,9 @@ impl codemode_core::engine::BootSource for CatalogSource {
         }
         if let Some(server) = key.strip_prefix(MCP_SERVER) {
             return self.mcp_servers.get(server).cloned();
+        }
+        if let Some(rest) = key.strip_prefix(MCP_TOOL) {
+            return self.mcp_member(rest);
         }
         if let Some(id) = key.strip_prefix(GATED) {
             return self.gated.contains(id).then(|| std::sync::Arc::from("1"));
@@ -281,6 +351,7 @@ impl BootText {
             mcp_tools: boot.mcp.iter().map(|s| (s.name.clone(), json_text(&s.tools).into())).collect(),
             mcp_servers,
             mcp_server_list: json_text(&servers).into(),
+            mcp_members: boot.mcp.iter().map(|s| (s.name.clone(), McpMembers::new(&s.tools))).collect(),
             gated,
         };
         BootText { head: head.into(), source: std::sync::Arc::new(source), last_with_namespaces: Default::default() }
@@ -407,8 +478,18 @@ mod tests {
     #[test]
     fn the_prelude_pulls_with_the_keys_the_host_answers() {
         use pull_keys::*;
-        for key in [ALL_TOOLS, CONVENIENCE, CONVENIENCES, API_LIST, API_FILE, MCP_TOOLS, MCP_SERVER, MCP_SERVERS, GATED]
-        {
+        for key in [
+            ALL_TOOLS,
+            CONVENIENCE,
+            CONVENIENCES,
+            API_LIST,
+            API_FILE,
+            MCP_TOOLS,
+            MCP_SERVER,
+            MCP_SERVERS,
+            GATED,
+            MCP_TOOL,
+        ] {
             let pulled = ["pull", "pullJson", "pullList", "lazyJson"]
                 .iter()
                 .any(|f| PRELUDE.contains(&format!("{f}(\"{key}\"")));
@@ -441,6 +522,35 @@ mod tests {
         }
     }
 
+    /// A server's name is delimited by its length, so no server name and tool name can be read as
+    /// another pair (`a` + `bt` against `ab` + `t`), whatever characters they hold.
+    #[test]
+    fn an_mcp_member_key_names_its_server_unambiguously() {
+        let server = |name: &str, tool: &str| codemode_core::guest::McpServerView {
+            name: name.into(),
+            alias: None,
+            tools: vec![codemode_core::guest::McpToolView { name: tool.into(), alias: None, explicit: false }],
+            resources: false,
+            prompts: false,
+            down: None,
+        };
+        let boot = BootData {
+            mcp: vec![server("a", "bt"), server("ab", "t"), server("𝄞", "t")],
+            max_depth: 64,
+            ..BootData::default()
+        };
+        let source = BootText::new(&boot).source();
+        let head = |k: &str| source.pull(k).map(|s| serde_json::from_str::<Value>(&s).unwrap()["head"].clone());
+        assert_eq!(head("mcptool:1:abt"), Some(json!(r#"{"server":"a","tool":"bt","input":"#)));
+        assert_eq!(head("mcptool:2:abt"), Some(json!(r#"{"server":"ab","tool":"t","input":"#)));
+        assert_eq!(head("mcptool:2:𝄞t"), Some(json!(r#"{"server":"𝄞","tool":"t","input":"#)));
+        // One unit of a two-unit character is no boundary.
+        assert_eq!(head("mcptool:1:𝄞t"), None);
+        assert_eq!(utf16_offset("é𝄞x", 3), Some("é𝄞".len()));
+        assert_eq!(utf16_offset("é𝄞x", 4), Some("é𝄞x".len()));
+        assert_eq!(utf16_offset("é𝄞x", 5), None);
+    }
+
     #[test]
     fn boot_head_is_small_and_the_catalog_is_pulled_by_key() {
         let mut api_files = BTreeMap::new();
@@ -462,7 +572,7 @@ mod tests {
                 prompts: true,
                 down: None,
             }],
-            gated: vec!["plugin:demo:demo_echo".into()],
+            gated: vec!["plugin:demo:demo_echo".into(), "mcp:x:über-tool".into()],
             namespaces: vec![],
         };
         let cached = BootText::new(&boot);
@@ -498,6 +608,29 @@ mod tests {
         assert_eq!(pull("mcpserver:y"), None);
         assert_eq!(pull("gated:plugin:demo:demo_echo").as_deref(), Some("1"));
         assert_eq!(pull("gated:plugin:demo:other"), None);
+        // An MCP tool by its exact name or its alias: its entry, its gating and its call head.
+        let member = json!({
+            "name": "über-tool",
+            "alias": "überTool",
+            "explicit": false,
+            "gated": true,
+            "head": r#"{"server":"x","tool":"über-tool","input":"#,
+        });
+        for key in ["mcptool:1:xüber-tool", "mcptool:1:xüberTool"] {
+            assert_eq!(serde_json::from_str::<Value>(&pull(key).unwrap()).unwrap(), member, "{key}");
+        }
+        for key in [
+            "mcptool:1:xnope",
+            "mcptool:1:yüber-tool",
+            "mcptool:1:x",
+            "mcptool:0:xüber-tool",
+            "mcptool:2:xüber-tool",
+            "mcptool:xüber-tool",
+            "mcptool:99:xüber-tool",
+            "mcptool:-1:xüber-tool",
+        ] {
+            assert_eq!(pull(key), None, "{key}");
+        }
         for unknown in ["", "tool", "conv", "api", "mcp:", "__proto__"] {
             assert_eq!(pull(unknown), None, "{unknown}");
         }

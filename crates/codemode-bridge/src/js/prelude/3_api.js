@@ -52,21 +52,7 @@
       return ownFirst !== undefined ? ownFirst(get) : get;
     }
 
-    // A view of a frozen API object (`tools`, an `MCP.<server>` namespace) that answers a name it
-    // does not have with `missing(name)` — a function that fails naming the nearest real ones —
-    // instead of `undefined` ("not a function"). Symbols, JavaScript internal names and `reserved`
-    // names are never synthesized: the object is never thenable or coercible through it.
-    function explaining(target, reserved, missing) {
-      function get(t, key) {
-        if (typeof key !== "string" || key in t || isInternalName(key) || apply(arrayIncludes, reserved, [key])) {
-          return t[key];
-        }
-        return missing(key);
-      }
-      return new ProxyCtor(target, { get: ownFirstTrap(get) });
-    }
-
-    // A view of `target` whose properties are made on demand (`tools`, `MCP`): the `get` and `has`
+    // A view of `target` whose properties are made on demand (`tools`, `MCP`, `MCP.<server>`): the `get` and `has`
     // traps look one name up; every other operation (keys, descriptors, writes, extensibility, the
     // prototype) first calls `complete`, which adds every property and freezes the target, then acts
     // on it as on any frozen object. So before that nothing a cell does can write to the target, and

@@ -170,52 +170,114 @@
       // MCP namespace (SPEC §9): exact names always, camelCase aliases when the host gives one.
       const NS_HELPERS = ["$api", "$call", "resources", "prompts"];
       const mcpRoot = create(null);
-      // Each server's namespace object is built when the cell first reaches it.
+      const NS_HELPER = create(null);
+      for (let i = 0; i < NS_HELPERS.length; i++) NS_HELPER[NS_HELPERS[i]] = true;
+      function isNsHelper(name) {
+        return NS_HELPER[name] === true;
+      }
+      // Descriptors the namespaces define their members with, their value set for one definition
+      // and cleared after it: a member (read-only, enumerable, never reconfigured, as in a frozen
+      // object), a tool function's `name` (read-only, configurable, like any function's), its
+      // `.value` (read-only, never reconfigured).
+      const memberDesc = valueDesc(undefined, false, true, false);
+      const fnNameDesc = valueDesc(undefined, false, false, true);
+      const fnValueDesc = valueDesc(undefined, false, false, false);
+      function defineWith(desc, target, key, value) {
+        desc.value = value;
+        try {
+          defineProperty(target, key, desc);
+        } finally {
+          desc.value = undefined;
+        }
+      }
+      // Each server's namespace is made when the cell first reaches the server, and each of its
+      // tools when the cell first reaches that tool (by name or alias, or through `$call`): one pull
+      // of what the tool's calls need. A cell that enumerates the namespace, asks for a
+      // descriptor, or tries to change it completes it (every tool, in the server's order) and
+      // freezes it, as it was made at once before: so a server with many tools costs a cell the
+      // tools it uses, not the server's size.
       function buildNamespace(server) {
         const serverName = server.name;
         const ns = create(null);
-        const mcpTools = pullList("mcp:" + serverName);
+        // Name or alias -> function, for `$call` (the exact names of every tool made, even those
+        // reachable only through `$call`).
         const byName = create(null);
-        const names = [];
-        const explicitNames = [];
-        for (let j = 0; j < mcpTools.length; j++) {
-          const toolName = mcpTools[j].name;
-          if (typeof toolName !== "string") continue;
-          const fn = toolCaller("mcp", undefined, serverName, toolName);
-          defineProperty(fn, "name", valueDesc(mcpTools[j].alias || toolName, false, false, true));
+        let nsComplete = false;
+        let list; // the server's tools ([{name, alias?, explicit?}]), pulled when first needed
+        function toolList() {
+          if (list === undefined) list = pullList("mcp:" + serverName);
+          return list;
+        }
+        // Makes one tool's functions from its entry (`head` and `gated` when the host gave them)
+        // and defines its members: its name unless it is reserved (a JavaScript internal name or a
+        // helper: the host marks it `explicit`, checked here again), and its alias.
+        function addTool(entry, head, gated) {
+          const toolName = entry.name;
+          if (typeof toolName !== "string" || byName[toolName] !== undefined) return;
+          const fn = toolCaller("mcp", undefined, serverName, toolName, undefined, head, gated);
+          defineWith(fnNameDesc, fn, "name", entry.alias || toolName);
           // `.value(input)`: the same call, its result unwrapped by the host (structured content,
           // else JSON text parsed, else text; `isError` throws).
-          const unwrapped = toolCaller("mcp", undefined, serverName, toolName, true);
-          defineProperty(unwrapped, "name", valueDesc("value", false, false, true));
-          defineProperty(fn, "value", valueDesc(unwrapped, false, false, false));
+          const unwrapped = toolCaller("mcp", undefined, serverName, toolName, true, head, gated);
+          defineWith(fnNameDesc, unwrapped, "name", "value");
+          defineWith(fnValueDesc, fn, "value", unwrapped);
           byName[toolName] = fn;
-          names[names.length] = toolName;
-          // Names the language reaches for (`then`, `toString`, …) and the namespace's own helpers
-          // are reachable only through `$call` (the host marks them `explicit`; the check here is a
-          // second guard).
-          if (!mcpTools[j].explicit && !isInternalName(toolName) && !apply(arrayIncludes, NS_HELPERS, [toolName])) {
-            ns[toolName] = fn;
-          } else {
-            explicitNames[explicitNames.length] = toolName;
+          if (!entry.explicit && !isInternalName(toolName) && !isNsHelper(toolName) && !(toolName in ns)) {
+            defineWith(memberDesc, ns, toolName, fn);
           }
-          const alias = mcpTools[j].alias;
-          if (typeof alias === "string" && !isInternalName(alias) && !apply(arrayIncludes, NS_HELPERS, [alias])) {
-            ns[alias] = fn;
+          const alias = entry.alias;
+          if (typeof alias === "string" && !isInternalName(alias) && !isNsHelper(alias) && !(alias in ns)) {
+            defineWith(memberDesc, ns, alias, fn);
             byName[alias] = fn;
+          }
+        }
+        // Whether `key` (a string) reaches a tool of this server, making the tool when it does. The
+        // host answers with the tool's entry, whether the approval policy gates it and its call
+        // message up to the input (`codemode_bridge::pull_keys::MCP_TOOL`).
+        function member(key) {
+          if (byName[key] !== undefined) return true;
+          if (nsComplete) return false;
+          const found = pullJson("mcptool:" + serverName.length + ":" + serverName + key);
+          if (found === null || typeof found !== "object") return false;
+          addTool(found, typeof found.head === "string" ? found.head : undefined, found.gated === true);
+          return byName[key] !== undefined;
+        }
+        function completeNs() {
+          if (nsComplete) return;
+          nsComplete = true;
+          const all = toolList();
+          try {
+            for (let j = 0; j < all.length; j++) {
+              if (all[j] !== null && typeof all[j] === "object") addTool(all[j]);
+            }
+          } finally {
+            freeze(ns);
           }
         }
         // A server that is down (it failed to start or crashed; the host restarts it) keeps its
         // namespace: a member it has no tool for fails saying so, not as an unknown tool.
         const down = typeof server.down === "string" ? server.down : undefined;
         function missingTool(name) {
-          return down === undefined
-            ? unknownMcpTool(serverName, name, names, explicitNames)
-            : "MCP server `" + serverName + "` is down: " + down + ". codemode restarts it; call `" + name +
+          if (down !== undefined) {
+            return "MCP server `" + serverName + "` is down: " + down + ". codemode restarts it; call `" + name +
               "` again in a later cell (the exec description and `await API.read(\"mcp/index.d.ts\")` show its state).";
+          }
+          // Names the language reaches for (`then`, `toString`, …) and the namespace's own helpers
+          // are reachable only through `$call` (the host marks them `explicit`).
+          const all = toolList();
+          const names = [];
+          const explicitNames = [];
+          for (let j = 0; j < all.length; j++) {
+            const toolName = all[j] !== null && typeof all[j] === "object" ? all[j].name : undefined;
+            if (typeof toolName !== "string") continue;
+            names[names.length] = toolName;
+            if (all[j].explicit || isInternalName(toolName) || isNsHelper(toolName)) explicitNames[explicitNames.length] = toolName;
+          }
+          return unknownMcpTool(serverName, name, names, explicitNames);
         }
         ns.$call = function $call(toolName, input) {
           const name = safeString(toolName, "");
-          const fn = apply(ObjectCtor.prototype.hasOwnProperty, byName, [name]) ? byName[name] : undefined;
+          const fn = member(name) ? byName[name] : undefined;
           if (fn === undefined) {
             return promiseReject(codedError("nested_tool_failed", missingTool(name)));
           }
@@ -242,12 +304,24 @@
             },
           });
         }
-        freeze(ns);
         // `MCP.<server>.<name>` for a name the server does not have: a function that fails naming
-        // the nearest tools, instead of "not a function". Never for `then` or other internal names.
-        return explaining(ns, NS_HELPERS, (key) => function () {
-          return promiseReject(codedError("nested_tool_failed", missingTool(key)));
-        });
+        // the nearest tools, instead of "not a function". Never for symbols, `then` or other
+        // internal names, or the helpers' names (a server without resources has no `resources`).
+        return lazyView(
+          ns,
+          ownFirstTrap((t, key) => {
+            if (typeof key !== "string" || isInternalName(key) || isNsHelper(key) || key in t) return t[key];
+            if (member(key) && key in t) return t[key];
+            return function () {
+              return promiseReject(codedError("nested_tool_failed", missingTool(key)));
+            };
+          }),
+          (t, key) => {
+            if (typeof key === "string" && !(key in t) && !isInternalName(key) && !isNsHelper(key)) member(key);
+            return key in t;
+          },
+          completeNs,
+        );
       }
       // Servers are looked up like `tools.<name>`: one pull when the cell first names one (by name
       // or alias), all of them when it enumerates `MCP`; then `MCP` is complete and frozen, and no
