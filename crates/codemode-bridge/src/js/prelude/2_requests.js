@@ -104,8 +104,9 @@
     // message up to the input are found on the first call and kept. The message goes to `host` in
     // three parts (head, input, tail), which the host joins, or, where the engine gives
     // `callPlain`, the input is serialized and sent with head and tail in one native call.
-    // `head` and `gated`, when the caller knows them already (a convenience function: the host
-    // answers its name with both, see `conveniences` in layer 4), are not looked up again.
+    // `head` and `gated`, when the caller knows them already (a convenience function or an MCP tool
+    // reached by name: the host answers the name with both, see `pulled` and `member` in layer 4),
+    // are not looked up again.
     // `x === void 0`, not `x === undefined`, on this path: QuickJS reads the global `undefined` by
     // name and compares the slow way, while `=== void 0` compiles to one opcode (six such tests
     // were ~2 % of a call on quickjs-wasi).

@@ -52,11 +52,12 @@
       return ownFirst !== undefined ? ownFirst(get) : get;
     }
 
-    // A view of `target` whose properties are made on demand (`tools`, `MCP`, `MCP.<server>`): the `get` and `has`
-    // traps look one name up; every other operation (keys, descriptors, writes, extensibility, the
-    // prototype) first calls `complete`, which adds every property and freezes the target, then acts
-    // on it as on any frozen object. So before that nothing a cell does can write to the target, and
-    // afterwards the view is indistinguishable from an object frozen at boot.
+    // A view of `target` whose properties are made on demand (`tools`, `MCP`, `MCP.<server>`): the
+    // `get` and `has` traps look one name up; every other operation (keys, descriptors, writes,
+    // extensibility, the prototype) first calls `complete`, which adds every property and freezes
+    // the target, then acts on it as on any frozen object. So before that nothing a cell does can
+    // write to the target, and afterwards the view is indistinguishable from an object frozen at
+    // boot.
     // A mutation reaches the target only once it is frozen (where it changes nothing): should
     // completing it have failed half way (out of memory), the write is still refused.
     function lazyView(target, get, has, complete) {

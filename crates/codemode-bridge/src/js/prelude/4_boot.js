@@ -91,7 +91,8 @@
       function pulled(name) {
         const found = pull("conv:" + name);
         if (found === undefined) return undefined;
-        const fn = toolCaller("call", undefined, undefined, undefined, undefined, apply(stringSlice, found, [1]), found[0] === "1");
+        const head = apply(stringSlice, found, [1]);
+        const fn = toolCaller("call", undefined, undefined, undefined, undefined, head, found[0] === "1");
         defineConvenience(name, fn);
         return fn;
       }
@@ -271,7 +272,9 @@
             const toolName = all[j] !== null && typeof all[j] === "object" ? all[j].name : undefined;
             if (typeof toolName !== "string") continue;
             names[names.length] = toolName;
-            if (all[j].explicit || isInternalName(toolName) || isNsHelper(toolName)) explicitNames[explicitNames.length] = toolName;
+            if (all[j].explicit || isInternalName(toolName) || isNsHelper(toolName)) {
+              explicitNames[explicitNames.length] = toolName;
+            }
           }
           return unknownMcpTool(serverName, name, names, explicitNames);
         }
