@@ -134,8 +134,13 @@ pub fn head_max_depth(head: &str) -> Option<u32> {
 /// reaches `tools.<name>`, instead of asking whether the tool is gated and writing the id as JSON
 /// on its first call.
 pub fn convenience_answer(id: &str, gated: bool) -> String {
-    let quoted = serde_json::Value::String(id.to_owned()).to_string();
-    format!(r#"{}{{"id":{quoted},"mode":"value","input":"#, if gated { '1' } else { '0' })
+    format!(r#"{}{{"id":{},"mode":"value","input":"#, if gated { '1' } else { '0' }, json_string(id))
+}
+
+/// `s` as a JSON string literal (quotes and escapes), as the heads of call messages carry names.
+fn json_string(s: &str) -> String {
+    // Serializing a string cannot fail; an empty result would only make the guest's call fail.
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// Keys of the bridge's `pull` (the prelude's `host("pull", key)`), answered by [`BootText::source`].
@@ -259,8 +264,7 @@ impl CatalogSource {
         let (server, key) = rest.split_at(at);
         let members = self.mcp_members.get(server)?;
         let tool = members.by_key.get(key).and_then(|&i| members.tools.get(i))?;
-        let quoted = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
-        let head = format!(r#"{{"server":{},"tool":{},"input":"#, quoted(server), quoted(&tool.name));
+        let head = format!(r#"{{"server":{},"tool":{},"input":"#, json_string(server), json_string(&tool.name));
         let gated = self.gated.contains(&format!("mcp:{server}:{}", tool.name));
         let answer = serde_json::json!({
             "name": tool.name,

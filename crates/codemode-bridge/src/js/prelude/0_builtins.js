@@ -188,6 +188,7 @@
   const reflectIsExtensible = Reflect.isExtensible;
   const reflectPreventExtensions = Reflect.preventExtensions;
   const reflectSetPrototypeOf = Reflect.setPrototypeOf;
+  const reflectGetPrototypeOf = Reflect.getPrototypeOf;
 
   function deepFreeze(v) {
     if (v !== null && typeof v === "object" && !isFrozen(v)) {

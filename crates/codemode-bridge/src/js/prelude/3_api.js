@@ -73,18 +73,23 @@
           return isFrozen(target) ? apply(op, undefined, arguments) : false;
         };
       }
-      return new ProxyCtor(target, {
-        get,
-        has,
-        ownKeys: completing(reflectOwnKeys),
-        getOwnPropertyDescriptor: completing(reflectGetOwnPropertyDescriptor),
-        isExtensible: completing(reflectIsExtensible),
-        defineProperty: mutating(reflectDefineProperty),
-        deleteProperty: mutating(reflectDeleteProperty),
-        set: mutating(reflectSet),
-        preventExtensions: mutating(reflectPreventExtensions),
-        setPrototypeOf: mutating(reflectSetPrototypeOf),
-      });
+      // The handler has no prototype and every trap of its own: a proxy looks its traps up with an
+      // ordinary property read, so a trap missing from a handler that inherits from
+      // `Object.prototype` would be whatever function a cell put there — one that receives the
+      // target itself and could write to it (`Object.prototype.getPrototypeOf = (t) => …`).
+      const handler = create(null);
+      handler.get = get;
+      handler.has = has;
+      handler.ownKeys = completing(reflectOwnKeys);
+      handler.getOwnPropertyDescriptor = completing(reflectGetOwnPropertyDescriptor);
+      handler.isExtensible = completing(reflectIsExtensible);
+      handler.getPrototypeOf = reflectGetPrototypeOf;
+      handler.defineProperty = mutating(reflectDefineProperty);
+      handler.deleteProperty = mutating(reflectDeleteProperty);
+      handler.set = mutating(reflectSet);
+      handler.preventExtensions = mutating(reflectPreventExtensions);
+      handler.setPrototypeOf = mutating(reflectSetPrototypeOf);
+      return new ProxyCtor(target, handler);
     }
 
     // Edit distance of two short strings (capped inputs: suggestions only).
