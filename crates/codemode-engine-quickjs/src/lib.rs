@@ -824,6 +824,58 @@ mod tests {
         assert_eq!(pages(&vm), before, "pages made for short-lived blocks");
     }
 
+    /// A catalog source that records every key the guest pulls.
+    #[derive(Debug)]
+    struct Recording(Arc<dyn codemode_core::engine::BootSource>, Mutex<Vec<String>>);
+
+    impl codemode_core::engine::BootSource for Recording {
+        fn pull(&self, key: &str) -> Option<Arc<str>> {
+            self.1.lock().unwrap().push(key.to_string());
+            self.0.pull(key)
+        }
+    }
+
+    /// The guest pulls only what a cell reaches: one tool of a 40-tool MCP server makes that tool
+    /// alone (one `mcptool:` pull, never the server's list), and neither it nor a convenience
+    /// function asks on its first call whether the approval policy gates it (the name's answer
+    /// said). Enumerating the namespace then pulls the list and makes every tool.
+    #[test]
+    fn a_cell_pulls_only_the_tools_it_reaches() {
+        use codemode_core::guest::{BootData, McpServerView, McpToolView};
+        let tools = (0..40).map(|i| McpToolView { name: format!("t{i}"), alias: None, explicit: false }).collect();
+        let boot = BootData {
+            conveniences: vec![("demo_echo".into(), "plugin:demo:demo_echo".into())],
+            max_depth: 64,
+            mcp: vec![McpServerView {
+                name: "srv".into(),
+                alias: None,
+                tools,
+                resources: false,
+                prompts: false,
+                down: None,
+            }],
+            ..BootData::default()
+        };
+        let source = Arc::new(Recording(codemode_bridge::BootText::new(&boot).source(), Mutex::new(Vec::new())));
+        // Each cell on a fresh VM: its outcome, and the keys it pulled.
+        let run = |code: &str| {
+            let mut vm = Vm::new(GuestLimits::default()).unwrap();
+            vm.begin_run();
+            vm.boot = Some("{}".into());
+            let mut input = DriveInput::new(Vec::new(), Instant::now() + Duration::from_secs(10), 1 << 20);
+            input.boot_source = Some(source.clone());
+            let report = drive(&mut vm, &mut Some(codemode_bridge::wrap_code(code)), input).unwrap();
+            (completed(report.outcome), std::mem::take(&mut *source.1.lock().unwrap()))
+        };
+        let (value, keys) = run("const f = MCP.srv.t7; const same = f === MCP.srv.t7; f({}); tools.demo_echo({}); \
+             return [typeof f, same, f.name, typeof tools.demo_echo]");
+        assert_eq!(value, json!(["function", true, "t7", "function"]));
+        assert_eq!(keys, ["mcpserver:srv", "mcptool:3:srvt7", "conv:demo_echo"]);
+        let (value, keys) = run(r#"return Object.keys(MCP.srv).filter((k) => !k.startsWith("$")).length"#);
+        assert_eq!(value, json!(40));
+        assert_eq!(keys, ["mcpserver:srv", "mcp:srv"]);
+    }
+
     /// A run that makes a few tens of KiB of objects does not collect: the booted image's GC
     /// threshold is half again the booted heap, as QuickJS sets it after a collection, not its
     /// initial 256 KiB a few KiB above the heap (which every reset restored, so such runs

@@ -58,8 +58,12 @@
         if (name in tools || isInternalName(name)) return;
         defineConvenience(name, toolCaller("call", id));
       }
+      // The helpers defined above, which no convenience function shadows (K3).
+      const HELPER = create(null);
+      const helperNames = objectKeys(tools);
+      for (let i = 0; i < helperNames.length; i++) HELPER[helperNames[i]] = true;
       function isHelper(name) {
-        return name === "search" || name === "describe" || name === "call" || name === "callValue";
+        return HELPER[name] === true;
       }
       function completeTools() {
         if (complete) return;
