@@ -232,7 +232,7 @@ impl StoreArgs {
 
     async fn runtime(&self, common: &CommonArgs) -> Result<Gateway> {
         let config = load_config(common)?;
-        start_engine_load(&config.code_mode.runtime);
+        start_engine_load(&config.code_mode.runtime, Some(&config.code_mode));
         let store = self.open().await?;
         build_runtime_with(config, common, Some(store), None).await
     }
@@ -346,7 +346,7 @@ pub(crate) async fn build_traced_runtime(
     common: &CommonArgs,
     trajectory: Option<Arc<dyn codemode::RunObserver>>,
 ) -> Result<Gateway> {
-    start_engine_load(&config.code_mode.runtime);
+    start_engine_load(&config.code_mode.runtime, Some(&config.code_mode));
     build_runtime_with(config, common, None, trajectory).await
 }
 
@@ -393,48 +393,84 @@ async fn build_runtime_with(
     Ok(Gateway { cm, hub })
 }
 
-/// Starts loading the `quickjs-wasi` guest module (mapping the cached compiled module, or compiling
-/// it on a machine's first run) on a thread of its own when `engine` names it, so that the load
-/// overlaps the async runtime's start, opening the snapshot store, building the catalog and
-/// starting the config's MCP servers instead of delaying the first cell (or, for `serve`, the
-/// first answer). The first run waits for this load rather than starting a second one, and meets
-/// its outcome (a failed load fails that run closed as `runtime_unavailable`). Other engines are
-/// left alone: their preparation builds spare VMs a one-shot command does not need. At most one
-/// such thread per process. A command that fails before its first cell (a bad config, an
-/// unreachable store) exits without waiting for the load; a compile it cut short leaves at most a
-/// temporary file in the cache, which a later artifact write removes once it is a day old.
-pub(crate) fn start_engine_load(engine: &str) {
-    static STARTED: std::sync::Once = std::sync::Once::new();
-    if engine != LOADED_AHEAD {
+/// Prepares the engine a command will run cells on, in the background, so that the work overlaps
+/// the async runtime's start, opening the snapshot store, building the catalog and starting the
+/// config's MCP servers instead of delaying the first cell (or, for `serve`, the first answer).
+/// When `config` — the whole config the command runs under — is known, one instance is built for
+/// the limits it gives runs ([`codemode::Engines::prepare_ahead`], which returns at once: the
+/// native `quickjs` engine builds a VM on a guest worker, `quickjs-wasi` loads its module — mapped
+/// from the module cache, or compiled on a machine's first run — and instantiates it on a thread of
+/// its own); else only `quickjs-wasi`'s module is loaded, on a thread of ours (`codemode-load`).
+/// The first run waits for this work rather than doing it a second time, and meets its outcome (a
+/// failed load fails that run closed as `runtime_unavailable`, a failed instance is built again by
+/// the run). Other engines are left alone: boa's preparation builds spare VMs a one-shot command
+/// does not need. At most one module load and one instance per process. A command that fails
+/// before its first cell (a bad config, an unreachable store) exits without waiting for them; a
+/// compile it cut short leaves at most a temporary file in the cache, which a later artifact write
+/// removes once it is a day old.
+pub(crate) fn start_engine_load(engine: &str, config: Option<&CodeModeConfig>) {
+    static LOADING: std::sync::Once = std::sync::Once::new();
+    static BUILDING: std::sync::Once = std::sync::Once::new();
+    if !PREPARED_AHEAD.contains(&engine) {
         return;
     }
-    STARTED.call_once(|| {
-        let Some(engine) = codemode::Engines::by_name(engine) else { return };
-        let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
-            if let Err(e) = engine.prepare() {
-                tracing::debug!(error = %e, "loading the engine ahead of the first cell failed");
+    match config {
+        Some(config) if config.runtime == engine => BUILDING.call_once(|| {
+            // Building the instance loads the module too (waiting for a load under way).
+            LOADING.call_once(|| {});
+            if let Err(error) = codemode::Engines::prepare_ahead(config) {
+                tracing::debug!(%error, "preparing the engine ahead of the first cell failed");
             }
-        });
-        if let Err(e) = spawned {
-            tracing::debug!(error = %e, "cannot start the engine-loading thread; the first cell loads it");
+        }),
+        _ if engine == MODULE_LOADED_AHEAD => {
+            let Some(engine) = codemode::Engines::by_name(engine) else { return };
+            LOADING.call_once(|| {
+                let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
+                    if let Err(error) = engine.prepare() {
+                        tracing::debug!(%error, "loading the engine ahead of the first cell failed");
+                    }
+                });
+                if let Err(e) = spawned {
+                    tracing::debug!(error = %e, "cannot start the engine-loading thread; the first cell loads it");
+                }
+            });
         }
-    });
+        _ => {}
+    }
 }
 
-/// The engine whose module [`start_engine_load`] loads ahead.
-const LOADED_AHEAD: &str = "quickjs-wasi";
+/// The engines [`start_engine_load`] prepares ahead.
+const PREPARED_AHEAD: [&str; 2] = [MODULE_LOADED_AHEAD, "quickjs"];
+
+/// The engine with a module to load, which [`start_engine_load`] loads ahead even before it knows
+/// the config.
+const MODULE_LOADED_AHEAD: &str = "quickjs-wasi";
+
+/// The config a cell-running command will run under when it is known before any file is read: no
+/// config file given (the defaults, with `--engine`'s choice).
+fn config_before_file(command: &Command) -> Option<CodeModeConfig> {
+    let common = common_args(command)?;
+    if common.config.is_some() {
+        return None;
+    }
+    load_config(common).ok().map(|file| file.code_mode)
+}
+
+fn common_args(command: &Command) -> Option<&CommonArgs> {
+    match command {
+        Command::Run { common, .. }
+        | Command::Exec { common, .. }
+        | Command::Wait { common, .. }
+        | Command::Demo { common, .. } => Some(common),
+        Command::Serve(args) => Some(&args.common),
+        Command::Approve { .. } | Command::Bench { .. } | Command::Catalog(_) => None,
+    }
+}
 
 /// The engine a cell-running command (`run`, `exec`, `wait`, `demo`, `serve`) will use when that is
 /// known before its config file is read: `--engine`, or the default when no config file is given.
 fn engine_before_config(command: &Command) -> Option<String> {
-    let common = match command {
-        Command::Run { common, .. }
-        | Command::Exec { common, .. }
-        | Command::Wait { common, .. }
-        | Command::Demo { common, .. } => common,
-        Command::Serve(args) => &args.common,
-        Command::Approve { .. } | Command::Bench { .. } | Command::Catalog(_) => return None,
-    };
+    let common = common_args(command)?;
     match (&common.engine, &common.config) {
         (Some(engine), _) => Some(engine.clone()),
         (None, None) => Some(CodeModeConfig::enabled().runtime),
@@ -494,8 +530,13 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
-    if let Some(engine) = engine_before_config(&cli.command) {
-        start_engine_load(&engine);
+    match config_before_file(&cli.command) {
+        Some(config) => start_engine_load(&config.runtime, Some(&config)),
+        None => {
+            if let Some(engine) = engine_before_config(&cli.command) {
+                start_engine_load(&engine, None);
+            }
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(runtime_workers(&cli.command))
@@ -557,7 +598,8 @@ mod tests {
     #[test]
     fn the_engine_loaded_ahead_is_the_one_the_command_will_use() {
         // `CODEMODE_CONFIG` in the environment is a config file as far as clap is concerned.
-        let default = std::env::var_os("CODEMODE_CONFIG").is_none().then_some(LOADED_AHEAD);
+        let default_engine = codemode::CodeModeConfig::enabled().runtime;
+        let default = std::env::var_os("CODEMODE_CONFIG").is_none().then_some(default_engine.as_str());
         assert_eq!(engine_for(&["run", "cell.js"]).as_deref(), default, "the default engine");
         assert_eq!(engine_for(&["run", "--engine", "boa", "cell.js"]).as_deref(), Some("boa"));
         assert_eq!(engine_for(&["run", "--config", "c.json", "--engine", "quickjs", "-"]).as_deref(), Some("quickjs"));
@@ -570,5 +612,34 @@ mod tests {
         assert_eq!(engine_for(&["serve", "--engine", "quickjs"]).as_deref(), Some("quickjs"));
         assert_eq!(engine_for(&["bench"]), None, "bench loads every engine itself");
         assert_eq!(engine_for(&["catalog"]), None);
+    }
+
+    /// The instance built ahead is built for the config the command will run under, and only when
+    /// that is known before any file is read: no config file means the defaults with `--engine`'s
+    /// choice (exactly what `load_config` gives the run); a file may set other limits, so the
+    /// instance waits until it is read. Commands that run no cell build nothing.
+    #[test]
+    fn the_instance_built_ahead_is_for_the_config_the_command_will_use() {
+        let config_for = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("codemode").chain(args.iter().copied()))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            config_before_file(&cli.command)
+        };
+        if std::env::var_os("CODEMODE_CONFIG").is_none() {
+            assert_eq!(config_for(&["run", "cell.js"]), Some(CodeModeConfig::enabled()));
+            let native = CodeModeConfig { runtime: "quickjs".into(), ..CodeModeConfig::enabled() };
+            assert_eq!(config_for(&["run", "--engine", "quickjs", "cell.js"]), Some(native.clone()));
+            assert_eq!(config_for(&["serve", "--engine", "quickjs"]), Some(native.clone()));
+            let cli = Cli::try_parse_from(["codemode", "exec", "--engine", "quickjs", "cell.js"])
+                .unwrap_or_else(|e| panic!("{e}"));
+            let Command::Exec { common, .. } = &cli.command else { panic!("not exec") };
+            let used = load_config(common).unwrap_or_else(|e| panic!("{e}")).code_mode;
+            assert_eq!(config_before_file(&cli.command), Some(used), "the run's own config");
+        }
+        assert_eq!(config_for(&["run", "--config", "c.json", "-"]), None, "the file decides");
+        assert_eq!(config_for(&["run", "--config", "c.json", "--engine", "quickjs", "-"]), None);
+        assert_eq!(config_for(&["approve", "run-id", "1"]), None);
+        assert_eq!(config_for(&["bench"]), None);
+        assert_eq!(config_for(&["catalog"]), None);
     }
 }

@@ -84,7 +84,7 @@ pub(crate) async fn open_store(
 
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let file = load_config(&args.common)?;
-    crate::start_engine_load(&file.code_mode.runtime);
+    crate::start_engine_load(&file.code_mode.runtime, Some(&file.code_mode));
     let choice = match (&args.store, &args.snapshot_dir) {
         (Some(s), _) => Some(match (store_from_flag(s)?, &file.snapshot_store) {
             // `--store redis://…` names the server; the file's keyPrefix and leaseMs still apply.

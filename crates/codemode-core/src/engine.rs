@@ -455,6 +455,20 @@ pub trait GuestEngine: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Starts building, ahead of a first run, one instance for runs under `limits` (and whatever
+    /// [`prepare`](Self::prepare) would load), in the background — on a thread the engine starts
+    /// or its worker pool — and returns at once: for a process that knows its limits before it has
+    /// a cell (a command starting up), so the build overlaps the rest of its start. The next
+    /// [`start`](Self::start) with equal limits takes that instance (waiting for it if it is still
+    /// being built) instead of building its own; a start with other limits leaves it alone. The
+    /// instance is built exactly as `start` would build it and no guest code has run in it, so a
+    /// run that takes it is as isolated as one that built its own. A failed build leaves the run
+    /// to build (and fail) on its own. The default builds nothing: runs prepare as usual.
+    fn prepare_instance(&self, limits: &GuestLimits) -> Result<(), EngineError> {
+        let _ = limits;
+        Ok(())
+    }
+
     /// Prepares an instance for `program`. No guest code runs until the first
     /// [`GuestInstance::drive`].
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError>;

@@ -1,7 +1,7 @@
 //! The engine registry: built-in engines by Cargo feature, and engines an application registers
 //! by name (see [`Engines`]).
 
-use crate::GuestEngine;
+use crate::{CodeModeConfig, CodeModeError, CodeModeErrorCode, GuestEngine};
 use std::sync::Arc;
 
 /// The engine registry: engines are selected by name (`tools.codeMode.runtime`, `--engine`).
@@ -88,6 +88,25 @@ impl Engines {
         }
         map.insert(name, engine);
         Ok(())
+    }
+
+    /// Starts preparing the engine `config` names for a first run under `config`, ahead of that
+    /// run, and returns at once: one instance built in the background for the limits `config`
+    /// gives runs ([`GuestEngine::prepare_instance`]; `quickjs-wasi` loads its module first), which
+    /// the first run with those limits takes (waiting for it if need be) instead of building its
+    /// own. For a process that knows its config before it has a cell (a command starting up), so
+    /// the work overlaps the rest of its start. A failure is only reported: the run meets it again
+    /// and fails closed as `runtime_unavailable`, as it would have.
+    pub fn prepare_ahead(config: &CodeModeConfig) -> Result<(), CodeModeError> {
+        let Some(engine) = Self::by_name(&config.runtime) else {
+            return Err(CodeModeError::new(
+                CodeModeErrorCode::RuntimeUnavailable,
+                format!("engine `{}` is not available in this build", config.runtime),
+            ));
+        };
+        engine
+            .prepare_instance(&crate::runtime::guest_limits(config))
+            .map_err(|e| CodeModeError::new(e.code(), e.to_string()))
     }
 
     /// Names of the engines available in this process: the built-in ones compiled in, then the

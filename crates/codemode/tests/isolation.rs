@@ -5,7 +5,9 @@
 //! views and pulls catalog data must leave nothing the next run on the same runtime can see.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codemode::{CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, RunContext, RunId};
+use codemode::{
+    CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, Engines, RunContext, RunId,
+};
 use codemode_testing::demo::demo_tools;
 use serde_json::{Value, json};
 
@@ -195,4 +197,109 @@ async fn concurrent_runs_on_reused_native_vms_never_see_each_other() {
         t.await.unwrap();
     }
     assert!(codemode_engine_quickjs::reused_vms() > reused_before + 100, "the runs were served by reused VMs");
+}
+
+/// An instance built ahead of a first run (`Engines::prepare_ahead`, which the CLI calls as it
+/// starts; the build goes on in the background) is taken by the first run with its limits, and by that run only; it
+/// is as pristine as one built for the run (no guest code ever ran in it). A run with other limits
+/// leaves it for the run it was built for and builds its own, and a build that fails leaves the run
+/// to build (and fail) on its own instead of waiting for it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_built_ahead_serves_the_first_run_with_its_limits_only() {
+    let taken = |engine: &str| match engine {
+        "quickjs" => codemode_engine_quickjs::vms_taken_ahead(),
+        _ => codemode_engine_wasi::instances_taken_ahead(),
+    };
+    let ctx = RunContext::session("ahead");
+    for (i, engine) in ENGINES.into_iter().enumerate() {
+        // Limits no other test here uses, so no other run can take these instances.
+        let bytes = |mib: u64| (mib << 20) + 4096 * (i as u64 + 1);
+        let config = |memory_limit_bytes| CodeModeConfig {
+            memory_limit_bytes,
+            runtime: engine.to_string(),
+            ..CodeModeConfig::enabled()
+        };
+        let runtime = |config: &CodeModeConfig| {
+            CodeMode::builder(config.clone()).engine_name(engine).local_tools(demo_tools()).build()
+        };
+        let before = taken(engine);
+
+        // This returns once the build is under way (on a guest worker natively, on a thread of
+        // quickjs-wasi's own), so the run below most likely waits for it.
+        let first = config(bytes(40));
+        Engines::prepare_ahead(&first).unwrap();
+        let cm = runtime(&first);
+        let planted = value(&cm.exec(&ctx, &CodeModeExecInput::code(PLANT)).await);
+        assert_eq!(planted["seen"], json!(false), "{engine}: the instance built ahead is pristine");
+        assert_eq!(taken(engine), before + 1, "{engine}: the first run took the instance built ahead");
+        let checked = value(&cm.exec(&ctx, &CodeModeExecInput::code(CHECK)).await);
+        assert_eq!((&checked["leaked"], &checked["polluted"]), (&json!("undefined"), &json!("clean")), "{engine}");
+        assert_eq!(taken(engine), before + 1, "{engine}: taken by one run only");
+
+        let second = config(bytes(44));
+        Engines::prepare_ahead(&second).unwrap();
+        let other = runtime(&config(bytes(46)));
+        assert_eq!(value(&other.exec(&ctx, &CodeModeExecInput::code("return 6 * 7")).await), json!(42));
+        assert_eq!(taken(engine), before + 1, "{engine}: a run with other limits leaves it alone");
+        let planted = value(&runtime(&second).exec(&ctx, &CodeModeExecInput::code(PLANT)).await);
+        assert_eq!(planted["seen"], json!(false), "{engine}");
+        assert_eq!(taken(engine), before + 2, "{engine}: the run it was built for took it");
+
+        // Raced: eight threads ask for an instance ahead while eight runs start. One instance is
+        // built at a time (an asker that comes after a run took one builds another), each is
+        // taken by one run, the other runs build their own, and every run completes, pristine,
+        // with nothing left waiting. The run after every asker returned finds the last build
+        // under way or done (and takes it), or none.
+        let raced = config(bytes(48));
+        let cm = std::sync::Arc::new(runtime(&raced));
+        let askers: Vec<_> = (0..8)
+            .map(|_| {
+                let raced = raced.clone();
+                std::thread::spawn(move || Engines::prepare_ahead(&raced))
+            })
+            .collect();
+        let runs: Vec<_> = (0..8)
+            .map(|n| {
+                let cm = cm.clone();
+                tokio::spawn(async move {
+                    let ctx = RunContext::session(format!("ahead-race-{n}"));
+                    value(&cm.exec(&ctx, &CodeModeExecInput::code(PLANT)).await)["seen"].clone()
+                })
+            })
+            .collect();
+        for run in runs {
+            assert_eq!(run.await.unwrap(), json!(false), "{engine}");
+        }
+        for asker in askers {
+            asker.join().unwrap().unwrap();
+        }
+        let extra = value(&cm.exec(&ctx, &CodeModeExecInput::code(CHECK)).await);
+        assert_eq!(extra["leaked"], json!("undefined"), "{engine}");
+        let now = taken(engine);
+        // Natively an asker that finds a pooled VM for these limits (runs that built their own
+        // return them to the pool) builds none, so there all eight may build nothing.
+        let least = if engine == "quickjs" { before + 2 } else { before + 3 };
+        assert!(
+            (least..=before + 2 + 8).contains(&now),
+            "{engine}: at most eight instances built ahead, each taken once ({now} - {before})"
+        );
+        if engine == "quickjs" {
+            // A heap too small to boot in: the build ahead fails, and the run is not left waiting
+            // for it: it builds its own and fails as a run alone does. (quickjs-wasi applies the heap
+            // limit inside the instance, whose build does not fail on it.)
+            let tiny = config(64 << 10);
+            Engines::prepare_ahead(&tiny).unwrap();
+            let run = runtime(&tiny);
+            let r = tokio::time::timeout(
+                std::time::Duration::from_secs(60),
+                run.exec(&ctx, &CodeModeExecInput::code("return 1")),
+            )
+            .await
+            .expect("the run does not wait for a failed build");
+            assert!(r.error_code().is_some(), "{engine}: {}", r.to_json());
+            let alone = runtime(&tiny).exec(&ctx, &CodeModeExecInput::code("return 1")).await;
+            assert_eq!(r.error_code(), alone.error_code(), "{engine}: the same failure as a run alone");
+            assert_eq!(taken(engine), now, "{engine}: nothing was built to take");
+        }
+    }
 }
