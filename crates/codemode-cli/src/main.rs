@@ -522,7 +522,6 @@ impl Gateway {
 }
 
 fn main() -> ExitCode {
-    let tracing_guard = init_tracing();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -530,6 +529,8 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
+    // The engine's preparation first, so it overlaps everything after it (setting up the log
+    // subscriber included: the preparation logs only when it fails, well after that).
     match config_before_file(&cli.command) {
         Some(config) => start_engine_load(&config.runtime, Some(&config)),
         None => {
@@ -538,6 +539,7 @@ fn main() -> ExitCode {
             }
         }
     }
+    let tracing_guard = init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(runtime_workers(&cli.command))
         .enable_all()
