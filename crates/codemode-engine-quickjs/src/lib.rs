@@ -10,7 +10,9 @@
 //! after boot, byte for byte, before another run may use it: runs do not pay for building a
 //! runtime, a context and the prelude, and nothing of one run reaches the next. The bridge
 //! prelude is compiled to QuickJS bytecode by the build (`build.rs`; once per process on first use
-//! where the build could not), so a new VM only loads it. Plain
+//! where the build could not), so a new VM only loads it. A process that knows its first run's
+//! limits before it has the cell builds that run's VM ahead, on a thread of its own
+//! (`GuestEngine::prepare_instance`; no guest code runs while a VM is built). Plain
 //! data a cell sends or returns is serialized by a native `plainJson` (module `plain_json`,
 //! written against QuickJS's C API) instead of the prelude's walk plus `JSON.stringify`, and a
 //! run's namespaces are defined at boot by a native `defineNamespaces` (module
@@ -82,7 +84,7 @@ impl GuestEngine for QuickJsEngine {
 
     /// Builds one VM for `limits` on a thread of its own (`codemode-load`), and starts a guest
     /// worker if none runs yet, unless the pool already has a VM for these limits or another is
-    /// being built ahead; the next run with these limits takes it (see [`take_ahead`]). Returns at
+    /// being built ahead; the next run with these limits takes it (see `take_ahead`). Returns at
     /// once.
     fn prepare_instance(&self, limits: &GuestLimits) -> Result<(), EngineError> {
         build_ahead(*limits)

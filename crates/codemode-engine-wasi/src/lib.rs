@@ -9,7 +9,9 @@
 //!
 //! - **Start-up**: the module is pre-initialized once (QuickJS runtime, context and the bridge prelude
 //!   baked in by wasmtime-wizer), compiled once, and cached on disk (see [`cache_dir`]); runs then
-//!   start from a fresh copy-on-write instance of the image.
+//!   start from a fresh copy-on-write instance of the image. A process that knows its first run's
+//!   limits before it has the cell loads the module and instantiates that run's instance ahead, on
+//!   a thread of its own (`GuestEngine::prepare_instance`; no guest code runs in it before the run).
 //! - **Limits**: a heap limit enforced by the shim's allocator (a memory bomb is a catchable
 //!   `out of memory`); wasmtime store limits on linear memory; QuickJS's stack limit, re-enabled for
 //!   WASI and set below the wasm stack (deep recursion is a catchable `RangeError`); QuickJS's
@@ -147,7 +149,7 @@ impl GuestEngine for QuickJsWasiEngine {
     /// configured and booted by its run) on a thread of its own (`codemode-load`), and starts a
     /// guest worker if none runs yet, unless an
     /// instance is already built or being built ahead; the next run with these limits takes it
-    /// (see [`take_ahead`]). Returns at once.
+    /// (see `take_ahead`). Returns at once.
     fn prepare_instance(&self, limits: &GuestLimits) -> Result<(), EngineError> {
         let limits = *limits;
         {
