@@ -397,10 +397,11 @@ async fn build_runtime_with(
 /// the async runtime's start, opening the snapshot store, building the catalog and starting the
 /// config's MCP servers instead of delaying the first cell (or, for `serve`, the first answer).
 /// When `config` — the whole config the command runs under — is known, one instance is built for
-/// the limits it gives runs ([`codemode::Engines::prepare_ahead`], which returns at once: the
-/// native `quickjs` engine builds a VM on a guest worker, `quickjs-wasi` loads its module — mapped
-/// from the module cache, or compiled on a machine's first run — and instantiates it on a thread of
-/// its own); else only `quickjs-wasi`'s module is loaded, on a thread of ours (`codemode-load`).
+/// the limits it gives runs ([`codemode::Engines::prepare_ahead`], which returns at once: on a
+/// thread of the engine's own, the native `quickjs` engine builds a VM, and `quickjs-wasi` loads
+/// its module — mapped from the module cache, or compiled on a machine's first run — and
+/// instantiates it; both start a guest worker meanwhile); else only `quickjs-wasi`'s module is
+/// loaded, on a thread of ours (`codemode-load`).
 /// The first run waits for this work rather than doing it a second time, and meets its outcome (a
 /// failed load fails that run closed as `runtime_unavailable`, a failed instance is built again by
 /// the run). Other engines are left alone: boa's preparation builds spare VMs a one-shot command

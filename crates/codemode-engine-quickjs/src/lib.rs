@@ -228,7 +228,7 @@ fn refill_warm(limits: GuestLimits) {
 enum Ahead {
     /// None built or being built.
     Idle,
-    /// Being built on a worker for these limits.
+    /// Being built, on a thread of its own, for these limits.
     Building(GuestLimits),
     /// Built, pristine, for these limits, waiting for the run that takes it.
     Ready(GuestLimits, Box<Vm>),
@@ -297,8 +297,8 @@ fn build_ahead(limits: GuestLimits) -> Result<(), EngineError> {
 }
 
 /// The VM built ahead for `limits`, waiting for it while it is being built (with this worker's
-/// place handed to queued jobs meanwhile). One built or being built for other limits
-/// is left for the run it was built for.
+/// place handed to queued jobs meanwhile). One built or being built for other limits is left for
+/// the run it was built for.
 fn take_ahead(limits: &GuestLimits) -> Option<Box<Vm>> {
     let mut slot = ahead();
     if matches!(&*slot, Ahead::Building(l) if l == limits) {

@@ -200,10 +200,10 @@ async fn concurrent_runs_on_reused_native_vms_never_see_each_other() {
 }
 
 /// An instance built ahead of a first run (`Engines::prepare_ahead`, which the CLI calls as it
-/// starts; the build goes on in the background) is taken by the first run with its limits, and by that run only; it
-/// is as pristine as one built for the run (no guest code ever ran in it). A run with other limits
-/// leaves it for the run it was built for and builds its own, and a build that fails leaves the run
-/// to build (and fail) on its own instead of waiting for it forever.
+/// starts; the build goes on in the background) is taken by the first run with its limits, and by
+/// that run only; it is as pristine as one built for the run (no guest code ever ran in it). A run
+/// with other limits leaves it for the run it was built for and builds its own, and a build that
+/// fails leaves the run to build (and fail) on its own instead of waiting for it forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_built_ahead_serves_the_first_run_with_its_limits_only() {
     let taken = |engine: &str| match engine {
@@ -224,8 +224,8 @@ async fn an_instance_built_ahead_serves_the_first_run_with_its_limits_only() {
         };
         let before = taken(engine);
 
-        // This returns once the build is under way (on a guest worker natively, on a thread of
-        // quickjs-wasi's own), so the run below most likely waits for it.
+        // This returns once the build is under way on a thread of the engine's own, so the run
+        // below most likely waits for it.
         let first = config(bytes(40));
         Engines::prepare_ahead(&first).unwrap();
         let cm = runtime(&first);
