@@ -83,7 +83,7 @@ impl GuestEngine for QuickJsEngine {
     }
 
     /// Builds one VM for `limits` on a thread of its own (`codemode-load`), and starts a guest
-    /// worker if none runs yet, unless the pool already has a VM for these limits or another is
+    /// worker if none runs yet (on the calling thread, while the VM is built), unless the pool already has a VM for these limits or another is
     /// being built ahead; the next run with these limits takes it (see `take_ahead`). Returns at
     /// once.
     fn prepare_instance(&self, limits: &GuestLimits) -> Result<(), EngineError> {
@@ -274,14 +274,10 @@ fn build_ahead(limits: GuestLimits) -> Result<(), EngineError> {
             AHEAD_DONE.notify_all();
         }
     }
-    // Built on a thread of its own while a guest worker starts, so the run's job finds that worker
-    // waiting (its start off the run's path) and does not start a second one while the first
-    // would be busy building.
+    // Built on a thread of its own, while this thread starts a guest worker: the run's job finds
+    // that worker waiting, and no worker is busy building (a job would start a second one).
     let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
         let mut finish = Finish(None, limits);
-        if let Err(e) = workers::start_one() {
-            tracing::debug!(error = %e, "cannot start a guest worker ahead of the first run");
-        }
         match Vm::new(limits) {
             Ok(vm) => finish.0 = Some(Box::new(vm)),
             Err(e) => {
@@ -292,6 +288,9 @@ fn build_ahead(limits: GuestLimits) -> Result<(), EngineError> {
     if let Err(e) = spawned {
         drop(Finish(None, limits));
         return Err(EngineError::Unavailable(format!("cannot start the engine-loading thread: {e}")));
+    }
+    if let Err(e) = workers::start_one() {
+        tracing::debug!(error = %e, "cannot start a guest worker ahead of the first run");
     }
     Ok(())
 }

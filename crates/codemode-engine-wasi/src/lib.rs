@@ -147,7 +147,7 @@ impl GuestEngine for QuickJsWasiEngine {
 
     /// Loads the module and instantiates it for `limits` (no guest code runs: the instance is
     /// configured and booted by its run) on a thread of its own (`codemode-load`), and starts a
-    /// guest worker if none runs yet, unless an
+    /// guest worker if none runs yet (on the calling thread, meanwhile), unless an
     /// instance is already built or being built ahead; the next run with these limits takes it
     /// (see `take_ahead`). Returns at once.
     fn prepare_instance(&self, limits: &GuestLimits) -> Result<(), EngineError> {
@@ -177,10 +177,6 @@ impl GuestEngine for QuickJsWasiEngine {
         }
         let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
             let mut finish = Finish(None);
-            // A guest worker waiting for the run's job, its start off the run's path.
-            if let Err(e) = codemode_bridge::workers::start_one() {
-                tracing::debug!(error = %e, "cannot start a guest worker ahead of the first run");
-            }
             match loaded().and_then(|loaded| Vm::new(loaded, limits, Some(codemode_bridge::random_seed()))) {
                 Ok(vm) => finish.0 = Some((limits, vm)),
                 Err(e) => tracing::debug!(error = %e, "building an instance ahead of the first run failed"),
@@ -189,6 +185,10 @@ impl GuestEngine for QuickJsWasiEngine {
         if let Err(e) = spawned {
             drop(Finish(None));
             return Err(EngineError::Unavailable(format!("cannot start the engine-loading thread: {e}")));
+        }
+        // A guest worker waiting for the run's job, started while the instance is built.
+        if let Err(e) = codemode_bridge::workers::start_one() {
+            tracing::debug!(error = %e, "cannot start a guest worker ahead of the first run");
         }
         Ok(())
     }
