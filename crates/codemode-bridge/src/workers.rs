@@ -467,7 +467,7 @@ impl From<WorkerError> for codemode_core::engine::EngineError {
 
 /// Starts a worker thread now if none runs yet, so that the first job (a process's first cell)
 /// finds one waiting instead of paying for a thread's start: for a process that will run a cell
-/// soon. The worker waits for work like any idle one, and exits after [`IDLE_EXIT`] without it.
+/// soon. The worker waits for work like any idle one, and exits after a minute without it.
 pub fn start_one() -> std::io::Result<()> {
     if lock().threads > 0 {
         return Ok(());
