@@ -60,7 +60,7 @@ pub(crate) async fn exec(
     language: Option<LanguageArg>,
     file: String,
 ) -> Result<ExitCode> {
-    let gw = store.runtime(&common).await?;
+    let gw = store.runtime(&common, true).await?;
     let input = exec_input(language, &file)?;
     let result = gw.cm().exec(&RunContext::session(store.session.clone()), &input).await;
     print_json(&result);
@@ -109,7 +109,7 @@ async fn finish_nested_calls(gw: &Gateway) {
 }
 
 pub(crate) async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -> Result<ExitCode> {
-    let gw = store.runtime(&common).await?;
+    let gw = store.runtime(&common, false).await?;
     let result = gw.cm().wait(&RunContext::session(store.session.clone()), &CodeModeWaitInput::new(run_id)).await;
     print_json(&result);
     finish_nested_calls(&gw).await;

@@ -230,9 +230,12 @@ impl StoreArgs {
         Ok(Arc::new(store))
     }
 
-    async fn runtime(&self, common: &CommonArgs) -> Result<Gateway> {
+    /// The runtime of `exec` (`first_cell`: its run starts on a new instance, which is built ahead)
+    /// or `wait` (its run resumes from its snapshot in an instance of its own: only the engine is
+    /// loaded ahead).
+    async fn runtime(&self, common: &CommonArgs, first_cell: bool) -> Result<Gateway> {
         let config = load_config(common)?;
-        start_engine_load(&config.code_mode.runtime, Some(&config.code_mode));
+        start_engine_load(&config.code_mode.runtime, first_cell.then_some(&config.code_mode));
         let store = self.open().await?;
         build_runtime_with(config, common, Some(store), None).await
     }
@@ -396,7 +399,8 @@ async fn build_runtime_with(
 /// Prepares the engine a command will run cells on, in the background, so that the work overlaps
 /// the async runtime's start, opening the snapshot store, building the catalog and starting the
 /// config's MCP servers instead of delaying the first cell (or, for `serve`, the first answer).
-/// When `config` — the whole config the command runs under — is known, one instance is built for
+/// When `config` — the whole config the command runs under — is known and the command will start
+/// a run on a new instance (not `wait`, which resumes from a snapshot), one instance is built for
 /// the limits it gives runs ([`codemode::Engines::prepare_ahead`], which returns at once: on a
 /// thread of the engine's own, the native `quickjs` engine builds a VM, and `quickjs-wasi` loads
 /// its module — mapped from the module cache, or compiled on a machine's first run — and
@@ -448,8 +452,12 @@ const PREPARED_AHEAD: [&str; 2] = [MODULE_LOADED_AHEAD, "quickjs"];
 const MODULE_LOADED_AHEAD: &str = "quickjs-wasi";
 
 /// The config a cell-running command will run under when it is known before any file is read: no
-/// config file given (the defaults, with `--engine`'s choice).
+/// config file given (the defaults, with `--engine`'s choice). None for `wait`, which starts no
+/// new instance (its run resumes from its snapshot).
 fn config_before_file(command: &Command) -> Option<CodeModeConfig> {
+    if matches!(command, Command::Wait { .. }) {
+        return None;
+    }
     let common = common_args(command)?;
     if common.config.is_some() {
         return None;
@@ -620,7 +628,8 @@ mod tests {
     /// The instance built ahead is built for the config the command will run under, and only when
     /// that is known before any file is read: no config file means the defaults with `--engine`'s
     /// choice (exactly what `load_config` gives the run); a file may set other limits, so the
-    /// instance waits until it is read. Commands that run no cell build nothing.
+    /// instance waits until it is read. Commands that start no new instance (`wait` resumes from a
+    /// snapshot) or run no cell build nothing.
     #[test]
     fn the_instance_built_ahead_is_for_the_config_the_command_will_use() {
         let config_for = |args: &[&str]| {
@@ -641,6 +650,7 @@ mod tests {
         }
         assert_eq!(config_for(&["run", "--config", "c.json", "-"]), None, "the file decides");
         assert_eq!(config_for(&["run", "--config", "c.json", "--engine", "quickjs", "-"]), None);
+        assert_eq!(config_for(&["wait", "run-id"]), None, "a wait resumes from its snapshot");
         assert_eq!(config_for(&["approve", "run-id", "1"]), None);
         assert_eq!(config_for(&["bench"]), None);
         assert_eq!(config_for(&["catalog"]), None);
