@@ -368,6 +368,13 @@ impl Embedded {
             }
         }
         let file = ConfigFile::parse(&doc.to_string())?;
+        // The first run's instance is built while the store opens and the servers start (the
+        // first cell then finds it ready; see `codemode::Engines::prepare_ahead`).
+        if file.code_mode.enabled
+            && let Err(e) = codemode::Engines::prepare_ahead(&file.code_mode)
+        {
+            tracing::debug!(error = %e, "preparing the engine ahead of the first cell failed");
+        }
         let mut local = codemode::LocalTools::new();
         let mut seen = std::collections::HashSet::new();
         for (def, function) in tools {
@@ -531,6 +538,26 @@ mod tests {
 
     fn spec(v: Value) -> Result<ToolDefinition, EmbedError> {
         tool_definition(&v, "python")
+    }
+
+    /// The runtime's first cell runs on the instance built while the runtime started (limits no
+    /// other test uses, so no other run can take it), and sees a fresh sandbox.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_cell_runs_on_the_instance_built_while_the_runtime_starts() -> Result<(), EmbedError> {
+        let before = codemode_engine_quickjs::vms_taken_ahead();
+        let config =
+            json!({ "tools": { "codeMode": { "runtime": "quickjs", "memoryLimitBytes": (40 << 20) + 12_288 } } });
+        let embedded =
+            Embedded::start(EmbedOptions { config: Some(config), tools: Vec::new(), hook: None, approver: None })
+                .await?;
+        let result = embedded
+            .code_mode()
+            .exec(&Embedded::ctx("ahead"), &codemode::CodeModeExecInput::code("return typeof globalThis.leaked"))
+            .await;
+        assert_eq!(result.to_json()["value"], json!("undefined"), "{}", result.to_json());
+        assert_eq!(codemode_engine_quickjs::vms_taken_ahead(), before + 1, "the first cell took the VM built ahead");
+        embedded.close().await;
+        Ok(())
     }
 
     #[test]
