@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod adapter;
+pub mod ahead;
 pub mod driver;
 pub mod host;
 pub mod modules;

@@ -413,6 +413,8 @@ async fn build_runtime_with(
 /// before its first cell (a bad config, an unreachable store) exits without waiting for them; a
 /// compile it cut short leaves at most a temporary file in the cache, which a later artifact write
 /// removes once it is a day old.
+///
+/// `engine` is the engine's name (`config.runtime` when `config` is given).
 pub(crate) fn start_engine_load(engine: &str, config: Option<&CodeModeConfig>) {
     static LOADING: std::sync::Once = std::sync::Once::new();
     static BUILDING: std::sync::Once = std::sync::Once::new();
@@ -420,14 +422,14 @@ pub(crate) fn start_engine_load(engine: &str, config: Option<&CodeModeConfig>) {
         return;
     }
     match config {
-        Some(config) if config.runtime == engine => BUILDING.call_once(|| {
+        Some(config) => BUILDING.call_once(|| {
             // Building the instance loads the module too (waiting for a load under way).
             LOADING.call_once(|| {});
             if let Err(error) = codemode::Engines::prepare_ahead(config) {
                 tracing::debug!(%error, "preparing the engine ahead of the first cell failed");
             }
         }),
-        _ if engine == MODULE_LOADED_AHEAD => {
+        None if engine == MODULE_LOADED_AHEAD => {
             let Some(engine) = codemode::Engines::by_name(engine) else { return };
             LOADING.call_once(|| {
                 let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
@@ -440,7 +442,7 @@ pub(crate) fn start_engine_load(engine: &str, config: Option<&CodeModeConfig>) {
                 }
             });
         }
-        _ => {}
+        None => {}
     }
 }
 

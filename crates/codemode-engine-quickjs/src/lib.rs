@@ -84,8 +84,7 @@ impl GuestEngine for QuickJsEngine {
 
     /// Builds one VM for `limits` on a thread of its own (`codemode-load`), and starts a guest
     /// worker if none runs yet (on the calling thread, while the VM is built), unless the pool already has a VM for these limits or another is
-    /// being built ahead; the next run with these limits takes it (see `take_ahead`). Returns at
-    /// once.
+    /// being built ahead; the next run with these limits takes it. Returns at once.
     fn prepare_instance(&self, limits: &GuestLimits) -> Result<(), EngineError> {
         build_ahead(*limits)
     }
@@ -126,7 +125,7 @@ impl NativeInstance {
                 if BUILT_ON_DEMAND.fetch_add(1, Ordering::Relaxed) > 0 {
                     refill_warm(limits);
                 }
-                match take_ahead(&limits) {
+                match AHEAD.take(&limits) {
                     Some(vm) => vm,
                     None => Box::new(workers::run(move || Vm::new(limits)).map_err(EngineError::from)??),
                 }
@@ -224,99 +223,20 @@ fn refill_warm(limits: GuestLimits) {
     });
 }
 
-/// The VM built ahead of a first run ([`GuestEngine::prepare_instance`]): at most one at a time.
-enum Ahead {
-    /// None built or being built.
-    Idle,
-    /// Being built, on a thread of its own, for these limits.
-    Building(GuestLimits),
-    /// Built, pristine, for these limits, waiting for the run that takes it.
-    Ready(GuestLimits, Box<Vm>),
-}
-
-static AHEAD: Mutex<Ahead> = Mutex::new(Ahead::Idle);
-/// Signalled when a build ahead ends (built or failed).
-static AHEAD_DONE: std::sync::Condvar = std::sync::Condvar::new();
-
-/// How many runs started on a VM built ahead of them (for tests).
-static AHEAD_TAKEN: AtomicU64 = AtomicU64::new(0);
+/// The VM built ahead of a first run ([`GuestEngine::prepare_instance`]).
+static AHEAD: codemode_bridge::ahead::Ahead<Box<Vm>> = codemode_bridge::ahead::Ahead::new();
 
 /// How many runs so far started on a VM built ahead of them ([`GuestEngine::prepare_instance`]), in
 /// this process. Tests use it to check that the run took the VM built for it.
 pub fn vms_taken_ahead() -> u64 {
-    AHEAD_TAKEN.load(Ordering::Relaxed)
-}
-
-fn ahead() -> std::sync::MutexGuard<'static, Ahead> {
-    AHEAD.lock().unwrap_or_else(|p| p.into_inner())
+    AHEAD.taken()
 }
 
 fn build_ahead(limits: GuestLimits) -> Result<(), EngineError> {
-    {
-        let mut slot = ahead();
-        let pooled = warm().lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(l, _)| *l == limits);
-        if pooled || !matches!(*slot, Ahead::Idle) {
-            return Ok(());
-        }
-        *slot = Ahead::Building(limits);
+    if warm().lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(l, _)| *l == limits) {
+        return Ok(());
     }
-    /// Ends the build whatever happens in it (a panic included), so no run waits for it forever.
-    struct Finish(Option<Box<Vm>>, GuestLimits);
-    impl Drop for Finish {
-        fn drop(&mut self) {
-            let mut slot = ahead();
-            if matches!(*slot, Ahead::Building(_)) {
-                *slot = match self.0.take() {
-                    Some(vm) => Ahead::Ready(self.1, vm),
-                    None => Ahead::Idle,
-                };
-            }
-            AHEAD_DONE.notify_all();
-        }
-    }
-    // Built on a thread of its own, while this thread starts a guest worker: the run's job finds
-    // that worker waiting, and no worker is busy building (a job would start a second one).
-    let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
-        let mut finish = Finish(None, limits);
-        match Vm::new(limits) {
-            Ok(vm) => finish.0 = Some(Box::new(vm)),
-            Err(e) => {
-                tracing::debug!(error = %e, "building a VM ahead of the first run failed; the run builds its own")
-            }
-        }
-    });
-    if let Err(e) = spawned {
-        drop(Finish(None, limits));
-        return Err(EngineError::Unavailable(format!("cannot start the engine-loading thread: {e}")));
-    }
-    if let Err(e) = workers::start_one() {
-        tracing::debug!(error = %e, "cannot start a guest worker ahead of the first run");
-    }
-    Ok(())
-}
-
-/// The VM built ahead for `limits`, waiting for it while it is being built (with this worker's
-/// place handed to queued jobs meanwhile). One built or being built for other limits is left for
-/// the run it was built for.
-fn take_ahead(limits: &GuestLimits) -> Option<Box<Vm>> {
-    let mut slot = ahead();
-    if matches!(&*slot, Ahead::Building(l) if l == limits) {
-        slot = workers::blocking(move || {
-            AHEAD_DONE
-                .wait_while(slot, |s| matches!(s, Ahead::Building(l) if l == limits))
-                .unwrap_or_else(|p| p.into_inner())
-        });
-    }
-    match std::mem::replace(&mut *slot, Ahead::Idle) {
-        Ahead::Ready(l, vm) if l == *limits => {
-            AHEAD_TAKEN.fetch_add(1, Ordering::Relaxed);
-            Some(vm)
-        }
-        other => {
-            *slot = other;
-            None
-        }
-    }
+    AHEAD.build(limits, move || Vm::new(limits).map(Box::new))
 }
 
 impl GuestInstance for NativeInstance {

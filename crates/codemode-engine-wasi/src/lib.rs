@@ -55,55 +55,14 @@ fn loaded() -> Result<Arc<Loaded>, EngineError> {
     LOADED.get_or_init(|| module::load().map(Arc::new)).clone().map_err(|e| EngineError::Unavailable(e.to_string()))
 }
 
-/// The instance built ahead of a first run ([`GuestEngine::prepare_instance`]): at most one at a time.
-enum Ahead {
-    /// None built or being built.
-    Idle,
-    /// Being instantiated for these limits.
-    Building(GuestLimits),
-    /// Instantiated for these limits (no guest code ran in it), waiting for the run that takes it.
-    Ready(GuestLimits, Box<Vm>),
-}
-
-static AHEAD: std::sync::Mutex<Ahead> = std::sync::Mutex::new(Ahead::Idle);
-/// Signalled when a build ahead ends (built or failed).
-static AHEAD_DONE: std::sync::Condvar = std::sync::Condvar::new();
-/// How many runs started on an instance built ahead of them (for tests).
-static AHEAD_TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// The instance built ahead of a first run ([`GuestEngine::prepare_instance`]).
+static AHEAD: codemode_bridge::ahead::Ahead<Vm> = codemode_bridge::ahead::Ahead::new();
 
 /// How many runs so far started on an instance built ahead of them
 /// ([`GuestEngine::prepare_instance`]), in this process. Tests use it to check that the run took
 /// the instance built for it.
 pub fn instances_taken_ahead() -> u64 {
-    AHEAD_TAKEN.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-fn ahead() -> std::sync::MutexGuard<'static, Ahead> {
-    AHEAD.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The instance built ahead for `limits`, waiting for it while it is being built (with a guest
-/// worker's place handed to queued jobs meanwhile). One built or being built for other limits is
-/// left for the run it was built for.
-fn take_ahead(limits: &GuestLimits) -> Option<Box<Vm>> {
-    let mut slot = ahead();
-    if matches!(&*slot, Ahead::Building(l) if l == limits) {
-        slot = codemode_bridge::workers::blocking(move || {
-            AHEAD_DONE
-                .wait_while(slot, |s| matches!(s, Ahead::Building(l) if l == limits))
-                .unwrap_or_else(|p| p.into_inner())
-        });
-    }
-    match std::mem::replace(&mut *slot, Ahead::Idle) {
-        Ahead::Ready(l, vm) if l == *limits => {
-            AHEAD_TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Some(vm)
-        }
-        other => {
-            *slot = other;
-            None
-        }
-    }
+    AHEAD.taken()
 }
 
 /// The `quickjs-wasi` engine. Cheap to create; the guest module is loaded on first use (and a load
@@ -148,54 +107,18 @@ impl GuestEngine for QuickJsWasiEngine {
     /// Loads the module and instantiates it for `limits` (no guest code runs: the instance is
     /// configured and booted by its run) on a thread of its own (`codemode-load`), and starts a
     /// guest worker if none runs yet (on the calling thread, meanwhile), unless an
-    /// instance is already built or being built ahead; the next run with these limits takes it
-    /// (see `take_ahead`). Returns at once.
+    /// instance is already built or being built ahead; the next run with these limits takes it.
+    /// Returns at once.
     fn prepare_instance(&self, limits: &GuestLimits) -> Result<(), EngineError> {
         let limits = *limits;
-        {
-            // Marked before anything is loaded: a run that starts meanwhile waits for this
-            // instance (it would wait for the load anyway) instead of building a second one.
-            let mut slot = ahead();
-            if !matches!(*slot, Ahead::Idle) {
-                return Ok(());
-            }
-            *slot = Ahead::Building(limits);
-        }
-        // Ends the build whatever happens in it (a panic included), so no run waits for it forever.
-        struct Finish(Option<(GuestLimits, Vm)>);
-        impl Drop for Finish {
-            fn drop(&mut self) {
-                let mut slot = ahead();
-                if matches!(*slot, Ahead::Building(_)) {
-                    *slot = match self.0.take() {
-                        Some((limits, vm)) => Ahead::Ready(limits, Box::new(vm)),
-                        None => Ahead::Idle,
-                    };
-                }
-                AHEAD_DONE.notify_all();
-            }
-        }
-        let spawned = std::thread::Builder::new().name("codemode-load".into()).spawn(move || {
-            let mut finish = Finish(None);
-            match loaded().and_then(|loaded| Vm::new(loaded, limits, Some(codemode_bridge::random_seed()))) {
-                Ok(vm) => finish.0 = Some((limits, vm)),
-                Err(e) => tracing::debug!(error = %e, "building an instance ahead of the first run failed"),
-            }
-        });
-        if let Err(e) = spawned {
-            drop(Finish(None));
-            return Err(EngineError::Unavailable(format!("cannot start the engine-loading thread: {e}")));
-        }
-        // A guest worker waiting for the run's job, started while the instance is built.
-        if let Err(e) = codemode_bridge::workers::start_one() {
-            tracing::debug!(error = %e, "cannot start a guest worker ahead of the first run");
-        }
-        Ok(())
+        // Marked as being built before anything is loaded: a run that starts meanwhile waits for
+        // this instance (it would wait for the load anyway) instead of building a second one.
+        AHEAD.build(limits, move || Vm::new(loaded()?, limits, Some(codemode_bridge::random_seed())))
     }
 
     fn start(&self, program: &GuestProgram, limits: &GuestLimits) -> Result<Box<dyn GuestInstance>, EngineError> {
-        let vm = match take_ahead(limits) {
-            Some(vm) => *vm,
+        let vm = match AHEAD.take(limits) {
+            Some(vm) => vm,
             None => Vm::new(loaded()?, *limits, Some(codemode_bridge::random_seed()))?,
         };
         Ok(Box::new(WasiInstance::fresh(vm, program.boot.clone(), codemode_bridge::wrap_code(&program.code))))
