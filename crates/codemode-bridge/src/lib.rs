@@ -11,6 +11,7 @@
 //! - [`driver`]: the drive step every engine runs ([`drive`] over the [`GuestVm`] primitives).
 //! - [`modules`]: the static guard that rejects `import` / `require` before a cell runs (SPEC X6);
 //! - [`workers`]: the big-stack threads all guest code runs on.
+//! - [`ahead`]: the one instance an engine builds ahead of a process's first run.
 //!
 //! Layering (DESIGN §2): depends on `codemode-core` only; engines depend on it. It never names an
 //! engine, a tool source, MCP or policy.
