@@ -120,12 +120,14 @@ pub(crate) async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -
 /// `codemode approve`: records the decision through the runtime's own `decide` (no engine or upstream
 /// server is started), prints it as JSON, and writes an audit line to stderr.
 pub(crate) async fn approve(
+    config: Option<PathBuf>,
     store: StoreArgs,
     run_id: String,
     request_id: u64,
     deny: Option<String>,
 ) -> Result<ExitCode> {
-    let snapshots = store.open().await?;
+    let file = config.as_deref().map(codemode::config_file::ConfigFile::load).transpose()?;
+    let snapshots = store.open(file.as_ref()).await?;
     let cm = CodeMode::builder(CodeModeConfig::enabled()).store(snapshots).build();
     let id = codemode::RunId::parse(&run_id).map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let decision = match deny {

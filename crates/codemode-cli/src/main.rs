@@ -163,6 +163,10 @@ enum Command {
     /// entry with `kind: "approval"`. The decision is recorded in the snapshot directory; the run's
     /// next `wait`, in any process, runs or rejects the call.
     Approve {
+        /// The configuration file whose `snapshotStore` (a fleet's Redis and its `keyPrefix`, or a
+        /// directory) holds the run.
+        #[arg(long, value_name = "FILE", env = "CODEMODE_CONFIG")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         store: StoreArgs,
         /// The run's runId.
@@ -213,21 +217,38 @@ impl StoreArgs {
         }
     }
 
-    /// The store these commands share: `--store` (a Redis URL, or a directory), else the snapshot
-    /// directory.
-    pub(crate) async fn open(&self) -> Result<Arc<dyn codemode::SnapshotStore>> {
-        if let Some(flag) = &self.store {
-            let choice = serve::store_from_flag(flag)?;
-            if choice == codemode::config_file::SnapshotStoreConfig::Memory {
-                bail!("--store memory cannot be shared between commands: use a directory or redis://HOST:PORT");
+    /// The store these commands share: `--store` (a Redis URL, or a directory), else
+    /// `--snapshot-dir`, else the config file's `snapshotStore` when it is a directory or Redis
+    /// (a fleet's config: its `keyPrefix` says where the fleet's runs are), else the default
+    /// snapshot directory. A Redis URL given with `--store` keeps the file's `keyPrefix` and
+    /// `leaseMs`.
+    pub(crate) async fn open(
+        &self,
+        file: Option<&codemode::config_file::ConfigFile>,
+    ) -> Result<Arc<dyn codemode::SnapshotStore>> {
+        use codemode::config_file::SnapshotStoreConfig;
+        let shared_in_file = file.is_some_and(|f| {
+            matches!(f.snapshot_store, Some(SnapshotStoreConfig::Directory { .. } | SnapshotStoreConfig::Redis { .. }))
+        });
+        let choice = if self.store.is_some() || self.snapshot_dir.is_some() || shared_in_file {
+            serve::store_choice(self.store.as_deref(), self.snapshot_dir.as_deref(), file)?
+        } else {
+            SnapshotStoreConfig::Directory { dir: self.dir()? }
+        };
+        match choice {
+            SnapshotStoreConfig::Memory => {
+                bail!("--store memory cannot be shared between commands: use a directory or redis://HOST:PORT")
             }
-            let (store, _) = serve::open_store(Some(choice)).await?;
-            return store.ok_or_else(|| anyhow::anyhow!("no snapshot store"));
+            SnapshotStoreConfig::Directory { dir } => {
+                let store = codemode::DirectorySnapshotStore::new(&dir)
+                    .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
+                Ok(Arc::new(store))
+            }
+            redis => {
+                let (store, _) = serve::open_store(Some(redis)).await?;
+                store.ok_or_else(|| anyhow::anyhow!("no snapshot store"))
+            }
         }
-        let dir = self.dir()?;
-        let store = codemode::DirectorySnapshotStore::new(&dir)
-            .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
-        Ok(Arc::new(store))
     }
 
     /// The runtime of `exec` (`first_cell`: its run starts on a new instance, which is built ahead)
@@ -236,7 +257,7 @@ impl StoreArgs {
     async fn runtime(&self, common: &CommonArgs, first_cell: bool) -> Result<Gateway> {
         let config = load_config(common)?;
         start_engine_load(&config.code_mode.runtime, first_cell.then_some(&config.code_mode));
-        let store = self.open().await?;
+        let store = self.open(Some(&config)).await?;
         build_runtime_with(config, common, Some(store), None).await
     }
 }
@@ -570,8 +591,8 @@ fn main() -> ExitCode {
             Command::Demo { common, trace } => demo::run(common, trace).await,
             Command::Exec { common, store, language, file } => commands::exec(common, store, language, file).await,
             Command::Wait { common, store, run_id } => commands::wait(common, store, run_id).await,
-            Command::Approve { store, run_id, request_id, deny } => {
-                commands::approve(store, run_id, request_id, deny).await
+            Command::Approve { config, store, run_id, request_id, deny } => {
+                commands::approve(config, store, run_id, request_id, deny).await
             }
             Command::Bench { engines, samples, json, concurrency, seconds, stores_redis } => match stores_redis {
                 Some(url) => bench::stores(samples, json, &url).await,

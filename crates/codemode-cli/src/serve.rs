@@ -74,6 +74,38 @@ pub(crate) fn store_from_flag(flag: &str) -> Result<SnapshotStoreConfig> {
     })
 }
 
+/// The store a command uses: `--store` (a Redis URL named there keeps the config file's `keyPrefix`
+/// and `leaseMs`: they say which fleet's keys the command reads and writes), else `--snapshot-dir`.
+/// Without either flag the caller decides (`serve` takes the file's `snapshotStore`; the one-shot
+/// commands take it when it is shared, see [`crate::StoreArgs::open`]).
+pub(crate) fn store_choice(
+    flag: Option<&str>,
+    dir: Option<&std::path::Path>,
+    file: Option<&codemode::config_file::ConfigFile>,
+) -> Result<SnapshotStoreConfig> {
+    let file_store = file.and_then(|f| f.snapshot_store.as_ref());
+    Ok(match (flag, dir) {
+        (Some(s), _) => match (store_from_flag(s)?, file_store) {
+            (
+                SnapshotStoreConfig::Redis { url, .. },
+                Some(SnapshotStoreConfig::Redis { key_prefix, lease_ms, url: file_url }),
+            ) => SnapshotStoreConfig::Redis {
+                url: url.or_else(|| file_url.clone()),
+                key_prefix: key_prefix.clone(),
+                lease_ms: *lease_ms,
+            },
+            (flag, _) => flag,
+        },
+        (None, Some(dir)) => SnapshotStoreConfig::Directory { dir: dir.to_path_buf() },
+        (None, None) => match file_store {
+            Some(shared @ (SnapshotStoreConfig::Directory { .. } | SnapshotStoreConfig::Redis { .. })) => {
+                shared.clone()
+            }
+            _ => bail!("no shared snapshot store named"),
+        },
+    })
+}
+
 /// Opens the chosen store (see [`codemode_mcp::open_store`]).
 pub(crate) async fn open_store(
     choice: Option<SnapshotStoreConfig>,
@@ -86,20 +118,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     let file = load_config(&args.common)?;
     crate::start_engine_load(&file.code_mode.runtime, Some(&file.code_mode));
     let choice = match (&args.store, &args.snapshot_dir) {
-        (Some(s), _) => Some(match (store_from_flag(s)?, &file.snapshot_store) {
-            // `--store redis://…` names the server; the file's keyPrefix and leaseMs still apply.
-            (
-                SnapshotStoreConfig::Redis { url, .. },
-                Some(SnapshotStoreConfig::Redis { key_prefix, lease_ms, url: file_url }),
-            ) => SnapshotStoreConfig::Redis {
-                url: url.or_else(|| file_url.clone()),
-                key_prefix: key_prefix.clone(),
-                lease_ms: *lease_ms,
-            },
-            (flag, _) => flag,
-        }),
-        (None, Some(dir)) => Some(SnapshotStoreConfig::Directory { dir: dir.clone() }),
         (None, None) => file.snapshot_store.clone(),
+        (flag, dir) => Some(store_choice(flag.as_deref(), dir.as_deref(), Some(&file))?),
     };
     let (store, fleet_key) = open_store(choice).await?;
     let local = if args.demo_tools { codemode_testing::demo::demo_tools() } else { codemode::LocalTools::new() };

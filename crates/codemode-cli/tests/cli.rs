@@ -1001,3 +1001,60 @@ fn a_cut_off_module_cache_is_rebuilt_by_the_early_load() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every command that touches a store takes the config file's store settings: a fleet's
+/// `snapshotStore` with its own `keyPrefix` is where `exec` parks a call, where `approve
+/// --config` finds it (an `approve` that knows only the Redis URL looks under the default prefix
+/// and finds nothing), and where `wait` resumes it; a `--store` URL keeps the file's prefix. See
+/// the book's Snapshot store section.
+#[test]
+fn every_store_command_takes_the_fleets_key_prefix_from_the_config() {
+    let redis = codemode_snapshot::conformance::RedisServer::start().expect("redis-server (scripts/setup.sh)");
+    let dir = tempdir("fleet-prefix");
+    let config = write(
+        &dir,
+        "fleet.json5",
+        &format!(
+            "{{ tools: {{ codeMode: {{ enabled: true, timeoutMs: 2000 }} }}, \
+             approvals: {{ require: ['demo_invoice_send'] }}, \
+             snapshotStore: {{ kind: 'redis', url: '{}', keyPrefix: 'team-a:' }} }}",
+            redis.url()
+        ),
+    );
+    let cfg = config.to_str().unwrap();
+    let cell = "const r = await tools.demo_invoice_send({ shipmentId: 'SHP-1001', amount: 1200 }); \
+                return 'sent ' + r.invoiceId.slice(0, 4)";
+    let keys = || {
+        let out = Command::new("redis-cli")
+            .args(["-p", &redis.port().to_string(), "--scan", "--pattern", "*"])
+            .output()
+            .expect("redis-cli (installed with redis-server)");
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    for store_flag in [None, Some(redis.url())] {
+        let mut args = vec!["exec", "--config", cfg];
+        if let Some(url) = &store_flag {
+            args.extend(["--store", url.as_str()]);
+        }
+        args.push("-");
+        let out = run_stdin(&args, cell);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let first = last_json(&out);
+        assert_eq!(first["status"], "waiting", "{first}");
+        let run = first["runId"].as_str().unwrap().to_string();
+        let request = first["pendingToolCalls"][0]["requestId"].as_u64().unwrap().to_string();
+        let stored: Vec<String> = keys().into_iter().filter(|k| k.contains(&run)).collect();
+        assert!(!stored.is_empty(), "the run is in Redis");
+        assert!(stored.iter().all(|k| k.starts_with("team-a:")), "the run under the fleet's prefix: {stored:?}");
+        // Knowing only the URL, `approve` reads the default prefix: the run is not there.
+        let out = bin().args(["approve", "--store", &redis.url(), &run, &request]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        // With the fleet's config it decides the parked call.
+        let out = bin().args(["approve", "--config", cfg, &run, &request]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = bin().args(["wait", "--config", cfg, &run]).output().unwrap();
+        let done = last_json(&out);
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["value"], "sent INV-");
+    }
+}
