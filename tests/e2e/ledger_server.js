@@ -5,7 +5,8 @@
 // test reads the ledger to check that no side effect ran twice, whatever happened to the replicas.
 // Every call is also journaled as it arrives, as `<tool> <key> <pid>` in `<ledger>.calls`: what a
 // test waits on to know a cell got past a call. Newline-delimited JSON-RPC on stdio
-// (tests/e2e/stdio_jsonrpc.js), no packages.
+// (tests/e2e/stdio_jsonrpc.js), no packages. A call with `until: "<path>"` is held (after it is
+// journaled) until that file exists: a handle the test releases, instead of a sleep.
 const fs = require("fs");
 const ledger = process.argv[2];
 const schema = { type: "object", properties: { key: { type: "string" }, ms: { type: "number" } } };
@@ -28,7 +29,11 @@ require("./stdio_jsonrpc.js").serve((msg, send) => {
     const args = msg.params.arguments || {};
     const name = msg.params.name;
     fs.appendFileSync(`${ledger}.calls`, `${name} ${args.key || ""} ${process.pid}\n`);
-    setTimeout(() => {
+    const held = (then) => {
+      if (typeof args.until !== "string" || fs.existsSync(args.until)) return then();
+      setTimeout(() => held(then), 10);
+    };
+    held(() => setTimeout(() => {
       if (name === "pay" || name === "charge") {
         fs.appendFileSync(ledger, `${args.key} ${process.pid}\n`);
       }
@@ -36,7 +41,7 @@ require("./stdio_jsonrpc.js").serve((msg, send) => {
         content: [{ type: "text", text: `${name} ${args.key || ""}` }],
         structuredContent: { tool: name, key: args.key || null, pid: process.pid },
       } });
-    }, Math.max(0, Number(args.ms) || 0));
+    }, Math.max(0, Number(args.ms) || 0)));
   } else if (msg.id !== undefined) {
     send({ jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "method not found" } });
   }

@@ -322,3 +322,13 @@ fn fleet_of_three_replicas_on_redis() {
     run_python("fleet.py", &[dir.as_os_str(), "--load".as_ref(), "1000".as_ref()], "ok: load: 1000 runs");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Approval questions reach only the client whose request drives the run — anonymous clients of a
+/// fleet, two sessions of one credential, two credentials; on one replica and across two (see the
+/// book's security model, "approval questions").
+#[test]
+fn approval_questions_reach_only_the_runs_owner() {
+    let dir = tempdir("owners");
+    run_python("approval_owners.py", &[dir.as_os_str()], "ok: approval questions reach only the run's owner");
+    let _ = std::fs::remove_dir_all(&dir);
+}

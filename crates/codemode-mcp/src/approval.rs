@@ -1,6 +1,6 @@
-//! Approvals through the MCP client (issue 11 §2): when the client of an MCP session declared the
-//! elicitation capability, a gated nested call made by that session's cell is put to the human with
-//! `elicitation/create`. Accept runs the call inside the same `exec`; decline or cancel deny it; no
+//! Approvals through the MCP client (issue 11 §2): when the client whose request is driving a run
+//! declared the elicitation capability, a gated nested call of that run is put to that client's
+//! human with `elicitation/create` — never to another client, even one of the same run scope. Accept runs the call inside the same `exec`; decline or cancel deny it; no
 //! answer within `approvals.timeoutMs` parks it (then `codemode approve` decides).
 //!
 //! A question is never left behind (issue 23 §9): one still open when `approvals.timeoutMs` passes
@@ -36,15 +36,25 @@ pub(crate) fn decision_of(action: &ElicitationAction) -> ApprovalDecision {
 /// approval request itself).
 const MAX_FIELD_CHARS: usize = 1_000;
 
-/// Asks the human behind each MCP session about that session's gated calls.
+/// Asks the human behind the request that is driving a run about that run's gated calls.
+///
+/// A question goes to exactly one client: the one whose `tools/call` (an `exec` or `wait`) is
+/// driving the run when the call reaches its approval step. Each such request registers its client
+/// under its own key (the handler's session id and the JSON-RPC request id, which the runtime
+/// carries as the run's `tool_call_id`), for as long as the request lasts
+/// ([`AskerRegistration`]); the run's scope must match too. Clients that share a run scope — every
+/// anonymous client of a fleet, several sessions of one credential — are never asked about each
+/// other's runs, and a question never names a run to anyone but its owner. With nobody to ask, the
+/// call parks (the owner decides through `wait`, MRTR, `codemode approve` or the HTTP endpoint).
 pub struct ElicitingApprover {
-    peers: Mutex<HashMap<String, Peer<RoleServer>>>,
+    /// The clients that can be asked now: driver key → (run scope, client).
+    peers: Arc<Mutex<HashMap<String, (String, Peer<RoleServer>)>>>,
     /// Requests this approver could not put to a human at once (the client cannot receive
     /// `elicitation/create`: MCP 2026-07-28), kept so the server can ask them with the run's result
     /// (MRTR) with their input and cell line. At most [`MAX_UNASKED`] are kept.
     unasked: Mutex<HashMap<(String, u64), ApprovalRequest>>,
-    /// Questions sent and not answered yet, per session: withdrawn when the session's request is
-    /// cancelled or the session closes.
+    /// Questions sent and not answered yet, per driver key: withdrawn when that request is
+    /// cancelled or its session closes.
     open: Arc<Mutex<HashMap<String, Vec<OpenQuestion>>>>,
     /// Answers that came after `approvals.timeoutMs`, to record (see [`Self::late_answers`]).
     late: tokio::sync::mpsc::Sender<LateAnswer>,
@@ -55,7 +65,7 @@ impl Default for ElicitingApprover {
     fn default() -> Self {
         let (late, late_rx) = tokio::sync::mpsc::channel(MAX_LATE);
         ElicitingApprover {
-            peers: Mutex::default(),
+            peers: Arc::default(),
             unasked: Mutex::default(),
             open: Arc::default(),
             late,
@@ -101,6 +111,22 @@ const MAX_LATE: usize = 1_024;
 /// Most unasked requests kept. Prevents: parked calls of runs nobody resumes growing the map.
 const MAX_UNASKED: usize = 1_024;
 
+/// A client's registration as the one to ask (see [`ElicitingApprover::register`]); dropping it
+/// ends the registration.
+#[must_use = "the registration ends when this is dropped"]
+pub struct AskerRegistration {
+    peers: Option<Arc<Mutex<HashMap<String, (String, Peer<RoleServer>)>>>>,
+    driver: String,
+}
+
+impl Drop for AskerRegistration {
+    fn drop(&mut self) {
+        if let Some(peers) = &self.peers {
+            peers.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.driver);
+        }
+    }
+}
+
 impl std::fmt::Debug for ElicitingApprover {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ElicitingApprover").finish_non_exhaustive()
@@ -120,15 +146,19 @@ fn cut(s: &str) -> String {
 }
 
 impl ElicitingApprover {
-    /// Remembers the client of `session` if it can answer form elicitations (else forgets it: its
-    /// gated calls park).
-    pub fn register(&self, session: &str, peer: &Peer<RoleServer>) {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if peer.supported_elicitation_modes().contains(&ElicitationMode::Form) {
-            peers.insert(session.to_string(), peer.clone());
-        } else {
-            peers.remove(session);
+    /// Registers the client of the request `driver` (`<handler session>/<request id>`, the run
+    /// context's `tool_call_id` while that request drives a run) as the one to ask about the gated
+    /// calls of runs of `scope` that this request drives — if it can answer form elicitations. The
+    /// registration ends when the returned guard is dropped (the request ended, however it ended).
+    pub fn register(&self, driver: &str, scope: &str, peer: &Peer<RoleServer>) -> AskerRegistration {
+        if !peer.supported_elicitation_modes().contains(&ElicitationMode::Form) {
+            return AskerRegistration { peers: None, driver: String::new() };
         }
+        self.peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(driver.to_string(), (scope.to_string(), peer.clone()));
+        AskerRegistration { peers: Some(self.peers.clone()), driver: driver.to_string() }
     }
 
     /// The request of a parked call this approver could not ask about (see [`Self::decide`]).
@@ -146,17 +176,29 @@ impl ElicitingApprover {
         unasked.insert((request.run_id.to_string(), request.request_id), request.clone());
     }
 
-    /// Forgets a closed session, withdrawing its open questions.
+    /// Forgets a closed session (its handler's id): every registration and open question of its
+    /// requests goes, the questions withdrawn.
     pub fn forget(&self, session: &str) {
-        self.peers.lock().unwrap_or_else(|p| p.into_inner()).remove(session);
-        self.withdraw(session);
+        let prefix = format!("{session}/");
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| !k.starts_with(&prefix));
+        let drivers: Vec<String> = self
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect();
+        for d in drivers {
+            self.withdraw(&d);
+        }
     }
 
-    /// Withdraws the session's open questions: `notifications/cancelled` for each (the client closes
-    /// its dialog), and their answers are no longer awaited. For a cancelled request (its run is
-    /// aborted) or a closed session.
-    pub fn withdraw(&self, session: &str) {
-        let questions = self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(session).unwrap_or_default();
+    /// Withdraws the open questions of the request `driver`: `notifications/cancelled` for each (the
+    /// client closes its dialog), and their answers are no longer awaited. For a cancelled request
+    /// (its run is aborted) or a closed session.
+    pub fn withdraw(&self, driver: &str) {
+        let questions = self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(driver).unwrap_or_default();
         for q in questions {
             q.task.abort();
             let Ok(rt) = tokio::runtime::Handle::try_current() else { continue };
@@ -177,9 +219,9 @@ impl ElicitingApprover {
         self.late_rx.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    /// Whether any question of `session` is open (tests).
-    pub fn has_open_questions(&self, session: &str) -> bool {
-        self.open.lock().unwrap_or_else(|p| p.into_inner()).get(session).is_some_and(|q| !q.is_empty())
+    /// Whether any question of the request `driver` is open (tests).
+    pub fn has_open_questions(&self, driver: &str) -> bool {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).get(driver).is_some_and(|q| !q.is_empty())
     }
 
     /// The question put to the human.
@@ -199,17 +241,22 @@ impl ElicitingApprover {
 #[async_trait::async_trait]
 impl Approver for ElicitingApprover {
     async fn decide(&self, request: &ApprovalRequest) -> Option<ApprovalDecision> {
-        let peer = request
-            .context
-            .scope
-            .session_id
-            .as_deref()
-            .and_then(|session| self.peers.lock().unwrap_or_else(|p| p.into_inner()).get(session).cloned());
+        // The client of the request driving the run now, if it is registered and of the run's
+        // scope; nobody else.
+        let driver = request.context.tool_call_id.clone().unwrap_or_default();
+        let scope = request.context.scope.session_id.as_deref();
+        let peer = self
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&driver)
+            .filter(|(owner, _)| Some(owner.as_str()) == scope)
+            .map(|(_, peer)| peer.clone());
         let Some(peer) = peer else {
             self.remember_unasked(request);
             return None;
         };
-        let session = request.context.scope.session_id.clone().unwrap_or_default();
+        let session = driver;
         // An empty form: the answer is the action itself.
         let schema: ElicitationSchema =
             serde_json::from_value(serde_json::json!({ "type": "object", "properties": {} })).ok()?;

@@ -541,11 +541,18 @@ impl ServerHandler for ExecWaitServer {
         // replica, in another MCP session or none (issue 25 §4).
         let session: String =
             if self.http && (modern || self.gateway.fleet) { sessionless_scope(&cx) } else { self.session.to_string() };
-        if let Some(approver) = &self.gateway.approver {
-            // Elicitation requests can only be sent on a session (2025 protocols): a modern client
-            // is asked through MRTR questions in the result instead (below).
-            approver.register(&session, &cx.peer);
-        }
+        // This request, as the run context's `tool_call_id` names it while it drives a run: unique
+        // to this handler (a session, or one sessionless request) and its JSON-RPC id — unlike the
+        // run scope, which clients can share (every anonymous client of a fleet).
+        let driver = format!("{}/{}", self.session, cx.id);
+        // Approval questions about the runs this request drives go to this client and no other,
+        // for as long as the request lasts. Elicitation requests can only be sent on a session
+        // (2025 protocols): a modern client is asked through MRTR questions in the result instead
+        // (below).
+        let _asker = match &self.gateway.approver {
+            Some(approver) if !modern => Some(approver.register(&driver, &session, &cx.peer)),
+            _ => None,
+        };
         // An MRTR retry carries the human's answers to the approval questions of a run: they are
         // recorded, and the retried request resumes that run (it never runs the original `exec`
         // again).
@@ -597,10 +604,10 @@ impl ServerHandler for ExecWaitServer {
         // `notifications/cancelled` for this request (or the session going away) cancels the call:
         // dropping it aborts the run (its nested calls stop, its state is deleted).
         let call = tokio::select! {
-            result = self.gateway.call_traced(&session, Some(format!("{}/{}", session, cx.id)), trace_parent, &tool_name, &args, observer) => result,
+            result = self.gateway.call_traced(&session, Some(driver.clone()), trace_parent, &tool_name, &args, observer) => result,
             () = cx.ct.cancelled() => {
                 if let Some(approver) = &self.gateway.approver {
-                    approver.withdraw(&session);
+                    approver.withdraw(&driver);
                 }
                 tracing::info!(%session, tool = %tool_name, "MCP request cancelled: its code mode run is aborted");
                 return Err(ErrorData::internal_error("the request was cancelled; its code mode run was aborted", None));
@@ -718,6 +725,9 @@ pub async fn serve_stdio(gateway: Arc<Gateway>) -> Result<(), ServeError> {
     let session = server.session.clone();
     let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| ServeError::Initialize(e.to_string()))?;
     let ended = running.waiting().await;
+    if let Some(approver) = &gateway.approver {
+        approver.forget(&session);
+    }
     if !gateway.stopping.load(Ordering::SeqCst) {
         let scope = RunContext::session(session.to_string()).scope;
         let n = gateway.cm.abort_scope(&scope).await;
