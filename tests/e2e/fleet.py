@@ -53,14 +53,17 @@ LEASE_MS = 1000
 
 def write_config(workdir: Path, ledger: Path) -> Path:
     """The replicas' config: a 1 s budget, `charge` gated, the Redis store with a short lease, and
-    the ledger server upstream (its `read` tool's inputs unchecked)."""
+    the ledger server upstream (its `read` tool read-only by the config, its inputs unchecked)."""
     config = workdir / "fleet.json5"
     config.write_text(json.dumps({
         "tools": {"codeMode": {"enabled": True, "timeoutMs": 1000}},
         "approvals": {"require": ["mcp:ledger:charge"], "timeoutMs": 1000},
         "snapshotStore": {"kind": "redis", "leaseMs": LEASE_MS},
         "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)],
-                                  "validateInputs": {"except": ["read"]}}},
+                                  "validateInputs": {"except": ["read"]},
+                                  # The server's own readOnlyHint is not believed: the config says
+                                  # which tool is read-only (a lost call of it may be issued again).
+                                  "readOnly": ["read"]}},
     }))
     return config
 

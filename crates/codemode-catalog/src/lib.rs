@@ -125,7 +125,7 @@ impl CatalogTool {
     /// The declared output contract (trusted sources with an `outputSchema` only), compiled the
     /// first time it is asked for.
     pub fn contract(&self) -> Option<&OutputContract> {
-        let schema = self.def.output_schema.as_ref().filter(|_| self.def.source.is_trusted())?;
+        let schema = self.def.output_schema.as_ref().filter(|_| self.def.output_is_trusted())?;
         Some(self.contract.get_or_init(|| OutputContract::compile(schema)))
     }
 
@@ -149,10 +149,20 @@ impl CatalogTool {
     }
 
     /// Checks a result's `details` against the declared output schema (SPEC D4). The error names the
-    /// first mismatch's location; the value itself must not be emitted.
+    /// first mismatch's location; the value itself must not be emitted. For an MCP tool (a trusted
+    /// server's) the schema describes the result's `structuredContent`, which must be there; an
+    /// `isError` result is not checked (it fails the call anyway).
     pub fn check_output(&self, details: &Value) -> Result<(), ContractError> {
+        let checked = if self.def.source == ToolSource::Mcp {
+            if details.get("isError").and_then(Value::as_bool) == Some(true) {
+                return Ok(());
+            }
+            details.get("structuredContent").unwrap_or(&Value::Null)
+        } else {
+            details
+        };
         match self.contract() {
-            Some(OutputContract::Valid(v)) => match v.iter_errors(details).next() {
+            Some(OutputContract::Valid(v)) => match v.iter_errors(checked).next() {
                 None => Ok(()),
                 Some(e) => Err(ContractError::Mismatch {
                     instance_path: e.instance_path().to_string(),
@@ -199,7 +209,7 @@ impl Catalog {
             }
             let guest_visible = def.source != ToolSource::Mcp && !def.direct_only;
             let output =
-                if def.source.is_trusted() { def.output_schema.as_ref().and_then(hints::output_hint) } else { None };
+                if def.output_is_trusted() { def.output_schema.as_ref().and_then(hints::output_hint) } else { None };
             let entry = ToolCatalogEntry {
                 id: id.clone(),
                 name: def.name.clone(),
@@ -334,7 +344,7 @@ impl Catalog {
         self.guest_tool(id).map(|t| ToolCatalogEntryWithSchema {
             entry: t.entry.clone(),
             parameters: t.def.parameters.clone(),
-            output_schema: if t.def.source.is_trusted() { t.def.output_schema.clone() } else { None },
+            output_schema: if t.def.output_is_trusted() { t.def.output_schema.clone() } else { None },
         })
     }
 }

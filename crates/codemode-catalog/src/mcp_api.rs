@@ -166,7 +166,37 @@ fn member(parent: &str, name: &str, alias: Option<&str>) -> String {
     }
 }
 
-fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value, observed: Option<&str>) {
+/// The output an MCP tool declares (its `outputSchema`, which describes the `structuredContent`
+/// that `.value()` resolves to), as a one-line TypeScript type, and whether it is checked: only a
+/// trusted server's declaration is a contract; any other is the server's unverified claim.
+fn declared_output(def: &codemode_core::ToolDefinition) -> Option<(String, bool)> {
+    let schema = def.output_schema.as_ref()?;
+    let ty = crate::declarations::Declaration::of(schema).inline()?;
+    Some((ty, def.output_is_trusted()))
+}
+
+/// The `@returns` line of a tool that declares its output; `ty` when the type is not declared on
+/// `.value` itself (a tool reached through its call form only).
+fn returns_line(ty: Option<&str>, verified: bool) -> String {
+    let what = match ty {
+        Some(ty) => format!("`.value()` resolves to {ty}"),
+        None => "the type of `.value()`".to_string(),
+    };
+    if verified {
+        format!("{what}: declared by the server, and results are checked against it")
+    } else {
+        format!("{what}: declared by the server, unverified (results are not checked against it)")
+    }
+}
+
+fn doc_comment(
+    out: &mut String,
+    indent: &str,
+    description: &str,
+    params: &Value,
+    returns: Option<&str>,
+    observed: Option<&str>,
+) {
     let desc = comment_lines(description);
     let props = params.get("properties").and_then(Value::as_object);
     let param_docs: Vec<(String, String)> = props
@@ -178,7 +208,7 @@ fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value
                 .collect()
         })
         .unwrap_or_default();
-    if desc.is_empty() && param_docs.is_empty() && observed.is_none() {
+    if desc.is_empty() && param_docs.is_empty() && returns.is_none() && observed.is_none() {
         return;
     }
     out.push_str(&format!("{indent}/**\n"));
@@ -187,6 +217,9 @@ fn doc_comment(out: &mut String, indent: &str, description: &str, params: &Value
     }
     for (k, d) in param_docs {
         out.push_str(&format!("{indent} * @param {k} {d}\n"));
+    }
+    if let Some(r) = returns {
+        out.push_str(&format!("{indent} * @returns {}\n", comment_text(r)));
     }
     if let Some(o) = observed {
         out.push_str(&format!("{indent} * @observed {}\n", comment_text(o)));
@@ -204,7 +237,7 @@ fn input_type(schema: &Value) -> String {
 /// `mcp/index.d.ts`: the shared result type and one line per visible server.
 pub fn render_index(views: &[McpServerView]) -> String {
     let mut s = String::from(
-        "/** Result of every MCP tool call. Every tool function `f` also has `f.value(input)`: the same call with its result\n * unwrapped: `structuredContent` if the server sent it, else the text parsed as JSON when it is JSON, else the\n * text; a result with `isError` throws a ToolError (code nested_tool_failed) with the server's message. */\ntype McpToolResult = {\n  content?: unknown[];\n  structuredContent?: unknown;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n/** Header returned by MCP.<server>.$api(). */\ntype McpApiHeader = {\n  server: string;\n  tools: { name: string; call: string; description: string; input: string; inputSchema?: unknown }[];\n};\n\n",
+        "/** Result of every MCP tool call. Every tool function `f` also has `f.value(input)`: the same call with its result\n * unwrapped: `structuredContent` if the server sent it, else the text parsed as JSON when it is JSON, else the\n * text; a result with `isError` throws a ToolError (code nested_tool_failed) with the server's message. */\ntype McpToolResult = {\n  content?: unknown[];\n  structuredContent?: unknown;\n  isError?: boolean;\n  [key: string]: unknown;\n};\n\n/** Header returned by MCP.<server>.$api(). */\ntype McpApiHeader = {\n  server: string;\n  tools: { name: string; call: string; description: string; input: string; declaration?: string; inputSchema?: unknown;\n    declaredOutput?: { type: string; verified: boolean }; observedOutput?: { type: string; results: number; contradictsDeclaration?: number } }[];\n};\n\n",
     );
     for v in views {
         let state = match &v.down {
@@ -281,10 +314,27 @@ pub fn render_server_with(catalog: &Catalog, view: &McpServerView, observed: &Ob
             }
             None => input_type(&t.def.parameters),
         };
-        doc_comment(&mut s, "  ", &t.def.description, &t.def.parameters, observed.get(&*t.id).map(String::as_str));
+        let output = declared_output(&t.def);
+        let member_form = matches!(key(&tool.name, tool.alias.as_deref(), tool.explicit),
+            Some(k) if !k.starts_with('[') && !JS_RESERVED_WORDS.contains(&k.as_str()));
+        let returns =
+            output.as_ref().map(|(ty, verified)| returns_line((!member_form).then_some(ty.as_str()), *verified));
+        doc_comment(
+            &mut s,
+            "  ",
+            &t.def.description,
+            &t.def.parameters,
+            returns.as_deref(),
+            observed.get(&*t.id).map(String::as_str),
+        );
         match key(&tool.name, tool.alias.as_deref(), tool.explicit) {
             Some(k) if !k.starts_with('[') && !JS_RESERVED_WORDS.contains(&k.as_str()) => {
                 s.push_str(&format!("  function {k}(input: {input}): Promise<McpToolResult>;\n"));
+                if let Some((ty, _)) = &output {
+                    s.push_str(&format!(
+                        "  namespace {k} {{ function value(input: Parameters<typeof {k}>[0]): Promise<{ty}>; }}\n"
+                    ));
+                }
             }
             _ => {
                 let local: String =
@@ -377,6 +427,9 @@ pub fn api_header(catalog: &Catalog, server: &str, tool: Option<&str>, schema: b
             });
             if let Some(d) = crate::declarations::Declaration::of(&c.def.parameters).inline() {
                 e["declaration"] = Value::String(d);
+            }
+            if let Some((ty, verified)) = declared_output(&c.def) {
+                e["declaredOutput"] = json!({ "type": ty, "verified": verified });
             }
             if schema {
                 e["inputSchema"] = c.def.parameters.clone();

@@ -220,6 +220,15 @@ pub struct Observed {
     pub shape: Shape,
     /// How many results it is based on.
     pub results: u64,
+    /// How many of them the tool's declared output schema does not describe (0 for a tool that
+    /// declares none). Results are never refused for it unless the declaration is a contract (a
+    /// trusted source's): this only tells the model not to rely on the declaration.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub contradicting: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Observed {
@@ -243,27 +252,45 @@ impl Observed {
         let shape = std::mem::replace(&mut self.shape, Shape::Never);
         self.shape = shape.merge(other.shape);
         self.results = self.results.max(other.results);
+        self.contradicting = self.contradicting.max(other.contradicting);
     }
 
-    /// The line a `.d.ts` adds to the tool's doc comment.
-    pub fn doc_line(&self) -> String {
-        format!(
-            "`.value()` has returned {} ({} result{}; learned from results, the tool declares no output schema)",
-            self.shape.render(),
-            self.results,
-            if self.results == 1 { "" } else { "s" }
-        )
+    /// Counts a result the tool's declared output does not describe; returns whether it is the
+    /// first (what the model is told changes then).
+    pub fn contradicted(&mut self) -> bool {
+        self.contradicting += 1;
+        self.contradicting == 1
     }
 
-    /// As shown to the model: `{ "type": "<TypeScript>", "results": N, "observed": true }`.
-    pub fn to_json(&self) -> Value {
-        serde_json::json!({ "type": self.shape.render(), "results": self.results, "observed": true })
+    /// The line a `.d.ts` adds to the tool's doc comment; `declares`: the tool declares an output
+    /// schema (the line then says whether the results agree with it).
+    pub fn doc_line(&self, declares: bool) -> String {
+        let plural = if self.results == 1 { "" } else { "s" };
+        let learned = format!("`.value()` has returned {} ({} result{plural}", self.shape.render(), self.results);
+        match (declares, self.contradicting) {
+            (false, _) => format!("{learned}; learned from results, the tool declares no output schema)"),
+            (true, 0) => format!("{learned}; learned from results, all as the declared output says)"),
+            (true, n) => format!(
+                "{learned}; learned from results: {n} of them CONTRADICT the output the server declares — do not rely on the declaration)"
+            ),
+        }
+    }
+
+    /// As shown to the model: `{ "type": "<TypeScript>", "results": N, "observed": true }`, and for
+    /// a tool that declares an output schema `"contradictsDeclaration": M` (results it does not
+    /// describe).
+    pub fn to_json(&self, declares: bool) -> Value {
+        let mut v = serde_json::json!({ "type": self.shape.render(), "results": self.results, "observed": true });
+        if declares {
+            v["contradictsDeclaration"] = Value::from(self.contradicting);
+        }
+        v
     }
 }
 
 impl Default for Observed {
     fn default() -> Self {
-        Observed { shape: Shape::Never, results: 0 }
+        Observed { shape: Shape::Never, results: 0, contradicting: 0 }
     }
 }
 

@@ -218,9 +218,11 @@ pub(crate) fn expand(patterns: &[String], core_names: &[String]) -> Vec<String> 
 }
 
 /// The first of `patterns` (tool-name patterns as in `tools.allow`: `*` wildcards, matched against
-/// the name, the catalog id and the owner) that `def` matches.
+/// the name, the catalog id and the owner, case-insensitively) that `def` matches, as written.
 pub fn matching_pattern(patterns: &[String], def: &ToolDefinition) -> Option<String> {
-    matches(patterns, def)
+    let lowered: Vec<String> = patterns.iter().map(|p| lower(p)).collect();
+    let hit = matches(&lowered, def)?;
+    lowered.iter().position(|p| *p == hit).map(|i| patterns[i].clone())
 }
 
 pub(crate) fn matches(patterns: &[String], def: &ToolDefinition) -> Option<String> {

@@ -108,7 +108,13 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         let entries: Vec<_> = catalog
             .tools()
             .iter()
-            .map(|t| json!({ "id": t.id, "source": t.def.source, "guestVisible": t.guest_visible, "safeName": safe_name(&t.def.name), "input": t.entry.input, "output": t.entry.output }))
+            .map(|t| {
+                json!({
+                    "id": t.id, "source": t.def.source, "guestVisible": t.guest_visible,
+                    "safeName": safe_name(&t.def.name), "input": t.entry.input, "output": t.entry.output,
+                    "readOnly": t.def.read_only, "readOnlySource": read_only_source(&t.def),
+                })
+            })
             .collect();
         let removed: Vec<_> =
             outcome.removed.iter().map(|(id, r)| json!({ "id": id, "reason": r.to_string() })).collect();
@@ -148,6 +154,7 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
             .unwrap_or_else(|| "-".into());
         let view = if t.guest_visible { "" } else { " [not in tools.*]" };
         println!("  {:<48} {:<8} {:<28} {}{}", d(&t.id), t.def.source.as_str(), d(&conv), d(&t.entry.input), view);
+        println!("  {:<48} {}", "", d(&read_only_source(&t.def)));
     }
     if !outcome.removed.is_empty() {
         println!("\nremoved by policy:");
@@ -213,4 +220,14 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a tool is read-only and where that came from (for an upstream tool: the configuration,
+/// or a trusted server's annotation).
+fn read_only_source(def: &codemode::ToolDefinition) -> String {
+    match &def.read_only_source {
+        Some(source) => source.clone(),
+        None if def.read_only => "read-only: declared by the host".to_string(),
+        None => "side-effecting: declared by the host".to_string(),
+    }
 }

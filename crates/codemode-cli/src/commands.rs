@@ -62,7 +62,7 @@ pub(crate) async fn exec(
 ) -> Result<ExitCode> {
     let gw = store.runtime(&common, true).await?;
     let input = exec_input(language, &file)?;
-    let result = gw.cm().exec(&RunContext::session(store.session.clone()), &input).await;
+    let result = gw.cm().exec(&common.context(store.session.clone()), &input).await;
     print_json(&result);
     finish_nested_calls(&gw).await;
     gw.close().await;
@@ -110,7 +110,7 @@ async fn finish_nested_calls(gw: &Gateway) {
 
 pub(crate) async fn wait(common: CommonArgs, store: StoreArgs, run_id: String) -> Result<ExitCode> {
     let gw = store.runtime(&common, false).await?;
-    let result = gw.cm().wait(&RunContext::session(store.session.clone()), &CodeModeWaitInput::new(run_id)).await;
+    let result = gw.cm().wait(&common.context(store.session.clone()), &CodeModeWaitInput::new(run_id)).await;
     print_json(&result);
     finish_nested_calls(&gw).await;
     gw.close().await;
@@ -165,7 +165,7 @@ pub(crate) async fn run(
     let mut calls = 0u32;
     let mut ctx_for = |tool: &str| {
         calls += 1;
-        RunContext { tool_call_id: Some(format!("{tool}-{calls}")), ..RunContext::session("cli") }
+        RunContext { tool_call_id: Some(format!("{tool}-{calls}")), ..common.context("cli") }
     };
     let ctx = ctx_for("exec");
     let interrupted = || {

@@ -67,6 +67,17 @@ impl CommonArgs {
     pub(crate) fn target(&self) -> codemode::PolicyTarget {
         self.policy.target()
     }
+
+    /// The context of this command's runs in `session`: `--agent` names the run's agent (part of
+    /// its scope: a `wait` must name the same), `--provider` and `--model` its model; all three are
+    /// stored with a suspended run, whose `wait` must give the same.
+    pub(crate) fn context(&self, session: impl Into<String>) -> codemode::RunContext {
+        let mut ctx = codemode::RunContext::session(session);
+        ctx.scope.agent_id = self.policy.agent.clone();
+        ctx.provider = self.policy.provider.clone();
+        ctx.model = self.policy.model.clone();
+        ctx
+    }
 }
 
 /// Which agent's overrides and which `tools.byProvider` entry the tool policy applies.

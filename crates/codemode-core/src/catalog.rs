@@ -64,11 +64,24 @@ pub struct ToolDefinition {
     pub source: ToolSource,
     /// The owner: `core` for core tools, the plugin id, the MCP server name, or the client name.
     pub owner: String,
-    /// The tool has no side effects, so repeating a call is harmless (like MCP's `readOnlyHint` with
-    /// `idempotentHint`). A resuming process may re-issue such a call if the original was lost, and
-    /// `restartSafe` cells may call it (SPEC R1).
+    /// The tool has no side effects, so repeating a call is harmless. A resuming process may re-issue
+    /// such a call if the original was lost, `restartSafe` cells may call it (SPEC R1), and
+    /// `approvals.requireUnlessReadOnly` does not gate it. A host declares it for its own tools; for
+    /// an upstream MCP tool it comes from the configuration (an upstream server's `readOnlyHint` is
+    /// believed only for a server the configuration trusts), see
+    /// [`read_only_source`](Self::read_only_source).
     #[serde(default)]
     pub read_only: bool,
+    /// Where [`read_only`](Self::read_only) came from, for the operator (`codemode catalog`): a
+    /// configuration key, a trusted server's annotation, or why an annotation was not believed.
+    /// `None`: declared by the host with the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_source: Option<String>,
+    /// The tool's declared output schema is trusted although its source is not (an upstream server
+    /// the configuration trusts): it becomes a contract that refuses results that do not match it,
+    /// like a host tool's. See [`output_is_trusted`](Self::output_is_trusted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trusted_output: bool,
     /// The tool stays model-visible in code mode and never enters `ALL_TOOLS` (SPEC §1, V6).
     #[serde(default)]
     pub direct_only: bool,
@@ -98,6 +111,8 @@ impl ToolDefinition {
             source,
             owner: owner.into(),
             read_only: false,
+            read_only_source: None,
+            trusted_output: false,
             direct_only: false,
             external: false,
             unchecked_input: false,
@@ -134,10 +149,25 @@ impl ToolDefinition {
         self
     }
 
+    /// Says where [`read_only`](Self::read_only) came from (see
+    /// [`read_only_source`](Self::read_only_source)).
+    pub fn with_read_only_source(mut self, source: impl Into<String>) -> Self {
+        self.read_only_source = Some(source.into());
+        self
+    }
+
     /// Lets calls through whatever their input (see [`unchecked_input`](Self::unchecked_input)).
     pub fn without_input_check(mut self) -> Self {
         self.unchecked_input = true;
         self
+    }
+
+    /// Whether the declared output schema is a contract (checked before a result reaches the guest)
+    /// and a type the catalog states as the tool's: for trusted sources, and for tools marked
+    /// [`trusted_output`](Self::trusted_output). Otherwise it is shown as the server's unverified
+    /// claim only.
+    pub fn output_is_trusted(&self) -> bool {
+        self.source.is_trusted() || self.trusted_output
     }
 
     /// The catalog id `<source>:<owner>:<name>` (SPEC §11).

@@ -57,5 +57,5 @@ pub use executor::{NestedToolCall, ToolError, ToolExecutor, ToolResult};
 pub use input::{CodeModeExecInput, CodeModeWaitInput, ExecRequest};
 pub use result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, PendingCallKind, WaitReason};
 pub use scope::{RunContext, RunId, RunScope};
-pub use store::{PendingRequest, SnapshotStore, StoreError, SuspendedRun};
+pub use store::{PendingRequest, RunPolicy, SnapshotStore, StoreError, SuspendedRun};
 pub use telemetry::CodeModeTelemetry;

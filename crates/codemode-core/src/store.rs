@@ -50,6 +50,49 @@ pub fn parked_ids(pending: &[PendingRequest]) -> Vec<RequestId> {
     pending.iter().filter(|p| p.awaiting_approval).map(|p| p.id).collect()
 }
 
+/// The policy a run was started under, stored with it (the book's security model, "A run carries
+/// its policy"): every `wait` — in any process, on any replica — is checked against it, and the
+/// run's tools can only be narrowed by a later configuration, never widened.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPolicy {
+    /// The agent whose tool policy applied (the context's, else the runtime's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The model provider whose `tools.byProvider` entry applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The model, with the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The caller was sandboxed: its nested calls meet the sandbox tool policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sandboxed: bool,
+    /// The catalog version: a digest (hex SHA-256) of the effective tool definitions the run was
+    /// checked against when it started.
+    pub catalog: String,
+    /// The tools the run may call: for each, the first 8 bytes of the SHA-256 of its catalog id, in
+    /// hex, sorted and concatenated. A later process resumes the run with the tools of its own
+    /// catalog (for this target) that are also in this set: a configuration that removed a tool
+    /// takes it away, one that added a tool cannot give it to this run.
+    pub tools: String,
+}
+
+impl RunPolicy {
+    /// The tool hashes of [`RunPolicy::tools`] (none when the text is malformed: a stored byte can
+    /// make a run's set smaller, never larger).
+    pub fn tool_hashes(&self) -> impl Iterator<Item = &str> {
+        let well_formed = self.tools.len().is_multiple_of(16) && self.tools.bytes().all(|b| b.is_ascii_hexdigit());
+        let n = if well_formed { self.tools.len() / 16 } else { 0 };
+        (0..n).map(move |i| &self.tools[i * 16..i * 16 + 16])
+    }
+
+    /// Whether `id_hash` (see [`RunPolicy::tools`]) is one of the run's tools.
+    pub fn allows(&self, id_hash: &str) -> bool {
+        self.tool_hashes().any(|h| h == id_hash)
+    }
+}
+
 /// Everything a suspended run needs to be resumed.
 #[derive(Debug)]
 pub struct SuspendedRun {
@@ -76,6 +119,9 @@ pub struct SuspendedRun {
     /// How error positions map back to the cell's source (kept so that a resuming process reports
     /// the model's own lines).
     pub positions: crate::positions::CellPositions,
+    /// The policy it was started under (`None`: a run stored by a version that did not keep it; it
+    /// is not resumed).
+    pub policy: Option<RunPolicy>,
 }
 
 impl SuspendedRun {
@@ -94,7 +140,8 @@ impl SuspendedRun {
             + crate::result::serialized_len(&self.ready)
             + crate::result::serialized_len(&self.positions)
             + crate::result::serialized_len(&self.telemetry)
-            + crate::result::serialized_len(&self.scope);
+            + crate::result::serialized_len(&self.scope)
+            + crate::result::serialized_len(&self.policy);
         self.snapshot.size_bytes().saturating_add(meta as u64)
     }
 }

@@ -36,6 +36,10 @@ pub(crate) fn decision_of(action: &ElicitationAction) -> ApprovalDecision {
 /// approval request itself).
 const MAX_FIELD_CHARS: usize = 1_000;
 
+/// The clients that can be asked now: driver key (`<handler session>/<request id>`) → (the run
+/// scope of that request, the client).
+type Askers = Arc<Mutex<HashMap<String, (String, Peer<RoleServer>)>>>;
+
 /// Asks the human behind the request that is driving a run about that run's gated calls.
 ///
 /// A question goes to exactly one client: the one whose `tools/call` (an `exec` or `wait`) is
@@ -48,7 +52,7 @@ const MAX_FIELD_CHARS: usize = 1_000;
 /// call parks (the owner decides through `wait`, MRTR, `codemode approve` or the HTTP endpoint).
 pub struct ElicitingApprover {
     /// The clients that can be asked now: driver key → (run scope, client).
-    peers: Arc<Mutex<HashMap<String, (String, Peer<RoleServer>)>>>,
+    peers: Askers,
     /// Requests this approver could not put to a human at once (the client cannot receive
     /// `elicitation/create`: MCP 2026-07-28), kept so the server can ask them with the run's result
     /// (MRTR) with their input and cell line. At most [`MAX_UNASKED`] are kept.
@@ -115,7 +119,7 @@ const MAX_UNASKED: usize = 1_024;
 /// ends the registration.
 #[must_use = "the registration ends when this is dropped"]
 pub struct AskerRegistration {
-    peers: Option<Arc<Mutex<HashMap<String, (String, Peer<RoleServer>)>>>>,
+    peers: Option<Askers>,
     driver: String,
 }
 

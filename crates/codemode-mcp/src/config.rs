@@ -80,12 +80,25 @@ pub struct ServerConfig {
     /// Tool-name patterns whose inputs are not checked (`validateInputs: { except: [...] }`): the
     /// tools of an otherwise checked server whose schemas lie.
     pub unchecked_tools: Vec<String>,
+    /// Believe the server's claims that change what codemode lets a call do (`trustAnnotations`,
+    /// default `false`): its `readOnlyHint` decides whether a tool is read-only, and its declared
+    /// output schemas become contracts. Off, the server's tools are side-effecting unless
+    /// [`read_only`](Self::read_only) names them, and output schemas are shown as unverified claims.
+    /// Prevents: a server that mislabels a side-effecting tool (by mistake or on purpose) getting it
+    /// run without approval under `requireUnlessReadOnly`, in `restartSafe` cells, or a second time
+    /// after a replica dies.
+    pub trust_annotations: bool,
+    /// Tool-name patterns the configuration declares read-only (`readOnly`), whatever the server says.
+    pub read_only: Vec<String>,
+    /// Tool-name patterns the configuration declares side-effecting (`sideEffects`), whatever the
+    /// server says; wins over [`read_only`](Self::read_only).
+    pub side_effects: Vec<String>,
 }
 
 /// The keys of a server entry codemode reads (their values are checked strictly). `type` is the
 /// transport as Claude Code and others write it (`stdio`, `http`, `streamable-http`; `sse` is the
 /// deprecated HTTP+SSE transport, which is not supported).
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 16] = [
     "command",
     "args",
     "env",
@@ -99,6 +112,9 @@ pub const KEYS: [&str; 13] = [
     "disabled",
     "type",
     "validateInputs",
+    "trustAnnotations",
+    "readOnly",
+    "sideEffects",
 ];
 
 /// Paths of the keys of server entries that codemode does not read: other clients' settings
@@ -298,6 +314,16 @@ pub fn parse_servers_with(
                 }
                 _ => Vec::new(),
             },
+            trust_annotations: match spec.get("trustAnnotations") {
+                None => false,
+                Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("trustAnnotations"), "expected a boolean"))?,
+            },
+            read_only: spec.get("readOnly").map(|a| string_list(a, &at("readOnly"))).transpose()?.unwrap_or_default(),
+            side_effects: spec
+                .get("sideEffects")
+                .map(|a| string_list(a, &at("sideEffects")))
+                .transpose()?
+                .unwrap_or_default(),
         });
     }
     Ok(out)

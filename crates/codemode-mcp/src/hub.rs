@@ -304,7 +304,7 @@ impl Server {
         for t in tools {
             match tool_name_refusal(&t.name) {
                 None => {
-                    let def = tool_definition(name, t);
+                    let def = tool_definition(&self.config, t);
                     if codemode_catalog::nested::is_nested_code_mode(&def) {
                         tracing::warn!(
                             server = %codemode::text::for_display(name),
@@ -331,7 +331,8 @@ impl Server {
                     .with_parameters(
                         json!({"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}),
                     )
-                    .read_only(),
+                    .read_only()
+                    .with_read_only_source("read-only: resources/read reads (MCP)"),
             );
         }
         if prompts {
@@ -339,7 +340,8 @@ impl Server {
                 ToolDefinition::new(ToolSource::Mcp, name.clone(), PROMPTS_GET)
                     .with_description("Get a prompt of this server by name, with its arguments.")
                     .with_parameters(json!({"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}}, "required": ["name"]}))
-                    .read_only(),
+                    .read_only()
+                    .with_read_only_source("read-only: prompts/get reads (MCP)"),
             );
         }
         // The server's own allow/deny, as tool-name patterns.
@@ -383,17 +385,48 @@ pub fn tool_name_refusal(name: &str) -> Option<&'static str> {
     None
 }
 
-/// An MCP tool as a catalog definition. MCP metadata is untrusted: its output schema is kept for
-/// `tools.describe`-style display only and never becomes a contract or a quick-index hint (SPEC D6).
-fn tool_definition(server: &str, t: rmcp::model::Tool) -> ToolDefinition {
-    let read_only = t.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
-    let mut def = ToolDefinition::new(ToolSource::Mcp, server, t.name.to_string())
+/// An MCP tool as a catalog definition. What the server says about a tool is untrusted (the MCP
+/// specification asks clients to treat annotations so unless the server is trusted): its title and
+/// description are display only; whether the tool is read-only — which exempts it from
+/// `approvals.requireUnlessReadOnly`, lets `restartSafe` cells call it and lets a lost call be
+/// issued again — comes from the configuration ([`read_only_from`]); its declared output schema is
+/// shown as the server's unverified claim, and becomes a contract only for a trusted server.
+fn tool_definition(config: &ServerConfig, t: rmcp::model::Tool) -> ToolDefinition {
+    let hint = t.annotations.as_ref().and_then(|a| a.read_only_hint);
+    let mut def = ToolDefinition::new(ToolSource::Mcp, &config.name, t.name.to_string())
         .with_description(t.description.map(|d| d.to_string()).unwrap_or_default())
         .with_parameters(Value::Object((*t.input_schema).clone()));
     def.label = t.title.clone();
     def.output_schema = t.output_schema.map(|s| Value::Object((*s).clone()));
+    def.trusted_output = config.trust_annotations && def.output_schema.is_some();
+    let (read_only, source) = read_only_from(config, &def, hint);
     def.read_only = read_only;
+    def.read_only_source = Some(source);
     def
+}
+
+/// Whether an upstream tool is read-only, and why (the text `codemode catalog` shows). In order: the
+/// server's `sideEffects` patterns (side-effecting), its `readOnly` patterns (read-only), the
+/// server's own `readOnlyHint` when `trustAnnotations` is set, else side-effecting — a hint from a
+/// server the configuration does not trust is noted as ignored.
+pub fn read_only_from(config: &ServerConfig, def: &ToolDefinition, hint: Option<bool>) -> (bool, String) {
+    let server = &config.name;
+    if let Some(p) = codemode_catalog::policy::matching_pattern(&config.side_effects, def) {
+        return (false, format!("side-effecting: mcpServers.{server}.sideEffects `{p}`"));
+    }
+    if let Some(p) = codemode_catalog::policy::matching_pattern(&config.read_only, def) {
+        return (true, format!("read-only: mcpServers.{server}.readOnly `{p}`"));
+    }
+    match (hint, config.trust_annotations) {
+        (Some(true), true) => (true, "read-only: the server's readOnlyHint (trustAnnotations)".into()),
+        (Some(false), true) => (false, "side-effecting: the server's readOnlyHint (trustAnnotations)".into()),
+        (None, true) => (false, "side-effecting: the trusted server gives no readOnlyHint".into()),
+        (Some(true), false) => (
+            false,
+            "side-effecting: the server's readOnlyHint is not trusted (set trustAnnotations or readOnly)".into(),
+        ),
+        (_, false) => (false, "side-effecting: upstream tools are unless the configuration says otherwise".into()),
+    }
 }
 
 /// Why an upstream server could not be used.

@@ -75,6 +75,7 @@ pub fn suspended(id: &str, session: &str, expires_at_ms: u64, body: Vec<u8>, pen
         created_at_ms: T0,
         expires_at_ms,
         positions: Default::default(),
+        policy: Some(codemode_core::store::RunPolicy::default()),
     }
 }
 

@@ -486,6 +486,7 @@ mod tests {
             created_at_ms: 1,
             expires_at_ms,
             positions: Default::default(),
+            policy: Some(codemode_core::store::RunPolicy::default()),
         }
     }
 

@@ -223,6 +223,7 @@ mod tests {
             created_at_ms: 0,
             expires_at_ms,
             positions: Default::default(),
+            policy: Some(codemode_core::store::RunPolicy::default()),
         }
     }
 

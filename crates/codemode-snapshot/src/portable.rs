@@ -118,6 +118,7 @@ mod tests {
             created_at_ms: 1,
             expires_at_ms: 2,
             positions: Default::default(),
+            policy: Some(codemode_core::store::RunPolicy::default()),
         }
     }
 

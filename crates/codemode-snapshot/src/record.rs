@@ -5,7 +5,7 @@ use codemode_core::engine::{Delivery, Snapshot, SnapshotBody};
 use codemode_core::positions::CellPositions;
 use codemode_core::result::WaitReason;
 use codemode_core::scope::{RunId, RunScope};
-use codemode_core::store::{PendingRequest, StoreError, SuspendedRun};
+use codemode_core::store::{PendingRequest, RunPolicy, StoreError, SuspendedRun};
 use codemode_core::telemetry::CodeModeTelemetry;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,8 @@ pub(crate) struct RunMeta {
     pub(crate) expires_at_ms: u64,
     #[serde(default)]
     pub(crate) positions: CellPositions,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) policy: Option<RunPolicy>,
 }
 
 impl RunMeta {
@@ -46,6 +48,7 @@ impl RunMeta {
             created_at_ms: run.created_at_ms,
             expires_at_ms: run.expires_at_ms,
             positions: run.positions,
+            policy: run.policy,
         };
         Ok((meta, bytes))
     }
@@ -64,6 +67,7 @@ impl RunMeta {
             created_at_ms: self.created_at_ms,
             expires_at_ms: self.expires_at_ms,
             positions: self.positions,
+            policy: self.policy,
         }
     }
 

@@ -56,7 +56,7 @@ pub use codemode_core::text;
 pub use codemode_core::trajectory;
 pub use codemode_core::{
     CodeModeConfig, CodeModeError, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, CodeModeResult,
-    CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunScope, SnapshotStore,
+    CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunPolicy, RunScope, SnapshotStore,
     ToolDefinition, ToolExecutor, ToolId, ToolSource,
 };
 /// The namespace registry crate (SPEC §10): registration, scopes, name rules, config namespaces.

@@ -109,18 +109,20 @@ async fn a_run_cannot_be_resumed_under_another_agent() {
     assert_eq!(mine.to_json()["value"], 1, "{}", mine.to_json());
 }
 
-/// The policy is re-checked at every `wait`: a run resumed under a provider whose `byProvider` entry
-/// takes a tool away cannot call it any more (the refusal is the unknown-id one).
+/// A run resumes only under the policy it was started with: a `wait` naming another provider is
+/// refused (`invalid_input`) and leaves the run as it was; its own provider resumes it. (Across
+/// processes and configurations: `run_policy.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_policy_is_rechecked_at_every_wait() {
+async fn a_wait_under_another_provider_is_refused() {
     let cm = runtime(json!({ "tools": { "byProvider": { "openai": { "deny": ["demo_echo"] } } } }));
     let code = "const a = await tools.demo_echo({ n: 1 }); await yield_control();
-                try { await tools.callValue('plugin:demo:demo_echo', { n: 2 }); return 'called again'; }
-                catch (e) { return [a.n, e.code, String(e.message).includes('unknown tool id')]; }";
+                const b = await tools.callValue('plugin:demo:demo_echo', { n: 2 }); return [a.n, b.n];";
     let first = cm.exec(&ctx(None, Some("anthropic")), &CodeModeExecInput::code(code)).await;
     let CodeModeResult::Waiting { run_id, .. } = &first else { panic!("{}", first.to_json()) };
-    let done = cm.wait(&ctx(None, Some("openai")), &CodeModeWaitInput::new(run_id.clone())).await;
-    assert_eq!(done.to_json()["value"], json!([1, "nested_tool_failed", true]), "{}", done.to_json());
+    let refused = cm.wait(&ctx(None, Some("openai")), &CodeModeWaitInput::new(run_id.clone())).await;
+    assert_eq!(refused.error_code(), Some(codemode::CodeModeErrorCode::InvalidInput), "{}", refused.to_json());
+    let done = cm.wait(&ctx(None, Some("anthropic")), &CodeModeWaitInput::new(run_id.clone())).await;
+    assert_eq!(done.to_json()["value"], json!([1, 2]), "{}", done.to_json());
 }
 
 proptest::proptest! {

@@ -103,6 +103,7 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
         created_at_ms: 0,
         expires_at_ms: u64::MAX / 2,
         positions: Default::default(),
+        policy: Some(codemode::RunPolicy::default()),
     };
     store.put(empty(taken.snapshot)).await.unwrap();
     store.remove(&RunId::parse(&run_id).unwrap()).await;

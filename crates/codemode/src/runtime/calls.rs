@@ -467,7 +467,7 @@ impl Inner {
         });
         let executor = self.executor.clone();
         let hooks = self.hooks.clone();
-        let observed = self.observed.clone().filter(|_| tool.def.output_schema.is_none());
+        let observed = self.observed.clone();
         // The resolved tool moves into the call's future, its id with it (no copy of the id).
         let contract = tool;
         // One span per nested call (exported by `codemode::otel` when enabled; a disabled callsite
@@ -490,8 +490,9 @@ impl Inner {
                     InFlight::Logged(outcome) => return CallEnd::Settled(outcome),
                     InFlight::Done(outcome) => outcome,
                 };
-            // Issue 26 §4: learn the result's shape (tools without a declared output schema; for
-            // MCP tools, the unwrapped value `.value` returns).
+            // Learn the result's shape (every tool's, also one that declares its output: what it
+            // returns is compared with the declaration; for MCP tools, the unwrapped value `.value`
+            // returns).
             // Recorded from a borrow: cloning each result only to read its shape cost ~0.9k
             // instructions a call (the copy and its drop).
             if let (Some(observed), Ok(r)) = (&observed, &outcome) {

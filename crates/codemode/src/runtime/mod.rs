@@ -48,6 +48,7 @@ mod inline;
 mod lifecycle;
 mod loops;
 mod observed;
+mod policy;
 mod portable;
 mod run;
 mod suspend;
@@ -173,6 +174,8 @@ pub(crate) struct RunCatalog {
     by_source: std::collections::BTreeMap<String, u32>,
     /// The [`Observations::generation`] its `.d.ts` files state.
     observed_generation: u64,
+    /// Its version and tool set, as a run's policy states them (computed when first asked for).
+    version: std::sync::OnceLock<(String, String)>,
 }
 
 impl RunCatalog {
@@ -197,7 +200,7 @@ impl RunCatalog {
         }
         let boot = codemode_bridge::BootText::new(&boot);
         let by_source = catalog.count_by_source();
-        RunCatalog { catalog: Arc::new(catalog), boot, by_source, observed_generation }
+        RunCatalog { catalog: Arc::new(catalog), boot, by_source, observed_generation, version: Default::default() }
     }
 
     /// Whether its `.d.ts` files state an older learned type than `observed` holds now.
@@ -690,8 +693,10 @@ impl Inner {
             Ok(i) => i,
             Err(e) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
         };
+        let policy = Arc::new(self.run_policy(ctx, &catalog));
         let run = Run {
             id: run_id,
+            policy,
             context: Arc::new(ctx.clone()),
             catalog: catalog.catalog.clone(),
             source: catalog.boot.source(),
@@ -743,6 +748,15 @@ impl Inner {
             Ok(s) => s,
             Err(e) => return lookup_failure(e.to_code_mode_error()),
         };
+        // A run resumes only under the policy it was started with (agent, provider, model,
+        // sandbox): otherwise it goes back to the store untouched and the wait is refused.
+        if let Err(e) = self.check_run_policy(&suspended, ctx) {
+            if let Err(put) = rt.block_on(self.store.put(suspended)) {
+                tracing::warn!(run = %run_id, error = %put, "cannot put back a run refused to a wait");
+            }
+            return lookup_failure(e);
+        }
+        let stored_policy = suspended.policy.clone().unwrap_or_default();
         let mut local = self.inflight().remove(&run_id);
         if self.store.fleet()
             && let Some(l) = local.take()
@@ -753,7 +767,7 @@ impl Inner {
             l.calls.detach();
         }
         let resumed_elsewhere = local.is_none();
-        let (context, catalog, source, namespaces, calls) = match local {
+        let (context, catalog, source, namespaces, calls, policy) = match local {
             // The run keeps its own context, except the model call now driving it: nested calls
             // this `wait` makes carry the wait's call id (transcript projection, SPEC U9).
             Some(l) => {
@@ -763,13 +777,19 @@ impl Inner {
                     Arc::new(RunContext { tool_call_id: ctx.tool_call_id.clone(), ..RunContext::clone(&l.context) })
                 };
                 let catalog = self.recheck_catalog(&l.catalog, ctx);
-                (context, catalog, l.source, l.namespaces, l.calls)
+                let policy = if Arc::ptr_eq(&catalog, &l.catalog) {
+                    stored_policy
+                } else {
+                    Inner::narrowed_policy(&stored_policy, &catalog)
+                };
+                (context, catalog, l.source, l.namespaces, l.calls, policy)
             }
             None => {
                 // Resumed in a process that did not start it: this process's catalog for the
-                // run's context and its namespace registrations (a namespace no longer registered
-                // here fails its calls).
-                let current = self.catalog_for(ctx);
+                // run's target, narrowed to the tools the run started with (a tool this process's
+                // configuration adds is not the run's), and its namespace registrations (a
+                // namespace no longer registered here fails its calls).
+                let (current, policy) = self.resumed_catalog(self.catalog_for(ctx), &stored_policy);
                 let (catalog, source) = (current.catalog.clone(), current.boot.source());
                 let namespaces = match self.open_namespaces(ctx, &run_id, &catalog, &call.cancel) {
                     Ok(n) => n,
@@ -778,7 +798,7 @@ impl Inner {
                         Arc::new(NoNamespaces) as Arc<dyn RunNamespaces>
                     }
                 };
-                (Arc::new(ctx.clone()), catalog, source, namespaces, NestedCalls::new())
+                (Arc::new(ctx.clone()), catalog, source, namespaces, NestedCalls::new(), policy)
             }
         };
         let SuspendedRun { snapshot, pending, ready, restart_safe, mut telemetry, created_at_ms, positions, .. } =
@@ -786,6 +806,7 @@ impl Inner {
         telemetry.wait_count += 1;
         let mut run = Run {
             id: run_id,
+            policy: Arc::new(policy),
             context,
             catalog,
             source,

@@ -25,6 +25,18 @@ pub(crate) struct Learned {
     pub(crate) def: String,
     /// The type learned, and how many results it is based on.
     pub(crate) seen: Observed,
+    /// The tool declares an output schema: what is learned is compared with it.
+    #[serde(default)]
+    pub(crate) declares: bool,
+    /// The declared output as a type, made at the first result this process records (not shared).
+    #[serde(skip)]
+    pub(crate) declared: Option<std::sync::Arc<codemode_catalog::declarations::Declaration>>,
+}
+
+impl Learned {
+    fn new(def: String, declares: bool) -> Learned {
+        Learned { def, seen: Observed::default(), declares, declared: None }
+    }
 }
 
 /// What was learned about the results of tools without an output schema (issue 26 §4).
@@ -58,7 +70,10 @@ impl Observations {
     /// The `.d.ts` doc lines of what was learned so far.
     pub(super) fn docs(&self) -> codemode_catalog::mcp_api::ObservedDocs {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter().filter(|(_, o)| o.seen.results > 0).map(|(id, o)| (id.clone(), o.seen.doc_line())).collect()
+        map.iter()
+            .filter(|(_, o)| o.seen.results > 0)
+            .map(|(id, o)| (id.clone(), o.seen.doc_line(o.declares)))
+            .collect()
     }
 
     pub(super) fn generation(&self) -> u64 {
@@ -73,14 +88,24 @@ impl Observations {
         if map.len() >= MAX_OBSERVED_TOOLS && !map.contains_key(tool_id) {
             return;
         }
-        let widened = match map.get_mut(tool_id) {
-            Some(entry) => entry.seen.record(value),
+        let entry = match map.get_mut(tool_id) {
+            Some(entry) => entry,
             None => {
-                let def = if self.shared { definition_digest(def) } else { String::new() };
-                let entry = Learned { def, seen: Observed::default() };
-                map.entry(tool_id.to_string()).or_insert(entry).seen.record(value)
+                let digest = if self.shared { definition_digest(def) } else { String::new() };
+                map.entry(tool_id.to_string()).or_insert(Learned::new(digest, def.output_schema.is_some()))
             }
         };
+        let mut widened = entry.seen.record(value);
+        // A tool that declares its output: is this result what it declares? (The declaration is
+        // made once, at the first result this process records.)
+        if let Some(schema) = def.output_schema.as_ref().filter(|_| entry.declares) {
+            let declared = entry
+                .declared
+                .get_or_insert_with(|| std::sync::Arc::new(codemode_catalog::declarations::Declaration::of(schema)));
+            if !declared.accepts(value) {
+                widened |= entry.seen.contradicted();
+            }
+        }
         if widened {
             self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -98,7 +123,7 @@ impl Inner {
     /// The type learned from `tool_id`'s results, as shown to the model.
     pub(crate) fn observed_output(&self, tool_id: &str) -> Option<Value> {
         let map = self.observed.as_ref()?.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(tool_id).filter(|o| o.seen.results > 0).map(|o| o.seen.to_json())
+        map.get(tool_id).filter(|o| o.seen.results > 0).map(|o| o.seen.to_json(o.declares))
     }
 
     /// On a fleet store, joins this replica's learned result types with the fleet's (when it learned
@@ -149,12 +174,12 @@ impl Inner {
                         if !same || map.len() >= MAX_OBSERVED_TOOLS {
                             continue;
                         }
-                        map.entry(id.clone()).or_insert(Learned { def: theirs.def.clone(), seen: Observed::default() })
+                        map.entry(id.clone()).or_insert(Learned::new(theirs.def.clone(), theirs.declares))
                     }
                 };
-                let before = mine.seen.shape.clone();
+                let before = (mine.seen.shape.clone(), mine.seen.contradicting > 0);
                 mine.seen.join(theirs.seen.clone());
-                widened |= mine.seen.shape != before;
+                widened |= (mine.seen.shape.clone(), mine.seen.contradicting > 0) != before;
             }
             if widened {
                 o.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex};
 /// One run while an `exec` or `wait` call holds it.
 pub(super) struct Run {
     pub(super) id: RunId,
+    /// The policy the run was started under, stored with it (see `policy.rs`).
+    pub(super) policy: Arc<codemode_core::store::RunPolicy>,
     pub(super) context: Arc<RunContext>,
     pub(super) catalog: Arc<Catalog>,
     /// The catalog data the guest pulls on demand (`ALL_TOOLS`, `tools.<name>`, `API`, `MCP`).

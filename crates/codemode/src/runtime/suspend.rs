@@ -6,7 +6,7 @@ use super::{Call, Inflight, Inner, MSG_ABORTED, discard};
 use codemode_core::engine::{GuestInstance, Snapshot};
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::result::{CodeModeResult, WaitReason, json_len};
-use codemode_core::store::{StoreError, SuspendedRun};
+use codemode_core::store::{RunPolicy, StoreError, SuspendedRun};
 use codemode_core::telemetry::SnapshotEventKind;
 use serde_json::Value;
 use tokio::runtime::Handle;
@@ -160,6 +160,7 @@ impl Inner {
             created_at_ms: run.created_at_ms,
             expires_at_ms,
             positions: run.positions.clone(),
+            policy: Some(RunPolicy::clone(&run.policy)),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
         // The whole stored run, not only the VM, stays within maxSnapshotBytes (issue 23 §1): the

@@ -1,0 +1,136 @@
+//! A run carries its policy (the book's security model, "A run carries its policy"): a `wait` whose
+//! target (agent, provider, model) or sandbox flag is not the run's is refused with `invalid_input`
+//! and leaves the run as it was; a run resumed in a process with another configuration keeps only
+//! the tools it started with that the new configuration still gives it — never one the new
+//! configuration adds; a run stored without its policy is not resumed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use codemode::{
+    CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, CodeModeWaitInput,
+    DirectorySnapshotStore, PolicyTarget, RunContext, RunScope, SnapshotStore, ToolPolicy,
+};
+use codemode_testing::demo::demo_tools;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("codemode-run-policy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A runtime on the directory store `dir` (one per "process"), with this tool policy and default
+/// target.
+fn runtime(dir: &Path, policy: Value, target: PolicyTarget) -> CodeMode {
+    CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name("quickjs-wasi")
+        .local_tools(demo_tools())
+        .policy(ToolPolicy::from_document(&policy).unwrap())
+        .policy_target(target)
+        .store(Arc::new(DirectorySnapshotStore::new(dir).unwrap()))
+        .build()
+}
+
+fn ctx(provider: Option<&str>, sandboxed: bool) -> RunContext {
+    RunContext { provider: provider.map(String::from), sandboxed, ..RunContext::session("policy") }
+}
+
+/// A cell that yields, then calls `demo_echo` by id and reports what happened.
+const CALL_AFTER_YIELD: &str = "await yield_control();
+    try { const r = await tools.callValue('plugin:demo:demo_echo', { n: 2 }); return 'called ' + r.n; }
+    catch (e) { return e.code + (String(e.message).includes('unknown tool id') ? ': unknown tool id' : ': ' + e.message); }";
+
+async fn waiting(cm: &CodeMode, ctx: &RunContext, code: &str) -> String {
+    let first = cm.exec(ctx, &CodeModeExecInput::code(code)).await;
+    let CodeModeResult::Waiting { run_id, .. } = &first else { panic!("{}", first.to_json()) };
+    run_id.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_under_another_target_or_sandbox_is_refused_and_the_run_stays() {
+    let dir = tempdir("mismatch");
+    let cm = runtime(
+        &dir,
+        json!({ "tools": { "byProvider": { "openai": { "deny": ["demo_echo"] } } } }),
+        Default::default(),
+    );
+    let run = waiting(&cm, &ctx(Some("anthropic"), false), CALL_AFTER_YIELD).await;
+    for (other, what) in [
+        (ctx(Some("openai"), false), "provider differs"),
+        (ctx(None, false), "provider differs"),
+        (ctx(Some("anthropic"), true), "sandbox differs"),
+    ] {
+        let refused = cm.wait(&other, &CodeModeWaitInput::new(run.clone())).await;
+        assert_eq!(refused.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", refused.to_json());
+        let message = refused.to_json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains(what) && !message.contains("anthropic"), "{message}");
+    }
+    // Untouched by the refused waits: its own target resumes it.
+    let done = cm.wait(&ctx(Some("anthropic"), false), &CodeModeWaitInput::new(run)).await;
+    assert_eq!(done.to_json()["value"], "called 2", "{}", done.to_json());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `exec --agent locked` in one process, `wait` in another whose default agent differs (or that
+/// names none): refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_started_for_one_agent_is_refused_to_a_process_of_another() {
+    let dir = tempdir("agents");
+    let agents = json!({ "agents": { "list": [
+        { "id": "locked", "tools": { "deny": ["demo_echo"] } }, { "id": "open", "tools": {} } ] } });
+    let target = |a: &str| PolicyTarget { agent: Some(a.into()), ..Default::default() };
+    let locked = runtime(&dir, agents.clone(), target("locked"));
+    let run = waiting(&locked, &ctx(None, false), CALL_AFTER_YIELD).await;
+    for other in [runtime(&dir, agents.clone(), target("open")), runtime(&dir, agents.clone(), Default::default())] {
+        let refused = other.wait(&ctx(None, false), &CodeModeWaitInput::new(run.clone())).await;
+        assert_eq!(refused.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", refused.to_json());
+        assert!(refused.to_json()["error"].as_str().unwrap_or_default().contains("agent differs"));
+    }
+    let done = runtime(&dir, agents, target("locked")).wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+    assert_eq!(done.to_json()["value"], "nested_tool_failed: unknown tool id", "{}", done.to_json());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `exec --config strict` (a tool denied), `wait --config wide` in another process: the denied tool
+/// stays out of the run. And the other way round: a tool the new configuration denies is taken
+/// away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_under_another_configuration_narrows_and_never_widens() {
+    let dir = tempdir("configs");
+    let strict = json!({ "tools": { "deny": ["demo_echo"] } });
+    let wide = json!({});
+    let run = waiting(&runtime(&dir, strict.clone(), Default::default()), &ctx(None, false), CALL_AFTER_YIELD).await;
+    let done =
+        runtime(&dir, wide.clone(), Default::default()).wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+    assert_eq!(done.to_json()["value"], "nested_tool_failed: unknown tool id", "widened: {}", done.to_json());
+
+    let run = waiting(&runtime(&dir, wide.clone(), Default::default()), &ctx(None, false), CALL_AFTER_YIELD).await;
+    let done = runtime(&dir, strict, Default::default()).wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+    assert_eq!(done.to_json()["value"], "nested_tool_failed: unknown tool id", "not narrowed: {}", done.to_json());
+
+    // The same configuration in another process: the call goes through.
+    let run = waiting(&runtime(&dir, wide.clone(), Default::default()), &ctx(None, false), CALL_AFTER_YIELD).await;
+    let done = runtime(&dir, wide, Default::default()).wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+    assert_eq!(done.to_json()["value"], "called 2", "{}", done.to_json());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run whose stored policy is missing (written by an older version, or a stored byte removed it)
+/// is not resumed, and nothing of it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stored_without_its_policy_is_not_resumed() {
+    let dir = tempdir("legacy");
+    let cm = runtime(&dir, json!({}), Default::default());
+    let run = waiting(&cm, &ctx(None, false), CALL_AFTER_YIELD).await;
+    let store = DirectorySnapshotStore::new(&dir).unwrap();
+    let id = codemode::RunId::parse(&run).unwrap();
+    let mut stored = store.checkout(&id, &RunScope::session("policy")).await.unwrap();
+    stored.policy = None;
+    store.put(stored).await.unwrap();
+    let refused = cm.wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+    assert_eq!(refused.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", refused.to_json());
+    assert!(refused.to_json()["error"].as_str().unwrap_or_default().contains("without the policy"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
