@@ -21,6 +21,12 @@ export interface CallInfo {
   requestId: number
   toolId: string
   session: string | null
+  /**
+   * `<runId>/<requestId>`: the same when the call is issued again (the process running it was lost)
+   * or replayed (a fleet replica took the run over) — keep the keys you have seen to make a side
+   * effect happen once.
+   */
+  idempotencyKey: string
 }
 
 /** A JavaScript function as a tool (see {@link tool}). */

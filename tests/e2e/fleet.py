@@ -257,6 +257,11 @@ async def killed_replica(r: list[Replica], ledger: Path) -> None:
     # waits for it, then re-issues the read-only call it lost.
     reissued = await settle(r[2].url, "alice", b)
     assert reissued["status"] == "completed" and reissued["value"] == "killed-read", reissued
+    # The upstream saw the read twice (the dead replica's call, and the one issued again), with one
+    # idempotency key: `<runId>/<requestId>`.
+    journal = ledger.with_name(ledger.name + ".calls")
+    keys = [l.split()[3] for l in journal.read_text().splitlines() if l.split()[:2] == ["read", "killed-read"]]
+    assert len(keys) == 2 and keys[0] == keys[1] and keys[0].startswith(f"{b['runId']}/"), f"idempotency keys: {keys}"
     # Past the dead replica's lease: the side-effecting call it ran is lost, never repeated.
     await asyncio.sleep(LEASE_MS / 1000 * 2)
     failed = await settle(r[1].url, "alice", a)

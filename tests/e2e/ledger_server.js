@@ -3,8 +3,9 @@
 // does the same (a gated tool in the fleet test's config), and `read` is read-only
 // (`readOnlyHint`) and only sleeps; `erase` and `tally` are hostile (below); `run_code` is a nested code mode codemode must flag. The fleet
 // test reads the ledger to check that no side effect ran twice, whatever happened to the replicas.
-// Every call is also journaled as it arrives, as `<tool> <key> <pid>` in `<ledger>.calls`: what a
-// test waits on to know a cell got past a call. Newline-delimited JSON-RPC on stdio
+// Every call is also journaled as it arrives, as `<tool> <key> <pid> <idempotency key>` in
+// `<ledger>.calls` (the key codemode sends in `_meta`): what a test waits on to know a cell got
+// past a call, and how it checks that a call issued again carries the same key. Newline-delimited JSON-RPC on stdio
 // (tests/e2e/stdio_jsonrpc.js), no packages. A call with `until: "<path>"` is held (after it is
 // journaled) until that file exists: a handle the test releases, instead of a sleep.
 const fs = require("fs");
@@ -34,7 +35,9 @@ require("./stdio_jsonrpc.js").serve((msg, send) => {
   } else if (msg.method === "tools/call") {
     const args = msg.params.arguments || {};
     const name = msg.params.name;
-    fs.appendFileSync(`${ledger}.calls`, `${name} ${args.key || ""} ${process.pid}\n`);
+    const meta = msg.params._meta || {};
+    const idempotencyKey = meta["io.codemode/idempotencyKey"] || "-";
+    fs.appendFileSync(`${ledger}.calls`, `${name} ${args.key || ""} ${process.pid} ${idempotencyKey}\n`);
     const held = (then) => {
       if (typeof args.until !== "string" || fs.existsSync(args.until)) return then();
       setTimeout(() => held(then), 10);

@@ -275,6 +275,11 @@ pub struct History {
 impl History {
     /// Judges a call of `tool_id` with `input` (then records it under `key`).
     pub fn check(&mut self, config: &LoopConfig, key: u64, tool_id: &str, input: &Value) -> Verdict {
+        // A call checked again (approved after it parked, or issued again) counts once: its earlier
+        // record goes, and it is judged at its newest place.
+        if let Some(at) = self.calls.iter().position(|c| c.key == key) {
+            self.calls.remove(at);
+        }
         if !config.enabled {
             return Verdict::Ok;
         }

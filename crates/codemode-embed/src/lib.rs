@@ -141,13 +141,16 @@ fn check_identifier(s: &str, what: &str) -> Result<(), EmbedError> {
     }
 }
 
-/// Who calls a host function, as the function may see it (`{ runId, requestId, toolId, session }`).
+/// Who calls a host function, as the function may see it (`{ runId, requestId, toolId, session,
+/// idempotencyKey }`; the key is [`codemode::idempotency_key`]: the same for a call issued again or
+/// replayed, so a downstream service can make its side effect happen once).
 pub fn call_info(call: &NestedToolCall) -> Value {
     json!({
         "runId": call.run_id.as_str(),
         "requestId": call.request_id,
         "toolId": call.tool_id,
         "session": call.context.scope.session_id,
+        "idempotencyKey": codemode::idempotency_key(call),
     })
 }
 

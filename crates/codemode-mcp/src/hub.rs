@@ -738,6 +738,7 @@ impl McpHub {
         tool: &str,
         input: Value,
         progress: Option<ProgressSink>,
+        idempotency_key: Option<String>,
     ) -> Result<ToolResult, ToolError> {
         let name = &server.config.name;
         let peer = lock(&server.peer).clone().ok_or_else(|| {
@@ -781,9 +782,16 @@ impl McpHub {
             _ => {
                 let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
                 let request = rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+                // The call's idempotency key, the same when it is issued again or replayed (see
+                // `codemode::idempotency_key`), for a server that makes its side effects once.
+                let mut options = rmcp::service::PeerRequestOptions::no_options();
+                if let Some(key) = idempotency_key {
+                    let mut meta = serde_json::Map::new();
+                    meta.insert(codemode::IDEMPOTENCY_META_KEY.to_string(), Value::String(key));
+                    options = options.with_meta(rmcp::model::RequestMetaObject::from(meta));
+                }
                 let call = async {
-                    let handle =
-                        peer.send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options()).await?;
+                    let handle = peer.send_request_with_option(request, options).await?;
                     // The request carries rmcp's progress token: progress the server reports for it
                     // goes to whoever watches the run.
                     let _route = progress.map(|sink| {
@@ -840,6 +848,7 @@ impl ToolExecutor for McpHub {
             .iter()
             .find(|s| s.config.name == call.tool.owner)
             .ok_or_else(|| unavailable(format!("no MCP server `{}`", call.tool.owner)))?;
-        self.call_upstream(server, &call.tool.name, call.input, call.progress).await
+        let key = codemode::idempotency_key(&call);
+        self.call_upstream(server, &call.tool.name, call.input, call.progress, Some(key)).await
     }
 }

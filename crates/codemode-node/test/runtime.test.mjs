@@ -199,3 +199,20 @@ test('typescript cells, and bad configs and tools are refused with codes', async
   assert.equal((await cm.wait('cm_doesnotexist')).code, 'invalid_input')
   assert.equal((await cm.execJson({ code: 5 })).code, 'invalid_input')
 })
+
+test('a tool sees who calls it, with an idempotency key of the run and request', async () => {
+  const seen = []
+  const pay = tool({
+    name: 'pay',
+    inputSchema: { type: 'object', properties: { amount: { type: 'integer' } }, required: ['amount'] },
+    handler: ({ amount }, info) => {
+      seen.push(info)
+      return `paid ${amount}`
+    },
+  })
+  const cm = new CodeMode({ tools: [pay], config: FAST })
+  const r = await cm.exec('return [await tools.pay({ amount: 3 }), await tools.pay({ amount: 4 })]')
+  assert.deepEqual(r.value, ['paid 3', 'paid 4'])
+  assert.deepEqual(seen.map((s) => s.idempotencyKey), seen.map((s) => `${s.runId}/${s.requestId}`))
+  assert.notEqual(seen[0].idempotencyKey, seen[1].idempotencyKey)
+})

@@ -412,3 +412,25 @@ def test_inline_tools_run_while_the_guest_waits_and_hold_the_run_while_they_do()
     run(main())
     with pytest.raises(TypeError):
         tool(asyncio.sleep, inline=True)
+
+
+def test_a_tool_with_a_call_info_parameter_receives_who_calls_it_with_the_idempotency_key() -> None:
+    seen: list[dict] = []
+
+    def pay(amount: int, call_info: dict) -> str:
+        """Pays once per idempotency key."""
+        seen.append(call_info)
+        return f"paid {amount}"
+
+    async def main() -> None:
+        cm = CodeMode(tools=[tool(pay)], config=FAST)
+        # `call_info` is not part of the tool's input.
+        r = await cm.exec("return [await tools.pay({amount: 3}), await tools.pay({amount: 4})]")
+        assert r.status == "completed" and r.value == ["paid 3", "paid 4"], r.to_dict()
+        assert [s["toolId"] for s in seen] == ["plugin:python:pay", "plugin:python:pay"]
+        keys = [s["idempotencyKey"] for s in seen]
+        assert keys == [f"{s['runId']}/{s['requestId']}" for s in seen] and keys[0] != keys[1], seen
+        described = await cm.exec("return tools.describe('plugin:python:pay')")
+        assert "call_info" not in json.dumps(described.value), described.to_dict()
+
+    run(main())

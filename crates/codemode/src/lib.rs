@@ -68,6 +68,18 @@ pub use codemode_namespaces::{
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
 pub use tools::{FnTool, LocalTools, Tool, ToolHook};
 
+/// The idempotency key of a nested call: `<runId>/<requestId>`. It is the same when the call is
+/// issued again (the process running it was lost) or replayed (a fleet replica resumes the run
+/// from its last snapshot and the cell makes the call again): a downstream service that keeps the
+/// keys it has seen can make its side effect happen once. Upstream MCP servers get it in the
+/// `_meta` of `tools/call` as [`IDEMPOTENCY_META_KEY`]; Python and Node tools in their call info.
+pub fn idempotency_key(call: &codemode_core::NestedToolCall) -> String {
+    format!("{}/{}", call.run_id, call.request_id)
+}
+
+/// The `_meta` key of an upstream `tools/call` carrying [`idempotency_key`].
+pub const IDEMPOTENCY_META_KEY: &str = "io.codemode/idempotencyKey";
+
 use builder::BuildInputs;
 pub use builder::CodeModeBuilder;
 pub use engines::{Engines, RegisterError};

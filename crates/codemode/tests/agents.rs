@@ -220,6 +220,11 @@ async fn nested_calls_meet_their_checks_in_the_documented_order() {
 
     #[derive(Default)]
     struct Seen(Mutex<Vec<String>>);
+    impl SeenLog for Seen {
+        fn log(&self, what: &str) {
+            self.0.lock().unwrap().push(what.to_string());
+        }
+    }
     struct Hook(Arc<Seen>);
     #[async_trait::async_trait]
     impl ToolHook for Hook {
@@ -291,6 +296,46 @@ async fn nested_calls_meet_their_checks_in_the_documented_order() {
     );
     // Only the one echo call that passed every check reached the hooks; nothing reached the approver.
     assert_eq!(std::mem::take(&mut *seen.0.lock().unwrap()), ["before plugin:order:echo", "after plugin:order:echo"]);
+    // 3. A call parked for approval and approved later meets every check again, then the stages
+    // while it runs without asking again. Loop detection counts it once (criticalThreshold 2 would
+    // refuse a call counted twice); across processes and changed definitions: `run_policy.rs`.
+    let parking = CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name("quickjs")
+        .local_tools(tools_again(seen.clone()))
+        .hook(Arc::new(Hook(seen.clone())))
+        .approvals(codemode::ApprovalPolicy::require(["plugin:order:pay"]))
+        .loop_detection(codemode::LoopPolicy::from_document(&json!({ "tools": { "loopDetection": { "enabled": true, "warningThreshold": 1, "criticalThreshold": 2, "globalCircuitBreakerThreshold": 9 } } })).unwrap())
+        .build();
+    let first = parking.exec(&ctx(None, None), &CodeModeExecInput::code("return await tools.pay({})")).await;
+    assert_eq!(first.to_json()["pendingToolCalls"][0]["kind"], "approval", "{}", first.to_json());
+    assert_eq!(std::mem::take(&mut *seen.0.lock().unwrap()), ["before plugin:order:pay"]);
+    let run = codemode::RunId::parse(first.run_id().unwrap()).unwrap();
+    parking.decide(&run, 1, ApprovalDecision::Approve).await.unwrap();
+    let done = parking.wait(&ctx(None, None), &CodeModeWaitInput::new(run.as_str())).await;
+    assert_eq!(done.to_json()["value"], "paid", "{}", done.to_json());
+    assert_eq!(
+        std::mem::take(&mut *seen.0.lock().unwrap()),
+        ["before plugin:order:pay", "tool plugin:order:pay", "after plugin:order:pay"]
+    );
+}
+
+/// The gate-order test's `pay` tool, logging its calls to `seen`.
+fn tools_again(seen: Arc<impl SeenLog + 'static>) -> codemode::LocalTools {
+    let mut tools = codemode::LocalTools::new();
+    let def = codemode::ToolDefinition::new(codemode::ToolSource::Plugin, "order", "pay");
+    tools.add(Arc::new(codemode::FnTool::new(def, move |_| {
+        let seen = seen.clone();
+        async move {
+            seen.log("tool plugin:order:pay");
+            Ok(codemode::ToolResult::value(json!("paid")))
+        }
+    })));
+    tools
+}
+
+/// Where the gate-order test writes what it saw.
+trait SeenLog: Send + Sync {
+    fn log(&self, what: &str);
 }
 
 /// Issue 26 §2: inputs are checked at the bridge — a wrong input never reaches the tool (counted on

@@ -7,12 +7,14 @@
 
 use codemode::{
     CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, CodeModeWaitInput,
-    DirectorySnapshotStore, PolicyTarget, RunContext, RunScope, SnapshotStore, ToolPolicy,
+    DirectorySnapshotStore, FnTool, PolicyTarget, RunContext, RunScope, SnapshotStore, ToolDefinition, ToolPolicy,
+    ToolResult, ToolSource,
 };
 use codemode_testing::demo::demo_tools;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 fn tempdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("codemode-run-policy-{name}-{}", std::process::id()));
@@ -132,5 +134,97 @@ async fn a_run_stored_without_its_policy_is_not_resumed() {
     let refused = cm.wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
     assert_eq!(refused.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", refused.to_json());
     assert!(refused.to_json()["error"].as_str().unwrap_or_default().contains("without the policy"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tool `plugin:t:<name>` with this input schema, read-only or not, that counts its calls and
+/// answers `{ ok: true }` — or never answers (`hang`).
+fn counted(name: &str, schema: Value, read_only: bool, hang: bool, calls: Arc<AtomicU32>) -> codemode::LocalTools {
+    let mut def = ToolDefinition::new(ToolSource::Plugin, "t", name).with_parameters(schema);
+    if read_only {
+        def = def.read_only();
+    }
+    let mut tools = codemode::LocalTools::new();
+    tools.add(Arc::new(FnTool::new(def, move |_input| {
+        let calls = calls.clone();
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            Ok(ToolResult::value(json!({ "ok": true })))
+        }
+    })));
+    tools
+}
+
+fn runtime_with(dir: &Path, tools: codemode::LocalTools, max_pending: u64) -> CodeMode {
+    let mut config = CodeModeConfig::enabled();
+    config.timeout_ms = 300;
+    config.max_pending_tool_calls = max_pending;
+    CodeMode::builder(config)
+        .engine_name("quickjs-wasi")
+        .local_tools(tools)
+        .approvals(codemode::ApprovalPolicy::require(["plugin:t:pay"]))
+        .store(Arc::new(DirectorySnapshotStore::new(dir).unwrap()))
+        .build()
+}
+
+const PAY: &str = "try { const r = await tools.callValue('plugin:t:pay', { amount: 5 }); return 'paid ' + r.ok }
+    catch (e) { return e.code + ': ' + e.message }";
+
+/// An approved call meets every gate again, against the tool's definition where it finally runs:
+/// a process whose `pay` now needs a `currency` refuses it (`invalid_input`) and the tool never
+/// runs; where the definition is unchanged it runs — counted once against `maxPendingToolCalls`
+/// (a limit of 1 lets the one parked call through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_call_meets_every_gate_against_the_tools_current_definition() {
+    let dir = tempdir("approved");
+    let amount = json!({ "type": "object", "properties": { "amount": { "type": "number" } }, "required": ["amount"] });
+    let stricter = json!({ "type": "object", "properties": { "amount": { "type": "number" }, "currency": { "type": "string" } },
+        "required": ["amount", "currency"] });
+    for (schema, want, runs) in [(stricter, "invalid_input: ", 0), (amount.clone(), "paid true", 1)] {
+        let parking = runtime_with(&dir, counted("pay", amount.clone(), false, false, Arc::default()), 1);
+        let first = parking.exec(&ctx(None, false), &CodeModeExecInput::code(PAY)).await;
+        assert_eq!(first.to_json()["pendingToolCalls"][0]["kind"], "approval", "{}", first.to_json());
+        let run = first.run_id().unwrap().to_string();
+        parking.decide(&codemode::RunId::parse(&run).unwrap(), 1, codemode::ApprovalDecision::Approve).await.unwrap();
+        let calls = Arc::new(AtomicU32::new(0));
+        let resuming = runtime_with(&dir, counted("pay", schema, false, false, calls.clone()), 1);
+        let done = resuming.wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+        let value = done.to_json()["value"].as_str().unwrap_or_default().to_string();
+        assert!(value.starts_with(want), "{}", done.to_json());
+        assert_eq!(calls.load(Ordering::SeqCst), runs, "{value}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A call lost with the process running it is issued again only if the tool's definition where
+/// the run resumes says it is read-only — the stored run's own flag (it was read-only where the
+/// call was made) is not believed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_call_is_issued_again_only_if_the_tool_is_read_only_now() {
+    let dir = tempdir("lost");
+    let cell = "const r = await tools.callValue('plugin:t:look', {}); return 'looked ' + r.ok";
+    for (read_only_now, want, runs) in [(false, None, 0), (true, Some("looked true"), 1)] {
+        let run = {
+            let first = runtime_with(&dir, counted("look", json!({}), true, true, Arc::default()), 4);
+            let r = first.exec(&ctx(None, false), &CodeModeExecInput::code(cell)).await;
+            assert_eq!(r.status(), "waiting", "{}", r.to_json());
+            r.run_id().unwrap().to_string()
+            // The first runtime goes away with its call.
+        };
+        let calls = Arc::new(AtomicU32::new(0));
+        let resuming = runtime_with(&dir, counted("look", json!({}), read_only_now, false, calls.clone()), 4);
+        let done = resuming.wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+        match want {
+            Some(v) => assert_eq!(done.to_json()["value"], v, "{}", done.to_json()),
+            None => {
+                assert_eq!(done.error_code(), Some(CodeModeErrorCode::NestedToolFailed), "{}", done.to_json());
+                assert!(done.to_json()["error"].as_str().unwrap_or_default().contains("not read-only"));
+            }
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), runs);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

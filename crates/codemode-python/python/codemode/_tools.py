@@ -39,6 +39,13 @@ def _basic_schema(annotation: Any) -> dict[str, Any]:
     return {}
 
 
+#: The parameter through which a tool function receives who calls it: ``{"runId", "requestId",
+#: "toolId", "session", "idempotencyKey"}``. ``idempotencyKey`` is the same when the call is issued
+#: again (after the process running it was lost) or replayed (a fleet replica taking the run over):
+#: a downstream service can use it to make its side effect happen once.
+CALL_INFO = "call_info"
+
+
 def _first_paragraph(doc: str | None) -> str:
     if not doc:
         return ""
@@ -104,11 +111,15 @@ class Tool:
         return "inline" if self.inline else "sync"
 
     def invoke(self, input: dict[str, Any], info: dict[str, Any]) -> Any:
-        """What the native runtime calls (``info``: run id, request id, tool id, session)."""
+        """What the native runtime calls (``info``: run id, request id, tool id, session and the
+        call's idempotency key). A function with a ``call_info`` parameter receives ``info`` there
+        (it is not part of the tool's input schema)."""
         kwargs = input if isinstance(input, dict) else {}
         if self._validator is not None:
             model = self._validator.model_validate(kwargs)
             kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+        if CALL_INFO in inspect.signature(self.function).parameters:
+            kwargs = {**kwargs, CALL_INFO: info}
         if self.is_async:
             return self._finish(self.function(**kwargs))
         return _jsonable(self.function(**kwargs))
@@ -128,7 +139,7 @@ def _from_signature(fn: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
     params = [
         p
         for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != CALL_INFO
     ]
     try:
         import pydantic

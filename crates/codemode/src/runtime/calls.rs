@@ -14,7 +14,7 @@ use codemode_core::scope::RunId;
 use codemode_core::store::{CallIssue, PendingRequest, SnapshotStore};
 use codemode_core::trajectory::CallOutcome;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
@@ -129,19 +129,18 @@ impl NestedCalls {
         rt: &Handle,
         store: Arc<dyn SnapshotStore>,
         run_id: RunId,
-        calls: Vec<(RequestId, String, bool)>,
+        calls: Vec<RequestId>,
     ) {
         if calls.is_empty() {
             return;
         }
         let tx = self.tx.clone();
-        let mut missing: BTreeMap<RequestId, (String, bool)> =
-            calls.iter().map(|(id, tool, read_only)| (*id, (tool.clone(), *read_only))).collect();
+        let mut missing: std::collections::BTreeSet<RequestId> = calls.iter().copied().collect();
         let handle = rt.spawn(async move {
             loop {
                 let claimed = store.calls_claimed(&run_id).await;
                 for d in store.take_results(&run_id).await.unwrap_or_default() {
-                    if missing.remove(&d.id).is_some() {
+                    if missing.remove(&d.id) {
                         let _ = tx.send((d.id, CallEnd::Settled(d.outcome)));
                     }
                 }
@@ -149,27 +148,18 @@ impl NestedCalls {
                     return;
                 }
                 if !claimed {
-                    for (id, (tool_id, read_only)) in std::mem::take(&mut missing) {
-                        // A read-only call lost with its process runs again; any other fails.
-                        if read_only {
-                            let _ = tx.send((id, CallEnd::Reissue));
-                            continue;
-                        }
-                        let message = format!(
-                            "nested call to `{tool_id}` was lost: the process running it ended before it finished (its \
-                             side effect may or may not have happened); call it again if that is safe"
-                        );
-                        let _ = tx.send((
-                            id,
-                            CallEnd::Settled(Err(guest_error(CodeModeErrorCode::NestedToolFailed, message))),
-                        ));
+                    // Lost with their process: the driver decides, from the tools' current
+                    // definitions, which run again (read-only) and which fail
+                    // (`Inner::start_reissues`).
+                    for id in std::mem::take(&mut missing) {
+                        let _ = tx.send((id, CallEnd::Reissue));
                     }
                     return;
                 }
                 tokio::time::sleep(RECORDED_POLL).await;
             }
         });
-        let ids: Vec<RequestId> = calls.into_iter().map(|(id, _, _)| id).collect();
+        let ids: Vec<RequestId> = calls;
         for &id in &ids {
             self.running.insert(id, handle.abort_handle());
         }
@@ -280,7 +270,8 @@ pub(super) enum CallOrigin {
     New,
     /// A human approved it (it was parked): the approval gate lets it through.
     Approved,
-    /// A resuming process issues it again: the process running it was lost (read-only tools only).
+    /// A resuming process issues it again: the process running it was lost (tools read-only by
+    /// their current definition only).
     Reissued,
 }
 
@@ -302,11 +293,11 @@ impl Inner {
             }
         }
         if claimed {
-            let outstanding: Vec<(RequestId, String, bool)> = run
+            let outstanding: Vec<RequestId> = run
                 .pending
                 .values()
                 .filter(|p| p.kind().is_tool_call() && !p.awaiting_approval)
-                .map(|p| (p.id, p.tool_id.as_deref().unwrap_or_default().to_string(), p.read_only))
+                .map(|p| p.id)
                 .collect();
             run.calls.watch_recorded(rt, self.store.clone(), run.id.clone(), outstanding);
             return Ok(());
@@ -360,34 +351,36 @@ impl Inner {
         self.inflight().values().any(|r| r.calls.running() > 0)
     }
 
-    /// After a resume in a process that did not issue them, outstanding calls are gone. Read-only
-    /// tools are issued again; any other tool fails the run, since its side effect may or may not
-    /// have happened. A result is never delivered twice: the old call's result died with its process.
+    /// After a resume in a process that did not issue them, outstanding calls are gone. A call of a
+    /// tool whose current definition in the run's catalog is read-only is issued again (through
+    /// every gate); any other fails the run, since its side effect may or may not have happened —
+    /// whatever the stored run says the tool was. A result is never delivered twice: the old call's
+    /// result died with its process.
     pub(super) fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
         let lost: Vec<PendingRequest> =
             run.pending.values().filter(|p| p.kind().is_tool_call() && !p.awaiting_approval).cloned().collect();
-        if let Some(p) = lost.iter().find(|p| !p.read_only) {
-            return Err(CodeModeError::new(
-                CodeModeErrorCode::NestedToolFailed,
-                format!(
-                    "nested call to `{}` was still running when the process that suspended this run ended; the tool is not \
-                     read-only, so it is not repeated (its side effect may or may not have happened)",
-                    p.tool_id.as_deref().unwrap_or("?")
-                ),
-            ));
-        }
+        let mut again = Vec::with_capacity(lost.len());
         for p in lost {
             match resolve_tool(&run.catalog, &p.request) {
-                Ok((tool, mode)) => self.start_call(
-                    rt,
-                    run,
-                    CallSpec { id: p.id, request: p.request, tool, mode, origin: CallOrigin::Reissued },
-                )?,
-                Err((_, err)) => {
-                    run.pending.remove(&p.id);
-                    run.ready.push(Delivery { id: p.id, outcome: Err(err) });
+                Ok((tool, mode)) if tool.def.read_only => again.push((p, tool, mode)),
+                _ => {
+                    return Err(CodeModeError::new(
+                        CodeModeErrorCode::NestedToolFailed,
+                        format!(
+                            "nested call to `{}` was still running when the process that suspended this run ended; the \
+                             tool is not read-only, so it is not repeated (its side effect may or may not have happened)",
+                            p.tool_id.as_deref().unwrap_or("?")
+                        ),
+                    ));
                 }
             }
+        }
+        for (p, tool, mode) in again {
+            self.start_call(
+                rt,
+                run,
+                CallSpec { id: p.id, request: p.request, tool, mode, origin: CallOrigin::Reissued },
+            )?;
         }
         Ok(())
     }
@@ -398,7 +391,7 @@ impl Inner {
     pub(super) fn start_call(&self, rt: &Handle, run: &mut Run, spec: CallSpec) -> Result<(), CodeModeError> {
         let CallSpec { id, request, tool, mode, origin } = spec;
         let input = request.tool_input().cloned().unwrap_or_else(|| json!({}));
-        if !gates::pass_before_start(self, run, origin, &AtGate { id, tool: &tool, input: &input })? {
+        if !gates::pass_before_start(self, run, &AtGate { id, tool: &tool, input: &input })? {
             return Ok(());
         }
         let approved = origin == CallOrigin::Approved;
@@ -547,20 +540,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Issues again the read-only calls a watcher found lost with the process that ran them (see
-    /// [`CallEnd::Reissue`]).
+    /// Handles the calls a watcher found lost with the process that ran them (see
+    /// [`CallEnd::Reissue`]): a call of a tool whose current definition is read-only is issued
+    /// again (through every gate); any other fails in the guest, saying it was lost.
     pub(super) fn start_reissues(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
         for id in std::mem::take(&mut run.reissue) {
             let Some(p) = run.pending.get(&id).cloned() else { continue };
             match resolve_tool(&run.catalog, &p.request) {
-                Ok((tool, mode)) => self.start_call(
+                Ok((tool, mode)) if tool.def.read_only => self.start_call(
                     rt,
                     run,
                     CallSpec { id, request: p.request, tool, mode, origin: CallOrigin::Reissued },
                 )?,
-                Err((_, err)) => {
-                    run.pending.remove(&id);
-                    run.ready.push(Delivery { id, outcome: Err(err) });
+                _ => {
+                    let tool_id = p.tool_id.as_deref().unwrap_or("?");
+                    let message = format!(
+                        "nested call to `{tool_id}` was lost: the process running it ended before it finished (its side \
+                         effect may or may not have happened); call it again if that is safe"
+                    );
+                    run.accept(Finished::Settled(Delivery {
+                        id,
+                        outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, message)),
+                    }));
                 }
             }
         }

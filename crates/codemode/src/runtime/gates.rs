@@ -35,12 +35,15 @@
 //!     guest (SPEC D4); a mismatch fails the call and the value is never delivered. On a fleet
 //!     store the outcome is then recorded in the call log the moment the call finishes.
 //!
-//! Which calls meet which gate: a call the guest makes meets all of them. A parked call that a
-//! human approved meets only [`Sandbox`] again and then the in-flight stages without the approval
-//! step; a read-only call re-issued after the process running it was lost meets [`Sandbox`] and
-//! the in-flight stages (it was counted and checked when it was first made).
+//! Which calls meet which gate: every call meets every gate, every time it starts, against the
+//! tool's definition in the run's catalog now — a call the guest makes, a parked call a human
+//! approved (which then skips only the approval step: its approval is the decision), and a
+//! read-only call issued again after the process running it was lost (which is issued again only
+//! if the tool's current definition is read-only). Nothing a stored run says about a call (that it
+//! was read-only, or passed a gate before) is trusted. The pending limit counts an approved call
+//! once (it was counted while parked), and loop detection counts a call once however often it is
+//! checked.
 
-use super::calls::CallOrigin;
 use super::run::Run;
 use super::{Inner, loop_key};
 use crate::tools::ToolHook;
@@ -85,12 +88,6 @@ pub(super) trait StartGate: Sync {
     /// The gate's name, as the book's security model (docs/src/security.md) lists it.
     fn name(&self) -> &'static str;
 
-    /// Whether calls that start for `origin` meet this gate. By default only calls the guest makes
-    /// (approved and re-issued calls passed it when they were first made).
-    fn applies_to(&self, origin: CallOrigin) -> bool {
-        origin == CallOrigin::New
-    }
-
     /// Decides about `call` of `run`. A gate may record what it saw (loop detection's history and
     /// warnings) but never starts, answers or refuses the call itself.
     fn check(&self, inner: &Inner, run: &mut Run, call: &AtGate<'_>) -> GateVerdict;
@@ -100,16 +97,11 @@ pub(super) trait StartGate: Sync {
 pub(super) const BEFORE_START: &[&dyn StartGate] =
     &[&Runnable, &InputSchema, &RestartSafe, &LoopDetection, &PendingLimit, &Sandbox];
 
-/// Passes `call` through the gates of [`BEFORE_START`] that apply to `origin`. `Ok(true)`: the call
+/// Passes `call` through every gate of [`BEFORE_START`], whatever its origin. `Ok(true)`: the call
 /// may start. `Ok(false)`: a gate refused it and the refusal is delivered (through
 /// [`Run::refuse`]). `Err`: a gate failed the run.
-pub(super) fn pass_before_start(
-    inner: &Inner,
-    run: &mut Run,
-    origin: CallOrigin,
-    call: &AtGate<'_>,
-) -> Result<bool, CodeModeError> {
-    for gate in BEFORE_START.iter().filter(|g| g.applies_to(origin)) {
+pub(super) fn pass_before_start(inner: &Inner, run: &mut Run, call: &AtGate<'_>) -> Result<bool, CodeModeError> {
+    for gate in BEFORE_START {
         match gate.check(inner, run, call) {
             GateVerdict::Pass => {}
             GateVerdict::Refuse(err) => {
@@ -267,9 +259,11 @@ impl StartGate for PendingLimit {
         "pendingLimit"
     }
 
-    fn check(&self, inner: &Inner, run: &mut Run, _: &AtGate<'_>) -> GateVerdict {
+    fn check(&self, inner: &Inner, run: &mut Run, call: &AtGate<'_>) -> GateVerdict {
         let max = inner.config.max_pending_tool_calls;
-        if run.calls.running() + run.parked() < max as usize {
+        // An approved call was counted while it was parked: it is the same call, counted once.
+        let itself = usize::from(run.pending.get(&call.id).is_some_and(|p| p.awaiting_approval));
+        if run.calls.running() + run.parked() - itself < max as usize {
             return GateVerdict::Pass;
         }
         run.telemetry.limit_failures.pending_calls += 1;
@@ -283,17 +277,12 @@ impl StartGate for PendingLimit {
     }
 }
 
-/// Gate 6: a sandboxed run's nested calls meet the sandbox tool policy (SPEC P4), also when an
-/// approved or re-issued call starts (the policy may have changed since).
+/// Gate 6: a sandboxed run's nested calls meet the sandbox tool policy (SPEC P4).
 pub(super) struct Sandbox;
 
 impl StartGate for Sandbox {
     fn name(&self) -> &'static str {
         "sandbox"
-    }
-
-    fn applies_to(&self, _: CallOrigin) -> bool {
-        true
     }
 
     fn check(&self, inner: &Inner, run: &mut Run, call: &AtGate<'_>) -> GateVerdict {
