@@ -12,8 +12,9 @@ then checks:
   - a run started on replica 1, aborted by its client cancelling a `wait` on replica 2, is gone on
     replica 3;
   - SIGKILL of the replica running a side-effecting call: the run fails on another replica with
-    `nested_tool_failed` naming the tool, and the call never runs again; a read-only call lost the
-    same way is re-issued;
+    `nested_tool_failed` naming the tool, and the call never runs again — also for a tool the server
+    labels `readOnlyHint` when the config does not trust it; a call of a tool the config makes
+    read-only, lost the same way, is re-issued with the same idempotency key;
   - SIGSTOP of a replica driving a run, past its lease, then SIGCONT: another replica took the run
     over; the woken replica's answer is a coded failure (taken over), and no side effect ran twice;
   - Redis restarted (AOF): a suspended run survives; Redis stopped: a plain cell still completes, a
@@ -248,9 +249,13 @@ async def abort_across_replicas(r: list[Replica], ledger: Path) -> None:
 async def killed_replica(r: list[Replica], ledger: Path) -> None:
     pay = "const p = await MCP.ledger.pay({ key: 'killed-pay', ms: 4000 }); return p.structuredContent.key"
     read = "const x = await MCP.ledger.read({ key: 'killed-read', ms: 2500 }); return x.structuredContent.key"
+    # `erase` claims to be read-only (`readOnlyHint`) but writes: the config does not trust the
+    # server, so a lost call of it must never be issued again.
+    erase = "const x = await MCP.ledger.erase({ key: 'killed-erase', ms: 2500 }); return x.structuredContent.key"
     a = await call(r[0].url, "alice", "exec", {"code": pay})
     b = await call(r[0].url, "alice", "exec", {"code": read})
-    assert a["status"] == "waiting" and b["status"] == "waiting", (a, b)
+    c = await call(r[0].url, "alice", "exec", {"code": erase})
+    assert a["status"] == "waiting" and b["status"] == "waiting" and c["status"] == "waiting", (a, b, c)
     r[0].proc.send_signal(signal.SIGKILL)
     r[0].proc.wait()
     # At once, while the dead replica's liveness key has not expired yet: the resuming replica
@@ -262,6 +267,10 @@ async def killed_replica(r: list[Replica], ledger: Path) -> None:
     journal = ledger.with_name(ledger.name + ".calls")
     keys = [l.split()[3] for l in journal.read_text().splitlines() if l.split()[:2] == ["read", "killed-read"]]
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0].startswith(f"{b['runId']}/"), f"idempotency keys: {keys}"
+    mislabelled = await settle(r[2].url, "alice", c)
+    assert mislabelled["status"] == "failed" and mislabelled.get("code") == "nested_tool_failed", mislabelled
+    assert "mcp:ledger:erase" in mislabelled["error"], mislabelled
+    assert calls_received(ledger).count("erase killed-erase") == 1, "a mislabelled call was issued again"
     # Past the dead replica's lease: the side-effecting call it ran is lost, never repeated.
     await asyncio.sleep(LEASE_MS / 1000 * 2)
     failed = await settle(r[1].url, "alice", a)
@@ -269,7 +278,8 @@ async def killed_replica(r: list[Replica], ledger: Path) -> None:
     assert "mcp:ledger:pay" in failed["error"], failed
     await asyncio.sleep(4.5)
     assert ledger_lines(ledger).count("killed-pay") <= 1, "a side-effecting call ran again"
-    print("ok: SIGKILL mid-call: side effect not repeated, read-only call re-issued")
+    print("ok: SIGKILL mid-call: side effect not repeated (also of a tool the server mislabels read-only), "
+          "read-only call re-issued")
 
 
 async def stopped_replica(r: list[Replica], ledger: Path) -> None:

@@ -332,3 +332,13 @@ fn approval_questions_reach_only_the_runs_owner() {
     run_python("approval_owners.py", &[dir.as_os_str()], "ok: approval questions reach only the run's owner");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Clients are agents: two bearer tokens mapped to two agents on one `codemode serve` see
+/// different tool sets and cannot resume each other's runs; unknown clients are refused (the
+/// book's configuration, "Clients are agents").
+#[test]
+fn clients_mapped_to_agents_see_their_own_tools_and_runs() {
+    let dir = tempdir("client-agents");
+    run_python("client_agents.py", &[dir.as_os_str()], "ok: clients are agents");
+    let _ = std::fs::remove_dir_all(&dir);
+}

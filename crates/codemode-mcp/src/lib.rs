@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod approval;
+pub mod clients;
 pub mod config;
 pub mod debug;
 pub mod http;
@@ -173,11 +174,15 @@ pub async fn build_gateway(
     options: GatewayOptions,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
     let GatewayOptions { local, namespaces, store, trajectory, fleet_key } = options;
+    // Before any server starts: a bad `clients` section fails the start.
+    let clients = clients::Clients::from_config(file)?;
     let (builder, hub) = runtime_builder(file, target, local, namespaces, store, trajectory).await?;
     let approver = Arc::new(approval::ElicitingApprover::default());
     let builder = builder.approver(approver.clone());
-    Ok(match fleet_key {
+    let gateway = match fleet_key {
         Some(key) => server::Gateway::fleet_replica(builder.build(), hub, approver, key),
         None => server::Gateway::with_approver(builder.build(), hub, approver),
-    })
+    };
+    gateway.set_clients(clients);
+    Ok(gateway)
 }

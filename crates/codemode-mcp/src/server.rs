@@ -13,6 +13,7 @@ use crate::approval::ElicitingApprover;
 use crate::http::same_secret;
 pub use crate::http::{MIN_APPROVAL_TOKEN_LEN, allowed_hosts_and_origins, serve_http};
 use crate::hub::McpHub;
+use codemode::PolicyTarget;
 use codemode::surface::{EXEC, ModelTool, WAIT, wait_tool};
 use codemode::{CodeMode, CodeModeResult, RunContext, RunEvent, RunObserver};
 use rmcp::model::{
@@ -44,6 +45,8 @@ pub struct Gateway {
     /// credential's digest, or the `runId` as capability), never to one replica's MCP session, and
     /// a session closing does not abort its runs (the client may continue on another replica).
     fleet: bool,
+    /// The configured clients: which client's runs are for which agent (`clients`, set once).
+    clients: std::sync::OnceLock<crate::clients::Clients>,
     /// The clients that asked for log messages (`logging/setLevel`), by session, with their level.
     #[allow(deprecated)]
     log_clients:
@@ -100,6 +103,41 @@ impl Gateway {
         self.fleet
     }
 
+    /// Sets which clients' runs are for which agent (the config's `clients`); only the first call
+    /// counts. Returns whether it was set.
+    pub fn set_clients(&self, clients: crate::clients::Clients) -> bool {
+        self.clients.set(clients).is_ok()
+    }
+
+    /// The policy target of a request's client: `Ok(Some)` a configured client's, `Ok(None)` the
+    /// gateway's default (no clients configured, a client not listed, or stdio), `Err` a client
+    /// refused because known clients are required. Only the token decides: nothing the client
+    /// says about itself is read.
+    pub fn client_target(&self, authorization: Option<&[u8]>, http: bool) -> Result<Option<PolicyTarget>, String> {
+        let Some(clients) = self.clients.get() else { return Ok(None) };
+        match clients.identify(authorization) {
+            crate::clients::Client::Known(_, target) => Ok(Some(target.clone())),
+            crate::clients::Client::Unknown if http && clients.require_known => Err(
+                "this gateway serves only the clients its configuration lists (clients.requireKnownClients): present \
+                 a configured token in the Authorization header"
+                    .to_string(),
+            ),
+            crate::clients::Client::Unknown => Ok(None),
+        }
+    }
+
+    /// [`Self::guarded_tool_list`] for a client with its own target: the `exec` description lists
+    /// that agent's tools.
+    pub fn guarded_tool_list_for(&self, target: Option<&PolicyTarget>) -> Result<Vec<Tool>, codemode::CodeModeError> {
+        let Some(target) = target else { return self.guarded_tool_list() };
+        self.sync();
+        let ctx = target_context(RunContext::default(), Some(target));
+        let model = vec![self.cm.exec_tool_for(&ctx, &self.hub.server_names()), wait_tool()];
+        let tools: Vec<Tool> = model.into_iter().map(rmcp_tool).collect();
+        guard_payload(&tools)?;
+        Ok(tools)
+    }
+
     fn build(
         cm: CodeMode,
         hub: Arc<McpHub>,
@@ -124,6 +162,7 @@ impl Gateway {
                 key
             }),
             fleet: fleet_key.is_some(),
+            clients: Default::default(),
             log_clients: Default::default(),
         });
         // Upstream servers' log messages reach the clients that asked for them, at their level.
@@ -256,6 +295,29 @@ impl Gateway {
         self.call_traced(session, call_id, None, tool, args, observer).await
     }
 
+    /// [`Self::call_traced`] for a client whose runs are for `target` (see [`Self::client_target`]):
+    /// its agent is part of the runs' scope, so no other client's request can resume them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call_for(
+        &self,
+        session: &str,
+        target: Option<&PolicyTarget>,
+        call_id: Option<String>,
+        trace_parent: Option<String>,
+        tool: &str,
+        args: &Value,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> Option<CodeModeResult> {
+        self.sync();
+        let ctx = RunContext { tool_call_id: call_id, trace_parent, ..RunContext::session(session) };
+        let ctx = target_context(ctx, target);
+        match tool {
+            EXEC => Some(self.cm.exec_json_observed(&ctx, args, observer).await),
+            WAIT => Some(self.cm.wait_json_observed(&ctx, args, observer).await),
+            _ => None,
+        }
+    }
+
     /// [`Self::call`] continuing the client's W3C trace context (`traceparent` from the request's
     /// `_meta`), see [`RunContext::trace_parent`].
     pub async fn call_traced(
@@ -286,6 +348,24 @@ impl Gateway {
         self.begin_shutdown();
         self.hub.shutdown().await;
     }
+}
+
+/// `ctx` for a client's target: its agent (in the run's scope), provider and model.
+fn target_context(mut ctx: RunContext, target: Option<&PolicyTarget>) -> RunContext {
+    if let Some(t) = target {
+        ctx.scope.agent_id = t.agent.clone();
+        ctx.provider = t.provider.clone();
+        ctx.model = t.model.clone();
+    }
+    ctx
+}
+
+/// The `Authorization` header of a request over HTTP (`None` on stdio or without one).
+fn authorization(cx: &RequestContext<RoleServer>) -> Option<Vec<u8>> {
+    cx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.headers.get(http::header::AUTHORIZATION))
+        .map(|v| v.as_bytes().to_vec())
 }
 
 /// One MCP session of the server.
@@ -515,9 +595,13 @@ impl ServerHandler for ExecWaitServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self.gateway.guarded_tool_list().map_err(|e| {
+        let target = self
+            .gateway
+            .client_target(authorization(&cx).as_deref(), self.http)
+            .map_err(|e| ErrorData::invalid_request(e, None))?;
+        let tools = self.gateway.guarded_tool_list_for(target.as_ref()).map_err(|e| {
             tracing::error!(error = %e.message, "tools/list refused by the payload guard");
             ErrorData::internal_error(e.message, None)
         })?;
@@ -541,6 +625,12 @@ impl ServerHandler for ExecWaitServer {
         // replica, in another MCP session or none (issue 25 §4).
         let session: String =
             if self.http && (modern || self.gateway.fleet) { sessionless_scope(&cx) } else { self.session.to_string() };
+        // Which agent this client's runs are for: its configured token decides (never what the
+        // client says about itself); an unlisted client gets the gateway's default, or is refused.
+        let target = self
+            .gateway
+            .client_target(authorization(&cx).as_deref(), self.http)
+            .map_err(|e| ErrorData::invalid_request(e, None))?;
         // This request, as the run context's `tool_call_id` names it while it drives a run: unique
         // to this handler (a session, or one sessionless request) and its JSON-RPC id — unlike the
         // run scope, which clients can share (every anonymous client of a fleet).
@@ -604,7 +694,7 @@ impl ServerHandler for ExecWaitServer {
         // `notifications/cancelled` for this request (or the session going away) cancels the call:
         // dropping it aborts the run (its nested calls stop, its state is deleted).
         let call = tokio::select! {
-            result = self.gateway.call_traced(&session, Some(driver.clone()), trace_parent, &tool_name, &args, observer) => result,
+            result = self.gateway.call_for(&session, target.as_ref(), Some(driver.clone()), trace_parent, &tool_name, &args, observer) => result,
             () = cx.ct.cancelled() => {
                 if let Some(approver) = &self.gateway.approver {
                     approver.withdraw(&driver);

@@ -38,8 +38,8 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 7] =
-    ["tools", "agents", "mcpServers", "approvals", "namespaces", "snapshotStore", "observeResultTypes"];
+pub const TOP_LEVEL_KEYS: [&str; 8] =
+    ["tools", "agents", "mcpServers", "approvals", "namespaces", "snapshotStore", "observeResultTypes", "clients"];
 /// Keys accepted under `snapshotStore`.
 pub const SNAPSHOT_STORE_KEYS: [&str; 5] = ["kind", "dir", "url", "keyPrefix", "leaseMs"];
 
@@ -153,6 +153,9 @@ pub struct ConfigFile {
     pub mcp_servers: Option<Value>,
     /// `namespaces`, already checked (see [`ConfigFile::namespace_registrations`]).
     pub namespaces: Option<Value>,
+    /// `clients`, unparsed (an object; `codemode-mcp` reads it: which MCP client's runs are for
+    /// which agent).
+    pub clients: Option<Value>,
     /// Top-level keys that belong to another program (ignored), in file order.
     pub ignored_keys: Vec<String>,
     /// `snapshotStore`: where suspended runs are kept (`None`: the command's default).
@@ -241,6 +244,10 @@ impl ConfigFile {
         if let Some(servers) = root.get("mcpServers") {
             expect_object(servers, "mcpServers")?;
             out.mcp_servers = Some(servers.clone());
+        }
+        if let Some(clients) = root.get("clients") {
+            expect_object(clients, "clients")?;
+            out.clients = Some(clients.clone());
         }
         if let Some(ns) = root.get("namespaces") {
             codemode_namespaces::declarative::from_config(ns, "namespaces")?;
