@@ -83,6 +83,15 @@ export interface CodeModeOptions {
 export interface CallOptions {
   /** The session of the run (default: the runtime's). */
   session?: string
+  /**
+   * The agent the run is for (`agents.list[].id`; default: the runtime's). Part of the run's
+   * scope: a `wait` names the same.
+   */
+  agent?: string
+  /** The model provider the run is for (`tools.byProvider`); a `wait` names the same. */
+  provider?: string
+  /** The model the run is for; a `wait` names the same. */
+  model?: string
   /** Aborts the run when signalled. */
   signal?: AbortSignal
 }
@@ -152,7 +161,7 @@ export class CodeMode {
   /** Aborts a run; whether there was one. */
   abort(runId: string): Promise<boolean>
   /** Takes a `waiting` run out as bytes to keep anywhere; nested calls it started finish first. */
-  exportRun(runId: string, options?: { session?: string }): Promise<Buffer>
+  exportRun(runId: string, options?: Omit<CallOptions, 'signal'>): Promise<Buffer>
   /** Puts an exported run into this runtime; its run id. */
   importRun(data: Uint8Array): Promise<string>
   /** Closes the connections to upstream MCP servers. */

@@ -232,24 +232,26 @@ class CodeMode {
     return JSON.parse(this._rt.modelTools())
   }
 
+  _caller(options) {
+    const { session = this.session, agent, provider, model } = options
+    return { session, agent: agent ?? undefined, provider: provider ?? undefined, model: model ?? undefined }
+  }
+
   exec(code, options = {}) {
-    const { language = null, session = this.session, signal } = options
-    return call((done) => this._rt.exec(code, language, session, done), signal)
+    const { language = null, signal } = options
+    return call((done) => this._rt.exec(code, language, this._caller(options), done), signal)
   }
 
   wait(runId, options = {}) {
-    const { session = this.session, signal } = options
-    return call((done) => this._rt.wait(runId, session, done), signal)
+    return call((done) => this._rt.wait(runId, this._caller(options), done), options.signal)
   }
 
   execJson(args, options = {}) {
-    const { session = this.session, signal } = options
-    return call((done) => this._rt.execJson(JSON.stringify(args ?? null), session, done), signal)
+    return call((done) => this._rt.execJson(JSON.stringify(args ?? null), this._caller(options), done), options.signal)
   }
 
   waitJson(args, options = {}) {
-    const { session = this.session, signal } = options
-    return call((done) => this._rt.waitJson(JSON.stringify(args ?? null), session, done), signal)
+    return call((done) => this._rt.waitJson(JSON.stringify(args ?? null), this._caller(options), done), options.signal)
   }
 
   async approve(runId, requestId, options = {}) {
@@ -266,7 +268,7 @@ class CodeMode {
 
   async exportRun(runId, options = {}) {
     try {
-      return await this._rt.exportRun(runId, options.session || this.session)
+      return await this._rt.exportRun(runId, this._caller({ ...options, session: options.session || this.session }))
     } catch (e) {
       throw coded(e)
     }

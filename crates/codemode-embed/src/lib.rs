@@ -141,6 +141,38 @@ fn check_identifier(s: &str, what: &str) -> Result<(), EmbedError> {
     }
 }
 
+/// Who runs a cell: the session (the run's scope: a `wait` must name the same) and the agent,
+/// provider and model the run is for — each falling back to the runtime's default target. The
+/// agent is part of the run's scope; all three are stored with a suspended run, and a `wait` under
+/// another target is refused (`invalid_input`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The session.
+    pub session: String,
+    /// The agent (`agents.list[].id` of the config).
+    pub agent: Option<String>,
+    /// The model provider (`tools.byProvider`).
+    pub provider: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+}
+
+impl Caller {
+    /// A caller of `session` with the runtime's default target.
+    pub fn session(session: impl Into<String>) -> Self {
+        Caller { session: session.into(), ..Caller::default() }
+    }
+
+    /// The run context of this caller's runs.
+    pub fn context(&self) -> RunContext {
+        let mut ctx = RunContext::session(self.session.clone());
+        ctx.scope.agent_id = self.agent.clone();
+        ctx.provider = self.provider.clone();
+        ctx.model = self.model.clone();
+        ctx
+    }
+}
+
 /// Who calls a host function, as the function may see it (`{ runId, requestId, toolId, session,
 /// idempotencyKey }`; the key is [`codemode::idempotency_key`]: the same for a call issued again or
 /// replayed, so a downstream service can make its side effect happen once).
@@ -416,10 +448,6 @@ impl Embedded {
         &self.cm
     }
 
-    fn ctx(session: &str) -> RunContext {
-        RunContext::session(session)
-    }
-
     /// Runs a cell (`language`: `javascript` (default) or `typescript`) in `session` and returns at
     /// once (see [`CodeMode::exec_then`]); `done` receives the result's JSON (`status`, `value`,
     /// `output`, `runId`, `pendingToolCalls`, `error`, `code`, `telemetry`) on the thread that
@@ -428,40 +456,50 @@ impl Embedded {
         &self,
         code: &str,
         language: Option<&str>,
-        session: &str,
+        caller: &Caller,
         done: impl FnOnce(Value) + Send + 'static,
     ) -> CallHandle {
         let mut input = CodeModeExecInput::code(code);
         input.language = language.map(str::to_string);
-        self.exec_input_then(Ok(input), session, done)
+        self.exec_input_then(Ok(input), caller, done)
     }
 
-    /// Resumes a `waiting` run of `session`, like [`Self::exec_then`].
-    pub fn wait_then(&self, run_id: &str, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
-        self.wait_input_then(Ok(CodeModeWaitInput::new(run_id)), session, done)
+    /// Resumes a `waiting` run of `caller`, like [`Self::exec_then`].
+    pub fn wait_then(&self, run_id: &str, caller: &Caller, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
+        self.wait_input_then(Ok(CodeModeWaitInput::new(run_id)), caller, done)
     }
 
     /// [`Self::exec_then`] from the model's raw tool arguments (`{ code, language?, restartSafe? }`,
     /// hostile JSON), as an agent framework's `exec` tool receives them: a malformed call is
     /// answered at once (a `failed` result coded `invalid_input`).
-    pub fn exec_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
-        self.exec_input_then(CodeModeExecInput::from_json(args), session, done)
+    pub fn exec_json_then(
+        &self,
+        args: &Value,
+        caller: &Caller,
+        done: impl FnOnce(Value) + Send + 'static,
+    ) -> CallHandle {
+        self.exec_input_then(CodeModeExecInput::from_json(args), caller, done)
     }
 
     /// [`Self::wait_then`] from the model's raw tool arguments (`{ runId }`), like
     /// [`Self::exec_json_then`].
-    pub fn wait_json_then(&self, args: &Value, session: &str, done: impl FnOnce(Value) + Send + 'static) -> CallHandle {
-        self.wait_input_then(CodeModeWaitInput::from_json(args), session, done)
+    pub fn wait_json_then(
+        &self,
+        args: &Value,
+        caller: &Caller,
+        done: impl FnOnce(Value) + Send + 'static,
+    ) -> CallHandle {
+        self.wait_input_then(CodeModeWaitInput::from_json(args), caller, done)
     }
 
     fn exec_input_then(
         &self,
         input: Result<CodeModeExecInput, CodeModeError>,
-        session: &str,
+        caller: &Caller,
         done: impl FnOnce(Value) + Send + 'static,
     ) -> CallHandle {
         match input {
-            Ok(input) => self.cm.exec_then(&Self::ctx(session), &input, move |r| done(r.to_json())),
+            Ok(input) => self.cm.exec_then(&caller.context(), &input, move |r| done(r.to_json())),
             Err(e) => refused(e, done),
         }
     }
@@ -469,11 +507,11 @@ impl Embedded {
     fn wait_input_then(
         &self,
         input: Result<CodeModeWaitInput, CodeModeError>,
-        session: &str,
+        caller: &Caller,
         done: impl FnOnce(Value) + Send + 'static,
     ) -> CallHandle {
         match input {
-            Ok(input) => self.cm.wait_then(&Self::ctx(session), &input, move |r| done(r.to_json())),
+            Ok(input) => self.cm.wait_then(&caller.context(), &input, move |r| done(r.to_json())),
             Err(e) => refused(e, done),
         }
     }
@@ -496,10 +534,10 @@ impl Embedded {
         }
     }
 
-    /// Takes a `waiting` run of `session` out as bytes (see [`CodeMode::export_run`]).
-    pub async fn export_run(&self, run_id: &str, session: &str) -> Result<Vec<u8>, EmbedError> {
+    /// Takes a `waiting` run of `caller` out as bytes (see [`CodeMode::export_run`]).
+    pub async fn export_run(&self, run_id: &str, caller: &Caller) -> Result<Vec<u8>, EmbedError> {
         let id = RunId::parse(run_id)?;
-        Ok(self.cm.export_run(&Self::ctx(session), &id).await?)
+        Ok(self.cm.export_run(&caller.context(), &id).await?)
     }
 
     /// Puts exported bytes into this runtime's store; the run's id.
@@ -555,7 +593,10 @@ mod tests {
                 .await?;
         let result = embedded
             .code_mode()
-            .exec(&Embedded::ctx("ahead"), &codemode::CodeModeExecInput::code("return typeof globalThis.leaked"))
+            .exec(
+                &Caller::session("ahead").context(),
+                &codemode::CodeModeExecInput::code("return typeof globalThis.leaked"),
+            )
             .await;
         assert_eq!(result.to_json()["value"], json!("undefined"), "{}", result.to_json());
         assert_eq!(codemode_engine_quickjs::vms_taken_ahead(), before + 1, "the first cell took the VM built ahead");

@@ -21,8 +21,8 @@
 #![allow(unsafe_code)]
 
 use codemode_embed::{
-    CallHandle, EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction, HostHook,
-    ToolDefinition,
+    CallHandle, Caller, EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction,
+    HostHook, ToolDefinition,
 };
 use napi::bindgen_prelude::{Buffer, Promise};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -234,6 +234,26 @@ impl NativeRuntime {
     }
 }
 
+/// Who runs a cell: its session, and the agent, provider and model its run is for (each the
+/// runtime's default when left out).
+#[napi(object)]
+pub struct JsCaller {
+    /// The session (the run's scope).
+    pub session: String,
+    /// The agent (`agents.list[].id`).
+    pub agent: Option<String>,
+    /// The model provider.
+    pub provider: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+}
+
+impl From<JsCaller> for Caller {
+    fn from(c: JsCaller) -> Caller {
+        Caller { session: c.session, agent: c.agent, provider: c.provider, model: c.model }
+    }
+}
+
 #[napi]
 impl NativeRuntime {
     /// Runs a cell; `on_done` receives the result as JSON text.
@@ -242,10 +262,11 @@ impl NativeRuntime {
         &self,
         code: String,
         language: Option<String>,
-        session: String,
+        caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
-        self.call(on_done, |rt, done| rt.exec_then(&code, language.as_deref(), &session, done))
+        let caller = Caller::from(caller);
+        self.call(on_done, |rt, done| rt.exec_then(&code, language.as_deref(), &caller, done))
     }
 
     /// Resumes a waiting run; `on_done` receives the result as JSON text.
@@ -253,10 +274,11 @@ impl NativeRuntime {
     pub fn wait(
         &self,
         run_id: String,
-        session: String,
+        caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
-        self.call(on_done, |rt, done| rt.wait_then(&run_id, &session, done))
+        let caller = Caller::from(caller);
+        self.call(on_done, |rt, done| rt.wait_then(&run_id, &caller, done))
     }
 
     /// `exec` from a model's raw tool arguments (JSON text).
@@ -264,11 +286,12 @@ impl NativeRuntime {
     pub fn exec_json(
         &self,
         args_json: String,
-        session: String,
+        caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
         let args = parse_args(&args_json)?;
-        self.call(on_done, |rt, done| rt.exec_json_then(&args, &session, done))
+        let caller = Caller::from(caller);
+        self.call(on_done, |rt, done| rt.exec_json_then(&args, &caller, done))
     }
 
     /// `wait` from a model's raw tool arguments (JSON text).
@@ -276,11 +299,12 @@ impl NativeRuntime {
     pub fn wait_json(
         &self,
         args_json: String,
-        session: String,
+        caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
     ) -> napi::Result<NativeCall> {
         let args = parse_args(&args_json)?;
-        self.call(on_done, |rt, done| rt.wait_json_then(&args, &session, done))
+        let caller = Caller::from(caller);
+        self.call(on_done, |rt, done| rt.wait_json_then(&args, &caller, done))
     }
 
     /// Records a decision on a parked call (`deny`: the reason of a denial).
@@ -300,8 +324,8 @@ impl NativeRuntime {
 
     /// Takes a waiting run out as bytes.
     #[napi]
-    pub async fn export_run(&self, run_id: String, session: String) -> napi::Result<Buffer> {
-        self.inner.export_run(&run_id, &session).await.map(Buffer::from).map_err(js_error)
+    pub async fn export_run(&self, run_id: String, caller: JsCaller) -> napi::Result<Buffer> {
+        self.inner.export_run(&run_id, &Caller::from(caller)).await.map(Buffer::from).map_err(js_error)
     }
 
     /// Puts exported bytes into this runtime's store; the run id.

@@ -216,3 +216,22 @@ test('a tool sees who calls it, with an idempotency key of the run and request',
   assert.deepEqual(seen.map((s) => s.idempotencyKey), seen.map((s) => `${s.runId}/${s.requestId}`))
   assert.notEqual(seen[0].idempotencyKey, seen[1].idempotencyKey)
 })
+
+test('each call names the agent, provider and model its run is for', async () => {
+  const lookup = tool({ name: 'lookup', handler: () => 'customer' })
+  const refund = tool({ name: 'refund', handler: () => 'refunded' })
+  const config = {
+    tools: { codeMode: { timeoutMs: 300 }, byProvider: { openai: { deny: ['lookup'] } } },
+    agents: { list: [{ id: 'support', tools: { deny: ['refund'] } }, { id: 'ops', tools: {} }] },
+  }
+  const cm = new CodeMode({ tools: [lookup, refund], config })
+  const ids = 'return ALL_TOOLS.map((t) => t.id).sort()'
+  assert.deepEqual((await cm.exec(ids, { agent: 'support' })).value, ['plugin:node:lookup'])
+  assert.deepEqual((await cm.exec(ids, { agent: 'ops', provider: 'openai' })).value, ['plugin:node:refund'])
+  const first = await cm.exec("await yield_control(); return 'mine'", { agent: 'support' })
+  assert.equal(first.status, 'waiting')
+  const refused = await cm.wait(first.runId, { agent: 'ops' })
+  assert.equal(refused.status, 'failed')
+  assert.equal(refused.code, 'invalid_input')
+  assert.equal((await cm.wait(first.runId, { agent: 'support' })).value, 'mine')
+})

@@ -22,7 +22,7 @@ mod gil;
 
 use calls::{Callback, LoopSlot, Mode};
 use codemode_embed::{
-    EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction, HostHook,
+    Caller, EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction, HostHook,
 };
 use convert::{Json, from_py, to_py};
 use pyo3::exceptions::PyException;
@@ -140,35 +140,68 @@ impl Runtime {
 #[pymethods]
 impl Runtime {
     /// `exec`: runs a cell; the result's JSON as a dict. Cancelling the awaiting task aborts the run.
-    #[pyo3(signature = (code, language=None, session="default".to_string()))]
+    /// `agent`, `provider`, `model`: the target the run is for (the runtime's default otherwise).
+    #[pyo3(signature = (code, language=None, session="default".to_string(), agent=None, provider=None, model=None))]
+    #[allow(clippy::too_many_arguments)]
     fn exec<'py>(
         &self,
         py: Python<'py>,
         code: String,
         language: Option<String>,
         session: String,
+        agent: Option<String>,
+        provider: Option<String>,
+        model: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.then(py, |inner, done| inner.exec_then(&code, language.as_deref(), &session, done))
+        let caller = Caller { session, agent, provider, model };
+        self.then(py, |inner, done| inner.exec_then(&code, language.as_deref(), &caller, done))
     }
 
-    /// `wait`: resumes a waiting run; the result's JSON as a dict.
-    #[pyo3(signature = (run_id, session="default".to_string()))]
-    fn wait<'py>(&self, py: Python<'py>, run_id: String, session: String) -> PyResult<Bound<'py, PyAny>> {
-        self.then(py, |inner, done| inner.wait_then(&run_id, &session, done))
+    /// `wait`: resumes a waiting run; the result's JSON as a dict (the same target as its `exec`).
+    #[pyo3(signature = (run_id, session="default".to_string(), agent=None, provider=None, model=None))]
+    fn wait<'py>(
+        &self,
+        py: Python<'py>,
+        run_id: String,
+        session: String,
+        agent: Option<String>,
+        provider: Option<String>,
+        model: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let caller = Caller { session, agent, provider, model };
+        self.then(py, |inner, done| inner.wait_then(&run_id, &caller, done))
     }
 
     /// `exec` from a model's raw tool arguments (a dict); the result's JSON.
-    #[pyo3(signature = (args, session="default".to_string()))]
-    fn exec_json<'py>(&self, py: Python<'py>, args: Bound<'py, PyAny>, session: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (args, session="default".to_string(), agent=None, provider=None, model=None))]
+    fn exec_json<'py>(
+        &self,
+        py: Python<'py>,
+        args: Bound<'py, PyAny>,
+        session: String,
+        agent: Option<String>,
+        provider: Option<String>,
+        model: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let args = from_py(&args)?;
-        self.then(py, |inner, done| inner.exec_json_then(&args, &session, done))
+        let caller = Caller { session, agent, provider, model };
+        self.then(py, |inner, done| inner.exec_json_then(&args, &caller, done))
     }
 
     /// `wait` from a model's raw tool arguments (a dict); the result's JSON.
-    #[pyo3(signature = (args, session="default".to_string()))]
-    fn wait_json<'py>(&self, py: Python<'py>, args: Bound<'py, PyAny>, session: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (args, session="default".to_string(), agent=None, provider=None, model=None))]
+    fn wait_json<'py>(
+        &self,
+        py: Python<'py>,
+        args: Bound<'py, PyAny>,
+        session: String,
+        agent: Option<String>,
+        provider: Option<String>,
+        model: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let args = from_py(&args)?;
-        self.then(py, |inner, done| inner.wait_json_then(&args, &session, done))
+        let caller = Caller { session, agent, provider, model };
+        self.then(py, |inner, done| inner.wait_json_then(&args, &caller, done))
     }
 
     /// Records a decision on a parked call (`deny`: the reason of a denial).
@@ -191,10 +224,19 @@ impl Runtime {
     }
 
     /// Takes a waiting run out as bytes.
-    #[pyo3(signature = (run_id, session="default".to_string()))]
-    fn export_run<'py>(&self, py: Python<'py>, run_id: String, session: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (run_id, session="default".to_string(), agent=None, provider=None, model=None))]
+    fn export_run<'py>(
+        &self,
+        py: Python<'py>,
+        run_id: String,
+        session: String,
+        agent: Option<String>,
+        provider: Option<String>,
+        model: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        self.spawn(py, async move { inner.export_run(&run_id, &session).await.map(Bytes).map_err(py_error) })
+        let caller = Caller { session, agent, provider, model };
+        self.spawn(py, async move { inner.export_run(&run_id, &caller).await.map(Bytes).map_err(py_error) })
     }
 
     /// Puts exported bytes into this runtime's store; the run id.

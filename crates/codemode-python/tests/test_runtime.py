@@ -434,3 +434,34 @@ def test_a_tool_with_a_call_info_parameter_receives_who_calls_it_with_the_idempo
         assert "call_info" not in json.dumps(described.value), described.to_dict()
 
     run(main())
+
+
+def test_each_call_names_the_agent_provider_and_model_its_run_is_for() -> None:
+    @tool
+    def lookup(id: str) -> str:
+        return f"customer {id}"
+
+    @tool
+    def refund(id: str) -> str:
+        return f"refunded {id}"
+
+    config = {
+        "tools": {"codeMode": {"timeoutMs": 300}, "byProvider": {"openai": {"deny": ["lookup"]}}},
+        "agents": {"list": [{"id": "support", "tools": {"deny": ["refund"]}}, {"id": "ops", "tools": {}}]},
+    }
+    ids = "return ALL_TOOLS.map((t) => t.id).sort()"
+
+    async def main() -> None:
+        cm = CodeMode(tools=[lookup, refund], config=config)
+        assert (await cm.exec(ids, agent="support")).value == ["plugin:python:lookup"]
+        assert (await cm.exec(ids, agent="ops")).value == ["plugin:python:lookup", "plugin:python:refund"]
+        assert (await cm.exec(ids, agent="ops", provider="openai")).value == ["plugin:python:refund"]
+        first = await cm.exec("await yield_control(); return 'mine'", agent="support")
+        assert first.status == "waiting", first.to_dict()
+        for other in [{"agent": "ops"}, {}, {"agent": "support", "provider": "openai"}]:
+            refused = await cm.wait(first.run_id, **other)
+            assert refused.status == "failed" and refused.error and refused.error.code == "invalid_input", (other, refused.to_dict())
+        done = await cm.wait(first.run_id, agent="support")
+        assert done.value == "mine", done.to_dict()
+
+    run(main())

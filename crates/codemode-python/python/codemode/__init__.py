@@ -196,23 +196,64 @@ class CodeMode:
         description generated from the catalog, as ``codemode serve`` lists it) and ``wait``."""
         return self._runtime.model_tools()
 
-    async def exec(self, code: str, language: str | None = None, *, session: str | None = None) -> Result:
+    async def exec(
+        self,
+        code: str,
+        language: str | None = None,
+        *,
+        session: str | None = None,
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Result:
         """Runs a cell (``language``: ``"javascript"``, the default, or ``"typescript"``). Cancelling
-        the awaiting task aborts the run."""
-        return Result.from_dict(await self._runtime.exec(code, language, session or self._session))
+        the awaiting task aborts the run. ``agent``, ``provider`` and ``model`` name the target the
+        run is for (``agents.list[].id``, ``tools.byProvider``; the runtime's default otherwise): its
+        catalog is that target's, and a ``wait`` of the run must name the same."""
+        return Result.from_dict(
+            await self._runtime.exec(code, language, session or self._session, agent, provider, model)
+        )
 
-    async def wait(self, run_id: str, *, session: str | None = None) -> Result:
-        """Resumes a ``waiting`` run."""
-        return Result.from_dict(await self._runtime.wait(run_id, session or self._session))
+    async def wait(
+        self,
+        run_id: str,
+        *,
+        session: str | None = None,
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Result:
+        """Resumes a ``waiting`` run (with the target its ``exec`` named)."""
+        return Result.from_dict(await self._runtime.wait(run_id, session or self._session, agent, provider, model))
 
-    async def exec_json(self, args: Mapping[str, Any], *, session: str | None = None) -> Result:
+    async def exec_json(
+        self,
+        args: Mapping[str, Any],
+        *,
+        session: str | None = None,
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Result:
         """``exec`` from a model's raw tool arguments (``{code, language?, restartSafe?}``); a malformed
         call is a ``failed`` result coded ``invalid_input``."""
-        return Result.from_dict(await self._runtime.exec_json(dict(args), session or self._session))
+        return Result.from_dict(
+            await self._runtime.exec_json(dict(args), session or self._session, agent, provider, model)
+        )
 
-    async def wait_json(self, args: Mapping[str, Any], *, session: str | None = None) -> Result:
+    async def wait_json(
+        self,
+        args: Mapping[str, Any],
+        *,
+        session: str | None = None,
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Result:
         """``wait`` from a model's raw tool arguments (``{runId}``)."""
-        return Result.from_dict(await self._runtime.wait_json(dict(args), session or self._session))
+        return Result.from_dict(
+            await self._runtime.wait_json(dict(args), session or self._session, agent, provider, model)
+        )
 
     async def approve(self, run_id: str, request_id: int, deny: str | None = None) -> None:
         """Approves a parked call, or denies it with ``deny`` as the reason; the next ``wait`` runs or
@@ -223,10 +264,18 @@ class CodeMode:
         """Aborts a run (its snapshot is deleted, its nested calls stop); whether there was one."""
         return await self._runtime.abort(run_id)
 
-    async def export_run(self, run_id: str, *, session: str | None = None) -> bytes:
+    async def export_run(
+        self,
+        run_id: str,
+        *,
+        session: str | None = None,
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> bytes:
         """Takes a ``waiting`` run out of this runtime as bytes to keep anywhere; it resumes wherever
         :meth:`import_run` takes them (another process too). Nested calls it started finish first."""
-        return await self._runtime.export_run(run_id, session or self._session)
+        return await self._runtime.export_run(run_id, session or self._session, agent, provider, model)
 
     async def import_run(self, data: bytes) -> str:
         """Puts an exported run into this runtime; returns its run id for :meth:`wait`."""
@@ -273,11 +322,13 @@ class SyncCodeMode:
     def model_tools(self) -> list[dict[str, Any]]:
         return self._cm.model_tools()
 
-    def exec(self, code: str, language: str | None = None, *, session: str | None = None) -> Result:
-        return self._run(self._cm.exec(code, language, session=session))
+    def exec(self, code: str, language: str | None = None, *, session: str | None = None, **target: str | None) -> Result:
+        """See :meth:`CodeMode.exec` (``agent``, ``provider``, ``model``: the run's target)."""
+        return self._run(self._cm.exec(code, language, session=session, **target))
 
-    def wait(self, run_id: str, *, session: str | None = None) -> Result:
-        return self._run(self._cm.wait(run_id, session=session))
+    def wait(self, run_id: str, *, session: str | None = None, **target: str | None) -> Result:
+        """See :meth:`CodeMode.wait`."""
+        return self._run(self._cm.wait(run_id, session=session, **target))
 
     def approve(self, run_id: str, request_id: int, deny: str | None = None) -> None:
         self._run(self._cm.approve(run_id, request_id, deny))

@@ -12,13 +12,49 @@ class CodeModeError(Exception):
 class Runtime:
     @property
     def engine(self) -> str: ...
-    def exec(self, code: str, language: str | None = None, session: str = "default") -> Awaitable[dict[str, Any]]: ...
-    def wait(self, run_id: str, session: str = "default") -> Awaitable[dict[str, Any]]: ...
-    def exec_json(self, args: dict[str, Any], session: str = "default") -> Awaitable[dict[str, Any]]: ...
-    def wait_json(self, args: dict[str, Any], session: str = "default") -> Awaitable[dict[str, Any]]: ...
+    def exec(
+        self,
+        code: str,
+        language: str | None = None,
+        session: str = "default",
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+    def wait(
+        self,
+        run_id: str,
+        session: str = "default",
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+    def exec_json(
+        self,
+        args: dict[str, Any],
+        session: str = "default",
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
+    def wait_json(
+        self,
+        args: dict[str, Any],
+        session: str = "default",
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Awaitable[dict[str, Any]]: ...
     def approve(self, run_id: str, request_id: int, deny: str | None = None) -> Awaitable[None]: ...
     def abort(self, run_id: str) -> Awaitable[bool]: ...
-    def export_run(self, run_id: str, session: str = "default") -> Awaitable[bytes]: ...
+    def export_run(
+        self,
+        run_id: str,
+        session: str = "default",
+        agent: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> Awaitable[bytes]: ...
     def import_run(self, data: bytes) -> Awaitable[str]: ...
     def close(self) -> Awaitable[None]: ...
     def model_tools(self) -> list[dict[str, Any]]: ...
