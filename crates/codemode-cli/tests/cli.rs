@@ -1058,3 +1058,49 @@ fn every_store_command_takes_the_fleets_key_prefix_from_the_config() {
         assert_eq!(done["value"], "sent INV-");
     }
 }
+
+/// A run carries its policy across processes (the book's configuration, "A run carries its
+/// policy"): `exec --config strict` (a tool denied) then `wait --config wide` cannot call the
+/// denied tool; `exec --agent locked` then `wait --agent open` (or no `--agent`) is refused, and
+/// the run stays for `wait --agent locked`.
+#[test]
+fn a_wait_under_a_broader_policy_cannot_widen_the_run() {
+    let dir = tempdir("run-policy");
+    let snaps = dir.join("runs");
+    let strict = write(&dir, "strict.json5", "{ tools: { codeMode: { enabled: true }, deny: ['demo_echo'] } }");
+    let wide = write(&dir, "wide.json5", "{ tools: { codeMode: { enabled: true } } }");
+    let agents = write(
+        &dir,
+        "agents.json5",
+        "{ tools: { codeMode: { enabled: true } }, agents: { list: [{ id: 'locked', tools: { deny: ['demo_echo'] } }, \
+         { id: 'open', tools: {} }] } }",
+    );
+    let cell = "await yield_control(); try { const r = await tools.callValue('plugin:demo:demo_echo', { n: 1 }); \
+                return 'called' } catch (e) { return e.code }";
+    let exec = |extra: &[&str]| {
+        let mut args = vec!["exec", "--snapshot-dir", snaps.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.push("-");
+        let out = run_stdin(&args, cell);
+        let first = last_json(&out);
+        assert_eq!(first["status"], "waiting", "{first}");
+        first["runId"].as_str().unwrap().to_string()
+    };
+    let wait = |run: &str, extra: &[&str]| {
+        let out =
+            bin().args(["wait", "--snapshot-dir", snaps.to_str().unwrap()]).args(extra).arg(run).output().unwrap();
+        last_json(&out)
+    };
+    let run = exec(&["--config", strict.to_str().unwrap()]);
+    let done = wait(&run, &["--config", wide.to_str().unwrap()]);
+    assert_eq!(done["value"], "nested_tool_failed", "the wide config gave the run a denied tool: {done}");
+
+    let cfg = agents.to_str().unwrap();
+    let run = exec(&["--config", cfg, "--agent", "locked"]);
+    for other in [&["--config", cfg, "--agent", "open"][..], &["--config", cfg][..]] {
+        let refused = wait(&run, other);
+        assert_eq!(refused["code"], "invalid_input", "{refused}");
+    }
+    let done = wait(&run, &["--config", cfg, "--agent", "locked"]);
+    assert_eq!(done["value"], "nested_tool_failed", "{done}");
+}

@@ -28,7 +28,9 @@ pub struct PendingRequest {
     pub tool_id: Option<crate::catalog::ToolId>,
     /// The request (needed to re-issue a read-only call in another process).
     pub request: GuestRequest,
-    /// The tool is read-only/idempotent, so a resuming process may re-issue it.
+    /// The tool was read-only where the call was made. Informational only: whether a lost call is
+    /// issued again is decided from the tool's definition where the run resumes, never from this
+    /// stored flag (a stored byte must not make a side-effecting call run twice).
     #[serde(default)]
     pub read_only: bool,
     /// When the request was issued (Unix milliseconds).
