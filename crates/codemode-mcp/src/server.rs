@@ -375,6 +375,8 @@ pub struct ExecWaitServer {
     session: Arc<str>,
     /// Served over streamable HTTP (where a sessionless request gets a handler of its own).
     http: bool,
+    /// The agents of the runs this session started (shared with [`SessionEnd`]).
+    agents: Arc<std::sync::Mutex<std::collections::BTreeSet<Option<String>>>>,
     _end: Option<Arc<SessionEnd>>,
 }
 
@@ -496,6 +498,9 @@ fn approval_questions(
 struct SessionEnd {
     gateway: Arc<Gateway>,
     session: Arc<str>,
+    /// The agents the session's runs were for (a configured client's, see `clients`): each is part
+    /// of those runs' scope, so each is aborted by its own scope.
+    agents: Arc<std::sync::Mutex<std::collections::BTreeSet<Option<String>>>>,
 }
 
 impl Drop for SessionEnd {
@@ -510,11 +515,16 @@ impl Drop for SessionEnd {
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let gateway = self.gateway.clone();
-        let ctx = RunContext::session(self.session.to_string());
+        let agents: Vec<Option<String>> =
+            self.agents.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
+        let session = self.session.to_string();
         rt.spawn(async move {
-            let n = gateway.cm.abort_scope(&ctx.scope).await;
-            if n > 0 {
-                tracing::info!(session = ?ctx.scope, runs = n, "MCP session closed: its suspended runs were aborted");
+            for agent in agents {
+                let scope = codemode::RunScope { agent_id: agent, ..codemode::RunScope::session(session.clone()) };
+                let n = gateway.cm.abort_scope(&scope).await;
+                if n > 0 {
+                    tracing::info!(session = ?scope, runs = n, "MCP session closed: its suspended runs were aborted");
+                }
             }
         });
     }
@@ -528,6 +538,7 @@ impl ExecWaitServer {
             gateway,
             session: format!("mcp-{}", uuid::Uuid::new_v4().simple()).into(),
             http: false,
+            agents: Arc::new(std::sync::Mutex::new(std::iter::once(None).collect())),
             _end: None,
         }
     }
@@ -537,7 +548,11 @@ impl ExecWaitServer {
     pub fn aborting_on_close(gateway: Arc<Gateway>) -> Self {
         let mut server = Self::new(gateway);
         server.http = true;
-        server._end = Some(Arc::new(SessionEnd { gateway: server.gateway.clone(), session: server.session.clone() }));
+        server._end = Some(Arc::new(SessionEnd {
+            gateway: server.gateway.clone(),
+            session: server.session.clone(),
+            agents: server.agents.clone(),
+        }));
         server
     }
 
@@ -631,6 +646,9 @@ impl ServerHandler for ExecWaitServer {
             .gateway
             .client_target(authorization(&cx).as_deref(), self.http)
             .map_err(|e| ErrorData::invalid_request(e, None))?;
+        if let Some(t) = &target {
+            self.agents.lock().unwrap_or_else(|p| p.into_inner()).insert(t.agent.clone());
+        }
         // This request, as the run context's `tool_call_id` names it while it drives a run: unique
         // to this handler (a session, or one sessionless request) and its JSON-RPC id — unlike the
         // run scope, which clients can share (every anonymous client of a fleet).
