@@ -27,26 +27,13 @@ import sys
 from pathlib import Path
 
 import httpx2 as httpx
-import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from fleet import Redis, Replica, calls_received, ledger_lines, result
+from modern_clients import Human
 
 HERE = Path(__file__).resolve().parent
-
-
-class Human:
-    """An elicitation callback answering `action`, recording the questions it was asked."""
-
-    def __init__(self, action: str):
-        self.action = action
-        self.asked: list[str] = []
-
-    async def __call__(self, context, params):
-        self.asked.append(params.message)
-        return types.ElicitResult(action=self.action, content={} if self.action == "accept" else None)
-
 
 def legacy(url: str, token: str | None, human: Human) -> Client:
     headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -190,9 +190,41 @@ pub struct Catalog {
     dropped: Vec<String>,
     /// Upstream MCP servers that are down (failed to start or crashed), with the reason.
     mcp_down: std::collections::BTreeMap<String, String>,
+    /// [`Catalog::version`], computed when first asked for (kept by clones: the tools are the same).
+    version: std::sync::OnceLock<(String, String)>,
+}
+
+/// The first 8 bytes of the SHA-256 of a catalog id, in hex (16 characters whatever the id's
+/// length): how a stored run lists the tools it may call (`RunPolicy::tools`).
+pub fn tool_hash(id: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(id.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 impl Catalog {
+    /// The catalog's version — a hex SHA-256 over its tools' ids and definitions, in id order — and
+    /// its tool set (each id's [`tool_hash`], sorted and concatenated), as a stored run records
+    /// them. Computed once per catalog, when a run first needs it (a run that suspends).
+    pub fn version(&self) -> &(String, String) {
+        self.version.get_or_init(|| {
+            use sha2::Digest as _;
+            let mut tools: Vec<&CatalogTool> = self.tools.iter().map(Arc::as_ref).collect();
+            tools.sort_by(|a, b| a.id.cmp(&b.id));
+            let mut digest = sha2::Sha256::new();
+            for t in &tools {
+                digest.update(t.id.as_bytes());
+                digest.update([0]);
+                digest.update(serde_json::to_vec(t.def.as_ref()).unwrap_or_default());
+                digest.update([0]);
+            }
+            let version = digest.finalize().iter().map(|b| format!("{b:02x}")).collect();
+            let mut hashes: Vec<String> = tools.iter().map(|t| tool_hash(&t.id)).collect();
+            hashes.sort();
+            hashes.dedup();
+            (version, hashes.concat())
+        })
+    }
+
     /// Builds the catalog from the effective (already policy-filtered) tool list.
     ///
     /// Tools are ordered by source (stable within a source); control tools are left out; a second

@@ -1,6 +1,7 @@
-//! Approvals through the MCP client (issue 11 §2): when the client whose request is driving a run
-//! declared the elicitation capability, a gated nested call of that run is put to that client's
-//! human with `elicitation/create` — never to another client, even one of the same run scope. Accept runs the call inside the same `exec`; decline or cancel deny it; no
+//! Approvals through the MCP client (the book's configuration, "Approvals"): when the client whose
+//! request is driving a run declared the elicitation capability, a gated nested call of that run is
+//! put to that client's human with `elicitation/create` — never to another client, even one of the
+//! same run scope. Accept runs the call inside the same `exec`; decline or cancel deny it; no
 //! answer within `approvals.timeoutMs` parks it (then `codemode approve` decides).
 //!
 //! A question is never left behind (issue 23 §9): one still open when `approvals.timeoutMs` passes

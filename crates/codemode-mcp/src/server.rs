@@ -329,13 +329,7 @@ impl Gateway {
         args: &Value,
         observer: Option<Arc<dyn RunObserver>>,
     ) -> Option<CodeModeResult> {
-        self.sync();
-        let ctx = RunContext { tool_call_id: call_id, trace_parent, ..RunContext::session(session) };
-        match tool {
-            EXEC => Some(self.cm.exec_json_observed(&ctx, args, observer).await),
-            WAIT => Some(self.cm.wait_json_observed(&ctx, args, observer).await),
-            _ => None,
-        }
+        self.call_for(session, None, call_id, trace_parent, tool, args, observer).await
     }
 
     /// Marks the server as stopping: sessions that close from now on keep their suspended runs.

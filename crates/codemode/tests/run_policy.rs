@@ -228,3 +228,38 @@ async fn a_lost_call_is_issued_again_only_if_the_tool_is_read_only_now() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The same in one process: a parked call approved after the host's definition of the tool
+/// changed (`set_host_tools`, as an upstream server's new tool list does) meets the input-schema
+/// gate against the new definition, and the executor never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_call_meets_the_definition_the_host_has_now() {
+    struct Counting(Arc<AtomicU32>);
+    #[async_trait::async_trait]
+    impl codemode::ToolExecutor for Counting {
+        async fn call(&self, _call: codemode::NestedToolCall) -> Result<ToolResult, codemode::ToolError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(ToolResult::value(json!({ "ok": true })))
+        }
+    }
+    let def = |schema: Value| ToolDefinition::new(ToolSource::Plugin, "t", "pay").with_parameters(schema);
+    let amount = json!({ "type": "object", "properties": { "amount": { "type": "number" } }, "required": ["amount"] });
+    let stricter = json!({ "type": "object", "properties": { "amount": { "type": "number" }, "currency": { "type": "string" } },
+        "required": ["amount", "currency"] });
+    let calls = Arc::new(AtomicU32::new(0));
+    let cm = CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name("quickjs-wasi")
+        .tool_definitions([def(amount)])
+        .executor(Arc::new(Counting(calls.clone())))
+        .approvals(codemode::ApprovalPolicy::require(["plugin:t:pay"]))
+        .build();
+    let first = cm.exec(&ctx(None, false), &CodeModeExecInput::code(PAY)).await;
+    assert_eq!(first.to_json()["pendingToolCalls"][0]["kind"], "approval", "{}", first.to_json());
+    let run = first.run_id().unwrap().to_string();
+    cm.set_host_tools(vec![def(stricter)]);
+    cm.decide(&codemode::RunId::parse(&run).unwrap(), 1, codemode::ApprovalDecision::Approve).await.unwrap();
+    let done = cm.wait(&ctx(None, false), &CodeModeWaitInput::new(run)).await;
+    let value = done.to_json()["value"].as_str().unwrap_or_default().to_string();
+    assert!(value.starts_with("invalid_input: "), "{}", done.to_json());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}

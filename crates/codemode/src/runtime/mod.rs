@@ -174,8 +174,6 @@ pub(crate) struct RunCatalog {
     by_source: std::collections::BTreeMap<String, u32>,
     /// The [`Observations::generation`] its `.d.ts` files state.
     observed_generation: u64,
-    /// Its version and tool set, as a run's policy states them (computed when first asked for).
-    version: std::sync::OnceLock<(String, String)>,
 }
 
 impl RunCatalog {
@@ -200,7 +198,7 @@ impl RunCatalog {
         }
         let boot = codemode_bridge::BootText::new(&boot);
         let by_source = catalog.count_by_source();
-        RunCatalog { catalog: Arc::new(catalog), boot, by_source, observed_generation, version: Default::default() }
+        RunCatalog { catalog: Arc::new(catalog), boot, by_source, observed_generation }
     }
 
     /// Whether its `.d.ts` files state an older learned type than `observed` holds now.
@@ -495,21 +493,21 @@ impl Inner {
         self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// The catalog a resumed run keeps for this `wait`: the one it started with (ids are stable
-    /// within a run), narrowed to what the policy allows the wait's own context (issue 24 §1: the
-    /// policy is re-checked at every `wait`; a provider or model change may only take tools away).
-    /// Costs nothing without a policy.
+    /// The catalog a resumed run keeps for this `wait`: the tools it started with (ids are stable
+    /// within a run) that the policy still allows the wait's context, each as the catalog defines
+    /// it now — so approved and re-issued calls meet their gates against the tool's current
+    /// definition. Costs a pointer comparison when nothing changed.
     fn recheck_catalog(&self, started: &Arc<Catalog>, ctx: &RunContext) -> Arc<Catalog> {
-        if !self.inputs.has_policy() {
-            return started.clone();
-        }
         let now = self.catalog_for(ctx);
-        // The same catalog (same target, tools unchanged): nothing to narrow.
-        if Arc::ptr_eq(started, &now.catalog) || started.tools().iter().all(|t| now.catalog.get(&t.id).is_some()) {
+        if Arc::ptr_eq(started, &now.catalog) {
             return started.clone();
         }
-        let kept = started.tools().iter().filter(|t| now.catalog.get(&t.id).is_some()).map(|t| (*t.def).clone());
-        Arc::new(Catalog::build(kept).with_unavailable_mcp_servers(started.unavailable_mcp_servers().clone()))
+        let kept: Vec<codemode_core::ToolDefinition> =
+            now.catalog.tools().iter().filter(|t| started.get(&t.id).is_some()).map(|t| (*t.def).clone()).collect();
+        if kept.len() == now.catalog.len() {
+            return now.catalog.clone();
+        }
+        Arc::new(Catalog::build(kept).with_unavailable_mcp_servers(now.catalog.unavailable_mcp_servers().clone()))
     }
 
     /// The catalog a run of `ctx` sees (issue 24 §1, SPEC §4, §22: the policy is per agent): the
@@ -693,10 +691,9 @@ impl Inner {
             Ok(i) => i,
             Err(e) => return early(CodeModeError::new(e.code(), e.to_string()), telemetry),
         };
-        let policy = Arc::new(self.run_policy(ctx, &catalog));
         let run = Run {
             id: run_id,
-            policy,
+            policy: None,
             context: Arc::new(ctx.clone()),
             catalog: catalog.catalog.clone(),
             source: catalog.boot.source(),
@@ -806,7 +803,7 @@ impl Inner {
         telemetry.wait_count += 1;
         let mut run = Run {
             id: run_id,
-            policy: Arc::new(policy),
+            policy: Some(Arc::new(policy)),
             context,
             catalog,
             source,

@@ -7,45 +7,11 @@
 //! a run, never give it one.
 
 use super::{Inner, RunCatalog};
-use codemode_catalog::Catalog;
+use codemode_catalog::{Catalog, tool_hash};
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
 use codemode_core::store::{RunPolicy, SuspendedRun};
 use codemode_core::{RunContext, RunId};
-use sha2::Digest as _;
 use std::sync::Arc;
-
-/// The first 8 bytes of the SHA-256 of a catalog id, in hex: how [`RunPolicy::tools`] lists a tool
-/// (16 characters a tool, whatever its id's length).
-pub(crate) fn tool_hash(id: &str) -> String {
-    sha2::Sha256::digest(id.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// A catalog's version (a digest of its tools' ids and definitions, in id order) and its tool set
-/// (see [`RunPolicy::tools`]).
-pub(crate) fn catalog_version(catalog: &Catalog) -> (String, String) {
-    let mut tools: Vec<(&str, &codemode_core::ToolDefinition)> =
-        catalog.tools().iter().map(|t| (t.id.as_str(), t.def.as_ref())).collect();
-    tools.sort_by_key(|(id, _)| *id);
-    let mut digest = sha2::Sha256::new();
-    for (id, def) in &tools {
-        digest.update(id.as_bytes());
-        digest.update([0]);
-        digest.update(serde_json::to_vec(def).unwrap_or_default());
-        digest.update([0]);
-    }
-    let version = digest.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let mut hashes: Vec<String> = tools.iter().map(|(id, _)| tool_hash(id)).collect();
-    hashes.sort();
-    hashes.dedup();
-    (version, hashes.concat())
-}
-
-impl RunCatalog {
-    /// This catalog's version and tool set (computed once per catalog).
-    pub(crate) fn version(&self) -> &(String, String) {
-        self.version.get_or_init(|| catalog_version(&self.catalog))
-    }
-}
 
 /// Why a `wait` is refused for a run started under another policy; names what differs, never the
 /// run's own values.
@@ -62,8 +28,10 @@ pub(crate) fn mismatch(run_id: &RunId, what: &[&str]) -> CodeModeError {
 }
 
 impl Inner {
-    /// The policy a run of `ctx` starts under, with `catalog` (the catalog chosen for `ctx`).
-    pub(crate) fn run_policy(&self, ctx: &RunContext, catalog: &RunCatalog) -> RunPolicy {
+    /// The policy a run of `ctx` started under, with `catalog` (the catalog chosen for `ctx`).
+    /// Made when the run is first stored, not when it starts: a run that never suspends pays
+    /// nothing for it.
+    pub(crate) fn run_policy(&self, ctx: &RunContext, catalog: &Catalog) -> RunPolicy {
         let target = self.inputs.target_of(ctx);
         let (version, tools) = catalog.version().clone();
         RunPolicy {
@@ -112,7 +80,7 @@ impl Inner {
     /// tools that are also in the run's set. Returns the catalog, and the policy with the set
     /// narrowed to it (a later resume cannot get back what this one took away).
     pub(crate) fn resumed_catalog(&self, current: Arc<RunCatalog>, policy: &RunPolicy) -> (Arc<RunCatalog>, RunPolicy) {
-        if current.version().0 == policy.catalog {
+        if current.catalog.version().0 == policy.catalog {
             return (current, policy.clone());
         }
         let allowed: std::collections::HashSet<&str> = policy.tool_hashes().collect();
@@ -124,20 +92,20 @@ impl Inner {
             .map(|t| (*t.def).clone())
             .collect();
         if kept.len() == current.catalog.len() {
-            let narrowed = RunPolicy { tools: current.version().1.clone(), ..policy.clone() };
+            let narrowed = RunPolicy { tools: current.catalog.version().1.clone(), ..policy.clone() };
             return (current, narrowed);
         }
         let catalog =
             Catalog::build(kept).with_unavailable_mcp_servers(current.catalog.unavailable_mcp_servers().clone());
         let rebuilt = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals, self.observed.as_deref()));
-        let narrowed = RunPolicy { tools: rebuilt.version().1.clone(), ..policy.clone() };
+        let narrowed = RunPolicy { tools: rebuilt.catalog.version().1.clone(), ..policy.clone() };
         (rebuilt, narrowed)
     }
 
     /// The policy of a run whose catalog a `wait` in its own process narrowed: its tool set is the
     /// narrowed catalog's.
     pub(crate) fn narrowed_policy(policy: &RunPolicy, catalog: &Catalog) -> RunPolicy {
-        RunPolicy { tools: catalog_version(catalog).1, ..policy.clone() }
+        RunPolicy { tools: catalog.version().1.clone(), ..policy.clone() }
     }
 }
 

@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 /// One run while an `exec` or `wait` call holds it.
 pub(super) struct Run {
     pub(super) id: RunId,
-    /// The policy the run was started under, stored with it (see `policy.rs`).
-    pub(super) policy: Arc<codemode_core::store::RunPolicy>,
+    /// The policy the run was started under, as stored with it (see `policy.rs`); `None` for a run
+    /// not stored yet (made from its context and catalog when it first suspends).
+    pub(super) policy: Option<Arc<codemode_core::store::RunPolicy>>,
     pub(super) context: Arc<RunContext>,
     pub(super) catalog: Arc<Catalog>,
     /// The catalog data the guest pulls on demand (`ALL_TOOLS`, `tools.<name>`, `API`, `MCP`).

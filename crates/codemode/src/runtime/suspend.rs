@@ -160,7 +160,10 @@ impl Inner {
             created_at_ms: run.created_at_ms,
             expires_at_ms,
             positions: run.positions.clone(),
-            policy: Some(RunPolicy::clone(&run.policy)),
+            policy: Some(match &run.policy {
+                Some(stored) => RunPolicy::clone(stored),
+                None => self.run_policy(&run.context, &run.catalog),
+            }),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
         // The whole stored run, not only the VM, stays within maxSnapshotBytes (issue 23 §1): the
