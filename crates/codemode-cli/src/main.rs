@@ -250,13 +250,8 @@ impl StoreArgs {
             SnapshotStoreConfig::Memory => {
                 bail!("--store memory cannot be shared between commands: use a directory or redis://HOST:PORT")
             }
-            SnapshotStoreConfig::Directory { dir } => {
-                let store = codemode::DirectorySnapshotStore::new(&dir)
-                    .map_err(|e| anyhow::anyhow!("cannot use snapshot directory {}: {e}", dir.display()))?;
-                Ok(Arc::new(store))
-            }
-            redis => {
-                let (store, _) = serve::open_store(Some(redis)).await?;
+            shared => {
+                let (store, _) = serve::open_store(Some(shared), file).await?;
                 store.ok_or_else(|| anyhow::anyhow!("no snapshot store"))
             }
         }

@@ -109,8 +109,10 @@ pub(crate) fn store_choice(
 /// Opens the chosen store (see [`codemode_mcp::open_store`]).
 pub(crate) async fn open_store(
     choice: Option<SnapshotStoreConfig>,
+    file: Option<&codemode::config_file::ConfigFile>,
 ) -> Result<(Option<Arc<dyn codemode::SnapshotStore>>, Option<[u8; 32]>)> {
-    let opened = codemode_mcp::open_store(choice).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let signing = file.map(|f| f.run_signing.clone()).unwrap_or_default();
+    let opened = codemode_mcp::open_store(choice, &signing).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((opened.store, opened.fleet_key))
 }
 
@@ -121,7 +123,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         (None, None) => file.snapshot_store.clone(),
         (flag, dir) => Some(store_choice(flag.as_deref(), dir.as_deref(), Some(&file))?),
     };
-    let (store, fleet_key) = open_store(choice).await?;
+    let (store, fleet_key) = open_store(choice, Some(&file)).await?;
     let local = if args.demo_tools { codemode_testing::demo::demo_tools() } else { codemode::LocalTools::new() };
     // The demo plugin's namespace is registered with its tools; it is visible only when they are.
     let namespaces =

@@ -176,6 +176,11 @@ pub enum StoreError {
     /// The stored data could not be read back.
     #[error("stored run is corrupt: {0}")]
     Corrupt(String),
+    /// The stored or exported run (or a record beside it) is not signed by any key this process
+    /// holds: tampered, forged, written before runs were signed, or signed elsewhere. Prevents: a
+    /// forged approval, policy or pending call taking effect (`docs/src/security.md`, "Signed runs").
+    #[error("stored run refused: {0}")]
+    Unauthenticated(String),
     /// An I/O failure, with the operating system's error as its source.
     #[error("snapshot store I/O failed: {0}")]
     Io(#[source] std::sync::Arc<std::io::Error>),
@@ -261,7 +266,9 @@ impl StoreError {
             | StoreError::WrongScope(_)
             | StoreError::NotParked { .. } => CodeModeError::new(CodeModeErrorCode::InvalidInput, self.to_string()),
             StoreError::Expired => CodeModeError::new(CodeModeErrorCode::SnapshotExpired, self.to_string()),
-            StoreError::Corrupt(_) => CodeModeError::new(CodeModeErrorCode::SnapshotRestoreFailed, self.to_string()),
+            StoreError::Corrupt(_) | StoreError::Unauthenticated(_) => {
+                CodeModeError::new(CodeModeErrorCode::SnapshotRestoreFailed, self.to_string())
+            }
             StoreError::LiveNotSupported(_)
             | StoreError::Io(_)
             | StoreError::Encode(_)

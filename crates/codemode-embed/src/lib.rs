@@ -419,7 +419,7 @@ impl Embedded {
             }
             local.add(Arc::new(HostTool { def, function }));
         }
-        let opened = codemode_mcp::open_store(file.snapshot_store.clone()).await?;
+        let opened = codemode_mcp::open_store(file.snapshot_store.clone(), &file.run_signing).await?;
         let (mut builder, hub) = codemode_mcp::runtime_builder(
             &file,
             &PolicyTarget::default(),

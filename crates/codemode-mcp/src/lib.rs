@@ -73,17 +73,22 @@ pub struct OpenedStore {
 }
 
 /// Opens the store a configuration chooses (`None` and `memory`: the default in-memory store); a
-/// Redis store without a URL takes [`REDIS_URL_ENV`]. Errors name `snapshotStore`.
+/// Redis store without a URL takes [`REDIS_URL_ENV`]. A directory or Redis store signs its runs with
+/// `signing`'s key, or else one it keeps itself (see `codemode_snapshot::signing`). Errors name
+/// `snapshotStore` or `runSigning`.
 pub async fn open_store(
     choice: Option<codemode::config_file::SnapshotStoreConfig>,
+    signing: &codemode::config_file::RunSigningConfig,
 ) -> Result<OpenedStore, ConfigError> {
     use codemode::config_file::SnapshotStoreConfig;
     match choice {
         None | Some(SnapshotStoreConfig::Memory) => Ok(OpenedStore::default()),
         Some(SnapshotStoreConfig::Directory { dir }) => {
-            let store = codemode::DirectorySnapshotStore::new(&dir).map_err(|e| {
-                ConfigError::new("snapshotStore.dir", format!("snapshot directory {}: {e}", dir.display()))
-            })?;
+            let store = codemode::DirectorySnapshotStore::open(&dir, signing.keys()?, Arc::new(codemode::SystemClock))
+                .map_err(|e| {
+                    ConfigError::new("snapshotStore.dir", format!("snapshot directory {}: {e}", dir.display()))
+                })?
+                .accept_unsigned_until(signing.accept_unsigned_until_ms);
             Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: None })
         }
         Some(SnapshotStoreConfig::Redis { url, key_prefix, lease_ms }) => {
@@ -102,6 +107,8 @@ pub async fn open_store(
             if let Some(l) = lease_ms {
                 config.lease_ms = l;
             }
+            config.keys = signing.keys()?;
+            config.accept_unsigned_until_ms = signing.accept_unsigned_until_ms;
             let unreachable = |e: codemode_core::store::StoreError| {
                 ConfigError::new("snapshotStore", format!("redis snapshot store: {e}"))
             };

@@ -1,6 +1,6 @@
-// Snapshots the host may keep (issue 28 §3): a waiting run exported as bytes resumes in another
-// process; a directory store chosen by config is shared by two processes; damaged or foreign bytes
-// are refused with codes.
+// Snapshots the host may keep (the book's packages page, "Exported runs"): a waiting run exported as
+// bytes resumes in another process holding the same signing key; a directory store chosen by config
+// is shared by two processes; damaged or foreign bytes are refused with codes.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
@@ -22,14 +22,19 @@ const fetchRate = tool({ name: 'fetch_rate', readOnly: READ_ONLY, handler: async
 const convert = tool({ name: 'convert', handler: ({ amount, rate }) => Math.round(amount * rate * 100) / 100 })
 `
 
-function child(dir, body, { readOnly = false, delay = 500 } = {}) {
+function child(dir, body, { readOnly = false, delay = 500, env = process.env } = {}) {
   const file = path.join(dir, 'child.cjs')
   writeFileSync(file, TOOLS.replace('READ_ONLY', String(readOnly)).replace('DELAY', String(delay)) + body)
-  return execFileSync(process.execPath, [file], { encoding: 'utf8', timeout: 120_000 }).trim()
+  return execFileSync(process.execPath, [file], { encoding: 'utf8', timeout: 120_000, env }).trim()
 }
 
-test('an exported run resumes in another process', async () => {
+// Exported runs are signed (the book's security page, "Signed runs"): processes that hand runs to
+// each other share a key.
+const RUN_KEY = 'a key the two processes share, 32+ bytes'
+
+test('an exported run resumes in another process holding the key, and only there', async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'codemode-node-'))
+  process.env.CODEMODE_RUN_SIGNING_KEY = RUN_KEY
   try {
     const calls = []
     const cm = new CodeMode({
@@ -43,8 +48,16 @@ test('an exported run resumes in another process', async () => {
     assert.equal(r.status, 'waiting')
     const bytes = await cm.exportRun(r.runId)
     assert.ok(Buffer.isBuffer(bytes))
-    assert.equal(bytes.subarray(0, 15).toString(), 'codemode-run/1\n')
+    assert.equal(bytes.subarray(0, 15).toString(), 'codemode-run/2\n')
     writeFileSync(path.join(dir, 'run.bin'), bytes)
+    const { CODEMODE_RUN_SIGNING_KEY: _, ...keyless } = process.env
+    const refused = child(dir, `
+;(async () => {
+  const cm = new CodeMode({ tools: [fetchRate, convert], config: ${JSON.stringify(CONFIG)} })
+  try { await cm.importRun(require('node:fs').readFileSync(${JSON.stringify(path.join(dir, 'run.bin'))})); console.log('imported') }
+  catch (e) { console.log(e.code, /CODEMODE_RUN_SIGNING_KEY/.test(e.message)) }
+})()`, { env: keyless })
+    assert.equal(refused, 'invalid_input true', 'a process without the key refuses the bytes')
     assert.equal((await cm.wait(r.runId)).code, 'invalid_input', 'exported means moved')
     const out = child(dir, `
 ;(async () => {
@@ -58,6 +71,7 @@ test('an exported run resumes in another process', async () => {
     assert.equal(out, 'completed 110 0')
     assert.deepEqual(calls, ['EUR'])
   } finally {
+    delete process.env.CODEMODE_RUN_SIGNING_KEY
     rmSync(dir, { recursive: true, force: true })
   }
 })
@@ -101,7 +115,7 @@ test('damaged and misdirected exports are refused', async () => {
   const bytes = await cm.exportRun(r.runId)
   const damaged = Buffer.from(bytes)
   damaged[damaged.length >> 1] ^= 0xff
-  await assert.rejects(cm.importRun(damaged), (e) => e.code === 'invalid_input' && /checksum/.test(e.message))
+  await assert.rejects(cm.importRun(damaged), (e) => e.code === 'invalid_input' && /altered or forged/.test(e.message))
   await assert.rejects(cm.importRun(Buffer.alloc(0)), (e) => e.code === 'invalid_input')
   const native = new CodeMode({ config: { tools: { codeMode: { runtime: 'quickjs' } } } })
   await assert.rejects(native.importRun(bytes), (e) => e.code === 'invalid_input' && /quickjs-wasi/.test(e.message))

@@ -1,10 +1,12 @@
-"""Snapshots the host may keep (issue 27 §3): a waiting run exported as bytes resumes in another
-process; a directory store chosen by config is shared by two processes; damaged or foreign bytes
-are refused with codes."""
+"""Snapshots the host may keep (the book's packages page, "Exported runs"): a waiting run exported as
+bytes resumes in another process holding the same signing key, and is refused by one without it; a
+directory store chosen by config is shared by two processes; damaged or foreign bytes are refused
+with codes."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ CONFIG = {"tools": {"codeMode": {"timeoutMs": 200}}}
 TOOLS = textwrap.dedent(
     """
     import asyncio, sys
-    from codemode import CodeMode, tool
+    from codemode import CodeMode, CodeModeError, tool
     calls = []
 
     async def fetch_rate(currency: str) -> float:
@@ -39,15 +41,23 @@ CELL = (
 )
 
 
-def resume_elsewhere(python: str, tmp: Path, script: str) -> str:
+def resume_elsewhere(python: str, tmp: Path, script: str, env: dict[str, str] | None = None) -> str:
     path = tmp / "child.py"
     path.write_text(TOOLS + textwrap.dedent(script))
-    done = subprocess.run([python, str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([python, str(path)], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
-def test_an_exported_run_resumes_in_another_process(python: str, tmp_path: Path) -> None:
+# Exported runs are signed (the book's security page, "Signed runs"): processes that hand runs to
+# each other share a key.
+RUN_KEY = "a key the two processes share, 32+ bytes"
+
+
+def test_an_exported_run_resumes_in_another_process(
+    python: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CODEMODE_RUN_SIGNING_KEY", RUN_KEY)
     calls: list[str] = []
 
     async def fetch_rate(currency: str) -> float:
@@ -63,8 +73,26 @@ def test_an_exported_run_resumes_in_another_process(python: str, tmp_path: Path)
         r = await cm.exec(CELL)
         assert r.status == "waiting", r.to_dict()
         data = await cm.export_run(r.run_id or "")
-        assert isinstance(data, bytes) and data.startswith(b"codemode-run/1\n")
+        assert isinstance(data, bytes) and data.startswith(b"codemode-run/2\n")
         (tmp_path / "run.bin").write_bytes(data)
+        # A process without the key refuses the bytes, saying why.
+        keyless = {k: v for k, v in os.environ.items() if k != "CODEMODE_RUN_SIGNING_KEY"}
+        refused = resume_elsewhere(
+            python,
+            tmp_path,
+            f"""
+            async def main():
+                cm = CodeMode(tools=[fetch_rate, convert], config={CONFIG!r})
+                try:
+                    await cm.import_run(open({str(tmp_path / 'run.bin')!r}, 'rb').read())
+                    print("imported")
+                except CodeModeError as e:
+                    print(e.code, "CODEMODE_RUN_SIGNING_KEY" in str(e))
+            asyncio.run(main())
+            """,
+            env=keyless,
+        )
+        assert refused == "invalid_input True", refused
         # Exported means moved: this process no longer has it.
         gone = await cm.wait(r.run_id or "")
         assert gone.status == "failed" and gone.error and gone.error.code == "invalid_input"
@@ -144,7 +172,7 @@ def test_damaged_and_misdirected_exports_are_refused() -> None:
         damaged[len(damaged) // 2] ^= 0xFF
         with pytest.raises(CodeModeError) as e:
             await cm.import_run(bytes(damaged))
-        assert e.value.code == "invalid_input" and "checksum" in e.value.message
+        assert e.value.code == "invalid_input" and "altered or forged" in e.value.message
         with pytest.raises(CodeModeError) as e:
             await cm.import_run(b"")
         assert e.value.code == "invalid_input"

@@ -16,12 +16,22 @@
 //! Approval decisions on parked calls (`codemode approve`, `CodeMode::decide` in any process) are
 //! files `<run id>.decision-<request id>`, collected by the `wait` that resumes the run.
 //!
-//! File format: `CMRUN\x01`, a u32 LE length, the run's metadata as JSON (scope, pending requests,
-//! undelivered results, telemetry, expiry, engine), then the engine's serialized snapshot bytes. Live
-//! snapshots cannot be stored here ([`StoreError::LiveNotSupported`]).
+//! File format: `CMRUN\x02`, a u32 LE length, the run's metadata as JSON (scope, pending requests,
+//! undelivered results, telemetry, expiry, engine, policy), the engine's serialized snapshot bytes,
+//! then a 32-byte HMAC-SHA-256 tag of the run id and everything before it ([`crate::signing`]). Live
+//! snapshots cannot be stored here ([`StoreError::LiveNotSupported`]). Decision and result files are
+//! `<64 hex digits of their tag>\n<JSON>`, the tag binding the run id and request id too.
+//!
+//! Signed records: a run file whose tag no key of the store verifies is refused on checkout
+//! ([`StoreError::Unauthenticated`]) and stays where it is (a replica with the right key may still
+//! resume it); an unsigned or forged decision or result is ignored with a warning, so it never
+//! approves or answers a call. The key is the configured one, or else the environment's
+//! (`CODEMODE_RUN_SIGNING_KEY`), or else one generated into `<dir>/.signing-key` — which detects
+//! corruption and files moved between runs, not a writer who can read the directory.
 
 use crate::clock::{Clock, SystemClock};
 use crate::record::RunMeta;
+use crate::signing::{self, RunKeys, TAG_BYTES};
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, RequestId};
 use codemode_core::scope::{RunId, RunScope};
@@ -30,7 +40,13 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const MAGIC: &[u8; 6] = b"CMRUN\x01";
+const MAGIC: &[u8; 6] = b"CMRUN\x02";
+/// Run files written before runs were signed (read only inside the upgrade window).
+const MAGIC_V1: &[u8; 6] = b"CMRUN\x01";
+/// Domains of the tags of a run file, a decision file and a result file.
+const RUN_DOMAIN: &str = "codemode directory run/2";
+const DECISION_DOMAIN: &str = "codemode directory decision/2";
+const RESULT_DOMAIN: &str = "codemode directory result/2";
 /// Largest file of the directory that is read: a whole stored run is at most `maxSnapshotBytes`
 /// (at most 256 MiB), plus the file's header. Stops a corrupt, forged or sparse file from being read
 /// into memory.
@@ -56,6 +72,18 @@ pub struct DirectorySnapshotStore {
     dir: PathBuf,
     clock: Arc<dyn Clock>,
     max_runs: usize,
+    keys: RunKeys,
+}
+
+/// A run file's parts, as read.
+struct RunFile<'a> {
+    meta: RunMeta,
+    /// Everything the tag covers (header, metadata, snapshot).
+    body: &'a [u8],
+    /// Where the snapshot starts in `body`.
+    snapshot_at: usize,
+    /// `None`: a version-1 file, written before runs were signed.
+    tag: Option<&'a [u8]>,
 }
 
 fn io(e: std::io::Error) -> StoreError {
@@ -63,13 +91,19 @@ fn io(e: std::io::Error) -> StoreError {
 }
 
 impl DirectorySnapshotStore {
-    /// A store in `dir` (created with owner-only permissions if missing).
+    /// A store in `dir` (created with owner-only permissions if missing), signing with the key of
+    /// `CODEMODE_RUN_SIGNING_KEY` or, when it is unset, the key kept in the directory.
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
         Self::with_clock(dir, Arc::new(SystemClock))
     }
 
-    /// A store with a given clock (tests).
+    /// A store with a given clock (tests), keys as [`new`](Self::new).
     pub fn with_clock(dir: impl Into<PathBuf>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        Self::open(dir, None, clock)
+    }
+
+    /// A store signing with `keys` (`None`: as [`new`](Self::new)).
+    pub fn open(dir: impl Into<PathBuf>, keys: Option<RunKeys>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(io)?;
         #[cfg(unix)]
@@ -77,7 +111,29 @@ impl DirectorySnapshotStore {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
         }
-        Ok(Self { dir, clock, max_runs: MAX_SUSPENDED_RUNS })
+        let keys = match keys {
+            Some(k) => k,
+            None => match RunKeys::from_default_env() {
+                Ok(Some(k)) => k,
+                Ok(None) => RunKeys::kept_in_dir(&dir).map_err(io)?,
+                Err(e) => return Err(StoreError::Unsupported(e.to_string())),
+            },
+        };
+        Ok(Self { dir, clock, max_runs: MAX_SUSPENDED_RUNS, keys })
+    }
+
+    /// Accepts run files and side records without a signature until `until_ms` (Unix ms) when the
+    /// keys were not given to [`open`](Self::open) (an upgrade window; given keys carry their own).
+    pub fn accept_unsigned_until(mut self, until_ms: Option<u64>) -> Self {
+        if until_ms.is_some() {
+            self.keys = self.keys.accept_unsigned_until(until_ms);
+        }
+        self
+    }
+
+    /// The keys this store signs and verifies with.
+    pub fn keys(&self) -> &RunKeys {
+        &self.keys
     }
 
     /// The directory.
@@ -106,31 +162,81 @@ impl DirectorySnapshotStore {
             .collect()
     }
 
-    fn encode(run: SuspendedRun) -> Result<Vec<u8>, StoreError> {
+    fn encode(&self, run: SuspendedRun) -> Result<Vec<u8>, StoreError> {
         let (meta, bytes) = RunMeta::split(run)?;
+        let id = meta.run_id.clone();
         let meta = serde_json::to_vec(&meta).map_err(|e| StoreError::Encode(e.to_string()))?;
-        let mut out = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + bytes.len());
+        let mut out = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + bytes.len() + TAG_BYTES);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&u32::try_from(meta.len()).map_err(|e| StoreError::Encode(e.to_string()))?.to_le_bytes());
         out.extend_from_slice(&meta);
         out.extend_from_slice(&bytes);
+        let tag = self.keys.sign(RUN_DOMAIN, &[id.as_str().as_bytes(), &out]);
+        out.extend_from_slice(&tag);
         Ok(out)
     }
 
-    fn decode_meta(bytes: &[u8]) -> Result<(RunMeta, usize), StoreError> {
+    /// Splits a run file (either version) into its parts; the tag is not checked here.
+    fn decode(bytes: &[u8]) -> Result<RunFile<'_>, StoreError> {
         let corrupt = |m: &str| StoreError::Corrupt(m.to_string());
-        if bytes.len() < MAGIC.len() + 4 || &bytes[..MAGIC.len()] != MAGIC {
+        let (body, tag) = if bytes.starts_with(MAGIC) && bytes.len() >= MAGIC.len() + 4 + TAG_BYTES {
+            let (body, tag) = bytes.split_at(bytes.len() - TAG_BYTES);
+            (body, Some(tag))
+        } else if bytes.starts_with(MAGIC_V1) {
+            (bytes, None)
+        } else {
             return Err(corrupt("not a codemode run file"));
-        }
-        let mut len = [0u8; 4];
-        len.copy_from_slice(&bytes[MAGIC.len()..MAGIC.len() + 4]);
-        let len = u32::from_le_bytes(len) as usize;
-        let start = MAGIC.len() + 4;
-        if len > MAX_META_BYTES || start + len > bytes.len() {
+        };
+        if body.len() < MAGIC.len() + 4 {
             return Err(corrupt("run file is truncated"));
         }
-        let meta = RunMeta::parse(&bytes[start..start + len])?;
-        Ok((meta, start + len))
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&body[MAGIC.len()..MAGIC.len() + 4]);
+        let len = u32::from_le_bytes(len) as usize;
+        let start = MAGIC.len() + 4;
+        if len > MAX_META_BYTES || start + len > body.len() {
+            return Err(corrupt("run file is truncated"));
+        }
+        let meta = RunMeta::parse(&body[start..start + len])?;
+        Ok(RunFile { meta, body, snapshot_at: start + len, tag })
+    }
+
+    fn decode_meta(bytes: &[u8]) -> Result<(RunMeta, usize), StoreError> {
+        Self::decode(bytes).map(|f| (f.meta, f.snapshot_at))
+    }
+
+    /// A side record (decision, result): `<hex tag>\n<JSON>`.
+    fn seal_side(&self, domain: &str, run_id: &RunId, request_id: RequestId, json: &[u8]) -> Vec<u8> {
+        let tag = self.keys.sign(domain, &[run_id.as_str().as_bytes(), &request_id.to_be_bytes(), json]);
+        let mut out = signing::hex(&tag).into_bytes();
+        out.push(b'\n');
+        out.extend_from_slice(json);
+        out
+    }
+
+    /// The JSON of a side record whose tag verifies; `None` (with a warning) otherwise.
+    fn open_side<'a>(
+        &self,
+        domain: &str,
+        run_id: &RunId,
+        request_id: RequestId,
+        bytes: &'a [u8],
+        what: &str,
+    ) -> Option<&'a [u8]> {
+        let (tag, json) = match bytes.iter().position(|&b| b == b'\n') {
+            Some(at) if at == TAG_BYTES * 2 => {
+                (std::str::from_utf8(&bytes[..at]).ok().and_then(signing::unhex), &bytes[at + 1..])
+            }
+            _ => (None, bytes),
+        };
+        let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), &request_id.to_be_bytes(), json];
+        match self.keys.verify_optional(domain, &parts, tag.as_deref(), self.clock.now_ms()) {
+            Ok(()) => Some(json),
+            Err(refusal) => {
+                tracing::warn!(run = %run_id, request = request_id, "ignoring {}", refusal.describe(what, self.keys.origin()));
+                None
+            }
+        }
     }
 
     /// Reads a run or side file of the directory. Only a regular file of at most [`MAX_FILE_BYTES`] is
@@ -255,7 +361,7 @@ impl SnapshotStore for DirectorySnapshotStore {
         let id = run.run_id.clone();
         let lock = self.path(&id, "lock");
         let resuspension = lock.exists();
-        let bytes = Self::encode(run)?;
+        let bytes = self.encode(run)?;
         if !resuspension {
             // Count and write under the admission lock: two processes must not both see 63.
             let _admission = self.admission_lock()?;
@@ -287,7 +393,7 @@ impl SnapshotStore for DirectorySnapshotStore {
                 None => Err(StoreError::Unavailable),
             };
         };
-        let (meta, body_at) = Self::decode_meta(&bytes)?;
+        let RunFile { meta, body, snapshot_at, tag } = Self::decode(&bytes)?;
         if meta.run_id != *run_id {
             return Err(StoreError::Corrupt("run file names another run".into()));
         }
@@ -296,12 +402,16 @@ impl SnapshotStore for DirectorySnapshotStore {
             return Err(StoreError::Unavailable);
         }
         meta.scope.check(scope).map_err(StoreError::WrongScope)?;
+        // Before the run is taken: a refused file stays for a process holding the right key.
+        if let Err(refusal) = self.keys.verify_optional(RUN_DOMAIN, &[run_id.as_str().as_bytes(), body], tag, now) {
+            return Err(StoreError::Unauthenticated(refusal.describe("the run file", self.keys.origin())));
+        }
         match std::fs::rename(&run_path, self.path(run_id, "lock")) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StoreError::Busy),
             Err(e) => return Err(io(e)),
         }
-        Ok(meta.into_run(bytes[body_at..].to_vec()))
+        Ok(meta.into_run(body[snapshot_at..].to_vec()))
     }
 
     async fn remove(&self, run_id: &RunId) -> bool {
@@ -345,18 +455,24 @@ impl SnapshotStore for DirectorySnapshotStore {
             // The run is gone (settled, aborted, expired): nobody will collect the result.
             return Ok(false);
         }
-        let bytes = serde_json::to_vec(delivery).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let json = serde_json::to_vec(delivery).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let bytes = self.seal_side(RESULT_DOMAIN, run_id, delivery.id, &json);
         self.write_atomically(&self.dir.join(format!("{run_id}.result-{}", delivery.id)), &bytes)?;
         Ok(true)
     }
 
     async fn take_results(&self, run_id: &RunId) -> Result<Vec<Delivery>, StoreError> {
         let mut out = Vec::new();
-        for (_, path) in self.side_files(run_id, "result") {
+        for (suffix, path) in self.side_files(run_id, "result") {
             let Some(bytes) = Self::read(&path)? else { continue };
             let _ = std::fs::remove_file(&path);
-            match serde_json::from_slice::<Delivery>(&bytes) {
-                Ok(d) => out.push(d),
+            let Ok(request) = suffix.parse::<RequestId>() else { continue };
+            let Some(json) = self.open_side(RESULT_DOMAIN, run_id, request, &bytes, "a recorded result") else {
+                continue;
+            };
+            match serde_json::from_slice::<Delivery>(json) {
+                Ok(d) if d.id == request => out.push(d),
+                Ok(_) => tracing::warn!(run = %run_id, "ignoring a recorded result filed under another request"),
                 Err(e) => tracing::warn!(run = %run_id, error = %e, "ignoring an unreadable recorded result"),
             }
         }
@@ -396,7 +512,8 @@ impl SnapshotStore for DirectorySnapshotStore {
         if !parked.contains(&request_id) {
             return Err(StoreError::NotParked { request_id, parked });
         }
-        let bytes = serde_json::to_vec(decision).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let json = serde_json::to_vec(decision).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let bytes = self.seal_side(DECISION_DOMAIN, run_id, request_id, &json);
         self.write_atomically(&self.dir.join(format!("{run_id}.decision-{request_id}")), &bytes)
     }
 
@@ -405,9 +522,15 @@ impl SnapshotStore for DirectorySnapshotStore {
         for (suffix, path) in self.side_files(run_id, "decision") {
             let Some(bytes) = Self::read(&path)? else { continue };
             let _ = std::fs::remove_file(&path);
-            match (suffix.parse::<RequestId>(), serde_json::from_slice::<ApprovalDecision>(&bytes)) {
-                (Ok(id), Ok(d)) => out.push((id, d)),
-                _ => tracing::warn!(run = %run_id, file = %path.display(), "ignoring an unreadable approval decision"),
+            let Ok(request) = suffix.parse::<RequestId>() else { continue };
+            let Some(json) = self.open_side(DECISION_DOMAIN, run_id, request, &bytes, "an approval decision") else {
+                continue;
+            };
+            match serde_json::from_slice::<ApprovalDecision>(json) {
+                Ok(d) => out.push((request, d)),
+                Err(_) => {
+                    tracing::warn!(run = %run_id, file = %path.display(), "ignoring an unreadable approval decision")
+                }
             }
         }
         out.sort_by_key(|(id, _)| *id);

@@ -13,6 +13,8 @@
 //!   approval decisions and leases in Redis, so any replica resumes any run with exactly-once
 //!   nested calls.
 //!
+//! - [`signing`]: the keys and HMAC tags that authenticate every run kept outside process memory
+//!   and every exported run.
 //! - [`portable`]: the bytes of an exported run, which a host keeps wherever it likes and imports
 //!   into another process's runtime.
 //!
@@ -31,10 +33,12 @@ pub mod portable;
 mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod signing;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use directory::DirectorySnapshotStore;
 pub use memory::MemorySnapshotStore;
+pub use signing::{KeyOrigin, RunKeys};
 /// SHA-256 of the input's canonical JSON (keys sorted), hex: the call log's input digest.
 pub fn input_digest(input: &serde_json::Value) -> String {
     use sha2::Digest;

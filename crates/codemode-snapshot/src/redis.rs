@@ -8,13 +8,13 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P run:<runId>` | hash | `meta` (JSON: scope, engine, reason, pending and undelivered results, telemetry, positions, expiry), `snap` (the engine's serialized snapshot, whose header names the engine build), `parked` (JSON array of request ids parked for approval), `fence` (checkouts so far), `holder` (replica id of the current checkout, `""` when suspended), `lease` (when that checkout's lease ends, Unix ms), `expires`, `scope` (the key of its scope set) |
+//! | `P run:<runId>` | hash | `meta` (JSON: scope, engine, reason, pending and undelivered results, telemetry, positions, expiry), `snap` (the engine's serialized snapshot, whose header names the engine build), `parked` (JSON array of request ids parked for approval), `tag` (HMAC-SHA-256 of run id, `meta` and `snap`: a run whose tag no key verifies is refused on checkout), `fence` (checkouts so far), `holder` (replica id of the current checkout, `""` when suspended), `lease` (when that checkout's lease ends, Unix ms), `expires`, `scope` (the key of its scope set) |
 //! | `P calls:<runId>` | hash | the call log: request id → JSON `{issuer, tool, digest, result?}`; `result` is the call's delivery JSON, written the moment the call finishes |
-//! | `P decisions:<runId>` | hash | request id → approval decision JSON, until the resuming `wait` takes it |
+//! | `P decisions:<runId>` | hash | request id → `<hex tag>\n<decision JSON>`, until the resuming `wait` takes it |
 //! | `P scope:<digest>` | sorted set | run ids of one scope (SHA-256 of the scope), scored by expiry: the 64-run cap per scope, counted across the fleet |
 //! | `P expiry` | sorted set | every run id, scored by expiry (sweeps) |
 //! | `P replica:<replicaId>` | string | present while that replica lives (set with a `PX` of the lease, renewed every third of it) |
-//! | `P secret` | string | 32 random bytes shared by the fleet (tags of MRTR approval state) |
+//! | `P secret` | string | 32 random bytes shared by the fleet (tags of MRTR approval state; the run signing key is derived from it when none is configured) |
 //! | `P session:<digest>:loops` | string | a session's loop-detection history (JSON), expiring with `snapshotTtlSeconds` |
 //! | `P shared:observed` | string | the result types the fleet learned from observed results (JSON: tool id → shape and count) |
 //!
@@ -51,6 +51,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::record::RunMeta;
+use crate::signing::{self, RunKeys};
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, RequestId};
 use codemode_core::error::CodeModeErrorCode;
@@ -101,7 +102,8 @@ struct CallRecord {
 
 /// Stores a suspended run. KEYS: run, calls, decisions, scope set, expiry set. ARGV: run id, now,
 /// replica, fence token (0: a new run), meta, snapshot, expires, max runs per scope, JSON object of
-/// the pending request ids (their log entries stay), parked ids JSON, key lifetime (ms from now).
+/// the pending request ids (their log entries stay), parked ids JSON, key lifetime (ms from now),
+/// tag (the run's signature over its id, meta and snapshot).
 pub const PUT: &str = r#"
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 local token = tonumber(ARGV[4])
@@ -116,7 +118,7 @@ else
   redis.call('HSET', KEYS[1], 'fence', '0')
 end
 redis.call('HSET', KEYS[1], 'meta', ARGV[5], 'snap', ARGV[6], 'holder', '', 'lease', '0', 'expires', ARGV[7],
-  'scope', KEYS[4], 'parked', ARGV[10])
+  'scope', KEYS[4], 'parked', ARGV[10], 'tag', ARGV[12])
 redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
 local keep = cjson.decode(ARGV[9])
@@ -129,16 +131,26 @@ return 'OK'
 "#;
 
 /// Takes a run out for a `wait`. KEYS: run. ARGV: now, replica, lease (ms). Returns `{status,
-/// fence, meta, snap}`.
+/// fence, meta, snap, tag}` (`tag` is `''` for a run written before runs were signed).
 pub const CHECKOUT: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'UNAVAILABLE', 0, '', ''} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'UNAVAILABLE', 0, '', '', ''} end
 local now = tonumber(ARGV[1])
-local f = redis.call('HMGET', KEYS[1], 'expires', 'holder', 'lease', 'fence', 'meta', 'snap')
-if tonumber(f[1]) <= now then return {'EXPIRED', 0, '', ''} end
-if f[2] ~= '' and f[2] ~= false and tonumber(f[3]) > now then return {'BUSY', 0, '', ''} end
+local f = redis.call('HMGET', KEYS[1], 'expires', 'holder', 'lease', 'fence', 'meta', 'snap', 'tag')
+if tonumber(f[1]) <= now then return {'EXPIRED', 0, '', '', ''} end
+if f[2] ~= '' and f[2] ~= false and tonumber(f[3]) > now then return {'BUSY', 0, '', '', ''} end
 local fence = tonumber(f[4] or '0') + 1
 redis.call('HSET', KEYS[1], 'fence', fence, 'holder', ARGV[2], 'lease', now + tonumber(ARGV[3]))
-return {'OK', fence, f[5], f[6]}
+return {'OK', fence, f[5], f[6], f[7] or ''}
+"#;
+
+/// Gives back a checkout this replica took but will not use (the run's signature was refused).
+/// KEYS: run. ARGV: replica, fence token.
+pub const RELEASE: &str = r#"
+local f = redis.call('HMGET', KEYS[1], 'holder', 'fence')
+if f[1] == ARGV[1] and tonumber(f[2]) == tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'holder', '', 'lease', '0')
+end
+return 0
 "#;
 
 /// Deletes a run whatever its state (abort, expiry). KEYS: run, calls, decisions, expiry set.
@@ -288,6 +300,7 @@ return ids
 struct Scripts {
     put: redis::Script,
     checkout: redis::Script,
+    release: redis::Script,
     remove: redis::Script,
     settle: redis::Script,
     renew: redis::Script,
@@ -304,6 +317,7 @@ impl Scripts {
         Scripts {
             put: redis::Script::new(PUT),
             checkout: redis::Script::new(CHECKOUT),
+            release: redis::Script::new(RELEASE),
             remove: redis::Script::new(REMOVE),
             settle: redis::Script::new(SETTLE),
             renew: redis::Script::new(RENEW),
@@ -318,7 +332,7 @@ impl Scripts {
 }
 
 /// How to reach Redis and name the keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RedisStoreConfig {
     /// `redis://[user:password@]host:port[/db]` (or `rediss://` with TLS when the client supports
     /// it).
@@ -328,13 +342,44 @@ pub struct RedisStoreConfig {
     /// Lease of a checkout and of a replica's liveness (ms, at least [`MIN_LEASE_MS`]): how long
     /// after a replica stops renewing (dies, is paused) another may take its runs over.
     pub lease_ms: u64,
+    /// The keys that sign the fleet's runs and decisions. `None`: `CODEMODE_RUN_SIGNING_KEY`, or
+    /// else a key derived from the fleet's secret kept in Redis (which detects corruption only:
+    /// whoever can write the store can read that key).
+    pub keys: Option<RunKeys>,
+    /// Until when (Unix ms) runs and decisions without a signature are accepted when `keys` is
+    /// `None` (an upgrade window; configured keys carry their own).
+    pub accept_unsigned_until_ms: Option<u64>,
 }
 
 impl RedisStoreConfig {
     /// A config for `url` with the default prefix and lease.
     pub fn new(url: impl Into<String>) -> Self {
-        RedisStoreConfig { url: url.into(), key_prefix: DEFAULT_KEY_PREFIX.into(), lease_ms: DEFAULT_LEASE_MS }
+        RedisStoreConfig {
+            url: url.into(),
+            key_prefix: DEFAULT_KEY_PREFIX.into(),
+            lease_ms: DEFAULT_LEASE_MS,
+            keys: None,
+            accept_unsigned_until_ms: None,
+        }
     }
+}
+
+/// Domains of the tags of a stored run and a decision.
+const RUN_DOMAIN: &str = "codemode redis run/2";
+const DECISION_DOMAIN: &str = "codemode redis decision/2";
+
+/// The fleet's secret under `prefix` (created by the first replica that asks).
+async fn fleet_secret_at(conn: &ConnectionManager, prefix: &str) -> Result<[u8; 32], StoreError> {
+    let key = format!("{prefix}secret");
+    let mut conn = conn.clone();
+    // 244 random bits (two v4 UUIDs); only the first replica's value is kept.
+    let mut fresh = Vec::with_capacity(32);
+    fresh.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    fresh.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    let _: Option<String> =
+        redis::cmd("SET").arg(&key).arg(fresh).arg("NX").query_async(&mut conn).await.map_err(unreachable)?;
+    let stored: Vec<u8> = redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(unreachable)?;
+    <[u8; 32]>::try_from(stored.as_slice()).map_err(|_| StoreError::Corrupt(format!("{key} is not 32 bytes")))
 }
 
 struct Shared {
@@ -349,6 +394,7 @@ struct Shared {
     /// for it is refused, until the runtime gives it up).
     held: Mutex<HashMap<RunId, i64>>,
     max_runs: usize,
+    keys: RunKeys,
 }
 
 /// Keeps suspended runs, the call log, decisions and leases in Redis: the store of a fleet of
@@ -431,6 +477,23 @@ impl RedisSnapshotStore {
             .map_err(|_| StoreError::Unreachable(format!("no answer from {}", redacted(&config.url))))?
             .map_err(|e| StoreError::Unreachable(format!("{}: {e}", redacted(&config.url))))?;
         let replica = format!("r-{}", uuid::Uuid::new_v4().simple());
+        let keys = match config.keys {
+            Some(k) => k,
+            None => match RunKeys::from_default_env() {
+                Ok(Some(k)) => k,
+                Ok(None) => {
+                    // A key of its own, derived from the secret (never the MRTR key itself).
+                    let secret = fleet_secret_at(&conn, &config.key_prefix).await?;
+                    let derived = RunKeys::kept_in_store(&secret)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                        .sign("codemode run signing key", &[]);
+                    RunKeys::kept_in_store(&derived)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                        .accept_unsigned_until(config.accept_unsigned_until_ms)
+                }
+                Err(e) => return Err(StoreError::Unsupported(e.to_string())),
+            },
+        };
         let shared = Arc::new(Shared {
             conn,
             prefix: config.key_prefix,
@@ -440,6 +503,7 @@ impl RedisSnapshotStore {
             scripts: Scripts::new(),
             held: Mutex::new(HashMap::new()),
             max_runs: MAX_SUSPENDED_RUNS,
+            keys,
         });
         shared.renew().await?;
         let heartbeat = tokio::spawn(heartbeat(Arc::downgrade(&shared)));
@@ -465,16 +529,12 @@ impl RedisSnapshotStore {
     /// The fleet's shared 32-byte secret (created by the first replica that asks): lets every
     /// replica check tags another replica made (MRTR approval state).
     pub async fn fleet_secret(&self) -> Result<[u8; 32], StoreError> {
-        let key = format!("{}secret", self.shared.prefix);
-        let mut conn = self.shared.conn.clone();
-        // 244 random bits (two v4 UUIDs); only the first replica's value is kept.
-        let mut fresh = Vec::with_capacity(32);
-        fresh.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-        fresh.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-        let _: Option<String> =
-            redis::cmd("SET").arg(&key).arg(fresh).arg("NX").query_async(&mut conn).await.map_err(unreachable)?;
-        let stored: Vec<u8> = redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(unreachable)?;
-        <[u8; 32]>::try_from(stored.as_slice()).map_err(|_| StoreError::Corrupt(format!("{key} is not 32 bytes")))
+        fleet_secret_at(&self.shared.conn, &self.shared.prefix).await
+    }
+
+    /// The keys this store signs and verifies runs and decisions with.
+    pub fn keys(&self) -> &RunKeys {
+        &self.shared.keys
     }
 
     /// Bytes Redis uses for the run's keys (`MEMORY USAGE`), for sizing.
@@ -608,6 +668,7 @@ impl SnapshotStore for RedisSnapshotStore {
         let parked = serde_json::to_string(&parked_ids(&meta.pending)).map_err(encode_err)?;
         let (scope_key, expires_at_ms) = (s.scope_key(&meta.scope), meta.expires_at_ms);
         let meta_json = serde_json::to_string(&meta).map_err(encode_err)?;
+        let tag = s.keys.sign(RUN_DOMAIN, &[id.as_str().as_bytes(), meta_json.as_bytes(), &bytes]);
         let mut conn = s.conn.clone();
         let status: String = s
             .scripts
@@ -628,6 +689,7 @@ impl SnapshotStore for RedisSnapshotStore {
             .arg(serde_json::Value::Object(keep).to_string())
             .arg(parked)
             .arg(expires_at_ms.saturating_sub(s.clock.now_ms()).saturating_add(KEY_GRACE_MS))
+            .arg(&tag[..])
             .invoke_async(&mut conn)
             .await
             .map_err(unreachable)?;
@@ -663,7 +725,7 @@ impl SnapshotStore for RedisSnapshotStore {
             return Err(StoreError::Corrupt("stored run names another run".into()));
         }
         parsed.scope.check(scope).map_err(StoreError::WrongScope)?;
-        let (status, fence, meta, snap): (String, i64, String, Vec<u8>) = s
+        let (status, fence, meta, snap, tag): (String, i64, String, Vec<u8>, Vec<u8>) = s
             .scripts
             .checkout
             .key(&key)
@@ -681,6 +743,17 @@ impl SnapshotStore for RedisSnapshotStore {
                 return Err(StoreError::Unavailable);
             }
             _ => return Err(StoreError::Unavailable),
+        }
+        let tag = (!tag.is_empty()).then_some(tag.as_slice());
+        let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), meta.as_bytes(), &snap];
+        if let Err(refusal) = s.keys.verify_optional(RUN_DOMAIN, &parts, tag, s.clock.now_ms()) {
+            // Given back at once: a replica holding the right key may still resume it.
+            let released: Result<i64, _> =
+                s.scripts.release.key(&key).arg(&s.replica).arg(fence).invoke_async(&mut conn).await;
+            if let Err(e) = released {
+                tracing::warn!(run = %run_id, error = %e, "cannot give back a refused run's lease");
+            }
+            return Err(StoreError::Unauthenticated(refusal.describe("the stored run", s.keys.origin())));
         }
         let meta = RunMeta::parse(meta.as_bytes())?;
         s.held.lock().unwrap_or_else(|p| p.into_inner()).insert(run_id.clone(), fence);
@@ -880,6 +953,9 @@ impl SnapshotStore for RedisSnapshotStore {
     ) -> Result<(), StoreError> {
         let s = &self.shared;
         let json = serde_json::to_string(decision).map_err(encode_err)?;
+        let tag =
+            s.keys.sign(DECISION_DOMAIN, &[run_id.as_str().as_bytes(), &request_id.to_be_bytes(), json.as_bytes()]);
+        let json = format!("{}\n{json}", signing::hex(&tag));
         let mut conn = s.conn.clone();
         let (status, parked): (String, String) = s
             .scripts
@@ -942,10 +1018,20 @@ impl SnapshotStore for RedisSnapshotStore {
             .await
             .map_err(unreachable)?;
         let mut out = Vec::new();
-        for (id, decision) in all {
-            match (id.parse::<RequestId>(), serde_json::from_str::<ApprovalDecision>(&decision)) {
-                (Ok(id), Ok(d)) => out.push((id, d)),
-                _ => tracing::warn!(run = %run_id, "ignoring an unreadable approval decision"),
+        for (id, record) in all {
+            let Ok(id) = id.parse::<RequestId>() else { continue };
+            let (tag, json) = match record.split_once('\n') {
+                Some((tag, json)) => (signing::unhex(tag), json),
+                None => (None, record.as_str()),
+            };
+            let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), &id.to_be_bytes(), json.as_bytes()];
+            if let Err(refusal) = s.keys.verify_optional(DECISION_DOMAIN, &parts, tag.as_deref(), s.clock.now_ms()) {
+                tracing::warn!(run = %run_id, request = id, "ignoring {}", refusal.describe("an approval decision", s.keys.origin()));
+                continue;
+            }
+            match serde_json::from_str::<ApprovalDecision>(json) {
+                Ok(d) => out.push((id, d)),
+                Err(_) => tracing::warn!(run = %run_id, "ignoring an unreadable approval decision"),
             }
         }
         out.sort_by_key(|(id, _)| *id);

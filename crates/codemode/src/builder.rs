@@ -14,7 +14,7 @@ use codemode_core::executor::{RunObserver, ToolExecutor};
 use codemode_core::namespace::NamespaceRegistry;
 use codemode_core::{CodeModeConfig, GuestEngine, RunContext, SnapshotStore, ToolDefinition};
 use codemode_namespaces::Namespaces;
-use codemode_snapshot::{Clock, MemorySnapshotStore, SystemClock};
+use codemode_snapshot::{Clock, MemorySnapshotStore, RunKeys, SystemClock};
 use std::sync::Arc;
 
 /// Builds a [`CodeMode`].
@@ -30,6 +30,7 @@ pub struct CodeModeBuilder {
     approver: Option<Arc<dyn Approver>>,
     sandbox: SandboxPolicy,
     store: Option<Arc<dyn SnapshotStore>>,
+    run_keys: Option<RunKeys>,
     clock: Option<Arc<dyn Clock>>,
     policy: Option<ToolPolicy>,
     target: PolicyTarget,
@@ -56,6 +57,7 @@ impl CodeModeBuilder {
             approver: None,
             sandbox: SandboxPolicy::default(),
             store: None,
+            run_keys: None,
             clock: None,
             policy: None,
             target: PolicyTarget::default(),
@@ -200,6 +202,16 @@ impl CodeModeBuilder {
         self
     }
 
+    /// Signs exported runs with `keys`, and imports only runs they verify (see
+    /// [`codemode_snapshot::signing`]). Default: the key of `CODEMODE_RUN_SIGNING_KEY` (and
+    /// `CODEMODE_RUN_SIGNING_PREVIOUS_KEYS`), or else a key random to this process — then only this
+    /// process imports its exports. Prevents: bytes a host keeps (or anyone who can hand it bytes)
+    /// forging an approval, a policy or a pending call.
+    pub fn run_keys(mut self, keys: RunKeys) -> Self {
+        self.run_keys = Some(keys);
+        self
+    }
+
     /// Applies a tool policy (SPEC §22) to every tool before the catalog is built, for the agent,
     /// provider and model set with [`Self::policy_target`] (none by default). Build one runtime per
     /// agent/provider when their policies differ.
@@ -220,6 +232,15 @@ impl CodeModeBuilder {
         namespaces: Namespaces,
     ) -> Result<Self, codemode_core::ConfigError> {
         file.register_namespaces(&namespaces)?;
+        match file.run_signing.keys()? {
+            Some(keys) => self.run_keys = Some(keys),
+            // The process's own key, with the file's upgrade window.
+            None if file.run_signing.accept_unsigned_until_ms.is_some() => {
+                self.run_keys =
+                    Some(RunKeys::process().accept_unsigned_until(file.run_signing.accept_unsigned_until_ms));
+            }
+            None => {}
+        }
         // An engine chosen on this builder before keeps its choice; otherwise the file's `runtime`.
         let chosen = self.engine.is_some().then(|| self.config.runtime.clone());
         self.config = file.code_mode.clone();
@@ -263,6 +284,16 @@ impl CodeModeBuilder {
         let executor: Arc<dyn ToolExecutor> = Arc::new(Router { local: self.local, host: self.executor });
         let store = self.store.unwrap_or_else(|| Arc::new(MemorySnapshotStore::new()));
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let run_keys = self.run_keys.unwrap_or_else(|| match RunKeys::from_default_env() {
+            Ok(Some(keys)) => keys,
+            Ok(None) => RunKeys::process(),
+            Err(e) => {
+                // Hosts that read a config check the key first (`ConfigFile::run_keys`); here the
+                // exports simply stay in this process, and say why on import elsewhere.
+                tracing::error!(error = %e, "ignoring a malformed run signing key; exported runs are signed with a key of this process");
+                RunKeys::process()
+            }
+        });
         CodeMode {
             inner: Arc::new_cyclic(|me| {
                 let mut inner = Inner::new(
@@ -286,6 +317,7 @@ impl CodeModeBuilder {
                     clock,
                 );
                 inner.me = me.clone();
+                inner.run_keys = run_keys;
                 inner
             }),
             extra,

@@ -38,8 +38,121 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 8] =
-    ["tools", "agents", "mcpServers", "approvals", "namespaces", "snapshotStore", "observeResultTypes", "clients"];
+pub const TOP_LEVEL_KEYS: [&str; 9] = [
+    "tools",
+    "agents",
+    "mcpServers",
+    "approvals",
+    "namespaces",
+    "snapshotStore",
+    "observeResultTypes",
+    "clients",
+    "runSigning",
+];
+/// Keys accepted under `runSigning`.
+pub const RUN_SIGNING_KEYS: [&str; 3] = ["keyEnv", "previousKeysEnv", "acceptUnsignedUntil"];
+
+/// `runSigning`: where the key that signs stored and exported runs comes from, and the upgrade
+/// window for runs written before runs were signed (`docs/src/security.md`, "Signed runs"). The
+/// keys themselves are never in the file: it names environment variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSigningConfig {
+    /// The variable holding the key (default `CODEMODE_RUN_SIGNING_KEY`; at least 32 bytes).
+    pub key_env: String,
+    /// The variable holding previous keys, comma-separated, that still verify after a rotation
+    /// (default `CODEMODE_RUN_SIGNING_PREVIOUS_KEYS`).
+    pub previous_keys_env: String,
+    /// Until when (Unix ms) runs without a signature are accepted; `None`: never.
+    pub accept_unsigned_until_ms: Option<u64>,
+}
+
+impl Default for RunSigningConfig {
+    fn default() -> Self {
+        RunSigningConfig {
+            key_env: codemode_snapshot::signing::KEY_ENV.into(),
+            previous_keys_env: codemode_snapshot::signing::PREVIOUS_KEYS_ENV.into(),
+            accept_unsigned_until_ms: None,
+        }
+    }
+}
+
+impl RunSigningConfig {
+    fn from_value(v: &Value) -> Result<Self, ConfigError> {
+        let obj = expect_object(v, "runSigning")?;
+        check_keys(obj, &RUN_SIGNING_KEYS, "runSigning")?;
+        let mut out = RunSigningConfig::default();
+        for (key, slot) in [("keyEnv", &mut out.key_env), ("previousKeysEnv", &mut out.previous_keys_env)] {
+            match obj.get(key) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(name)) if !name.is_empty() && !name.contains('=') => *slot = name.clone(),
+                Some(other) => {
+                    return Err(ConfigError::new(
+                        format!("runSigning.{key}"),
+                        format!("expected the name of an environment variable, got {}", type_name(other)),
+                    ));
+                }
+            }
+        }
+        out.accept_unsigned_until_ms = match obj.get("acceptUnsignedUntil") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(t)) => Some(parse_utc(t).ok_or_else(|| {
+                ConfigError::new(
+                    "runSigning.acceptUnsignedUntil",
+                    format!("expected a UTC time like \"2027-01-31T00:00:00Z\", got \"{t}\""),
+                )
+            })?),
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "runSigning.acceptUnsignedUntil",
+                    format!("expected a UTC time like \"2027-01-31T00:00:00Z\", got {}", type_name(other)),
+                ));
+            }
+        };
+        Ok(out)
+    }
+
+    /// The configured keys from the environment, with the upgrade window; `None` when the key
+    /// variable is unset (the store's or the process's own key is used then). A key shorter than
+    /// 32 bytes is an error naming the variable.
+    pub fn keys(&self) -> Result<Option<codemode_snapshot::RunKeys>, ConfigError> {
+        codemode_snapshot::RunKeys::from_env(&self.key_env, &self.previous_keys_env)
+            .map(|k| k.map(|k| k.accept_unsigned_until(self.accept_unsigned_until_ms)))
+            .map_err(|e| ConfigError::new("runSigning", e.to_string()))
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC, optional fraction of a second) as Unix ms.
+fn parse_utc(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<u64>().ok();
+    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    let rest = &text[19..];
+    let rest = match rest.strip_prefix('.') {
+        Some(frac) => frac.trim_start_matches(|c: char| c.is_ascii_digit()),
+        None => rest,
+    };
+    if rest != "Z"
+        || !(1970..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&d)
+        || h > 23
+        || mi > 59
+        || sec > 60
+    {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
+    let (y, m) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(((days * 86_400) + h * 3_600 + mi * 60 + sec) * 1_000)
+}
 /// Keys accepted under `snapshotStore`.
 pub const SNAPSHOT_STORE_KEYS: [&str; 5] = ["kind", "dir", "url", "keyPrefix", "leaseMs"];
 
@@ -163,6 +276,8 @@ pub struct ConfigFile {
     /// `observeResultTypes`: learn the result types of tools without an output schema from the
     /// results runs see (issue 26 §4); `None` (absent): on.
     pub observe_result_types: Option<bool>,
+    /// `runSigning`: the key of signed runs and the upgrade window.
+    pub run_signing: RunSigningConfig,
 }
 
 /// Edit distance of two short keys (ASCII case ignored), capped at 2.
@@ -258,6 +373,9 @@ impl ConfigFile {
                 ConfigError::new("observeResultTypes", format!("expected a boolean, got {}", type_name(v)))
             })?);
         }
+        if let Some(signing) = root.get("runSigning").filter(|v| !v.is_null()) {
+            out.run_signing = RunSigningConfig::from_value(signing)?;
+        }
         if let Some(store) = root.get("snapshotStore").filter(|v| !v.is_null()) {
             out.snapshot_store = Some(SnapshotStoreConfig::from_value(store)?);
         }
@@ -302,6 +420,29 @@ mod tests {
 
     /// Issue 25: `snapshotStore` selects the store; bad kinds, stray keys and short leases are
     /// errors naming their path.
+    #[test]
+    fn run_signing_section_names_variables_and_an_upgrade_window() {
+        let f =
+            ConfigFile::parse(r#"{ runSigning: { keyEnv: "TEAM_KEY", acceptUnsignedUntil: "2027-01-31T12:30:00Z" } }"#)
+                .unwrap();
+        assert_eq!(f.run_signing.key_env, "TEAM_KEY");
+        assert_eq!(f.run_signing.previous_keys_env, codemode_snapshot::signing::PREVIOUS_KEYS_ENV);
+        // 2027-01-31T12:30:00Z, as `date -u -d 2027-01-31T12:30:00Z +%s` says.
+        assert_eq!(f.run_signing.accept_unsigned_until_ms, Some(1_801_398_600_000));
+        assert_eq!(parse_utc("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_utc("2000-03-01T00:00:00.250Z"), Some(951_868_800_000));
+        for bad in [
+            r#"{ runSigning: { acceptUnsignedUntil: "tomorrow" } }"#,
+            r#"{ runSigning: { acceptUnsignedUntil: "2027-01-31T12:30:00+02:00" } }"#,
+            r#"{ runSigning: { acceptUnsignedUntil: 5 } }"#,
+            r#"{ runSigning: { key: "literal keys do not belong in files" } }"#,
+            r#"{ runSigning: { keyEnv: "" } }"#,
+        ] {
+            assert!(ConfigFile::parse(bad).unwrap_err().path.starts_with("runSigning"), "{bad}");
+        }
+        assert_eq!(ConfigFile::parse("{}").unwrap().run_signing, RunSigningConfig::default());
+    }
+
     #[test]
     fn snapshot_store_section() {
         let f = ConfigFile::parse(

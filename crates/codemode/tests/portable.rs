@@ -1,6 +1,7 @@
-//! Exported runs (issue 27 §3, SPEC §6): a `waiting` run leaves one runtime as bytes and resumes in
-//! another, with its nested calls neither lost nor repeated; damaged, foreign, expired and
-//! duplicate imports and exports of other scopes' runs are refused with coded errors.
+//! Exported runs (the book's "Exported runs" in embedding.md): a `waiting` run leaves one runtime as
+//! bytes and resumes in another, with its nested calls neither lost nor repeated; damaged, foreign,
+//! expired, forged and duplicate imports and exports of other scopes' runs are refused with coded
+//! errors (security.md, "Signed runs").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{
@@ -70,7 +71,7 @@ async fn an_exported_run_resumes_in_another_runtime_with_its_call_result() {
 }
 
 fn codemode_snapshot_magic() -> &'static [u8] {
-    b"codemode-run/1\n"
+    codemode_snapshot::portable::MAGIC
 }
 
 /// Another session cannot export the run; damaged bytes, bytes of another engine's runtime and a
@@ -93,7 +94,7 @@ async fn hostile_exports_and_imports_are_refused() {
     damaged[mid] ^= 0x55;
     let err = cm.import_run(damaged).await.expect_err("damaged bytes");
     assert_eq!(err.code, Some(CodeModeErrorCode::InvalidInput));
-    assert!(err.message.contains("checksum"), "{}", err.message);
+    assert!(err.message.contains("altered or forged") || err.message.contains("signature"), "{}", err.message);
     assert_eq!(code(&cm.import_run(b"not a run".to_vec()).await), Some(CodeModeErrorCode::InvalidInput));
     assert_eq!(code(&cm.import_run(Vec::new()).await), Some(CodeModeErrorCode::InvalidInput));
 
@@ -145,4 +146,86 @@ async fn expired_and_live_runs_do_not_travel() {
     assert!(err.message.contains("live"), "{}", err.message);
     let done = native.wait(&ctx, &CodeModeWaitInput::new(id.as_str())).await;
     assert_eq!(done.status(), "completed", "the refused export left the run resumable: {}", done.to_json());
+}
+
+const K1: &[u8] = b"the team's key, at least 32 bytes long";
+const K2: &[u8] = b"the next key after a rotation, 32+ bytes";
+
+/// A runtime whose `pay` tool waits for approval and counts its calls, signing with `keys`.
+fn gated(keys: codemode_snapshot::RunKeys, paid: Arc<AtomicU32>) -> CodeMode {
+    let mut tools = LocalTools::new();
+    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "pay"), move |_| {
+        let paid = paid.clone();
+        async move {
+            paid.fetch_add(1, Ordering::SeqCst);
+            Ok(ToolResult::value(json!("paid")))
+        }
+    })));
+    CodeMode::builder(CodeModeConfig::enabled())
+        .engine_name("quickjs-wasi")
+        .local_tools(tools)
+        .approvals(codemode::ApprovalPolicy::require(["plugin:t:pay"]))
+        .run_keys(keys)
+        .build()
+}
+
+/// The export with its envelope edited and the trailing 32 bytes replaced by a SHA-256 of the rest,
+/// as someone who can recompute a digest but holds no key would.
+fn forged(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    use sha2::Digest;
+    let magic = codemode_snapshot::portable::MAGIC.len();
+    let body = &bytes[magic..bytes.len() - 32];
+    let len = u32::from_be_bytes([body[0], body[1], body[2], body[3]]) as usize;
+    let mut envelope: serde_json::Value = serde_json::from_slice(&body[4..4 + len]).unwrap();
+    edit(&mut envelope);
+    let meta = serde_json::to_vec(&envelope).unwrap();
+    let mut out = bytes[..magic].to_vec();
+    out.extend_from_slice(&(meta.len() as u32).to_be_bytes());
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(&body[4 + len..]);
+    let sum = sha2::Sha256::digest(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// An exported run carrying a forged approval (digest recomputed) is refused on import, before its
+/// parked call can run; a runtime with another key refuses the intact export; a runtime that keeps
+/// the exporting key as a previous key (a rotation) imports it, and the call runs only once a
+/// human approves it.
+#[tokio::test]
+async fn a_forged_approval_in_an_export_is_refused_and_keys_rotate() {
+    let keys = |k: &[u8]| codemode_snapshot::RunKeys::configured(k).unwrap();
+    let paid = Arc::new(AtomicU32::new(0));
+    let first = gated(keys(K1), paid.clone());
+    let ctx = RunContext::session("signed");
+    let r = first.exec(&ctx, &CodeModeExecInput::code("return await tools.pay({ amount: 5 })")).await;
+    let json = r.to_json();
+    assert_eq!(json["pendingToolCalls"][0]["kind"], json!("approval"), "{json}");
+    let request = json["pendingToolCalls"][0]["requestId"].as_u64().unwrap();
+    let id = RunId::parse(r.run_id().unwrap()).unwrap();
+    let bytes = first.export_run(&ctx, &id).await.unwrap();
+
+    let approve = serde_json::to_value(codemode::ApprovalDecision::Approve).unwrap();
+    let with_approval = forged(&bytes, |e| e["decisions"] = json!([[request, approve]]));
+    let second = gated(keys(K1), paid.clone());
+    let err = second.import_run(with_approval).await.expect_err("a forged approval");
+    assert_eq!(err.code, Some(CodeModeErrorCode::InvalidInput));
+    assert!(err.message.contains("altered or forged"), "{}", err.message);
+    let unparked = forged(&bytes, |e| e["run"]["pending"][0]["awaitingApproval"] = json!(false));
+    assert_eq!(code(&second.import_run(unparked).await), Some(CodeModeErrorCode::InvalidInput));
+    let gone = second.wait(&ctx, &CodeModeWaitInput::new(id.as_str())).await;
+    assert_eq!(gone.error_code(), Some(CodeModeErrorCode::InvalidInput), "nothing was imported: {}", gone.to_json());
+
+    // Another key: refused. The next key with this one kept as previous: imported.
+    let other = gated(keys(K2), paid.clone());
+    assert_eq!(code(&other.import_run(bytes.clone()).await), Some(CodeModeErrorCode::InvalidInput));
+    let rotated = gated(keys(K2).with_previous(&[K1]).unwrap(), paid.clone());
+    assert_eq!(rotated.import_run(bytes).await.unwrap(), id);
+    let still = rotated.wait(&ctx, &CodeModeWaitInput::new(id.as_str())).await;
+    assert_eq!(still.to_json()["pendingToolCalls"][0]["kind"], json!("approval"), "{}", still.to_json());
+    assert_eq!(paid.load(Ordering::SeqCst), 0, "no forged approval ran the call");
+    rotated.decide(&id, request, codemode::ApprovalDecision::Approve).await.unwrap();
+    let done = rotated.wait(&ctx, &CodeModeWaitInput::new(id.as_str())).await;
+    assert_eq!(done.to_json()["value"], json!("paid"), "{}", done.to_json());
+    assert_eq!(paid.load(Ordering::SeqCst), 1);
 }

@@ -243,6 +243,8 @@ pub(crate) struct Inner {
     pub(crate) observed: Option<Arc<Observations>>,
     loop_histories: Mutex<HashMap<codemode_core::RunScope, Arc<Mutex<History>>>>,
     pub(crate) store: Arc<dyn SnapshotStore>,
+    /// Signs exported runs and verifies imported ones.
+    pub(crate) run_keys: codemode_snapshot::RunKeys,
     pub(crate) limits: GuestLimits,
     pub(crate) clock: Arc<dyn Clock>,
     inflight: Mutex<HashMap<RunId, Inflight>>,
@@ -422,6 +424,7 @@ impl Inner {
             }),
             loop_histories: Mutex::new(HashMap::new()),
             store,
+            run_keys: codemode_snapshot::RunKeys::process(),
             limits,
             clock,
             inflight: Mutex::new(HashMap::new()),

@@ -71,7 +71,8 @@ impl Inner {
             settle(&mut run, d);
         }
         let decisions = rt.block_on(self.store.take_decisions(run_id)).unwrap_or_default();
-        let bytes = portable::encode(PortableRun { run, decisions }).map_err(|e| e.to_code_mode_error())?;
+        let bytes =
+            portable::encode(PortableRun { run, decisions }, &self.run_keys).map_err(|e| e.to_code_mode_error())?;
         rt.block_on(self.store.remove(run_id));
         tracing::info!(target: "codemode::snapshot", run = %run_id, bytes = bytes.len(), "run exported");
         Ok(bytes)
@@ -80,10 +81,15 @@ impl Inner {
     /// Puts an exported run into this runtime's store; returns its id (a `wait` in the run's scope
     /// resumes it).
     pub(crate) fn import_run(&self, rt: &Handle, bytes: &[u8]) -> Result<RunId, CodeModeError> {
-        let PortableRun { run, decisions } = portable::decode(bytes).map_err(|e| match e {
-            StoreError::Corrupt(m) => CodeModeError::new(CodeModeErrorCode::InvalidInput, m),
-            other => other.to_code_mode_error(),
-        })?;
+        // The tag is checked before anything else is read: a forged decision, policy or expiry
+        // never reaches the store.
+        let PortableRun { run, decisions } =
+            portable::decode(bytes, &self.run_keys, self.now_ms()).map_err(|e| match e {
+                StoreError::Corrupt(m) | StoreError::Unauthenticated(m) => {
+                    CodeModeError::new(CodeModeErrorCode::InvalidInput, m)
+                }
+                other => other.to_code_mode_error(),
+            })?;
         let engine = self.engine()?.name();
         if run.snapshot.engine != engine {
             return Err(CodeModeError::new(
