@@ -379,9 +379,11 @@ pub trait SnapshotStore: Send + Sync {
     }
 
     /// Records the result of a nested call this process logged with
-    /// [`begin_call`](Self::begin_call), as soon as it finishes. `Ok(false)`: not recorded (the run
-    /// is gone, or another replica took the call over). The default records nothing.
-    async fn finish_call(&self, _run_id: &RunId, _delivery: &Delivery) -> Result<bool, StoreError> {
+    /// [`begin_call`](Self::begin_call), as soon as it finishes: `delivery` as the guest got it, and
+    /// `raw` what the tool returned before the after-call stages (see [`CallStart::Recorded`]).
+    /// `Ok(false)`: not recorded (the run is gone, or another replica took the call over). The
+    /// default records nothing.
+    async fn finish_call(&self, _run_id: &RunId, _delivery: &Delivery, _raw: Option<&str>) -> Result<bool, StoreError> {
         Ok(false)
     }
 
@@ -448,8 +450,17 @@ pub enum CallStart {
     Fresh,
     /// Logged by a replica that stopped before it finished, and the tool is read-only: run it again.
     Reissued,
-    /// Already ran to the end: this is its result, delivered without running the tool again.
-    Recorded(Result<serde_json::Value, crate::engine::GuestError>),
+    /// Already ran to the end: the tool is not run again. `raw` is what the tool returned, before
+    /// any hook or output contract (the JSON of a `Result<ToolResult, ToolError>`, as the runtime
+    /// recorded it): the replaying runtime takes it through its own after-call stages like a live
+    /// result. `outcome` is what the guest got, delivered as it is when there is no `raw` (a
+    /// failure the log itself recorded, or a record of an older version).
+    Recorded {
+        /// What the guest was delivered.
+        outcome: Result<serde_json::Value, crate::engine::GuestError>,
+        /// What the tool returned, unshaped.
+        raw: Option<String>,
+    },
     /// Logged by a replica that stopped before it finished (or, in a replay, logged with another
     /// tool or input), and the tool has side effects: it must not run again; the guest gets this
     /// failure. The log now records it as failed, so no replica runs it.

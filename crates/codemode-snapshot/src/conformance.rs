@@ -266,7 +266,7 @@ pub async fn fencing(
     let start = b.begin_call(&id("cm_fence"), &issue).await.map_err(|e| e.to_string())?;
     check(matches!(start, CallStart::Lost(_)), &format!("b meets a's unfinished call: {start:?}"))?;
     let late = Delivery { id: 2, outcome: Ok(json!("paid by a")) };
-    eq(a.finish_call(&id("cm_fence"), &late).await.map_err(|e| e.to_string())?, false, "a's late result")?;
+    eq(a.finish_call(&id("cm_fence"), &late, None).await.map_err(|e| e.to_string())?, false, "a's late result")?;
     let results = b.take_results(&id("cm_fence")).await.map_err(|e| e.to_string())?;
     check(
         results.iter().all(|d| d.id != 2 || d.outcome.is_err()),
@@ -300,22 +300,28 @@ pub async fn call_log(
     eq(a.begin_call(&run, &pay).await.map_err(|e| e.to_string())?, CallStart::Fresh, "pay")?;
     eq(a.begin_call(&run, &read).await.map_err(|e| e.to_string())?, CallStart::Fresh, "read")?;
     let paid = Delivery { id: 1, outcome: Ok(json!({ "receipt": 7 })) };
-    check(a.finish_call(&run, &paid).await.map_err(|e| e.to_string())?, "a records pay's result")?;
+    check(
+        a.finish_call(&run, &paid, Some(r#"{"Ok":{"details":{"receipt":7}}}"#)).await.map_err(|e| e.to_string())?,
+        "a records pay's result",
+    )?;
     // A dies (no store of the new state): B replays from the stored snapshot.
     pause(&a);
     t.clock.advance_ms(60_000);
     let _taken = b.checkout(&run, &scope).await.map_err(|e| e.to_string())?;
     eq(
         b.begin_call(&run, &pay).await.map_err(|e| e.to_string())?,
-        CallStart::Recorded(Ok(json!({ "receipt": 7 }))),
-        "replayed pay gets its recorded result",
+        CallStart::Recorded {
+            outcome: Ok(json!({ "receipt": 7 })),
+            raw: Some(r#"{"Ok":{"details":{"receipt":7}}}"#.into()),
+        },
+        "replayed pay gets its recorded result, and what the tool returned",
     )?;
     eq(b.begin_call(&run, &read).await.map_err(|e| e.to_string())?, CallStart::Reissued, "lost read-only call")?;
     let other = CallIssue { request_id: 1, tool_id: "plugin:t:refund".into(), ..pay.clone() };
     let diverged = b.begin_call(&run, &other).await.map_err(|e| e.to_string())?;
     check(matches!(diverged, CallStart::Lost(_)), &format!("a different call under a logged id: {diverged:?}"))?;
     let failed: Result<serde_json::Value, GuestError> = match b.begin_call(&run, &other).await {
-        Ok(CallStart::Recorded(o)) => o,
+        Ok(CallStart::Recorded { outcome, raw: None }) => outcome,
         other => return Err(format!("the divergent call's failure is logged: {other:?}")),
     };
     check(failed.is_err(), "logged as failed")?;

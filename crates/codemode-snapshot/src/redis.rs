@@ -9,7 +9,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P run:<runId>` | hash | `meta` (JSON: scope, engine, reason, pending and undelivered results, telemetry, positions, expiry), `snap` (the engine's serialized snapshot, whose header names the engine build), `parked` (JSON array of request ids parked for approval), `tag` (HMAC-SHA-256 of run id, `meta` and `snap`: a run whose tag no key verifies is refused on checkout), `fence` (checkouts so far), `holder` (replica id of the current checkout, `""` when suspended), `lease` (when that checkout's lease ends, Unix ms), `expires`, `scope` (the key of its scope set) |
-//! | `P calls:<runId>` | hash | the call log: request id → JSON `{issuer, tool, digest, result?}`; `result` is the call's delivery JSON, written the moment the call finishes |
+//! | `P calls:<runId>` | hash | the call log: request id → JSON `{issuer, tool, digest, result?, raw?}`; `result` is the call's delivery JSON, written the moment the call finishes, `raw` what the tool returned before the after-call stages (a replaying replica runs its own) |
 //! | `P decisions:<runId>` | hash | request id → `<hex tag>\n<decision JSON>`, until the resuming `wait` takes it |
 //! | `P scope:<digest>` | sorted set | run ids of one scope (SHA-256 of the scope), scored by expiry: the 64-run cap per scope, counted across the fleet |
 //! | `P expiry` | sorted set | every run id, scored by expiry (sweeps) |
@@ -98,6 +98,9 @@ struct CallRecord {
     /// The delivery JSON (`{id, ok|error}`), once the call finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     result: Option<String>,
+    /// What the tool returned before the after-call stages (see `CallStart::Recorded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    raw: Option<String>,
 }
 
 /// Stores a suspended run. KEYS: run, calls, decisions, scope set, expiry set. ARGV: run id, now,
@@ -202,7 +205,7 @@ return lost
 
 /// Logs a nested call right before its tool runs. KEYS: run, calls. ARGV: request id, replica,
 /// token, tool, input digest, read-only (1/0), delivery JSON of the failure to record for a lost
-/// call, log lifetime (ms, for a run never stored). Returns `{status, result}`. The caller holds the
+/// call, log lifetime (ms, for a run never stored). Returns `{status, result, raw}`. The caller holds the
 /// run's lease, so whoever logged an unfinished call under the same id lost it (died, or was paused
 /// past its lease): the call is lost to that replica whether or not it still lives.
 pub const BEGIN_CALL: &str = r#"
@@ -210,9 +213,9 @@ local token = tonumber(ARGV[3])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local holder = redis.call('HGET', KEYS[1], 'holder')
   local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-  if token == 0 or holder ~= ARGV[2] or fence ~= token then return {'TAKEN', ''} end
+  if token == 0 or holder ~= ARGV[2] or fence ~= token then return {'TAKEN', '', ''} end
 elseif token ~= 0 then
-  return {'TAKEN', ''}
+  return {'TAKEN', '', ''}
 else
   redis.call('PEXPIRE', KEYS[2], ARGV[8])
 end
@@ -220,30 +223,32 @@ local fresh = cjson.encode({issuer = ARGV[2], tool = ARGV[4], digest = ARGV[5]})
 local rec = redis.call('HGET', KEYS[2], ARGV[1])
 if not rec then
   redis.call('HSET', KEYS[2], ARGV[1], fresh)
-  return {'FRESH', ''}
+  return {'FRESH', '', ''}
 end
 local r = cjson.decode(rec)
 local same = r.tool == ARGV[4] and r.digest == ARGV[5]
-if same and r.result then return {'RECORDED', r.result} end
-if same and r.issuer == ARGV[2] then return {'FRESH', ''} end
+if same and r.result then return {'RECORDED', r.result, r.raw or ''} end
+if same and r.issuer == ARGV[2] then return {'FRESH', '', ''} end
 if ARGV[6] == '1' then
   redis.call('HSET', KEYS[2], ARGV[1], fresh)
-  return {'REISSUED', ''}
+  return {'REISSUED', '', ''}
 end
 redis.call('HSET', KEYS[2], ARGV[1],
   cjson.encode({issuer = ARGV[2], tool = ARGV[4], digest = ARGV[5], result = ARGV[7]}))
-if same then return {'LOST', r.issuer} end
-return {'DIVERGED', r.tool}
+if same then return {'LOST', r.issuer, ''} end
+return {'DIVERGED', r.tool, ''}
 "#;
 
-/// Records a logged call's result. KEYS: calls. ARGV: request id, replica, delivery JSON. Returns
-/// 1 when recorded (the log names this replica and has no result yet).
+/// Records a logged call's result. KEYS: calls. ARGV: request id, replica, delivery JSON, raw
+/// outcome JSON (`''`: none). Returns 1 when recorded (the log names this replica and has no result
+/// yet).
 pub const FINISH_CALL: &str = r#"
 local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec then return 0 end
 local r = cjson.decode(rec)
 if r.issuer ~= ARGV[2] or r.result then return 0 end
 r.result = ARGV[3]
+if ARGV[4] ~= '' then r.raw = ARGV[4] end
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
 return 1
 "#;
@@ -838,7 +843,7 @@ impl SnapshotStore for RedisSnapshotStore {
     /// ([`finish_call`](SnapshotStore::finish_call)); this records one that was not yet, and says
     /// whether anyone can still collect it (the run or its call log is still there).
     async fn record_result(&self, run_id: &RunId, delivery: &Delivery) -> Result<bool, StoreError> {
-        if self.finish_call(run_id, delivery).await? {
+        if self.finish_call(run_id, delivery, None).await? {
             return Ok(true);
         }
         let s = &self.shared;
@@ -895,7 +900,7 @@ impl SnapshotStore for RedisSnapshotStore {
         let lost_json = serde_json::to_string(&lost(lost_text.clone())).map_err(encode_err)?;
         let token = s.fenced_token(run_id)?;
         let mut conn = s.conn.clone();
-        let (status, detail): (String, String) = s
+        let (status, detail, raw): (String, String, String) = s
             .scripts
             .begin_call
             .key(s.key("run", run_id))
@@ -916,7 +921,7 @@ impl SnapshotStore for RedisSnapshotStore {
             "REISSUED" => Ok(CallStart::Reissued),
             "RECORDED" => {
                 let d: Delivery = serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                Ok(CallStart::Recorded(d.outcome))
+                Ok(CallStart::Recorded { outcome: d.outcome, raw: (!raw.is_empty()).then_some(raw) })
             }
             "LOST" => Ok(CallStart::Lost(lost_text)),
             "DIVERGED" => Ok(CallStart::Lost(format!(
@@ -928,7 +933,7 @@ impl SnapshotStore for RedisSnapshotStore {
         }
     }
 
-    async fn finish_call(&self, run_id: &RunId, delivery: &Delivery) -> Result<bool, StoreError> {
+    async fn finish_call(&self, run_id: &RunId, delivery: &Delivery, raw: Option<&str>) -> Result<bool, StoreError> {
         let s = &self.shared;
         let json = serde_json::to_string(delivery).map_err(encode_err)?;
         let mut conn = s.conn.clone();
@@ -939,6 +944,7 @@ impl SnapshotStore for RedisSnapshotStore {
             .arg(delivery.id)
             .arg(&s.replica)
             .arg(json)
+            .arg(raw.unwrap_or(""))
             .invoke_async(&mut conn)
             .await
             .map_err(unreachable)?;

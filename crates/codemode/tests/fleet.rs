@@ -83,10 +83,30 @@ async fn exec_on_one_replica_wait_on_another() {
     assert_eq!(again.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", again.to_json());
 }
 
+/// An after-call hook that marks `pay`'s results as seen by this replica and counts them.
+struct Marks(Arc<AtomicU32>);
+
+#[async_trait::async_trait]
+impl codemode::ToolHook for Marks {
+    async fn after_tool_call(
+        &self,
+        call: &codemode::NestedToolCall,
+        outcome: &mut Result<ToolResult, codemode::ToolError>,
+    ) {
+        if call.tool_id.ends_with(":pay")
+            && let Ok(r) = outcome
+        {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            r.details["checkedBy"] = json!("b");
+        }
+    }
+}
+
 /// A replica stops (paused past its lease) right after a side-effecting call ran, before it
 /// stored the run's new state. Another replica takes the run over and replays it from the last
-/// snapshot: the side-effecting call gets its logged result instead of running again, the
-/// read-only call the stopped replica left unfinished runs again, and the stopped replica's
+/// snapshot: the side-effecting call gets its logged result instead of running again — through
+/// the replaying replica's own after-call stages (its hook marks the result), like a live result —
+/// the read-only call the stopped replica left unfinished runs again, and the stopped replica's
 /// later result is void — its client gets a coded error, never a second delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_stops_mid_run_runs_nothing_twice() {
@@ -100,7 +120,13 @@ async fn a_replica_that_stops_mid_run_runs_nothing_twice() {
     // Replica A: one store (one replica id), a short budget for exec and a long one for wait.
     let a = replica(store_a.clone(), 300, tools(paid.clone(), Some(stop_a.clone())));
     let a_long = replica(store_a.clone(), 6_000, tools(paid.clone(), Some(stop_a)));
-    let b = replica(store(&server, 500).await, 8_000, tools(paid.clone(), None));
+    let marked = Arc::new(AtomicU32::new(0));
+    let b = CodeMode::builder(CodeModeConfig { timeout_ms: 8_000, ..CodeModeConfig::enabled() })
+        .engine_name("quickjs-wasi")
+        .local_tools(tools(paid.clone(), None))
+        .store(store(&server, 500).await)
+        .hook(Arc::new(Marks(marked.clone())))
+        .build();
     let ctx = RunContext::session("client-1");
     let cell = "await tools.slow({ ms: 400 }); const p = await tools.pay({}); await tools.slow({ ms: 2500 }); return p";
     let r = a.exec(&ctx, &CodeModeExecInput::code(cell)).await;
@@ -118,8 +144,9 @@ async fn a_replica_that_stops_mid_run_runs_nothing_twice() {
     // Past A's lease: B takes over.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let b_result = b.wait(&ctx, &CodeModeWaitInput::new(id.clone())).await;
-    assert_eq!(b_result.to_json()["value"], json!({ "receipt": 1 }), "{}", b_result.to_json());
+    assert_eq!(b_result.to_json()["value"], json!({ "receipt": 1, "checkedBy": "b" }), "{}", b_result.to_json());
     assert_eq!(paid.load(Ordering::SeqCst), 1, "the side effect ran once");
+    assert_eq!(marked.load(Ordering::SeqCst), 1, "the replayed result went through B's after-call hook");
     let a_result = a_wait.await.unwrap();
     assert_eq!(a_result.status(), "failed", "{}", a_result.to_json());
     assert_eq!(a_result.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", a_result.to_json());

@@ -456,6 +456,7 @@ impl Inner {
                     read_only: tool.def.read_only,
                 },
                 stored: run.stored,
+                raw: Default::default(),
             })
         });
         let executor = self.executor.clone();

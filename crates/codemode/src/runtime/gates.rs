@@ -336,16 +336,37 @@ pub(super) struct CallLog {
     /// The run is in the store, so a replica could replay it: a side-effecting call that cannot be
     /// logged (the store is unreachable) must not run.
     pub(super) stored: bool,
+    /// What the tool returned, before the after-call stages (JSON), recorded with the result so a
+    /// replaying replica takes it through its own stages.
+    pub(super) raw: std::sync::Mutex<Option<String>>,
+}
+
+/// What the call log says instead of running the tool.
+enum Logged {
+    /// Deliver this as it is (a failure the log recorded, or a record without the raw outcome).
+    Deliver(Result<Value, GuestError>),
+    /// The tool already ran and returned this: it goes through the after-call stages here.
+    Ran(Result<ToolResult, ToolError>),
 }
 
 impl CallLog {
-    /// Logs the call. `None`: run the tool. `Some`: the guest's answer without running it.
-    async fn begin(&self) -> Option<Result<Value, GuestError>> {
+    /// Logs the call. `None`: run the tool. `Some`: what the log says instead.
+    async fn begin(&self) -> Option<Logged> {
+        let deliver = |answer| Some(Logged::Deliver(answer));
         match self.store.begin_call(&self.run_id, &self.issue).await {
             Ok(CallStart::Fresh | CallStart::Reissued) => None,
-            Ok(CallStart::Recorded(outcome)) => Some(outcome),
-            Ok(CallStart::Lost(why)) => Some(Err(tool_failure(&self.issue.tool_id, &why))),
-            Err(StoreError::Unreachable(e)) if self.stored && !self.issue.read_only => Some(Err(tool_failure(
+            Ok(CallStart::Recorded { outcome, raw }) => {
+                match raw.as_deref().map(serde_json::from_str::<Result<ToolResult, ToolError>>) {
+                    Some(Ok(ran)) => Some(Logged::Ran(ran)),
+                    Some(Err(e)) => {
+                        tracing::warn!(run = %self.run_id, tool = %self.issue.tool_id, error = %e, "unreadable raw outcome in the call log; delivering the recorded result");
+                        deliver(outcome)
+                    }
+                    None => deliver(outcome),
+                }
+            }
+            Ok(CallStart::Lost(why)) => deliver(Err(tool_failure(&self.issue.tool_id, &why))),
+            Err(StoreError::Unreachable(e)) if self.stored && !self.issue.read_only => deliver(Err(tool_failure(
                 &self.issue.tool_id,
                 &format!(
                     "not run: the snapshot store is unreachable ({e}), so the call could not be logged, and the tool has                      side effects"
@@ -355,14 +376,25 @@ impl CallLog {
                 tracing::warn!(run = %self.run_id, tool = %self.issue.tool_id, error = %e, "call not logged: the snapshot store is unreachable");
                 None
             }
-            Err(e) => Some(Err(tool_failure(&self.issue.tool_id, &e.to_string()))),
+            Err(e) => deliver(Err(tool_failure(&self.issue.tool_id, &e.to_string()))),
+        }
+    }
+
+    /// Keeps what the tool returned, for [`finish`](Self::finish).
+    fn keep_raw(&self, outcome: &Result<ToolResult, ToolError>) {
+        match serde_json::to_string(outcome) {
+            Ok(json) => *self.raw.lock().unwrap_or_else(|p| p.into_inner()) = Some(json),
+            Err(e) => {
+                tracing::warn!(run = %self.run_id, tool = %self.issue.tool_id, error = %e, "cannot record a nested call's raw outcome")
+            }
         }
     }
 
     /// Records the call's outcome for any replica that resumes or replays the run.
     pub(super) async fn finish(&self, outcome: &Result<Value, GuestError>) {
         let delivery = Delivery { id: self.issue.request_id, outcome: outcome.clone() };
-        if let Err(e) = self.store.finish_call(&self.run_id, &delivery).await {
+        let raw = self.raw.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Err(e) = self.store.finish_call(&self.run_id, &delivery, raw.as_deref()).await {
             tracing::warn!(run = %self.run_id, tool = %self.issue.tool_id, error = %e, "cannot record a nested call's result");
         }
     }
@@ -425,22 +457,38 @@ async fn through_the_stages(
             }
         }
     }
+    // A call the log says already ran (a replay after the replica driving the run died) is not
+    // run again; what the tool returned then goes through this replica's after-call stages (hooks,
+    // output contract) like a live result.
+    let mut ran = None;
     if refused.is_none()
         && let Some(log) = log
-        && let Some(answer) = Box::pin(log.begin()).await
     {
-        return InFlight::Logged(answer);
+        match Box::pin(log.begin()).await {
+            None => {}
+            Some(Logged::Deliver(answer)) => return InFlight::Logged(answer),
+            Some(Logged::Ran(outcome)) => ran = Some(outcome),
+        }
     }
+    let run_tool = |call: NestedToolCall| async move {
+        let outcome = executor.call(call).await;
+        if let Some(log) = log {
+            log.keep_raw(&outcome);
+        }
+        outcome
+    };
     let outcome = if hooks.is_empty() {
         // Nothing looks at the call after the tool: it is handed over, not copied.
-        match refused {
-            Some(e) => Err(e),
-            None => executor.call(call).await,
+        match (refused, ran) {
+            (Some(e), _) => Err(e),
+            (None, Some(outcome)) => outcome,
+            (None, None) => run_tool(call).await,
         }
     } else {
-        let mut outcome = match refused {
-            Some(e) => Err(e),
-            None => executor.call(call.clone()).await,
+        let mut outcome = match (refused, ran) {
+            (Some(e), _) => Err(e),
+            (None, Some(outcome)) => outcome,
+            (None, None) => run_tool(call.clone()).await,
         };
         // After a refusal too: an `after` hook sees every outcome (see `ToolHook::after_tool_call`).
         for h in hooks {
@@ -525,6 +573,7 @@ mod tests {
             run_id: RunId::from_generated("cm_test".to_string()),
             issue: CallIssue { request_id: 1, tool_id: "t".to_string(), input_digest: String::new(), read_only: false },
             stored: false,
+            raw: Default::default(),
         };
         let hooks: Vec<Arc<dyn ToolHook>> = vec![Arc::new(Watching)];
         assert!(only_the_tool(&[], &approval(None, false), None));
