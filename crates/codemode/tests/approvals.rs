@@ -455,8 +455,11 @@ async fn parked_calls_are_bounded_like_running_ones() {
     }
 }
 
-/// Issue 23 §2: `wait` verifies the snapshot before an approved call starts: a run file that is cut
-/// off or corrupt fails with `snapshot_restore_failed`, and the approved call never runs.
+/// `wait` verifies the run before an approved call starts: a run file that is cut off or altered
+/// fails with `snapshot_restore_failed` (its signature no longer verifies, security.md "Signed
+/// runs"), and the approved call never runs. The file stays, refused on every `wait`, until it
+/// expires: a process holding another key cannot tell an altered run from one signed with a key it
+/// lacks, so it deletes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_call_never_runs_for_a_run_that_cannot_resume() {
     let dir = std::env::temp_dir().join(format!("codemode-approvals-verify-{}", std::process::id()));
@@ -487,7 +490,11 @@ async fn an_approved_call_never_runs_for_a_run_that_cannot_resume() {
         let done = wait(&cm, &run_id).await;
         assert_eq!(done.error_code(), Some(CodeModeErrorCode::SnapshotRestoreFailed), "{damage}: {}", done.to_json());
         assert_eq!(paid.load(Ordering::SeqCst), 0, "{damage}: the approved call did not run");
-        assert!(!file.exists(), "{damage}: the run that cannot resume is gone");
+        assert!(file.exists(), "{damage}: the refused run is left as it was");
+        let again = wait(&cm, &run_id).await;
+        assert_eq!(again.error_code(), Some(CodeModeErrorCode::SnapshotRestoreFailed), "{damage}: {}", again.to_json());
+        assert_eq!(paid.load(Ordering::SeqCst), 0, "{damage}: still not run");
+        assert!(cm.store().remove(&RunId::parse(&run_id).unwrap()).await);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
