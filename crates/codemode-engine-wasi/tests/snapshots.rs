@@ -93,9 +93,13 @@ fn restore_in_a_fresh_runtime_matches_the_uninterrupted_run() {
         let bytes = created.and_then(|e| e.bytes).unwrap();
         assert!(bytes < 256 * 1024, "snapshot of {bytes} bytes");
     }
-    // Nothing but the store's admission lock file is left behind.
-    let left: Vec<_> =
-        std::fs::read_dir(&dir_b).unwrap().flatten().map(|e| e.file_name()).filter(|n| n != ".admission").collect();
+    // Nothing but the store's admission lock file and signing key is left behind.
+    let left: Vec<_> = std::fs::read_dir(&dir_b)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != ".admission" && n != ".signing-key")
+        .collect();
     assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir_a);
     let _ = std::fs::remove_dir_all(&dir_b);

@@ -133,7 +133,7 @@ def test_a_directory_store_from_the_config_is_shared_by_two_processes(python: st
         cm = CodeMode(tools=[fetch_rate, convert], config=config)
         r = await cm.exec(CELL)
         assert r.status == "waiting", r.to_dict()
-        assert list((tmp_path / "runs").iterdir()), "the run is a file in the shared directory"
+        assert list((tmp_path / "runs").glob("*.run")), "the run is a file in the shared directory"
         return r.run_id or ""
 
     run_id = run(main())
