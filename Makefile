@@ -25,6 +25,7 @@ MDBOOK_VERSION ?= 0.5.4
 TOOLS_DIR ?= $(HOME)/.cache/codemode-ci/tools
 docs:
 	python3 scripts/check-links.py
+	python3 scripts/check-ids.py
 	@test -x $(TOOLS_DIR)/bin/mdbook || $(CARGO) install --locked mdbook --version $(MDBOOK_VERSION) \
 	  --no-default-features --features search --root $(TOOLS_DIR)
 	$(TOOLS_DIR)/bin/mdbook build docs

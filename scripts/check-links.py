@@ -3,7 +3,7 @@
 
 Every relative link must name a file or directory of the repository, and every `#anchor` must be a
 heading of the page it points to (GitHub's and mdBook's heading ids: lower case, punctuation dropped,
-spaces to hyphens). Every page under docs/src must be listed in SUMMARY.md, and every SUMMARY entry
+spaces to hyphens) or an `<a id="…"></a>` anchor there. Every page under docs/src must be listed in SUMMARY.md, and every SUMMARY entry
 must exist. External links (http, https, mailto) are not fetched. Exit status 1 lists every broken
 link.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+HTML_ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
 
 
 def strip_code(text):
@@ -42,6 +43,8 @@ def anchors(path, cache={}):
             if line.lstrip().startswith("```"):
                 fence = not fence
             m = None if fence else HEADING.match(line)
+            if not fence:
+                found.update(HTML_ANCHOR.findall(line))
             if m:
                 s = slug(m.group(2))
                 n = seen.get(s, 0)
@@ -71,14 +74,14 @@ def check(page, errors):
 def main():
     errors = []
     src = ROOT / "docs" / "src"
-    pages = [ROOT / "README.md", *sorted(src.glob("*.md"))]
+    pages = [ROOT / "README.md", *sorted(src.rglob("*.md"))]
     for page in pages:
         check(page, errors)
     summary = strip_code((src / "SUMMARY.md").read_text(encoding="utf-8"))
     listed = {(src / t).resolve() for t in re.findall(r"\]\(([^)#]+)\)", summary)}
-    for page in src.glob("*.md"):
+    for page in src.rglob("*.md"):
         if page.name != "SUMMARY.md" and page.resolve() not in listed:
-            errors.append(f"docs/src/{page.name}: not listed in SUMMARY.md (mdBook would not build it)")
+            errors.append(f"{page.relative_to(ROOT)}: not listed in SUMMARY.md (mdBook would not build it)")
     for e in errors:
         print(e, file=sys.stderr)
     if errors:

@@ -11,6 +11,7 @@ export INSTA_WORKSPACE_ROOT="$PWD"
 ./scripts/prune-cache.sh
 echo "[test] links of the README and the book" >&2
 python3 scripts/check-links.py
+python3 scripts/check-ids.py
 echo "[test] cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "[test] cargo clippy" >&2

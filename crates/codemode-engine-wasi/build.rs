@@ -5,7 +5,7 @@
 //! These changes are made to the build's working copy of `quickjs.c` (in `$OUT_DIR`):
 //! - QuickJS-ng switches its stack-overflow check off under `__wasi__`, which makes deep recursion
 //!   trap the whole wasm instance. Both switches are turned back on, so deep recursion is a
-//!   catchable `RangeError` (DESIGN §4).
+//!   catchable `RangeError` (docs/src/engines.md).
 //! - `guest/quickjs-tail.c` is appended, functions the shim needs QuickJS's internals for: a pending
 //!   promise without resolving functions and its settlement (the same steps as QuickJS's own resolve
 //!   and reject functions), for the promises the shim makes for nested calls; an ASCII string's own

@@ -1,14 +1,14 @@
-"""A real MCP client (Python's official `mcp` package) driving `codemode serve` (issue 5).
+"""A real MCP client (Python's official `mcp` package) driving `codemode serve`.
 
 Usage: client.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
 
 Checks, per transport:
   - the server lists exactly two tools, `exec` and `wait`, with `exec`'s description carrying the
-    quick index and the `API` hint (SPEC §4, V1);
+    quick index and the `API` hint (contract §4, V1);
   - a cell calling an upstream MCP tool (server-everything's `echo`) completes;
   - the upstream server's progress notifications of a nested call reach the client as progress;
   - a cell that calls a slow tool comes back `waiting` (`pending_tools`) and `wait` resumes it to the
-    final value (SPEC §6);
+    final value (contract §6);
   - a second MCP session cannot resume the first session's run (run scope = session);
   - (HTTP) a session that closes with a suspended run has that run aborted;
   - unknown tool names are protocol errors.
@@ -115,7 +115,7 @@ async def check_surface(session: ClientSession) -> None:
     desc = exec_tool.description or ""
     assert "plugin:demo:demo_sleep" in desc, "exec description lacks the quick index"
     assert "API.read" in desc and "everything" in desc, "exec description lacks the MCP API hint"
-    # Namespaces (SPEC §10): the demo plugin's and one declared in the config over the upstream server.
+    # Namespaces (contract §10): the demo plugin's and one declared in the config over the upstream server.
     assert "Shipping: Shipment helpers of the demo plugin." in desc, "exec description lacks the Shipping namespace"
     assert "Everything: Echo through the upstream server." in desc, "exec description lacks the declared namespace"
     lang = exec_tool.input_schema["properties"]["language"]
@@ -130,10 +130,10 @@ async def check_upstream_call(session: ClientSession) -> None:
     assert out["status"] == "completed", out
     assert "via codemode" in out["value"], out
     assert "mcp:everything:echo" in out["telemetry"]["nestedToolIds"], out
-    # Issue 26 §3: `.value` unwraps the same result (the upstream's text).
+    # `.value` unwraps the same result (the upstream's text).
     out = result_json(await session.call_tool("exec", {"code": 'return await MCP.everything.echo.value({message: "unwrapped"})'}))
     assert out["status"] == "completed" and out["value"] == "Echo: unwrapped", out
-    # Issue 26 §4: echo declares no output schema; after the calls above its `$api` header shows
+    # Echo declares no output schema; after the calls above its `$api` header shows
     # the type learned from its results (the unwrapped text), marked observed.
     out = result_json(await session.call_tool("exec", {"code": 'const h = await MCP.everything.$api("echo"); return h.tools[0].observedOutput'}))
     learned = out.get("value") or {}
@@ -149,7 +149,7 @@ async def check_upstream_call(session: ClientSession) -> None:
 
 
 async def check_upstream_progress(session: ClientSession) -> None:
-    """Issue 11 §4: an upstream server's progress notifications of a nested call reach the client."""
+    """An upstream server's progress notifications of a nested call reach the client."""
     messages: list[str] = []
 
     async def on_progress(progress, total, message):

@@ -1,4 +1,4 @@
-"""A fleet of `codemode serve --http` replicas sharing one Redis (issue 25), driven by Python's
+"""A fleet of `codemode serve --http` replicas sharing one Redis, driven by Python's
 official `mcp` 2.x client (sessionless 2026-07-28; each client identified by its `Authorization`).
 
 Usage: fleet.py CODEMODE_BIN WORKDIR [--load N]
@@ -193,7 +193,7 @@ async def across_replicas(r: list[Replica], ledger: Path) -> None:
     done = await settle(r[2].url, "alice", first)
     assert done["status"] == "completed" and done["value"] == "read", done
     print("ok: exec on one replica, wait on another, another client refused")
-    # Issue 26 §2: a wrong argument fails in the guest; the upstream server never sees the call.
+    # A wrong argument fails in the guest; the upstream server never sees the call.
     code = "try { await MCP.ledger.pay({ key: 12345 }); return 'sent' } catch (e) { return [e.code, e.message] }"
     refused = await call(r[1].url, "alice", "exec", {"code": code})
     assert refused["value"][0] == "invalid_input" and "`/key` expected a string, got integer" in refused["value"][1], refused

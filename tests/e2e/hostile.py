@@ -1,4 +1,4 @@
-"""Hardening end to end (issue 9): Python's official `mcp` client drives `codemode serve` in front of
+"""Hardening end to end: Python's official `mcp` client drives `codemode serve` in front of
 a hostile upstream MCP server (`hostile_server.js`) and checks, through the real MCP surface:
 
   - a namespace is never thenable and never coerced through a tool: `await MCP.hostile`,
@@ -10,7 +10,7 @@ a hostile upstream MCP server (`hostile_server.js`) and checks, through the real
     keeps serving (the same session runs the next cell);
   - errors teach: unknown `tools.x` / `MCP.server.x` names suggest the nearest ones, shell commands
     and timers/fetch say what to do instead, positions are the cell's own;
-  - (issue 11 §3) cancelling an `exec` that waits on an upstream call that never answers aborts the
+  - cancelling an `exec` that waits on an upstream call that never answers aborts the
     run and sends `notifications/cancelled` to the upstream server.
 
 Usage: hostile.py CODEMODE_BIN CONFIG_FILE CALL_LOG
@@ -165,7 +165,7 @@ async def main(bin_path: str, config: str, log: str) -> None:
 
             assert calls(log) == ["then", "toString", "$api", "echo"], f"unexpected upstream calls: {calls(log)}"
 
-            # Issue 11 §3: a cancelled exec aborts its run, and the upstream call it was waiting on is
+            # A cancelled exec aborts its run, and the upstream call it was waiting on is
             # cancelled too (`notifications/cancelled` reaches the upstream server).
             try:
                 await asyncio.wait_for(s.call_tool("exec", {"code": "return await MCP.hostile.hang({})"}), 1.0)

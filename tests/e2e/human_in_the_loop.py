@@ -1,4 +1,4 @@
-"""Approvals, cancellation and progress through `codemode serve` (issue 11 §2–§4), driven by Python's
+"""Approvals, cancellation and progress through `codemode serve`, driven by Python's
 official `mcp` client.
 
 Usage: human_in_the_loop.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
@@ -13,9 +13,9 @@ The config gates `demo_invoice_send` (`approvals.require`) with `approvals.timeo
   - (http) the approval endpoint `POST /approvals/{runId}/{requestId}` (bearer token from
     CODEMODE_APPROVAL_TOKEN): 401 without or with a wrong token, 400 for a bad body, 204 when
     recorded, 404 once the run settled;
-  - (issue 11 §4) with a progress token, the run's events arrive as progress notifications before the
+  - with a progress token, the run's events arrive as progress notifications before the
     result: `text()` output and nested calls started/finished;
-  - (stdio, issue 11 §3) a cancelled `exec` request (`notifications/cancelled`, sent by the client when
+  - (stdio) a cancelled `exec` request (`notifications/cancelled`, sent by the client when
     the awaiting task is cancelled) aborts its run: nothing is left in the snapshot directory after
     the moment the run would have suspended.
 Exit status 0 on success; an AssertionError (non-zero) names what failed.
@@ -182,7 +182,7 @@ async def main() -> None:
             assert "text: hello" in messages, messages
             assert any(m.startswith("call started: plugin:demo:demo_echo") for m in messages), messages
             assert any(m.startswith("call finished: plugin:demo:demo_echo") for m in messages), messages
-        # Issue 23 §9: a question still open when `approvals.timeoutMs` passes stays open, and the
+        # A question still open when `approvals.timeoutMs` passes stays open, and the
         # late answer decides the parked call (nobody runs `codemode approve`).
         late = Human("accept", delay=1.5)
         async with session(transport, bin_path, config, snapdir, late, server) as s:
@@ -191,7 +191,7 @@ async def main() -> None:
             done = await wait_until_settled(s, first)
             assert done["status"] == "completed" and done["value"] == "sent INV-", done
             assert len(late.asked) == 1 and late.withdrawn == 0, (late.asked, late.withdrawn)
-        # Issue 23 §9: cancelling the request that asked withdraws the question (the client's
+        # Cancelling the request that asked withdraws the question (the client's
         # dialog closes: its callback is cancelled).
         never = Human("accept", delay=30.0)
         async with session(transport, bin_path, config, snapdir, never, server) as s:
@@ -222,9 +222,9 @@ async def main() -> None:
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, None) == 401
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, "wrong-token-0123456789") == 401
                 assert post_decision(server, run_id, request_id, b"{not json", TOKEN) == 400
-                # Issue 23 §7: the endpoint applies /mcp's DNS-rebinding check (a foreign page).
+                # The endpoint applies /mcp's DNS-rebinding check (a foreign page).
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, TOKEN, "http://evil.example") == 403
-                # Issue 23 §4: a decision for a request that is not parked is refused, not accepted.
+                # A decision for a request that is not parked is refused, not accepted.
                 assert post_decision(server, run_id, request_id + 7, {"decision": "approve"}, TOKEN) == 404
                 assert post_decision(server, run_id, request_id, {"decision": "approve"}, TOKEN) == 204
                 done = await wait_until_settled(s, first)
@@ -233,7 +233,7 @@ async def main() -> None:
         if transport == "stdio":
             # A human who answers too late: the call parks, another process approves it; the
             # human's answer, which comes after the run ended, is reported back as too late
-            # (issue 23 §9), not dropped silently.
+            #, not dropped silently.
             slow = Human("accept", delay=5.0)
             logs = Logs()
             async with session(transport, bin_path, config, snapdir, slow, logs=logs) as s:

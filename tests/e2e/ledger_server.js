@@ -1,4 +1,4 @@
-// An upstream MCP server with a side effect it can prove (issue 25): `pay` appends one line
+// An upstream MCP server with a side effect it can prove: `pay` appends one line
 // `<key> <pid>` to the ledger file given as the first argument (after sleeping `ms`), `charge`
 // does the same (a gated tool in the fleet test's config), and `read` is read-only
 // (`readOnlyHint`) and only sleeps; `erase` and `tally` are hostile (below); `run_code` is a nested code mode codemode must flag. The fleet
@@ -29,7 +29,7 @@ require("./stdio_jsonrpc.js").serve((msg, send) => {
       // Declares its output `{result: integer}`, and returns a string when the key is "lie".
       { name: "tally", description: "Counts a key's letters.", inputSchema: schema,
         outputSchema: { type: "object", properties: { result: { type: "integer" } }, required: ["result"] } },
-      // A nested code mode (issue 26 §5): codemode flags it, never calls it here.
+      // A nested code mode: codemode flags it, never calls it here.
       { name: "run_code", description: "Runs JavaScript.", inputSchema: { type: "object", properties: { code: { type: "string" } }, required: ["code"] } },
     ] } });
   } else if (msg.method === "tools/call") {

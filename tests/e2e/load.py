@@ -5,7 +5,7 @@ Usage: load.py CODEMODE_BIN [--sessions 1,2,8,64] [--seconds 5] [--procs P] [--j
 
 For each N of --sessions:
   1. start one `codemode serve --http 127.0.0.1:0 --demo-tools` (a fresh process per N: the demo
-     catalog, SPEC defaults, runs kept in memory) and read its address from stderr;
+     catalog, the contract's defaults, runs kept in memory) and read its address from stderr;
   2. open N streamable-HTTP sessions with Python's official MCP client (`mcp`), spread over up to P
      worker processes (default: the CPU count), so that one Python event loop is not the bottleneck;
   3. once every session is open, each calls `exec {"code": "return 1+1"}` back to back for --seconds.

@@ -1,4 +1,4 @@
-"""`logging/setLevel` through `codemode serve` (issue 23 §13): the upstream servers' log messages
+"""`logging/setLevel` through `codemode serve`: the upstream servers' log messages
 reach a client that asked for them, at its level, under the logger `mcp:<server>/<logger>`.
 
 Usage: logging_relay.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}

@@ -1,4 +1,4 @@
-// An upstream MCP server that logs (issue 23 §13): on `tools/call` of `say` it sends a
+// An upstream MCP server that logs: on `tools/call` of `say` it sends a
 // `notifications/message` at the level given in the input (default "warning"), then answers.
 // Newline-delimited JSON-RPC on stdio (tests/e2e/stdio_jsonrpc.js), no packages.
 require("./stdio_jsonrpc.js").serve((msg, send) => {

@@ -1,4 +1,4 @@
-"""Measures `codemode serve` against the same upstream MCP servers called directly (issue 5).
+"""Measures `codemode serve` against the same upstream MCP servers called directly.
 
 Usage: measure.py CODEMODE_BIN [ROUNDS]   (run by `make bench-mcp`, after scripts/setup.sh)
 

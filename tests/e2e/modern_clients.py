@@ -1,4 +1,4 @@
-"""`codemode serve` with both generations of MCP clients (issue 23 §8), driven by two SDKs: Python's
+"""`codemode serve` with both generations of MCP clients, driven by two SDKs: Python's
 official `mcp` 2.x high-level client (`mcp.Client`) and FastMCP 4's client (PydanticAI's).
 
 Usage: modern_clients.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}

@@ -1,4 +1,4 @@
-"""A PydanticAI agent using `codemode serve` through its own MCP toolset (issue 23 §8), driven by
+"""A PydanticAI agent using `codemode serve` through its own MCP toolset, driven by
 PydanticAI's scripted `FunctionModel` (no network, no real model).
 
 Usage: pydantic_agent.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}

@@ -1,4 +1,4 @@
-//! The JSON-safe value adapter, host side (SPEC §7, B6).
+//! The JSON-safe value adapter, host side (contract §7, B6).
 //!
 //! Every value crossing the bridge is JSON text. Going into the host it is parsed here under a size and
 //! depth limit; going into the guest it is serialized here under the same kind of limits. In both
@@ -160,7 +160,7 @@ fn parse_request_generally(
 
 /// Text a QuickJS guest hands the host (a C string of QuickJS: UTF-8, except that an unpaired
 /// UTF-16 surrogate is kept as its own 3-byte sequence, `ED A0..BF 80..BF`) as a Rust string: each
-/// unpaired surrogate becomes one U+FFFD, as it does in values (SPEC O3), and any other invalid
+/// unpaired surrogate becomes one U+FFFD, as it does in values (contract O3), and any other invalid
 /// byte becomes U+FFFD too. Borrows when the text is valid UTF-8 already.
 pub fn guest_text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     if let Ok(text) = std::str::from_utf8(bytes) {

@@ -1,4 +1,4 @@
-//! The engine-agnostic drive step (DESIGN §4 `drive`): deliver settled requests, run jobs until
+//! The engine-agnostic drive step (docs/src/engines.md `drive`): deliver settled requests, run jobs until
 //! quiescent, read the cell's state. Engines implement the handful of primitive operations of
 //! [`GuestVm`]; the order of operations and the mapping of faults to outcomes live here, once.
 

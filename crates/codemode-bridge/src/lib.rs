@@ -1,6 +1,6 @@
 //! # codemode-bridge
 //!
-//! The guest↔host protocol of DESIGN §3, identical for every engine:
+//! The guest↔host protocol of docs/src/engines.md, identical for every engine:
 //!
 //! - [`PRELUDE`]: JavaScript evaluated in every VM before guest code. It builds the whole guest API
 //!   (`ALL_TOOLS`, `tools`, `MCP`, `API`, `namespaces`, `text`, `json`, `yield_control`, `console`) on
@@ -9,11 +9,11 @@
 //! - [`adapter`]: the JSON-safe value adapter (size and depth limits, forbidden keys).
 //! - [`host`]: [`BridgeHost`], the host half of the primitive (request ids, limits, output buffer).
 //! - [`driver`]: the drive step every engine runs ([`drive`] over the [`GuestVm`] primitives).
-//! - [`modules`]: the static guard that rejects `import` / `require` before a cell runs (SPEC X6);
+//! - [`modules`]: the static guard that rejects `import` / `require` before a cell runs (contract X6);
 //! - [`workers`]: the big-stack threads all guest code runs on.
 //! - [`ahead`]: the one instance an engine builds ahead of a process's first run.
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` only; engines depend on it. It never names an
+//! Layering (docs/src/layout.md): depends on `codemode-core` only; engines depend on it. It never names an
 //! engine, a tool source, MCP or policy.
 #![forbid(unsafe_code)]
 
@@ -181,7 +181,7 @@ pub mod pull_keys {
 ///
 /// - The **head** is the prelude's `boot` argument: small JSON whose size does not grow with the
 ///   catalog (`maxDepth`), plus the run's namespaces when it has some ([`with_namespaces`](Self::with_namespaces):
-///   scopes are per run, SPEC §10 L4).
+///   scopes are per run, contract §10 L4).
 /// - The **source** holds everything that grows with the catalog (`ALL_TOOLS`, the convenience
 ///   functions, the `API` files, the MCP servers and their tools, the gated ids); the guest pulls an entry
 ///   when the cell first touches it (keys: [`pull_keys`]). A trivial cell therefore costs the same

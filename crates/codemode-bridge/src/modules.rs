@@ -1,4 +1,4 @@
-//! Static module guard (SPEC X6, V17): finds `import` declarations, dynamic `import()`,
+//! Static module guard (contract X6, V17): finds `import` declarations, dynamic `import()`,
 //! `import.meta` and `require(...)` in a cell before it runs, so a cell that tries to load modules is
 //! rejected with `module_access_denied` before any of its side effects happen.
 //!

@@ -1,6 +1,6 @@
 //! Worker threads on which guest code runs.
 //!
-//! Guest code must never run on an async executor's threads (SPEC B1: a busy guest must not stall
+//! Guest code must never run on an async executor's threads (contract B1: a busy guest must not stall
 //! the gateway), and it needs a known, large native stack: QuickJS's stack limit and wasmtime's
 //! `max_wasm_stack` both assume one, and host runtimes do not guarantee it (tokio's blocking threads
 //! have 2 MiB). Every `exec` / `wait` call therefore runs its whole drive loop on one of these
@@ -19,7 +19,7 @@
 //! avoided the same way: while a core is idle, one async caller at a time polls for its answer
 //! between yields to its executor ([`answer_spin`]) instead of sleeping until woken.
 //!
-//! A bounded pool must not let slow runs hold up quick ones (SPEC B1). Two mechanisms keep it live:
+//! A bounded pool must not let slow runs hold up quick ones (contract B1). Two mechanisms keep it live:
 //! - a worker that waits for something outside the guest (a nested call's result, the deadline)
 //!   does so inside [`blocking`], which hands its place to a queued job at once;
 //! - a monitor thread, running only while jobs are queued, starts one more worker whenever the
@@ -628,7 +628,7 @@ mod tests {
         SERIAL.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// SPEC B1 with a bounded pool: jobs that hog every running worker (a guest in a tight loop,
+    /// contract B1 with a bounded pool: jobs that hog every running worker (a guest in a tight loop,
     /// a tool callback that blocks without saying so) do not keep a new job from running: the
     /// monitor starts another worker once it has waited [`STALL`].
     #[test]

@@ -1,4 +1,4 @@
-//! Issue 26 §2: the cost the input check adds to a nested call (goal ≤ 1 µs for a typical
+//! The cost the input check adds to a nested call (goal ≤ 1 µs for a typical
 //! three-field object): a valid input (the common path), and a refused one (which builds the
 //! message), and of learning result types. `cargo bench -p codemode-catalog --bench input_check`.
 #![allow(missing_docs)]
@@ -33,7 +33,7 @@ fn bench_input_check(c: &mut Criterion) {
     });
 }
 
-/// Issue 26 §4: what learning result types adds to a nested call — a result the learned type
+/// What learning result types adds to a nested call — a result the learned type
 /// already accepts (the common path: one walk, no allocation), and a first result (merge).
 fn bench_observed(c: &mut Criterion) {
     use codemode_catalog::observed::Observed;

@@ -1,5 +1,5 @@
 //! The approval policy (top-level `approvals` of the config file): which nested calls wait for a
-//! human before they run (SPEC P5). Patterns match like the tool policy's (see [`crate::policy`]):
+//! human before they run (contract P5). Patterns match like the tool policy's (see [`crate::policy`]):
 //! case-insensitive, `*` wildcards, `group:<name>`, by tool name, exact catalog id or owner.
 //!
 //! ```json5

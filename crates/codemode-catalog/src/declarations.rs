@@ -1,4 +1,4 @@
-//! Lossless JSON Schema → TypeScript declarations (issue 26 §1), for `mcp/<server>.d.ts`,
+//! Lossless JSON Schema → TypeScript declarations, for `mcp/<server>.d.ts`,
 //! `tools.describe` and `MCP.<server>.$api()`. The compact hints ([`crate::hints`]) stay for the
 //! quick index and search results; this is the full type.
 //!
@@ -806,7 +806,7 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
-        /// Issue 26 §1: the declaration is never narrower than the schema — every value the schema
+        /// The declaration is never narrower than the schema — every value the schema
         /// accepts (checked by the jsonschema validator) fits the declared type.
         #[test]
         fn every_value_the_schema_accepts_fits_the_declaration(

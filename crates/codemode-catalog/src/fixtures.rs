@@ -1,5 +1,5 @@
 //! A deterministic catalog of realistic tools for tests, snapshots and measurements: the core tools of
-//! SPEC §22 followed by SaaS-style tools (issue trackers, chat, calendars, payments, …) from bundled
+//! contract §22 followed by SaaS-style tools (issue trackers, chat, calendars, payments, …) from bundled
 //! and external plugins, MCP servers and the client, with real-looking input schemas and, for some
 //! trusted tools, closed output schemas.
 

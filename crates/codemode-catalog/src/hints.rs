@@ -1,4 +1,4 @@
-//! Compact, deterministic, size-bounded type hints rendered from JSON Schemas (SPEC §7 `input`,
+//! Compact, deterministic, size-bounded type hints rendered from JSON Schemas (contract §7 `input`,
 //! §8 `output`, D5): `{query: string, count?: number}`.
 
 use serde_json::Value;
@@ -15,7 +15,7 @@ pub fn hint(schema: &Value) -> String {
     cap(render(schema, 0))
 }
 
-/// Renders a declared output schema, but only when it is closed at every object layer (SPEC D3);
+/// Renders a declared output schema, but only when it is closed at every object layer (contract D3);
 /// open or partial schemas give `None` and stay reachable through `tools.describe`.
 pub fn output_hint(schema: &Value) -> Option<String> {
     if !is_closed(schema, 0) {

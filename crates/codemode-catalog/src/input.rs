@@ -1,4 +1,4 @@
-//! Inputs checked at the bridge (issue 26 §2): a nested call whose input violates its tool's input
+//! Inputs checked at the bridge: a nested call whose input violates its tool's input
 //! schema fails in the guest before anything is sent, with the JSON pointer, what the schema
 //! expects there and the JSON type that was given — never the given value (it may be a secret or
 //! large).

@@ -1,15 +1,15 @@
 //! # codemode-catalog
 //!
-//! The run-scoped hidden catalog (SPEC §7, §11): the effective tool list turned into entries with
+//! The run-scoped hidden catalog (contract §7, §11): the effective tool list turned into entries with
 //! stable ids `<source>:<owner>:<name>`, in source order (core → plugin → MCP → client), without the
 //! control tools. It serves the guest's views — `ALL_TOOLS` (no MCP, no direct-only tools),
 //! `tools.search` (BM25), `tools.describe` (full schemas on demand) and the convenience functions
 //! `tools.<safeName>` (only for unambiguous names that shadow no helper) — and resolves the exact id of
-//! every nested call. Also: the tool policy of SPEC §22 ([`policy`]), the approval policy ([`approval`]), loop detection of nested calls ([`loops`]), the sandbox tool policy of sandboxed runs ([`sandbox`]), the quick index and the `exec`
-//! description ([`quick_index`]), declared output contracts (SPEC §8, [`OutputContract`]), and a
+//! every nested call. Also: the tool policy of contract §22 ([`policy`]), the approval policy ([`approval`]), loop detection of nested calls ([`loops`]), the sandbox tool policy of sandboxed runs ([`sandbox`]), the quick index and the `exec`
+//! description ([`quick_index`]), declared output contracts (contract §8, [`OutputContract`]), and a
 //! fixture catalog of realistic tools (`fixtures`, behind the `fixtures` feature).
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` only (types, and the guest vocabulary of
+//! Layering (docs/src/layout.md): depends on `codemode-core` only (types, and the guest vocabulary of
 //! `codemode_core::guest`: reserved names, boot data); knows no engine and not the bridge, which
 //! carries the [`mcp_api::boot_data`] this crate produces.
 #![forbid(unsafe_code)]
@@ -36,10 +36,10 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-/// Names of Tool Search control tools, never catalogued (SPEC §11, T1, V12).
+/// Names of Tool Search control tools, never catalogued (contract §11, T1, V12).
 pub const TOOL_SEARCH_CONTROL_TOOLS: [&str; 4] = ["tool_search_code", "tool_search", "tool_describe", "tool_call"];
 
-/// The owner of codemode's own control tools (`exec`, `wait`), never catalogued (SPEC B9, V15).
+/// The owner of codemode's own control tools (`exec`, `wait`), never catalogued (contract B9, V15).
 pub const CODEMODE_OWNER: &str = "codemode";
 
 /// Whether a tool is a control tool that must never enter the catalog.
@@ -47,7 +47,7 @@ pub fn is_control_tool(def: &ToolDefinition) -> bool {
     TOOL_SEARCH_CONTROL_TOOLS.contains(&def.name.as_str()) || def.owner == CODEMODE_OWNER
 }
 
-/// A trusted tool's declared output contract (SPEC §8), compiled the first time it is needed (the
+/// A trusted tool's declared output contract (contract §8), compiled the first time it is needed (the
 /// tool's first call), then kept for as long as the tool's catalog entry lives.
 pub enum OutputContract {
     /// The schema compiled; results are validated against it.
@@ -96,7 +96,7 @@ pub struct CatalogTool {
     pub input: Arc<input::InputCheck>,
 }
 
-/// Why a declared output contract refuses a tool or its result (SPEC D4).
+/// Why a declared output contract refuses a tool or its result (contract D4).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ContractError {
@@ -129,7 +129,7 @@ impl CatalogTool {
         Some(self.contract.get_or_init(|| OutputContract::compile(schema)))
     }
 
-    /// Whether the tool may run: a trusted tool with an invalid output schema may not (SPEC D4).
+    /// Whether the tool may run: a trusted tool with an invalid output schema may not (contract D4).
     pub fn check_runnable(&self) -> Result<(), ContractError> {
         match self.contract() {
             Some(OutputContract::Invalid(e)) => {
@@ -139,7 +139,7 @@ impl CatalogTool {
         }
     }
 
-    /// Checks a call's input against the tool's input schema (issue 26 §2); a tool marked
+    /// Checks a call's input against the tool's input schema; a tool marked
     /// `unchecked_input` is always [`input::Checked::Valid`].
     pub fn check_input(&self, input: &Value) -> input::Checked {
         if self.def.unchecked_input {
@@ -148,7 +148,7 @@ impl CatalogTool {
         self.input.check(&self.def.parameters, input)
     }
 
-    /// Checks a result's `details` against the declared output schema (SPEC D4). The error names the
+    /// Checks a result's `details` against the declared output schema (contract D4). The error names the
     /// first mismatch's location; the value itself must not be emitted. For an MCP tool (a trusted
     /// server's) the schema describes the result's `structuredContent`, which must be there; an
     /// `isError` result is not checked (it fails the call anyway).
@@ -371,7 +371,7 @@ impl Catalog {
     }
 
     /// `tools.describe(id)`: the entry with its full schemas (the output schema only for trusted
-    /// sources, SPEC D6).
+    /// sources, contract D6).
     pub fn describe(&self, id: &str) -> Option<ToolCatalogEntryWithSchema> {
         self.guest_tool(id).map(|t| ToolCatalogEntryWithSchema {
             entry: t.entry.clone(),

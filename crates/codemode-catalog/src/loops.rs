@@ -1,5 +1,5 @@
 //! Loop detection for nested calls (`tools.loopDetection`, `agents.list[].tools.loopDetection`,
-//! SPEC §22): a session's recent nested calls are kept as a bounded history; three detectors look
+//! contract §22): a session's recent nested calls are kept as a bounded history; three detectors look
 //! for repetition that makes no progress.
 //!
 //! - `genericRepeat`: the same tool with the same input, N times within the history;
@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(h.check(&c, 99, "plugin:x:t", &json!({"q": 2})), Verdict::Ok);
     }
 
-    /// Issue 23 §5: cycling the key order of one input is the same call to every detector (it used to
+    /// Cycling the key order of one input is the same call to every detector (it used to
     /// be three "different" calls, so 300 identical calls ran under the default thresholds).
     #[test]
     fn key_order_does_not_evade_detection() {

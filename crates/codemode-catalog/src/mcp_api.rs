@@ -1,4 +1,4 @@
-//! The guest's view of MCP servers (SPEC §9): the `MCP.<server>.<tool>()` namespace, its name mapping,
+//! The guest's view of MCP servers (contract §9): the `MCP.<server>.<tool>()` namespace, its name mapping,
 //! the virtual `API` files (`mcp/index.d.ts`, `mcp/<server>.d.ts`) and `$api()` headers — all derived
 //! from the MCP entries of the run's catalog (ids `mcp:<server>:<tool>`).
 //!
@@ -296,7 +296,7 @@ pub fn render_server_with(catalog: &Catalog, view: &McpServerView, observed: &Ob
                 comment_text(&exact)
             ));
         }
-        // The full declaration of the input (issue 26 §1), its `$defs` as aliases named after the
+        // The full declaration of the input, its `$defs` as aliases named after the
         // tool; the compact hint when the declaration is over its size bound.
         let mut prefix: String =
             tool.alias.as_deref().unwrap_or(&tool.name).chars().filter(|c| c.is_ascii_alphanumeric()).collect();
@@ -357,7 +357,7 @@ pub fn render_server_with(catalog: &Catalog, view: &McpServerView, observed: &Ob
     s
 }
 
-/// What was learned about tools' results (issue 26 §4), by tool id: the text the `.d.ts` adds to a
+/// What was learned about tools' results, by tool id: the text the `.d.ts` adds to a
 /// tool's doc comment (see [`crate::observed::Observed::doc_line`]).
 pub type ObservedDocs = BTreeMap<String, String>;
 
@@ -405,7 +405,7 @@ fn api_files_with(catalog: &Catalog, views: &[McpServerView], observed: &Observe
     files
 }
 
-/// `MCP.<server>.$api(toolName?, {schema?})` (SPEC M5): headers of one tool or of all of a server's
+/// `MCP.<server>.$api(toolName?, {schema?})` (contract M5): headers of one tool or of all of a server's
 /// tools; `None` for an unknown server or tool.
 pub fn api_header(catalog: &Catalog, server: &str, tool: Option<&str>, schema: bool) -> Option<Value> {
     let views = mcp_views(catalog);

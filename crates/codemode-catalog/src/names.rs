@@ -1,4 +1,4 @@
-//! Safe names for `tools.<safeName>(input)` convenience functions (SPEC K1–K5).
+//! Safe names for `tools.<safeName>(input)` convenience functions (contract K1–K5).
 
 use codemode_core::guest::{FORBIDDEN_KEYS, TOOL_HELPERS, is_js_internal_name};
 

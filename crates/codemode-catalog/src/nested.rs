@@ -1,4 +1,4 @@
-//! Nested code modes (issue 26 §5): an upstream tool that itself runs code — an
+//! Nested code modes: an upstream tool that itself runs code — an
 //! `exec` / `execute_code` / `run_code` / `eval`-style tool whose input takes a code string. Called
 //! from a cell, it nests one sandbox inside another: the model writes code that writes code, errors
 //! come back twice wrapped, and the inner sandbox's limits and policies are not codemode's. Such tools

@@ -1,4 +1,4 @@
-//! Result types learned from observed results (issue 26 §4): for a tool that declares no
+//! Result types learned from observed results: for a tool that declares no
 //! `outputSchema`, the shapes of the results the runtime actually sees are merged into one type —
 //! optional fields, unions of scalars, arrays of merged elements — and shown to the model, marked
 //! *observed* with the number of results behind it. Only shapes are kept, never values.
@@ -357,7 +357,7 @@ mod tests {
     }
 
     proptest! {
-        /// Issue 26 §4: the type learned from values accepts every value it was learned from.
+        /// The type learned from values accepts every value it was learned from.
         #[test]
         fn the_learned_type_accepts_every_value_it_was_learned_from(values in prop::collection::vec(arb_json(), 1..8)) {
             let o = learn(&values);

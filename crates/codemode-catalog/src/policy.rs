@@ -1,4 +1,4 @@
-//! Tool policy (SPEC §22): which tools a run may use at all, before code mode catalogues them (A4).
+//! Tool policy (contract §22): which tools a run may use at all, before code mode catalogues them (A4).
 //!
 //! Order of evaluation, each step only ever narrowing the set:
 //! 1. `profile` — the agent's (`agents.list[].tools.profile`) or else the global one; `full` or unset
@@ -20,7 +20,7 @@ use codemode_core::config::{ConfigError, type_name};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The tool groups of SPEC §22 (`group:openclaw` is computed: every core tool).
+/// The tool groups of contract §22 (`group:openclaw` is computed: every core tool).
 pub const GROUPS: [(&str, &[&str]); 9] = [
     ("runtime", &["exec", "bash", "process"]),
     ("fs", &["read", "write", "edit", "apply_patch"]),
@@ -33,7 +33,7 @@ pub const GROUPS: [(&str, &[&str]); 9] = [
     ("nodes", &["nodes"]),
 ];
 
-/// The profiles of SPEC §22 (`full` is no restriction).
+/// The profiles of contract §22 (`full` is no restriction).
 pub const PROFILES: [(&str, &[&str]); 3] = [
     ("minimal", &["session_status"]),
     ("coding", &["group:fs", "group:runtime", "group:sessions", "group:memory", "image"]),
@@ -272,7 +272,7 @@ impl ToolPolicy {
         let deny = expand(&deny, &core);
 
         let mut out = PolicyOutcome::default();
-        // An allowlist that names only unknown tools is ignored (SPEC §22); an empty one is not.
+        // An allowlist that names only unknown tools is ignored (contract §22); an empty one is not.
         let allow = match allow {
             Some(list) if list.is_empty() => {
                 out.intentionally_empty = true;

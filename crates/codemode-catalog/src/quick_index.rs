@@ -1,4 +1,4 @@
-//! The quick index and the `exec` description (SPEC §5.1, A): what the model learns about the hidden
+//! The quick index and the `exec` description (contract §5.1, A): what the model learns about the hidden
 //! catalog without seeing any schema.
 //!
 //! The index lists exact core and plugin catalog ids with compact input hints and, for trusted tools
@@ -40,7 +40,7 @@ pub fn quick_index(catalog: &Catalog, max_chars: usize) -> QuickIndex {
     quick_index_with(catalog, max_chars, &std::collections::BTreeMap::new())
 }
 
-/// [`quick_index`] with the result types learned so far (issue 26 §4), by tool id: a tool without
+/// [`quick_index`] with the result types learned so far, by tool id: a tool without
 /// a declared output shows `→ <type> (observed)`. Tools with a declared output come first, then
 /// those with an observed one.
 pub fn quick_index_with(
@@ -92,7 +92,7 @@ pub fn exec_description_with(
     mcp_servers: &[String],
     observed: &std::collections::BTreeMap<String, String>,
 ) -> String {
-    // What the run can reach leads (issue 23 §13): with only upstream MCP servers (the common
+    // What the run can reach leads: with only upstream MCP servers (the common
     // `codemode serve` case), `tools.search` would find nothing, so the description starts from `MCP`.
     let down = catalog.unavailable_mcp_servers();
     let mut servers: Vec<String> = mcp_servers.iter().filter(|n| !down.contains_key(*n)).cloned().collect();
@@ -126,7 +126,7 @@ pub fn exec_description_with(
             servers.join(", ")
         ));
     }
-    // SPEC §10 "Prompts": only namespaces visible in this catalog (the caller passes
+    // contract §10 "Prompts": only namespaces visible in this catalog (the caller passes
     // `NamespaceRegistry::visible` of this very catalog).
     for ns in namespaces {
         s.push_str(&format!("\n\n{}: {}", ns.global_name, ns.description));

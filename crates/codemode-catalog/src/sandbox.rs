@@ -1,4 +1,4 @@
-//! The sandbox tool policy for nested calls of sandboxed runs (SPEC §22, C5, P4): what a run whose
+//! The sandbox tool policy for nested calls of sandboxed runs (contract §22, C5, P4): what a run whose
 //! caller is sandboxed (`RunContext::sandboxed`) may call from inside its code. A run that is not
 //! sandboxed is not affected.
 //!

@@ -1,4 +1,4 @@
-//! Ranking for `tools.search` (SPEC §7): BM25 over tool names, labels, descriptions, owners and ids,
+//! Ranking for `tools.search` (contract §7): BM25 over tool names, labels, descriptions, owners and ids,
 //! with deterministic tie-breaks (catalog order).
 
 use std::collections::HashMap;

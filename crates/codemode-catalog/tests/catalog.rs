@@ -1,5 +1,5 @@
 //! Catalog views, the quick index and the exec description on a fixture catalog of 200+ realistic
-//! tools (SPEC V5–V8, V12, D3–D6, K1–K5).
+//! tools (contract V5–V8, V12, D3–D6, K1–K5).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode_catalog::fixtures::{realistic, realistic_with_special_tools};
@@ -108,7 +108,7 @@ fn exec_description_snapshot() {
     insta::assert_snapshot!("exec_description_224", text);
 }
 
-/// Issue 23 §13, §11: with only upstream MCP servers (the common `codemode serve` case) the exec
+/// With only upstream MCP servers (the common `codemode serve` case) the exec
 /// description leads with what the run can reach — `MCP.<server>` — not with `tools.search`, which
 /// would find nothing; a server that is down is listed with its state, escaped.
 #[test]
@@ -150,7 +150,7 @@ fn d4_output_contracts() {
     assert!(cat.get("client:c:loose").unwrap().contract().is_none(), "D6: untrusted metadata never becomes a contract");
 }
 
-/// Issue 9: a hostile MCP server's names and descriptions. Tools named like JavaScript internals
+/// A hostile MCP server's names and descriptions. Tools named like JavaScript internals
 /// are reachable only through `$call`; descriptions and parameter names cannot leave their comments;
 /// names that are not identifiers (or are reserved words) are never declared as functions.
 #[test]

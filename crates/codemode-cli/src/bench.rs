@@ -113,7 +113,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         for _ in 0..samples {
             cycle.push(bench::suspend_resume(&cm).await);
         }
-        // Hooks and approvals (issue 11): nested calls with and without a no-op hook, interleaved.
+        // Hooks and approvals: nested calls with and without a no-op hook, interleaved.
         let hooked = bench::runtime_with_hook(engine, 10_000);
         let (mut plain, mut with_hook) = (Vec::new(), Vec::new());
         for _ in 0..(samples / 20).max(5) {
@@ -125,7 +125,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         for _ in 0..samples {
             approvals.push(bench::approval_cycle(&gated).await);
         }
-        // Namespaces (issue 12): a trivial exec with two visible namespaces, and namespace calls, each
+        // Namespaces: a trivial exec with two visible namespaces, and namespace calls, each
         // interleaved with its plain counterpart.
         let with_ns = bench::runtime_with_namespaces(engine, 10_000);
         bench::trivial(&with_ns).await;
@@ -139,7 +139,7 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             calls_plain.push(bench::nested(&with_ns).await);
             calls_ns.push(bench::nested_cell(&with_ns, bench::NESTED_NAMESPACE).await);
         }
-        // Tracing (issue 13): nested calls with a trajectory sink, interleaved with plain ones; the
+        // Tracing: nested calls with a trajectory sink, interleaved with plain ones; the
         // span a nested call creates, as this process's subscriber handles it (export off, unless
         // OTEL_EXPORTER_OTLP_ENDPOINT is set: then the cost with export on).
         let traced = bench::runtime_with_trajectory(engine, 10_000);

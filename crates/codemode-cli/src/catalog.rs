@@ -141,7 +141,7 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // Everything below may quote upstream servers (tool names, descriptions, errors): each value is
-    // printed with control, line-break and bidi characters escaped (issue 23 §6), so a hostile
+    // printed with control, line-break and bidi characters escaped, so a hostile
     // server cannot clear the operator's screen, move the cursor or forge or hide entries.
     let d = |s: &str| codemode::text::for_display(s).into_owned();
     println!("catalog: {} tools ({} in ALL_TOOLS)", catalog.len(), catalog.all_tools().len());

@@ -185,7 +185,7 @@ pub(crate) async fn run(
         let Some(run_id) = result.run_id().map(str::to_string) else {
             break;
         };
-        // Only calls waiting for a human are left (issue 23 §7): this run lives in this process's
+        // Only calls waiting for a human are left: this run lives in this process's
         // memory, so nobody can approve them, and waiting would poll until the run expires.
         if let CodeModeResult::Waiting { pending_tool_calls, .. } = &result
             && !pending_tool_calls.is_empty()

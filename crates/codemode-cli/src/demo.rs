@@ -42,7 +42,7 @@ return owed;"#,
     },
     Scene {
         title: "A plugin namespace: short domain verbs that stay catalog calls",
-        note: "The demo plugin registers `Shipping` (SPEC §10): the exec description teaches Shipping.unpaidOver(tons) and Shipping.markPaid(id); each is a call of a demo catalog tool, with the same hooks, approvals and limits.",
+        note: "The demo plugin registers `Shipping` (contract §10): the exec description teaches Shipping.unpaidOver(tons) and Shipping.markPaid(id); each is a call of a demo catalog tool, with the same hooks, approvals and limits.",
         code: r#"const heavy = await Shipping.unpaidOver(20);
 const paid = await Promise.all(heavy.map((s) => Shipping.markPaid(s.id)));
 const left = await Shipping.unpaid();

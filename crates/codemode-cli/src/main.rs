@@ -1,6 +1,6 @@
 //! # codemode (command)
 //!
-//! The `codemode` binary: the top layer (DESIGN §2). It wires the `codemode` facade to files, stdin,
+//! The `codemode` binary: the top layer (docs/src/layout.md). It wires the `codemode` facade to files, stdin,
 //! stdout and the terminal:
 //!
 //! - `codemode run FILE|-`: run one cell against the demo catalog, calling `wait` until it ends;
@@ -52,7 +52,7 @@ enum LanguageArg {
 #[derive(clap::Args, Debug, Clone)]
 struct CommonArgs {
     /// Configuration file (JSON5, `{ tools: { codeMode: {...} } }`). Without one, code mode is
-    /// enabled with the SPEC defaults.
+    /// enabled with the contract's defaults (contract §3).
     #[arg(long, value_name = "FILE", env = "CODEMODE_CONFIG")]
     config: Option<PathBuf>,
     /// Engine to use (overrides `tools.codeMode.runtime`).
@@ -285,13 +285,13 @@ impl TracingGuard {
     }
 }
 
-/// Logs to stderr (`RUST_LOG`, plus what the SPEC §18 debugging switches enable); with the
+/// Logs to stderr (`RUST_LOG`, plus what the contract §18 debugging switches enable); with the
 /// `otel` feature and `OTEL_EXPORTER_OTLP_ENDPOINT` set, code-mode spans also go to that collector.
 fn init_tracing() -> TracingGuard {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, Layer as _};
-    // SPEC §18 switches (and their CODEMODE_* aliases) add their targets to the filter.
+    // contract §18 switches (and their CODEMODE_* aliases) add their targets to the filter.
     let switches = codemode_mcp::debug::DebugSwitches::from_env();
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,codemode::serve=info"));
     for d in switches.directives() {
@@ -299,7 +299,7 @@ fn init_tracing() -> TracingGuard {
             filter = filter.add_directive(d);
         }
     }
-    // Colours only on a terminal (issue 23 §6): a log file or pipe gets plain text.
+    // Colours only on a terminal: a log file or pipe gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi).with_filter(filter);
     #[cfg(feature = "otel")]
@@ -338,7 +338,7 @@ pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
         Some(path) => {
             let mut file = ConfigFile::load(path)?;
             // A file written for another MCP client (Claude Desktop, Cursor, Claude Code) has no
-            // `tools.codeMode`: serving it is asking for code mode (issue 23 §12). An explicit
+            // `tools.codeMode`: serving it is asking for code mode. An explicit
             // `enabled: false` (or a section without `enabled: true`) still stops here.
             if !file.code_mode_present {
                 file.code_mode = CodeModeConfig::enabled();

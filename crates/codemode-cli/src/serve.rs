@@ -185,7 +185,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// SPEC §17 at start: the hidden catalog by source, the tool names the model will see, and what
+/// contract §17 at start: the hidden catalog by source, the tool names the model will see, and what
 /// code mode saves on the tool list (direct tool definitions vs `exec` + `wait`).
 fn report_surface(gw: &codemode_mcp::server::Gateway) {
     let catalog = gw.code_mode().catalog();

@@ -209,7 +209,7 @@ fn demo_runs_to_completion() {
     assert!(stdout.contains("\"stillUnpaid\": 4"), "the namespace scene: {stdout}");
 }
 
-/// SPEC §22 per-agent overrides and `byProvider`, applied to the runtime's catalog by `--agent` /
+/// contract §22 per-agent overrides and `byProvider`, applied to the runtime's catalog by `--agent` /
 /// `--provider` / `--model`; a denied tool fails like an unknown one; an unknown agent is a usage error.
 #[test]
 fn agent_and_provider_policy_narrow_the_catalog() {
@@ -279,7 +279,7 @@ fn wait_until_settled(config: &Path, snaps: &Path, first: &Value) -> (Value, usi
     (last, waits)
 }
 
-/// Issue 9 (livelock): a read-only call slower than `timeoutMs` used to be re-issued by every
+/// A read-only call slower than `timeoutMs` used to be re-issued by every
 /// `wait` process and never finish. The process that started a call now keeps it to completion and
 /// records the result, so the call runs once and the next `wait` delivers it.
 #[test]
@@ -332,8 +332,8 @@ fn a_killed_process_loses_its_calls_honestly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 9 / SPEC §6: 90 `codemode exec` processes, 16 at a time, suspending into one directory:
-/// exactly 64 runs are admitted; the others fail with the SPEC message.
+/// 90 `codemode exec` processes, 16 at a time, suspending into one directory:
+/// exactly 64 runs are admitted; the others fail with the contract's message (contract V25).
 #[test]
 fn the_run_cap_holds_across_concurrent_processes() {
     let dir = tempdir("cap");
@@ -412,7 +412,7 @@ fn waits_that_outlast_nothing_hand_the_call_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 11 §2: a gated call parks the run in one process, `codemode approve` (another process)
+/// A gated call parks the run in one process, `codemode approve` (another process)
 /// records the decision, and `codemode wait` (a third) runs or rejects the call.
 #[test]
 fn approvals_across_processes() {
@@ -450,7 +450,7 @@ fn approvals_across_processes() {
     let pending = &first["pendingToolCalls"][0];
     assert_eq!(pending["kind"], "approval", "{first}");
     assert_eq!(pending["toolId"], "plugin:demo:demo_invoice_send");
-    // Issue 23 §4: a mistyped request id is refused (exit 1) naming what is parked.
+    // A mistyped request id is refused (exit 1) naming what is parked.
     let out = approve(&first["runId"], &json!(978), None);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -487,7 +487,7 @@ fn approvals_across_processes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 23 §7: `codemode run` keeps its run in memory, where nobody can approve it: at the first
+/// `codemode run` keeps its run in memory, where nobody can approve it: at the first
 /// `waiting` whose calls all wait for approval it stops (exit 1) and says how to approve, instead of
 /// polling `wait` until the run expires.
 #[test]
@@ -514,7 +514,7 @@ fn run_stops_at_calls_nobody_can_approve() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 23 §12: the config files other MCP clients keep work as they are: Claude Code's `type`,
+/// The config files other MCP clients keep work as they are: Claude Code's `type`,
 /// other programs' keys (ignored with one warning), and code mode on without `tools.codeMode`.
 #[test]
 fn other_clients_config_files_work_as_they_are() {
@@ -545,7 +545,7 @@ fn other_clients_config_files_work_as_they_are() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 23 §6: a hostile upstream server cannot clear the operator's screen, forge log lines or
+/// A hostile upstream server cannot clear the operator's screen, forge log lines or
 /// hide entries: names with control, line-break or bidi characters (or longer than 128 characters)
 /// are refused at ingestion, and what `codemode catalog` and the log print is escaped.
 #[test]
@@ -578,7 +578,7 @@ fn hostile_upstream_names_reach_no_terminal_raw() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 23 §7: a FIFO or a huge sparse file named like a run file neither hangs nor bloats the
+/// A FIFO or a huge sparse file named like a run file neither hangs nor bloats the
 /// `exec` / `wait` of that directory.
 #[cfg(unix)]
 #[test]
@@ -607,7 +607,7 @@ fn hostile_files_in_the_snapshot_directory() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 11 §3: Ctrl-C during `codemode run` aborts the run cleanly and prints the `aborted` result.
+/// Ctrl-C during `codemode run` aborts the run cleanly and prints the `aborted` result.
 #[test]
 fn ctrl_c_aborts_a_run() {
     use std::io::{BufRead, Write};
@@ -643,7 +643,7 @@ fn ctrl_c_aborts_a_run() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "it did not wait for the 20 s call");
 }
 
-/// SPEC §10 N9 across processes, with a namespace declared in the config file: a namespace call
+/// contract §10 N9 across processes, with a namespace declared in the config file: a namespace call
 /// slower than `timeoutMs` suspends the run in one `codemode exec` process; `codemode wait` in
 /// another process resumes it, and the cell's next namespace calls (declared and the demo plugin's
 /// `Shipping`) resolve there. `codemode catalog` lists the namespaces and the `exec` description.
@@ -704,7 +704,7 @@ fn namespace_calls_resume_across_processes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `codemode run --trace=FILE` (issue 13 §1): the run's `exec` and `wait` calls and the nested
+/// `codemode run --trace=FILE`: the run's `exec` and `wait` calls and the nested
 /// calls each drove, as JSON lines; `--trace` alone writes them to stderr, never to stdout.
 #[test]
 fn run_trace_writes_the_trajectory() {
@@ -760,7 +760,7 @@ fn run_trace_writes_the_trajectory() {
 }
 
 /// With the OTLP exporter switched on and no collector listening, runs still complete; the export
-/// failure stays on stderr (issue 13 §2).
+/// failure stays on stderr.
 #[test]
 fn an_unreachable_collector_never_fails_a_run() {
     let mut c = bin();
@@ -774,7 +774,7 @@ fn an_unreachable_collector_never_fails_a_run() {
     assert_eq!(last_json(&out)["value"], json!(42));
 }
 
-/// SPEC §18 debugging switches on `codemode serve --stdio` (issue 13 §4): the tool names sent,
+/// contract §18 debugging switches on `codemode serve --stdio`: the tool names sent,
 /// the MCP requests served and the start-up report go to stderr; stdout carries nothing but
 /// protocol messages.
 #[test]
@@ -842,7 +842,7 @@ fn serve_debug_switches_log_to_stderr_only() {
     }
 }
 
-/// Issue 25 §5: a fleet store that cannot be reached at start is a clear error with exit status 2
+/// A fleet store that cannot be reached at start is a clear error with exit status 2
 /// (not a hang, not a server that fails later); so are a Redis store without a URL and a bad
 /// `snapshotStore` section.
 #[test]
@@ -873,7 +873,7 @@ fn serve_refuses_an_unreachable_or_misconfigured_redis_store() {
     assert!(stderr.contains("snapshotStore.leaseMs"), "{stderr}");
 }
 
-/// Issue 26 §5: an upstream tool that runs code itself (a nested code mode) is flagged by
+/// An upstream tool that runs code itself (a nested code mode) is flagged by
 /// `codemode catalog` (table and JSON) and in the start log, with advice; it is not removed.
 #[test]
 fn catalog_flags_nested_code_modes() {

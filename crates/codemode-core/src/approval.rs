@@ -1,4 +1,4 @@
-//! Human approval of nested calls (SPEC P5, V13): the decision types, the request a human is asked
+//! Human approval of nested calls (contract P5, V13): the decision types, the request a human is asked
 //! about, and the [`Approver`] a host provides.
 //!
 //! A gated nested call (by the approval policy or by a hook) is put to the host's [`Approver`]. An

@@ -1,10 +1,10 @@
-//! Tool definitions and catalog entries (SPEC §7, §11).
+//! Tool definitions and catalog entries (contract §7, §11).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
-/// Where a tool comes from, in catalog order (SPEC §11): core → plugin → MCP → client.
+/// Where a tool comes from, in catalog order (contract §11): core → plugin → MCP → client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolSource {
@@ -30,7 +30,7 @@ impl ToolSource {
     }
 
     /// Whether tools of this source are trusted local code whose output schemas may enable hints and
-    /// contracts (SPEC D6): core and plugin tools are; MCP and client tools are not.
+    /// contracts (contract D6): core and plugin tools are; MCP and client tools are not.
     pub fn is_trusted(self) -> bool {
         matches!(self, ToolSource::Openclaw | ToolSource::Plugin)
     }
@@ -57,7 +57,7 @@ pub struct ToolDefinition {
     /// JSON Schema of the input object.
     #[serde(default = "empty_object_schema")]
     pub parameters: Value,
-    /// JSON Schema of the result's `details` value (SPEC §8); only honoured for trusted sources.
+    /// JSON Schema of the result's `details` value (contract §8); only honoured for trusted sources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
     /// Where the tool comes from.
@@ -65,7 +65,7 @@ pub struct ToolDefinition {
     /// The owner: `core` for core tools, the plugin id, the MCP server name, or the client name.
     pub owner: String,
     /// The tool has no side effects, so repeating a call is harmless. A resuming process may re-issue
-    /// such a call if the original was lost, `restartSafe` cells may call it (SPEC R1), and
+    /// such a call if the original was lost, `restartSafe` cells may call it (contract R1), and
     /// `approvals.requireUnlessReadOnly` does not gate it. A host declares it for its own tools; for
     /// an upstream MCP tool it comes from the configuration (an upstream server's `readOnlyHint` is
     /// believed only for a server the configuration trusts), see
@@ -82,11 +82,11 @@ pub struct ToolDefinition {
     /// like a host tool's. See [`output_is_trusted`](Self::output_is_trusted).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trusted_output: bool,
-    /// The tool stays model-visible in code mode and never enters `ALL_TOOLS` (SPEC §1, V6).
+    /// The tool stays model-visible in code mode and never enters `ALL_TOOLS` (contract §1, V6).
     #[serde(default)]
     pub direct_only: bool,
     /// For plugin tools: the plugin is external (installed), not bundled. External plugin tools come
-    /// after bundled ones in the catalog (SPEC §11).
+    /// after bundled ones in the catalog (contract §11).
     #[serde(default)]
     pub external: bool,
     /// The input schema is not enforced at the bridge: calls go to the tool whatever their input
@@ -170,13 +170,13 @@ impl ToolDefinition {
         self.source.is_trusted() || self.trusted_output
     }
 
-    /// The catalog id `<source>:<owner>:<name>` (SPEC §11).
+    /// The catalog id `<source>:<owner>:<name>` (contract §11).
     pub fn id(&self) -> String {
         catalog_id(self.source, &self.owner, &self.name)
     }
 }
 
-/// The catalog id `<source>:<owner>:<name>` of a tool (SPEC §11): the one place the scheme is spelled.
+/// The catalog id `<source>:<owner>:<name>` of a tool (contract §11): the one place the scheme is spelled.
 pub fn catalog_id(source: ToolSource, owner: &str, name: &str) -> String {
     format!("{source}:{owner}:{name}")
 }
@@ -280,7 +280,7 @@ impl PartialEq<ToolId> for String {
     }
 }
 
-/// A compact catalog entry as the guest sees it in `ALL_TOOLS` and `tools.search` (SPEC §7).
+/// A compact catalog entry as the guest sees it in `ALL_TOOLS` and `tools.search` (contract §7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCatalogEntry {
@@ -300,12 +300,12 @@ pub struct ToolCatalogEntry {
     pub source_name: Option<String>,
     /// Compact input hint, e.g. `{query: string, count?: number}`.
     pub input: String,
-    /// Compact declared-output hint (trusted tools with a closed output schema only, SPEC §8).
+    /// Compact declared-output hint (trusted tools with a closed output schema only, contract §8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
 }
 
-/// A catalog entry with its full schemas, as returned by `tools.describe` (SPEC §7).
+/// A catalog entry with its full schemas, as returned by `tools.describe` (contract §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCatalogEntryWithSchema {

@@ -1,21 +1,21 @@
-//! The `tools.codeMode` configuration (SPEC §3).
+//! The `tools.codeMode` configuration (contract §3).
 //!
 //! Accepted shapes: absent, `false`, `true` (shorthand for `{ enabled: true }`), or an object whose keys
-//! are the fields of the SPEC §3 table. `enabled` is the only gate (SPEC C1–C3). Numbers are clamped
-//! to their ranges (SPEC C6); unknown keys and wrongly typed values are rejected with an error that
+//! are the fields of the contract §3 table. `enabled` is the only gate (contract C1–C3). Numbers are clamped
+//! to their ranges (contract C6); unknown keys and wrongly typed values are rejected with an error that
 //! names the offending path.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
-/// A cell language (SPEC §5.1, X4).
+/// A cell language (contract §5.1, X4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     /// Plain JavaScript (the default).
     Javascript,
-    /// TypeScript, transpiled to JavaScript before evaluation (SPEC §14).
+    /// TypeScript, transpiled to JavaScript before evaluation (contract §14).
     Typescript,
 }
 
@@ -102,7 +102,7 @@ pub const SNAPSHOT_TTL_SECONDS: Clamp = Clamp::new(1, 86_400);
 /// Clamp of `maxSearchLimit`.
 pub const MAX_SEARCH_LIMIT: Clamp = Clamp::new(1, 50);
 
-/// The name of the default engine (SPEC §3 `runtime`).
+/// The name of the default engine (contract §3 `runtime`).
 pub const DEFAULT_RUNTIME: &str = "quickjs-wasi";
 
 /// The effective `tools.codeMode` configuration, after defaults and clamps.
@@ -111,11 +111,11 @@ pub const DEFAULT_RUNTIME: &str = "quickjs-wasi";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CodeModeConfig {
-    /// The sole enable gate (SPEC C1). Default `false`.
+    /// The sole enable gate (contract C1). Default `false`.
     pub enabled: bool,
     /// The engine name (`"quickjs-wasi"` by default; `"quickjs"` selects the native engine when compiled
     /// in). An engine that is not compiled in or cannot load makes runs fail closed with
-    /// `runtime_unavailable` (SPEC C4).
+    /// `runtime_unavailable` (contract C4).
     pub runtime: String,
     /// Exposure mode; only `"only"` exists.
     pub mode: String,
@@ -162,7 +162,7 @@ impl Default for CodeModeConfig {
     }
 }
 
-/// The keys of the `tools.codeMode` object, in SPEC order.
+/// The keys of the `tools.codeMode` object, in the order of contract §3.
 pub const KEYS: [&str; 12] = [
     "enabled",
     "runtime",

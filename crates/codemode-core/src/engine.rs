@@ -1,4 +1,4 @@
-//! The engine contract (DESIGN §3–§4): how the runtime drives a JavaScript engine.
+//! The engine contract (docs/src/engines.md): how the runtime drives a JavaScript engine.
 //!
 //! A [`GuestEngine`] prepares a [`GuestInstance`] for one program. The runtime then calls
 //! [`GuestInstance::drive`] repeatedly: each call delivers settled bridge requests, runs the guest until
@@ -13,7 +13,7 @@
 //! # What an engine must do
 //!
 //! - **`prepare`**: load or compile what it needs, once; never charged to a run's time limit.
-//! - **`start(program, limits)`**: a fresh VM per run (runs never share a VM, SPEC Q2), with no
+//! - **`start(program, limits)`**: a fresh VM per run (runs never share a VM, contract Q2), with no
 //!   capabilities beyond the bridge: no modules, files, network, timers or host objects. Evaluate
 //!   the bridge prelude (`codemode_bridge::PRELUDE`, a classic script whose completion value is
 //!   `install(host, plainJson?, defineNamespaces?, settlesNatively?, ownFirst?, react?, callPlain?)`), call `install`
@@ -124,7 +124,7 @@ pub enum RequestKind {
     /// `MCP.<server>.$api(tool?, {schema?})` → `{server, tool?, schema}`, answered from the catalog.
     McpApi,
     /// A namespace member call `Shipping.unpaidOver(10)` → `{namespace, path, args, line?}`; the host
-    /// maps it to a catalog tool call (SPEC §10 L6).
+    /// maps it to a catalog tool call (contract §10 L6).
     Namespace,
 }
 
@@ -178,7 +178,7 @@ impl BridgeRequest {
     }
 }
 
-/// An error handed to the guest as plain data; the prelude throws it as a plain `Error` (SPEC B7).
+/// An error handed to the guest as plain data; the prelude throws it as a plain `Error` (contract B7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuestError {
     /// `Error.name` in the guest, e.g. `"ToolError"`.
@@ -301,7 +301,7 @@ impl DriveInput {
 /// passed (a yield ends the step).
 pub trait Answerer: Send + Sync + fmt::Debug {
     /// Handles `request` (already issued under its id): what became of it. `notes` collects text
-    /// the host adds to the output at this point (loop-detection warnings, SPEC §22).
+    /// the host adds to the output at this point (loop-detection warnings, contract §22).
     fn answer(&self, request: BridgeRequest, notes: &mut Vec<String>) -> Answer;
 }
 
@@ -364,7 +364,7 @@ pub struct DriveReport {
 }
 
 /// An engine-level failure (not a guest exception). Engines render their own typed errors into these
-/// contract-level kinds (the kind decides the SPEC error code).
+/// contract-level kinds (the kind decides the error code, contract §16).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
@@ -383,7 +383,7 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// The SPEC §16 code for this failure.
+    /// The contract §16 code for this failure.
     pub fn code(&self) -> CodeModeErrorCode {
         match self {
             EngineError::Unavailable(_) => CodeModeErrorCode::RuntimeUnavailable,

@@ -1,25 +1,25 @@
-//! Error codes (SPEC §16) and the error value the runtime turns into a `failed` result.
+//! Error codes (contract §16) and the error value the runtime turns into a `failed` result.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Every error code of SPEC §16 (Variant B's full list).
+/// Every error code of contract §16 (Variant B's full list).
 ///
 /// Serialised in `snake_case`, exactly as on the wire (`"runtime_unavailable"`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CodeModeErrorCode {
-    /// Code mode is enabled but the configured engine is not compiled in or cannot load (SPEC C4).
+    /// Code mode is enabled but the configured engine is not compiled in or cannot load (contract C4).
     RuntimeUnavailable,
     /// The configuration is malformed.
     InvalidConfig,
-    /// The tool input is malformed, or a `runId` lookup failed (SPEC §6 "Lookup failures").
+    /// The tool input is malformed, or a `runId` lookup failed (contract §6 "Lookup failures").
     InvalidInput,
     /// The cell's language is not in `languages`.
     UnsupportedLanguage,
-    /// The TypeScript transform reported a diagnostic (SPEC §14).
+    /// The TypeScript transform reported a diagnostic (contract §14).
     TypescriptTransformFailed,
-    /// The cell used `import`, `require`, dynamic `import()` or another module-loader pattern (SPEC X6).
+    /// The cell used `import`, `require`, dynamic `import()` or another module-loader pattern (contract X6).
     ModuleAccessDenied,
     /// The guest was still busy when the `timeoutMs` deadline passed.
     Timeout,
@@ -44,7 +44,7 @@ pub enum CodeModeErrorCode {
 }
 
 impl CodeModeErrorCode {
-    /// All codes, in SPEC order.
+    /// All codes, in the order of contract §16.
     pub const ALL: [CodeModeErrorCode; 16] = [
         Self::RuntimeUnavailable,
         Self::InvalidConfig,
@@ -104,7 +104,7 @@ impl fmt::Display for CodeModeErrorCode {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct CodeModeError {
-    /// The SPEC §16 code, if one applies.
+    /// The contract §16 code, if one applies.
     pub code: Option<CodeModeErrorCode>,
     /// A message for the model.
     pub message: String,

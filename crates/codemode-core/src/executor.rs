@@ -1,4 +1,4 @@
-//! The tool execution contract (SPEC §12): every nested call reaches the host through a
+//! The tool execution contract (contract §12): every nested call reaches the host through a
 //! [`ToolExecutor`], the host's normal execution path with its hooks, approvals and audit.
 
 use crate::catalog::ToolDefinition;
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// One nested call, with the context it must preserve (SPEC P1–P9).
+/// One nested call, with the context it must preserve (contract P1–P9).
 #[derive(Debug, Clone)]
 pub struct NestedToolCall {
     /// The code-mode run making the call.
@@ -24,7 +24,7 @@ pub struct NestedToolCall {
     /// The caller's context (agent, session, sender, channel, model), shared by every call of the
     /// run (one reference count a call, not a copy of its strings).
     pub context: Arc<RunContext>,
-    /// Where the tool may report progress while it runs (SPEC P8; an upstream MCP server's own
+    /// Where the tool may report progress while it runs (contract P8; an upstream MCP server's own
     /// progress notifications go here). `None` when nobody watches the run.
     pub progress: Option<ProgressSink>,
 }
@@ -51,11 +51,11 @@ impl std::fmt::Debug for ProgressSink {
     }
 }
 
-/// The `toolKind` of the outer `exec` / `wait` call in hook events (SPEC X8): policies use it to tell
+/// The `toolKind` of the outer `exec` / `wait` call in hook events (contract X8): policies use it to tell
 /// code-mode cells apart from shell-style `exec` calls with the same name.
 pub const CODE_MODE_TOOL_KIND: &str = "code_mode_exec";
 
-/// The outer `exec` / `wait` call, as hooks see it before it runs (SPEC X8).
+/// The outer `exec` / `wait` call, as hooks see it before it runs (contract X8).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CodeModeCallEvent {
@@ -73,7 +73,7 @@ pub struct CodeModeCallEvent {
     pub context: RunContext,
 }
 
-/// Something that happened inside a run while an `exec` / `wait` drove it (SPEC P8): what a host
+/// Something that happened inside a run while an `exec` / `wait` drove it (contract P8): what a host
 /// shows as progress (`codemode serve` relays it as MCP progress notifications).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "camelCase", rename_all_fields = "camelCase")]
@@ -144,7 +144,7 @@ pub trait RunObserver: Send + Sync {
 #[serde(rename_all = "camelCase")]
 pub struct ToolResult {
     /// The JSON-compatible `details` value: what `tools.callValue` returns and what an output schema
-    /// describes (SPEC D1).
+    /// describes (contract D1).
     pub details: Value,
     /// Rendered content blocks (e.g. `[{type: "text", text}]`), part of the raw `tools.call` result.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -176,7 +176,7 @@ pub enum ToolErrorKind {
     InvalidInput,
     /// The call was cancelled (abort, shutdown).
     Cancelled,
-    /// The tool's result broke its declared output contract (SPEC D4).
+    /// The tool's result broke its declared output contract (contract D4).
     OutputContract,
     /// The host could not run the tool (upstream down, crashed, timed out).
     Unavailable,

@@ -41,7 +41,7 @@ pub fn is_js_internal_name(name: &str) -> bool {
     JS_INTERNAL_NAMES.contains(&name)
 }
 
-/// Globals the prelude installs as non-writable, non-configurable properties (SPEC S5, B10).
+/// Globals the prelude installs as non-writable, non-configurable properties (contract S5, B10).
 pub const RESERVED_GLOBALS: [&str; 10] =
     ["tools", "ALL_TOOLS", "MCP", "API", "namespaces", "text", "json", "yield_control", "console", "require"];
 
@@ -96,11 +96,11 @@ pub const JS_RESERVED_WORDS: [&str; 46] = [
     "public",
 ];
 
-/// Helper names on `tools` that a convenience function may never shadow (SPEC K3).
+/// Helper names on `tools` that a convenience function may never shadow (contract K3).
 pub const TOOL_HELPERS: [&str; 4] = ["search", "describe", "call", "callValue"];
 
 /// Object keys dropped at the bridge in both directions, so tool results cannot pollute prototypes
-/// through naive merges and guest payloads cannot smuggle them to tools (SPEC O4).
+/// through naive merges and guest payloads cannot smuggle them to tools (contract O4).
 pub const FORBIDDEN_KEYS: [&str; 3] = ["__proto__", "constructor", "prototype"];
 
 /// How a catalog tool call's result reaches the guest.
@@ -122,7 +122,7 @@ pub enum CallMode {
 /// putting megabytes of text into every failed call's error.
 const MAX_MCP_ERROR_CHARS: usize = 2_000;
 
-/// The one unwrapping rule of MCP results (issue 26 §3), for `MCP.<server>.<tool>.value(input)`:
+/// The one unwrapping rule of MCP results, for `MCP.<server>.<tool>.value(input)`:
 ///
 /// 1. `isError: true` → `Err` with the server's text (its text content, joined; cut at 2,000
 ///    characters), which the guest gets as a thrown `ToolError` coded `nested_tool_failed`;
@@ -219,7 +219,7 @@ pub enum GuestRequest {
         #[serde(default)]
         schema: bool,
     },
-    /// A namespace member call (`Shipping.unpaidOver(10)`, SPEC §10). The host resolves it to a
+    /// A namespace member call (`Shipping.unpaidOver(10)`, contract §10). The host resolves it to a
     /// catalog tool call ([`crate::namespace::RunNamespaces::resolve`]) and from then on handles it
     /// exactly as a [`GuestRequest::Call`] / [`GuestRequest::Mcp`] (it is stored as that).
     Namespace {
@@ -455,11 +455,11 @@ pub struct BootData {
     /// `ALL_TOOLS`: compact entries of every guest-visible catalog tool.
     pub tools: Vec<crate::catalog::ToolCatalogEntry>,
     /// `(safeName, catalogId)` pairs for `tools.<safeName>(input)` convenience functions; only
-    /// unambiguous names that shadow no helper and no JavaScript internal name (SPEC K1–K5).
+    /// unambiguous names that shadow no helper and no JavaScript internal name (contract K1–K5).
     pub conveniences: Vec<(String, String)>,
     /// Deepest nesting the guest-side adapter accepts.
     pub max_depth: u32,
-    /// Virtual files served by `API.list` / `API.read` (SPEC §9), path → content.
+    /// Virtual files served by `API.list` / `API.read` (contract §9), path → content.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub api_files: std::collections::BTreeMap<String, String>,
     /// MCP servers for the `MCP` namespace.
@@ -468,7 +468,7 @@ pub struct BootData {
     /// Catalog ids the approval policy gates: calls to them carry the cell line that made them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gated: Vec<String>,
-    /// The run's visible namespaces (SPEC §10), serialized. Per run (scopes may depend on the run),
+    /// The run's visible namespaces (contract §10), serialized. Per run (scopes may depend on the run),
     /// so they travel apart from the catalog's cached boot text (see `codemode_bridge::BootText`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<crate::namespace::GuestNamespace>,
@@ -479,7 +479,7 @@ mod unwrap_tests {
     use super::unwrap_mcp_result;
     use serde_json::json;
 
-    /// Issue 26 §3: the unwrapping rule, case by case.
+    /// The unwrapping rule, case by case.
     #[test]
     fn mcp_results_unwrap_the_same_way_every_time() {
         let text = |t: &str| json!({ "type": "text", "text": t });

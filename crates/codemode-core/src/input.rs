@@ -1,6 +1,6 @@
-//! Inputs of the model-visible tools `exec` and `wait` (SPEC §5.1, §5.3).
+//! Inputs of the model-visible tools `exec` and `wait` (contract §5.1, §5.3).
 //!
-//! Both arrive as model-generated JSON and are treated as hostile: every rule of SPEC X1–X4 and X9 is
+//! Both arrive as model-generated JSON and are treated as hostile: every rule of contract X1–X4 and X9 is
 //! checked here, with `invalid_input` / `unsupported_language` errors.
 
 use crate::config::{CodeModeConfig, Language};
@@ -16,7 +16,7 @@ pub const MAX_CODE_BYTES: usize = 1 << 20;
 /// is garbage and must not reach a store's key space (or a file name).
 pub const MAX_RUN_ID_BYTES: usize = 128;
 
-/// The `exec` input as sent by the model (SPEC §5.1).
+/// The `exec` input as sent by the model (contract §5.1).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CodeModeExecInput {
@@ -29,7 +29,7 @@ pub struct CodeModeExecInput {
     /// `"javascript"` (default) or `"typescript"` (X4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub language: Option<String>,
-    /// Read-only work marker (X9, SPEC §6 `restartSafe`).
+    /// Read-only work marker (X9, contract §6 `restartSafe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_safe: Option<bool>,
 }
@@ -41,7 +41,7 @@ pub struct ExecRequest {
     pub code: String,
     /// Its language.
     pub language: Language,
-    /// Whether the caller declared the cell read-only (SPEC R1–R4).
+    /// Whether the caller declared the cell read-only (contract R1–R4).
     pub restart_safe: bool,
 }
 
@@ -82,7 +82,7 @@ impl CodeModeExecInput {
         Ok(Self { code: field("code")?, command: field("command")?, language: field("language")?, restart_safe })
     }
 
-    /// Applies SPEC X1–X4 and the config's `languages`.
+    /// Applies contract X1–X4 and the config's `languages`.
     pub fn validate(&self, config: &CodeModeConfig) -> Result<ExecRequest, CodeModeError> {
         let invalid = |m: &str| CodeModeError::new(CodeModeErrorCode::InvalidInput, m);
         let code = match (&self.code, &self.command) {
@@ -121,7 +121,7 @@ impl CodeModeExecInput {
     }
 }
 
-/// The `wait` input (SPEC §5.3).
+/// The `wait` input (contract §5.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CodeModeWaitInput {

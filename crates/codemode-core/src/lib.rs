@@ -3,26 +3,26 @@
 //! The bottom layer of codemode: plain types and traits, no engine, no I/O, no async runtime.
 //!
 //! Everything the other crates agree on lives here:
-//! - [`config`]: the `tools.codeMode` configuration (SPEC §3) with its clamps;
-//! - [`input`] and [`result`]: the wire shapes of the model-visible `exec` / `wait` tools (SPEC §5);
-//! - [`error`]: the error codes of SPEC §16;
-//! - [`telemetry`]: the counters of SPEC §17;
-//! - [`catalog`]: catalog entries and tool definitions (SPEC §7, §11);
-//! - [`scope`]: run identity and scope checks (SPEC §6);
+//! - [`config`]: the `tools.codeMode` configuration (contract §3) with its clamps;
+//! - [`input`] and [`result`]: the wire shapes of the model-visible `exec` / `wait` tools (contract §5);
+//! - [`error`]: the error codes of contract §16;
+//! - [`telemetry`]: the counters of contract §17;
+//! - [`catalog`]: catalog entries and tool definitions (contract §7, §11);
+//! - [`scope`]: run identity and scope checks (contract §6);
 //! - [`engine`]: the [`GuestEngine`] / [`GuestInstance`]
-//!   contract that every JavaScript engine implements (DESIGN §4);
-//! - [`store`]: the [`SnapshotStore`] contract for suspended runs (DESIGN §6);
+//!   contract that every JavaScript engine implements (docs/src/engines.md);
+//! - [`store`]: the [`SnapshotStore`] contract for suspended runs (docs/src/layout.md);
 //! - [`executor`]: the [`ToolExecutor`] contract through which every nested
-//!   tool call reaches the host (SPEC §12);
+//!   tool call reaches the host (contract §12);
 //! - [`approval`]: human approval of nested calls ([`Approver`], decisions);
 //! - [`guest`]: names the guest API reserves (shared by the catalog and the bridge prelude);
 //! - [`trajectory`]: transcript records of `exec` / `wait` calls and the nested calls they drove,
-//!   with the redaction policy (SPEC §12 P9, §19 U9);
+//!   with the redaction policy (contract §12 P9, §19 U9);
 //! - [`positions`]: mapping error positions back to the cell's own lines and columns;
-//! - [`namespace`]: the [`NamespaceRegistry`](namespace::NamespaceRegistry) contract (SPEC §10): which
+//! - [`namespace`]: the [`NamespaceRegistry`](namespace::NamespaceRegistry) contract (contract §10): which
 //!   namespaces a catalog makes visible, their per-run guest data and how their calls resolve.
 //!
-//! Layering (DESIGN §2): every other codemode crate may depend on this one; this one depends on
+//! Layering (docs/src/layout.md): every other codemode crate may depend on this one; this one depends on
 //! nothing of codemode.
 #![forbid(unsafe_code)]
 

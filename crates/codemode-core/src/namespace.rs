@@ -1,4 +1,4 @@
-//! The namespace registry contract (SPEC §10): short domain APIs in the guest (`Shipping.unpaid()`)
+//! The namespace registry contract (contract §10): short domain APIs in the guest (`Shipping.unpaid()`)
 //! whose every call is a catalog tool call.
 //!
 //! The runtime asks a [`NamespaceRegistry`] two things:
@@ -18,7 +18,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Who owns a namespace: the source and owner its backing tools must have (SPEC §10 "Ownership").
+/// Who owns a namespace: the source and owner its backing tools must have (contract §10 "Ownership").
 /// A plugin registering namespaces owns them as `plugin:<pluginId>`; a namespace declared in the
 /// config file may also be owned by an MCP server (`mcp:<server>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -76,7 +76,7 @@ pub struct GuestNamespaceCall {
     pub tool_id: String,
 }
 
-/// A namespace as the guest receives it (SPEC L5): plain JSON data, with a `null` at each callable
+/// A namespace as the guest receives it (contract L5): plain JSON data, with a `null` at each callable
 /// path, and the list of callable paths. The prelude installs a function at each path and freezes
 /// the result; it is reachable as the global `globalName` and as `namespaces.<globalName>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,7 +93,7 @@ pub struct GuestNamespace {
 }
 
 /// Separator of path segments in [`GuestNamespaceCall::path`]; scope keys may not contain it
-/// (SPEC S3).
+/// (contract S3).
 pub const PATH_SEPARATOR: char = '.';
 
 /// What a namespace call resolves to: a catalog tool (by source, owner and name) and its input.
@@ -112,14 +112,14 @@ pub struct NamespaceCall {
 /// Why a namespace call was refused before any tool ran. The message is meant for the guest.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NamespaceCallError {
-    /// The id is not a namespace of this run (forged, or never visible to it) (SPEC N4).
+    /// The id is not a namespace of this run (forged, or never visible to it) (contract N4).
     #[error("unknown namespace `{0}`")]
     UnknownNamespace(String),
-    /// The namespace's registration was cleared (plugin rollback or uninstall, SPEC L8) after the
+    /// The namespace's registration was cleared (plugin rollback or uninstall, contract L8) after the
     /// run started: its globals stay in the run but no longer call anything.
     #[error("namespace `{0}` was removed after this run started (its plugin was rolled back or uninstalled)")]
     Removed(String),
-    /// The path names no callable member (SPEC N4).
+    /// The path names no callable member (contract N4).
     #[error("namespace `{namespace}` has no callable member `{path}`")]
     UnknownPath {
         /// The namespace's global name.
@@ -132,7 +132,7 @@ pub enum NamespaceCallError {
     BadArguments(String),
 }
 
-/// The run a namespace scope is created for (SPEC L4).
+/// The run a namespace scope is created for (contract L4).
 #[derive(Debug, Clone, Copy)]
 pub struct NamespaceContext<'a> {
     /// The active agent.
@@ -156,7 +156,7 @@ impl NamespaceContext<'_> {
     }
 }
 
-/// Why the namespaces of a run could not be opened (a scope failed serialization, SPEC S1–S5). The
+/// Why the namespaces of a run could not be opened (a scope failed serialization, contract S1–S5). The
 /// `exec` fails with `invalid_config` before guest code runs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("namespace `{namespace}`: {message}")]
@@ -195,12 +195,12 @@ pub trait CallableTools {
 
 /// Decides which namespaces a run sees and resolves their calls.
 pub trait NamespaceRegistry: Send + Sync {
-    /// The namespaces `catalog` makes visible (SPEC L3): every required tool callable and owned by
+    /// The namespaces `catalog` makes visible (contract L3): every required tool callable and owned by
     /// the namespace's owner (the catalog id spells source and owner, so a same-named tool of another
     /// owner never counts, N2).
     fn visible(&self, catalog: &dyn CallableTools) -> Vec<NamespaceInfo>;
 
-    /// Creates the scopes of the visible namespaces for one run (SPEC L4, L5).
+    /// Creates the scopes of the visible namespaces for one run (contract L4, L5).
     fn open(
         &self,
         ctx: &NamespaceContext<'_>,

@@ -2,7 +2,7 @@
 //!
 //! Engines report positions as `<cell>:LINE:COL` in the code they ran. For a JavaScript cell that is
 //! the cell itself; for a TypeScript cell it is the transpiled JavaScript, which the runtime maps back
-//! through a [`SourcePositions`] table built from the transform's source map (SPEC §14: "useful line
+//! through a [`SourcePositions`] table built from the transform's source map (contract §14: "useful line
 //! numbers should be preserved"). The table is plain data, so it travels with a suspended run to
 //! the process that resumes it.
 

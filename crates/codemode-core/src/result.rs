@@ -1,11 +1,11 @@
-//! The result union shared by `exec` and `wait` (SPEC §5.2) and the output items (SPEC §7).
+//! The result union shared by `exec` and `wait` (contract §5.2) and the output items (contract §7).
 
 use crate::error::{CodeModeError, CodeModeErrorCode};
 use crate::telemetry::CodeModeTelemetry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// One item of a cell's output, in guest call order (SPEC O1).
+/// One item of a cell's output, in guest call order (contract O1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum CodeModeOutput {
@@ -56,7 +56,7 @@ pub fn serialized_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     c.0
 }
 
-/// Why a run is `waiting` (SPEC §5.2, inferred meanings).
+/// Why a run is `waiting` (contract §5.2, inferred meanings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitReason {
@@ -85,7 +85,7 @@ impl PendingCallKind {
     }
 }
 
-/// A nested call still in flight when a run suspended (SPEC §5.2 leaves the shape open).
+/// A nested call still in flight when a run suspended (contract §5.2 leaves the shape open).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CodeModePendingToolCall {
@@ -100,7 +100,7 @@ pub struct CodeModePendingToolCall {
     pub elapsed_ms: u64,
 }
 
-/// The result of `exec` and `wait` (SPEC §5.2).
+/// The result of `exec` and `wait` (contract §5.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase", rename_all_fields = "camelCase")]
 pub enum CodeModeResult {
@@ -126,7 +126,7 @@ pub enum CodeModeResult {
         /// Output produced since the previous result of this run.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         output: Vec<CodeModeOutput>,
-        /// The cell was `restartSafe` (SPEC R2): it makes only read-only calls, so running it again
+        /// The cell was `restartSafe` (contract R2): it makes only read-only calls, so running it again
         /// from the start repeats no side effect — a host that lost the run (or its store) may re-run
         /// it instead. Sent only when true.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -138,7 +138,7 @@ pub enum CodeModeResult {
     Failed {
         /// A message for the model.
         error: String,
-        /// The SPEC §16 code, when one applies.
+        /// The contract §16 code, when one applies.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         code: Option<CodeModeErrorCode>,
         /// Output produced before the failure.

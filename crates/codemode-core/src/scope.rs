@@ -1,4 +1,4 @@
-//! Run identity and scope (SPEC §6, DESIGN §5).
+//! Run identity and scope (contract §6, docs/src/layout.md).
 //!
 //! A suspended run may only be resumed from the scope that created it: the same agent, session and
 //! (when both sides name one) the same agent run. Tool-call ids differ between `exec` and `wait` by
@@ -10,15 +10,15 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
-/// Lookup failure message for unknown, expired, aborted or busy runs (SPEC §6).
+/// Lookup failure message for unknown, expired, aborted or busy runs (contract §6).
 pub const MSG_UNAVAILABLE: &str = "code mode run is unavailable or expired.";
-/// Lookup failure message for a run of another session (SPEC §6).
+/// Lookup failure message for a run of another session (contract §6).
 pub const MSG_OTHER_SESSION: &str = "code mode run belongs to a different session.";
-/// Lookup failure message for a run of another agent run (SPEC leaves it open).
+/// Lookup failure message for a run of another agent run (contract WF4).
 pub const MSG_OTHER_RUN: &str = "code mode run belongs to a different agent run.";
-/// Lookup failure message while another `wait` holds the run (SPEC WF5).
+/// Lookup failure message while another `wait` holds the run (contract WF5).
 pub const MSG_BUSY: &str = "code mode run is already being resumed by another wait.";
-/// Rejection message for the 65th suspended run (SPEC §6).
+/// Rejection message for the 65th suspended run (contract §6).
 pub const MSG_TOO_MANY: &str = "too many suspended code mode runs.";
 
 /// The id of one code-mode run (one `exec` cell), handed to the model in `waiting` results.
@@ -62,13 +62,13 @@ impl fmt::Display for RunId {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunScope {
-    /// The active agent (SPEC P1).
+    /// The active agent (contract P1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
-    /// The session id (SPEC P2).
+    /// The session id (contract P2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    /// The session key (SPEC P2).
+    /// The session key (contract P2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
     /// The parent agent run the cell belongs to.
@@ -86,7 +86,7 @@ pub enum ScopeMismatch {
 }
 
 impl ScopeMismatch {
-    /// The SPEC §6 message.
+    /// The contract §6 message.
     pub fn message(self) -> &'static str {
         match self {
             ScopeMismatch::Session => MSG_OTHER_SESSION,
@@ -119,7 +119,7 @@ impl RunScope {
     }
 }
 
-/// Everything the host knows about the caller of one `exec` / `wait` (SPEC §12 P1–P4).
+/// Everything the host knows about the caller of one `exec` / `wait` (contract §12 P1–P4).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunContext {
@@ -129,10 +129,10 @@ pub struct RunContext {
     /// The id of the model's `exec` / `wait` tool call (for transcript projection).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    /// Sender of the triggering message (SPEC P3).
+    /// Sender of the triggering message (contract P3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender: Option<String>,
-    /// Channel of the triggering message (SPEC P3).
+    /// Channel of the triggering message (contract P3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<String>,
     /// Model provider, e.g. `openai` (for `tools.byProvider`).
@@ -141,7 +141,7 @@ pub struct RunContext {
     /// Model id, e.g. `gpt-5.2`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// The caller runs sandboxed (SPEC P4): every nested call carries this, so the host's executor
+    /// The caller runs sandboxed (contract P4): every nested call carries this, so the host's executor
     /// applies its sandbox tool policy to calls made from inside the code exactly as to direct calls.
     /// (codemode itself does not interpret it; see the README's tool policy section.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

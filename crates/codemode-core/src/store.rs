@@ -1,4 +1,4 @@
-//! The snapshot store contract (DESIGN §6, SPEC §6).
+//! The snapshot store contract (docs/src/layout.md, contract §6).
 //!
 //! A store keeps [`SuspendedRun`]s between an `exec` that returned `waiting` and the `wait` that
 //! resumes it. Implementations live in `codemode-snapshot` (memory, directory, and Redis for a
@@ -14,7 +14,7 @@ use crate::scope::{MSG_BUSY, MSG_TOO_MANY, MSG_UNAVAILABLE, RunId, RunScope, Sco
 use crate::telemetry::CodeModeTelemetry;
 use serde::{Deserialize, Serialize};
 
-/// At most this many runs may be suspended at once per process (SPEC §6).
+/// At most this many runs may be suspended at once per process (contract §6).
 pub const MAX_SUSPENDED_RUNS: usize = 64;
 
 /// A bridge request that was still outstanding when the run suspended.
@@ -160,7 +160,7 @@ pub enum StoreError {
     #[error("{MSG_UNAVAILABLE}")]
     Unavailable,
     /// The run is still known but past its TTL (`snapshotTtlSeconds`); its state was just deleted.
-    /// Only paths other than a `wait` lookup report it (SPEC V22 makes an expired `runId` given to
+    /// Only paths other than a `wait` lookup report it (contract V22 makes an expired `runId` given to
     /// `wait` an `invalid_input` lookup failure); e.g. a late approval decision.
     #[error("code mode run expired (past snapshotTtlSeconds); its state is gone")]
     Expired,
@@ -499,7 +499,7 @@ mod tests {
         let e = StoreError::WrongScope(ScopeMismatch::Session).to_code_mode_error();
         assert_eq!(e.message, "code mode run belongs to a different session.");
         assert_eq!(StoreError::Busy.to_code_mode_error().code, Some(CodeModeErrorCode::InvalidInput));
-        // Issue 24 §5: the operating system's error stays the source of an I/O failure.
+        // The operating system's error stays the source of an I/O failure.
         let io = StoreError::from(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no access"));
         let source = std::error::Error::source(&io).unwrap();
         assert_eq!(source.to_string(), "no access");

@@ -1,4 +1,4 @@
-//! Telemetry counters of one code-mode run (SPEC §17; the shape is ours, SPEC §5.2 leaves it open).
+//! Telemetry counters of one code-mode run (contract §17; the shape is ours, contract §5.2 leaves it open).
 //!
 //! Telemetry never carries tool inputs, outputs, or anything from the environment: only counts, catalog
 //! ids and sizes.
@@ -20,7 +20,7 @@ pub struct CodeModeTelemetry {
     /// The engine that ran the cell (e.g. `"quickjs-wasi"`).
     #[serde(default)]
     pub engine: String,
-    /// Size of the run's hidden catalog (SPEC §17).
+    /// Size of the run's hidden catalog (contract §17).
     #[serde(default)]
     pub catalog_size: u32,
     /// Catalog entries per source (`openclaw`, `plugin`, `mcp`, `client`).
@@ -53,7 +53,7 @@ pub struct CodeModeTelemetry {
     pub duration_ms: u64,
 }
 
-/// Counts of failures caused by limits (SPEC §17: timeout, memory, snapshot and output-limit failures).
+/// Counts of failures caused by limits (contract §17: timeout, memory, snapshot and output-limit failures).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LimitFailures {

@@ -1,4 +1,4 @@
-//! The trajectory of code-mode runs (SPEC §12 P9, §19 U9, §20 V23/V24, §21 E16): every model-visible
+//! The trajectory of code-mode runs (contract §12 P9, §19 U9, §20 V23/V24, §21 E16): every model-visible
 //! `exec` / `wait` call and every nested tool call it drove, as transcript records that name their
 //! parent, with inputs and results under a [`Redaction`] policy.
 //!
@@ -117,7 +117,7 @@ pub enum TraceRecord {
 impl TraceRecord {
     /// One JSON line (no trailing newline).
     pub fn to_json_line(&self) -> String {
-        // U+2028, U+2029 and the C1 controls escaped (issue 23 §6): a reader that splits on Unicode
+        // U+2028, U+2029 and the C1 controls escaped: a reader that splits on Unicode
         // line breaks must not lose the record (a cell could otherwise hide its own call).
         crate::text::json_line_safe(serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string()))
     }
@@ -234,7 +234,7 @@ const PUBLIC_ENV: [&str; 14] = [
 /// The mask put in place of a secret.
 pub const MASK: &str = "[redacted]";
 
-/// How inputs, results and messages are cut down before they enter a transcript entry (SPEC §17
+/// How inputs, results and messages are cut down before they enter a transcript entry (contract §17
 /// last paragraph: never secrets, raw environment values or unredacted inputs): values under
 /// masked keys become [`MASK`]; any occurrence of an environment variable's value (8 characters or
 /// more, other than a few public ones like `PATH`) becomes [`MASK`]; what is still larger than

@@ -17,7 +17,7 @@
 //! values to [`serde_json::Value`] (refusing what is not JSON) before they reach this crate, and the
 //! guest never holds a host object.
 //!
-//! Layering (DESIGN §2): above the facade (`codemode`) and `codemode-mcp` (upstream servers and the
+//! Layering (docs/src/layout.md): above the facade (`codemode`) and `codemode-mcp` (upstream servers and the
 //! snapshot stores a configuration names); below the language packages.
 #![forbid(unsafe_code)]
 
@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// A host API call that could not be made (a malformed tool spec or config, an unknown run); the
-/// `code` is the SPEC error code (`invalid_input`, `snapshot_expired`, …) or `config_error`.
+/// `code` is the contract's error code (contract §16) (`invalid_input`, `snapshot_expired`, …) or `config_error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct EmbedError {

@@ -43,7 +43,7 @@
 //! [`SnapshotBody::Live`] and cannot leave the process). The drive step itself is the shared
 //! [`codemode_bridge::drive`] over this crate's [`GuestVm`] primitives.
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
+//! Layering (docs/src/layout.md): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
 //! policy or MCP.
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,6 @@
 //! `defineNamespaces` for the native engine: the prelude's optional third primitive (its contract
 //! is in the prelude's layer 0; the reference behaviour is `boot`'s own loop in layer 4,
-//! `defineNamespacesHere`, which the Boa engine runs). It defines a run's namespaces (SPEC L5) at
+//! `defineNamespacesHere`, which the Boa engine runs). It defines a run's namespaces (contract L5) at
 //! boot: for each visible namespace, one getter that builds the namespace object on the first
 //! read, as the accessor `namespaces.<globalName>` and as the direct global `<globalName>`.
 //!

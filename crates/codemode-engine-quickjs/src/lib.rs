@@ -28,7 +28,7 @@
 //! drive deadline or when the bridge records a fatal limit (both uncatchable). There is no module
 //! loader, no `std`/`os`, no `console` from QuickJS (the prelude provides its own), no timers, no I/O.
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
+//! Layering (docs/src/layout.md): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
 //! policy or MCP.
 #![deny(unsafe_code)]
 

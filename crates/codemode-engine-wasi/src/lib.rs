@@ -23,7 +23,7 @@
 //!   functions stubbed on the host (a clock; output and file calls that do nothing): no files, no
 //!   environment, no arguments, no sockets.
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
+//! Layering (docs/src/layout.md): depends on `codemode-core` and `codemode-bridge`; knows nothing of tools,
 //! policy or MCP.
 #![deny(unsafe_code)]
 

@@ -1,6 +1,6 @@
 //! # codemode-fuzzing
 //!
-//! Generators and oracles for fuzzing codemode (DESIGN §7), in the layout of wasmtime's
+//! Generators and oracles for fuzzing codemode (docs/src/engines.md), in the layout of wasmtime's
 //! `crates/fuzzing`: this is an ordinary crate; the cargo-fuzz targets in `fuzz/` are a few lines of
 //! glue each (`make fuzz`), and this crate's own tests run every oracle on a few hundred generated
 //! inputs, so CI exercises them without a fuzzer.

@@ -4,7 +4,7 @@
 //! same run scope. Accept runs the call inside the same `exec`; decline or cancel deny it; no
 //! answer within `approvals.timeoutMs` parks it (then `codemode approve` decides).
 //!
-//! A question is never left behind (issue 23 §9): one still open when `approvals.timeoutMs` passes
+//! A question is never left behind: one still open when `approvals.timeoutMs` passes
 //! stays open, and a late answer is recorded for the parked call (the next `wait` applies it); when
 //! the run's request is cancelled or its session closes, the open questions are withdrawn with
 //! `notifications/cancelled`; an answer that comes after its run is gone is not dropped silently:
@@ -139,7 +139,7 @@ impl std::fmt::Debug for ElicitingApprover {
 }
 
 /// `s` bounded to [`MAX_FIELD_CHARS`] and with control, line-break and bidi characters escaped
-/// (issue 23 §3): a tool id or input from an upstream server or a cell cannot write lines of its own
+///: a tool id or input from an upstream server or a cell cannot write lines of its own
 /// ("Why approval is needed: …") into the question put to the human, or reorder what it shows.
 fn cut(s: &str) -> String {
     let bounded: String = if s.chars().count() <= MAX_FIELD_CHARS {
@@ -339,7 +339,7 @@ impl Approver for ElicitingApprover {
 mod tests {
     use super::*;
 
-    /// Issue 23 §3: strings from a cell or an upstream server cannot write lines of their own into
+    /// Strings from a cell or an upstream server cannot write lines of their own into
     /// the question put to the human, move the cursor or reorder what it shows.
     #[test]
     fn the_question_escapes_what_others_wrote() {

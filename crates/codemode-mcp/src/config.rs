@@ -406,7 +406,7 @@ mod tests {
         }
     }
 
-    /// Issue 23 §12: server entries as Claude Code, Cursor and Claude Desktop write them parse as
+    /// Server entries as Claude Code, Cursor and Claude Desktop write them parse as
     /// they are; the other clients' keys are listed (for one warning) and ignored.
     #[test]
     fn other_clients_server_entries() {

@@ -1,4 +1,4 @@
-//! The debugging switches of SPEC §18, mapped to what `codemode serve` has: the tool list it sends
+//! The debugging switches of contract §18, mapped to what `codemode serve` has: the tool list it sends
 //! to the MCP client (the model's tool payload), the MCP messages it receives and answers (its model
 //! transport), and the notifications it streams (SSE on streamable HTTP). Each switch has the
 //! sources' name and a `CODEMODE_*` alias:
@@ -12,7 +12,7 @@
 //! | `OPENCLAW_DEBUG_SSE=events` | `CODEMODE_DEBUG_SSE=events` | every notification streamed to the client (progress) |
 //! | `OPENCLAW_DEBUG_SSE=peek` | `CODEMODE_DEBUG_SSE=peek` | the first 5 of them, redacted |
 //!
-//! Logs go to stderr under the `codemode::debug` target. The SPEC §4 payload guard runs on every
+//! Logs go to stderr under the `codemode::debug` target. The contract §4 payload guard runs on every
 //! tool list whatever the switches say.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

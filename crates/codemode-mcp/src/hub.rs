@@ -366,7 +366,7 @@ impl Server {
 /// Longest upstream tool name accepted (the MCP specification's limit).
 pub const MAX_TOOL_NAME_CHARS: usize = 128;
 
-/// Why an upstream tool name is refused at ingestion, if it is (issue 23 §6). The MCP specification
+/// Why an upstream tool name is refused at ingestion, if it is. The MCP specification
 /// asks for 1–128 ASCII letters, digits, `_`, `-`, `.` (and `/`); other printable names (`$api`,
 /// non-ASCII letters) are still accepted for compatibility and escaped wherever they are shown, but
 /// a name with a control character, whitespace, a line or paragraph separator or a bidirectional
@@ -831,7 +831,7 @@ fn as_json<T: Serialize>(r: Result<T, ServiceError>) -> Result<Value, ServiceErr
     r.map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
 }
 
-/// The `McpToolResult` shape of SPEC §9: `content`, `structuredContent`, `isError` and whatever else
+/// The `McpToolResult` shape of contract §9: `content`, `structuredContent`, `isError` and whatever else
 /// the server returned (`_meta` dropped).
 fn mcp_result(mut value: Value) -> Value {
     if let Value::Object(m) = &mut value {

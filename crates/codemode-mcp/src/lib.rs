@@ -7,14 +7,14 @@
 //!   `MCP.<server>.<tool>({...})` (plus `resources.read`, `prompts.get`, `$api` and the virtual
 //!   `API` declaration files); [`McpHub`] is the executor that runs those calls upstream, with time
 //!   limits and per-server failure isolation.
-//! - **Debugging** ([`debug`]): the SPEC §18 switches, mapped to what the server sends and serves.
+//! - **Debugging** ([`debug`]): the contract §18 switches, mapped to what the server sends and serves.
 //! - **Downstream** ([`server`]): `codemode serve` exposes exactly two tools, `exec` and `wait`, to
 //!   any MCP client over stdio or streamable HTTP; every MCP session is its own run scope. Run
 //!   events go to the client as progress notifications, a cancelled request aborts its run, and
 //!   gated nested calls are put to the session's human through elicitation ([`approval`]) or, over
 //!   HTTP, a token-protected approval endpoint.
 //!
-//! Layering (DESIGN §2): above the `codemode` facade; below the CLI.
+//! Layering (docs/src/layout.md): above the `codemode` facade; below the CLI.
 #![forbid(unsafe_code)]
 
 pub mod approval;

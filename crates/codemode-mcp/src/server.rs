@@ -36,7 +36,7 @@ pub struct Gateway {
     /// Set when the server stops: sessions closing then keep their runs (a directory store keeps
     /// them across the restart).
     stopping: std::sync::atomic::AtomicBool,
-    /// The SPEC §18 debugging switches (read from the environment).
+    /// The contract §18 debugging switches (read from the environment).
     debug: Arc<crate::debug::DebugSwitches>,
     /// The secret behind the tags of MRTR `requestState`s (random per process; shared by the
     /// fleet in fleet mode, so a retry may land on any replica).
@@ -266,7 +266,7 @@ impl Gateway {
     }
 
     /// The tool list as sent: [`Self::model_tools`] converted to the MCP payload, which then passes
-    /// the SPEC §4 payload guard (exactly `exec` and `wait`, or the list fails closed) — the guard
+    /// the contract §4 payload guard (exactly `exec` and `wait`, or the list fails closed) — the guard
     /// looks at the very list the server returns — and is logged as the debugging switches say.
     pub fn guarded_tool_list(&self) -> Result<Vec<Tool>, codemode::CodeModeError> {
         let tools: Vec<Tool> = self.model_tools().into_iter().map(rmcp_tool).collect();
@@ -556,7 +556,7 @@ impl ExecWaitServer {
     }
 }
 
-/// The SPEC §4 payload guard on the tool list a `tools/list` answer carries: exactly `exec` and
+/// The contract §4 payload guard on the tool list a `tools/list` answer carries: exactly `exec` and
 /// `wait`, else an error (the list is not sent).
 fn guard_payload(tools: &[Tool]) -> Result<(), codemode::CodeModeError> {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
@@ -627,11 +627,11 @@ impl ServerHandler for ExecWaitServer {
         if self.gateway.debug.transport {
             tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, method = "tools/call", tool = %request.name, "request received");
         }
-        // Runs belong to the client (issue 23 §8): on a sessionless HTTP request (MCP 2026-07-28) the
+        // Runs belong to the client: on a sessionless HTTP request (MCP 2026-07-28) the
         // handler lives for this one request, so the run scope is the client's, not the handler's.
         let modern = modern(&cx);
         // So do a fleet's runs on every HTTP request: the client's next request may reach another
-        // replica, in another MCP session or none (issue 25 §4).
+        // replica, in another MCP session or none.
         let session: String =
             if self.http && (modern || self.gateway.fleet) { sessionless_scope(&cx) } else { self.session.to_string() };
         // Which agent this client's runs are for: its configured token decides (never what the
@@ -863,7 +863,7 @@ pub enum ServeError {
 mod tests {
     use super::*;
 
-    /// Issue 24 §8: the guard inspects the payload itself, and refuses anything but exactly `exec`
+    /// The guard inspects the payload itself, and refuses anything but exactly `exec`
     /// and `wait` (an extra tool, a missing one, a renamed one).
     #[test]
     fn the_payload_guard_refuses_any_other_list() {

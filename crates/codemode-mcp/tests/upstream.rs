@@ -1,6 +1,6 @@
 //! End-to-end tests of the upstream side against real MCP servers nobody here wrote
 //! (`@modelcontextprotocol/server-everything`, installed by `scripts/setup.sh` into
-//! `tests/e2e/node_modules`), and against broken ones. SPEC §9 (M1–M8) and issue 5.
+//! `tests/e2e/node_modules`), and against broken ones. contract §9 (M1–M8).
 
 use codemode::config_file::ConfigFile;
 use codemode::{CodeModeResult, PolicyTarget, RunContext};
@@ -79,7 +79,7 @@ async fn everything_server_through_the_mcp_namespace() {
         assert!(dts.contains(needle), "everything.d.ts lacks {needle}:\n{dts}");
     }
     assert!(v["index"].as_str().unwrap_or_default().contains("everything"));
-    // Issue 26 §1: the full declarations of a real server's real tool list (the version pinned by
+    // The full declarations of a real server's real tool list (the version pinned by
     // tests/e2e/package-lock.json), reviewed as a snapshot.
     insta::assert_snapshot!("everything_dts", dts);
 
@@ -103,7 +103,7 @@ async fn everything_server_through_the_mcp_namespace() {
     assert!(v["structured"]["structuredContent"].is_object(), "structured content missing: {v:#}");
     assert_ne!(v["echo"]["isError"], true);
 
-    // SPEC §9: `MCP` is the only way to MCP tools — not `tools.search`, `ALL_TOOLS` or `tools.call`.
+    // contract §9: `MCP` is the only way to MCP tools — not `tools.search`, `ALL_TOOLS` or `tools.call`.
     let v = run(
         &gw,
         "s",
@@ -174,7 +174,7 @@ async fn broken(servers: Value, expect: &str) {
     assert_eq!(status.state, codemode_mcp::hub::ServerState::Failed, "{status:?}");
     let error = status.error.clone().unwrap_or_default();
     assert!(error.contains(expect), "error `{error}` should mention `{expect}`");
-    // The gateway still runs cells. Issue 23 §11: the failed server keeps its name in `MCP`, and a
+    // The gateway still runs cells: the failed server keeps its name in `MCP`, and a
     // call to it is a coded nested tool failure that says it is down and why (it used to be a bare
     // `TypeError: cannot read property … of undefined`).
     let v = run(&gw, "s", r#"return Object.keys(MCP)"#).await;
@@ -239,7 +239,7 @@ async fn upstream_crashing_mid_call() {
     gw.shutdown().await;
 }
 
-/// Issue 23 §11: a server that fails to start is restarted with backoff; once it is up, its tools
+/// A server that fails to start is restarted with backoff; once it is up, its tools
 /// are in the catalog and calls work, without restarting the gateway. A server that crashes
 /// mid-session keeps its tools in `MCP` while it is down (calls fail saying so) and comes back too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,7 +298,7 @@ async fn upstream_hanging_call_times_out() {
     gw.shutdown().await;
 }
 
-/// Issue 26 §1: the full declarations of two more real servers' real tool lists (the versions
+/// The full declarations of two more real servers' real tool lists (the versions
 /// pinned by tests/e2e/package-lock.json): server-filesystem and server-memory, reviewed as
 /// snapshots; the declarations are read through `API` like a cell would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! # codemode-namespaces
 //!
-//! Plugin namespaces (SPEC §10): short domain APIs in the guest — `Shipping.unpaidOver(10)` — whose
+//! Plugin namespaces (contract §10): short domain APIs in the guest — `Shipping.unpaidOver(10)` — whose
 //! every call is a catalog tool call, with the same hooks, approvals, abort handling, telemetry and
 //! suspend/resume as `tools.call(...)`.
 //!
@@ -12,7 +12,7 @@
 //!   scope factory that receives the run's context and returns a [`ScopeValue`]: plain data and
 //!   callable markers made by [`namespace_tool`] / [`namespace_tool_with`]. There is no way to put a
 //!   host function into a scope.
-//! - [`scope`]: serialization with the SPEC's rejections (S1–S3), each naming the path.
+//! - [`scope`]: serialization with the contract's rejections (contract S1, S2 and S3), each naming the path.
 //! - [`names`]: the global-name rules (S4, S5).
 //! - [`declarative`]: namespaces declared in the configuration file over one MCP server's or one
 //!   plugin's tools.
@@ -52,7 +52,7 @@
 //! assert_eq!(registry.list()[0].global_name, "Issues");
 //! ```
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` only; the `codemode` facade wires a registry
+//! Layering (docs/src/layout.md): depends on `codemode-core` only; the `codemode` facade wires a registry
 //! into the runtime. It never names an engine, MCP transport or policy.
 #![forbid(unsafe_code)]
 

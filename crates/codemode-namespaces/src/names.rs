@@ -1,11 +1,11 @@
-//! Name rules of SPEC §10: which global names a namespace may take (S4, S5) and which keys a scope
+//! Name rules of contract §10: which global names a namespace may take (S4, S5) and which keys a scope
 //! may hold (S3).
 
 use codemode_core::guest::{FORBIDDEN_KEYS, JS_INTERNAL_NAMES, JS_RESERVED_WORDS, RESERVED_GLOBALS};
 use codemode_core::namespace::PATH_SEPARATOR;
 
 /// Prefixes no global name may start with (compared case-insensitively): the sources reserve
-/// `__openclaw*`, and codemode reserves `__codemode*` for its own internals (SPEC S5).
+/// `__openclaw*`, and codemode reserves `__codemode*` for its own internals (contract S5).
 pub const RESERVED_PREFIXES: [&str; 2] = ["__openclaw", "__codemode"];
 
 /// Longest global name. Prevents: an `exec` description bloated by one registration.
@@ -97,7 +97,7 @@ pub const LANGUAGE_GLOBALS: [&str; 80] = [
     "performance",
 ];
 
-/// Why a namespace's global name is refused (SPEC S4, S5).
+/// Why a namespace's global name is refused (contract S4, S5).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum GlobalNameError {
@@ -131,7 +131,7 @@ pub enum GlobalNameError {
     LanguageGlobal(String),
 }
 
-/// Checks a namespace's global name (SPEC S4, S5). The error says what is wrong.
+/// Checks a namespace's global name (contract S4, S5). The error says what is wrong.
 pub fn check_global_name(name: &str) -> Result<(), GlobalNameError> {
     let mut chars = name.chars();
     let Some(first) = chars.next() else {
@@ -160,7 +160,7 @@ pub fn check_global_name(name: &str) -> Result<(), GlobalNameError> {
     Ok(())
 }
 
-/// Why a key of a scope object is refused (SPEC S3).
+/// Why a key of a scope object is refused (contract S3).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyError {
@@ -178,7 +178,7 @@ pub enum KeyError {
     PathSeparator(String),
 }
 
-/// Checks one key of a scope object (SPEC S3): not empty, not a prototype-polluting key, not a name
+/// Checks one key of a scope object (contract S3): not empty, not a prototype-polluting key, not a name
 /// the language looks up by itself (`then` would make `await Shipping` call a tool), and without the
 /// path separator.
 pub fn check_key(key: &str) -> Result<(), KeyError> {

@@ -1,4 +1,4 @@
-//! The process-local namespace registry (SPEC §10 L1–L8), keyed by namespace id.
+//! The process-local namespace registry (contract §10 L1–L8), keyed by namespace id.
 
 use crate::names::check_global_name;
 use crate::scope::{NamespaceTool, ScopeValue, serialize_scope};
@@ -21,7 +21,7 @@ pub const MAX_PROMPT_CHARS: usize = 2_000;
 /// Most required tools of one namespace.
 pub const MAX_REQUIRED_TOOLS: usize = 256;
 
-/// Creates a namespace's scope for one run (SPEC L4). An `Err` fails the run's `exec` with
+/// Creates a namespace's scope for one run (contract L4). An `Err` fails the run's `exec` with
 /// `invalid_config` before guest code runs; so does a panic.
 pub type ScopeFactory = Arc<dyn Fn(&NamespaceContext<'_>) -> Result<ScopeValue, String> + Send + Sync>;
 
@@ -66,7 +66,7 @@ impl NamespaceRegistration {
         self
     }
 
-    /// Requires the owner's tool `name` (SPEC `requiredToolNames`): the namespace is visible only
+    /// Requires the owner's tool `name` (`requiredToolNames`, contract §10): the namespace is visible only
     /// when every required tool is, and its members may call only required tools.
     pub fn require(mut self, name: impl Into<String>) -> Self {
         self.required_tools.push(name.into());
@@ -126,7 +126,7 @@ pub(crate) fn check_registration(reg: &NamespaceRegistration) -> Result<(), Regi
 /// Why a registration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegisterError {
-    /// The registration breaks a rule (SPEC S4, S5, limits).
+    /// The registration breaks a rule (contract S4, S5, limits).
     #[error("namespace `{id}`: {message}")]
     Invalid {
         /// The namespace id.
@@ -226,7 +226,7 @@ impl Namespaces {
         PROCESS.get_or_init(Namespaces::new)
     }
 
-    /// Registers `reg` for plugin `plugin_id` (SPEC L1): its required tools must be tools of that
+    /// Registers `reg` for plugin `plugin_id` (contract L1): its required tools must be tools of that
     /// plugin (`plugin:<plugin_id>:<name>`).
     pub fn register_for_plugin(&self, plugin_id: &str, reg: NamespaceRegistration) -> Result<(), RegisterError> {
         self.register(NamespaceOwner::plugin(plugin_id), reg)
@@ -255,7 +255,7 @@ impl Namespaces {
         Ok(())
     }
 
-    /// Removes every namespace of plugin `plugin_id` (SPEC L8: rollback or uninstall). Returns how
+    /// Removes every namespace of plugin `plugin_id` (contract L8: rollback or uninstall). Returns how
     /// many were removed. Later runs do not see them; a run that already has them fails its next
     /// call through them as removed.
     pub fn clear_for_plugin(&self, plugin_id: &str) -> usize {
@@ -313,7 +313,7 @@ impl NamespaceRegistry for Namespaces {
     ) -> Result<Arc<dyn RunNamespaces>, NamespaceError> {
         // Factories run outside the lock: a slow or re-entrant factory cannot block registration.
         let visible: Vec<Arc<Entry>> = self.inner.read().values().filter(|e| is_visible(e, catalog)).cloned().collect();
-        // Every factory runs, for every run (SPEC L4); only their serialization may be reused.
+        // Every factory runs, for every run (contract L4); only their serialization may be reused.
         let mut made_from = Vec::with_capacity(visible.len());
         for e in &visible {
             let reg = &e.reg;

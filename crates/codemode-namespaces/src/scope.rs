@@ -1,8 +1,8 @@
-//! A namespace's scope (SPEC §10 "Scope serialization"): plain data plus callable markers, and its
+//! A namespace's scope (contract §10 "Scope serialization"): plain data plus callable markers, and its
 //! serialization into what the guest receives.
 //!
 //! [`ScopeValue`] has no variant that could hold a host function: a scope factory cannot return a
-//! closure for the guest to call (SPEC S1 holds by construction). The only code a scope carries is
+//! closure for the guest to call (contract S1 holds by construction). The only code a scope carries is
 //! a marker's input mapper, which runs on the host to build the backing tool's input.
 //!
 //! ```compile_fail
@@ -78,7 +78,7 @@ impl NamespaceTool {
         &self.tool
     }
 
-    /// The backing tool's input for `args` (SPEC §10): the mapper's result, or without a mapper the
+    /// The backing tool's input for `args` (contract §10): the mapper's result, or without a mapper the
     /// first argument (`{}` when it is omitted or `null`). A panicking mapper fails the call only.
     pub fn input(&self, args: &[Value]) -> Result<Value, String> {
         match &self.mapper {
@@ -129,7 +129,7 @@ pub enum ScopeValue {
     /// A callable member.
     Tool(NamespaceTool),
     /// A value referenced from several places (Rust ownership makes cycles impossible; each reference
-    /// serializes as a copy, SPEC S2).
+    /// serializes as a copy, contract S2).
     Shared(Arc<ScopeValue>),
 }
 
@@ -184,7 +184,7 @@ pub struct SerializedScope {
 
 /// Serializes `scope` for namespace `global_name` whose members may target only `required` tools
 /// of `owner`
-/// (SPEC S1–S3, N5, N6). Errors name the offending path (`Shipping.orders.list`).
+/// (contract S1–S3, N5, N6). Errors name the offending path (`Shipping.orders.list`).
 pub fn serialize_scope(
     global_name: &str,
     scope: &ScopeValue,

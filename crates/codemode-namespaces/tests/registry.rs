@@ -1,4 +1,4 @@
-//! The registry's lifecycle, visibility and ownership gates, and call resolution (SPEC §10, N1–N6,
+//! The registry's lifecycle, visibility and ownership gates, and call resolution (contract §10, N1–N6,
 //! N10). Guest-side behaviour (N7–N9) is tested with the runtime in `crates/codemode/tests/namespaces.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -357,7 +357,7 @@ fn l5_guest_texts_are_the_serialized_guest_namespaces() {
     assert!(codemode_core::namespace::RunNamespaces::guest_texts(&none).is_empty());
 }
 
-/// SPEC L4: every run calls every factory. A run whose factories return scopes equal to the last
+/// contract L4: every run calls every factory. A run whose factories return scopes equal to the last
 /// run's shares that run's serialization (the same texts, not a copy); any difference — the data,
 /// a capturing mapper (equal only to itself), a re-registration — makes a new one, so a run never
 /// gets a text that is not of its own scopes.

@@ -15,7 +15,7 @@
 //! `undefined`, functions, BigInts, cycles, non-finite numbers with a coded error) and this side
 //! parses it; no JavaScript object ever reaches the guest.
 //!
-//! Layering (DESIGN §2): a language package on top of `codemode-embed`.
+//! Layering (docs/src/layout.md): a language package on top of `codemode-embed`.
 // The `#[napi]` macros expand to Node-API FFI glue with `unsafe` blocks; this crate's own code
 // has none.
 #![allow(unsafe_code)]

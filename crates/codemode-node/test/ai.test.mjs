@@ -1,4 +1,4 @@
-// Vercel AI SDK end to end (issue 28 §4), with the AI SDK's own mock model (`ai/test`, no network):
+// Vercel AI SDK end to end, with the AI SDK's own mock model (`ai/test`, no network):
 // the model has `exec` and `wait` instead of its tools; its scripted `exec` calls two JS tools,
 // suspends on the slow one, resumes through `wait`, and the final text uses the result.
 import { test } from 'node:test'

@@ -1,4 +1,4 @@
-// The package as a user gets it (issue 28 §1): `npm pack`, then `npm install <tarball>` into a
+// The package as a user gets it: `npm pack`, then `npm install <tarball>` into a
 // fresh npm project (offline: it has no dependencies), then the README's first example there.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'

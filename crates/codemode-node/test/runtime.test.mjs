@@ -1,7 +1,7 @@
-// The Node API (issue 28 §1–§3): exec/wait/approve/abort with plain-object results, JS functions
+// The Node API: exec/wait/approve/abort with plain-object results, JS functions
 // (sync and async, JSON Schema or Zod) as tools, thrown errors as the guest's ToolError, non-JSON
 // results, limits, hooks and approvers, AbortSignal, the main thread staying free, config errors.
-// SPEC ids: V1 (exec/wait), E-codes, P5 (approvals), P6 (hooks), P7 (abort).
+// Contract ids: contract V3 (exec/wait), contract §16 (error codes), contract P5 (approvals), contract P6 (hooks), contract P7 (abort).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { z } from 'zod'

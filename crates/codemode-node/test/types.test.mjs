@@ -1,4 +1,4 @@
-// The TypeScript declarations (issue 28 §1): `tsc --noEmit` over a file using the API as the README
+// The TypeScript declarations: `tsc --noEmit` over a file using the API as the README
 // does, against index.d.ts, ai.d.ts and the generated native.d.ts; and a misuse must fail to type.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'

@@ -11,7 +11,7 @@
 //! limits bound the run, not the tool), an `async def` tool on the asyncio event loop that called
 //! `exec` / `wait`. Only JSON crosses (module `convert`): no Python object ever reaches the guest.
 //!
-//! Layering (DESIGN §2): a language package on top of `codemode-embed`.
+//! Layering (docs/src/layout.md): a language package on top of `codemode-embed`.
 // Raw Python C-API calls only in `gil.rs` (a guest worker keeping its thread state), each with
 // its SAFETY reasoning.
 #![deny(unsafe_code)]

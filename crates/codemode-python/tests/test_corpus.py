@@ -1,5 +1,5 @@
 """The conformance corpus's cells (tests/conformance/cases, with the expected results the Rust
-suite snapshots) through the Python API (issue 27, "Security and bad input"): infinite loops,
+suite snapshots) through the Python API ("Security and bad input"): infinite loops,
 memory bombs, deep recursion, hostile values, forbidden imports… each ends exactly as through the
 Rust API, and the interpreter keeps serving. Cases that need the conformance catalog's tools, or
 snapshot every step, stay with the Rust suite."""

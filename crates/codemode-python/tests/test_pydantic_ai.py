@@ -1,4 +1,4 @@
-"""PydanticAI end to end (issue 27 §4), with PydanticAI's own scripted model (FunctionModel, no
+"""PydanticAI end to end, with PydanticAI's own scripted model (FunctionModel, no
 network): the agent has `exec` and `wait` instead of its tools; its `exec` code calls two Python
 tools, suspends on the slow one, resumes through `wait`, and the final answer uses the result."""
 

@@ -1,6 +1,6 @@
-"""The Python API (issue 27 §1–§3): exec/wait/approve/abort with typed results, Python functions
+"""The Python API: exec/wait/approve/abort with typed results, Python functions
 as tools, exceptions as the guest's ToolError, non-JSON results, limits, hooks and approvers,
-cancellation, the sync wrapper, and configuration errors. SPEC ids: V1 (exec/wait), E-codes,
+cancellation, the sync wrapper, and configuration errors. Contract ids: contract V3 (exec/wait), contract §16 (error codes),
 P5 (approvals), P6 (hooks), P7 (abort)."""
 
 from __future__ import annotations

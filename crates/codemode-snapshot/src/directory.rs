@@ -65,7 +65,7 @@ const LOCK_GRACE_MS: u64 = 120_000;
 
 /// Keeps suspended runs as files in one directory.
 ///
-/// Limits: at most 64 runs held at once in the directory (SPEC §6), so suspended runs cannot fill a
+/// Limits: at most 64 runs held at once in the directory (contract §6), so suspended runs cannot fill a
 /// disk; each run file is deleted at its expiry, on completion, failure or abort.
 #[derive(Debug)]
 pub struct DirectorySnapshotStore {
@@ -619,7 +619,7 @@ mod tests {
         d
     }
 
-    /// Issue 23 §7: only regular files of a bounded size are read; a symbolic link (which could point
+    /// Only regular files of a bounded size are read; a symbolic link (which could point
     /// at a device or another user's file) or a FIFO is refused without blocking, and purged.
     #[cfg(unix)]
     #[tokio::test]
@@ -688,7 +688,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Issue 9 / SPEC §6: the 64-run cap holds when many stores (processes) admit runs at once.
+    /// The 64-run cap holds when many stores (processes) admit runs at once.
     #[test]
     fn admission_is_atomic_across_store_instances() {
         let dir = tempdir("race");

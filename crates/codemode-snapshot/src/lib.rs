@@ -1,10 +1,10 @@
 //! # codemode-snapshot
 //!
-//! [`SnapshotStore`](codemode_core::store::SnapshotStore) implementations (DESIGN §6):
+//! [`SnapshotStore`](codemode_core::store::SnapshotStore) implementations (docs/src/layout.md):
 //!
 //! - [`MemorySnapshotStore`]: the default. Keeps suspended runs in process memory with the TTL of
 //!   `snapshotTtlSeconds`, at most 64 suspended runs per process (`too many suspended code mode
-//!   runs.`), scope checks with SPEC §6's messages, one `wait` at a time per run, and removal on
+//!   runs.`), scope checks with contract §6's messages, one `wait` at a time per run, and removal on
 //!   completion, failure, abort and expiry. It accepts live (in-process) snapshots as well as
 //!   serialized ones.
 //! - [`DirectorySnapshotStore`]: suspended runs as files, so `exec` and `wait` can run in different
@@ -21,7 +21,7 @@
 //! The `conformance` feature adds the store conformance suite every store passes (memory,
 //! directory, Redis) and a `redis-server` launcher for tests.
 //!
-//! Layering (DESIGN §2): depends on `codemode-core` only; never names an engine.
+//! Layering (docs/src/layout.md): depends on `codemode-core` only; never names an engine.
 #![forbid(unsafe_code)]
 
 mod clock;

@@ -34,7 +34,7 @@ impl Slot {
 
 /// Keeps suspended runs in process memory (the default store).
 ///
-/// Limits: at most `max_runs` (64 by SPEC §6) runs held at once, so suspended VMs cannot exhaust host
+/// Limits: at most `max_runs` (64 by contract §6) runs held at once, so suspended VMs cannot exhaust host
 /// memory; each run is dropped at its expiry (`snapshotTtlSeconds`, set by the runtime per run).
 pub struct MemorySnapshotStore {
     slots: Mutex<HashMap<RunId, Slot>>,
@@ -57,7 +57,7 @@ impl Default for MemorySnapshotStore {
 }
 
 impl MemorySnapshotStore {
-    /// A store with the system clock and the SPEC's cap of 64 runs.
+    /// A store with the system clock and the contract's cap of 64 runs (contract §6).
     pub fn new() -> Self {
         Self::with_clock(Arc::new(SystemClock))
     }

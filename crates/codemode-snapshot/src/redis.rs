@@ -405,7 +405,7 @@ struct Shared {
 /// Keeps suspended runs, the call log, decisions and leases in Redis: the store of a fleet of
 /// gateways. See the module documentation for the key layout, the scripts and the guarantees.
 ///
-/// Limits: at most 64 runs suspended per scope across the fleet (SPEC §6, counted atomically in
+/// Limits: at most 64 runs suspended per scope across the fleet (contract §6, counted atomically in
 /// the put script); every key expires with its run.
 pub struct RedisSnapshotStore {
     shared: Arc<Shared>,

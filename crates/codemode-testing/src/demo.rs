@@ -74,7 +74,7 @@ fn shipments(marked: &Mutex<HashSet<String>>, input: &Value) -> Result<Value, To
     ))
 }
 
-/// The closed output schema of `demo_shipping_list` (SPEC §8).
+/// The closed output schema of `demo_shipping_list` (contract §8).
 pub fn shipment_list_schema() -> Value {
     json!({
         "type": "array",
@@ -238,7 +238,7 @@ pub fn demo_tools() -> LocalTools {
 /// The id of the demo plugin's namespace.
 pub const SHIPPING_NAMESPACE_ID: &str = "demo-shipping";
 
-/// The demo plugin's namespace (SPEC §10): `Shipping.unpaid()`, `Shipping.unpaidOver(tons)` and
+/// The demo plugin's namespace (contract §10): `Shipping.unpaid()`, `Shipping.unpaidOver(tons)` and
 /// `Shipping.markPaid(id)`, each a call of a demo catalog tool.
 pub fn shipping_namespace() -> codemode_namespaces::NamespaceRegistration {
     use codemode_namespaces::{NamespaceRegistration, ScopeValue, namespace_tool_with};

@@ -71,7 +71,7 @@ impl CodeModeBuilder {
     }
 
     /// Enforces loop detection on nested calls (`tools.loopDetection` and
-    /// `agents.list[].tools.loopDetection`, SPEC §22; off unless a configuration enables it): a
+    /// `agents.list[].tools.loopDetection`, contract §22; off unless a configuration enables it): a
     /// session's repeated calls without progress get a warning in the output, then are refused,
     /// then fail the run (see [`codemode_catalog::loops`]).
     pub fn loop_detection(mut self, policy: LoopPolicy) -> Self {
@@ -80,7 +80,7 @@ impl CodeModeBuilder {
     }
 
     /// Learns the result types of tools that declare no output schema from the results runs see
-    /// (on by default; issue 26 §4): `tools.describe` and `MCP.<server>.$api()` show them marked
+    /// (on by default): `tools.describe` and `MCP.<server>.$api()` show them marked
     /// `observed`, with how many results they are based on. Only shapes are kept, never values.
     pub fn observe_result_types(mut self, on: bool) -> Self {
         self.observe_results = on;
@@ -118,7 +118,7 @@ impl CodeModeBuilder {
         self
     }
 
-    /// Serves the namespaces of `registry` (SPEC §10): each run sees those whose backing tools its
+    /// Serves the namespaces of `registry` (contract §10): each run sees those whose backing tools its
     /// catalog holds, as guest globals whose calls are catalog tool calls. Default: none. A
     /// [`Namespaces`] registry is shared by cloning, so plugins may
     /// keep registering and clearing after the runtime is built.
@@ -171,7 +171,7 @@ impl CodeModeBuilder {
         self
     }
 
-    /// Gates nested calls behind a human's approval (SPEC P5; the config file's top-level
+    /// Gates nested calls behind a human's approval (contract P5; the config file's top-level
     /// `approvals`). A gated call goes to the [`approver`](Self::approver) if there is one, else it
     /// parks: the run suspends with the call listed as `kind: "approval"` until
     /// [`CodeMode::decide`] records a decision.
@@ -212,7 +212,7 @@ impl CodeModeBuilder {
         self
     }
 
-    /// Applies a tool policy (SPEC §22) to every tool before the catalog is built, for the agent,
+    /// Applies a tool policy (contract §22) to every tool before the catalog is built, for the agent,
     /// provider and model set with [`Self::policy_target`] (none by default). Build one runtime per
     /// agent/provider when their policies differ.
     pub fn policy(mut self, policy: ToolPolicy) -> Self {

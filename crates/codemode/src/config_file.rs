@@ -1,4 +1,4 @@
-//! The codemode configuration file: JSON5, in the `openclaw.json` shape (SPEC §3, §22).
+//! The codemode configuration file: JSON5, in the `openclaw.json` shape (contract §3, §22).
 //!
 //! ```json5
 //! {
@@ -11,7 +11,7 @@
 //! `mcpServers` (upstream MCP servers, the Claude Desktop / Cursor format) is kept for
 //! `codemode-mcp`, which parses it.
 //!
-//! Besides `tools.codeMode`, the tool policy of SPEC §22 is read: `tools.profile`, `tools.allow`,
+//! Besides `tools.codeMode`, the tool policy of contract §22 is read: `tools.profile`, `tools.allow`,
 //! `tools.deny`, `tools.byProvider` and `agents.list[].tools.*` (see
 //! [`codemode_catalog::policy`]). `tools.sandbox.tools`, `tools.elevated` and
 //! `agents.list[].tools.elevated` are the sandbox tool policy, enforced on nested calls of runs whose
@@ -254,7 +254,7 @@ pub struct ConfigFile {
     pub code_mode: CodeModeConfig,
     /// Whether `tools.codeMode` was present at all.
     pub code_mode_present: bool,
-    /// The tool policy (SPEC §22).
+    /// The tool policy (contract §22).
     pub policy: ToolPolicy,
     /// The approval policy (top-level `approvals`): which nested calls wait for a human.
     pub approvals: ApprovalPolicy,
@@ -274,7 +274,7 @@ pub struct ConfigFile {
     /// `snapshotStore`: where suspended runs are kept (`None`: the command's default).
     pub snapshot_store: Option<SnapshotStoreConfig>,
     /// `observeResultTypes`: learn the result types of tools without an output schema from the
-    /// results runs see (issue 26 §4); `None` (absent): on.
+    /// results runs see; `None` (absent): on.
     pub observe_result_types: Option<bool>,
     /// `runSigning`: the key of signed runs and the upgrade window.
     pub run_signing: RunSigningConfig,
@@ -418,7 +418,7 @@ impl ConfigFile {
 mod tests {
     use super::*;
 
-    /// Issue 25: `snapshotStore` selects the store; bad kinds, stray keys and short leases are
+    /// `snapshotStore` selects the store; bad kinds, stray keys and short leases are
     /// errors naming their path.
     #[test]
     fn run_signing_section_names_variables_and_an_upgrade_window() {
@@ -492,7 +492,7 @@ mod tests {
         assert_eq!(ConfigFile::parse("[]").unwrap_err().path, "(root)");
     }
 
-    /// Issue 23 §12: the files other MCP clients keep parse as they are; their own keys are listed
+    /// The files other MCP clients keep parse as they are; their own keys are listed
     /// and ignored, codemode's keys stay strict.
     #[test]
     fn other_clients_files_parse_as_they_are() {

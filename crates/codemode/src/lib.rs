@@ -5,9 +5,9 @@
 //! hostile, and every real tool is a function reachable only through a narrow JSON bridge. A program
 //! waiting on slow tools is suspended as a VM snapshot and resumed later by `wait`.
 //!
-//! This is the facade and runtime crate: [`CodeMode::exec`] / [`CodeMode::wait`] implement SPEC §5–§6
+//! This is the facade and runtime crate: [`CodeMode::exec`] / [`CodeMode::wait`] implement contract §5–§6
 //! over a [`GuestEngine`] chosen by name ([`Engines`]), a catalog of tools ([`LocalTools`] and/or the
-//! host's own [`ToolExecutor`]), [`ToolHook`]s, plugin namespaces ([`Namespaces`], SPEC §10: guest
+//! host's own [`ToolExecutor`]), [`ToolHook`]s, plugin namespaces ([`Namespaces`], contract §10: guest
 //! globals such as `Shipping.unpaid()` whose calls are catalog calls), and a [`SnapshotStore`].
 //!
 //! ```no_run
@@ -23,7 +23,7 @@
 //! # }
 //! ```
 //!
-//! Layering (DESIGN §2): the top library layer. Depends on core, bridge, catalog, namespaces, snapshot and — by
+//! Layering (docs/src/layout.md): the top library layer. Depends on core, bridge, catalog, namespaces, snapshot and — by
 //! Cargo feature — the engines.
 #![forbid(unsafe_code)]
 
@@ -59,7 +59,7 @@ pub use codemode_core::{
     CodeModeTelemetry, CodeModeWaitInput, GuestEngine, Language, RunContext, RunId, RunPolicy, RunScope, SnapshotStore,
     ToolDefinition, ToolExecutor, ToolId, ToolSource,
 };
-/// The namespace registry crate (SPEC §10): registration, scopes, name rules, config namespaces.
+/// The namespace registry crate (contract §10): registration, scopes, name rules, config namespaces.
 pub use codemode_namespaces as namespaces;
 pub use codemode_namespaces::{
     NamespaceRegistration, NamespaceTool, Namespaces, RegisterError as NamespaceRegisterError, ScopeValue,
@@ -294,14 +294,14 @@ fn record_result(span: &tracing::Span, result: &CodeModeResult, learn_run_id: bo
     if let Some(code) = result.error_code() {
         span.record("code", code.as_str());
     }
-    // Failed, timed-out and aborted calls carry the error status (issue 23 §10).
+    // Failed, timed-out and aborted calls carry the error status.
     if let CodeModeResult::Failed { error, .. } = result {
         let code = result.error_code().map(|c| c.as_str()).unwrap_or("failed");
         mark_span_error(span, &format!("{code}: {}", error.chars().take(200).collect::<String>()));
     }
 }
 
-/// The code-mode runtime: `exec` and `wait` (SPEC §5).
+/// The code-mode runtime: `exec` and `wait` (contract §5).
 ///
 /// Cheap to clone; clones share suspended runs.
 #[derive(Clone)]
@@ -326,7 +326,7 @@ impl CodeMode {
         CodeModeBuilder::new(config)
     }
 
-    /// Runs one cell (SPEC §5.1). Never panics on hostile input; every problem is a `failed` result.
+    /// Runs one cell (contract §5.1). Never panics on hostile input; every problem is a `failed` result.
     ///
     /// The call runs on a guest worker thread (never on the async executor) and must be awaited
     /// inside a tokio runtime, where nested calls that really wait are spawned.
@@ -335,7 +335,7 @@ impl CodeMode {
     }
 
     /// [`Self::exec`], reporting the run's events (nested calls started, finished or parked; output as
-    /// each drive step produces it) to `observer` while it runs (SPEC P8).
+    /// each drive step produces it) to `observer` while it runs (contract P8).
     pub async fn exec_observed(
         &self,
         ctx: &RunContext,
@@ -407,7 +407,7 @@ impl CodeMode {
         let started = std::time::Instant::now();
         self.trace_control(ctx, tool, run_id.clone(), None, observer);
         let span = control_span(tool, ctx, run_id.as_deref());
-        // One trace per run (issue 23 §10): an `exec` continues the caller's trace context, a `wait`
+        // One trace per run: an `exec` continues the caller's trace context, a `wait`
         // the trace of its run's `exec` (linking the caller's own context).
         let run_trace = run_id.as_deref().and_then(|id| self.inner.run_trace(id));
         link_span(&span, run_trace.as_deref(), ctx.trace_parent.as_deref());
@@ -637,7 +637,7 @@ impl CodeMode {
         None
     }
 
-    /// Resumes a suspended run (SPEC §5.3). Runs like [`Self::exec`].
+    /// Resumes a suspended run (contract §5.3). Runs like [`Self::exec`].
     pub async fn wait(&self, ctx: &RunContext, input: &CodeModeWaitInput) -> CodeModeResult {
         self.wait_observed(ctx, input, None).await
     }
@@ -796,7 +796,7 @@ impl CodeMode {
         Ok(())
     }
 
-    /// Aborts a run (SPEC §6 `aborted`): its snapshot is deleted and its nested calls stop. Returns
+    /// Aborts a run (contract §6 `aborted`): its snapshot is deleted and its nested calls stop. Returns
     /// whether there was anything to abort.
     pub async fn abort(&self, run_id: &RunId) -> bool {
         self.inner.abort(run_id).await
@@ -866,7 +866,7 @@ impl CodeMode {
         self.inner.catalog().catalog.clone()
     }
 
-    /// The namespaces the current catalog makes visible (SPEC §10 L3): what the `exec` description
+    /// The namespaces the current catalog makes visible (contract §10 L3): what the `exec` description
     /// lists and what a run would get.
     pub fn visible_namespaces(&self) -> Vec<NamespaceInfo> {
         self.inner.namespaces.visible(self.inner.catalog().catalog.as_ref())

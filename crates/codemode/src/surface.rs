@@ -1,4 +1,4 @@
-//! Activation and the model surface (SPEC §4): given the host's resolved tools, the policy and the
+//! Activation and the model surface (contract §4): given the host's resolved tools, the policy and the
 //! config, decide what the model sees — exactly `exec` and `wait` (plus retained direct-only tools)
 //! when code mode is active, the unchanged list otherwise — and guard the final provider payload.
 
@@ -36,7 +36,7 @@ impl ModelTool {
     }
 }
 
-/// The `exec` input schema (SPEC §5.1): `language` is a flat string enum, never `oneOf`/`anyOf` (X4).
+/// The `exec` input schema (contract §5.1): `language` is a flat string enum, never `oneOf`/`anyOf` (X4).
 pub fn exec_input_schema() -> Value {
     json!({
         "type": "object",
@@ -49,7 +49,7 @@ pub fn exec_input_schema() -> Value {
     })
 }
 
-/// The `wait` input schema (SPEC §5.3).
+/// The `wait` input schema (contract §5.3).
 pub fn wait_input_schema() -> Value {
     json!({
         "type": "object",
@@ -105,7 +105,7 @@ pub struct ActivationRequest<'a> {
     /// Names of the MCP servers whose tools are in the list (for the `exec` description).
     pub mcp_servers: Vec<String>,
     /// The namespace registry: the namespaces the run's catalog makes visible are listed in the
-    /// `exec` description (SPEC §10 "Prompts"; never those whose backing tools the policy removed).
+    /// `exec` description (contract §10 "Prompts"; never those whose backing tools the policy removed).
     pub namespaces: Option<&'a dyn NamespaceRegistry>,
 }
 
@@ -144,7 +144,7 @@ impl Activation {
     }
 }
 
-/// Runs SPEC §4's activation order (A4–A8). Fails closed (`runtime_unavailable`) when code mode is
+/// Runs contract §4's activation order (A4–A8). Fails closed (`runtime_unavailable`) when code mode is
 /// enabled, the run has tools, and the engine is not available — normal tools are never exposed as a
 /// fallback (C4).
 pub fn activate(
@@ -155,7 +155,7 @@ pub fn activate(
     // A4: policy.
     let outcome = policy.apply(req.tools, req.policy_context);
     let tool_less = req.raw || req.disable_tools || outcome.intentionally_empty || outcome.kept.is_empty();
-    // A5 (and tool-less runs, SPEC §4 rules): unchanged exposure.
+    // A5 (and tool-less runs, contract §4 rules): unchanged exposure.
     if !config.enabled || tool_less {
         let tools = if req.raw || req.disable_tools {
             Vec::new()
@@ -179,7 +179,7 @@ pub fn activate(
     Ok(Activation::CodeMode { tools, catalog: Box::new(catalog), policy: outcome })
 }
 
-/// SPEC §4 payload guard: the final provider payload of a code-mode run must hold exactly `exec`,
+/// contract §4 payload guard: the final provider payload of a code-mode run must hold exactly `exec`,
 /// `wait` and the retained direct-only tools. Anything else (a tool added after activation, a
 /// duplicate, a missing control tool) fails the run closed.
 pub fn guard_payload(activation: &Activation, payload_tool_names: &[&str]) -> Result<(), CodeModeError> {

@@ -1,6 +1,6 @@
 //! Host-side tools: the [`Tool`] trait for tools implemented in Rust, [`LocalTools`] (a
 //! [`ToolExecutor`] over a set of them), and [`ToolHook`]s that see every nested call on its way in and
-//! out (SPEC P6, V13).
+//! out (contract P6, V13).
 
 use codemode_core::catalog::ToolDefinition;
 use codemode_core::executor::{CodeModeCallEvent, NestedToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
@@ -142,10 +142,10 @@ impl ToolExecutor for LocalTools {
 }
 
 /// Sees every nested call before it runs and every result before it reaches the guest, like a
-/// host's `before_tool_call` / `after_tool_call` plugin hooks (SPEC P6).
+/// host's `before_tool_call` / `after_tool_call` plugin hooks (contract P6).
 #[async_trait::async_trait]
 pub trait ToolHook: Send + Sync {
-    /// Runs before an outer `exec` or `wait` call (SPEC X8: `toolKind: "code_mode_exec"`,
+    /// Runs before an outer `exec` or `wait` call (contract X8: `toolKind: "code_mode_exec"`,
     /// `toolInputKind: "javascript" | "typescript"`). An error refuses the call: it fails with the
     /// error's message and no run starts or resumes.
     async fn before_code_mode_call(&self, event: &CodeModeCallEvent) -> Result<(), ToolError> {

@@ -1,4 +1,4 @@
-//! TypeScript cells (SPEC §14): source transformation only — no type checking, no module resolution.
+//! TypeScript cells (contract §14): source transformation only — no type checking, no module resolution.
 //!
 //! The cell is parsed as the body of an async function (so top-level `await` and `return` work) and
 //! transpiled with deno_ast; the function body is then handed to the engine like any JavaScript cell.
@@ -13,7 +13,7 @@
 //! transform runs on threads of its own with a [`TRANSFORM_STACK`] stack, sized for that bound with a
 //! wide margin.
 //!
-//! The transformer is loaded lazily (SPEC V16): its threads (named [`TRANSFORM_THREAD`], at most
+//! The transformer is loaded lazily (contract V16): its threads (named [`TRANSFORM_THREAD`], at most
 //! [`MAX_TRANSFORM_THREADS`]) start with the first TypeScript cell of the process and then serve
 //! every later one; nothing of it runs, and no such thread exists, for JavaScript cells or when code
 //! mode is disabled ([`is_loaded`] tells whether it started).
@@ -247,7 +247,7 @@ mod tests {
         assert_eq!(t.positions.rewrite(&format!("at <cell>:{line}:{col}")), "at <cell>:5:1");
     }
 
-    /// SPEC §15 hostile input: cells nested too deeply for swc fail cleanly instead of overflowing
+    /// contract §15 hostile input: cells nested too deeply for swc fail cleanly instead of overflowing
     /// the host stack (which would abort the process and every session in it).
     #[test]
     fn deeply_nested_cells_fail_cleanly() {

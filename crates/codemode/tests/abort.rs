@@ -1,4 +1,4 @@
-//! Abort and cancellation (SPEC P7, WF3, the `aborted` code; issue 11 §3): a caller that goes away
+//! Abort and cancellation (contract P7, WF3, the `aborted` code): a caller that goes away
 //! or a host abort ends the run as `aborted` — its nested calls are cancelled, its state is deleted,
 //! and nothing is stored later for a `wait` nobody will send.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! A policy per run (issue 24 §1; SPEC §4, §22: the tool policy is per agent, and code mode never
+//! A policy per run (contract §4, §22: the tool policy is per agent, and code mode never
 //! leaks tools across agents): one runtime serving several agents resolves each run's catalog from
 //! its context (agent, provider, model) — what `ALL_TOOLS`, `tools.*`, calls by id, namespaces and
 //! the `exec` description show — and a run suspended by one agent cannot be resumed by another.
@@ -157,7 +157,7 @@ proptest::proptest! {
     }
 }
 
-/// Issue 24 §3: `CodeModeBuilder::config_file` gives an embedder the CLI's semantics of a config
+/// `CodeModeBuilder::config_file` gives an embedder the CLI's semantics of a config
 /// file: `tools.codeMode`, the tool policy, approvals, loop detection and declared namespaces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_builder_applies_a_config_file_as_the_cli_does() {
@@ -207,7 +207,7 @@ async fn the_builder_applies_a_config_file_as_the_cli_does() {
     assert_eq!(e.path, "namespaces");
 }
 
-/// The order of the checks a nested call passes (issue 24 §2; the book's security model (docs/src/security.md) lists
+/// The order of the checks a nested call passes (the book's security model (docs/src/security.md) lists
 /// it): resolution in the run's catalog → runnable / `restartSafe` → loop detection → pending limit
 /// → sandbox policy → `before_tool_call` hooks → the approval gate → the tool → `after_tool_call`
 /// hooks → the output contract. A call refused by an earlier check never reaches a later one (the
@@ -338,7 +338,7 @@ trait SeenLog: Send + Sync {
     fn log(&self, what: &str);
 }
 
-/// Issue 26 §2: inputs are checked at the bridge — a wrong input never reaches the tool (counted on
+/// Inputs are checked at the bridge — a wrong input never reaches the tool (counted on
 /// the tool's side), through `tools.*` and by id; a tool that opted out
 /// (`validateInputs: false` → `ToolDefinition::without_input_check`) gets every input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -377,7 +377,7 @@ async fn wrong_inputs_never_reach_the_tool() {
     assert_eq!(reached.load(Ordering::SeqCst), 2, "only the valid call and the opted-out tool ran");
 }
 
-/// Issue 26 §4: the result type of a tool without an output schema is learned from the results
+/// The result type of a tool without an output schema is learned from the results
 /// runs see — shown by `tools.describe` marked observed with how many results it is based on,
 /// widened by a result that does not fit, never failing a call; `observe_result_types(false)`
 /// turns it off.
@@ -436,7 +436,7 @@ impl codemode::ToolExecutor for AlwaysOk {
     }
 }
 
-/// Issue 26 §4: a tool-list change forgets what was learned about a tool only when that tool's
+/// A tool-list change forgets what was learned about a tool only when that tool's
 /// definition changed or it went away. (An upstream MCP server that registers tools after the
 /// handshake announces them with `tools/list_changed`; that used to erase every learned type, so a
 /// client's second call could see one result where it had made two.)

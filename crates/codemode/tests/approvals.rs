@@ -1,4 +1,4 @@
-//! Human approval of nested calls (SPEC P5, V13; issue 11 §1): gated calls park the run as
+//! Human approval of nested calls (contract P5, V13): gated calls park the run as
 //! `waiting` with a `kind: "approval"` pending entry, a decision recorded with `CodeMode::decide`
 //! lets the next `wait` run or reject the call, an `Approver` may answer at once, hooks may gate
 //! calls, and a parked call never runs before it is approved.
@@ -195,7 +195,7 @@ async fn decisions_for_unknown_runs_or_unparked_calls_change_nothing() {
     let r = exec(&s.cm, "await yield_control(); return await tools.pay({ amount: 1 })").await;
     let run_id = r.run_id().unwrap().to_string();
     let id = RunId::parse(&run_id).unwrap();
-    // Issue 23 §4: a decision for a request that is not parked is refused (a mistyped id must not
+    // A decision for a request that is not parked is refused (a mistyped id must not
     // look approved), naming what is parked: here nothing.
     for request in [1, 999] {
         let e = s.cm.decide(&id, request, ApprovalDecision::Approve).await.unwrap_err();
@@ -406,7 +406,7 @@ async fn the_approver_is_told_the_cell_line_of_mcp_calls() {
     }
 }
 
-/// Issue 23 §1: calls parked for approval count against `maxPendingToolCalls` like running ones —
+/// Calls parked for approval count against `maxPendingToolCalls` like running ones —
 /// without an approver every gated call parks, and a cell parking 300 of them is stopped at the
 /// limit exactly as it is when an approver holds them — and the whole stored run (snapshot plus the
 /// parked calls' inputs) stays within `maxSnapshotBytes`.
@@ -499,7 +499,7 @@ async fn an_approved_call_never_runs_for_a_run_that_cannot_resume() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 23 §3: the cell line the human is shown cannot be forged by the cell. Stack formatting
+/// The cell line the human is shown cannot be forged by the cell. Stack formatting
 /// (`Error.prepareStackTrace`, a redefined accessor, `stackTraceLimit`), function names that look
 /// like frames, and patched CallSite methods leave the real line; a call made from inside the
 /// cell's own stack formatter gets no line rather than a made-up one.
@@ -527,7 +527,7 @@ async fn the_cell_line_cannot_be_forged() {
 }
 
 /// A decision that comes after the run's TTL: `snapshot_expired` (the run's state is deleted then);
-/// a `wait` on it stays the SPEC V22 lookup failure, `invalid_input`. Memory and directory stores.
+/// a `wait` on it stays the contract V22 lookup failure, `invalid_input`. Memory and directory stores.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_decision_finds_the_run_expired() {
     let dir = std::env::temp_dir().join(format!("codemode-approvals-expiry-{}", std::process::id()));

@@ -1,4 +1,4 @@
-//! Declared output contracts in nested calls (SPEC §8 D4, D6) and policy-filtered catalogs (E11).
+//! Declared output contracts in nested calls (contract §8 D4, D6) and policy-filtered catalogs (E11).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{

@@ -1,4 +1,4 @@
-//! The open engine registry (issue 10 §2): an engine that is not built in is registered by name and
+//! The open engine registry: an engine that is not built in is registered by name and
 //! then selected by `tools.codeMode.runtime` exactly like a built-in one; names are never replaced,
 //! and an unknown name still fails closed with `runtime_unavailable`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -70,7 +70,7 @@ async fn a_registered_engine_is_selected_by_name() {
     assert!(r.to_json()["error"].as_str().unwrap().contains("outside-test"), "the error lists the available engines");
 }
 
-/// The two "nothing will happen" endings are told apart (issue 10 §1 drift): a cell awaiting a
+/// The two "nothing will happen" endings are told apart: a cell awaiting a
 /// promise nothing settles is the guest's own failure (no code, saying nothing will settle it); a
 /// stored run with nothing to resume with is the store's fault (`internal_error`).
 #[tokio::test]
@@ -113,7 +113,7 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
     assert!(message.contains("nothing to resume with"), "{message}");
     assert_eq!(store.count().await, 0, "the run is released");
     // Snapshot bytes that are not a snapshot of this engine build fail as `snapshot_restore_failed`
-    // when the run is taken, before anything else of it is looked at (issue 23 §2).
+    // when the run is taken, before anything else of it is looked at.
     let bytes = Snapshot { engine: cm.engine_name().to_string(), body: SnapshotBody::Serialized(vec![]) };
     store.put(empty(bytes)).await.unwrap();
     let r = cm.wait(&ctx, &codemode::CodeModeWaitInput::new("cm_emptyrun")).await;
@@ -121,7 +121,7 @@ async fn stalled_cells_and_empty_stored_runs_are_told_apart() {
     assert_eq!(store.count().await, 0, "the run is released");
 }
 
-/// MCP calls count like catalog calls (issue 10 §1 drift): a slow one is listed in
+/// MCP calls count like catalog calls: a slow one is listed in
 /// `pendingToolCalls` (kind `mcp`), a failing one in `failedCallCount`.
 #[tokio::test]
 async fn mcp_calls_are_pending_calls_and_failures_like_any_other() {

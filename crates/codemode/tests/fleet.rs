@@ -1,4 +1,4 @@
-//! Issue 25: runtimes of a fleet sharing a Redis snapshot store (a real `redis-server` each test
+//! Runtimes of a fleet sharing a Redis snapshot store (a real `redis-server` each test
 //! starts on a free loopback port, in its own temporary directory, and stops whatever the
 //! outcome). Each `CodeMode` here is a replica: its own store connection, replica id and
 //! heartbeat. The tools count their own calls, so "nothing runs twice" is checked from the tool's
@@ -215,7 +215,7 @@ async fn loop_detection_history_is_shared_by_the_fleet() {
     assert_eq!(other.to_json()["value"], "ran", "{}", other.to_json());
 }
 
-/// SPEC R2 fleet-wide: a suspended `restartSafe` run says it can be re-run (`rerunnable`), on the
+/// contract R2 fleet-wide: a suspended `restartSafe` run says it can be re-run (`rerunnable`), on the
 /// replica that suspended it and on the one that suspends it again; another run does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r2_restart_safe_runs_are_marked_rerunnable_on_every_replica() {
@@ -236,7 +236,7 @@ async fn r2_restart_safe_runs_are_marked_rerunnable_on_every_replica() {
     let _ = b.abort(&codemode::RunId::parse(&run_id(&plain)).unwrap()).await;
 }
 
-/// Issue 26 §4 across a fleet: the result types one replica learned reach the others through the
+/// Learned result types across a fleet: the result types one replica learned reach the others through the
 /// store (joined, never narrowed), so `describe` on a replica that never called the tool shows them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn learned_result_types_are_shared_by_the_fleet() {
@@ -273,7 +273,7 @@ impl codemode::ToolExecutor for Ones {
     }
 }
 
-/// Issue 26 §4 across a fleet, with a tool redefined: the fleet joins only what its replicas
+/// Learned result types across a fleet, with a tool redefined: the fleet joins only what its replicas
 /// learned from the same definition. A replica that redefines the tool does not get the old
 /// definition's type back from the store, a replica of the old definition does not take the new
 /// one's, and replicas agreeing on a definition still share.

@@ -1,5 +1,5 @@
-//! Hooks around the outer call (SPEC X8), the caller's context on every nested call (P1–P4) and run
-//! events (P8): what a host's policy sees (issue 11 §1, §4).
+//! Hooks around the outer call (contract X8), the caller's context on every nested call (P1–P4) and run
+//! events (P8): what a host's policy sees.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{
@@ -150,7 +150,7 @@ async fn p8_run_events_reach_the_observer() {
     // Trajectory records (`trace`) are tested in tests/trajectory.rs; here the other events.
     let all: Vec<serde_json::Value> =
         events.0.lock().unwrap().iter().map(|e| serde_json::to_value(e).unwrap()).collect();
-    // Control start and end, the call to the unknown id (a `denied` attempt, issue 23 §6), the
+    // Control start and end, the call to the unknown id (a `denied` attempt), the
     // notify call issued and parked.
     assert_eq!(all.iter().filter(|e| e["event"] == "trace").count(), 5, "{all:?}");
     let denied: Vec<&serde_json::Value> = all.iter().filter(|e| e["outcome"] == "denied").collect();
@@ -185,7 +185,7 @@ async fn p8_run_events_reach_the_observer() {
     assert!(events.0.lock().unwrap().len() == 9, "the exec's observer saw nothing of the wait");
 }
 
-/// P4, SPEC §22: nested calls of a sandboxed caller meet the sandbox tool policy; others do not.
+/// P4, contract §22: nested calls of a sandboxed caller meet the sandbox tool policy; others do not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4_sandboxed_runs_meet_the_sandbox_tool_policy() {
     let defs = || {

@@ -1,4 +1,4 @@
-//! Requests still in flight when a run ends, on both QuickJS engines (issue 14). The native engine
+//! Requests still in flight when a run ends, on both QuickJS engines. The native engine
 //! answers a request with a promise it settles itself and keeps that promise's resolving functions
 //! (QuickJS references) until the result comes: a run that completes, fails, times out or is
 //! dropped while suspended with calls in flight must give them back before its VM goes, or

@@ -1,4 +1,4 @@
-//! Runs never share guest state (issue 14, SPEC B-series): `quickjs-wasi` starts every run from the
+//! Runs never share guest state (contract B1–B10): `quickjs-wasi` starts every run from the
 //! same pre-initialized image (with the catalog API already built in it) in a pooled instance slot
 //! whose memory the allocator resets, and the catalog views are completed lazily per run. A hostile
 //! run that plants globals, pollutes prototypes, fills its heap, completes the lazy `tools` / `MCP`

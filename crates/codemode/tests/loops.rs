@@ -1,4 +1,4 @@
-//! Loop detection on nested calls (SPEC §22 `tools.loopDetection`, issue 13 §3): warnings the
+//! Loop detection on nested calls (contract §22 `tools.loopDetection`): warnings the
 //! model sees, refused calls it can catch, a circuit breaker that fails the run; history across the
 //! `exec` / `wait` calls of one session; off by default.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -145,7 +145,7 @@ fn polls_without_progress_are_caught_polls_with_progress_are_not() {
     assert_eq!(r.to_json()["value"], json!(1), "{}", r.to_json());
 }
 
-/// Issue 23 §5: cycling the key order of one input is still one repeated call: under the default
+/// Cycling the key order of one input is still one repeated call: under the default
 /// thresholds 300 such calls used to run (each order was a "different" call); now the circuit
 /// breaker fails the run as it does for one order.
 #[test]

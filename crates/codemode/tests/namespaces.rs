@@ -1,4 +1,4 @@
-//! Plugin namespaces through the runtime (SPEC §10): N1–N10 as the guest sees them, on both QuickJS
+//! Plugin namespaces through the runtime (contract §10): N1–N10 as the guest sees them, on both QuickJS
 //! engines. Registry-level rules (ownership, forged ids, serialization) are also tested in
 //! `crates/codemode-namespaces/tests/registry.rs`; across processes in `codemode-cli`'s tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -141,7 +141,7 @@ fn n1_prompt_and_globals_only_when_backing_tools_are_visible() {
 
 /// `namespaces` is one non-configurable global accessor, defined with the prelude, on every engine:
 /// a run without namespaces sees a frozen, empty, null-prototype root, a run with them its own
-/// root; no cell can replace, extend or delete either (SPEC L5, N4). (`boot` once defined the
+/// root; no cell can replace, extend or delete either (contract L5, N4). (`boot` once defined the
 /// global per run; now it only points the accessor at the run's root, or leaves the empty one.)
 #[test]
 fn the_namespaces_global_is_one_accessor_whose_root_no_cell_can_replace() {
@@ -241,7 +241,7 @@ fn n4_guest_code_cannot_tamper_with_or_forge_namespace_members() {
 
 /// Each namespace object is built when the cell first reads it (a run that never touches one does
 /// not pay for it). Before that, the cell can already run code: none of it may replace, delete or
-/// poison what the build makes (SPEC L5, N4).
+/// poison what the build makes (contract L5, N4).
 #[test]
 fn n4_namespaces_built_on_first_read_cannot_be_tampered_with_before_it() {
     assert_tampering(
@@ -397,7 +397,7 @@ fn namespace_calls_pass_hooks_approvals_restart_safe_and_the_pending_limit() {
         *seen.0.lock().unwrap(),
         vec![("plugin:demo:demo_shipping_mark_paid".to_string(), json!({"id": "SHP-1002"}))]
     );
-    // restartSafe (SPEC R1): a namespace member over a side-effecting tool is refused before it runs.
+    // restartSafe (contract R1): a namespace member over a side-effecting tool is refused before it runs.
     let input = CodeModeExecInput::from_json(&json!({"code": "try { await Shipping.markPaid('SHP-1007'); } catch (e) { return e.message; }", "restartSafe": true})).unwrap();
     let r = rt.block_on(cm.exec(&ctx(), &input));
     assert!(value(&r).as_str().unwrap().contains("has side effects"), "{}", value(&r));

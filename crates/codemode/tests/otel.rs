@@ -1,4 +1,4 @@
-//! Code-mode spans reach an OpenTelemetry exporter (issue 13 §2): one span per `exec` / `wait`
+//! Code-mode spans reach an OpenTelemetry exporter: one span per `exec` / `wait`
 //! call and one per nested call, with the run id, tool id and outcome, the nested ones children of
 //! the call that drove them. (One test in this binary: it installs the global subscriber.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -38,7 +38,7 @@ fn spans_reach_an_in_process_exporter() {
             .unwrap();
     let cm = CodeMode::builder(config).engine_name("quickjs").local_tools(demo_tools()).build();
     let ctx = |id: &str| RunContext { tool_call_id: Some(id.into()), ..RunContext::session("otel") };
-    // Issue 23 §10: the exec continues the client's trace context (an MCP request's `traceparent`).
+    // The exec continues the client's trace context (an MCP request's `traceparent`).
     let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let client_span = "00f067aa0ba902b7";
     let traced = RunContext { trace_parent: Some(format!("00-{client_trace}-{client_span}-01")), ..ctx("call-1") };

@@ -1,4 +1,4 @@
-//! Plain data leaves the guest as JSON.stringify's text to the byte on every engine (issue 14): both
+//! Plain data leaves the guest as JSON.stringify's text to the byte on every engine: both
 //! QuickJS engines serialize plain data natively (`plainJson`: the quickjs-wasi shim in C inside the
 //! sandbox, the native engine in Rust over QuickJS's C API); without it, the prelude's isPlain +
 //! JSON.stringify do. Seeded random values (every escape class of strings, numbers
@@ -174,7 +174,7 @@ async fn an_exponentially_shared_value_ends_at_the_deadline_or_the_memory_limit(
 }
 
 /// Text that never went through JSON (an error's message) reaches the host with each lone UTF-16
-/// surrogate as one U+FFFD on every engine, as values and output text do (SPEC O3; the conformance
+/// surrogate as one U+FFFD on every engine, as values and output text do (contract O3; the conformance
 /// case `text_lone_surrogates` covers output text, and compares failures by code only). Before,
 /// the native engine lost such a message entirely and quickjs-wasi wrote three U+FFFD for each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Activation and the model surface (SPEC §4, V1–V4, V12, V14, C4, X4).
+//! Activation and the model surface (contract §4, V1–V4, V12, V14, C4, X4).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::surface::{Activation, ActivationRequest, EXEC, WAIT, activate, exec_input_schema, guard_payload};
@@ -94,7 +94,7 @@ fn surface_is_over_90_percent_smaller_at_200_tools() {
     let off = activate(&CodeModeConfig::default(), &ToolPolicy::default(), request(tools.clone())).unwrap();
     let on = activate(&CodeModeConfig::enabled(), &ToolPolicy::default(), request(tools)).unwrap();
     let (a, b) = (serde_json::to_string(off.tools()).unwrap().len(), serde_json::to_string(on.tools()).unwrap().len());
-    // The real figure, without slack (issue 24 §8): 54,268 bytes direct, 4,662 with code mode, 91.4 %
+    // The real figure, without slack: 54,268 bytes direct, 4,662 with code mode, 91.4 %
     // smaller. The exec description carries a size-capped quick index, so the code-mode side stays
     // flat as the catalog grows, and 95 % is passed by 400 tools.
     assert!(b * 10 < a, "direct {a} bytes, code mode {b} bytes: {:.1} % smaller", 100.0 - 100.0 * b as f64 / a as f64);
@@ -105,7 +105,7 @@ fn surface_is_over_90_percent_smaller_at_200_tools() {
     assert!(b * 20 < a, "400 tools: direct {a} bytes, code mode {b} bytes");
 }
 
-/// Issue 24 §6: the README's embedding snippet is the `embed` example's own code (which `make test`
+/// The README's embedding snippet is the `embed` example's own code (which `make test`
 /// compiles), line for line, so it cannot drift into a fragment that does not compile.
 #[test]
 fn the_readme_embedding_snippet_is_the_compiled_example() {

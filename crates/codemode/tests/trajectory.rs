@@ -1,4 +1,4 @@
-//! The trajectory (SPEC §12 P9, U9, V23, V24, E16): nested calls as transcript entries under the
+//! The trajectory (contract §12 P9, U9, V23, V24, E16): nested calls as transcript entries under the
 //! model-visible `exec` / `wait` call that drove them, with redacted inputs and results, replayable
 //! in order.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -272,7 +272,7 @@ fn records_are_json_lines_with_redacted_inputs() {
     assert!(done.get("durationMs").is_some(), "{done}");
 }
 
-/// Lifecycle events no call reports (issue 13 §2): a suspended run aborted out of band, and one
+/// Lifecycle events no call reports: a suspended run aborted out of band, and one
 /// that expired, are records of the trajectory sink.
 #[test]
 fn expiry_and_out_of_band_abort_are_lifecycle_records() {
@@ -379,7 +379,7 @@ fn a_lost_read_only_call_is_a_reissued_entry() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 23 §10: an `exec` whose caller goes away (the MCP request was cancelled: the future is
+/// An `exec` whose caller goes away (the MCP request was cancelled: the future is
 /// dropped) still closes its control record — `failed` / `aborted` — and its nested call is recorded
 /// as cancelled; nothing is left open in the audit trail.
 #[test]
@@ -417,7 +417,7 @@ fn a_cancelled_exec_closes_its_control_record() {
     assert!(nested(&records).iter().any(|e| e.outcome == CallOutcome::Cancelled), "{records:?}");
 }
 
-/// Issue 23 §6: a value holding U+2028, U+2029 or C1 controls cannot split (and so hide) its own
+/// A value holding U+2028, U+2029 or C1 controls cannot split (and so hide) its own
 /// audit record for readers that split on Unicode line breaks: the JSON line escapes them and still
 /// means the same value.
 #[test]

@@ -1,4 +1,4 @@
-// SPEC O3/O4, issue 10: hostile values keep the documented mapping through `return` and through a
+// contract O3/O4: hostile values keep the documented mapping through `return` and through a
 // nested call's input and result (callValue): getters are read, Proxies are read through their
 // traps, a self-returning toJSON is a cycle, and lone UTF-16 surrogates become U+FFFD.
 const lone = "a\uD800b\uDC00c";

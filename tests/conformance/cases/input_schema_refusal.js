@@ -1,4 +1,4 @@
-// Issue 26 §2: a call whose input violates the tool's input schema fails in the guest with a
+// A call whose input violates the tool's input schema fails in the guest with a
 // catchable `invalid_input` error before anything is sent: the message names the place, what the
 // schema expects and the given JSON type, never the given value. A valid call still runs.
 const out = [];

@@ -1,4 +1,4 @@
-// K1-K5, V9 (issue 29 review): the lazy views `tools`, `MCP` and `MCP.<server>` take no proxy trap
+// K1-K5, V9: the lazy views `tools`, `MCP` and `MCP.<server>` take no proxy trap
 // from `Object.prototype`. A proxy reads its handler's traps as ordinary properties, so a handler
 // inheriting from `Object.prototype` would run a cell's function there for any trap it lacks, with
 // the view's target itself, which that function could then write to. Every trap name is poisoned

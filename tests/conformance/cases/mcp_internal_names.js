@@ -1,4 +1,4 @@
-// Issue 9: MCP tools named like JavaScript internals (`then`, `toString`) are never properties of
+// MCP tools named like JavaScript internals (`then`, `toString`) are never properties of
 // the namespace: awaiting or coercing it calls nothing (callCount counts only the explicit calls).
 const ns = MCP.fakeMcp;
 const awaited = await ns;

@@ -1,4 +1,4 @@
-// V9-V11, M3-M8 (issue 29: a server's tools made when first reached): `MCP.<server>` makes a tool's
+// V9-V11, M3-M8 (a server's tools made when first reached): `MCP.<server>` makes a tool's
 // functions when the cell first reaches the tool (by name, alias or `$call`), yet behaves like an
 // object frozen at once: one function per tool under both names, no write let through before it is
 // complete, and complete and frozen once enumerated. Names the language reaches for never reach

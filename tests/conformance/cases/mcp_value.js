@@ -1,4 +1,4 @@
-// Issue 26 §3: `MCP.<server>.<tool>.value(input)` is the same call with its result unwrapped by one
+// `MCP.<server>.<tool>.value(input)` is the same call with its result unwrapped by one
 // rule (structured content first, else JSON text parsed, else text; `isError` throws); the plain
 // call still returns the raw `McpToolResult`, and `.value` meets the same input check.
 const raw = await MCP.fakeMcp.getSum({ a: 1, b: 2 });

@@ -1,4 +1,4 @@
-// N1, N6-N8 (SPEC §10, L5-L6): a plugin namespace and an MCP-owned one, as direct globals and under
+// N1, N6-N8 (contract §10, L5-L6): a plugin namespace and an MCP-owned one, as direct globals and under
 // `namespaces`, frozen; their calls are catalog tool calls (counted as such); failures are catchable.
 const over = await Shipping.unpaidOver(20);
 const marked = await Shipping.markPaid("SHP-1005");

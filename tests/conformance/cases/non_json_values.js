@@ -1,4 +1,4 @@
-// SPEC O3/O4: non-JSON values become plain strings or JSON-safe fallbacks.
+// contract O3/O4: non-JSON values become plain strings or JSON-safe fallbacks.
 const cyclic = { name: "loop" };
 cyclic.self = cyclic;
 const shared = { s: 1 };

@@ -1,4 +1,4 @@
-// SPEC O1: output items follow guest call order; text(), json() and console.log all append.
+// contract O1: output items follow guest call order; text(), json() and console.log all append.
 text("first");
 json({ second: 2 });
 console.log("third", 3, { four: 4 });

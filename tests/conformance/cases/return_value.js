@@ -1,2 +1,2 @@
-// SPEC §5.2: the cell's return value becomes completed.value
+// contract §5.2: the cell's return value becomes completed.value
 return 1 + 1;

@@ -1,4 +1,4 @@
-// V8, SPEC §1 example: search -> describe -> callValue -> filter, in one cell.
+// V8, contract §1 example: search -> describe -> callValue -> filter, in one cell.
 const [shipmentTool] = await tools.search("list shipments");
 const described = await tools.describe(shipmentTool.id);
 const shipments = await tools.callValue(shipmentTool.id, {});

@@ -1,4 +1,4 @@
-// K1-K5, B10: `tools.<name>` functions are made when first reached (issue 14: a cell pays for what it
+// K1-K5, B10: `tools.<name>` functions are made when first reached (a cell pays for what it
 // touches, not for the catalog), yet `tools` behaves exactly like an object frozen at boot. Before a
 // cell has enumerated it, no trap lets a write through: assignment, definition, deletion, a new
 // prototype, preventExtensions; afterwards it is complete (every convenience, in ALL_TOOLS order of

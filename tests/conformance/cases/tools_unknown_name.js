@@ -1,4 +1,4 @@
-// Issue 9 (errors that teach): `tools.<name>` for a name that is no catalog tool rejects with
+// `tools.<name>` for a name that is no catalog tool rejects with
 // nested_tool_failed and names the nearest catalog tools, instead of "not a function".
 let caught;
 try {

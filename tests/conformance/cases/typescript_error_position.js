@@ -1,5 +1,5 @@
 // @exec {"language": "typescript"}
-// SPEC §14, issue 9: run-time error positions of a TypeScript cell map back to its own lines.
+// contract §14: run-time error positions of a TypeScript cell map back to its own lines.
 interface Shipment { id: string; tons: number }
 type Tons = number;
 

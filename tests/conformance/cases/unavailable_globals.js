@@ -1,4 +1,4 @@
-// Issue 9 (errors that teach), B3: timers, fetch and require exist only to say why they are
+// Timers, fetch and require exist only to say why they are
 // unavailable and what to use instead; every refusal carries module_access_denied.
 const out = {};
 for (const [name, f] of Object.entries({

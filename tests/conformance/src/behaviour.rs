@@ -1,6 +1,6 @@
 //! Engine-generic behaviour tests: what the corpus cannot express (several runs, stores, clocks,
 //! hooks, concurrency). Each function is one test; [`crate::conformance_suite!`] generates the
-//! `#[test]` wrappers. Checklist ids of SPEC are cited in the names' docs.
+//! `#[test]` wrappers. Checklist ids of the contract (the book's contract pages) are cited in the names' docs.
 
 use crate::{SESSION, config, ctx, harness, run_to_end};
 use codemode::{
@@ -47,7 +47,7 @@ async fn yielded(cm: &CodeMode, ctx: &RunContext) -> String {
 }
 
 /// V22, V26 (WF1, WF4): unknown, malformed and other-session run ids fail with `invalid_input` and
-/// the SPEC messages, without consuming the run.
+/// the contract's messages (contract §6), without consuming the run.
 pub async fn wait_lookup_failures(engine: Arc<dyn GuestEngine>) {
     let cm = harness(engine, config(json!({})));
     let c = ctx();
@@ -104,7 +104,7 @@ pub async fn wait_is_exclusive(engine: Arc<dyn GuestEngine>) {
     assert_eq!(completed_value(&steps), &json!(2500));
 }
 
-/// V25: the 65th concurrently suspended run is rejected with the SPEC message; the others survive.
+/// V25: the 65th concurrently suspended run is rejected with the contract's message (contract V25); the others survive.
 pub async fn sixty_fifth_suspension(engine: Arc<dyn GuestEngine>) {
     let cm = harness(engine, config(json!({})));
     let c = ctx();
@@ -270,7 +270,7 @@ pub async fn host_survives_hostile_cells(engine: Arc<dyn GuestEngine>) {
         let ok = cm.exec(&c, &code("return [1, 2, 3].map((x) => x * 2)")).await;
         assert_eq!(completed_value(&ok), &json!([2, 4, 6]), "host unharmed after `{src}`");
     }
-    // Issue 9: deeply nested source, in JavaScript (the engine's own parser, which checks its
+    // Deeply nested source, in JavaScript (the engine's own parser, which checks its
     // stack) and in TypeScript (refused by the nesting bound before the host-side transform).
     let n = 100_000;
     let deep = [
@@ -389,7 +389,7 @@ pub async fn concurrent_runs_are_isolated(engine: Arc<dyn GuestEngine>) {
     }
 }
 
-/// SPEC §17: telemetry counts searches, describes, calls and tool ids across exec and wait.
+/// contract §17: telemetry counts searches, describes, calls and tool ids across exec and wait.
 pub async fn telemetry_counts(engine: Arc<dyn GuestEngine>) {
     let cm = harness(engine, config(json!({})));
     let steps = run_to_end(
@@ -447,7 +447,7 @@ impl GuestEngine for SlowPrepare {
     }
 }
 
-/// Issue 9 (spurious suspension): engine preparation is never charged to a run, and a `waiting`
+/// Engine preparation is never charged to a run, and a `waiting`
 /// result always names what it waits for — a cell busy with instant answers past its time limit
 /// is a `timeout`, not `waiting` with nothing pending.
 pub async fn waiting_always_names_what_it_waits_for(engine: Arc<dyn GuestEngine>) {
@@ -479,7 +479,7 @@ fn json_eq(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// SPEC O3/O4 as a property: random JSON-safe values (unicode strings, extreme numbers, nesting,
+/// contract O3/O4 as a property: random JSON-safe values (unicode strings, extreme numbers, nesting,
 /// awkward keys) come back unchanged through a nested call's input and result and through `return`,
 /// on every engine.
 pub async fn json_values_round_trip(engine: Arc<dyn GuestEngine>) {
@@ -535,7 +535,7 @@ pub async fn json_values_round_trip(engine: Arc<dyn GuestEngine>) {
     }
 }
 
-/// SPEC §6, DESIGN §4 (serialized snapshots): a run suspended by one engine instance is restored by
+/// contract §6, docs/src/engines.md (serialized snapshots): a run suspended by one engine instance is restored by
 /// a fresh instance in another runtime sharing only the directory store — the way a second process
 /// resumes it — and ends exactly as the uninterrupted run does. Engines that keep live snapshots
 /// skip it (they cannot leave the process).

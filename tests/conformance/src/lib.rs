@@ -1,6 +1,6 @@
 //! # codemode-conformance
 //!
-//! The engine-generic conformance suite (DESIGN §7). Any [`GuestEngine`] — in this repository or
+//! The engine-generic conformance suite (docs/src/engines.md). Any [`GuestEngine`] — in this repository or
 //! outside it — proves itself with one macro call in an integration test:
 //!
 //! ```text
@@ -378,8 +378,8 @@ macro_rules! __conformance_case {
 mod tests {
     use super::*;
 
-    /// Issue 24 §8: the recorded expected results agree with the hand-written contract
-    /// (`contract.json`, written from the SPEC and the case sources, not from an engine): a bug every
+    /// The recorded expected results agree with the hand-written contract
+    /// (`contract.json`, written from the contract and the case sources, not from an engine): a bug every
     /// engine shares, recorded into `snapshots/`, fails here.
     #[test]
     fn snapshots_keep_the_hand_written_contract() {

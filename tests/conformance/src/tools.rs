@@ -69,7 +69,7 @@ pub fn conformance_tools() -> LocalTools {
             Ok(ToolResult::value(json!({ "contents": [{ "uri": uri, "text": "memo contents" }] })))
         },
     )));
-    // Tool names a hostile server would choose (issue 9): never properties of the namespace,
+    // Tool names a hostile server would choose: never properties of the namespace,
     // reachable only as `MCP.fakeMcp.$call(name, input)`.
     for name in ["then", "toString"] {
         tools.add(Arc::new(FnTool::new(
@@ -87,7 +87,7 @@ pub fn conformance_tools() -> LocalTools {
 }
 
 /// The namespaces every conformance run sees: the demo plugin's `Shipping` and `Sums`, a namespace
-/// owned by the MCP-shaped server `fake-mcp` (SPEC §10).
+/// owned by the MCP-shaped server `fake-mcp` (contract §10).
 pub fn conformance_namespaces() -> codemode::Namespaces {
     use codemode::{NamespaceOwner, NamespaceRegistration, ScopeValue, namespace_tool_with};
     let registry = codemode_testing::demo::demo_namespaces();

@@ -59,7 +59,7 @@ Status = Literal["completed", "waiting", "failed"]
 
 @dataclasses.dataclass(frozen=True)
 class ExecError:
-    """Why a run failed: ``code`` is one of the SPEC error codes (``timeout``, ``nested_tool_failed``,
+    """Why a run failed: ``code`` is one of the error codes of the contract (the book's contract pages) (``timeout``, ``nested_tool_failed``,
     ``invalid_input``, ``memory_limit_exceeded``, …; ``None`` for an uncoded failure)."""
 
     code: str | None

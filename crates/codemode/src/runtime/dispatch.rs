@@ -37,11 +37,11 @@ impl Inner {
                             .and_then(|t| codemode_catalog::declarations::Declaration::of(&t.def.parameters).inline());
                         let mut d = json!(d);
                         if let Value::Object(m) = &mut d {
-                            // Issue 26 §1: the input's full TypeScript declaration.
+                            // The input's full TypeScript declaration.
                             if let Some(text) = declaration {
                                 m.insert("declaration".into(), Value::String(text));
                             }
-                            // Issue 26 §4: the type learned from this tool's results, marked observed.
+                            // The type learned from this tool's results, marked observed.
                             if let Some(observed) = self.observed_output(&tool_id) {
                                 m.insert("observedOutput".into(), observed);
                             }
@@ -53,7 +53,7 @@ impl Inner {
                 run.ready.push(Delivery { id, outcome });
             }
             GuestRequest::Namespace { namespace, path, args, line, unwrap } => {
-                // SPEC L6: a namespace call becomes a catalog tool call by exact id; from here on it
+                // contract L6: a namespace call becomes a catalog tool call by exact id; from here on it
                 // is that call (same gates, limits, telemetry and suspend/resume).
                 match run.namespaces.resolve(&namespace, &path, &args) {
                     Ok(call) => {
@@ -70,7 +70,7 @@ impl Inner {
                         self.tool_request(rt, run, id, request)?;
                     }
                     Err(e) => {
-                        // The attempt is recorded (issue 23 §6): a forged namespace path leaves an
+                        // The attempt is recorded: a forged namespace path leaves an
                         // audit record, while the guest sees only the refusal.
                         let target = format!("namespace:{namespace}:{path}");
                         let err = guest_error(CodeModeErrorCode::NestedToolFailed, e.to_string());
@@ -147,7 +147,7 @@ impl Inner {
             Ok(found) => found,
             Err((tool_id, err)) => {
                 run.telemetry.record_call(&tool_id);
-                // Unknown, denied and hidden ids are recorded as `denied` attempts (issue 23 §6);
+                // Unknown, denied and hidden ids are recorded as `denied` attempts;
                 // the guest's answer is the same for all of them, so a guessed id reveals nothing.
                 run.refuse(id, &tool_id, request.tool_input(), err);
                 return Ok(());

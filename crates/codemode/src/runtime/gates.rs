@@ -14,7 +14,7 @@
 //! 3. [`RestartSafe`] — a `restartSafe` cell calls only read-only tools.
 //! 4. [`LoopDetection`] — the session's loop detector (warn, refuse, or trip the breaker).
 //! 5. [`PendingLimit`] — at most `maxPendingToolCalls` calls running or parked at once.
-//! 6. [`Sandbox`] — a sandboxed run's calls meet the sandbox tool policy (SPEC P4).
+//! 6. [`Sandbox`] — a sandboxed run's calls meet the sandbox tool policy (contract P4).
 //!
 //! A gate that refuses answers the guest through [`Run::refuse`], the one refusal path: a catchable
 //! `nested_tool_failed` error, a `denied` trajectory entry and one failed call in the telemetry.
@@ -32,7 +32,7 @@
 //! 10. the **tool** itself (the executor).
 //! 11. `after_tool_call` hooks — may inspect or replace the outcome.
 //! 12. **output contract** — a declared output schema is checked before the value reaches the
-//!     guest (SPEC D4); a mismatch fails the call and the value is never delivered. On a fleet
+//!     guest (contract D4); a mismatch fails the call and the value is never delivered. On a fleet
 //!     store the outcome is then recorded in the call log the moment the call finishes.
 //!
 //! Which calls meet which gate: every call meets every gate, every time it starts, against the
@@ -151,7 +151,7 @@ fn refuse(message: String) -> GateVerdict {
 }
 
 /// Gate 1: a tool whose declared output schema does not compile is never run (its results could not
-/// be checked, SPEC D4).
+/// be checked, contract D4).
 pub(super) struct Runnable;
 
 impl StartGate for Runnable {
@@ -167,7 +167,7 @@ impl StartGate for Runnable {
     }
 }
 
-/// Gate 2: the input must match the tool's input schema (issue 26 §2): a wrong argument fails in the
+/// Gate 2: the input must match the tool's input schema: a wrong argument fails in the
 /// guest with `invalid_input` before anything leaves the sandbox, instead of costing a tool round
 /// trip and an upstream error text. The message names the JSON pointer, what the schema expects and
 /// the given JSON type, never the given value. A schema that does not compile leaves the tool's
@@ -216,7 +216,7 @@ impl StartGate for RestartSafe {
     }
 }
 
-/// Gate 4: the session's loop detector (SPEC §22). A warning is added to the call's output and the
+/// Gate 4: the session's loop detector (contract §22). A warning is added to the call's output and the
 /// call goes on; a critical repetition refuses the call; the breaker fails the run.
 pub(super) struct LoopDetection;
 
@@ -249,7 +249,7 @@ impl StartGate for LoopDetection {
 }
 
 /// Gate 5: at most `maxPendingToolCalls` nested calls outstanding at once. A call parked for
-/// approval counts like a running one (issue 23 §1): without an approver every gated call parks,
+/// approval counts like a running one: without an approver every gated call parks,
 /// and parked calls must not be a way around the limit. Exceeding it fails the run
 /// (`too_many_pending_tool_calls`).
 pub(super) struct PendingLimit;
@@ -277,7 +277,7 @@ impl StartGate for PendingLimit {
     }
 }
 
-/// Gate 6: a sandboxed run's nested calls meet the sandbox tool policy (SPEC P4).
+/// Gate 6: a sandboxed run's nested calls meet the sandbox tool policy (contract P4).
 pub(super) struct Sandbox;
 
 impl StartGate for Sandbox {
@@ -504,7 +504,7 @@ fn only_the_tool(hooks: &[Arc<dyn ToolHook>], approval: &Approval, log: Option<&
     hooks.is_empty() && log.is_none() && (approval.approved || approval.policy_reason.is_none())
 }
 
-/// SPEC D4: the declared output contract is checked after the hooks, before the value reaches the
+/// contract D4: the declared output contract is checked after the hooks, before the value reaches the
 /// guest; a mismatch fails the call and the value is never delivered.
 fn checked_output(contract: &CatalogTool, outcome: Result<ToolResult, ToolError>) -> Result<ToolResult, ToolError> {
     match &outcome {
@@ -585,7 +585,7 @@ mod tests {
     }
 
     /// The security model in the book lists the gates before a call starts, by name, in the order
-    /// [`BEFORE_START`] runs them (issue 24 §2: the order is written once and documented).
+    /// [`BEFORE_START`] runs them (the order is written once and documented).
     #[test]
     fn the_security_model_lists_the_gates_in_their_order() {
         let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/security.md"))

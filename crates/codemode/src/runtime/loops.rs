@@ -1,4 +1,4 @@
-//! Loop detection's per-session history (SPEC §22): kept per session in this process, and on a
+//! Loop detection's per-session history (contract §22): kept per session in this process, and on a
 //! fleet store handed through the store, so a session that spreads a loop over replicas is seen
 //! whole.
 

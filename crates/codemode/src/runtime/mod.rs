@@ -1,4 +1,4 @@
-//! The exec/wait run state machine (SPEC §5–§6, DESIGN §5).
+//! The exec/wait run state machine (contract §5–§6, docs/src/layout.md).
 //!
 //! One `exec` or `wait` call drives the guest in steps. After each step the runtime answers the new
 //! bridge requests: catalog lookups at once, tool calls by spawning them on the host's executor. Ready
@@ -137,10 +137,10 @@ fn dispose(instance: Box<dyn GuestInstance>) {
 const RECORDED_POLL: Duration = Duration::from_millis(25);
 
 /// What every nested call passes through besides the executor: namespace resolution (a namespace
-/// call becomes a catalog call first, SPEC L6), hooks and the approval gate.
+/// call becomes a catalog call first, contract L6), hooks and the approval gate.
 pub(crate) struct CallGates {
     pub(crate) loops: LoopPolicy,
-    /// Learn result types of tools without an output schema (issue 26 §4).
+    /// Learn result types of tools without an output schema.
     pub(crate) observe_results: bool,
     /// How long a guest worker waits for a nested call's result itself before handing the call
     /// to the async runtime (see [`crate::CodeModeBuilder::inline_wait`]).
@@ -214,26 +214,26 @@ pub(crate) struct Inner {
     pub(crate) engine: Option<Arc<dyn GuestEngine>>,
     /// The catalog of the runtime's default target (agent, provider, model).
     catalog: std::sync::RwLock<Arc<RunCatalog>>,
-    /// What the catalogs of other targets are built from (issue 24 §1: a policy per run).
+    /// What the catalogs of other targets are built from (a policy per run).
     inputs: Arc<crate::BuildInputs>,
     /// The catalogs of the other targets runs came with, built once each and dropped when the tools
     /// change. At most [`MAX_TARGET_CATALOGS`]: an arbitrary one goes to make room.
     target_catalogs: Mutex<HashMap<codemode_catalog::policy::PolicyTarget, Arc<RunCatalog>>>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
     pub(crate) hooks: Vec<Arc<dyn ToolHook>>,
-    /// Which nested calls wait for a human (SPEC P5).
+    /// Which nested calls wait for a human (contract P5).
     pub(crate) approvals: ApprovalPolicy,
     /// Who decides gated calls at once; without one, every gated call parks.
     pub(crate) approver: Option<Arc<dyn Approver>>,
-    /// What nested calls of sandboxed runs may reach (SPEC P4, §22).
+    /// What nested calls of sandboxed runs may reach (contract P4, §22).
     pub(crate) sandbox: SandboxPolicy,
-    /// The namespaces runs may see (SPEC §10).
+    /// The namespaces runs may see (contract §10).
     pub(crate) namespaces: Arc<dyn NamespaceRegistry>,
     /// Receives every run's trajectory records (audit log), if set.
     pub(crate) trajectory: Option<Arc<dyn RunObserver>>,
     /// How values are redacted in trajectory records.
     pub(crate) redaction: Arc<Redaction>,
-    /// Loop detection (SPEC §22), and each session's history of nested calls.
+    /// Loop detection (contract §22), and each session's history of nested calls.
     pub(crate) loops: LoopPolicy,
     /// How long a guest worker waits for a nested call's result itself (see [`CallGates`]).
     pub(crate) inline_wait: Duration,
@@ -513,7 +513,7 @@ impl Inner {
         Arc::new(Catalog::build(kept).with_unavailable_mcp_servers(now.catalog.unavailable_mcp_servers().clone()))
     }
 
-    /// The catalog a run of `ctx` sees (issue 24 §1, SPEC §4, §22: the policy is per agent): the
+    /// The catalog a run of `ctx` sees (the policy is per agent): the
     /// tool policy applied for the context's agent, provider and model. The default target's
     /// catalog serves every run when there is no policy or the context names no other target, so
     /// the single-agent case costs nothing; other targets' catalogs are built once and cached.
@@ -602,7 +602,7 @@ impl Inner {
         }
     }
 
-    /// Opens the namespaces `catalog` makes visible for run `run_id` of `ctx` (SPEC L3–L5). A scope
+    /// Opens the namespaces `catalog` makes visible for run `run_id` of `ctx` (contract L3–L5). A scope
     /// that fails serialization fails the run before guest code runs (`invalid_config`).
     fn open_namespaces(
         &self,
@@ -679,7 +679,7 @@ impl Inner {
         telemetry.catalog_size = catalog.catalog.len() as u32;
         telemetry.catalog_by_source = catalog.by_source.clone();
         let run_id = new_run_id();
-        // SPEC L3–L5: the visible namespaces' scopes for this run, before any guest code runs.
+        // contract L3–L5: the visible namespaces' scopes for this run, before any guest code runs.
         let namespaces = match self.open_namespaces(ctx, &run_id, &catalog.catalog, &call.cancel) {
             Ok(n) => n,
             Err(e) => return early(e, telemetry),
@@ -769,7 +769,7 @@ impl Inner {
         let resumed_elsewhere = local.is_none();
         let (context, catalog, source, namespaces, calls, policy) = match local {
             // The run keeps its own context, except the model call now driving it: nested calls
-            // this `wait` makes carry the wait's call id (transcript projection, SPEC U9).
+            // this `wait` makes carry the wait's call id (transcript projection, contract U9).
             Some(l) => {
                 let context = if l.context.tool_call_id == ctx.tool_call_id {
                     l.context
@@ -827,7 +827,7 @@ impl Inner {
             reissue: Vec::new(),
         };
         let _active = self.activate(&run.id, &call);
-        // The run must be resumable before anything of it happens (issue 23 §2): no approved or
+        // The run must be resumable before anything of it happens: no approved or
         // re-issued call starts, and no result is taken, for a snapshot that will not restore.
         if let Err(e) = engine.verify(&snapshot) {
             run.telemetry.record_snapshot(SnapshotEventKind::RestoreFailed, None);
@@ -988,7 +988,7 @@ impl Inner {
                     Err(e) => return end(run, StepsEnd::Fail(e)),
                 }
             }
-            // Loop-detection warnings are output the model sees (SPEC §22).
+            // Loop-detection warnings are output the model sees (contract §22).
             for text in std::mem::take(&mut run.loop_warnings) {
                 let item = CodeModeOutput::Text { text };
                 call.output_used += item.cost() as u64;

@@ -1,4 +1,4 @@
-//! Result types learned from observed results (issue 26 §4): what the runtime learned about the
+//! Result types learned from observed results: what the runtime learned about the
 //! results of tools without an output schema, when the boot data must state a newer type, and how
 //! a fleet shares it through the store.
 
@@ -39,7 +39,7 @@ impl Learned {
     }
 }
 
-/// What was learned about the results of tools without an output schema (issue 26 §4).
+/// What was learned about the results of tools without an output schema.
 pub(crate) struct Observations {
     /// By tool id; at most [`MAX_OBSERVED_TOOLS`] tools. Updated on every nested call of a tool
     /// without an output schema (see [`codemode_core::hash`]).
@@ -128,7 +128,7 @@ impl Inner {
 
     /// On a fleet store, joins this replica's learned result types with the fleet's (when it learned
     /// something new, or every [`OBSERVED_PULL_MS`]) and writes the joined view back, so every
-    /// replica shows what any of them learned (issue 26 §4). Last writer wins; a join never loses
+    /// replica shows what any of them learned. Last writer wins; a join never loses
     /// a widening of its own. Only what was learned from the same definition of a tool is joined
     /// ([`Learned::def`]); a tool this replica has not called is taken from the fleet only when
     /// its catalog (the default target's) defines it the same way. Entries of tools this replica

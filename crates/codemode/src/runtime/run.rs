@@ -28,7 +28,7 @@ pub(super) struct Run {
     pub(super) catalog: Arc<Catalog>,
     /// The catalog data the guest pulls on demand (`ALL_TOOLS`, `tools.<name>`, `API`, `MCP`).
     pub(super) source: Arc<dyn BootSource>,
-    /// The run's namespaces and how their calls resolve (SPEC §10).
+    /// The run's namespaces and how their calls resolve (contract §10).
     pub(super) namespaces: Arc<dyn RunNamespaces>,
     pub(super) restart_safe: bool,
     pub(super) telemetry: CodeModeTelemetry,

@@ -166,7 +166,7 @@ impl Inner {
             }),
         };
         let pending_tool_calls = run.pending_tool_calls(now);
-        // The whole stored run, not only the VM, stays within maxSnapshotBytes (issue 23 §1): the
+        // The whole stored run, not only the VM, stays within maxSnapshotBytes: the
         // inputs of parked calls and undelivered results are stored with it.
         let stored = suspended.stored_bytes();
         if stored > self.config.max_snapshot_bytes {

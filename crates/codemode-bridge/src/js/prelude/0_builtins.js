@@ -1,4 +1,4 @@
-// codemode guest prelude (DESIGN §3), layer 0: captured builtins, shared lists, `install`'s state.
+// codemode guest prelude (docs/src/engines.md), layer 0: captured builtins, shared lists, `install`'s state.
 // The layers (src/js/prelude/*.js) are joined in order at build time into one classic script.
 // Evaluated once per VM, before any guest code, as a classic
 // script. Its completion value is

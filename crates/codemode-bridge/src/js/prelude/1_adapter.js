@@ -1,5 +1,5 @@
 // Layer 1 of the prelude (joined at build time, see codemode_bridge::PRELUDE): the JSON-safe adapter.
-    // ---- JSON-safe adapter (SPEC §7 O3/O4): cycles, BigInt, functions, symbols, binary -------------
+    // ---- JSON-safe adapter (contract §7 O3/O4): cycles, BigInt, functions, symbols, binary -------------
     function toSafe(v, depth, ancestors) {
       switch (typeof v) {
         case "string":

@@ -160,7 +160,7 @@
       return err;
     }
 
-    // A guest-side refusal that carries a SPEC error code like a host error does (`e.code`, and the
+    // A guest-side refusal that carries a contract error code (contract §16) like a host error does (`e.code`, and the
     // code survives as the run's failure code when uncaught).
     function codedError(code, message, name) {
       return hostError({ name: name || "Error", message, code });

@@ -33,7 +33,7 @@
       tools.callValue = function callValue(id, input) {
         return callRequest(safeString(id, ""), input, false);
       };
-      // Convenience functions `tools.<name>` (SPEC K1–K5) are made when the cell first reaches a
+      // Convenience functions `tools.<name>` (contract K1–K5) are made when the cell first reaches a
       // name (one pull of that name), or all at once when the cell looks at `tools` as a whole
       // (keys, descriptors, `Object.isFrozen`): then `tools` is complete and frozen, as if it had
       // been built at boot. Until then no write reaches it: every mutating trap refuses.
@@ -172,7 +172,7 @@
         },
       });
 
-      // MCP namespace (SPEC §9): exact names always, camelCase aliases when the host gives one.
+      // MCP namespace (contract §9): exact names always, camelCase aliases when the host gives one.
       const NS_HELPERS = ["$api", "$call", "resources", "prompts"];
       const mcpRoot = create(null);
       const NS_HELPER = create(null);
@@ -389,7 +389,7 @@
       installNamespaces();
     }
 
-    // `namespaces` (SPEC §10 L5): a non-configurable global accessor, defined once with the prelude
+    // `namespaces` (contract §10 L5): a non-configurable global accessor, defined once with the prelude
     // (so baked into `quickjs-wasi`'s image), whose getter returns the run's root: `boot` points it
     // at a root it builds when the run has namespaces (or at `true`, when the engine's
     // `defineNamespaces` makes the root on this getter's first call); otherwise it stays this empty
@@ -410,7 +410,7 @@
     }
 
     // ---- boot: per-run data (the JSON-depth limit, the run's namespaces) --------------------------
-    // One namespace object (SPEC §10 L5): the scope's data with a function at every callable path,
+    // One namespace object (contract §10 L5): the scope's data with a function at every callable path,
     // frozen. Built from the namespace's JSON, `texts` from `start` for `len` characters, when the
     // cell first reaches it (see boot).
     function buildScope(texts, start, len) {
@@ -498,7 +498,7 @@
       // `installNamespaces`): nothing to make or define.
       if (index === "") return;
       const texts = typeof nsText === "string" ? nsText : "";
-      // Namespaces (SPEC §10 L5): each visible namespace as a direct global and as
+      // Namespaces (contract §10 L5): each visible namespace as a direct global and as
       // `namespaces.<globalName>`, both read-only and the same frozen object. The object is built
       // (its JSON sliced out and parsed, its functions made, frozen) when the cell first reads
       // either name, so a cell that never touches a namespace does not pay for it: parsing and
