@@ -162,6 +162,10 @@ fn wait(cm: &CodeMode, id: &str) -> CodeModeResult {
     tokio_runtime().block_on(cm.wait(&RunContext::session("snap"), &CodeModeWaitInput::new(id)))
 }
 
+/// The engine's own checks of the bytes it restores: the run files are rewritten in the store's
+/// unsigned format (version 1) and read by a store that accepts it (its upgrade window open), so
+/// the damage reaches the engine instead of being refused by the store's signature (which
+/// `crates/codemode-snapshot/tests/signed_runs.rs` covers).
 #[test]
 fn damaged_snapshots_fail_with_snapshot_restore_failed() {
     let dir = tempdir("damaged");
@@ -182,10 +186,19 @@ fn damaged_snapshots_fail_with_snapshot_restore_failed() {
         }),
     ];
     for (what, f) in damage {
-        let (cm, id, file) = suspended_run_file(&dir);
+        let (_, id, file) = suspended_run_file(&dir);
         let mut bytes = std::fs::read(&file).unwrap();
+        // Unsigned: no tag at the end, format version 1.
+        bytes.truncate(bytes.len() - 32);
+        bytes[5] = 1;
         f(&mut bytes);
         std::fs::write(&file, bytes).unwrap();
+        let store = DirectorySnapshotStore::new(&dir).unwrap().accept_unsigned_until(Some(u64::MAX));
+        let cm = CodeMode::builder(config(json!({})))
+            .engine(engine())
+            .local_tools(codemode_testing::demo::demo_tools())
+            .store(Arc::new(store))
+            .build();
         let r = wait(&cm, &id);
         assert_eq!(r.error_code(), Some(CodeModeErrorCode::SnapshotRestoreFailed), "{what}: {}", r.to_json());
         assert!(
