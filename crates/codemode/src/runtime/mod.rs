@@ -34,15 +34,28 @@
 //! - [`Observations`] (`observed.rs`) — result types learned from observed results, and their
 //!   sharing through a fleet's store.
 //!
-//! The code is split by concern: this file holds the exec/wait/drive loop; `run` the run state;
-//! `gates` the checks of nested calls; `calls` the nested calls (starting, collecting, handing over
-//! between processes); `dispatch` the answer to each typed guest request; `suspend` the three ways
-//! a call ends (completed, failed, suspended into the store); `lifecycle` sweeps, aborts and
-//! lifecycle records; `loops` each session's loop-detection history (shared through a fleet's
-//! store); `observed` the learned result types.
+//! The code is split by concern (a test checks that this list names every module):
+//!
+//! - this file: [`Inner`], the start of an `exec` and of a `wait`;
+//! - `drive`: the drive loop of one call and its budget (`Call`);
+//! - `catalogs`: the catalogs runs see, per target, and the one a resumed run keeps;
+//! - `run`: the run state;
+//! - `gates`: the checks of nested calls;
+//! - `calls`: the nested calls (starting, collecting, handing over between processes);
+//! - `inline`: answers the host gives inside a drive step;
+//! - `dispatch`: the answer to each typed guest request;
+//! - `suspend`: the three ways a call ends (completed, failed, suspended into the store);
+//! - `policy`: the policy a run carries and the checks of a resume against it;
+//! - `portable`: exporting and importing runs;
+//! - `lifecycle`: sweeps, aborts and lifecycle records;
+//! - `loops`: each session's loop-detection history (shared through a fleet's store);
+//! - `observed`: the learned result types;
+//! - `traces`: where a run's trajectory records go, and the trace a run's `exec` started.
 
 mod calls;
+mod catalogs;
 mod dispatch;
+mod drive;
 mod gates;
 mod inline;
 mod lifecycle;
@@ -52,10 +65,11 @@ mod policy;
 mod portable;
 mod run;
 mod suspend;
+mod traces;
 
 use crate::tools::ToolHook;
 use calls::{Finished, NestedCalls};
-use codemode_bridge::driver::TIMEOUT_MESSAGE;
+pub(crate) use catalogs::RunCatalog;
 use codemode_bridge::modules::find_module_access;
 use codemode_catalog::Catalog;
 use codemode_catalog::approval::ApprovalPolicy;
@@ -64,20 +78,22 @@ use codemode_catalog::sandbox::SandboxPolicy;
 use codemode_core::approval::Approver;
 use codemode_core::config::{CodeModeConfig, Language};
 use codemode_core::engine::{
-    BootSource, Delivery, DriveInput, DriveOutcome, GuestEngine, GuestError, GuestFailure, GuestInstance, GuestLimits,
-    GuestProgram, RequestId, RequestKind, Snapshot,
+    BootSource, Delivery, GuestEngine, GuestError, GuestFailure, GuestInstance, GuestLimits, GuestProgram, RequestId,
+    RequestKind, Snapshot,
 };
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
-use codemode_core::executor::{RunEvent, RunObserver, ToolExecutor};
+use codemode_core::executor::{RunObserver, ToolExecutor};
 use codemode_core::input::{CodeModeExecInput, CodeModeWaitInput};
 use codemode_core::namespace::{NamespaceContext, NamespaceRegistry, NoNamespaces, RunNamespaces};
 use codemode_core::positions::CellPositions;
-use codemode_core::result::{CodeModeOutput, CodeModeResult, WaitReason};
+use codemode_core::result::{CodeModeResult, WaitReason};
 use codemode_core::scope::{RunContext, RunId};
 use codemode_core::store::{SnapshotStore, SuspendedRun};
 use codemode_core::telemetry::{CodeModeTelemetry, SnapshotEventKind};
 use codemode_core::trajectory::Redaction;
 use codemode_snapshot::Clock;
+pub(crate) use drive::CallHandles;
+use drive::{Call, Next, next_settled};
 use observed::Observations;
 use run::Run;
 use serde_json::Value;
@@ -86,6 +102,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
+pub(crate) use traces::TraceTarget;
 
 /// Why a call fails whose run a drive step's answerer did not give back (never expected).
 const MSG_RUN_LOST: &str = "internal error: the run's state was not handed back after a drive step";
@@ -166,47 +183,6 @@ struct Inflight {
     expires_at_ms: u64,
 }
 
-/// The catalog of a run plus its cached boot data.
-pub(crate) struct RunCatalog {
-    pub(crate) catalog: Arc<Catalog>,
-    boot: codemode_bridge::BootText,
-    /// Tools per source (telemetry of every call; counted once per catalog).
-    by_source: std::collections::BTreeMap<String, u32>,
-    /// The [`Observations::generation`] its `.d.ts` files state.
-    observed_generation: u64,
-}
-
-impl RunCatalog {
-    pub(crate) fn new(
-        catalog: Catalog,
-        limits: &GuestLimits,
-        approvals: &ApprovalPolicy,
-        observed: Option<&Observations>,
-    ) -> Self {
-        let (docs, observed_generation) = match observed {
-            Some(o) => (o.docs(), o.generation()),
-            None => (Default::default(), 0),
-        };
-        let mut boot = codemode_catalog::mcp_api::boot_data_with(&catalog, limits.max_json_depth, &docs);
-        if !approvals.is_off() {
-            boot.gated = catalog
-                .tools()
-                .iter()
-                .filter(|t| approvals.reason(&t.def).is_some())
-                .map(|t| t.id.to_string())
-                .collect();
-        }
-        let boot = codemode_bridge::BootText::new(&boot);
-        let by_source = catalog.count_by_source();
-        RunCatalog { catalog: Arc::new(catalog), boot, by_source, observed_generation }
-    }
-
-    /// Whether its `.d.ts` files state an older learned type than `observed` holds now.
-    fn stale(&self, observed: Option<&Observations>) -> bool {
-        observed.is_some_and(|o| o.generation() != self.observed_generation)
-    }
-}
-
 pub(crate) struct Inner {
     /// The runtime itself, for what outlives a borrow of it (a drive step's answerer).
     pub(crate) me: std::sync::Weak<Inner>,
@@ -257,13 +233,6 @@ pub(crate) struct Inner {
     run_traces: Mutex<HashMap<String, String>>,
 }
 
-/// Most run traces kept. Prevents: runs nobody resumes growing the map (an arbitrary entry goes).
-const MAX_RUN_TRACES: usize = 4_096;
-
-/// Most per-target catalogs kept. Prevents: a stream of made-up agent, provider or model names
-/// growing the cache without bound.
-const MAX_TARGET_CATALOGS: usize = 256;
-
 /// Shortest time between two automatic sweeps of the store at `exec` / `wait`. Sweeping a directory
 /// store reads every run file, which must not happen on every call; expiry itself does not depend on
 /// it (stores refuse expired runs at checkout and purge them before the capacity check of `put`).
@@ -280,73 +249,6 @@ fn loop_key(run: &RunId, id: RequestId) -> u64 {
     run.as_str().hash(&mut h);
     id.hash(&mut h);
     h.finish()
-}
-
-/// Where a run's trajectory records go while one `exec` / `wait` call drives it.
-pub(crate) struct TraceTarget {
-    /// The model-visible call driving the run (`RunContext::tool_call_id` of that call).
-    pub(crate) parent: Option<String>,
-    /// `exec` or `wait`.
-    pub(crate) parent_tool: &'static str,
-    /// The runtime-wide trajectory sink (audit log), if any.
-    pub(crate) sink: Option<Arc<dyn RunObserver>>,
-    pub(crate) redaction: Arc<Redaction>,
-    pub(crate) clock: Arc<dyn Clock>,
-}
-
-/// Budget and output of one `exec` / `wait` call.
-struct Call {
-    started: Instant,
-    deadline: Instant,
-    output: Vec<CodeModeOutput>,
-    output_used: u64,
-    /// Set when the call is cancelled: its caller went away, or the run was aborted.
-    cancel: Arc<AtomicBool>,
-}
-
-/// What an `exec` / `wait` call brings besides its input: its cancel flag and who watches it.
-pub(crate) struct CallHandles {
-    pub(crate) cancel: Arc<AtomicBool>,
-    pub(crate) observer: Option<Arc<dyn RunObserver>>,
-}
-
-impl Call {
-    fn new(timeout_ms: u64, cancel: Arc<AtomicBool>) -> Self {
-        let started = Instant::now();
-        Call {
-            started,
-            deadline: started + Duration::from_millis(timeout_ms),
-            output: Vec::new(),
-            output_used: 0,
-            cancel,
-        }
-    }
-
-    fn cancelled(&self) -> bool {
-        self.cancel.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// How often a call waiting on nested calls looks at its cancel flag.
-const CANCEL_POLL: Duration = Duration::from_millis(20);
-
-/// What waiting for the next settled call found.
-enum Next {
-    Finished(Finished),
-    Deadline,
-    Cancelled,
-}
-
-/// How [`Inner::drive_steps`] ended.
-enum StepsEnd {
-    /// The cell returned this value and nothing is outstanding.
-    Complete(Value),
-    /// The run fails.
-    Fail(CodeModeError),
-    /// The run is to be snapshotted and stored.
-    Suspend(WaitReason),
-    /// The call was cancelled: the run is aborted.
-    Abort,
 }
 
 /// Drops a snapshot that will not be stored (a live one holds a whole VM) off the caller's path.
@@ -432,118 +334,6 @@ impl Inner {
             last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
             run_traces: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The trace a run's `exec` started (see [`Inner::remember_run_trace`]).
-    pub(crate) fn run_trace(&self, run_id: &str) -> Option<String> {
-        self.run_traces.lock().unwrap_or_else(|p| p.into_inner()).get(run_id).cloned()
-    }
-
-    /// Remembers the trace of a suspended run's `exec`.
-    pub(crate) fn remember_run_trace(&self, run_id: &str, traceparent: String) {
-        let mut traces = self.run_traces.lock().unwrap_or_else(|p| p.into_inner());
-        if traces.len() >= MAX_RUN_TRACES
-            && !traces.contains_key(run_id)
-            && let Some(k) = traces.keys().next().cloned()
-        {
-            traces.remove(&k);
-        }
-        traces.insert(run_id.to_string(), traceparent);
-    }
-
-    /// Forgets a settled run's trace.
-    pub(crate) fn forget_run_trace(&self, run_id: &str) {
-        self.run_traces.lock().unwrap_or_else(|p| p.into_inner()).remove(run_id);
-    }
-
-    /// The current catalog (runs keep the one they started with).
-    pub(crate) fn catalog(&self) -> Arc<RunCatalog> {
-        let current = self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone();
-        if !current.stale(self.observed.as_deref()) {
-            return current;
-        }
-        // A learned result type widened: the next run's `.d.ts` files state it.
-        let next = Arc::new(RunCatalog::new(
-            (*current.catalog).clone(),
-            &self.limits,
-            &self.approvals,
-            self.observed.as_deref(),
-        ));
-        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
-        next
-    }
-
-    /// Replaces the catalog for runs started from now on (the default target's; the other targets'
-    /// are built again when next needed).
-    pub(crate) fn set_catalog(&self, catalog: Catalog) {
-        // A new catalog version: what a tool returns is learned anew when its definition changed or
-        // it went away. The others keep what was learned: an upstream server announcing tools it
-        // registers after the handshake must not erase what its unchanged tools were seen to return.
-        if let Some(o) = &self.observed {
-            let before = self.catalog.read().unwrap_or_else(|p| p.into_inner()).catalog.clone();
-            let mut map = o.map.lock().unwrap_or_else(|p| p.into_inner());
-            let len = map.len();
-            map.retain(|id, _| match (before.get(id), catalog.get(id)) {
-                (Some(old), Some(new)) => old.def == new.def,
-                _ => false,
-            });
-            if map.len() != len {
-                o.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        let next = Arc::new(RunCatalog::new(catalog, &self.limits, &self.approvals, self.observed.as_deref()));
-        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = next;
-        self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-
-    /// The catalog a resumed run keeps for this `wait`: the tools it started with (ids are stable
-    /// within a run) that the policy still allows the wait's context, each as the catalog defines
-    /// it now — so approved and re-issued calls meet their gates against the tool's current
-    /// definition. Costs a pointer comparison when nothing changed.
-    fn recheck_catalog(&self, started: &Arc<Catalog>, ctx: &RunContext) -> Arc<Catalog> {
-        let now = self.catalog_for(ctx);
-        if Arc::ptr_eq(started, &now.catalog) {
-            return started.clone();
-        }
-        let kept: Vec<codemode_core::ToolDefinition> =
-            now.catalog.tools().iter().filter(|t| started.get(&t.id).is_some()).map(|t| (*t.def).clone()).collect();
-        if kept.len() == now.catalog.len() {
-            return now.catalog.clone();
-        }
-        Arc::new(Catalog::build(kept).with_unavailable_mcp_servers(now.catalog.unavailable_mcp_servers().clone()))
-    }
-
-    /// The catalog a run of `ctx` sees (the policy is per agent): the
-    /// tool policy applied for the context's agent, provider and model. The default target's
-    /// catalog serves every run when there is no policy or the context names no other target, so
-    /// the single-agent case costs nothing; other targets' catalogs are built once and cached.
-    pub(crate) fn catalog_for(&self, ctx: &RunContext) -> Arc<RunCatalog> {
-        if !self.inputs.has_policy() {
-            return self.catalog();
-        }
-        let target = self.inputs.target_of(ctx);
-        if &target == self.inputs.default_target() {
-            return self.catalog();
-        }
-        if let Some(c) = self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner()).get(&target)
-            && !c.stale(self.observed.as_deref())
-        {
-            return c.clone();
-        }
-        let built = Arc::new(RunCatalog::new(
-            self.inputs.catalog_for(&target),
-            &self.limits,
-            &self.approvals,
-            self.observed.as_deref(),
-        ));
-        let mut cache = self.target_catalogs.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= MAX_TARGET_CATALOGS
-            && let Some(k) = cache.keys().next().cloned()
-        {
-            cache.remove(&k);
-        }
-        cache.insert(target, built.clone());
-        built
     }
 
     fn now_ms(&self) -> u64 {
@@ -885,177 +675,24 @@ impl Inner {
         run.telemetry.record_snapshot(SnapshotEventKind::Restored, None);
         self.drive_loop(rt, run, instance, call)
     }
-
-    fn drive_loop(
-        &self,
-        rt: &Handle,
-        run: Run,
-        mut instance: Box<dyn GuestInstance>,
-        mut call: Call,
-    ) -> CodeModeResult {
-        let (run, end) = match self.drive_steps(rt, run, instance.as_mut(), &mut call) {
-            Ok(driven) => driven,
-            Err(lost) => {
-                // Never expected (see `InlineAnswers::take_run`): the run's state is gone, so
-                // there is nothing to store or release; the call fails rather than hang.
-                dispose(instance);
-                let output = std::mem::take(&mut call.output);
-                return CodeModeResult::failed(lost, output, CodeModeTelemetry::default());
-            }
-        };
-        match end {
-            StepsEnd::Abort => {
-                dispose(instance);
-                self.aborted(rt, run, call)
-            }
-            StepsEnd::Suspend(reason) => self.suspend(rt, run, instance, call, reason),
-            StepsEnd::Complete(value) => {
-                dispose(instance);
-                self.complete(rt, run, call, value)
-            }
-            StepsEnd::Fail(err) => {
-                dispose(instance);
-                self.fail(rt, run, call, err)
-            }
-        }
-    }
-
-    /// Drives the guest until it completes, fails, yields, or waits past the deadline.
-    ///
-    /// The run is handed back with how the steps ended; `Err` only if a step's answerer did not
-    /// give it back (never expected).
-    fn drive_steps(
-        &self,
-        rt: &Handle,
-        mut run: Run,
-        instance: &mut dyn GuestInstance,
-        call: &mut Call,
-    ) -> Result<(Run, StepsEnd), CodeModeError> {
-        let end = |run: Run, end: StepsEnd| Ok((run, end));
-        let max_out = self.config.max_output_bytes;
-        let mut completed: Option<Value> = None;
-        // The answerer of every step of this call; the run is lent to it while the guest runs
-        // (see `inline`).
-        let answers =
-            self.me.upgrade().map(|me| Arc::new(inline::InlineAnswers::new(me, rt, call.deadline, &call.cancel)));
-        loop {
-            if call.cancelled() {
-                return end(run, StepsEnd::Abort);
-            }
-            let mut input = DriveInput {
-                deliveries: std::mem::take(&mut run.ready),
-                deadline: call.deadline,
-                output_budget: max_out.saturating_sub(call.output_used),
-                cancel: Some(call.cancel.clone()),
-                boot_source: Some(run.source.clone()),
-                answerer: None,
-            };
-            let (driven, back) = match &answers {
-                Some(answers) => {
-                    answers.lend(run);
-                    input.answerer = Some(answers.clone());
-                    let driven = instance.drive(input);
-                    (driven, answers.take_run())
-                }
-                None => (instance.drive(input), Some(run)),
-            };
-            run = match back {
-                Some(run) => run,
-                None => return Err(CodeModeError::new(CodeModeErrorCode::InternalError, MSG_RUN_LOST)),
-            };
-            let report = match driven {
-                Ok(report) => report,
-                Err(e) => return end(run, StepsEnd::Fail(CodeModeError::new(e.code(), e.to_string()))),
-            };
-            // Interrupted because the run was aborted, not because time ran out.
-            if call.cancelled() {
-                return end(run, StepsEnd::Abort);
-            }
-            for item in report.output {
-                call.output_used += item.cost() as u64;
-                run.emit(|| RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
-                call.output.push(item);
-            }
-            match report.outcome {
-                DriveOutcome::Failed(f) => return end(run, StepsEnd::Fail(failure_error(f))),
-                DriveOutcome::Completed(v) => completed = Some(v),
-                DriveOutcome::Pending => {}
-            }
-            let mut yielded = false;
-            for req in report.requests {
-                match self.handle_request(rt, &mut run, req) {
-                    Ok(y) => yielded |= y,
-                    Err(e) => return end(run, StepsEnd::Fail(e)),
-                }
-            }
-            // Loop-detection warnings are output the model sees (contract §22).
-            for text in std::mem::take(&mut run.loop_warnings) {
-                let item = CodeModeOutput::Text { text };
-                call.output_used += item.cost() as u64;
-                run.emit(|| RunEvent::Output { run_id: run.id.to_string(), item: item.clone() });
-                call.output.push(item);
-            }
-            run.collect_finished();
-            if let Err(e) = self.start_reissues(rt, &mut run) {
-                return end(run, StepsEnd::Fail(e));
-            }
-            // A parked call is outstanding like a running one: the run completes only once it has
-            // been decided (and, if approved, has run).
-            let outstanding = run.calls.running() + run.parked();
-            if completed.is_some() && outstanding == 0 && run.ready.is_empty() {
-                return end(run, StepsEnd::Complete(completed.take().unwrap_or(Value::Null)));
-            }
-            if yielded {
-                return end(run, StepsEnd::Suspend(WaitReason::Yield));
-            }
-            if !run.ready.is_empty() {
-                if Instant::now() < call.deadline {
-                    continue;
-                }
-                if outstanding == 0 {
-                    // Only instant answers are left (searches, lookups, calls that returned at
-                    // once): the cell was busy, not waiting on slow tools. A `waiting` result must
-                    // always name what it waits for.
-                    return end(run, StepsEnd::Fail(CodeModeError::new(CodeModeErrorCode::Timeout, TIMEOUT_MESSAGE)));
-                }
-                return end(run, StepsEnd::Suspend(WaitReason::PendingTools));
-            }
-            if run.calls.running() == 0 {
-                if run.parked() > 0 {
-                    // Only calls waiting for a human are left: suspend now (the decision comes
-                    // through `decide`, and the next `wait` applies it).
-                    return end(run, StepsEnd::Suspend(WaitReason::PendingTools));
-                }
-                return end(run, StepsEnd::Fail(CodeModeError::uncoded(MSG_STALLED)));
-            }
-            match next_settled(&mut run, call, call.deadline) {
-                Next::Finished(f) => {
-                    run.accept(f);
-                    run.collect_finished();
-                    if let Err(e) = self.start_reissues(rt, &mut run) {
-                        return end(run, StepsEnd::Fail(e));
-                    }
-                }
-                Next::Cancelled => return end(run, StepsEnd::Abort),
-                Next::Deadline => return end(run, StepsEnd::Suspend(WaitReason::PendingTools)),
-            }
-        }
-    }
 }
 
-/// Waits until a nested call settles or parks, `until` passes, or the call is cancelled (looked at
-/// every [`CANCEL_POLL`]).
-fn next_settled(run: &mut Run, call: &Call, until: Instant) -> Next {
-    loop {
-        if call.cancelled() {
-            return Next::Cancelled;
-        }
-        let now = Instant::now();
-        if now >= until {
-            return Next::Deadline;
-        }
-        if let Some(f) = run.calls.next_until((now + CANCEL_POLL).min(until)) {
-            return Next::Finished(f);
+#[cfg(test)]
+mod map {
+    /// The module map at the top of this file names every module of the runtime, so a newcomer
+    /// reading it finds each concern.
+    #[test]
+    fn the_map_names_every_module() {
+        let source = include_str!("mod.rs");
+        let (map, body) = source.split_once("\nmod ").unwrap_or((source, ""));
+        let modules: Vec<&str> = std::iter::once(body)
+            .chain(source.split("\nmod ").skip(2))
+            .filter_map(|rest| rest.split_once(';').map(|(name, _)| name))
+            .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        assert!(modules.len() >= 10, "{modules:?}");
+        for m in modules {
+            assert!(map.contains(&format!("//! - `{m}`")), "the module map does not name `{m}`");
         }
     }
 }
