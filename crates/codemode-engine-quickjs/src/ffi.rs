@@ -15,10 +15,16 @@
 //! context's opaque pointer: rquickjs keeps its own state on the runtime).
 #![allow(unsafe_code)]
 
+mod own_first;
+mod pages;
+mod texts;
+
 use crate::Interrupt;
 use codemode_bridge::{BridgeHost, HostCallResult};
 use codemode_core::engine::{GuestFailure, RequestId};
 use codemode_core::error::CodeModeErrorCode;
+pub(crate) use own_first::*;
+pub(crate) use pages::*;
 use rquickjs::{Array, Ctx, Exception, Object, Value, qjs};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -28,6 +34,8 @@ use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+pub(crate) use texts::with_bytes;
+use texts::*;
 
 /// A request's outcome waiting to be settled in the guest.
 pub(crate) enum Outcome {
@@ -265,118 +273,11 @@ pub(crate) unsafe fn state<'a>(ctx: *mut qjs::JSContext) -> Option<&'a ContextSt
     unsafe { qjs::JS_GetContextOpaque(ctx).cast::<ContextState>().as_ref() }
 }
 
-/// A string argument's text (QuickJS's UTF-8, lone surrogates as U+FFFD), passed to `f`; `None`
-/// for a value that is not a string or when QuickJS runs out of memory copying it.
-///
-/// # Safety
-/// `ctx` is a live context under its runtime's lock and `v` a value it holds.
-unsafe fn with_text<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f: impl FnOnce(&str) -> R) -> Option<R> {
-    // SAFETY: as the contract says; a string value only (no conversion that could run code).
-    if !unsafe { qjs::JS_IsString(v) } {
-        return None;
-    }
-    // SAFETY: as the contract says, and `v` is a string.
-    unsafe { with_bytes(ctx, v, |bytes| f(&codemode_bridge::adapter::guest_text(bytes))) }
-}
-
 /// The runtime's GC threshold (a test's check that no collection ran: one sets a new threshold).
 #[cfg(test)]
 pub(crate) fn gc_threshold(ctx: &Ctx<'_>) -> usize {
     // SAFETY: a live context under its lock; reading a runtime field.
     unsafe { qjs::JS_GetGCThreshold(qjs::JS_GetRuntime(ctx.as_raw().as_ptr())) as usize }
-}
-
-/// How many strings' texts [`kept_text`] keeps: a tool's kind, head and tail, for a few tools.
-const TEXTS_KEPT: usize = 8;
-
-/// Longest text [`kept_text`] keeps (a head holds the tool's id; longer ones are read each time).
-const TEXT_KEPT_MAX: usize = 512;
-
-/// [`with_text`] for the prelude's message parts, which are the same strings call after call (a
-/// tool function keeps its head and tail; the kind is a literal): the text of a string read
-/// before is taken from [`ContextState::texts`] instead of being copied out of the heap, checked
-/// and freed again (~0.65k instructions a call for the three parts).
-///
-/// A string is recognized by its address, and the entry holds a reference to it, so the address
-/// cannot be reused by another string while the entry lives; QuickJS strings never change. The
-/// entries go with the heap: released before the runtime is freed, forgotten (never freed into
-/// the restored heap) when a reused VM's region is reset.
-///
-/// # Safety
-/// As [`with_text`]; `state` is `ctx`'s state.
-unsafe fn kept_text<R>(
-    ctx: *mut qjs::JSContext,
-    state: &ContextState,
-    v: qjs::JSValue,
-    f: impl FnOnce(&str) -> R,
-) -> Option<R> {
-    // SAFETY: as the contract says; a string value only.
-    if !unsafe { qjs::JS_IsString(v) } {
-        return None;
-    }
-    // SAFETY: `v` is a string, so a pointer value.
-    let at = unsafe { qjs::JS_VALUE_GET_PTR(v) };
-    let kept = state
-        .texts
-        .borrow()
-        .iter()
-        // SAFETY: every kept value is a string (a pointer value).
-        .find(|(s, _)| unsafe { qjs::JS_VALUE_GET_PTR(*s) } == at)
-        .map(|(_, text)| text.clone());
-    if let Some(text) = kept {
-        return Some(f(&text));
-    }
-    // SAFETY: as the contract says, and `v` is a string.
-    unsafe {
-        with_bytes(ctx, v, |bytes| {
-            let text = codemode_bridge::adapter::guest_text(bytes);
-            if text.len() <= TEXT_KEPT_MAX {
-                let mut texts = state.texts.borrow_mut();
-                if texts.len() == TEXTS_KEPT {
-                    let (oldest, _) = texts.remove(0);
-                    // SAFETY: the entry's own reference, freed once (the entry is gone).
-                    qjs::JS_FreeValue(ctx, oldest);
-                }
-                // SAFETY: a new reference to `v`, owned by the entry.
-                texts.push((qjs::JS_DupValue(ctx, v), Rc::from(&*text)));
-            }
-            f(&text)
-        })
-    }
-}
-
-/// The bytes of string `v` as QuickJS encodes it (UTF-8, an unpaired surrogate kept as its own
-/// 3-byte sequence), passed to `f`; `None` when QuickJS runs out of memory copying them.
-///
-/// # Safety
-/// `ctx` is a live context under its runtime's lock and `v` a string value it holds.
-pub(crate) unsafe fn with_bytes<R>(ctx: *mut qjs::JSContext, v: qjs::JSValue, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-    let mut len: qjs::size_t = 0;
-    // SAFETY: `v` is a string; the buffer (null when out of memory) is freed below.
-    let p = unsafe { qjs::JS_ToCStringLen2(ctx, &mut len, v, false) };
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: QuickJS returned `len` readable bytes at `p` (a length that fits in memory, so in
-    // usize), valid until freed.
-    let r = f(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) });
-    // SAFETY: the buffer JS_ToCStringLen2 returned, freed once.
-    unsafe { qjs::JS_FreeCString(ctx, p) };
-    Some(r)
-}
-
-/// The texts of the string values `parts`, joined, passed to `f`; `None` when one is not a string
-/// or QuickJS runs out of memory.
-///
-/// # Safety
-/// `ctx` is a live context under its runtime's lock and `parts` values it holds.
-unsafe fn with_joined<R>(ctx: *mut qjs::JSContext, parts: &[qjs::JSValue], f: impl FnOnce(&str) -> R) -> Option<R> {
-    let mut joined = String::new();
-    for &v in parts {
-        // SAFETY: as the contract says.
-        unsafe { with_text(ctx, v, |t| joined.push_str(t)) }?;
-    }
-    Some(f(&joined))
 }
 
 /// `host(kind, payload, more?, last?)`: the prelude's one host primitive (its contract is in the
@@ -552,109 +453,6 @@ impl Drop for KeptMessage<'_> {
         if self.0.capacity() <= MESSAGE_KEPT_BYTES {
             self.1.message.set(std::mem::take(&mut self.0));
         }
-    }
-}
-
-/// `ownFirst(fallback)`: a proxy `get` trap that answers the target's own data property `key` when
-/// its value is not `undefined` — reading no accessor, running no guest code — and calls
-/// `fallback(target, key)` for everything else (its contract is in the prelude's layer 0). The
-/// traps of `tools` and `MCP` run on every call made through them; this one spares each a
-/// JavaScript frame.
-///
-/// # Safety
-/// Called by QuickJS only: `ctx` is a live context and `argv` holds at least `argc` values.
-unsafe extern "C" fn own_first(
-    ctx: *mut qjs::JSContext,
-    _this: qjs::JSValue,
-    argc: c_int,
-    argv: *mut qjs::JSValue,
-) -> qjs::JSValue {
-    // SAFETY: as this function's contract says; `argv[0]` exists when `argc` >= 1.
-    unsafe {
-        if argc < 1 || argv.is_null() || !qjs::JS_IsFunction(ctx, *argv) {
-            return throw_type(ctx, "ownFirst(fallback)");
-        }
-        // The trap keeps its own reference of `fallback` (QuickJS duplicates the data values).
-        qjs::JS_NewCFunctionData(ctx, Some(own_first_trap), 2, 0, 1, argv)
-    }
-}
-
-/// The value of `object`'s own property `atom` if it is a data property: `Ok(Some(value))`, an
-/// owned reference; `Ok(None)` when it has no such property or it is an accessor (its getter is
-/// not called); `Err(())` when QuickJS failed, its exception pending.
-///
-/// # Safety
-/// `ctx` is a live context under its runtime's lock, `object` an object value it holds and `atom`
-/// a live atom. No guest code runs unless `object` is a proxy (its `getOwnPropertyDescriptor`
-/// trap would).
-pub(crate) unsafe fn own_data_property(
-    ctx: *mut qjs::JSContext,
-    object: qjs::JSValue,
-    atom: qjs::JSAtom,
-) -> Result<Option<qjs::JSValue>, ()> {
-    let mut desc = std::mem::MaybeUninit::<qjs::JSPropertyDescriptor>::uninit();
-    // SAFETY: as the contract says; on success QuickJS fills every field of `desc` with owned
-    // references.
-    let found = unsafe { qjs::JS_GetOwnProperty(ctx, desc.as_mut_ptr(), object, atom) };
-    if found <= 0 {
-        return if found < 0 { Err(()) } else { Ok(None) };
-    }
-    // SAFETY: filled by the successful call above; the getter and setter references it handed
-    // over are freed once, and the value's too when it is not returned.
-    unsafe {
-        let desc = desc.assume_init();
-        qjs::JS_FreeValue(ctx, desc.getter);
-        qjs::JS_FreeValue(ctx, desc.setter);
-        if desc.flags & qjs::JS_PROP_GETSET as c_int != 0 {
-            qjs::JS_FreeValue(ctx, desc.value);
-            return Ok(None);
-        }
-        Ok(Some(desc.value))
-    }
-}
-
-/// The trap [`own_first`] makes: `data[0]` is the fallback.
-///
-/// # Safety
-/// Called by QuickJS only: `ctx` is a live context, `argv` holds at least `argc` values and
-/// `data` the one value the trap was made with.
-unsafe extern "C" fn own_first_trap(
-    ctx: *mut qjs::JSContext,
-    _this: qjs::JSValue,
-    argc: c_int,
-    argv: *mut qjs::JSValue,
-    _magic: c_int,
-    data: *mut qjs::JSValue,
-) -> qjs::JSValue {
-    let arg = |i: usize| {
-        if argv.is_null() || usize::try_from(argc).is_ok_and(|n| n <= i) {
-            qjs::JS_UNDEFINED
-        } else {
-            // SAFETY: `i` < `argc` values at `argv`, borrowed for this call.
-            unsafe { *argv.add(i) }
-        }
-    };
-    let mut args = [arg(0), arg(1)];
-    // SAFETY: values of this call, under the runtime's lock; `data` holds the fallback. The
-    // prelude's targets are plain frozen objects (were one a proxy, JS_GetOwnProperty would run its
-    // `getOwnPropertyDescriptor` trap, as the fallback's `key in t` would run its `has`), and the
-    // handler holding this trap is out of guest code's reach.
-    unsafe {
-        let (target, key) = (args[0], args[1]);
-        if qjs::JS_IsObject(target) && (qjs::JS_IsString(key) || qjs::JS_IsSymbol(key)) {
-            let atom = qjs::JS_ValueToAtom(ctx, key);
-            if atom == qjs::JS_ATOM_NULL {
-                return qjs::JS_EXCEPTION;
-            }
-            let found = own_data_property(ctx, target, atom);
-            qjs::JS_FreeAtom(ctx, atom);
-            match found {
-                Err(()) => return qjs::JS_EXCEPTION,
-                Ok(Some(value)) if !qjs::JS_IsUndefined(value) => return value,
-                Ok(_) => {}
-            }
-        }
-        qjs::JS_Call(ctx, *data, qjs::JS_UNDEFINED, 2, args.as_mut_ptr())
     }
 }
 
@@ -850,79 +648,5 @@ pub(crate) fn parse_json<'js>(ctx: &Ctx<'js>, json: &mut String) -> rquickjs::Re
             return Err(rquickjs::Error::Exception);
         }
         Ok(Value::from_raw(ctx.clone(), v))
-    }
-}
-
-/// Sizes QuickJS serves from its own 4 KiB pages (its "arenas"): blocks of 16 to 512 bytes, each
-/// with an 8-byte header, in size classes of 8, 16 and 32 bytes' steps. One request per class
-/// (the class's block size less the header). The pinned QuickJS's table; a different table would
-/// only make some keepers share a class.
-const PAGE_CLASSES: [usize; 31] = [
-    16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320,
-    352, 384, 416, 448, 480, 512,
-];
-
-/// One block held in each of QuickJS's small size classes for the VM's life, placed so that every
-/// class has a free block in a page that stays: a short-lived value never makes a page.
-///
-/// QuickJS frees a small-block page the moment its last block is freed. After boot every page of
-/// a class may be full (an ordinary object's class is, with this prelude), and then each nested
-/// call's short-lived objects made a new page (~440 instructions: the page and the free list
-/// through its 4 KiB) and freed it again when they died — every call. [`PageKeepers::hold`] takes
-/// two blocks of each class, frees the first and keeps the second: with no free block in the
-/// class, both come from a new page, which keeps all but one free; with one, the second makes a
-/// page and the first's place is free again; with more, both come from older pages and at least
-/// one of their places stays free. Costs a page only for classes with fewer than two free blocks
-/// at boot (three, 12 KiB, with this prelude), taken before the booted image, so every run starts
-/// with them; nothing per call. Guaranteed for one short-lived block per class: a run that keeps
-/// many more alive at once can still fill the kept page.
-pub(crate) struct PageKeepers {
-    blocks: Vec<NonNull<c_void>>,
-}
-
-impl PageKeepers {
-    /// Takes the keepers from `ctx`'s runtime (called once the prelude has booted).
-    pub(crate) fn hold(ctx: &Ctx<'_>) -> Self {
-        let mut blocks = Vec::with_capacity(PAGE_CLASSES.len());
-        // SAFETY: a live context under its runtime's lock (we hold a `Ctx`); `js_malloc_rt` and
-        // `js_free_rt` are QuickJS's own allocator; a null answer (refused) is skipped, and the
-        // first block of each pair is freed once, right after the second was taken.
-        unsafe {
-            let rt = qjs::JS_GetRuntime(ctx.as_raw().as_ptr());
-            for block in PAGE_CLASSES {
-                let size = (block - 8) as qjs::size_t;
-                let Some(first) = NonNull::new(qjs::js_malloc_rt(rt, size)) else { continue };
-                if let Some(kept) = NonNull::new(qjs::js_malloc_rt(rt, size)) {
-                    blocks.push(kept);
-                }
-                qjs::js_free_rt(rt, first.as_ptr());
-            }
-        }
-        PageKeepers { blocks }
-    }
-
-    /// Allocates one block of each class and frees it again (a test's short-lived value).
-    #[cfg(test)]
-    pub(crate) fn churn(ctx: &Ctx<'_>) {
-        // SAFETY: as in `hold`; each block is freed right after it was allocated.
-        unsafe {
-            let rt = qjs::JS_GetRuntime(ctx.as_raw().as_ptr());
-            for block in PAGE_CLASSES {
-                let p = qjs::js_malloc_rt(rt, (block - 8) as qjs::size_t);
-                qjs::js_free_rt(rt, p);
-            }
-        }
-    }
-
-    /// Frees the keepers (before the runtime goes).
-    pub(crate) fn release(&mut self, ctx: &Ctx<'_>) {
-        // SAFETY: as in `hold`; each block was allocated by this runtime and is freed once (the
-        // list is emptied).
-        unsafe {
-            let rt = qjs::JS_GetRuntime(ctx.as_raw().as_ptr());
-            for p in self.blocks.drain(..) {
-                qjs::js_free_rt(rt, p.as_ptr());
-            }
-        }
     }
 }

@@ -9,11 +9,16 @@
 //! hangs on an upstream server; dropping a call cancels it upstream. Child processes are shut down
 //! (stdin closed, then SIGTERM, then killed) by [`McpHub::shutdown`], and killed if dropped.
 
+mod notifications;
+mod tools;
+
 use crate::config::{ServerConfig, Transport};
 use codemode_catalog::mcp_api::{PROMPTS_GET, RESOURCES_READ};
 use codemode_catalog::policy::{PolicyContext, ToolPolicy};
 use codemode_core::catalog::{ToolDefinition, ToolSource};
 use codemode_core::executor::{NestedToolCall, ProgressSink, ToolError, ToolErrorKind, ToolExecutor, ToolResult};
+pub use notifications::UpstreamLog;
+use notifications::*;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, Implementation, NumberOrString,
     ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
@@ -27,6 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tools::*;
+pub use tools::{MAX_TOOL_NAME_CHARS, read_only_from, tool_name_refusal};
 
 /// Longest graceful shutdown of one server before its process is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -88,113 +95,6 @@ pub struct ServerStatus {
     pub filtered: usize,
     /// Restart attempts since it last failed (0 while it is connected).
     pub restarts: u32,
-}
-
-#[derive(Clone)]
-struct Handler {
-    server: String,
-    senders: Senders,
-}
-
-/// Where every connection reports: tool-list changes (by server name) and log messages.
-#[derive(Clone)]
-struct Senders {
-    changed: mpsc::UnboundedSender<String>,
-    logs: mpsc::Sender<UpstreamLog>,
-}
-
-/// A `notifications/message` an upstream server sent (relayed to downstream clients that asked for
-/// log messages with `logging/setLevel`).
-#[derive(Debug, Clone)]
-pub struct UpstreamLog {
-    /// The server's configured name.
-    pub server: String,
-    /// The message as the server sent it.
-    #[allow(deprecated)]
-    pub message: rmcp::model::LoggingMessageNotificationParam,
-}
-
-/// Most upstream log messages queued for relaying. Prevents: a chatty or hostile server growing
-/// the queue without bound (further messages are dropped until it drains).
-const MAX_QUEUED_LOGS: usize = 256;
-
-/// Progress tokens of upstream calls in flight → where their progress goes (tokens are unique ids,
-/// so one table serves every connection).
-fn progress_routes() -> &'static Mutex<HashMap<String, ProgressSink>> {
-    static ROUTES: std::sync::OnceLock<Mutex<HashMap<String, ProgressSink>>> = std::sync::OnceLock::new();
-    ROUTES.get_or_init(Default::default)
-}
-
-/// The key of a progress token in [`progress_routes`] (rmcp numbers its requests' tokens).
-fn route_key(token: &ProgressToken) -> String {
-    match &token.0 {
-        NumberOrString::Number(n) => format!("n:{n}"),
-        NumberOrString::String(s) => format!("s:{s}"),
-    }
-}
-
-/// Tells the upstream server a `tools/call` was abandoned when its future is dropped unfinished
-/// (the run was aborted): `notifications/cancelled`, sent from a task of its own.
-struct CancelOnDrop {
-    peer: Peer<RoleClient>,
-    id: Option<rmcp::model::RequestId>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let (Some(id), Ok(rt)) = (self.id.take(), tokio::runtime::Handle::try_current()) else { return };
-        let peer = self.peer.clone();
-        rt.spawn(async move {
-            let params =
-                rmcp::model::CancelledNotificationParam::new(Some(id), Some("the code mode run was aborted".into()));
-            let note = rmcp::model::CancelledNotification::new(params);
-            let _ = peer.send_notification(note.into()).await;
-        });
-    }
-}
-
-/// Removes a progress route when its call ends (however it ends).
-struct ProgressRoute(String);
-
-impl Drop for ProgressRoute {
-    fn drop(&mut self) {
-        lock(progress_routes()).remove(&self.0);
-    }
-}
-
-/// Longest upstream progress message relayed.
-const MAX_UPSTREAM_PROGRESS_CHARS: usize = 500;
-
-impl ClientHandler for Handler {
-    async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
-        let _ = self.senders.changed.send(self.server.clone());
-    }
-
-    #[allow(deprecated)]
-    async fn on_logging_message(
-        &self,
-        message: rmcp::model::LoggingMessageNotificationParam,
-        _cx: NotificationContext<RoleClient>,
-    ) {
-        let _ = self.senders.logs.try_send(UpstreamLog { server: self.server.clone(), message });
-    }
-
-    async fn on_progress(&self, params: ProgressNotificationParam, _cx: NotificationContext<RoleClient>) {
-        let Some(sink) = lock(progress_routes()).get(&route_key(&params.progress_token)).cloned() else { return };
-        let mut text = match params.total {
-            Some(total) => format!("{}/{total}", params.progress),
-            None => format!("{}", params.progress),
-        };
-        if let Some(m) = &params.message {
-            text.push_str(": ");
-            text.extend(m.chars().take(MAX_UPSTREAM_PROGRESS_CHARS));
-        }
-        sink.report(text);
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
-    }
 }
 
 struct Live {
@@ -360,72 +260,6 @@ impl Server {
         st.tools = outcome.kept.len();
         st.filtered = outcome.removed.len();
         *lock(&self.tools) = outcome.kept;
-    }
-}
-
-/// Longest upstream tool name accepted (the MCP specification's limit).
-pub const MAX_TOOL_NAME_CHARS: usize = 128;
-
-/// Why an upstream tool name is refused at ingestion, if it is. The MCP specification
-/// asks for 1–128 ASCII letters, digits, `_`, `-`, `.` (and `/`); other printable names (`$api`,
-/// non-ASCII letters) are still accepted for compatibility and escaped wherever they are shown, but
-/// a name with a control character, whitespace, a line or paragraph separator or a bidirectional
-/// control is refused. Prevents: an upstream server forging lines in the operator's log or in the
-/// question put to a human, clearing a terminal, or disguising one tool as another.
-pub fn tool_name_refusal(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        return Some("is empty");
-    }
-    if name.chars().count() > MAX_TOOL_NAME_CHARS {
-        return Some("is longer than 128 characters");
-    }
-    if name.chars().any(|c| c.is_whitespace() || codemode::text::is_unsafe_for_display(c)) {
-        return Some("holds whitespace, control, line-break or bidirectional characters");
-    }
-    None
-}
-
-/// An MCP tool as a catalog definition. What the server says about a tool is untrusted (the MCP
-/// specification asks clients to treat annotations so unless the server is trusted): its title and
-/// description are display only; whether the tool is read-only — which exempts it from
-/// `approvals.requireUnlessReadOnly`, lets `restartSafe` cells call it and lets a lost call be
-/// issued again — comes from the configuration ([`read_only_from`]); its declared output schema is
-/// shown as the server's unverified claim, and becomes a contract only for a trusted server.
-fn tool_definition(config: &ServerConfig, t: rmcp::model::Tool) -> ToolDefinition {
-    let hint = t.annotations.as_ref().and_then(|a| a.read_only_hint);
-    let mut def = ToolDefinition::new(ToolSource::Mcp, &config.name, t.name.to_string())
-        .with_description(t.description.map(|d| d.to_string()).unwrap_or_default())
-        .with_parameters(Value::Object((*t.input_schema).clone()));
-    def.label = t.title.clone();
-    def.output_schema = t.output_schema.map(|s| Value::Object((*s).clone()));
-    def.trusted_output = config.trust_annotations && def.output_schema.is_some();
-    let (read_only, source) = read_only_from(config, &def, hint);
-    def.read_only = read_only;
-    def.read_only_source = Some(source);
-    def
-}
-
-/// Whether an upstream tool is read-only, and why (the text `codemode catalog` shows). In order: the
-/// server's `sideEffects` patterns (side-effecting), its `readOnly` patterns (read-only), the
-/// server's own `readOnlyHint` when `trustAnnotations` is set, else side-effecting — a hint from a
-/// server the configuration does not trust is noted as ignored.
-pub fn read_only_from(config: &ServerConfig, def: &ToolDefinition, hint: Option<bool>) -> (bool, String) {
-    let server = &config.name;
-    if let Some(p) = codemode_catalog::policy::matching_pattern(&config.side_effects, def) {
-        return (false, format!("side-effecting: mcpServers.{server}.sideEffects `{p}`"));
-    }
-    if let Some(p) = codemode_catalog::policy::matching_pattern(&config.read_only, def) {
-        return (true, format!("read-only: mcpServers.{server}.readOnly `{p}`"));
-    }
-    match (hint, config.trust_annotations) {
-        (Some(true), true) => (true, "read-only: the server's readOnlyHint (trustAnnotations)".into()),
-        (Some(false), true) => (false, "side-effecting: the server's readOnlyHint (trustAnnotations)".into()),
-        (None, true) => (false, "side-effecting: the trusted server gives no readOnlyHint".into()),
-        (Some(true), false) => (
-            false,
-            "side-effecting: the server's readOnlyHint is not trusted (set trustAnnotations or readOnly)".into(),
-        ),
-        (_, false) => (false, "side-effecting: upstream tools are unless the configuration says otherwise".into()),
     }
 }
 

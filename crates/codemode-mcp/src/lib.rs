@@ -21,6 +21,7 @@ pub mod approval;
 pub mod clients;
 pub mod config;
 pub mod debug;
+mod gateway;
 pub mod http;
 pub mod hub;
 pub mod replay;

@@ -34,7 +34,9 @@ mod engines;
 #[cfg(feature = "otel")]
 pub mod otel;
 mod runtime;
+mod spans;
 pub mod surface;
+mod then;
 pub mod tools;
 pub mod typescript;
 
@@ -84,8 +86,10 @@ use builder::BuildInputs;
 pub use builder::CodeModeBuilder;
 pub use engines::{Engines, RegisterError};
 use runtime::Inner;
+use spans::{ControlEnd, control_span, link_span, record_result, span_traceparent};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+pub use then::CallHandle;
 
 /// A worker job's answer. While a core is idle (see [`codemode_bridge::workers::answer_spin`]) the
 /// caller looks for it between yields to its executor for up to
@@ -117,30 +121,6 @@ impl Drop for CancelOnDrop {
         if self.armed {
             self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-    }
-}
-
-/// An `exec` / `wait` started with [`CodeMode::exec_then`] / [`CodeMode::wait_then`].
-#[derive(Clone, Default)]
-pub struct CallHandle {
-    cancel: Arc<AtomicBool>,
-    task: Arc<std::sync::Mutex<Option<tokio::task::AbortHandle>>>,
-}
-
-impl CallHandle {
-    /// Aborts the call's run (at its next step; at the latest at its deadline while the guest is
-    /// busy), as dropping the future of [`CodeMode::exec`] does.
-    pub fn cancel(&self) {
-        self.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(task) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            task.abort();
-        }
-    }
-}
-
-impl std::fmt::Debug for CallHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallHandle").field("cancelled", &self.cancel.load(std::sync::atomic::Ordering::SeqCst)).finish()
     }
 }
 
@@ -184,120 +164,6 @@ impl ToolExecutor for Router {
             Some(host) if !self.local.contains(&call.tool_id) => host.call(call),
             _ => self.local.call(call),
         }
-    }
-}
-
-/// The `tracing` span of one `exec` / `wait` call (exported by [`otel`] when enabled).
-fn control_span(tool: &str, ctx: &RunContext, run_id: Option<&str>) -> tracing::Span {
-    let span = tracing::info_span!(
-        target: "codemode",
-        "codemode.call",
-        otel.name = %format_args!("codemode.{tool}"),
-        tool,
-        tool_call_id = ctx.tool_call_id.as_deref().unwrap_or(""),
-        run_id = tracing::field::Empty,
-        status = tracing::field::Empty,
-        code = tracing::field::Empty,
-    );
-    if let Some(id) = run_id {
-        span.record("run_id", id);
-    }
-    span
-}
-
-/// Closes the control record of an `exec` / `wait` call whose future is dropped before it ends (the
-/// MCP request was cancelled: the run is aborted): the record ends `failed` / `aborted`, and the
-/// span gets the error status.
-struct ControlEnd<'a> {
-    cm: &'a CodeMode,
-    ctx: &'a RunContext,
-    tool: &'static str,
-    run_id: Option<String>,
-    started: std::time::Instant,
-    observer: Option<&'a Arc<dyn RunObserver>>,
-    span: tracing::Span,
-    done: bool,
-}
-
-impl Drop for ControlEnd<'_> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        if !self.span.is_disabled() {
-            self.span.record("status", "failed");
-            self.span.record("code", CodeModeErrorCode::Aborted.as_str());
-            mark_span_error(&self.span, "the call was cancelled: its run is aborted");
-        }
-        let end = Some(("failed", Some(CodeModeErrorCode::Aborted.as_str()), self.started));
-        self.cm.trace_control_record(self.ctx, self.tool, self.run_id.take(), end, self.observer);
-    }
-}
-
-/// Parents `span` on the run's trace (`run_trace`, a `wait`) or else the caller's context
-/// (`caller`, an `exec`), and links a `wait` to its caller's own context.
-#[cfg(feature = "otel")]
-fn link_span(span: &tracing::Span, run_trace: Option<&str>, caller: Option<&str>) {
-    if span.is_disabled() {
-        return;
-    }
-    match (run_trace, caller) {
-        (Some(run), caller) => {
-            otel::set_parent(span, run);
-            if let Some(c) = caller {
-                otel::add_link(span, c);
-            }
-        }
-        (None, Some(c)) => {
-            otel::set_parent(span, c);
-        }
-        (None, None) => {}
-    }
-}
-
-#[cfg(not(feature = "otel"))]
-fn link_span(_span: &tracing::Span, _run_trace: Option<&str>, _caller: Option<&str>) {}
-
-/// The `traceparent` of an exported span (`None` without the `otel` feature or exporter).
-#[cfg(feature = "otel")]
-fn span_traceparent(span: &tracing::Span) -> Option<String> {
-    if span.is_disabled() { None } else { otel::traceparent_of(span) }
-}
-
-#[cfg(not(feature = "otel"))]
-fn span_traceparent(_span: &tracing::Span) -> Option<String> {
-    None
-}
-
-/// Gives an exported span the error status.
-#[cfg(feature = "otel")]
-fn mark_span_error(span: &tracing::Span, message: &str) {
-    if !span.is_disabled() {
-        otel::set_error(span, message);
-    }
-}
-
-#[cfg(not(feature = "otel"))]
-fn mark_span_error(_span: &tracing::Span, _message: &str) {}
-
-/// Records a call's result on its span (and, when `learn_run_id`, the run id a `waiting` result
-/// names: an `exec` learns it there).
-fn record_result(span: &tracing::Span, result: &CodeModeResult, learn_run_id: bool) {
-    if span.is_disabled() {
-        return;
-    }
-    span.record("status", result.status());
-    // An `exec` learns its run id from a `waiting` result (a `wait` set it at the start).
-    if learn_run_id && let Some(id) = result.run_id() {
-        span.record("run_id", id);
-    }
-    if let Some(code) = result.error_code() {
-        span.record("code", code.as_str());
-    }
-    // Failed, timed-out and aborted calls carry the error status.
-    if let CodeModeResult::Failed { error, .. } = result {
-        let code = result.error_code().map(|c| c.as_str()).unwrap_or("failed");
-        mark_span_error(span, &format!("{code}: {}", error.chars().take(200).collect::<String>()));
     }
 }
 
@@ -439,141 +305,6 @@ impl CodeMode {
             }
         }
         self.trace_control(ctx, tool, run_id, Some((result, started)), observer);
-    }
-
-    /// [`Self::exec`] for hosts that are not async Rust (the Python and Node packages): starts the
-    /// cell and returns at once; `done` receives the result on the guest worker thread that ran it
-    /// (or, with [`ToolHook`]s, on a runtime thread). This saves the two thread switches of
-    /// awaiting a future on the runtime and handing its result over. [`CallHandle::cancel`] aborts
-    /// the run as dropping [`Self::exec`]'s future does. Call it inside a tokio runtime context
-    /// (`Handle::enter`); without one, `done` gets an `internal_error` result.
-    pub fn exec_then(
-        &self,
-        ctx: &RunContext,
-        input: &CodeModeExecInput,
-        done: impl FnOnce(CodeModeResult) + Send + 'static,
-    ) -> CallHandle {
-        if !self.inner.hooks.is_empty() {
-            let (this, ctx, input) = (self.clone(), ctx.clone(), input.clone());
-            return self.spawn_then(async move { this.exec(&ctx, &input).await }, done);
-        }
-        let (ctx2, input) = (ctx.clone(), input.clone());
-        self.control_then(crate::surface::EXEC, ctx, None, done, move |inner, rt, handles| {
-            inner.exec(rt, &ctx2, &input, handles)
-        })
-    }
-
-    /// [`Self::wait`] like [`Self::exec_then`].
-    pub fn wait_then(
-        &self,
-        ctx: &RunContext,
-        input: &CodeModeWaitInput,
-        done: impl FnOnce(CodeModeResult) + Send + 'static,
-    ) -> CallHandle {
-        if !self.inner.hooks.is_empty() {
-            let (this, ctx, input) = (self.clone(), ctx.clone(), input.clone());
-            return self.spawn_then(async move { this.wait(&ctx, &input).await }, done);
-        }
-        let (ctx2, input) = (ctx.clone(), input.clone());
-        let run_id = Some(input.run_id.clone());
-        self.control_then(crate::surface::WAIT, ctx, run_id, done, move |inner, rt, handles| {
-            inner.wait(rt, &ctx2, &input, handles)
-        })
-    }
-
-    /// Runs `fut` on the runtime and hands its result to `done`; cancelling aborts the task
-    /// (dropping the future, which aborts its run).
-    fn spawn_then(
-        &self,
-        fut: impl std::future::Future<Output = CodeModeResult> + Send + 'static,
-        done: impl FnOnce(CodeModeResult) + Send + 'static,
-    ) -> CallHandle {
-        let handle = CallHandle::default();
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let call = rt.spawn(fut);
-                *handle.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(call.abort_handle());
-                rt.spawn(async move {
-                    let result = match call.await {
-                        Ok(r) => r,
-                        // Cancelled: dropping the call's future aborted its run.
-                        Err(e) => {
-                            let (code, msg) = if e.is_cancelled() {
-                                (CodeModeErrorCode::Aborted, "the call was cancelled: its run is aborted".to_string())
-                            } else {
-                                (CodeModeErrorCode::InternalError, format!("code mode call failed: {e}"))
-                            };
-                            CodeModeResult::failed(
-                                CodeModeError::new(code, msg),
-                                Vec::new(),
-                                CodeModeTelemetry::default(),
-                            )
-                        }
-                    };
-                    // `done` runs off the runtime's workers (a host callback may block, e.g. on a GIL).
-                    let _ = tokio::task::spawn_blocking(move || done(result)).await;
-                });
-            }
-            Err(e) => done(no_runtime(e)),
-        }
-        handle
-    }
-
-    /// [`Self::control_call`] with a callback instead of a future (see [`Self::exec_then`]).
-    fn control_then(
-        &self,
-        tool: &'static str,
-        ctx: &RunContext,
-        run_id: Option<String>,
-        done: impl FnOnce(CodeModeResult) + Send + 'static,
-        f: impl FnOnce(&Inner, &tokio::runtime::Handle, runtime::CallHandles) -> CodeModeResult + Send + 'static,
-    ) -> CallHandle {
-        let handle = CallHandle::default();
-        let rt = match tokio::runtime::Handle::try_current() {
-            Ok(rt) => rt,
-            Err(e) => {
-                done(no_runtime(e));
-                return handle;
-            }
-        };
-        let start = self.control_begin(tool, ctx, run_id, None);
-        let (this, ctx, cancel) = (self.clone(), ctx.clone(), handle.cancel.clone());
-        // Kept where a failed spawn can still answer (the job, and `done` with it, would be lost).
-        type Done = Box<dyn FnOnce(CodeModeResult) + Send>;
-        let done: Arc<std::sync::Mutex<Option<Done>>> = Arc::new(std::sync::Mutex::new(Some(Box::new(done))));
-        let answer = done.clone();
-        let spawned = codemode_bridge::workers::spawn(move || {
-            let span = start.span.clone();
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let _entered = span.enter();
-                f(&this.inner, &rt, runtime::CallHandles { cancel, observer: None })
-            }))
-            .unwrap_or_else(|p| {
-                let msg = codemode_bridge::workers::panic_message(p);
-                CodeModeResult::failed(
-                    CodeModeError::new(CodeModeErrorCode::InternalError, format!("code mode worker panicked: {msg}")),
-                    Vec::new(),
-                    CodeModeTelemetry::default(),
-                )
-            });
-            this.control_finish(start, &ctx, tool, None, &result);
-            if let Some(done) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                done(result);
-            }
-        });
-        if let Err(e) = spawned
-            && let Some(done) = done.lock().unwrap_or_else(|p| p.into_inner()).take()
-        {
-            done(CodeModeResult::failed(
-                CodeModeError::new(
-                    CodeModeErrorCode::InternalError,
-                    format!("cannot start a guest worker thread: {e}"),
-                ),
-                Vec::new(),
-                CodeModeTelemetry::default(),
-            ));
-        }
-        handle
     }
 
     /// Emits the start (`result` = `None`) or end record of an `exec` / `wait` call to the

@@ -1,0 +1,512 @@
+//! The Redis snapshot store: the shared state of a fleet of gateways, so any replica resumes any
+//! run, a dead replica loses nothing, and nothing runs twice (feature `redis`; Redis ≥ 7 or
+//! Valkey, standalone — not Redis Cluster, since one script touches a run's keys and its scope's).
+//!
+//! # What is in Redis
+//!
+//! Every key starts with the store's prefix `P` (`keyPrefix`, default `codemode:`):
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P run:<runId>` | hash | `meta` (JSON: scope, engine, reason, pending and undelivered results, telemetry, positions, expiry), `snap` (the engine's serialized snapshot, whose header names the engine build), `parked` (JSON array of request ids parked for approval), `tag` (HMAC-SHA-256 of run id, `meta` and `snap`: a run whose tag no key verifies is refused on checkout), `fence` (checkouts so far), `holder` (replica id of the current checkout, `""` when suspended), `lease` (when that checkout's lease ends, Unix ms), `expires`, `scope` (the key of its scope set) |
+//! | `P calls:<runId>` | hash | the call log: request id → JSON `{issuer, tool, digest, result?, raw?}`; `result` is the call's delivery JSON, written the moment the call finishes, `raw` what the tool returned before the after-call stages (a replaying replica runs its own) |
+//! | `P decisions:<runId>` | hash | request id → `<hex tag>\n<decision JSON>`, until the resuming `wait` takes it |
+//! | `P scope:<digest>` | sorted set | run ids of one scope (SHA-256 of the scope), scored by expiry: the 64-run cap per scope, counted across the fleet |
+//! | `P expiry` | sorted set | every run id, scored by expiry (sweeps) |
+//! | `P replica:<replicaId>` | string | present while that replica lives (set with a `PX` of the lease, renewed every third of it) |
+//! | `P secret` | string | 32 random bytes shared by the fleet (tags of MRTR approval state; the run signing key is derived from it when none is configured) |
+//! | `P session:<digest>:loops` | string | a session's loop-detection history (JSON), expiring with `snapshotTtlSeconds` |
+//! | `P shared:observed` | string | the result types the fleet learned from observed results (JSON: tool id → shape and count) |
+//!
+//! Keys of a run expire (`PEXPIRE`) at the run's expiry plus a grace, so Redis cleans up runs no
+//! replica sweeps.
+//!
+//! # Leases and fencing
+//!
+//! `checkout` runs [`CHECKOUT`]: a run held by a replica whose lease has not ended is busy;
+//! otherwise the fence counter goes up by one and the caller becomes the holder with a lease of
+//! `leaseMs`. The holder's heartbeat renews the lease (and its `replica:` key) every third of it.
+//! Every later write for the run carries the holder's id and fence token and is refused
+//! ([`StoreError::TakenOver`]) once another replica took the run over — so a replica that was paused
+//! (SIGSTOP) or partitioned past its lease can never store, settle, log or run anything for that run
+//! again.
+//!
+//! # Exactly-once nested calls
+//!
+//! Every nested call is logged right before its tool runs ([`BEGIN_CALL`], fenced) and its result
+//! recorded the moment it finishes ([`FINISH_CALL`], only by the replica the log names). A replica
+//! that resumes a run finds the results in the log; a call whose replica died (its `replica:` key
+//! expired) without a result is re-issued when the tool is read-only and otherwise fails with
+//! `nested_tool_failed` naming the tool (and the log records that failure, so no replica runs it).
+//! A replica that replays a run from its last snapshot (the replica driving it died after the
+//! snapshot) gets the logged result of every call the dead replica finished instead of running it
+//! again. A stored run keeps the log entries of its pending calls only.
+//!
+//! # Failures of Redis
+//!
+//! The connection manager reconnects by itself; while Redis is unreachable every operation fails
+//! fast with [`StoreError::Unreachable`] (connection and response timeouts), which the runtime
+//! turns into a coded `internal_error` for the run that needed the store. [`RedisSnapshotStore::connect`]
+//! fails when Redis cannot be reached at start.
+
+mod connection;
+mod scripts;
+
+pub use connection::{RedisSnapshotStore, RedisStoreConfig};
+use connection::{encode_err, reconnecting, unreachable};
+
+use crate::clock::{Clock, SystemClock};
+use crate::record::RunMeta;
+use crate::signing::{self, RunKeys};
+use codemode_core::approval::ApprovalDecision;
+use codemode_core::engine::{Delivery, GuestError, RequestId};
+use codemode_core::error::CodeModeErrorCode;
+use codemode_core::scope::{RunId, RunScope};
+use codemode_core::store::{
+    CallIssue, CallStart, MAX_SUSPENDED_RUNS, SnapshotStore, StoreError, SuspendedRun, parked_ids,
+};
+use redis::aio::ConnectionManager;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// Default prefix of every key.
+pub const DEFAULT_KEY_PREFIX: &str = "codemode:";
+
+/// Default lease of a checkout (and of a replica's liveness key).
+pub const DEFAULT_LEASE_MS: u64 = 10_000;
+
+/// Shortest lease accepted. Prevents: a lease so short that a busy replica loses runs it is
+/// driving between two heartbeats.
+pub const MIN_LEASE_MS: u64 = 300;
+
+/// How long a run's keys outlive its expiry in Redis (a `wait` in progress at the expiry still
+/// finds them; a sweep deletes them before).
+const KEY_GRACE_MS: u64 = 120_000;
+
+/// Longest a call log of a run never stored lives (a run that completes without suspending never
+/// writes `run:`; its log is deleted when it settles, this bounds it if the replica dies first).
+const UNSTORED_LOG_MS: u64 = 24 * 3_600_000;
+
+/// The token of a run whose lease this replica lost.
+const LOST: i64 = -1;
+
+/// How long one operation may take before Redis counts as unreachable.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One entry of the call log.
+#[derive(Serialize, Deserialize)]
+struct CallRecord {
+    issuer: String,
+    tool: String,
+    digest: String,
+    /// The delivery JSON (`{id, ok|error}`), once the call finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<String>,
+    /// What the tool returned before the after-call stages (see `CallStart::Recorded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    raw: Option<String>,
+}
+
+pub use scripts::*;
+
+/// Domains of the tags of a stored run and a decision.
+const RUN_DOMAIN: &str = "codemode redis run/2";
+const DECISION_DOMAIN: &str = "codemode redis decision/2";
+
+#[async_trait::async_trait]
+impl SnapshotStore for RedisSnapshotStore {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    fn accepts_live(&self) -> bool {
+        false
+    }
+
+    fn fleet(&self) -> bool {
+        true
+    }
+
+    async fn put(&self, run: SuspendedRun) -> Result<(), StoreError> {
+        let s = &self.shared;
+        let (meta, bytes) = RunMeta::split(run)?;
+        let id = &meta.run_id;
+        let token = s.fenced_token(id)?;
+        let keep: serde_json::Map<String, serde_json::Value> =
+            meta.pending.iter().map(|p| (p.id.to_string(), serde_json::Value::Bool(true))).collect();
+        let parked = serde_json::to_string(&parked_ids(&meta.pending)).map_err(encode_err)?;
+        let (scope_key, expires_at_ms) = (s.scope_key(&meta.scope), meta.expires_at_ms);
+        let meta_json = serde_json::to_string(&meta).map_err(encode_err)?;
+        let tag = s.keys.sign(RUN_DOMAIN, &[id.as_str().as_bytes(), meta_json.as_bytes(), &bytes]);
+        let mut conn = s.conn.clone();
+        let status: String = s
+            .scripts
+            .put
+            .key(s.key("run", id))
+            .key(s.key("calls", id))
+            .key(s.key("decisions", id))
+            .key(scope_key)
+            .key(format!("{}expiry", s.prefix))
+            .arg(id.as_str())
+            .arg(s.clock.now_ms())
+            .arg(&s.replica)
+            .arg(token)
+            .arg(meta_json)
+            .arg(bytes.as_slice())
+            .arg(expires_at_ms)
+            .arg(s.max_runs)
+            .arg(serde_json::Value::Object(keep).to_string())
+            .arg(parked)
+            .arg(expires_at_ms.saturating_sub(s.clock.now_ms()).saturating_add(KEY_GRACE_MS))
+            .arg(&tag[..])
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        match status.as_str() {
+            "OK" => {
+                s.release(id);
+                Ok(())
+            }
+            "TOO_MANY" => Err(StoreError::TooMany),
+            _ => {
+                s.release(id);
+                Err(StoreError::TakenOver)
+            }
+        }
+    }
+
+    async fn checkout(&self, run_id: &RunId, scope: &RunScope) -> Result<SuspendedRun, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let key = s.key("run", run_id);
+        // The scope is checked before anything changes: a caller of another scope never takes the
+        // lease (nor learns more than that the run is not theirs).
+        // A read: sent again once if the connection was found broken (the first command after a
+        // Redis restart meets the dead connection).
+        let read = redis::cmd("HGET").arg(&key).arg("meta").to_owned();
+        let meta: Option<String> = match read.query_async(&mut conn).await {
+            Err(e) if reconnecting(&e) => read.query_async(&mut conn).await.map_err(unreachable)?,
+            other => other.map_err(unreachable)?,
+        };
+        let Some(meta) = meta else { return Err(StoreError::Unavailable) };
+        let parsed = RunMeta::parse(meta.as_bytes())?;
+        if parsed.run_id != *run_id {
+            return Err(StoreError::Corrupt("stored run names another run".into()));
+        }
+        parsed.scope.check(scope).map_err(StoreError::WrongScope)?;
+        let (status, fence, meta, snap, tag): (String, i64, String, Vec<u8>, Vec<u8>) = s
+            .scripts
+            .checkout
+            .key(&key)
+            .arg(s.clock.now_ms())
+            .arg(&s.replica)
+            .arg(s.lease_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        match status.as_str() {
+            "OK" => {}
+            "BUSY" => return Err(StoreError::Busy),
+            "EXPIRED" => {
+                self.remove(run_id).await;
+                return Err(StoreError::Unavailable);
+            }
+            _ => return Err(StoreError::Unavailable),
+        }
+        let tag = (!tag.is_empty()).then_some(tag.as_slice());
+        let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), meta.as_bytes(), &snap];
+        if let Err(refusal) = s.keys.verify_optional(RUN_DOMAIN, &parts, tag, s.clock.now_ms()) {
+            // Given back at once: a replica holding the right key may still resume it.
+            let released: Result<i64, _> =
+                s.scripts.release.key(&key).arg(&s.replica).arg(fence).invoke_async(&mut conn).await;
+            if let Err(e) = released {
+                tracing::warn!(run = %run_id, error = %e, "cannot give back a refused run's lease");
+            }
+            return Err(StoreError::Unauthenticated(refusal.describe("the stored run", s.keys.origin())));
+        }
+        let meta = RunMeta::parse(meta.as_bytes())?;
+        s.held.lock().unwrap_or_else(|p| p.into_inner()).insert(run_id.clone(), fence);
+        Ok(meta.into_run(snap))
+    }
+
+    async fn remove(&self, run_id: &RunId) -> bool {
+        let s = &self.shared;
+        s.release(run_id);
+        let mut conn = s.conn.clone();
+        let removed: Result<i64, _> = s
+            .scripts
+            .remove
+            .key(s.key("run", run_id))
+            .key(s.key("calls", run_id))
+            .key(s.key("decisions", run_id))
+            .key(format!("{}expiry", s.prefix))
+            .arg(run_id.as_str())
+            .invoke_async(&mut conn)
+            .await;
+        match removed {
+            Ok(n) => n > 0,
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "cannot remove a run from Redis (its keys expire by themselves)");
+                false
+            }
+        }
+    }
+
+    async fn settle(&self, run_id: &RunId) -> Result<bool, StoreError> {
+        let s = &self.shared;
+        let token = s.fenced_token(run_id)?;
+        let mut conn = s.conn.clone();
+        let status: String = s
+            .scripts
+            .settle
+            .key(s.key("run", run_id))
+            .key(s.key("calls", run_id))
+            .key(s.key("decisions", run_id))
+            .key(format!("{}expiry", s.prefix))
+            .arg(run_id.as_str())
+            .arg(&s.replica)
+            .arg(token)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        s.release(run_id);
+        match status.as_str() {
+            "OK" => Ok(true),
+            "GONE" => Ok(false),
+            _ => Err(StoreError::TakenOver),
+        }
+    }
+
+    async fn purge_expired(&self) -> Vec<RunId> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let ids: Result<Vec<String>, _> = s
+            .scripts
+            .purge
+            .key(format!("{}expiry", s.prefix))
+            .arg(s.clock.now_ms())
+            .arg(&s.prefix)
+            .invoke_async(&mut conn)
+            .await;
+        match ids {
+            Ok(ids) => ids.into_iter().filter_map(|i| RunId::parse(&i).ok()).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sweep expired runs in Redis");
+                Vec::new()
+            }
+        }
+    }
+
+    async fn count(&self) -> usize {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        redis::cmd("ZCARD").arg(format!("{}expiry", s.prefix)).query_async::<usize>(&mut conn).await.unwrap_or(0)
+    }
+
+    /// Every call of a fleet store records its own result the moment it finishes
+    /// ([`finish_call`](SnapshotStore::finish_call)); this records one that was not yet, and says
+    /// whether anyone can still collect it (the run or its call log is still there).
+    async fn record_result(&self, run_id: &RunId, delivery: &Delivery) -> Result<bool, StoreError> {
+        if self.finish_call(run_id, delivery, None).await? {
+            return Ok(true);
+        }
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let n: u64 = redis::cmd("EXISTS")
+            .arg(s.key("run", run_id))
+            .arg(s.key("calls", run_id))
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(n > 0)
+    }
+
+    async fn take_results(&self, run_id: &RunId) -> Result<Vec<Delivery>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let all: HashMap<String, String> =
+            redis::cmd("HGETALL").arg(s.key("calls", run_id)).query_async(&mut conn).await.map_err(unreachable)?;
+        let mut out: Vec<Delivery> = all
+            .into_values()
+            .filter_map(|rec| serde_json::from_str::<CallRecord>(&rec).ok()?.result)
+            .filter_map(|d| serde_json::from_str::<Delivery>(&d).ok())
+            .collect();
+        out.sort_by_key(|d| d.id);
+        Ok(out)
+    }
+
+    async fn calls_claimed(&self, run_id: &RunId) -> bool {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        s.scripts
+            .calls_claimed
+            .key(s.key("calls", run_id))
+            .arg(s.replica_prefix())
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map(|n| n == 1)
+            .unwrap_or(false)
+    }
+
+    async fn begin_call(&self, run_id: &RunId, issue: &CallIssue) -> Result<CallStart, StoreError> {
+        let s = &self.shared;
+        let lost = |why: String| Delivery {
+            id: issue.request_id,
+            outcome: Err(GuestError::new(
+                "ToolError",
+                format!("{}: {why}", issue.tool_id),
+                Some(CodeModeErrorCode::NestedToolFailed),
+            )),
+        };
+        let lost_text = "the call was started by a replica that stopped before it finished (its side effect may or \
+                         may not have happened); it is not repeated"
+            .to_string();
+        let lost_json = serde_json::to_string(&lost(lost_text.clone())).map_err(encode_err)?;
+        let token = s.fenced_token(run_id)?;
+        let mut conn = s.conn.clone();
+        let (status, detail, raw): (String, String, String) = s
+            .scripts
+            .begin_call
+            .key(s.key("run", run_id))
+            .key(s.key("calls", run_id))
+            .arg(issue.request_id)
+            .arg(&s.replica)
+            .arg(token)
+            .arg(&issue.tool_id)
+            .arg(&issue.input_digest)
+            .arg(if issue.read_only { "1" } else { "0" })
+            .arg(lost_json)
+            .arg(UNSTORED_LOG_MS)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        match status.as_str() {
+            "FRESH" => Ok(CallStart::Fresh),
+            "REISSUED" => Ok(CallStart::Reissued),
+            "RECORDED" => {
+                let d: Delivery = serde_json::from_str(&detail).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                Ok(CallStart::Recorded { outcome: d.outcome, raw: (!raw.is_empty()).then_some(raw) })
+            }
+            "LOST" => Ok(CallStart::Lost(lost_text)),
+            "DIVERGED" => Ok(CallStart::Lost(format!(
+                "a replay of this run made request {} a call of `{}` with this input, but the call log has another \
+                 call under that id (the cell is not deterministic); it is not run",
+                issue.request_id, issue.tool_id
+            ))),
+            _ => Err(StoreError::TakenOver),
+        }
+    }
+
+    async fn finish_call(&self, run_id: &RunId, delivery: &Delivery, raw: Option<&str>) -> Result<bool, StoreError> {
+        let s = &self.shared;
+        let json = serde_json::to_string(delivery).map_err(encode_err)?;
+        let mut conn = s.conn.clone();
+        let n: i64 = s
+            .scripts
+            .finish_call
+            .key(s.key("calls", run_id))
+            .arg(delivery.id)
+            .arg(&s.replica)
+            .arg(json)
+            .arg(raw.unwrap_or(""))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(n == 1)
+    }
+
+    async fn record_decision(
+        &self,
+        run_id: &RunId,
+        request_id: RequestId,
+        decision: &ApprovalDecision,
+    ) -> Result<(), StoreError> {
+        let s = &self.shared;
+        let json = serde_json::to_string(decision).map_err(encode_err)?;
+        let tag =
+            s.keys.sign(DECISION_DOMAIN, &[run_id.as_str().as_bytes(), &request_id.to_be_bytes(), json.as_bytes()]);
+        let json = format!("{}\n{json}", signing::hex(&tag));
+        let mut conn = s.conn.clone();
+        let (status, parked): (String, String) = s
+            .scripts
+            .record_decision
+            .key(s.key("run", run_id))
+            .key(s.key("decisions", run_id))
+            .arg(request_id)
+            .arg(json)
+            .arg(s.clock.now_ms())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        match status.as_str() {
+            "OK" => Ok(()),
+            "EXPIRED" => {
+                self.remove(run_id).await;
+                Err(StoreError::Expired)
+            }
+            "NOT_PARKED" => {
+                Err(StoreError::NotParked { request_id, parked: serde_json::from_str(&parked).unwrap_or_default() })
+            }
+            _ => Err(StoreError::Unavailable),
+        }
+    }
+
+    async fn session_state(&self, scope: &RunScope, kind: &str) -> Result<Option<String>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        redis::cmd("GET").arg(s.session_key(scope, kind)).query_async(&mut conn).await.map_err(unreachable)
+    }
+
+    async fn put_session_state(
+        &self,
+        scope: &RunScope,
+        kind: &str,
+        value: &str,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.set_expiring(self.shared.session_key(scope, kind), value, ttl_ms).await
+    }
+
+    async fn shared_state(&self, kind: &str) -> Result<Option<String>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        redis::cmd("GET").arg(format!("{}shared:{kind}", s.prefix)).query_async(&mut conn).await.map_err(unreachable)
+    }
+
+    async fn put_shared_state(&self, kind: &str, value: &str, ttl_ms: u64) -> Result<(), StoreError> {
+        self.set_expiring(format!("{}shared:{kind}", self.shared.prefix), value, ttl_ms).await
+    }
+
+    async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let all: HashMap<String, String> = s
+            .scripts
+            .take_decisions
+            .key(s.key("decisions", run_id))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        let mut out = Vec::new();
+        for (id, record) in all {
+            let Ok(id) = id.parse::<RequestId>() else { continue };
+            let (tag, json) = match record.split_once('\n') {
+                Some((tag, json)) => (signing::unhex(tag), json),
+                None => (None, record.as_str()),
+            };
+            let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), &id.to_be_bytes(), json.as_bytes()];
+            if let Err(refusal) = s.keys.verify_optional(DECISION_DOMAIN, &parts, tag.as_deref(), s.clock.now_ms()) {
+                tracing::warn!(run = %run_id, request = id, "ignoring {}", refusal.describe("an approval decision", s.keys.origin()));
+                continue;
+            }
+            match serde_json::from_str::<ApprovalDecision>(json) {
+                Ok(d) => out.push((id, d)),
+                Err(_) => tracing::warn!(run = %run_id, "ignoring an unreadable approval decision"),
+            }
+        }
+        out.sort_by_key(|(id, _)| *id);
+        Ok(out)
+    }
+}

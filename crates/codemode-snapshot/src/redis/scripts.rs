@@ -1,0 +1,236 @@
+//! The Lua scripts of the Redis store, each run atomically by Redis: what makes a fleet's state
+//! changes exclusive (leases, fencing, the per-scope cap, the call log). Each script's doc says its
+//! `KEYS` and `ARGV`; the module documentation of [`super`] says what the keys hold.
+
+/// Stores a suspended run. KEYS: run, calls, decisions, scope set, expiry set. ARGV: run id, now,
+/// replica, fence token (0: a new run), meta, snapshot, expires, max runs per scope, JSON object of
+/// the pending request ids (their log entries stay), parked ids JSON, key lifetime (ms from now),
+/// tag (the run's signature over its id, meta and snapshot).
+pub const PUT: &str = r#"
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+local token = tonumber(ARGV[4])
+if exists then
+  local holder = redis.call('HGET', KEYS[1], 'holder')
+  local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+  if token == 0 or holder ~= ARGV[3] or fence ~= token then return 'TAKEN' end
+else
+  if token ~= 0 then return 'TAKEN' end
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[2])
+  if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[8]) then return 'TOO_MANY' end
+  redis.call('HSET', KEYS[1], 'fence', '0')
+end
+redis.call('HSET', KEYS[1], 'meta', ARGV[5], 'snap', ARGV[6], 'holder', '', 'lease', '0', 'expires', ARGV[7],
+  'scope', KEYS[4], 'parked', ARGV[10], 'tag', ARGV[12])
+redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
+local keep = cjson.decode(ARGV[9])
+for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not keep[f] then redis.call('HDEL', KEYS[2], f) end
+end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[11]) end
+if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[11]) then redis.call('PEXPIRE', KEYS[4], ARGV[11]) end
+return 'OK'
+"#;
+
+/// Takes a run out for a `wait`. KEYS: run. ARGV: now, replica, lease (ms). Returns `{status,
+/// fence, meta, snap, tag}` (`tag` is `''` for a run written before runs were signed).
+pub const CHECKOUT: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'UNAVAILABLE', 0, '', '', ''} end
+local now = tonumber(ARGV[1])
+local f = redis.call('HMGET', KEYS[1], 'expires', 'holder', 'lease', 'fence', 'meta', 'snap', 'tag')
+if tonumber(f[1]) <= now then return {'EXPIRED', 0, '', '', ''} end
+if f[2] ~= '' and f[2] ~= false and tonumber(f[3]) > now then return {'BUSY', 0, '', '', ''} end
+local fence = tonumber(f[4] or '0') + 1
+redis.call('HSET', KEYS[1], 'fence', fence, 'holder', ARGV[2], 'lease', now + tonumber(ARGV[3]))
+return {'OK', fence, f[5], f[6], f[7] or ''}
+"#;
+
+/// Gives back a checkout this replica took but will not use (the run's signature was refused).
+/// KEYS: run. ARGV: replica, fence token.
+pub const RELEASE: &str = r#"
+local f = redis.call('HMGET', KEYS[1], 'holder', 'fence')
+if f[1] == ARGV[1] and tonumber(f[2]) == tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'holder', '', 'lease', '0')
+end
+return 0
+"#;
+
+/// Deletes a run whatever its state (abort, expiry). KEYS: run, calls, decisions, expiry set.
+/// ARGV: run id. Returns 1 when a run was there.
+pub const REMOVE: &str = r#"
+local scope = redis.call('HGET', KEYS[1], 'scope')
+if scope then redis.call('ZREM', scope, ARGV[1]) end
+redis.call('ZREM', KEYS[4], ARGV[1])
+local n = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2], KEYS[3])
+return n
+"#;
+
+/// Commits a settled run's end, fenced. KEYS: run, calls, decisions, expiry set. ARGV: run id,
+/// replica, token. Returns `OK`, `GONE` (nothing stored) or `TAKEN`.
+pub const SETTLE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if tonumber(ARGV[3]) == 0 then redis.call('DEL', KEYS[2], KEYS[3]) end
+  return 'GONE'
+end
+local holder = redis.call('HGET', KEYS[1], 'holder')
+local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if holder ~= ARGV[2] or fence ~= tonumber(ARGV[3]) then return 'TAKEN' end
+local scope = redis.call('HGET', KEYS[1], 'scope')
+if scope then redis.call('ZREM', scope, ARGV[1]) end
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 'OK'
+"#;
+
+/// Renews this replica's liveness key and the leases of the runs it holds. KEYS: replica key,
+/// then the runs. ARGV: now, replica, lease, then one fence token per run. Returns the indexes
+/// (1-based among the runs) whose lease is lost.
+pub const RENEW: &str = r#"
+local now = tonumber(ARGV[1])
+local lease = tonumber(ARGV[3])
+redis.call('SET', KEYS[1], '1', 'PX', lease)
+local lost = {}
+for i = 2, #KEYS do
+  local f = redis.call('HMGET', KEYS[i], 'holder', 'fence')
+  if f[1] == ARGV[2] and tonumber(f[2]) == tonumber(ARGV[i + 2]) then
+    redis.call('HSET', KEYS[i], 'lease', now + lease)
+  else
+    table.insert(lost, i - 1)
+  end
+end
+return lost
+"#;
+
+/// Logs a nested call right before its tool runs. KEYS: run, calls. ARGV: request id, replica,
+/// token, tool, input digest, read-only (1/0), delivery JSON of the failure to record for a lost
+/// call, log lifetime (ms, for a run never stored). Returns `{status, result, raw}`. The caller holds the
+/// run's lease, so whoever logged an unfinished call under the same id lost it (died, or was paused
+/// past its lease): the call is lost to that replica whether or not it still lives.
+pub const BEGIN_CALL: &str = r#"
+local token = tonumber(ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local holder = redis.call('HGET', KEYS[1], 'holder')
+  local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+  if token == 0 or holder ~= ARGV[2] or fence ~= token then return {'TAKEN', '', ''} end
+elseif token ~= 0 then
+  return {'TAKEN', '', ''}
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[8])
+end
+local fresh = cjson.encode({issuer = ARGV[2], tool = ARGV[4], digest = ARGV[5]})
+local rec = redis.call('HGET', KEYS[2], ARGV[1])
+if not rec then
+  redis.call('HSET', KEYS[2], ARGV[1], fresh)
+  return {'FRESH', '', ''}
+end
+local r = cjson.decode(rec)
+local same = r.tool == ARGV[4] and r.digest == ARGV[5]
+if same and r.result then return {'RECORDED', r.result, r.raw or ''} end
+if same and r.issuer == ARGV[2] then return {'FRESH', '', ''} end
+if ARGV[6] == '1' then
+  redis.call('HSET', KEYS[2], ARGV[1], fresh)
+  return {'REISSUED', '', ''}
+end
+redis.call('HSET', KEYS[2], ARGV[1],
+  cjson.encode({issuer = ARGV[2], tool = ARGV[4], digest = ARGV[5], result = ARGV[7]}))
+if same then return {'LOST', r.issuer, ''} end
+return {'DIVERGED', r.tool, ''}
+"#;
+
+/// Records a logged call's result. KEYS: calls. ARGV: request id, replica, delivery JSON, raw
+/// outcome JSON (`''`: none). Returns 1 when recorded (the log names this replica and has no result
+/// yet).
+pub const FINISH_CALL: &str = r#"
+local rec = redis.call('HGET', KEYS[1], ARGV[1])
+if not rec then return 0 end
+local r = cjson.decode(rec)
+if r.issuer ~= ARGV[2] or r.result then return 0 end
+r.result = ARGV[3]
+if ARGV[4] ~= '' then r.raw = ARGV[4] end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
+return 1
+"#;
+
+/// Whether a live replica runs a call of the run that has no result yet. KEYS: calls. ARGV:
+/// replica key prefix.
+pub const CALLS_CLAIMED: &str = r#"
+for _, rec in ipairs(redis.call('HVALS', KEYS[1])) do
+  local r = cjson.decode(rec)
+  if not r.result and redis.call('EXISTS', ARGV[1] .. r.issuer) == 1 then return 1 end
+end
+return 0
+"#;
+
+/// Records an approval decision. KEYS: run, decisions. ARGV: request id, decision JSON, now.
+/// Returns `{status, parked}`.
+pub const RECORD_DECISION: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'UNAVAILABLE', '[]'} end
+local f = redis.call('HMGET', KEYS[1], 'expires', 'parked')
+if tonumber(f[1]) <= tonumber(ARGV[3]) then return {'EXPIRED', '[]'} end
+local parked = cjson.decode(f[2] or '[]')
+for _, id in ipairs(parked) do
+  if tostring(id) == ARGV[1] then
+    redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+    redis.call('PEXPIREAT', KEYS[2], redis.call('PEXPIRETIME', KEYS[1]))
+    return {'OK', '[]'}
+  end
+end
+return {'NOT_PARKED', f[2] or '[]'}
+"#;
+
+/// Takes (and deletes) a run's decisions. KEYS: decisions.
+pub const TAKE_DECISIONS: &str = r#"
+local all = redis.call('HGETALL', KEYS[1])
+redis.call('DEL', KEYS[1])
+return all
+"#;
+
+/// Deletes the runs of the expiry set whose expiry passed. KEYS: expiry set. ARGV: now, prefix.
+/// Returns their ids.
+pub const PURGE: &str = r#"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+for _, id in ipairs(ids) do
+  local run = ARGV[2] .. 'run:' .. id
+  local scope = redis.call('HGET', run, 'scope')
+  if scope then redis.call('ZREM', scope, id) end
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('DEL', run, ARGV[2] .. 'calls:' .. id, ARGV[2] .. 'decisions:' .. id)
+end
+return ids
+"#;
+
+/// The scripts, loaded once (`EVALSHA`, falling back to `EVAL` after a Redis restart).
+pub(super) struct Scripts {
+    pub(super) put: redis::Script,
+    pub(super) checkout: redis::Script,
+    pub(super) release: redis::Script,
+    pub(super) remove: redis::Script,
+    pub(super) settle: redis::Script,
+    pub(super) renew: redis::Script,
+    pub(super) begin_call: redis::Script,
+    pub(super) finish_call: redis::Script,
+    pub(super) calls_claimed: redis::Script,
+    pub(super) record_decision: redis::Script,
+    pub(super) take_decisions: redis::Script,
+    pub(super) purge: redis::Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        Scripts {
+            put: redis::Script::new(PUT),
+            checkout: redis::Script::new(CHECKOUT),
+            release: redis::Script::new(RELEASE),
+            remove: redis::Script::new(REMOVE),
+            settle: redis::Script::new(SETTLE),
+            renew: redis::Script::new(RENEW),
+            begin_call: redis::Script::new(BEGIN_CALL),
+            finish_call: redis::Script::new(FINISH_CALL),
+            calls_claimed: redis::Script::new(CALLS_CLAIMED),
+            record_decision: redis::Script::new(RECORD_DECISION),
+            take_decisions: redis::Script::new(TAKE_DECISIONS),
+            purge: redis::Script::new(PURGE),
+        }
+    }
+}
