@@ -30,6 +30,20 @@ fn runtime(engine: &str, sleep_ms: u64, calls: Arc<AtomicU32>) -> CodeMode {
     CodeMode::builder(config).engine_name(engine).local_tools(tools).build()
 }
 
+/// A runtime whose `slow` tool is a mock: each call waits until the test answers it through the
+/// returned handle (`codemode_testing::mock`), so the tests order events without sleeping.
+fn mocked(engine: &str) -> (CodeMode, codemode_testing::mock::Handle) {
+    let (tool, handle) = codemode_testing::mock::mock(ToolDefinition::new(ToolSource::Plugin, "t", "slow"));
+    let mut tools = LocalTools::new();
+    tools.add(tool);
+    let mut config = CodeModeConfig::enabled();
+    config.timeout_ms = 200;
+    (CodeMode::builder(config).engine_name(engine).local_tools(tools).build(), handle)
+}
+
+/// The answer of the mocked `slow` tool to the cell's call.
+const SLOW_ANSWER: fn() -> serde_json::Value = || json!({ "echo": { "n": 7 }, "slept": 600 });
+
 const CELL: &str =
     "const r = await tools.call('plugin:t:slow', { n: 7 }); return { got: r.details.echo.n, slept: r.details.slept };";
 
@@ -43,22 +57,28 @@ fn code(r: &Result<impl std::fmt::Debug, codemode::CodeModeError>) -> Option<Cod
     r.as_ref().err().and_then(|e| e.code)
 }
 
-/// The call started in the first runtime finishes during the export and its result travels with
-/// the run: the second runtime resumes without calling the tool again.
+/// The call started in the first runtime is answered while the export waits for it, and its result
+/// travels with the run: the second runtime resumes without calling the tool again.
 #[tokio::test]
 async fn an_exported_run_resumes_in_another_runtime_with_its_call_result() {
-    let (first_calls, second_calls) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let first = runtime("quickjs-wasi", 600, first_calls.clone());
+    let (first, mut first_calls) = mocked("quickjs-wasi");
     let ctx = RunContext::session("portable");
     let id = waiting(&first, &ctx).await;
-    let bytes = first.export_run(&ctx, &id).await.expect("export");
+    let call = first_calls.next_call().await.expect("the cell called the tool");
+    assert_eq!(call.input, json!({ "n": 7 }));
+    let export = {
+        let (first, ctx, id) = (first.clone(), ctx.clone(), id.clone());
+        tokio::spawn(async move { first.export_run(&ctx, &id).await })
+    };
+    call.respond(SLOW_ANSWER());
+    let bytes = export.await.expect("the export task").expect("export");
     assert!(bytes.starts_with(codemode_snapshot_magic()), "the export starts with its format header");
     // The run left the first runtime: neither a second export nor a wait finds it there.
     assert_eq!(code(&first.export_run(&ctx, &id).await), Some(CodeModeErrorCode::InvalidInput));
     let gone = first.wait(&ctx, &CodeModeWaitInput::new(id.as_str())).await;
     assert_eq!(gone.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", gone.to_json());
 
-    let second = runtime("quickjs-wasi", 600, second_calls.clone());
+    let (second, second_calls) = mocked("quickjs-wasi");
     let imported = second.import_run(bytes.clone()).await.expect("import");
     assert_eq!(imported, id);
     let done = second.wait(&ctx, &CodeModeWaitInput::new(id.as_str())).await;
@@ -66,8 +86,8 @@ async fn an_exported_run_resumes_in_another_runtime_with_its_call_result() {
         CodeModeResult::Completed { value, .. } => assert_eq!(value, &json!({ "got": 7, "slept": 600 })),
         other => panic!("expected completed, got {}", other.to_json()),
     }
-    assert_eq!(first_calls.load(Ordering::SeqCst), 1, "the tool ran once, in the exporting runtime");
-    assert_eq!(second_calls.load(Ordering::SeqCst), 0, "the importing runtime did not repeat it");
+    assert_eq!(first_calls.calls_made(), 1, "the tool ran once, in the exporting runtime");
+    assert_eq!(second_calls.calls_made(), 0, "the importing runtime did not repeat it");
 }
 
 fn codemode_snapshot_magic() -> &'static [u8] {
@@ -79,8 +99,7 @@ fn codemode_snapshot_magic() -> &'static [u8] {
 /// keeps serving.
 #[tokio::test]
 async fn hostile_exports_and_imports_are_refused() {
-    let calls = Arc::new(AtomicU32::new(0));
-    let cm = runtime("quickjs-wasi", 400, calls.clone());
+    let (cm, mut calls) = mocked("quickjs-wasi");
     let ctx = RunContext::session("owner");
     let id = waiting(&cm, &ctx).await;
     let intruder = RunContext::session("intruder");
@@ -88,7 +107,12 @@ async fn hostile_exports_and_imports_are_refused() {
     let unknown = RunId::parse("run-that-never-was").unwrap();
     assert_eq!(code(&cm.export_run(&ctx, &unknown).await), Some(CodeModeErrorCode::InvalidInput));
 
-    let bytes = cm.export_run(&ctx, &id).await.expect("export");
+    let export = {
+        let (cm, ctx, id) = (cm.clone(), ctx.clone(), id.clone());
+        tokio::spawn(async move { cm.export_run(&ctx, &id).await })
+    };
+    calls.next_call().await.expect("the cell called the tool").respond(SLOW_ANSWER());
+    let bytes = export.await.expect("the export task").expect("export");
     let mut damaged = bytes.clone();
     let mid = damaged.len() / 2;
     damaged[mid] ^= 0x55;
@@ -108,7 +132,7 @@ async fn hostile_exports_and_imports_are_refused() {
     cm.import_run(bytes.clone()).await.expect("import");
     let done = cm.wait(&ctx, &CodeModeWaitInput::new(id.as_str())).await;
     assert_eq!(done.status(), "completed", "{}", done.to_json());
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(calls.calls_made(), 1);
     // Still serving.
     let r = cm.exec(&ctx, &CodeModeExecInput::code("return 40 + 2")).await;
     assert_eq!(r.to_json()["value"], json!(42));
