@@ -42,6 +42,17 @@ impl Call {
     pub fn fail(self, message: &str) {
         let _ = self.answer.send(Err(ToolError::failed(message)));
     }
+
+    /// Waits until the caller gave the call up (the run was aborted or its caller went away: the
+    /// tool's future was dropped unanswered).
+    pub async fn cancelled(&mut self) {
+        self.answer.closed().await;
+    }
+
+    /// Whether the caller gave the call up already.
+    pub fn is_cancelled(&self) -> bool {
+        self.answer.is_closed()
+    }
 }
 
 /// The test's side of a mock tool.
@@ -130,5 +141,12 @@ mod tests {
         drop(handle.next_call().await);
         assert!(dropped.await.ok().is_some_and(|r| r.is_err()), "a dropped call fails");
         assert!(handle.try_next_call().is_none());
+        // The caller giving up is seen by the test.
+        let abandoned = call_of(&tool, json!({}));
+        let Some(mut call) = handle.next_call().await else { panic!("a call was made") };
+        assert!(!call.is_cancelled());
+        abandoned.abort();
+        call.cancelled().await;
+        assert!(call.is_cancelled());
     }
 }

@@ -1,63 +1,61 @@
 //! Abort and cancellation (contract P7, WF3, the `aborted` code): a caller that goes away
 //! or a host abort ends the run as `aborted` — its nested calls are cancelled, its state is deleted,
-//! and nothing is stored later for a `wait` nobody will send.
+//! and nothing is stored later for a `wait` nobody will send. The slow tool is a mock
+//! (`codemode_testing::mock`): its calls are held until the test says, and the test sees each one
+//! start and each one given up, so events are ordered by handles, not by sleeping.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{
-    CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeWaitInput, FnTool, LocalTools, RunContext,
-    RunId, ToolDefinition, ToolResult, ToolSource,
+    CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeWaitInput, LocalTools, RunContext, RunId,
+    ToolDefinition, ToolSource,
 };
+use codemode_testing::mock::{Call, Handle, mock};
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-/// Counts how often the slow tool started, finished, and was dropped before finishing.
-#[derive(Default)]
-struct Counts {
-    started: AtomicU32,
-    finished: AtomicU32,
-    cancelled: AtomicU32,
-}
+/// Longest any awaited event may take before the test fails (a hang, not a slow machine).
+const PATIENCE: Duration = Duration::from_secs(20);
 
-struct DropCounter(Arc<Counts>, bool);
-
-impl Drop for DropCounter {
-    fn drop(&mut self) {
-        if !self.1 {
-            self.0.cancelled.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
-
-fn runtime(timeout_ms: u64) -> (CodeMode, Arc<Counts>) {
+fn runtime(timeout_ms: u64) -> (CodeMode, Handle) {
     runtime_on("quickjs-wasi", timeout_ms)
 }
 
-fn runtime_on(engine: &str, timeout_ms: u64) -> (CodeMode, Arc<Counts>) {
-    let (tools, counts) = slow_tool();
+fn runtime_on(engine: &str, timeout_ms: u64) -> (CodeMode, Handle) {
+    let (tools, handle) = slow_tool();
     let mut config = CodeModeConfig::enabled();
     config.timeout_ms = timeout_ms;
-    (CodeMode::builder(config).engine_name(engine).local_tools(tools).build(), counts)
+    (CodeMode::builder(config).engine_name(engine).local_tools(tools).build(), handle)
 }
 
-/// `plugin:t:slow`: sleeps 3 s, counting starts, finishes and cancellations.
-fn slow_tool() -> (LocalTools, Arc<Counts>) {
-    let counts = Arc::new(Counts::default());
-    let c = counts.clone();
+/// `plugin:t:slow`: each call held until the test answers it (here: never).
+fn slow_tool() -> (LocalTools, Handle) {
+    let (tool, handle) = mock(ToolDefinition::new(ToolSource::Plugin, "t", "slow"));
     let mut tools = LocalTools::new();
-    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), move |_| {
-        let c = c.clone();
-        async move {
-            c.started.fetch_add(1, Ordering::SeqCst);
-            let mut guard = DropCounter(c.clone(), false);
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            guard.1 = true;
-            c.finished.fetch_add(1, Ordering::SeqCst);
-            Ok(ToolResult::value(json!("slept")))
+    tools.add(tool);
+    (tools, handle)
+}
+
+/// The next call of the slow tool, once the cell makes it.
+async fn started(handle: &mut Handle) -> Call {
+    tokio::time::timeout(PATIENCE, handle.next_call()).await.expect("the cell calls the tool").expect("a call")
+}
+
+/// Waits until `call` is given up (its run aborted).
+async fn given_up(call: &mut Call) {
+    tokio::time::timeout(PATIENCE, call.cancelled()).await.expect("the nested call is cancelled");
+}
+
+/// Waits until no `exec` / `wait` of `cm` drives a run any more.
+async fn idle(cm: &CodeMode) {
+    tokio::time::timeout(PATIENCE, async {
+        while cm.runs_in_progress() > 0 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-    })));
-    (tools, counts)
+    })
+    .await
+    .expect("the runtime goes idle");
 }
 
 fn ctx() -> RunContext {
@@ -69,83 +67,71 @@ async fn drop_once_driving(cm: &CodeMode, call: impl std::future::Future<Output 
     tokio::pin!(call);
     let driving = async {
         while cm.runs_in_progress() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        // A little longer, so the guest is really inside its step.
-        tokio::time::sleep(Duration::from_millis(50)).await;
     };
     tokio::select! {
         r = &mut call => panic!("the call ended before it was dropped: {}", r.to_json()),
-        _ = tokio::time::timeout(Duration::from_secs(10), driving) => {}
+        _ = tokio::time::timeout(PATIENCE, driving) => {}
     }
-}
-
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_exec_aborts_its_run() {
-    let (cm, counts) = runtime(1_000);
+    // A budget long enough that the exec cannot suspend before the test drops it.
+    let (cm, mut calls) = runtime(60_000);
     let (c, input) = (ctx(), CodeModeExecInput::code("return await tools.slow({})"));
-    {
-        // The caller gives up while the cell waits on the slow call (once the call has started,
-        // however slow this machine is today).
+    let mut call = {
+        // The caller gives up while the cell waits on the slow call, once the call has started.
         let exec = cm.exec(&c, &input);
         tokio::pin!(exec);
-        let started = async {
-            while counts.started.load(Ordering::SeqCst) == 0 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        };
         tokio::select! {
             r = &mut exec => panic!("the exec ended before it was dropped: {}", r.to_json()),
-            _ = tokio::time::timeout(Duration::from_secs(10), started) => {}
+            call = started(&mut calls) => call,
         }
-    }
-    settle().await;
-    assert_eq!(counts.started.load(Ordering::SeqCst), 1);
-    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1, "the nested call was cancelled");
-    // Past the moment the exec would have suspended: nothing was stored for nobody.
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    };
+    given_up(&mut call).await;
+    idle(&cm).await;
+    assert_eq!(calls.calls_made(), 1);
+    // The run ended with its caller: nothing was stored for nobody.
     assert_eq!(cm.store().count().await, 0);
-    assert_eq!(counts.finished.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_wait_aborts_the_run_it_resumed() {
-    let (cm, counts) = runtime(200);
+    let (cm, mut calls) = runtime(200);
     let r = cm.exec(&ctx(), &CodeModeExecInput::code("return await tools.slow({})")).await;
     let run_id = r.run_id().unwrap().to_string();
+    let mut call = started(&mut calls).await;
     assert_eq!(cm.store().count().await, 1);
     let (c, input) = (ctx(), CodeModeWaitInput::new(&run_id));
     drop_once_driving(&cm, cm.wait(&c, &input)).await;
-    settle().await;
+    given_up(&mut call).await;
+    idle(&cm).await;
     assert_eq!(cm.store().count().await, 0, "the run's state is deleted");
-    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1);
     let again = cm.wait(&ctx(), &CodeModeWaitInput::new(&run_id)).await;
     assert_eq!(again.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", again.to_json());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_reaches_a_run_while_a_wait_drives_it() {
-    let (cm, counts) = runtime(2_000);
+    // The wait's budget is far away: it can only end at the abort.
+    let (cm, mut calls) = runtime(60_000);
     let r = cm.exec(&ctx(), &CodeModeExecInput::code("await yield_control(); return await tools.slow({})")).await;
     let run_id = r.run_id().unwrap().to_string();
     let id = RunId::parse(&run_id).unwrap();
-    let started = std::time::Instant::now();
     let (c, input) = (ctx(), CodeModeWaitInput::new(&run_id));
-    let (result, aborted) = tokio::join!(cm.wait(&c, &input), async {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        cm.abort(&id).await
+    let (result, (aborted, mut call)) = tokio::join!(cm.wait(&c, &input), async {
+        // Aborted while the wait drives the run: its cell made the slow call, the test holds it.
+        let call = started(&mut calls).await;
+        (cm.abort(&id).await, call)
     });
     assert!(aborted);
     assert_eq!(result.error_code(), Some(CodeModeErrorCode::Aborted), "{}", result.to_json());
-    assert!(started.elapsed() < Duration::from_millis(1_500), "the wait ended at the abort, not at its deadline");
     let events = result.to_json()["telemetry"]["snapshotEvents"].clone();
     assert!(events.as_array().unwrap().iter().any(|e| e["event"] == "aborted"), "{events}");
-    settle().await;
-    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1);
+    given_up(&mut call).await;
     assert_eq!(cm.store().count().await, 0);
 }
 
@@ -157,11 +143,8 @@ async fn a_busy_guest_stops_at_once_when_cancelled() {
         let (cm, _) = runtime_on(engine, 20_000);
         let (c, input) = (ctx(), CodeModeExecInput::code("text('spinning'); while (true) {}"));
         drop_once_driving(&cm, cm.exec(&c, &input)).await;
-        let started = std::time::Instant::now();
-        while cm.runs_in_progress() > 0 {
-            assert!(started.elapsed() < Duration::from_secs(5), "{engine}: the busy guest was not interrupted");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // Far sooner than its 20 s deadline (`idle` gives up long before it).
+        tokio::time::timeout(Duration::from_secs(10), idle(&cm)).await.expect("the busy guest is interrupted");
         assert_eq!(cm.store().count().await, 0);
         let ok = cm.exec(&ctx(), &CodeModeExecInput::code("return 1")).await;
         assert_eq!(ok.to_json()["value"], json!(1), "{engine}");
@@ -173,7 +156,7 @@ async fn a_busy_guest_stops_at_once_when_cancelled() {
 /// like dropping the future does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callback_calls_deliver_results_and_cancel_aborts() {
-    let (cm, counts) = runtime(200);
+    let (cm, mut calls) = runtime(200);
     let (tx, rx) = tokio::sync::oneshot::channel();
     cm.exec_then(&ctx(), &CodeModeExecInput::code("return 6 * 7"), move |r| {
         let _ = tx.send((r, std::thread::current().name().map(str::to_string)));
@@ -190,18 +173,17 @@ async fn callback_calls_deliver_results_and_cancel_aborts() {
     let waiting = rx.await.unwrap();
     assert_eq!(waiting.status(), "waiting", "{}", waiting.to_json());
     let run_id = waiting.run_id().unwrap().to_string();
+    let mut call = started(&mut calls).await;
 
     // Cancelling a wait aborts the run: its call is cancelled and the run is gone.
     let (tx, rx) = tokio::sync::oneshot::channel();
     let handle = cm.wait_then(&ctx(), &CodeModeWaitInput::new(run_id.as_str()), move |r| {
         let _ = tx.send(r);
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
     handle.cancel();
     let ended = rx.await.unwrap();
     assert_eq!(ended.error_code(), Some(CodeModeErrorCode::Aborted), "{}", ended.to_json());
-    settle().await;
-    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1, "the nested call was cancelled");
+    given_up(&mut call).await;
     let gone = cm.wait(&ctx(), &CodeModeWaitInput::new(run_id.as_str())).await;
     assert_eq!(gone.error_code(), Some(CodeModeErrorCode::InvalidInput));
 }
@@ -211,22 +193,18 @@ async fn callback_calls_deliver_results_and_cancel_aborts() {
 async fn callback_calls_with_hooks_report_their_cancellation() {
     struct Quiet;
     impl codemode::ToolHook for Quiet {}
-    let (tools, counts) = slow_tool();
+    let (tools, mut calls) = slow_tool();
     let mut config = CodeModeConfig::enabled();
-    config.timeout_ms = 5_000;
+    config.timeout_ms = 60_000;
     let cm = CodeMode::builder(config).engine_name("quickjs-wasi").local_tools(tools).hook(Arc::new(Quiet)).build();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let handle =
         cm.exec_then(&ctx(), &CodeModeExecInput::code("return await tools.call('plugin:t:slow', {})"), move |r| {
             let _ = tx.send(r);
         });
-    while cm.runs_in_progress() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut call = started(&mut calls).await;
     handle.cancel();
-    let r = tokio::time::timeout(Duration::from_secs(5), rx).await.expect("a result arrives").unwrap();
+    let r = tokio::time::timeout(PATIENCE, rx).await.expect("a result arrives").unwrap();
     assert_eq!(r.error_code(), Some(CodeModeErrorCode::Aborted), "{}", r.to_json());
-    settle().await;
-    assert_eq!(counts.cancelled.load(Ordering::SeqCst), 1, "the nested call was cancelled");
+    given_up(&mut call).await;
 }

@@ -142,24 +142,29 @@ async fn hostile_exports_and_imports_are_refused() {
 /// engine) cannot be exported and stays resumable where it is.
 #[tokio::test]
 async fn expired_and_live_runs_do_not_travel() {
-    let calls = Arc::new(AtomicU32::new(0));
+    // The runtime's and the store's time is the test's: the TTL passes without waiting for it.
+    let clock = Arc::new(codemode::ManualClock::at(1_000_000));
     let mut config = CodeModeConfig::enabled();
     config.timeout_ms = 100;
     config.snapshot_ttl_seconds = 1;
+    let (tool, mut calls) = codemode_testing::mock::mock(ToolDefinition::new(ToolSource::Plugin, "t", "slow"));
     let mut tools = LocalTools::new();
-    let c = calls.clone();
-    tools.add(Arc::new(FnTool::new(ToolDefinition::new(ToolSource::Plugin, "t", "slow"), move |_| {
-        c.fetch_add(1, Ordering::SeqCst);
-        async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            Ok(ToolResult::value(json!({ "echo": { "n": 1 }, "slept": 300 })))
-        }
-    })));
-    let cm = CodeMode::builder(config).engine_name("quickjs-wasi").local_tools(tools).build();
+    tools.add(tool);
+    let cm = CodeMode::builder(config)
+        .engine_name("quickjs-wasi")
+        .local_tools(tools)
+        .clock(clock.clone())
+        .store(Arc::new(codemode::MemorySnapshotStore::with_clock(clock.clone())))
+        .build();
     let ctx = RunContext::session("ttl");
     let id = waiting(&cm, &ctx).await;
-    let bytes = cm.export_run(&ctx, &id).await.expect("export");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let export = {
+        let (cm, ctx, id) = (cm.clone(), ctx.clone(), id.clone());
+        tokio::spawn(async move { cm.export_run(&ctx, &id).await })
+    };
+    calls.next_call().await.expect("the cell called the tool").respond(SLOW_ANSWER());
+    let bytes = export.await.expect("the export task").expect("export");
+    clock.advance_ms(1_200);
     let err = cm.import_run(bytes).await.expect_err("expired");
     assert_eq!(err.code, Some(CodeModeErrorCode::SnapshotExpired), "{}", err.message);
 
@@ -185,7 +190,9 @@ fn gated(keys: codemode_snapshot::RunKeys, paid: Arc<AtomicU32>) -> CodeMode {
             Ok(ToolResult::value(json!("paid")))
         }
     })));
-    CodeMode::builder(CodeModeConfig::enabled())
+    let mut config = CodeModeConfig::enabled();
+    config.timeout_ms = 200;
+    CodeMode::builder(config)
         .engine_name("quickjs-wasi")
         .local_tools(tools)
         .approvals(codemode::ApprovalPolicy::require(["plugin:t:pay"]))
