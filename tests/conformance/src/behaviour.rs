@@ -2,7 +2,7 @@
 //! hooks, concurrency). Each function is one test; [`crate::conformance_suite!`] generates the
 //! `#[test]` wrappers. Checklist ids of the contract (the book's contract pages) are cited in the names' docs.
 
-use crate::{SESSION, config, ctx, harness, run_to_end};
+use crate::{SESSION, config, ctx, harness, harness_with_held, run_to_end};
 use codemode::{
     CodeMode, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, GuestEngine, ManualClock,
     MemorySnapshotStore, NestedToolCall, RunContext, RunId, ToolError, ToolErrorKind, ToolHook, ToolResult,
@@ -77,19 +77,23 @@ pub async fn wait_lookup_failures(engine: Arc<dyn GuestEngine>) {
     assert_eq!(cm.store().count().await, 0);
 }
 
-/// WF5: only one `wait` at a time per run.
+/// WF5: only one `wait` at a time per run. The second `wait` is sent once the first drives the run
+/// (its nested call held by the test), and refused; the first goes on to the result.
 pub async fn wait_is_exclusive(engine: Arc<dyn GuestEngine>) {
-    let cm = harness(engine, config(json!({ "timeoutMs": 300 })));
+    let (cm, mut held) = harness_with_held(engine, config(json!({ "timeoutMs": 300 })));
     let c = ctx();
-    let r = cm.exec(&c, &code("const r = await tools.demo_sleep({ms: 2500}); return r.slept")).await;
+    let r = cm.exec(&c, &code("const r = await tools.held({}); return r.slept")).await;
     let id = r.run_id().map(str::to_string).unwrap_or_else(|| panic!("expected waiting: {}", r.to_json()));
+    let call = held.next_call().await.unwrap_or_else(|| panic!("the cell called the held tool"));
     let input = CodeModeWaitInput::new(&id);
-    // The second wait starts well after the first took the run (slow engines, loaded machines).
     let (a, b) = tokio::join!(cm.wait(&c, &input), async {
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        cm.wait(&c, &input).await
+        while cm.runs_in_progress() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let b = cm.wait(&c, &input).await;
+        call.respond(json!({ "slept": 2500 }));
+        b
     });
-    assert_eq!(a.status(), "waiting", "{}", a.to_json());
     expect_failed(&b, Some(CodeModeErrorCode::InvalidInput), "already being resumed");
     let steps = {
         let mut last = a;
@@ -193,23 +197,20 @@ pub async fn output_limit_across_suspension(engine: Arc<dyn GuestEngine>) {
 /// E12–E14, V21: a nested call outlives the `exec` that started it; `wait` delivers its result into the
 /// restored VM, and output produced after the restore reaches the final result.
 pub async fn nested_calls_continue_after_exec(engine: Arc<dyn GuestEngine>) {
-    let cm = harness(engine, config(json!({ "timeoutMs": 150 })));
+    let (cm, mut held) = harness_with_held(engine, config(json!({ "timeoutMs": 150 })));
     let c = ctx();
-    let first = cm
-        .exec(
-            &c,
-            &code("text('before'); const r = await tools.demo_sleep({ms: 400}); text('after ' + r.slept); return r"),
-        )
-        .await;
+    let first =
+        cm.exec(&c, &code("text('before'); const r = await tools.held({}); text('after ' + r.slept); return r")).await;
     let CodeModeResult::Waiting { run_id, reason, pending_tool_calls, output, .. } = &first else {
         panic!("expected waiting, got {}", first.to_json());
     };
     assert_eq!(reason, &codemode_core::result::WaitReason::PendingTools);
     assert_eq!(pending_tool_calls.len(), 1);
-    assert_eq!(pending_tool_calls[0].tool_id, "plugin:demo:demo_sleep");
+    assert_eq!(pending_tool_calls[0].tool_id, "plugin:conformance:held");
     assert_eq!(output.len(), 1);
-    // Sleep past the call's end without calling wait: the call ran on its own.
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    // The call is still running after the exec returned; it ends without a `wait` in progress.
+    let call = held.next_call().await.unwrap_or_else(|| panic!("the cell called the held tool"));
+    call.respond(json!({ "slept": 400 }));
     let done = cm.wait(&c, &CodeModeWaitInput::new(run_id)).await;
     assert_eq!(completed_value(&done), &json!({"slept": 400}));
     assert_eq!(done.output().len(), 1);

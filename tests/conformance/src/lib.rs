@@ -90,6 +90,30 @@ pub fn harness(engine: Arc<dyn GuestEngine>, config: CodeModeConfig) -> CodeMode
         .build()
 }
 
+/// [`harness`] plus `plugin:conformance:held`, a mock tool (`codemode_testing::mock`): each call
+/// waits until the test answers it through the returned handle, so tests order events without
+/// sleeping.
+pub fn harness_with_held(
+    engine: Arc<dyn GuestEngine>,
+    config: CodeModeConfig,
+) -> (CodeMode, codemode_testing::mock::Handle) {
+    let (held, handle) = codemode_testing::mock::mock(codemode::ToolDefinition::new(
+        codemode::ToolSource::Plugin,
+        "conformance",
+        "held",
+    ));
+    let mut tools = codemode::LocalTools::new();
+    tools.add(held);
+    let cm = CodeMode::builder(config)
+        .engine(engine)
+        .local_tools(codemode_testing::demo::demo_tools())
+        .local_tools(conformance_tools())
+        .local_tools(tools)
+        .namespaces(Arc::new(conformance_namespaces()))
+        .build();
+    (cm, handle)
+}
+
 /// The context of [`SESSION`].
 pub fn ctx() -> RunContext {
     RunContext::session(SESSION)
