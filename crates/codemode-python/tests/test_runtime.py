@@ -209,30 +209,36 @@ def test_a_tool_that_never_returns_is_bounded_by_the_run_and_abort_stops_it() ->
 
 
 def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
+    # Events, not sleeps: the test goes on when the tool has started, and again when the run's
+    # abort has reached it (its coroutine is cancelled).
     seen: list[str] = []
 
-    async def waits_forever(**_: Any) -> None:
-        await asyncio.sleep(30)
-
-    def record(call: dict) -> None:
-        seen.append(call["runId"])
-
     async def main() -> None:
+        started, given_up = asyncio.Event(), asyncio.Event()
+
+        async def waits_forever(**_: Any) -> None:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                given_up.set()
+                raise
+
+        def record(call: dict) -> None:
+            seen.append(call["runId"])
+
         cm = CodeMode(
             tools=[tool(waits_forever, input_schema={"type": "object"})],
             config={"tools": {"codeMode": {"timeoutMs": 20000}}},
             hook=record,
         )
         task = asyncio.ensure_future(cm.exec("return await tools.waits_forever({})"))
-        for _ in range(200):
-            if seen:
-                break
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(started.wait(), 20)
         assert seen, "the cell made its call"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(given_up.wait(), 20)
         run_id = seen[0]
         after = await cm.wait(run_id)
         assert after.status == "failed" and after.error and after.error.code == "invalid_input", after.to_dict()
