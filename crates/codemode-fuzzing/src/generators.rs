@@ -230,3 +230,79 @@ fn js_expr(u: &mut Unstructured<'_>, depth: u32) -> String {
         }
     }
 }
+
+/// Pieces of JavaScript the module guard and the nesting estimate must read alike: regex literals
+/// next to divisions, comments, template literals with substitutions, strings with escapes, and
+/// the `import` / `require` forms the guard refuses.
+const JS_PIECES: [&str; 28] = [
+    "a / b / c",
+    "/re/g.test(x)",
+    "x = /[/]/",
+    "/* c */",
+    "// line\n",
+    "`t ${ a } u`",
+    "`${`${x}`}`",
+    "'s\\'q'",
+    "\"d\\\"q\"",
+    "import('m')",
+    "require('fs')",
+    "import x from 'y'",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    "a.b",
+    "!x",
+    "1+1",
+    "return ",
+    "if (a) b; else c;",
+    "} /re/",
+    ") / 2",
+    "x++ / 2",
+    "typeof /r/",
+    "\n",
+];
+
+/// JavaScript-like source from a grammar of troublesome pieces (plus raw characters): inputs for
+/// the static module guard and the nesting estimate.
+pub fn js_source(u: &mut Unstructured<'_>) -> String {
+    let n = u.int_in_range(0..=40).unwrap_or(0);
+    let mut out = String::new();
+    for _ in 0..n {
+        if u.ratio(1, 6).unwrap_or(false) {
+            out.push(u.arbitrary::<char>().unwrap_or(' '));
+        } else {
+            let piece: &str = *pick::<&str>(u, &JS_PIECES);
+            out.push_str(piece);
+            out.push(' ');
+        }
+    }
+    out
+}
+
+/// What to do to a valid exported run: flip one bit, cut it short, or append bytes.
+#[derive(Debug, Clone, Copy)]
+pub enum Damage {
+    /// Flip bit `bit` of byte `at` (taken modulo the length).
+    Flip {
+        /// Byte index (modulo the length).
+        at: usize,
+        /// Bit index (0–7).
+        bit: u8,
+    },
+    /// Keep only the first `len` bytes (modulo the length).
+    Truncate(usize),
+    /// Append this many zero bytes.
+    Extend(usize),
+}
+
+/// A damage to apply to an exported run.
+pub fn damage(u: &mut Unstructured<'_>) -> Damage {
+    match u.int_in_range(0..=2).unwrap_or(0) {
+        0 => Damage::Flip { at: u.arbitrary().unwrap_or(0), bit: u.int_in_range(0..=7).unwrap_or(0) },
+        1 => Damage::Truncate(u.arbitrary().unwrap_or(0)),
+        _ => Damage::Extend(u.int_in_range(1..=64).unwrap_or(1)),
+    }
+}

@@ -292,3 +292,52 @@ pub fn differential(cell: &str) {
     }
     assert_eq!(comparable(&a), comparable(&b), "engines disagree on the cell:\n{cell}");
 }
+
+/// The signing key of the portable-run oracles (any 32 bytes: the oracle is about the format).
+fn run_keys() -> codemode_snapshot::RunKeys {
+    codemode_snapshot::RunKeys::configured(b"the fuzzing oracles' key, 32+ bytes")
+        .unwrap_or_else(|e| panic!("a valid key: {e}"))
+}
+
+/// The exported-run decoder on untrusted bytes: it never panics, and whatever it accepts encodes
+/// back to bytes it accepts again as the same run.
+pub fn portable_run_bytes(bytes: &[u8]) {
+    use codemode_snapshot::portable::{PortableRun, decode, encode};
+    let keys = run_keys();
+    let Ok(PortableRun { run, decisions }) = decode(bytes, &keys, 0) else { return };
+    let id = run.run_id.clone();
+    let again = encode(PortableRun { run, decisions }, &keys).unwrap_or_else(|e| panic!("re-encoding {id}: {e}"));
+    let back = decode(&again, &keys, 0).unwrap_or_else(|e| panic!("a run just encoded is refused: {e}"));
+    assert_eq!(back.run.run_id, id);
+}
+
+/// An exported run damaged in any way (one bit flipped anywhere, cut short, extended) is refused:
+/// the signature covers every byte, and nothing panics on the way.
+pub fn portable_run_damaged(damage: crate::generators::Damage, body: &[u8], decisions: u8) {
+    use crate::generators::Damage;
+    use codemode_snapshot::portable::{PortableRun, decode, encode};
+    let keys = run_keys();
+    let mut run = codemode_snapshot::conformance::suspended("cm_fuzz", "s", u64::MAX / 2, body.to_vec(), &[(1, true)]);
+    run.ready.clear();
+    let decisions = (0..decisions % 3)
+        .map(|i| (u64::from(i), codemode_core::approval::ApprovalDecision::deny(format!("no {i}"))))
+        .collect();
+    let bytes = encode(PortableRun { run, decisions }, &keys).unwrap_or_else(|e| panic!("encoding: {e}"));
+    assert!(decode(&bytes, &keys, 0).is_ok(), "an intact export is accepted");
+    let mut damaged = bytes.clone();
+    match damage {
+        Damage::Flip { at, bit } => damaged[at % bytes.len()] ^= 1 << (bit % 8),
+        Damage::Truncate(len) => damaged.truncate(len % bytes.len()),
+        Damage::Extend(n) => damaged.extend(std::iter::repeat_n(0u8, n)),
+    }
+    assert!(decode(&damaged, &keys, 0).is_err(), "a damaged export ({damage:?}) was accepted");
+}
+
+/// The static module guard and the nesting estimate on any source: neither panics, and the
+/// estimate is at most the top level plus one level per character (it never invents depth).
+pub fn js_scanners(src: &str) {
+    let _ = codemode_bridge::modules::find_module_access(src);
+    let depth = codemode_bridge::nesting::nesting_estimate(src);
+    let chars = src.chars().count();
+    assert!(depth <= chars + 1, "a nesting of {depth} in {chars} characters: {src:?}");
+}

@@ -52,6 +52,37 @@ fn both_quickjs_engines_agree() {
     each(150, 1024, |u| oracles::differential(&g::cell(u)));
 }
 
+#[test]
+fn exported_runs_from_untrusted_bytes_never_panic() {
+    each(400, 512, |u| {
+        let bytes: Vec<u8> = u.arbitrary().unwrap_or_default();
+        oracles::portable_run_bytes(&bytes);
+    });
+    // Bytes that start like an export (either version) reach the decoder's later checks.
+    for prefix in [&b"codemode-run/2\n"[..], b"codemode-run/1\n"] {
+        each(200, 256, |u| {
+            let mut bytes = prefix.to_vec();
+            bytes.extend(u.arbitrary::<Vec<u8>>().unwrap_or_default());
+            oracles::portable_run_bytes(&bytes);
+        });
+    }
+}
+
+#[test]
+fn every_damaged_export_is_refused() {
+    each(400, 256, |u| {
+        let damage = g::damage(u);
+        let body: Vec<u8> = u.arbitrary().unwrap_or_default();
+        let decisions: u8 = u.arbitrary().unwrap_or(0);
+        oracles::portable_run_damaged(damage, &body, decisions);
+    });
+}
+
+#[test]
+fn the_javascript_scanners_never_panic() {
+    each(1000, 512, |u| oracles::js_scanners(&g::js_source(u)));
+}
+
 /// Inputs that once broke an oracle (found while writing it or by `make fuzz`).
 #[test]
 fn regressions() {
