@@ -274,7 +274,7 @@ pub fn js_source(u: &mut Unstructured<'_>) -> String {
         if u.ratio(1, 6).unwrap_or(false) {
             out.push(u.arbitrary::<char>().unwrap_or(' '));
         } else {
-            let piece: &str = *pick::<&str>(u, &JS_PIECES);
+            let piece: &str = pick::<&str>(u, &JS_PIECES);
             out.push_str(piece);
             out.push(' ');
         }
