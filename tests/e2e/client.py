@@ -4,7 +4,7 @@ Usage: client.py CODEMODE_BIN CONFIG_FILE SNAPSHOT_DIR {stdio|http}
 
 Checks, per transport:
   - the server lists exactly two tools, `exec` and `wait`, with `exec`'s description carrying the
-    quick index and the `API` hint (contract §4, V1);
+    quick index and the `API` hint (contract §4, V3);
   - a cell calling an upstream MCP tool (server-everything's `echo`) completes;
   - the upstream server's progress notifications of a nested call reach the client as progress;
   - a cell that calls a slow tool comes back `waiting` (`pending_tools`) and `wait` resumes it to the
