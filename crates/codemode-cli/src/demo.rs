@@ -124,11 +124,14 @@ fn show_result(step: &str, r: &CodeModeResult, ms: u128) {
         CodeModeResult::Failed { error, code, .. } => {
             println!("  {step} → failed ({}) after {ms} ms: {error}", code.map(|c| c.as_str()).unwrap_or("uncaught"));
         }
+        // A status added later: shown by name.
+        other => println!("  {step} → {} after {ms} ms", other.status()),
     }
     for item in r.output() {
         match item {
             CodeModeOutput::Text { text } => println!("      text: {text}"),
             CodeModeOutput::Json { value } => println!("      json: {value}"),
+            other => println!("      {}", serde_json::to_string(other).unwrap_or_default()),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::fmt;
 /// Serialised in `snake_case`, exactly as on the wire (`"runtime_unavailable"`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CodeModeErrorCode {
     /// Code mode is enabled but the configured engine is not compiled in or cannot load (contract C4).
     RuntimeUnavailable,

@@ -167,6 +167,7 @@ impl ToolResult {
 /// Why a nested call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolErrorKind {
     /// The tool ran and reported an error.
     Failed,

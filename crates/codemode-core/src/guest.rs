@@ -122,6 +122,11 @@ pub enum CallMode {
 /// putting megabytes of text into every failed call's error.
 const MAX_MCP_ERROR_CHARS: usize = 2_000;
 
+/// An MCP tool's own error (`isError: true`), with the server's text: what `.value()` throws.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct McpToolError(pub String);
+
 /// The one unwrapping rule of MCP results, for `MCP.<server>.<tool>.value(input)`:
 ///
 /// 1. `isError: true` → `Err` with the server's text (its text content, joined; cut at 2,000
@@ -130,7 +135,7 @@ const MAX_MCP_ERROR_CHARS: usize = 2_000;
 /// 3. else, one text content item whose text is JSON → that JSON, parsed;
 /// 4. else the text content items' texts joined with newlines (one item: its text);
 /// 5. else (no text: images, resources, nothing) the `content` array as it is.
-pub fn unwrap_mcp_result(result: &serde_json::Value) -> Result<serde_json::Value, String> {
+pub fn unwrap_mcp_result(result: &serde_json::Value) -> Result<serde_json::Value, McpToolError> {
     use serde_json::Value;
     let content = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     let texts: Vec<&str> = content
@@ -141,11 +146,11 @@ pub fn unwrap_mcp_result(result: &serde_json::Value) -> Result<serde_json::Value
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         let text = texts.join("\n");
         let message: String = text.chars().take(MAX_MCP_ERROR_CHARS).collect();
-        return Err(if message.is_empty() {
+        return Err(McpToolError(if message.is_empty() {
             "the MCP tool reported an error (isError) without a message".into()
         } else {
             message
-        });
+        }));
     }
     if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
         return Ok(structured.clone());
@@ -492,10 +497,10 @@ mod unwrap_tests {
         assert_eq!(unwrap_mcp_result(&image), Ok(image["content"].clone()));
         assert_eq!(unwrap_mcp_result(&json!({})), Ok(json!([])));
         let failed = json!({ "content": [text("no such file")], "isError": true, "structuredContent": { "x": 1 } });
-        assert_eq!(unwrap_mcp_result(&failed), Err("no such file".to_string()));
-        assert!(unwrap_mcp_result(&json!({ "isError": true })).unwrap_err().contains("without a message"));
+        assert_eq!(unwrap_mcp_result(&failed), Err(super::McpToolError("no such file".to_string())));
+        assert!(unwrap_mcp_result(&json!({ "isError": true })).unwrap_err().0.contains("without a message"));
         let long = json!({ "content": [text(&"e".repeat(10_000))], "isError": true });
-        assert_eq!(unwrap_mcp_result(&long).unwrap_err().len(), 2_000);
+        assert_eq!(unwrap_mcp_result(&long).unwrap_err().0.len(), 2_000);
         // `null` structured content does not count; a JSON `null` text is JSON.
         assert_eq!(
             unwrap_mcp_result(&json!({ "content": [text("null")], "structuredContent": null })),

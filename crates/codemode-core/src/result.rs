@@ -8,6 +8,7 @@ use serde_json::Value;
 /// One item of a cell's output, in guest call order (contract O1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum CodeModeOutput {
     /// Human-readable text from `text(value)` (or `console.log`).
     Text {
@@ -59,6 +60,7 @@ pub fn serialized_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
 /// Why a run is `waiting` (contract §5.2, inferred meanings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum WaitReason {
     /// Nested host work was still pending when the call's time ran out.
     PendingTools,
@@ -69,6 +71,7 @@ pub enum WaitReason {
 /// What a pending nested call is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum PendingCallKind {
     /// A catalog tool call that is running.
     Call,
@@ -103,6 +106,7 @@ pub struct CodeModePendingToolCall {
 /// The result of `exec` and `wait` (contract §5.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase", rename_all_fields = "camelCase")]
+#[non_exhaustive]
 pub enum CodeModeResult {
     /// No guest work is pending and the final value is JSON-compatible.
     Completed {

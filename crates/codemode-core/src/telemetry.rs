@@ -84,6 +84,7 @@ impl LimitFailures {
 /// What happened to a run's snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SnapshotEventKind {
     /// A snapshot was taken and stored.
     Created,

@@ -21,6 +21,15 @@ use codemode_core::config::{ConfigError, type_name};
 use serde_json::Value;
 use sha2::Digest as _;
 
+/// A client refused because the gateway serves only the clients its configuration lists
+/// (`clients.requireKnownClients`) and it presented no configured token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this gateway serves only the clients its configuration lists (clients.requireKnownClients): present a \
+     configured token in the Authorization header"
+)]
+pub struct ClientRefused;
+
 /// Keys of the `clients` section.
 pub const KEYS: [&str; 2] = ["requireKnownClients", "list"];
 /// Keys of one `clients.list` entry.

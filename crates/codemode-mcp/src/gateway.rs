@@ -103,15 +103,15 @@ impl Gateway {
     /// gateway's default (no clients configured, a client not listed, or stdio), `Err` a client
     /// refused because known clients are required. Only the token decides: nothing the client
     /// says about itself is read.
-    pub fn client_target(&self, authorization: Option<&[u8]>, http: bool) -> Result<Option<PolicyTarget>, String> {
+    pub fn client_target(
+        &self,
+        authorization: Option<&[u8]>,
+        http: bool,
+    ) -> Result<Option<PolicyTarget>, crate::clients::ClientRefused> {
         let Some(clients) = self.clients.get() else { return Ok(None) };
         match clients.identify(authorization) {
             crate::clients::Client::Known(_, target) => Ok(Some(target.clone())),
-            crate::clients::Client::Unknown if http && clients.require_known => Err(
-                "this gateway serves only the clients its configuration lists (clients.requireKnownClients): present \
-                 a configured token in the Authorization header"
-                    .to_string(),
-            ),
+            crate::clients::Client::Unknown if http && clients.require_known => Err(crate::clients::ClientRefused),
             crate::clients::Client::Unknown => Ok(None),
         }
     }

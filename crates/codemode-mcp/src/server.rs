@@ -273,7 +273,7 @@ impl ServerHandler for ExecWaitServer {
         let target = self
             .gateway
             .client_target(authorization(&cx).as_deref(), self.http)
-            .map_err(|e| ErrorData::invalid_request(e, None))?;
+            .map_err(|e| ErrorData::invalid_request(e.to_string(), None))?;
         let tools = self.gateway.guarded_tool_list_for(target.as_ref()).map_err(|e| {
             tracing::error!(error = %e.message, "tools/list refused by the payload guard");
             ErrorData::internal_error(e.message, None)
@@ -303,7 +303,7 @@ impl ServerHandler for ExecWaitServer {
         let target = self
             .gateway
             .client_target(authorization(&cx).as_deref(), self.http)
-            .map_err(|e| ErrorData::invalid_request(e, None))?;
+            .map_err(|e| ErrorData::invalid_request(e.to_string(), None))?;
         if let Some(t) = &target {
             self.agents.lock().unwrap_or_else(|p| p.into_inner()).insert(t.agent.clone());
         }

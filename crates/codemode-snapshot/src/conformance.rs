@@ -83,16 +83,27 @@ fn id(s: &str) -> RunId {
     RunId::parse(s).unwrap_or_else(|_| RunId::from_generated(s.to_string()))
 }
 
-fn check(ok: bool, what: &str) -> Result<(), String> {
-    if ok { Ok(()) } else { Err(what.to_string()) }
+/// What a store did against the contract: which check failed, and how.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Failure(pub String);
+
+impl From<String> for Failure {
+    fn from(s: String) -> Self {
+        Failure(s)
+    }
 }
 
-fn eq<T: PartialEq + std::fmt::Debug>(got: T, want: T, what: &str) -> Result<(), String> {
-    if got == want { Ok(()) } else { Err(format!("{what}: got {got:?}, want {want:?}")) }
+fn check(ok: bool, what: &str) -> Result<(), Failure> {
+    if ok { Ok(()) } else { Err(Failure(what.to_string())) }
+}
+
+fn eq<T: PartialEq + std::fmt::Debug>(got: T, want: T, what: &str) -> Result<(), Failure> {
+    if got == want { Ok(()) } else { Err(Failure(format!("{what}: got {got:?}, want {want:?}"))) }
 }
 
 /// put → checkout gives back every field; a second checkout is busy; remove releases.
-pub async fn put_checkout_roundtrip(t: &StoreUnderTest) -> Result<(), String> {
+pub async fn put_checkout_roundtrip(t: &StoreUnderTest) -> Result<(), Failure> {
     let s = t.store().await;
     let run = suspended("cm_roundtrip", "s1", T0 + 60_000, vec![1, 2, 3, 4], &[(1, false), (2, true)]);
     s.put(run).await.map_err(|e| format!("put: {e}"))?;
@@ -115,7 +126,7 @@ pub async fn put_checkout_roundtrip(t: &StoreUnderTest) -> Result<(), String> {
 }
 
 /// Lookup failures: unknown id, another scope (which leaves the run resumable by its owner).
-pub async fn lookup_failures(t: &StoreUnderTest) -> Result<(), String> {
+pub async fn lookup_failures(t: &StoreUnderTest) -> Result<(), Failure> {
     let s = t.store().await;
     eq(s.checkout(&id("cm_nobody"), &RunScope::session("s1")).await.err(), Some(StoreError::Unavailable), "unknown")?;
     s.put(suspended("cm_scoped", "owner", T0 + 60_000, vec![7], &[])).await.map_err(|e| e.to_string())?;
@@ -129,7 +140,7 @@ pub async fn lookup_failures(t: &StoreUnderTest) -> Result<(), String> {
 }
 
 /// An expired run cannot be resumed and is purged.
-pub async fn expiry(t: &StoreUnderTest) -> Result<(), String> {
+pub async fn expiry(t: &StoreUnderTest) -> Result<(), Failure> {
     let s = t.store().await;
     s.put(suspended("cm_old", "s1", T0 + 1_000, vec![1], &[])).await.map_err(|e| e.to_string())?;
     s.put(suspended("cm_young", "s1", T0 + 100_000, vec![1], &[])).await.map_err(|e| e.to_string())?;
@@ -144,7 +155,7 @@ pub async fn expiry(t: &StoreUnderTest) -> Result<(), String> {
 
 /// At most 64 suspended runs (per process for local stores, per scope for a fleet store); a
 /// removed run makes room; re-suspending a checked-out run never counts twice.
-pub async fn capacity(t: &StoreUnderTest) -> Result<(), String> {
+pub async fn capacity(t: &StoreUnderTest) -> Result<(), Failure> {
     let s = t.store().await;
     for i in 0..MAX_SUSPENDED_RUNS {
         s.put(suspended(&format!("cm_cap{i}"), "cap", T0 + 60_000, vec![1], &[]))
@@ -166,7 +177,7 @@ pub async fn capacity(t: &StoreUnderTest) -> Result<(), String> {
 
 /// Concurrent `wait`s on one run (from several instances when the store is shared): exactly one
 /// takes it.
-pub async fn concurrent_checkouts(t: &StoreUnderTest) -> Result<(), String> {
+pub async fn concurrent_checkouts(t: &StoreUnderTest) -> Result<(), Failure> {
     let s = t.store().await;
     s.put(suspended("cm_race", "s1", T0 + 60_000, vec![1], &[])).await.map_err(|e| e.to_string())?;
     let mut tasks = Vec::new();
@@ -187,7 +198,7 @@ pub async fn concurrent_checkouts(t: &StoreUnderTest) -> Result<(), String> {
 
 /// Approval decisions: recorded for a parked call and taken once; refused for a call that is not
 /// parked (naming what is) and for an unknown run.
-pub async fn decisions(t: &StoreUnderTest) -> Result<(), String> {
+pub async fn decisions(t: &StoreUnderTest) -> Result<(), Failure> {
     let s = t.store().await;
     s.put(suspended("cm_dec", "s1", T0 + 60_000, vec![1], &[(1, false), (2, true)]))
         .await
@@ -210,7 +221,7 @@ pub async fn decisions(t: &StoreUnderTest) -> Result<(), String> {
 
 /// Stores shared across processes (every store that keeps only serialized snapshots): a result
 /// recorded by one instance is taken by another; nothing is recorded for a run that is gone.
-pub async fn recorded_results(t: &StoreUnderTest) -> Result<(), String> {
+pub async fn recorded_results(t: &StoreUnderTest) -> Result<(), Failure> {
     let s = t.store().await;
     if s.accepts_live() {
         return Ok(());
@@ -240,7 +251,7 @@ pub async fn recorded_results(t: &StoreUnderTest) -> Result<(), String> {
 pub async fn fencing(
     t: &StoreUnderTest,
     pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync),
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let a = t.store().await;
     if !a.fleet() {
         return Ok(());
@@ -285,7 +296,7 @@ pub async fn fencing(
 pub async fn call_log(
     t: &StoreUnderTest,
     pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync),
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let a = t.store().await;
     if !a.fleet() {
         return Ok(());
@@ -322,7 +333,7 @@ pub async fn call_log(
     check(matches!(diverged, CallStart::Lost(_)), &format!("a different call under a logged id: {diverged:?}"))?;
     let failed: Result<serde_json::Value, GuestError> = match b.begin_call(&run, &other).await {
         Ok(CallStart::Recorded { outcome, raw: None }) => outcome,
-        other => return Err(format!("the divergent call's failure is logged: {other:?}")),
+        other => return Err(format!("the divergent call's failure is logged: {other:?}").into()),
     };
     check(failed.is_err(), "logged as failed")?;
     b.settle(&run).await.map_err(|e| e.to_string())?;
@@ -334,7 +345,7 @@ pub async fn call_log(
 pub async fn run_all(
     t: &StoreUnderTest,
     pause: &(dyn Fn(&Arc<dyn SnapshotStore>) + Send + Sync),
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     put_checkout_roundtrip(t).await.map_err(|e| format!("put_checkout_roundtrip: {e}"))?;
     lookup_failures(t).await.map_err(|e| format!("lookup_failures: {e}"))?;
     expiry(t).await.map_err(|e| format!("expiry: {e}"))?;

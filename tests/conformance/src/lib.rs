@@ -209,10 +209,22 @@ fn blessing() -> bool {
     std::env::var("CODEMODE_CONFORMANCE_BLESS").is_ok_and(|v| v == "1")
 }
 
+/// How a conformance case failed: a missing case or snapshot, an unknown capability, or a result
+/// that differs from the expected one (with the diff).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CaseMismatch(pub String);
+
+impl From<String> for CaseMismatch {
+    fn from(s: String) -> Self {
+        CaseMismatch(s)
+    }
+}
+
 /// Runs one case and compares its result with the expected one; `Err` describes the mismatch.
-pub fn check_case(name: &str, engine: Arc<dyn GuestEngine>) -> Result<(), String> {
+pub fn check_case(name: &str, engine: Arc<dyn GuestEngine>) -> Result<(), CaseMismatch> {
     let Some((_, source)) = CASES.iter().find(|(n, _)| *n == name) else {
-        return Err(format!("no conformance case `{name}`"));
+        return Err(format!("no conformance case `{name}`").into());
     };
     let spec = parse_case(source);
     let caps = engine.capabilities();
@@ -224,7 +236,7 @@ pub fn check_case(name: &str, engine: Arc<dyn GuestEngine>) -> Result<(), String
                 eprintln!("conformance case `{name}` skipped: engine `{}` does not claim `{cap}`", engine.name());
                 return Ok(());
             }
-            None => return Err(format!("case `{name}` requires unknown capability `{cap}`")),
+            None => return Err(format!("case `{name}` requires unknown capability `{cap}`").into()),
         }
     }
     if spec.exec.get("language").and_then(Value::as_str) == Some("typescript") && !cfg!(feature = "typescript") {
@@ -252,10 +264,10 @@ pub fn check_case(name: &str, engine: Arc<dyn GuestEngine>) -> Result<(), String
         *e = json!("[engine-specific message]");
     }
     if blessing() {
-        return write_expected(name, &value);
+        return write_expected(name, &value).map_err(CaseMismatch);
     }
     let Some((_, text)) = EXPECTED.iter().find(|(n, _)| *n == name) else {
-        return Err(format!("conformance case `{name}` has no expected result (snapshots/{name}.snap)"));
+        return Err(format!("conformance case `{name}` has no expected result (snapshots/{name}.snap)").into());
     };
     let expected = expected_value(text).map_err(|e| format!("snapshots/{name}.snap is unreadable: {e}"))?;
     let (want, got) = (normalize(expected), normalize(value));
@@ -269,7 +281,8 @@ pub fn check_case(name: &str, engine: Arc<dyn GuestEngine>) -> Result<(), String
         "conformance case `{name}` (cases/{name}.js) differs from its expected result (snapshots/{name}.snap); \
          `-` expected, `+` this engine (error messages are compared by error name and code only):\n{}",
         diff.unified_diff().context_radius(4).header("expected", "actual")
-    ))
+    )
+    .into())
 }
 
 /// The JSON of a snapshot file: what follows its second `---` line.
@@ -469,7 +482,7 @@ mod tests {
         let failure = std::panic::catch_unwind(|| run_case_with_baseline("return_value", Arc::new(Broken), &[]));
         assert!(failure.is_err(), "an unlisted failure must fail");
         run_case_with_baseline("return_value", Arc::new(Broken), &["return_value"]);
-        let mismatch = check_case("return_value", Arc::new(Broken)).unwrap_err();
+        let mismatch = check_case("return_value", Arc::new(Broken)).unwrap_err().0;
         assert!(
             mismatch.contains("-  \"status\": \"completed\"") && mismatch.contains("runtime_unavailable"),
             "{mismatch}"

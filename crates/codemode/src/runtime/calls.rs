@@ -507,7 +507,7 @@ impl Inner {
                 }
                 Ok(r) if mode == CallMode::McpValue => match codemode_core::guest::unwrap_mcp_result(&r.details) {
                     Ok(v) => CallEnd::Settled(Ok(v)),
-                    Err(message) => CallEnd::Settled(Err(tool_failure(&contract.id, &message))),
+                    Err(e) => CallEnd::Settled(Err(tool_failure(&contract.id, &e.0))),
                 },
                 Ok(r) => CallEnd::Settled(Ok(r.details)),
                 Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&contract.id, &e.message)),
