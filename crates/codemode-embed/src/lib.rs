@@ -21,6 +21,7 @@
 //! snapshot stores a configuration names); below the language packages.
 #![forbid(unsafe_code)]
 
+use codemode::CodeModeErrorCode;
 use codemode::config_file::ConfigFile;
 pub use codemode::{ApprovalDecision, CallHandle, GUEST_THREAD_NAME, ToolDefinition};
 use codemode::{
@@ -30,38 +31,79 @@ use codemode::{
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// A host API call that could not be made (a malformed tool spec or config, an unknown run); the
-/// `code` is the contract's error code (contract §16) (`invalid_input`, `snapshot_expired`, …) or `config_error`.
+/// What kind of host API failure an [`EmbedError`] is: one of the contract's error codes
+/// (contract §16), or one of the embedding layer's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// A code of the contract (`invalid_input`, `snapshot_expired`, …).
+    Contract(CodeModeErrorCode),
+    /// The configuration document is malformed (`config_error`; the message names the place).
+    ConfigError,
+    /// A failure the runtime gave no code (`failed`).
+    Failed,
+}
+
+impl ErrorCode {
+    /// The code's wire name, as the Python and Node packages expose it (`.code`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ErrorCode::Contract(c) => c.as_str(),
+            ErrorCode::ConfigError => "config_error",
+            ErrorCode::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A host API call that could not be made (a malformed tool spec or config, an unknown run), with
+/// its typed [`ErrorCode`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct EmbedError {
     /// The error code.
-    pub code: String,
+    pub code: ErrorCode,
     /// What went wrong.
     pub message: String,
 }
 
 impl EmbedError {
     /// An error with `code`.
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into() }
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
     }
 
-    fn invalid(message: impl Into<String>) -> Self {
-        Self::new("invalid_input", message)
+    /// An `invalid_input` error.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Contract(CodeModeErrorCode::InvalidInput), message)
+    }
+
+    /// A `config_error`.
+    pub fn config(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::ConfigError, message)
     }
 }
 
 impl From<CodeModeError> for EmbedError {
     fn from(e: CodeModeError) -> Self {
-        let code = e.code.map(|c| c.as_str().to_string()).unwrap_or_else(|| "failed".to_string());
-        Self { code, message: e.message }
+        Self { code: e.code.map_or(ErrorCode::Failed, ErrorCode::Contract), message: e.message }
     }
 }
 
 impl From<codemode::config_file::ConfigError> for EmbedError {
     fn from(e: codemode::config_file::ConfigError) -> Self {
-        Self::new("config_error", e.to_string())
+        Self::config(e.to_string())
     }
 }
 
@@ -390,7 +432,7 @@ impl Embedded {
         let mut doc = match config {
             None | Some(Value::Null) => json!({}),
             Some(v @ Value::Object(_)) => v,
-            Some(_) => return Err(EmbedError::new("config_error", "(root): the configuration must be an object")),
+            Some(_) => return Err(EmbedError::config("(root): the configuration must be an object")),
         };
         // Code mode is what a package is for: on unless the document says otherwise.
         if doc.pointer("/tools/codeMode/enabled").is_none() {
@@ -668,6 +710,6 @@ mod tests {
             parse_config_text("{ tools: { codeMode: { timeoutMs: 5, }, }, }").ok(),
             Some(json!({"tools": {"codeMode": {"timeoutMs": 5}}}))
         );
-        assert_eq!(parse_config_text("{ tools: ").err().map(|e| e.code), Some("config_error".to_string()));
+        assert_eq!(parse_config_text("{ tools: ").err().map(|e| e.code), Some(ErrorCode::ConfigError));
     }
 }

@@ -149,15 +149,13 @@ pub struct NativeOptions {
 
 fn embed_options(options: NativeOptions) -> Result<EmbedOptions, EmbedError> {
     let config = match options.config {
-        Some(text) => {
-            Some(serde_json::from_str(&text).map_err(|e| EmbedError::new("config_error", format!("(root): {e}")))?)
-        }
+        Some(text) => Some(serde_json::from_str(&text).map_err(|e| EmbedError::config(format!("(root): {e}")))?),
         None => None,
     };
     let mut tools: Vec<(ToolDefinition, Arc<dyn HostFunction>)> = Vec::new();
     for t in options.tools {
-        let spec: Value = serde_json::from_str(&t.spec)
-            .map_err(|e| EmbedError::new("invalid_input", format!("unreadable tool spec: {e}")))?;
+        let spec: Value =
+            serde_json::from_str(&t.spec).map_err(|e| EmbedError::invalid(format!("unreadable tool spec: {e}")))?;
         let def = codemode_embed::tool_definition(&spec, "node")?;
         let what = format!("tool `{}`", def.name);
         tools.push((def, Arc::new(JsTool { call: t.call, what })));

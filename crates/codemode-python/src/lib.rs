@@ -41,7 +41,7 @@ pyo3::create_exception!(
 /// The Python exception for an [`EmbedError`]: `args` = (text, code, message); the package exposes
 /// them as `.code` and `.message`. Built lazily, so no GIL is needed here.
 fn py_error(e: EmbedError) -> PyErr {
-    CodeModeError::new_err((format!("{}: {}", e.code, e.message), e.code, e.message))
+    CodeModeError::new_err((format!("{}: {}", e.code, e.message), e.code.as_str(), e.message))
 }
 
 /// A Python function behind a tool: called with the input object's keys as keyword arguments
