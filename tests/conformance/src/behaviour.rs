@@ -303,12 +303,17 @@ pub async fn timeout_cleans_up(engine: Arc<dyn GuestEngine>) {
     if !engine.capabilities().interrupt {
         return skipped("timeout_cleans_up", engine.name(), "interrupt");
     }
-    let cm = harness(engine, config(json!({ "timeoutMs": 200 })));
+    let (cm, mut held) = harness_with_held(engine, config(json!({ "timeoutMs": 200 })));
     let c = ctx();
-    let r = cm.exec(&c, &code("tools.demo_sleep({ms: 5000}); while (true) {}")).await;
+    let r = cm.exec(&c, &code("tools.held({}); while (true) {}")).await;
     expect_failed(&r, Some(CodeModeErrorCode::Timeout), "timed out");
     assert_eq!(r.telemetry().limit_failures.timeout, 1);
-    assert_eq!(cm.store().count().await, 0);
+    assert_eq!(cm.store().count().await, 0, "the run's state is discarded");
+    // Its nested call was started, and is stopped with the run (the tool sees it given up).
+    let mut call = held.try_next_call().unwrap_or_else(|| panic!("the cell's nested call was started"));
+    tokio::time::timeout(std::time::Duration::from_secs(20), call.cancelled())
+        .await
+        .unwrap_or_else(|_| panic!("the timed-out run's nested call is stopped"));
 }
 
 struct CountingHook {
