@@ -1,6 +1,15 @@
 //! One native VM: a QuickJS runtime and context whose whole heap lives in one region (module
 //! `arena`), the prelude loaded from bytecode, the interrupt handler that enforces the deadline and
 //! fatal limits, and the [`GuestVm`] steps the bridge's driver calls.
+//!
+//! # Map of the types
+//!
+//! - `Vm` — the runtime and context, the kept prelude functions (`Api`), the bridge host, the
+//!   primitives' state (`ffi::ContextState`), the page keepers and the region its heap lives in
+//!   (`arena::Arena`); reset byte for byte to its booted image between runs.
+//! - `Api` — the prelude's entry points (`boot`, `run`, `poll`, `hostError`), kept as persistent
+//!   functions so a drive step calls them without a property lookup.
+//! - `Interrupt` — the deadline and fatal flags QuickJS's interrupt handler reads.
 
 use crate::pool::{RECYCLE_MAX, arena_capacity};
 use crate::{BACKSTOP_SLACK, alloc, arena, ffi, prelude_compile};

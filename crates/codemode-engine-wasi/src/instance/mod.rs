@@ -1,5 +1,18 @@
 //! One guest instance: a wasmtime store over the pre-initialized module, driven through the shim's
 //! exports, snapshotted as a diff of its linear memory.
+//!
+//! # Map of the types
+//!
+//! - `Vm` — the store, the instance and its memory: placing bytes in the guest, reading its output,
+//!   the interrupt and deadline, and the `GuestVm` steps the bridge's driver calls.
+//! - `Exports` — the shim's exports, each looked up the first time a run needs it.
+//! - `Statics` — addresses in the shim's memory, read once per build from its first instance (the
+//!   output slot, the scratch and input buffers, the heap-refusal flag, the stack top).
+//! - `Placed` — bytes placed in guest memory for one call, released after it.
+//! - `WasiInstance` — a `Vm` as the runtime's `GuestInstance`: drive steps and snapshots.
+//!
+//! The modules: `suspend` (a `Vm` encoded into snapshot bytes and rebuilt from them), `hygiene`
+//! (the stack pages a deep run gives back when it ends), `tests`.
 
 mod hygiene;
 mod suspend;
