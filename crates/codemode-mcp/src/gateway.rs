@@ -145,12 +145,7 @@ impl Gateway {
             applied,
             stopping: Default::default(),
             debug,
-            state_key: fleet_key.unwrap_or_else(|| {
-                let mut key = [0u8; 32];
-                key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-                key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-                key
-            }),
+            state_key: fleet_key.unwrap_or_else(codemode_snapshot::signing::random_key),
             fleet: fleet_key.is_some(),
             clients: Default::default(),
             log_clients: Default::default(),

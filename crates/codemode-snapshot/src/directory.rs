@@ -31,7 +31,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::record::RunMeta;
-use crate::signing::{self, RunKeys, TAG_BYTES};
+use crate::signing::{RunKeys, TAG_BYTES};
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, RequestId};
 use codemode_core::scope::{RunId, RunScope};
@@ -111,13 +111,9 @@ impl DirectorySnapshotStore {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
         }
-        let keys = match keys {
+        let keys = match RunKeys::given_or_env(keys).map_err(|e| StoreError::Unsupported(e.to_string()))? {
             Some(k) => k,
-            None => match RunKeys::from_default_env() {
-                Ok(Some(k)) => k,
-                Ok(None) => RunKeys::kept_in_dir(&dir).map_err(io)?,
-                Err(e) => return Err(StoreError::Unsupported(e.to_string())),
-            },
+            None => RunKeys::kept_in_dir(&dir).map_err(io)?,
         };
         Ok(Self { dir, clock, max_runs: MAX_SUSPENDED_RUNS, keys })
     }
@@ -205,15 +201,6 @@ impl DirectorySnapshotStore {
         Self::decode(bytes).map(|f| (f.meta, f.snapshot_at))
     }
 
-    /// A side record (decision, result): `<hex tag>\n<JSON>`.
-    fn seal_side(&self, domain: &str, run_id: &RunId, request_id: RequestId, json: &[u8]) -> Vec<u8> {
-        let tag = self.keys.sign(domain, &[run_id.as_str().as_bytes(), &request_id.to_be_bytes(), json]);
-        let mut out = signing::hex(&tag).into_bytes();
-        out.push(b'\n');
-        out.extend_from_slice(json);
-        out
-    }
-
     /// The JSON of a side record whose tag verifies; `None` (with a warning) otherwise.
     fn open_side<'a>(
         &self,
@@ -223,15 +210,8 @@ impl DirectorySnapshotStore {
         bytes: &'a [u8],
         what: &str,
     ) -> Option<&'a [u8]> {
-        let (tag, json) = match bytes.iter().position(|&b| b == b'\n') {
-            Some(at) if at == TAG_BYTES * 2 => {
-                (std::str::from_utf8(&bytes[..at]).ok().and_then(signing::unhex), &bytes[at + 1..])
-            }
-            _ => (None, bytes),
-        };
-        let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), &request_id.to_be_bytes(), json];
-        match self.keys.verify_optional(domain, &parts, tag.as_deref(), self.clock.now_ms()) {
-            Ok(()) => Some(json),
+        match self.keys.open_record(domain, run_id.as_str(), request_id, bytes, self.clock.now_ms()) {
+            Ok(json) => Some(json),
             Err(refusal) => {
                 tracing::warn!(run = %run_id, request = request_id, "ignoring {}", refusal.describe(what, self.keys.origin()));
                 None
@@ -456,7 +436,7 @@ impl SnapshotStore for DirectorySnapshotStore {
             return Ok(false);
         }
         let json = serde_json::to_vec(delivery).map_err(|e| StoreError::Encode(e.to_string()))?;
-        let bytes = self.seal_side(RESULT_DOMAIN, run_id, delivery.id, &json);
+        let bytes = self.keys.seal_record(RESULT_DOMAIN, run_id.as_str(), delivery.id, &json);
         self.write_atomically(&self.dir.join(format!("{run_id}.result-{}", delivery.id)), &bytes)?;
         Ok(true)
     }
@@ -513,7 +493,7 @@ impl SnapshotStore for DirectorySnapshotStore {
             return Err(StoreError::NotParked { request_id, parked });
         }
         let json = serde_json::to_vec(decision).map_err(|e| StoreError::Encode(e.to_string()))?;
-        let bytes = self.seal_side(DECISION_DOMAIN, run_id, request_id, &json);
+        let bytes = self.keys.seal_record(DECISION_DOMAIN, run_id.as_str(), request_id, &json);
         self.write_atomically(&self.dir.join(format!("{run_id}.decision-{request_id}")), &bytes)
     }
 

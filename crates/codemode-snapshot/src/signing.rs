@@ -115,7 +115,8 @@ impl Refusal {
     }
 }
 
-fn random_key() -> [u8; 32] {
+/// 32 random bytes from the operating system's generator (a generated key or fleet secret).
+pub fn random_key() -> [u8; 32] {
     // 244 random bits (two v4 UUIDs from the operating system's generator).
     let mut key = [0u8; 32];
     key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
@@ -172,6 +173,15 @@ impl RunKeys {
         let previous: Vec<&[u8]> =
             previous.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::as_bytes).collect();
         keys.with_previous(&previous).map(Some).map_err(|e| KeyError(format!("{previous_env}: {e}")))
+    }
+
+    /// `given` keys, or else those of the default environment variables: what a store signs with
+    /// before it falls back to a key of its own (`Ok(None)`).
+    pub fn given_or_env(given: Option<RunKeys>) -> Result<Option<Self>, KeyError> {
+        match given {
+            Some(keys) => Ok(Some(keys)),
+            None => Self::from_default_env(),
+        }
     }
 
     /// The keys of the default environment variables ([`KEY_ENV`], [`PREVIOUS_KEYS_ENV`]).
@@ -277,6 +287,38 @@ impl RunKeys {
     }
 }
 
+impl RunKeys {
+    /// A record beside a run (an approval decision, a recorded result): `<hex tag>\n<json>`, the
+    /// tag binding `domain`, the run, the request and the JSON.
+    pub fn seal_record(&self, domain: &str, run_id: &str, request_id: u64, json: &[u8]) -> Vec<u8> {
+        let tag = self.sign(domain, &[run_id.as_bytes(), &request_id.to_be_bytes(), json]);
+        let mut out = hex(&tag).into_bytes();
+        out.push(b'\n');
+        out.extend_from_slice(json);
+        out
+    }
+
+    /// The JSON of a record made by [`seal_record`](Self::seal_record) for this run and request,
+    /// once its tag verifies (a record without one passes only inside the upgrade window).
+    pub fn open_record<'a>(
+        &self,
+        domain: &str,
+        run_id: &str,
+        request_id: u64,
+        record: &'a [u8],
+        now_ms: u64,
+    ) -> Result<&'a [u8], Refusal> {
+        let (tag, json) = match record.iter().position(|&b| b == b'\n') {
+            Some(at) if at == TAG_BYTES * 2 => {
+                (std::str::from_utf8(&record[..at]).ok().and_then(unhex), &record[at + 1..])
+            }
+            _ => (None, record),
+        };
+        let parts: [&[u8]; 3] = [run_id.as_bytes(), &request_id.to_be_bytes(), json];
+        self.verify_optional(domain, &parts, tag.as_deref(), now_ms).map(|()| json)
+    }
+}
+
 /// Lowercase hex of a tag (for text records).
 pub fn hex(tag: &[u8]) -> String {
     tag.iter().map(|b| format!("{b:02x}")).collect()
@@ -367,6 +409,18 @@ mod tests {
         std::fs::write(dir.join(KEY_FILE), b"not a key")?;
         assert!(RunKeys::kept_in_dir(&dir).is_err(), "a damaged key file is an error, never replaced silently");
         std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_record_opens_only_for_its_run_and_request() -> Result<(), KeyError> {
+        let keys = RunKeys::configured(A)?;
+        let record = keys.seal_record("decision", "run-1", 2, b"{}");
+        assert_eq!(keys.open_record("decision", "run-1", 2, &record, 0), Ok(&b"{}"[..]));
+        assert_eq!(keys.open_record("decision", "run-1", 3, &record, 0), Err(Refusal::Mismatch));
+        assert_eq!(keys.open_record("decision", "run-2", 2, &record, 0), Err(Refusal::Mismatch));
+        assert_eq!(keys.open_record("result", "run-1", 2, &record, 0), Err(Refusal::Mismatch));
+        assert_eq!(keys.open_record("decision", "run-1", 2, b"{}", 0), Err(Refusal::Unsigned));
         Ok(())
     }
 

@@ -202,7 +202,8 @@ async fn a_tampered_redis_run_or_decision_is_refused() {
     // A run whose tag was removed (as if written before runs were signed): refused.
     let () = redis::cmd("HDEL").arg(&key).arg("tag").query_async(&mut conn).await.unwrap();
     assert!(refused(store.checkout(&id, &RunScope::session("s1")).await).contains("no signature"));
-    store.put(suspended("cm_red", "s1", FAR, vec![1, 2], &[(1, true)])).await.unwrap_err();
+    // Nor can a fresh put replace the refused run: it is still there, and not this replica's.
+    assert_eq!(store.put(suspended("cm_red", "s1", FAR, vec![1, 2], &[(1, true)])).await, Err(StoreError::TakenOver));
     // A forged decision written straight into Redis never approves; a recorded one does.
     let other = RunId::parse("cm_red2").unwrap();
     store.put(suspended("cm_red2", "s1", FAR, vec![3], &[(1, true)])).await.unwrap();

@@ -42,7 +42,9 @@ fn mocked(engine: &str) -> (CodeMode, codemode_testing::mock::Handle) {
 }
 
 /// The answer of the mocked `slow` tool to the cell's call.
-const SLOW_ANSWER: fn() -> serde_json::Value = || json!({ "echo": { "n": 7 }, "slept": 600 });
+fn slow_answer() -> serde_json::Value {
+    json!({ "echo": { "n": 7 }, "slept": 600 })
+}
 
 const CELL: &str =
     "const r = await tools.call('plugin:t:slow', { n: 7 }); return { got: r.details.echo.n, slept: r.details.slept };";
@@ -70,7 +72,7 @@ async fn an_exported_run_resumes_in_another_runtime_with_its_call_result() {
         let (first, ctx, id) = (first.clone(), ctx.clone(), id.clone());
         tokio::spawn(async move { first.export_run(&ctx, &id).await })
     };
-    call.respond(SLOW_ANSWER());
+    call.respond(slow_answer());
     let bytes = export.await.expect("the export task").expect("export");
     assert!(bytes.starts_with(codemode_snapshot_magic()), "the export starts with its format header");
     // The run left the first runtime: neither a second export nor a wait finds it there.
@@ -111,7 +113,7 @@ async fn hostile_exports_and_imports_are_refused() {
         let (cm, ctx, id) = (cm.clone(), ctx.clone(), id.clone());
         tokio::spawn(async move { cm.export_run(&ctx, &id).await })
     };
-    calls.next_call().await.expect("the cell called the tool").respond(SLOW_ANSWER());
+    calls.next_call().await.expect("the cell called the tool").respond(slow_answer());
     let bytes = export.await.expect("the export task").expect("export");
     let mut damaged = bytes.clone();
     let mid = damaged.len() / 2;
@@ -162,7 +164,7 @@ async fn expired_and_live_runs_do_not_travel() {
         let (cm, ctx, id) = (cm.clone(), ctx.clone(), id.clone());
         tokio::spawn(async move { cm.export_run(&ctx, &id).await })
     };
-    calls.next_call().await.expect("the cell called the tool").respond(SLOW_ANSWER());
+    calls.next_call().await.expect("the cell called the tool").respond(slow_answer());
     let bytes = export.await.expect("the export task").expect("export");
     clock.advance_ms(1_200);
     let err = cm.import_run(bytes).await.expect_err("expired");

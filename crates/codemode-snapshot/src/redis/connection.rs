@@ -43,12 +43,10 @@ impl RedisStoreConfig {
 pub(super) async fn fleet_secret_at(conn: &ConnectionManager, prefix: &str) -> Result<[u8; 32], StoreError> {
     let key = format!("{prefix}secret");
     let mut conn = conn.clone();
-    // 244 random bits (two v4 UUIDs); only the first replica's value is kept.
-    let mut fresh = Vec::with_capacity(32);
-    fresh.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    fresh.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    // Only the first replica's value is kept.
+    let fresh = crate::signing::random_key();
     let _: Option<String> =
-        redis::cmd("SET").arg(&key).arg(fresh).arg("NX").query_async(&mut conn).await.map_err(unreachable)?;
+        redis::cmd("SET").arg(&key).arg(&fresh[..]).arg("NX").query_async(&mut conn).await.map_err(unreachable)?;
     let stored: Vec<u8> = redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(unreachable)?;
     <[u8; 32]>::try_from(stored.as_slice()).map_err(|_| StoreError::Corrupt(format!("{key} is not 32 bytes")))
 }
@@ -148,22 +146,18 @@ impl RedisSnapshotStore {
             .map_err(|_| StoreError::Unreachable(format!("no answer from {}", redacted(&config.url))))?
             .map_err(|e| StoreError::Unreachable(format!("{}: {e}", redacted(&config.url))))?;
         let replica = format!("r-{}", uuid::Uuid::new_v4().simple());
-        let keys = match config.keys {
+        let keys = match RunKeys::given_or_env(config.keys).map_err(|e| StoreError::Unsupported(e.to_string()))? {
             Some(k) => k,
-            None => match RunKeys::from_default_env() {
-                Ok(Some(k)) => k,
-                Ok(None) => {
-                    // A key of its own, derived from the secret (never the MRTR key itself).
-                    let secret = fleet_secret_at(&conn, &config.key_prefix).await?;
-                    let derived = RunKeys::kept_in_store(&secret)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
-                        .sign("codemode run signing key", &[]);
-                    RunKeys::kept_in_store(&derived)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?
-                        .accept_unsigned_until(config.accept_unsigned_until_ms)
-                }
-                Err(e) => return Err(StoreError::Unsupported(e.to_string())),
-            },
+            None => {
+                // A key of its own, derived from the secret (never the MRTR key itself).
+                let secret = fleet_secret_at(&conn, &config.key_prefix).await?;
+                let derived = RunKeys::kept_in_store(&secret)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                    .sign("codemode run signing key", &[]);
+                RunKeys::kept_in_store(&derived)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                    .accept_unsigned_until(config.accept_unsigned_until_ms)
+            }
         };
         let shared = Arc::new(Shared {
             conn,

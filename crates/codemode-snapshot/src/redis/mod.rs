@@ -57,7 +57,7 @@ use connection::{encode_err, reconnecting, unreachable};
 
 use crate::clock::{Clock, SystemClock};
 use crate::record::RunMeta;
-use crate::signing::{self, RunKeys};
+use crate::signing::RunKeys;
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, RequestId};
 use codemode_core::error::CodeModeErrorCode;
@@ -425,9 +425,7 @@ impl SnapshotStore for RedisSnapshotStore {
     ) -> Result<(), StoreError> {
         let s = &self.shared;
         let json = serde_json::to_string(decision).map_err(encode_err)?;
-        let tag =
-            s.keys.sign(DECISION_DOMAIN, &[run_id.as_str().as_bytes(), &request_id.to_be_bytes(), json.as_bytes()]);
-        let json = format!("{}\n{json}", signing::hex(&tag));
+        let record = s.keys.seal_record(DECISION_DOMAIN, run_id.as_str(), request_id, json.as_bytes());
         let mut conn = s.conn.clone();
         let (status, parked): (String, String) = s
             .scripts
@@ -435,7 +433,7 @@ impl SnapshotStore for RedisSnapshotStore {
             .key(s.key("run", run_id))
             .key(s.key("decisions", run_id))
             .arg(request_id)
-            .arg(json)
+            .arg(record)
             .arg(s.clock.now_ms())
             .invoke_async(&mut conn)
             .await
@@ -482,7 +480,7 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
         let s = &self.shared;
         let mut conn = s.conn.clone();
-        let all: HashMap<String, String> = s
+        let all: HashMap<String, Vec<u8>> = s
             .scripts
             .take_decisions
             .key(s.key("decisions", run_id))
@@ -492,16 +490,14 @@ impl SnapshotStore for RedisSnapshotStore {
         let mut out = Vec::new();
         for (id, record) in all {
             let Ok(id) = id.parse::<RequestId>() else { continue };
-            let (tag, json) = match record.split_once('\n') {
-                Some((tag, json)) => (signing::unhex(tag), json),
-                None => (None, record.as_str()),
+            let json = match s.keys.open_record(DECISION_DOMAIN, run_id.as_str(), id, &record, s.clock.now_ms()) {
+                Ok(json) => json,
+                Err(refusal) => {
+                    tracing::warn!(run = %run_id, request = id, "ignoring {}", refusal.describe("an approval decision", s.keys.origin()));
+                    continue;
+                }
             };
-            let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), &id.to_be_bytes(), json.as_bytes()];
-            if let Err(refusal) = s.keys.verify_optional(DECISION_DOMAIN, &parts, tag.as_deref(), s.clock.now_ms()) {
-                tracing::warn!(run = %run_id, request = id, "ignoring {}", refusal.describe("an approval decision", s.keys.origin()));
-                continue;
-            }
-            match serde_json::from_str::<ApprovalDecision>(json) {
+            match serde_json::from_slice::<ApprovalDecision>(json) {
                 Ok(d) => out.push((id, d)),
                 Err(_) => tracing::warn!(run = %run_id, "ignoring an unreadable approval decision"),
             }
