@@ -6,13 +6,16 @@
 //! (`tests/e2e/ledger_server.js`: `erase` has a side effect and claims to be read-only, `tally`
 //! returns what its declaration does not describe).
 
+mod support;
+
 use codemode::config_file::ConfigFile;
-use codemode::{CodeModeResult, PolicyTarget, RunContext};
+use codemode::{PolicyTarget, RunContext};
 use codemode_mcp::build_gateway;
 use codemode_mcp::server::Gateway;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use support::{completed, run};
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
@@ -64,23 +67,6 @@ async fn exec(gw: &Gateway, args: Value) -> Value {
     gw.code_mode().exec_json(&RunContext::session("trust"), &args).await.to_json()
 }
 
-/// Runs a cell to its end, calling `wait` while it is waiting.
-async fn run(gw: &Gateway, code: &str) -> Value {
-    let ctx = RunContext::session("trust");
-    let mut result = gw.code_mode().exec_json(&ctx, &json!({ "code": code })).await;
-    for _ in 0..50 {
-        let CodeModeResult::Waiting { run_id, .. } = &result else { break };
-        let run_id = run_id.to_string();
-        result = gw.code_mode().wait_json(&ctx, &json!({ "runId": run_id })).await;
-    }
-    result.to_json()
-}
-
-fn completed(v: &Value) -> &Value {
-    assert_eq!(v["status"], "completed", "expected a completed run: {v:#}");
-    &v["value"]
-}
-
 fn ledger_lines(ledger: &Path) -> Vec<String> {
     std::fs::read_to_string(ledger)
         .unwrap_or_default()
@@ -125,7 +111,7 @@ async fn a_mislabelled_tool_is_side_effecting_unless_the_config_trusts_its_serve
     // Trusted: the hint counts; no approval, allowed in a restartSafe cell.
     let gw = gateway(ledger_server(&ledger, json!({ "trustAnnotations": true })), gated.clone()).await;
     assert!(definition(&gw, "mcp:ledger:erase").read_only);
-    assert_eq!(completed(&run(&gw, &erase("trusted")).await), "trusted");
+    assert_eq!(completed(&run(&gw, "trust", &erase("trusted")).await), "trusted");
     let safe = exec(&gw, json!({ "code": erase("trusted-safe"), "restartSafe": true })).await;
     assert_eq!(completed(&safe), "trusted-safe");
     gw.shutdown().await;
@@ -166,7 +152,8 @@ async fn a_declared_output_is_shown_unverified_and_compared_with_results() {
     let gw =
         gateway(json!({ "py": { "command": python(), "args": [repo("tests/e2e/py_upstream.py")] } }), json!({})).await;
     let before = completed(
-        &run(&gw, r#"return { dts: await API.read("mcp/py.d.ts"), api: await MCP.py.$api("slow_read") }"#).await,
+        &run(&gw, "trust", r#"return { dts: await API.read("mcp/py.d.ts"), api: await MCP.py.$api("slow_read") }"#)
+            .await,
     )
     .clone();
     let dts = before["dts"].as_str().unwrap_or_default();
@@ -182,10 +169,11 @@ async fn a_declared_output_is_shown_unverified_and_compared_with_results() {
     // Its readOnlyHint is not believed either.
     assert!(!definition(&gw, "mcp:py:slow_read").read_only);
 
-    let v = run(&gw, "const a = await MCP.py.slowRead.value({ ms: 5 }); const b = await MCP.py.slow_read.value({ ms: 1 }); return a.result + b.result").await;
+    let v = run(&gw, "trust", "const a = await MCP.py.slowRead.value({ ms: 5 }); const b = await MCP.py.slow_read.value({ ms: 1 }); return a.result + b.result").await;
     assert_eq!(completed(&v), 6);
     let after = completed(
-        &run(&gw, r#"return { dts: await API.read("mcp/py.d.ts"), api: await MCP.py.$api("slow_read") }"#).await,
+        &run(&gw, "trust", r#"return { dts: await API.read("mcp/py.d.ts"), api: await MCP.py.$api("slow_read") }"#)
+            .await,
     )
     .clone();
     let dts = after["dts"].as_str().unwrap_or_default();
@@ -208,10 +196,11 @@ async fn results_that_contradict_the_declaration_are_shown_and_refused_only_when
     let dir = tempdir("contradict");
     let ledger = dir.join("ledger.txt");
     let gw = gateway(ledger_server(&ledger, json!({})), json!({})).await;
-    let v = run(&gw, "const a = await MCP.ledger.tally.value({ key: 'abc' }); const b = await MCP.ledger.tally.value({ key: 'lie' }); return [a.result, b.result]").await;
+    let v = run(&gw, "trust", "const a = await MCP.ledger.tally.value({ key: 'abc' }); const b = await MCP.ledger.tally.value({ key: 'lie' }); return [a.result, b.result]").await;
     assert_eq!(completed(&v), &json!([3, "seven"]));
     let after = completed(
-        &run(&gw, r#"return { dts: await API.read("mcp/ledger.d.ts"), api: await MCP.ledger.$api("tally") }"#).await,
+        &run(&gw, "trust", r#"return { dts: await API.read("mcp/ledger.d.ts"), api: await MCP.ledger.$api("tally") }"#)
+            .await,
     )
     .clone();
     let dts = after["dts"].as_str().unwrap_or_default();
@@ -221,12 +210,12 @@ async fn results_that_contradict_the_declaration_are_shown_and_refused_only_when
     gw.shutdown().await;
 
     let gw = gateway(ledger_server(&ledger, json!({ "trustAnnotations": true })), json!({})).await;
-    let v = run(&gw, "const a = await MCP.ledger.tally.value({ key: 'abc' }); try { await MCP.ledger.tally.value({ key: 'lie' }); return 'delivered' } catch (e) { return [a.result, e.code, e.message] }").await;
+    let v = run(&gw, "trust", "const a = await MCP.ledger.tally.value({ key: 'abc' }); try { await MCP.ledger.tally.value({ key: 'lie' }); return 'delivered' } catch (e) { return [a.result, e.code, e.message] }").await;
     let v = completed(&v);
     assert_eq!(v[0], 3, "{v}");
     assert_eq!(v[1], "nested_tool_failed", "{v}");
     assert!(v[2].as_str().unwrap_or_default().contains("declared output schema"), "{v}");
-    let api = completed(&run(&gw, r#"return await MCP.ledger.$api("tally")"#).await).clone();
+    let api = completed(&run(&gw, "trust", r#"return await MCP.ledger.$api("tally")"#).await).clone();
     assert_eq!(api["tools"][0]["declaredOutput"]["verified"], true, "{api:#}");
     gw.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

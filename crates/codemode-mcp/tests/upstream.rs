@@ -2,14 +2,17 @@
 //! (`@modelcontextprotocol/server-everything`, installed by `scripts/setup.sh` into
 //! `tests/e2e/node_modules`), and against broken ones. contract §9 (M1–M8).
 
+mod support;
+
 use codemode::config_file::ConfigFile;
-use codemode::{CodeModeResult, PolicyTarget, RunContext};
+use codemode::{PolicyTarget, RunContext};
 use codemode_mcp::build_gateway;
 use codemode_mcp::server::Gateway;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::{completed, run};
 
 fn e2e_bin(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/node_modules/.bin").join(name);
@@ -35,23 +38,6 @@ async fn gateway(servers: Value) -> Arc<Gateway> {
 
 fn everything() -> Value {
     json!({ "everything": { "command": e2e_bin("mcp-server-everything").to_string_lossy() } })
-}
-
-/// Runs a cell to its end, calling `wait` while it is waiting.
-async fn run(gw: &Gateway, session: &str, code: &str) -> Value {
-    let ctx = RunContext::session(session);
-    let mut result = gw.code_mode().exec_json(&ctx, &json!({ "code": code })).await;
-    for _ in 0..100 {
-        let CodeModeResult::Waiting { run_id, .. } = &result else { break };
-        let run_id = run_id.to_string();
-        result = gw.code_mode().wait_json(&ctx, &json!({ "runId": run_id })).await;
-    }
-    result.to_json()
-}
-
-fn completed(v: &Value) -> &Value {
-    assert_eq!(v["status"], "completed", "expected a completed run: {v:#}");
-    &v["value"]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
