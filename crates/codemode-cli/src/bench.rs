@@ -1,8 +1,8 @@
-//! `codemode bench`: the runtime's benchmark scenarios (see `codemode_testing::bench`) on every compiled
+//! `codemode bench`: the runtime's benchmark scenarios (see `codemode_demo::bench`) on every compiled
 //! engine, side by side, plus the snapshot size and the cold start of a whole `codemode run` process.
 
 use anyhow::{Context as _, Result};
-use codemode_testing::bench;
+use codemode_demo::bench;
 use serde_json::json;
 use std::io::Write as _;
 use std::process::{Command, ExitCode, Stdio};

@@ -50,7 +50,7 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     };
     let target = args.policy.target();
     codemode_mcp::check_target(&file, &target)?;
-    let mut tools: Vec<ToolDefinition> = codemode_testing::demo::demo_tools().definitions();
+    let mut tools: Vec<ToolDefinition> = codemode_demo::demo_tools().definitions();
     if let Some(n) = args.fixture {
         tools.extend(codemode_catalog::fixtures::realistic(n));
     }
@@ -64,7 +64,7 @@ pub(crate) async fn run(args: CatalogArgs) -> Result<ExitCode> {
     let catalog = Catalog::build(outcome.kept.clone()).with_unavailable_mcp_servers(down);
     let index = quick_index(&catalog, QUICK_INDEX_MAX_CHARS);
     // The demo plugin's namespace and the file's declared ones, as a run of this catalog sees them.
-    let namespaces = codemode_testing::demo::demo_namespaces();
+    let namespaces = codemode_demo::demo_namespaces();
     file.register_namespaces(&namespaces)?;
     let visible = namespaces.visible(&catalog);
     let hidden: Vec<_> = namespaces.list().into_iter().filter(|n| !visible.iter().any(|v| v.id == n.id)).collect();

@@ -404,8 +404,8 @@ async fn build_runtime_with(
     let (builder, hub) = codemode_mcp::runtime_builder(
         &config,
         &common.target(),
-        codemode_testing::demo::demo_tools(),
-        codemode_testing::demo::demo_namespaces(),
+        codemode_demo::demo_tools(),
+        codemode_demo::demo_namespaces(),
         store,
         trajectory,
     )

@@ -124,10 +124,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         (flag, dir) => Some(store_choice(flag.as_deref(), dir.as_deref(), Some(&file))?),
     };
     let (store, fleet_key) = open_store(choice, Some(&file)).await?;
-    let local = if args.demo_tools { codemode_testing::demo::demo_tools() } else { codemode::LocalTools::new() };
+    let local = if args.demo_tools { codemode_demo::demo_tools() } else { codemode::LocalTools::new() };
     // The demo plugin's namespace is registered with its tools; it is visible only when they are.
-    let namespaces =
-        if args.demo_tools { codemode_testing::demo::demo_namespaces() } else { codemode::Namespaces::new() };
+    let namespaces = if args.demo_tools { codemode_demo::demo_namespaces() } else { codemode::Namespaces::new() };
     let audit = match &args.audit {
         Some(path) => Some(Arc::new(
             codemode::audit::JsonLinesAudit::start(codemode::audit::AuditTarget::File(path.clone()))

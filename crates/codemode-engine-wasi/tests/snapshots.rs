@@ -44,7 +44,7 @@ fn tempdir(name: &str) -> PathBuf {
 fn runtime_with_dir(dir: &PathBuf) -> CodeMode {
     CodeMode::builder(config(json!({})))
         .engine(engine())
-        .local_tools(codemode_testing::demo::demo_tools())
+        .local_tools(codemode_demo::demo_tools())
         .store(Arc::new(DirectorySnapshotStore::new(dir).unwrap()))
         .build()
 }
@@ -196,7 +196,7 @@ fn damaged_snapshots_fail_with_snapshot_restore_failed() {
         let store = DirectorySnapshotStore::new(&dir).unwrap().accept_unsigned_until(Some(u64::MAX));
         let cm = CodeMode::builder(config(json!({})))
             .engine(engine())
-            .local_tools(codemode_testing::demo::demo_tools())
+            .local_tools(codemode_demo::demo_tools())
             .store(Arc::new(store))
             .build();
         let r = wait(&cm, &id);
@@ -255,7 +255,7 @@ fn a_runaway_guest_ends_only_its_own_run() {
     // serving other runs.
     let cm = CodeMode::builder(config(json!({ "timeoutMs": 300 })))
         .engine(engine())
-        .local_tools(codemode_testing::demo::demo_tools())
+        .local_tools(codemode_demo::demo_tools())
         .build();
     let ctx = RunContext::session("trap");
     let rt = tokio_runtime();

@@ -255,7 +255,7 @@ fn pair() -> &'static Pair {
             let mut config = CodeModeConfig::enabled();
             config.timeout_ms = 5_000;
             config.memory_limit_bytes = 32 << 20;
-            CodeMode::builder(config).engine_name(engine).local_tools(codemode_testing::demo::demo_tools()).build()
+            CodeMode::builder(config).engine_name(engine).local_tools(codemode_demo::demo_tools()).build()
         };
         Pair { rt, wasi: build("quickjs-wasi"), native: build("quickjs") }
     })

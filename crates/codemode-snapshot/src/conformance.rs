@@ -287,6 +287,15 @@ pub async fn fencing(
     b.put(taken).await.map_err(|e| format!("b's store: {e}"))?;
     let _ = b.checkout(&id("cm_fence"), &scope).await.map_err(|e| e.to_string())?;
     eq(b.settle(&id("cm_fence")).await.map_err(|e| e.to_string())?, true, "b settles")?;
+    // A run taken over and already settled by the new holder: the old holder's settle finds it
+    // gone, and is still refused (its result is void, never delivered as the run's end).
+    a.put(suspended("cm_fence2", "s1", T0 + 600_000, vec![1], &[(1, false)])).await.map_err(|e| e.to_string())?;
+    let _ = a.checkout(&id("cm_fence2"), &scope).await.map_err(|e| e.to_string())?;
+    pause(&a);
+    t.clock.advance_ms(60_000);
+    let _ = b.checkout(&id("cm_fence2"), &scope).await.map_err(|e| format!("takeover: {e}"))?;
+    eq(b.settle(&id("cm_fence2")).await.map_err(|e| e.to_string())?, true, "b settles the run it took over")?;
+    eq(a.settle(&id("cm_fence2")).await.err(), Some(StoreError::TakenOver), "a's settle after b settled")?;
     Ok(())
 }
 

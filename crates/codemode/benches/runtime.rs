@@ -4,7 +4,7 @@
 //! `cargo bench -p codemode --features engine-wasi,engine-quickjs,engine-boa --bench runtime`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use codemode_testing::bench;
+use codemode_demo::bench;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::time::Duration;
 

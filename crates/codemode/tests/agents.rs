@@ -7,15 +7,13 @@
 use codemode::{
     CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, RunContext, RunScope, ToolPolicy,
 };
-use codemode_testing::demo::{demo_namespaces, demo_tools};
+use codemode_demo::{demo_namespaces, demo_tools};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 fn runtime(policy: Value) -> CodeMode {
-    CodeMode::builder(CodeModeConfig::enabled())
-        .engine_name("quickjs")
-        .local_tools(demo_tools())
+    codemode_testing::builder("quickjs", CodeModeConfig::enabled())
         .namespaces(Arc::new(demo_namespaces()))
         .policy(ToolPolicy::from_document(&policy).unwrap())
         .build()

@@ -10,7 +10,8 @@ use codemode::{
     LocalTools, RunContext, ToolDefinition, ToolResult, ToolSource,
 };
 use codemode_snapshot::conformance::RedisServer;
-use codemode_snapshot::{RedisSnapshotStore, RedisStoreConfig};
+use codemode_snapshot::{Clock as _, RedisSnapshotStore, RedisStoreConfig};
+use codemode_testing::mock::{Call, Handle, mock};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -102,55 +103,87 @@ impl codemode::ToolHook for Marks {
     }
 }
 
-/// A replica stops (paused past its lease) right after a side-effecting call ran, before it
-/// stored the run's new state. Another replica takes the run over and replays it from the last
-/// snapshot: the side-effecting call gets its logged result instead of running again — through
-/// the replaying replica's own after-call stages (its hook marks the result), like a live result —
-/// the read-only call the stopped replica left unfinished runs again, and the stopped replica's
-/// later result is void — its client gets a coded error, never a second delivery.
+/// A replica stops (its heartbeat stopped, the fleet's clock moved past its lease) right after a
+/// side-effecting call ran, before it stored the run's new state. Another replica takes the run
+/// over and replays it from the last snapshot: the side-effecting call gets its logged result
+/// instead of running again — through the replaying replica's own after-call stages (its hook marks
+/// the result), like a live result — the read-only call the stopped replica left unfinished runs
+/// again, and the stopped replica's later result is void — its client gets a coded error, never a
+/// second delivery. Events are ordered by the slow tool's handle (each call held until the test
+/// answers it) and a clock the test moves, not by sleeping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_stops_mid_run_runs_nothing_twice() {
     let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
     let paid = Arc::new(AtomicU32::new(0));
-    let store_a = store(&server, 500).await;
+    let clock = codemode_testing::ManualClock::at(codemode::SystemClock.now_ms());
+    let clocked = |lease_ms: u64| {
+        let (url, clock) = (server.url(), clock.clone());
+        async move {
+            let config = RedisStoreConfig { lease_ms, ..RedisStoreConfig::new(url) };
+            Arc::new(RedisSnapshotStore::connect_with_clock(config, Arc::new(clock)).await.unwrap())
+        }
+    };
+    let (slow, mut calls) = mock(ToolDefinition::new(ToolSource::Plugin, "t", "slow").read_only());
+    let store_a = clocked(500).await;
     let stop_a: Arc<dyn Fn() + Send + Sync> = {
         let s = store_a.clone();
         Arc::new(move || s.stop_heartbeat())
     };
+    let with_slow = |on_pay| {
+        let mut t = tools(paid.clone(), on_pay);
+        t.add(slow.clone());
+        t
+    };
     // Replica A: one store (one replica id), a short budget for exec and a long one for wait.
-    let a = replica(store_a.clone(), 300, tools(paid.clone(), Some(stop_a.clone())));
-    let a_long = replica(store_a.clone(), 6_000, tools(paid.clone(), Some(stop_a)));
+    let a = replica(store_a.clone(), 300, with_slow(Some(stop_a.clone())));
+    let a_long = replica(store_a.clone(), 60_000, with_slow(Some(stop_a)));
     let marked = Arc::new(AtomicU32::new(0));
-    let b = CodeMode::builder(CodeModeConfig { timeout_ms: 8_000, ..CodeModeConfig::enabled() })
+    let b = CodeMode::builder(CodeModeConfig { timeout_ms: 60_000, ..CodeModeConfig::enabled() })
         .engine_name("quickjs-wasi")
-        .local_tools(tools(paid.clone(), None))
-        .store(store(&server, 500).await)
+        .local_tools(with_slow(None))
+        .store(clocked(500).await)
         .hook(Arc::new(Marks(marked.clone())))
         .build();
     let ctx = RunContext::session("client-1");
-    let cell = "await tools.slow({ ms: 400 }); const p = await tools.pay({}); await tools.slow({ ms: 2500 }); return p";
+    let cell = "await tools.slow({}); const p = await tools.pay({}); await tools.slow({}); return p";
     let r = a.exec(&ctx, &CodeModeExecInput::code(cell)).await;
     let id = run_id(&r);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    // A resumes with a long budget: it delivers the first result, pays (and stops renewing), then
-    // waits on the second slow call.
+    // A's first slow call finishes after exec returned: its result goes to the call log.
+    next(&mut calls).await.respond(json!({ "slow": 1 }));
+    // A resumes with a long budget: it delivers the first result, pays (and stops renewing its
+    // lease), then waits on the second slow call — held, so A is stuck right there.
     let a_wait = {
         let (a, ctx, id) = (a_long.clone(), ctx.clone(), id.clone());
         tokio::spawn(async move { a.wait(&ctx, &CodeModeWaitInput::new(id)).await })
     };
-    while paid.load(Ordering::SeqCst) == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Past A's lease: B takes over.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    let b_result = b.wait(&ctx, &CodeModeWaitInput::new(id.clone())).await;
+    let held_by_a = next(&mut calls).await;
+    assert_eq!(paid.load(Ordering::SeqCst), 1, "A paid before its second slow call");
+    // Past A's lease: B takes over, replays, and runs the unfinished read-only call again.
+    clock.advance_ms(501);
+    let b_wait = {
+        let (b, ctx, id) = (b.clone(), ctx.clone(), id.clone());
+        tokio::spawn(async move { b.wait(&ctx, &CodeModeWaitInput::new(id)).await })
+    };
+    next(&mut calls).await.respond(json!({ "slow": 3 }));
+    let b_result = b_wait.await.unwrap();
     assert_eq!(b_result.to_json()["value"], json!({ "receipt": 1, "checkedBy": "b" }), "{}", b_result.to_json());
     assert_eq!(paid.load(Ordering::SeqCst), 1, "the side effect ran once");
     assert_eq!(marked.load(Ordering::SeqCst), 1, "the replayed result went through B's after-call hook");
+    // A's call ends now: everything A would write for the run is refused.
+    held_by_a.respond(json!({ "slow": 2 }));
     let a_result = a_wait.await.unwrap();
     assert_eq!(a_result.status(), "failed", "{}", a_result.to_json());
     assert_eq!(a_result.error_code(), Some(CodeModeErrorCode::InvalidInput), "{}", a_result.to_json());
     assert!(a_result.to_json()["error"].as_str().unwrap().contains("taken over"), "{}", a_result.to_json());
+    assert_eq!(calls.calls_made(), 3, "the slow tool: A's two calls and B's re-run of the unfinished one");
+}
+
+/// The next call of a mock tool, once a cell makes it.
+async fn next(calls: &mut Handle) -> Call {
+    tokio::time::timeout(Duration::from_secs(60), calls.next_call())
+        .await
+        .expect("a cell calls the tool")
+        .expect("a call")
 }
 
 /// Redis lost while serving: a cell that completes without suspending still works; one that must

@@ -7,15 +7,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, RunContext};
-use codemode_testing::demo::demo_tools;
 use serde_json::json;
 
 const ENGINES: [&str; 2] = ["quickjs", "quickjs-wasi"];
 
-fn runtime(engine: &str, timeout_ms: u64) -> CodeMode {
-    let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build()
-}
+use codemode_testing::runtime;
 
 async fn exec(cm: &CodeMode, code: &str) -> CodeModeResult {
     cm.exec(&RunContext::session("in-flight"), &CodeModeExecInput::code(code)).await

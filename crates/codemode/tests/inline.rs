@@ -11,7 +11,7 @@ use codemode::{
     CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput, LoopPolicy, NestedToolCall,
     RunContext, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolHook,
 };
-use codemode_testing::demo::demo_tools;
+use codemode_demo::demo_tools;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
@@ -36,9 +36,7 @@ impl ToolHook for DenyMarked {
 }
 
 fn runtime(engine: &str, loops: Value) -> CodeMode {
-    CodeMode::builder(CodeModeConfig::enabled())
-        .engine_name(engine)
-        .local_tools(demo_tools())
+    codemode_testing::builder(engine, CodeModeConfig::enabled())
         .hook(Arc::new(DenyMarked))
         .loop_detection(LoopPolicy::from_document(&loops).unwrap())
         .build()

@@ -8,7 +8,7 @@
 use codemode::{
     CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, Engines, RunContext, RunId,
 };
-use codemode_testing::demo::demo_tools;
+use codemode_demo::demo_tools;
 use serde_json::{Value, json};
 
 const ENGINES: [&str; 2] = ["quickjs-wasi", "quickjs"];
@@ -42,8 +42,7 @@ return {
 "#;
 
 fn runtime(engine: &str) -> CodeMode {
-    let config = CodeModeConfig { timeout_ms: 10_000, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build()
+    codemode_testing::runtime(engine, 10_000)
 }
 
 fn value(r: &CodeModeResult) -> Value {

@@ -6,13 +6,10 @@
 use codemode::{
     CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeOutput, LoopPolicy, RunContext,
 };
-use codemode_testing::demo::demo_tools;
 use serde_json::json;
 
 fn runtime(loops: serde_json::Value) -> CodeMode {
-    CodeMode::builder(CodeModeConfig::enabled())
-        .engine_name("quickjs")
-        .local_tools(demo_tools())
+    codemode_testing::builder("quickjs", CodeModeConfig::enabled())
         .loop_detection(LoopPolicy::from_document(&loops).unwrap())
         .build()
 }

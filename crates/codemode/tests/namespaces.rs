@@ -8,7 +8,7 @@ use codemode::{
     NamespaceRegistration, Namespaces, NestedToolCall, RunContext, ScopeValue, ToolError, ToolHook, ToolPolicy,
     namespace_tool, namespace_tool_with,
 };
-use codemode_testing::demo::{PLUGIN_ID, demo_tools, shipping_namespace};
+use codemode_demo::{PLUGIN_ID, demo_tools, shipping_namespace};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -41,11 +41,7 @@ fn registry() -> Namespaces {
 }
 
 fn runtime(engine: &str, registry: &Namespaces, config: CodeModeConfig) -> CodeMode {
-    CodeMode::builder(config)
-        .engine_name(engine)
-        .local_tools(demo_tools())
-        .namespaces(Arc::new(registry.clone()))
-        .build()
+    codemode_testing::builder(engine, config).namespaces(Arc::new(registry.clone())).build()
 }
 
 fn rt() -> tokio::runtime::Runtime {

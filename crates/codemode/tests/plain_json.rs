@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use codemode::{CodeMode, CodeModeConfig, CodeModeErrorCode, CodeModeExecInput, CodeModeResult, RunContext};
-use codemode_testing::demo::demo_tools;
+use codemode_demo::demo_tools;
 use serde_json::Value;
 
 const ENGINES: [&str; 2] = ["quickjs-wasi", "quickjs"];
@@ -75,7 +75,7 @@ fn cell(seed: u32, mode: u32) -> String {
 
 fn runtime(engine: &str, max_output_bytes: u64) -> CodeMode {
     let config = CodeModeConfig { timeout_ms: 10_000, max_output_bytes, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config).engine_name(engine).local_tools(demo_tools()).build()
+    codemode_testing::builder(engine, config).build()
 }
 
 async fn run(engine: &str, max_output_bytes: u64, code: &str) -> CodeModeResult {

@@ -10,7 +10,6 @@ use codemode::{
     DirectorySnapshotStore, FnTool, PolicyTarget, RunContext, RunScope, SnapshotStore, ToolDefinition, ToolPolicy,
     ToolResult, ToolSource,
 };
-use codemode_testing::demo::demo_tools;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,9 +25,7 @@ fn tempdir(name: &str) -> PathBuf {
 /// A runtime on the directory store `dir` (one per "process"), with this tool policy and default
 /// target.
 fn runtime(dir: &Path, policy: Value, target: PolicyTarget) -> CodeMode {
-    CodeMode::builder(CodeModeConfig::enabled())
-        .engine_name("quickjs-wasi")
-        .local_tools(demo_tools())
+    codemode_testing::builder("quickjs-wasi", CodeModeConfig::enabled())
         .policy(ToolPolicy::from_document(&policy).unwrap())
         .policy_target(target)
         .store(Arc::new(DirectorySnapshotStore::new(dir).unwrap()))

@@ -8,7 +8,7 @@ use codemode::{
     ApprovalDecision, ApprovalPolicy, CodeMode, CodeModeConfig, CodeModeExecInput, CodeModeResult, CodeModeWaitInput,
     NestedToolCall, RunContext, RunEvent, RunId, RunObserver, ToolError, ToolErrorKind, ToolHook,
 };
-use codemode_testing::demo::demo_tools;
+use codemode_demo::demo_tools;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 

@@ -23,7 +23,7 @@ fn transform_threads() -> usize {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v16_typescript_loads_only_for_typescript_cells() {
-    let cm = CodeMode::builder(CodeModeConfig::enabled()).local_tools(codemode_testing::demo::demo_tools()).build();
+    let cm = CodeMode::builder(CodeModeConfig::enabled()).local_tools(codemode_demo::demo_tools()).build();
     let ctx = RunContext::session("ts");
     for _ in 0..3 {
         let r = cm.exec(&ctx, &CodeModeExecInput::code("const x = 1; return x + 1")).await;

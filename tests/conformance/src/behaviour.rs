@@ -132,7 +132,7 @@ pub async fn expiry_cleans_up(engine: Arc<dyn GuestEngine>) {
     let store = Arc::new(MemorySnapshotStore::with_clock(Arc::new(clock.clone())));
     let cm = CodeMode::builder(config(json!({ "snapshotTtlSeconds": 5 })))
         .engine(engine)
-        .local_tools(codemode_testing::demo::demo_tools())
+        .local_tools(codemode_demo::demo_tools())
         .store(store.clone())
         .clock(Arc::new(clock.clone()))
         .build();
@@ -350,7 +350,7 @@ pub async fn hooks_see_every_call(engine: Arc<dyn GuestEngine>) {
     let hook = Arc::new(CountingHook { before: AtomicU32::new(0), after: AtomicU32::new(0) });
     let cm = CodeMode::builder(config(json!({})))
         .engine(engine)
-        .local_tools(codemode_testing::demo::demo_tools())
+        .local_tools(codemode_demo::demo_tools())
         .hook(hook.clone())
         .build();
     let r = cm
@@ -561,7 +561,7 @@ pub async fn resume_in_a_fresh_engine(first: Arc<dyn GuestEngine>, fresh: Arc<dy
     let runtime = |engine: Arc<dyn GuestEngine>| {
         CodeMode::builder(config(json!({ "timeoutMs": 5000 })))
             .engine(engine)
-            .local_tools(codemode_testing::demo::demo_tools())
+            .local_tools(codemode_demo::demo_tools())
             .local_tools(crate::conformance_tools())
             .store(store(&dir))
             .build()

@@ -84,7 +84,7 @@ pub fn config(overrides: Value) -> CodeModeConfig {
 pub fn harness(engine: Arc<dyn GuestEngine>, config: CodeModeConfig) -> CodeMode {
     CodeMode::builder(config)
         .engine(engine)
-        .local_tools(codemode_testing::demo::demo_tools())
+        .local_tools(codemode_demo::demo_tools())
         .local_tools(conformance_tools())
         .namespaces(Arc::new(conformance_namespaces()))
         .build()
@@ -106,7 +106,7 @@ pub fn harness_with_held(
     tools.add(held);
     let cm = CodeMode::builder(config)
         .engine(engine)
-        .local_tools(codemode_testing::demo::demo_tools())
+        .local_tools(codemode_demo::demo_tools())
         .local_tools(conformance_tools())
         .local_tools(tools)
         .namespaces(Arc::new(conformance_namespaces()))

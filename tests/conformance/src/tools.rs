@@ -90,7 +90,7 @@ pub fn conformance_tools() -> LocalTools {
 /// owned by the MCP-shaped server `fake-mcp` (contract §10).
 pub fn conformance_namespaces() -> codemode::Namespaces {
     use codemode::{NamespaceOwner, NamespaceRegistration, ScopeValue, namespace_tool_with};
-    let registry = codemode_testing::demo::demo_namespaces();
+    let registry = codemode_demo::demo_namespaces();
     let sums = NamespaceRegistration::new("conformance-sums", "Sums", "Sums through the fake MCP server.")
         .require("get-sum")
         .scope(|_| {

@@ -67,10 +67,13 @@ return n
 "#;
 
 /// Commits a settled run's end, fenced. KEYS: run, calls, decisions, expiry set. ARGV: run id,
-/// replica, token. Returns `OK`, `GONE` (nothing stored) or `TAKEN`.
+/// replica, token. Returns `OK`, `GONE` (nothing stored and no checkout held) or `TAKEN` (another
+/// replica holds the run, or took it over and ended it).
 pub const SETTLE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if tonumber(ARGV[3]) == 0 then redis.call('DEL', KEYS[2], KEYS[3]) end
+  -- Held by this replica (a fence token) yet gone: another replica took it over and ended it.
+  if tonumber(ARGV[3]) ~= 0 then return 'TAKEN' end
+  redis.call('DEL', KEYS[2], KEYS[3])
   return 'GONE'
 end
 local holder = redis.call('HGET', KEYS[1], 'holder')

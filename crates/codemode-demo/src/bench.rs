@@ -49,7 +49,7 @@ pub fn runtime(engine: &str, timeout_ms: u64) -> CodeMode {
 /// The builder every scenario starts from: the demo catalog on `engine`, code mode enabled.
 fn demo_builder(engine: &str, timeout_ms: u64) -> codemode::CodeModeBuilder {
     let config = CodeModeConfig { timeout_ms, ..CodeModeConfig::enabled() };
-    CodeMode::builder(config).engine_name(engine).local_tools(crate::demo::demo_tools())
+    CodeMode::builder(config).engine_name(engine).local_tools(crate::catalog::demo_tools())
 }
 
 /// [`runtime`] plus `extra` tools of the realistic fixture catalog (core, plugin, MCP and client
@@ -68,11 +68,11 @@ pub const NESTED_NAMESPACE: &str =
 /// [`nested`] with [`NESTED_NAMESPACE`] what a namespace call costs.
 pub fn runtime_with_namespaces(engine: &str, timeout_ms: u64) -> CodeMode {
     use codemode_namespaces::{NamespaceRegistration, ScopeValue, namespace_tool};
-    let registry = crate::demo::demo_namespaces();
+    let registry = crate::catalog::demo_namespaces();
     let bench = NamespaceRegistration::new("bench", "Bench", "Benchmark helpers.")
         .require("demo_echo")
         .scope(|_| Ok(ScopeValue::object([("echo", namespace_tool("demo_echo"))])));
-    if let Err(e) = registry.register_for_plugin(crate::demo::PLUGIN_ID, bench) {
+    if let Err(e) = registry.register_for_plugin(crate::catalog::PLUGIN_ID, bench) {
         tracing::error!(error = %e, "bench namespace refused");
     }
     demo_builder(engine, timeout_ms).namespaces(std::sync::Arc::new(registry)).build()
