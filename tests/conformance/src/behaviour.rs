@@ -1,6 +1,8 @@
 //! Engine-generic behaviour tests: what the corpus cannot express (several runs, stores, clocks,
-//! hooks, concurrency). Each function is one test; [`crate::conformance_suite!`] generates the
-//! `#[test]` wrappers. Checklist ids of the contract (the book's contract pages) are cited in the names' docs.
+//! hooks, concurrency). Each function is one test; [`crate::suite`] lists them as trials, with the
+//! engine capabilities each needs (a test the engine's claims rule out is reported as ignored, and
+//! the functions here never skip anything themselves). Checklist ids of the contract (the book's
+//! contract pages) are cited in the names' docs.
 
 use crate::{SESSION, config, ctx, harness, harness_with_held, run_to_end};
 use codemode::{
@@ -30,12 +32,6 @@ fn completed_value(r: &CodeModeResult) -> &Value {
         CodeModeResult::Completed { value, .. } => value,
         other => panic!("expected completed, got {}", other.to_json()),
     }
-}
-
-/// Reports a behaviour test (or part of one) that does not apply to an engine: it does not claim
-/// the capability the test needs. Said on stderr, never hidden.
-fn skipped(test: &str, engine: &str, capability: &str) {
-    eprintln!("conformance behaviour `{test}` skipped: engine `{engine}` does not claim `{capability}`");
 }
 
 async fn yielded(cm: &CodeMode, ctx: &RunContext) -> String {
@@ -168,10 +164,6 @@ pub async fn abort_cleans_up(engine: Arc<dyn GuestEngine>) {
 /// V20: snapshot limits hold for suspended runs. Needs an engine that knows its snapshots' size:
 /// serialized ones, or live ones of an engine that accounts its heap (`memoryLimit`).
 pub async fn snapshot_limit(engine: Arc<dyn GuestEngine>) {
-    let caps = engine.capabilities();
-    if !caps.serialized_snapshots && !caps.memory_limit {
-        return skipped("snapshot_limit", engine.name(), "serializedSnapshots or memoryLimit");
-    }
     let cm = harness(engine, config(json!({ "maxSnapshotBytes": 1024 })));
     let r = cm.exec(&ctx(), &code("const big = 'y'.repeat(200000); await yield_control(); return big.length")).await;
     expect_failed(&r, Some(CodeModeErrorCode::SnapshotLimitExceeded), "exceeds maxSnapshotBytes");
@@ -218,62 +210,30 @@ pub async fn nested_calls_continue_after_exec(engine: Arc<dyn GuestEngine>) {
     assert_eq!(done.telemetry().call_count, 1);
 }
 
+/// Runs `src` on `cm`, expects it to fail with `expected`, then checks that the host still runs an
+/// ordinary cell.
+async fn survives(cm: &CodeMode, src: &str, expected: Option<CodeModeErrorCode>) {
+    let c = ctx();
+    let r = cm.exec(&c, &code(src)).await;
+    assert_eq!(r.status(), "failed", "{src}: {}", r.to_json());
+    assert_eq!(r.error_code(), expected, "{src}: {}", r.to_json());
+    let ok = cm.exec(&c, &code("return [1, 2, 3].map((x) => x * 2)")).await;
+    assert_eq!(completed_value(&ok), &json!([2, 4, 6]), "host unharmed after `{src}`");
+}
+
 /// V18, V19, V17 and the hostile list: every hostile cell fails with its code and the host keeps
 /// serving runs afterwards.
+/// Needs nothing the engine claims: an output bomb, module loaders and deeply nested source.
 pub async fn host_survives_hostile_cells(engine: Arc<dyn GuestEngine>) {
-    let (caps, name) = (engine.capabilities(), engine.name().to_string());
-    // Loops meet a short time limit; everything else gets a generous one (bombs of small objects take
-    // a while to fill even an 8 MiB heap, and these machines are shared).
-    let quick = harness(engine.clone(), config(json!({ "timeoutMs": 400, "maxOutputBytes": 4096 })));
+    // A slower engine must not time out building the text: a generous time limit.
     let roomy = harness(engine.clone(), config(json!({ "timeoutMs": 20000, "maxOutputBytes": 4096 })));
-    let cm =
-        harness(engine, config(json!({ "timeoutMs": 20000, "memoryLimitBytes": 8388608, "maxOutputBytes": 4096 })));
-    let c = ctx();
-    for (src, expected) in [
-        ("while (true) {}", CodeModeErrorCode::Timeout),
-        ("await tools.demo_echo({}); for (;;) {}", CodeModeErrorCode::Timeout),
-        ("text('x'.repeat(10 * 1024 * 1024))", CodeModeErrorCode::OutputLimitExceeded),
-    ] {
-        if expected == CodeModeErrorCode::Timeout && !caps.interrupt {
-            skipped(&format!("host_survives_hostile_cells: {src}"), &name, "interrupt");
-            continue;
-        }
-        // Only the loops need the short limit; a slower engine must not time out building the text.
-        let runtime = if expected == CodeModeErrorCode::Timeout { &quick } else { &roomy };
-        let r = runtime.exec(&c, &code(src)).await;
-        assert_eq!(r.error_code(), Some(expected), "{src}: {}", r.to_json());
-        let ok = runtime.exec(&c, &code("return 'alive'")).await;
-        assert_eq!(completed_value(&ok), &json!("alive"), "host unharmed after `{src}`");
-    }
-    let cases: [(&str, Option<CodeModeErrorCode>); 6] = [
-        ("const a = []; for (;;) a.push('x'.repeat(1 << 16) + a.length)", Some(CodeModeErrorCode::MemoryLimitExceeded)),
-        (
-            "const m = new Map(); for (let i = 0; ; i++) m.set(i, { i, s: 'v' + i })",
-            Some(CodeModeErrorCode::MemoryLimitExceeded),
-        ),
-        ("function f(n) { return f(n + 1) + 1 } return f(0)", None),
-        ("import fs from 'fs'", Some(CodeModeErrorCode::ModuleAccessDenied)),
-        ("return await import('fs')", Some(CodeModeErrorCode::ModuleAccessDenied)),
-        ("return require('child_process')", Some(CodeModeErrorCode::ModuleAccessDenied)),
-    ];
-    for (src, expected) in cases {
-        if expected == Some(CodeModeErrorCode::MemoryLimitExceeded) && !caps.memory_limit {
-            skipped(&format!("host_survives_hostile_cells: {src}"), &name, "memoryLimit");
-            continue;
-        }
-        if src.contains("f(n + 1)") && !caps.stack_limit {
-            skipped(&format!("host_survives_hostile_cells: {src}"), &name, "stackLimit");
-            continue;
-        }
-        let r = cm.exec(&c, &code(src)).await;
-        assert_eq!(r.status(), "failed", "{src}: {}", r.to_json());
-        assert_eq!(r.error_code(), expected, "{src}: {}", r.to_json());
-        let ok = cm.exec(&c, &code("return [1, 2, 3].map((x) => x * 2)")).await;
-        assert_eq!(completed_value(&ok), &json!([2, 4, 6]), "host unharmed after `{src}`");
+    survives(&roomy, "text('x'.repeat(10 * 1024 * 1024))", Some(CodeModeErrorCode::OutputLimitExceeded)).await;
+    for src in ["import fs from 'fs'", "return await import('fs')", "return require('child_process')"] {
+        survives(&roomy, src, Some(CodeModeErrorCode::ModuleAccessDenied)).await;
     }
     // Deeply nested source, in JavaScript (the engine's own parser, which checks its
     // stack) and in TypeScript (refused by the nesting bound before the host-side transform).
-    let n = 100_000;
+    let (cm, c, n) = (roomy, ctx(), 100_000);
     let deep = [
         format!("return {}1{}", "(".repeat(n), ")".repeat(n)),
         format!("return 1{}", "+1".repeat(n)),
@@ -298,11 +258,41 @@ pub async fn host_survives_hostile_cells(engine: Arc<dyn GuestEngine>) {
     assert_eq!(cm.store().count().await, 0);
 }
 
+/// Busy loops, also after an `await`, end as `timeout` and leave the host unharmed. Needs
+/// `interrupt`.
+pub async fn hostile_loops_time_out(engine: Arc<dyn GuestEngine>) {
+    let quick = harness(engine, config(json!({ "timeoutMs": 400, "maxOutputBytes": 4096 })));
+    for src in ["while (true) {}", "await tools.demo_echo({}); for (;;) {}"] {
+        survives(&quick, src, Some(CodeModeErrorCode::Timeout)).await;
+    }
+    assert_eq!(quick.store().count().await, 0);
+}
+
+/// Memory bombs (big strings, many small objects) end as `memory_limit_exceeded` and leave the host
+/// unharmed. Needs `memoryLimit`.
+pub async fn hostile_memory_bombs_are_stopped(engine: Arc<dyn GuestEngine>) {
+    // Bombs of small objects take a while to fill even an 8 MiB heap, and these machines are shared.
+    let cm =
+        harness(engine, config(json!({ "timeoutMs": 20000, "memoryLimitBytes": 8388608, "maxOutputBytes": 4096 })));
+    for src in [
+        "const a = []; for (;;) a.push('x'.repeat(1 << 16) + a.length)",
+        "const m = new Map(); for (let i = 0; ; i++) m.set(i, { i, s: 'v' + i })",
+    ] {
+        survives(&cm, src, Some(CodeModeErrorCode::MemoryLimitExceeded)).await;
+    }
+    assert_eq!(cm.store().count().await, 0);
+}
+
+/// Unbounded recursion is a catchable error in the guest (the run fails without a code), never a
+/// host stack overflow. Needs `stackLimit`.
+pub async fn hostile_recursion_is_caught(engine: Arc<dyn GuestEngine>) {
+    let cm = harness(engine, config(json!({ "timeoutMs": 20000, "maxOutputBytes": 4096 })));
+    survives(&cm, "function f(n) { return f(n + 1) + 1 } return f(0)", None).await;
+    assert_eq!(cm.store().count().await, 0);
+}
+
 /// E15: a timeout discards the run's state and stops its nested calls.
 pub async fn timeout_cleans_up(engine: Arc<dyn GuestEngine>) {
-    if !engine.capabilities().interrupt {
-        return skipped("timeout_cleans_up", engine.name(), "interrupt");
-    }
     let (cm, mut held) = harness_with_held(engine, config(json!({ "timeoutMs": 200 })));
     let c = ctx();
     let r = cm.exec(&c, &code("tools.held({}); while (true) {}")).await;
@@ -546,10 +536,6 @@ pub async fn json_values_round_trip(engine: Arc<dyn GuestEngine>) {
 /// resumes it — and ends exactly as the uninterrupted run does. Engines that keep live snapshots
 /// skip it (they cannot leave the process).
 pub async fn resume_in_a_fresh_engine(first: Arc<dyn GuestEngine>, fresh: Arc<dyn GuestEngine>) {
-    if !first.capabilities().serialized_snapshots {
-        eprintln!("resume_in_a_fresh_engine skipped: engine `{}` keeps live snapshots", first.name());
-        return;
-    }
     let dir = std::env::temp_dir().join(format!("codemode-conformance-resume-{}-{}", first.name(), std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = |dir: &std::path::Path| -> Arc<dyn codemode::SnapshotStore> {
@@ -590,42 +576,4 @@ pub async fn resume_in_a_fresh_engine(first: Arc<dyn GuestEngine>, fresh: Arc<dy
     assert_eq!(last.telemetry().wait_count, 1);
     assert_eq!(b.store().count().await, 0, "nothing left in the store");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __behaviour_tests {
-    ($engine:expr) => {
-        $crate::__behaviour_test!(wait_lookup_failures, $engine);
-        $crate::__behaviour_test!(wait_is_exclusive, $engine);
-        $crate::__behaviour_test!(sixty_fifth_suspension, $engine);
-        $crate::__behaviour_test!(expiry_cleans_up, $engine);
-        $crate::__behaviour_test!(abort_cleans_up, $engine);
-        $crate::__behaviour_test!(snapshot_limit, $engine);
-        $crate::__behaviour_test!(output_limit_across_suspension, $engine);
-        $crate::__behaviour_test!(nested_calls_continue_after_exec, $engine);
-        $crate::__behaviour_test!(host_survives_hostile_cells, $engine);
-        $crate::__behaviour_test!(timeout_cleans_up, $engine);
-        $crate::__behaviour_test!(hooks_see_every_call, $engine);
-        $crate::__behaviour_test!(concurrent_runs_are_isolated, $engine);
-        $crate::__behaviour_test!(telemetry_counts, $engine);
-        $crate::__behaviour_test!(waiting_always_names_what_it_waits_for, $engine);
-        $crate::__behaviour_test!(json_values_round_trip, $engine);
-        // Two evaluations of the engine expression: the run moves to a fresh instance.
-        #[test]
-        fn resume_in_a_fresh_engine() {
-            $crate::tokio_runtime().block_on($crate::behaviour::resume_in_a_fresh_engine($engine, $engine));
-        }
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __behaviour_test {
-    ($name:ident, $engine:expr) => {
-        #[test]
-        fn $name() {
-            $crate::tokio_runtime().block_on($crate::behaviour::$name($engine));
-        }
-    };
 }

@@ -7,17 +7,18 @@
 //! codemode_conformance::conformance_suite!(std::sync::Arc::new(my_engine::MyEngine::new()));
 //! ```
 //!
-//! That expands to one `#[test]` per corpus case (`cases/*.js`, expected results in `snapshots/`,
-//! shared by every engine, so passing engines agree with each other — a differential check) and one
-//! `#[test]` per behaviour test in [`behaviour`] (lookup failures, limits, cleanup, hooks,
-//! concurrency, resuming a run in a fresh engine instance).
+//! in a test target with `harness = false` (`[[test]] name = "conformance" harness = false` in the
+//! engine's `Cargo.toml`). That expands to a `main` running one trial per corpus case (`cases/*.js`,
+//! expected results in `snapshots/`, shared by every engine, so passing engines agree with each
+//! other — a differential check) and one per behaviour test in [`behaviour`] (lookup failures,
+//! limits, cleanup, hooks, concurrency, resuming a run in a fresh engine instance); see [`suite`].
 //!
 //! **For engines outside this repository.** Depend on the suite as a dev-dependency. The cases and
 //! their expected results are compiled into it: nothing is read from or written to the suite's
 //! directory at test time, and a mismatch is reported as a readable diff. Failures are compared by
-//! error name and code, not by an engine's wording. Cases that test a limit run only when the
-//! engine's [`GuestEngine::capabilities`] claim it; TypeScript cases need the `typescript` feature
-//! (on by default; it builds deno_ast). An engine that does not pass everything yet lists the cases
+//! error name and code, not by an engine's wording. Tests of a limit run only when the engine's
+//! [`GuestEngine::capabilities`] claim it — the others are reported as ignored, with what they need;
+//! TypeScript cases need the `typescript` feature (on by default; it builds deno_ast). An engine that does not pass everything yet lists the cases
 //! in a strict baseline: `conformance_suite!(engine, expected_failures = ["case"])`.
 //!
 //! **For the suite's maintainers.** `CODEMODE_CONFORMANCE_BLESS=1 cargo test -p <engine crate>`
@@ -33,12 +34,16 @@
 //!   QuickJS could still allocate the out-of-memory error object); only status and code are compared;
 //! - `// @requires memoryLimit, interrupt`: the case tests a limit; it runs only on engines whose
 //!   `GuestEngine::capabilities` claim it (`serializedSnapshots`, `memoryLimit`, `interrupt`,
-//!   `stackLimit`), and says so on stderr when skipped.
+//!   `stackLimit`); on other engines it is reported as ignored.
 //!
 //! Layering: a test-support crate on top of the `codemode` facade (built without engines).
 #![forbid(unsafe_code)]
 
 pub mod behaviour;
+pub mod suite;
+
+#[doc(hidden)]
+pub use codemode::GuestEngine as __GuestEngine;
 mod tools;
 
 pub use tools::{conformance_namespaces, conformance_tools};
@@ -227,21 +232,8 @@ pub fn check_case(name: &str, engine: Arc<dyn GuestEngine>) -> Result<(), CaseMi
         return Err(format!("no conformance case `{name}`").into());
     };
     let spec = parse_case(source);
-    let caps = engine.capabilities();
-    for cap in &spec.requires {
-        match caps.has(cap) {
-            Some(true) => {}
-            Some(false) => {
-                // The engine does not claim this limit: the case does not apply (reported, not hidden).
-                eprintln!("conformance case `{name}` skipped: engine `{}` does not claim `{cap}`", engine.name());
-                return Ok(());
-            }
-            None => return Err(format!("case `{name}` requires unknown capability `{cap}`").into()),
-        }
-    }
-    if spec.exec.get("language").and_then(Value::as_str) == Some("typescript") && !cfg!(feature = "typescript") {
-        eprintln!("conformance case `{name}` skipped: the suite is built without its `typescript` feature");
-        return Ok(());
+    if let Some(unknown) = spec.requires.iter().find(|c| engine.capabilities().has(c).is_none()) {
+        return Err(format!("case `{name}` requires unknown capability `{unknown}`").into());
     }
     let mut input = json!({ "code": source });
     if let (Some(o), Some(extra)) = (input.as_object_mut(), spec.exec.as_object()) {
@@ -368,10 +360,11 @@ pub fn redact(mut v: Value, timing: bool) -> Value {
     v
 }
 
-/// Generates the whole suite for an engine: one `#[test]` per corpus case and per behaviour test.
+/// Generates the `main` of an engine's conformance test target (`harness = false`): one trial per
+/// corpus case and per behaviour test ([`suite::trials`]).
 ///
 /// `$engine` is an expression of type `Arc<dyn GuestEngine>` (or an `Arc` of a concrete engine); it
-/// is evaluated once per test (twice where a test moves a run to a fresh instance).
+/// is evaluated once per trial (twice where a test moves a run to a fresh instance).
 ///
 /// An engine that does not yet pass every case lists them: `conformance_suite!(engine,
 /// expected_failures = ["case_a", "case_b"])`. A listed case that fails passes (with its mismatch
@@ -382,31 +375,9 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!($engine, expected_failures = []);
     };
     ($engine:expr, expected_failures = [$($fail:literal),* $(,)?]) => {
-        mod conformance_corpus {
-            #[allow(unused_imports)]
-            use super::*;
-            const BASELINE: &[&str] = &[$($fail),*];
-            $crate::__for_each_case!(__conformance_case, $engine, BASELINE);
-            #[test]
-            fn baseline_entries_name_real_cases() {
-                $crate::check_baseline(BASELINE);
-            }
-        }
-        mod conformance_behaviour {
-            #[allow(unused_imports)]
-            use super::*;
-            $crate::__behaviour_tests!($engine);
-        }
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __conformance_case {
-    ($name:ident, $engine:expr, $baseline:expr) => {
-        #[test]
-        fn $name() {
-            $crate::run_case_with_baseline(stringify!($name), $engine, $baseline);
+        fn main() -> std::process::ExitCode {
+            let make = || -> std::sync::Arc<dyn $crate::__GuestEngine> { $engine };
+            $crate::suite::main(std::sync::Arc::new(make), &[$($fail),*])
         }
     };
 }
@@ -487,8 +458,19 @@ mod tests {
             mismatch.contains("-  \"status\": \"completed\"") && mismatch.contains("runtime_unavailable"),
             "{mismatch}"
         );
-        // A limit the engine does not claim skips the case rather than failing it.
-        assert_eq!(check_case("infinite_loop", Arc::new(Broken)), Ok(()));
+        // A limit the engine does not claim makes the case not apply: reported as ignored, with
+        // what it needs, rather than run or passed.
+        let none = Broken.capabilities();
+        assert_eq!(suite::case_unmet("infinite_loop", &none), Ok(Some("needs interrupt".into())));
+        assert_eq!(suite::case_unmet("return_value", &none), Ok(None));
+        assert!(suite::case_unmet("no_such_case", &none).is_err());
+        let trials = suite::trials(Arc::new(|| -> Arc<dyn GuestEngine> { Arc::new(Broken) }), &[]);
+        let ignored: Vec<&str> = trials.iter().filter(|t| t.has_ignored_flag()).map(|t| t.name()).collect();
+        for name in ["corpus::infinite_loop", "behaviour::timeout_cleans_up", "behaviour::resume_in_a_fresh_engine"] {
+            assert!(ignored.contains(&name), "{name} is reported as ignored on an engine claiming nothing");
+        }
+        assert!(!ignored.contains(&"corpus::return_value") && !ignored.contains(&"behaviour::wait_is_exclusive"));
+        assert_eq!(trials.len(), 1 + CASES.len() + suite::BEHAVIOURS.len());
         check_baseline(&["return_value"]);
         assert!(std::panic::catch_unwind(|| check_baseline(&["no_such_case"])).is_err());
     }
