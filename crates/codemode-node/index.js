@@ -18,10 +18,16 @@ class CodeModeError extends Error {
   }
 }
 
-/** Turns a native error (`"<code>: <message>"`) into a CodeModeError. */
+/**
+ * Turns a native host API error — an Error named `CodeModeError` whose `code` property the addon
+ * sets to the error code and whose `message` is the message alone — into a CodeModeError. Anything
+ * else (a TypeError for an argument of the wrong type, …) passes through unchanged.
+ */
 function coded(e) {
-  const m = /^([a-z_]+): ([\s\S]*)$/.exec(e && e.message ? e.message : String(e))
-  return m ? new CodeModeError(m[1], m[2]) : e
+  if (e instanceof Error && !(e instanceof CodeModeError) && e.name === 'CodeModeError' && typeof e.code === 'string') {
+    return new CodeModeError(e.code, e.message)
+  }
+  return e
 }
 
 /** Deepest nesting a tool result may have (a deeper one is refused, not converted). */

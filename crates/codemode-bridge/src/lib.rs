@@ -24,6 +24,7 @@ pub mod host;
 pub mod modules;
 pub mod nesting;
 pub mod shell;
+pub(crate) mod tokens;
 pub mod workers;
 
 pub use driver::{GuestVm, VmFault, drive};

@@ -6,8 +6,10 @@
 //! tree may nest deeper than [`MAX_NESTING`] is refused before it is parsed, and the parser runs on a
 //! thread whose stack is sized for that bound with a wide margin (defence in depth).
 //!
-//! The estimate is a tokenizer pass (the same lexical rules as the module guard: comments, strings,
-//! templates and regular expressions are skipped) that over-approximates the tree depth:
+//! The estimate reads the token stream of `tokens.rs`, the very one the module guard
+//! ([`crate::modules`]) reads, so comments, strings, template text and regular expressions are
+//! skipped exactly where the guard skips them (neither decides on its own where a regular expression
+//! starts). Over that stream it over-approximates the tree depth:
 //!
 //! - every bracket `(` `[` `{` and template `${` opens a group one level deeper;
 //! - inside a group, a *segment* runs from one `,` or `;` to the next; every operator character and
@@ -23,7 +25,7 @@
 //! Ordinary code scores far below the bound (a 300-line cell of tool calls scores ~10–30); only
 //! machine-generated nesting reaches it.
 
-use crate::modules::Scanner;
+use crate::tokens::{Kind, Tokens};
 
 /// Largest nesting estimate a cell may have before a host-side parser sees it. Deeper cells fail
 /// with `typescript_transform_failed` (TypeScript) before parsing. Prevents: a stack overflow of the
@@ -59,9 +61,6 @@ const OP_WORDS: [&str; 22] = [
 /// Words that, at the start of a line, continue the previous line's expression or statement.
 const CONTINUATION_WORDS: [&str; 5] = ["in", "instanceof", "as", "satisfies", "else"];
 
-/// Words after whose parenthesised header a statement body follows (`if (x) if (y) …` nests).
-const HEADER_WORDS: [&str; 4] = ["if", "while", "for", "with"];
-
 #[derive(Default)]
 struct Group {
     /// Operators in the current segment.
@@ -70,8 +69,6 @@ struct Group {
     child: usize,
     /// Deepest finished segment.
     best: usize,
-    /// This parenthesis closes an `if`/`while`/`for`/`with` header.
-    header: bool,
 }
 
 impl Group {
@@ -87,23 +84,13 @@ impl Group {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Last {
-    /// Start, an operator or an opening bracket: a `/` starts a regular expression.
-    Operator,
-    /// A value (identifier, number, string, closing bracket): a `/` divides.
-    Value,
-}
-
 /// The nesting estimate of `src` (see the module docs). Linear time, constant stack.
 pub fn nesting_estimate(src: &str) -> usize {
-    let mut s = Scanner::new(src);
     let mut stack: Vec<Group> = vec![Group::default()];
-    // Each entry: stack depth at which a template `${…}` expression group ends.
-    let mut templates: Vec<usize> = Vec::new();
-    let mut last = Last::Operator;
-    let mut last_word: &str = "";
-    let mut newline = false;
+    // The previous token is a value (identifier, literal, closing bracket): a group after it is a
+    // call, index or body, a template after it is tagged, and a line break after it may end the
+    // segment. Operator words and statement headers are not values.
+    let mut value = false;
     let mut deepest = 0usize;
 
     fn op(stack: &mut [Group], n: usize) {
@@ -111,153 +98,80 @@ pub fn nesting_estimate(src: &str) -> usize {
             g.ops += n;
         }
     }
-    fn open(stack: &mut Vec<Group>, header: bool, deepest: &mut usize) {
-        stack.push(Group { header, ..Group::default() });
+    fn open(stack: &mut Vec<Group>, deepest: &mut usize) {
+        stack.push(Group::default());
         *deepest = (*deepest).max(stack.len());
     }
-    /// Reads template text up to `${` (which opens a group) or the closing backtick; returns what the
-    /// scanner saw last.
-    fn template_chunk(
-        s: &mut Scanner<'_>,
-        stack: &mut Vec<Group>,
-        templates: &mut Vec<usize>,
-        deepest: &mut usize,
-    ) -> Last {
-        if s.skip_template_chunk() {
-            templates.push(stack.len());
-            open(stack, false, deepest);
-            Last::Operator
-        } else {
-            Last::Value
-        }
-    }
-    /// Closes the innermost group; returns whether it was a statement header.
-    fn close(stack: &mut Vec<Group>) -> bool {
+    /// Closes the innermost group (never the top level).
+    fn close(stack: &mut Vec<Group>) {
         if stack.len() <= 1 {
-            return false;
+            return;
         }
-        let Some(g) = stack.pop() else { return false };
-        let header = g.header;
+        let Some(g) = stack.pop() else { return };
         let d = g.depth();
         if let Some(parent) = stack.last_mut() {
             parent.child = parent.child.max(d);
         }
-        header
     }
 
-    while !s.at_end() {
-        let c = s.peek(0);
-        let line_before = s.line();
-        match c {
-            b'\n' => {
-                newline = true;
-                s.bump();
-                continue;
-            }
-            b' ' | b'\t' | b'\r' => {
-                s.bump();
-                continue;
-            }
-            b'/' if s.peek(1) == b'/' => {
-                s.skip_line_comment();
-                continue;
-            }
-            b'/' if s.peek(1) == b'*' => {
-                s.skip_block_comment();
-                newline |= s.line() != line_before;
-                continue;
-            }
-            _ => {}
-        }
-        // A significant token starts here. Does a preceding line break end the segment?
-        let starts_statement = c == b'\''
-            || c == b'"'
-            || c.is_ascii_digit()
-            || (c == b'_' || c == b'$' || c.is_ascii_alphabetic() || c >= 0x80)
-                && !CONTINUATION_WORDS.contains(&s.peek_word());
-        if newline
-            && last == Last::Value
+    for t in Tokens::new(src) {
+        // Does a preceding line break end the segment?
+        let starts_statement = match t.kind {
+            Kind::Str | Kind::Number => true,
+            Kind::Word(w) => !CONTINUATION_WORDS.contains(&w),
+            _ => false,
+        };
+        if t.newline_before
+            && value
             && starts_statement
             && let Some(g) = stack.last_mut()
         {
             g.end_segment();
         }
-        newline = false;
-        let mut word = "";
-        match c {
-            b'/' if last == Last::Value => {
-                s.bump();
+        value = match t.kind {
+            Kind::Word(w) if OP_WORDS.contains(&w) => {
                 op(&mut stack, 1);
-                last = Last::Operator;
+                false
             }
-            b'/' => {
-                s.skip_regex();
-                last = Last::Value;
-            }
-            b'\'' | b'"' => {
-                s.skip_string(c);
-                last = Last::Value;
-            }
-            b'`' => {
-                if last == Last::Value {
+            Kind::Word(_) | Kind::Number | Kind::Str | Kind::Regex => true,
+            Kind::Template { head, tail } => {
+                if head && value {
                     op(&mut stack, 1); // a tagged template nests its tag
                 }
-                s.bump();
-                last = template_chunk(&mut s, &mut stack, &mut templates, &mut deepest);
+                tail
             }
-            b'(' | b'[' | b'{' => {
-                let header = c == b'(' && HEADER_WORDS.contains(&last_word);
-                if last == Last::Value && !header {
+            Kind::SubstOpen => {
+                open(&mut stack, &mut deepest);
+                false
+            }
+            Kind::SubstClose => {
+                close(&mut stack);
+                false
+            }
+            Kind::Open { header, .. } => {
+                if value && !header {
                     op(&mut stack, 1); // call, index or body after a value
                 }
-                s.bump();
-                open(&mut stack, header, &mut deepest);
-                last = Last::Operator;
+                open(&mut stack, &mut deepest);
+                false
             }
-            b')' | b']' | b'}' => {
-                s.bump();
-                if c == b'}' && templates.last() == Some(&(stack.len() - 1)) {
-                    templates.pop();
-                    close(&mut stack);
-                    last = template_chunk(&mut s, &mut stack, &mut templates, &mut deepest);
-                } else {
-                    let header = close(&mut stack);
-                    // After `if (…)` a statement body follows: it nests, like an operator.
-                    last = if header { Last::Operator } else { Last::Value };
-                }
+            Kind::Close { header, .. } => {
+                close(&mut stack);
+                // After `if (…)` a statement body follows: it nests, like an operator.
+                !header
             }
-            b';' | b',' => {
-                s.bump();
+            Kind::Punct { first: b';' | b',', .. } => {
                 if let Some(g) = stack.last_mut() {
                     g.end_segment();
                 }
-                last = Last::Operator;
+                false
             }
-            b'0'..=b'9' => {
-                s.skip_number();
-                last = Last::Value;
+            Kind::Punct { len, .. } => {
+                // `.`, `+`, `=`, `?`, `:`, `!`, `<`, `=>`, a dividing `/`, …: one level per character.
+                op(&mut stack, len);
+                false
             }
-            b'.' if s.peek(1).is_ascii_digit() => {
-                s.skip_number();
-                last = Last::Value;
-            }
-            c if c == b'_' || c == b'$' || c.is_ascii_alphabetic() || c >= 0x80 || c == b'\\' => {
-                word = s.read_word();
-                if OP_WORDS.contains(&word) {
-                    op(&mut stack, 1);
-                    last = Last::Operator;
-                } else {
-                    last = Last::Value;
-                }
-            }
-            _ => {
-                // Any other punctuator character: `.`, `+`, `=`, `?`, `:`, `!`, `<`, `=>`, …
-                s.bump();
-                op(&mut stack, 1);
-                last = Last::Operator;
-            }
-        }
-        last_word = word;
+        };
     }
     while stack.len() > 1 {
         close(&mut stack);

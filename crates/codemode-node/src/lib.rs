@@ -17,16 +17,17 @@
 //!
 //! Layering (docs/src/layout.md): a language package on top of `codemode-embed`.
 // The `#[napi]` macros expand to Node-API FFI glue with `unsafe` blocks; this crate's own code
-// has none.
+// has one: the conversion of a [`Coded`] result (napi-rs's `ToNapiValue` is an `unsafe` trait
+// method), which only forwards napi-rs's own arguments.
 #![allow(unsafe_code)]
 
 use codemode_embed::{
     CallHandle, Caller, EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction,
     HostHook, ToolDefinition,
 };
-use napi::bindgen_prelude::{Buffer, Promise};
+use napi::bindgen_prelude::{Buffer, JsObjectValue, JsValue, Promise, ToNapiValue, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{Status, bindgen_prelude::Unknown};
+use napi::{Env, Status, sys};
 use napi_derive::napi;
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
@@ -61,14 +62,75 @@ fn init() {
     let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).try_init();
 }
 
-fn runtime() -> napi::Result<&'static tokio::runtime::Handle> {
-    RUNTIME.get().ok_or_else(|| napi::Error::from_reason("internal_error: the codemode runtime did not start"))
+fn runtime() -> Result<&'static tokio::runtime::Handle, Failure> {
+    RUNTIME.get().ok_or_else(|| Failure::internal("the codemode runtime did not start"))
 }
 
-/// A host API error as a JavaScript error whose message is `"<code>: <message>"` (the package
-/// turns it into a `CodeModeError` with `.code`).
-fn js_error(e: EmbedError) -> napi::Error {
-    napi::Error::from_reason(format!("{}: {}", e.code, e.message))
+/// The contract's `internal_error` code, by its wire name (`codemode_embed::ErrorCode` names the
+/// contract's codes through a type this crate does not depend on).
+const INTERNAL_ERROR: &str = "internal_error";
+
+/// A host API call that could not be made, as JavaScript receives it: the wire name of its code
+/// (`invalid_input`, `config_error`, … — [`codemode_embed::ErrorCode::as_str`]) and its message,
+/// kept apart.
+struct Failure {
+    code: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn internal(message: impl Into<String>) -> Self {
+        Self { code: INTERNAL_ERROR, message: message.into() }
+    }
+
+    fn invalid(message: impl Into<String>) -> Self {
+        EmbedError::invalid(message).into()
+    }
+
+    /// The JavaScript error: an `Error` named `CodeModeError` whose `code` property is the wire
+    /// name and whose `message` is the message (the package turns it into its `CodeModeError`
+    /// class by these properties). Held by reference, so napi-rs throws or rejects with this very
+    /// object.
+    fn into_js(self, env: &Env) -> napi::Error {
+        let build = || -> napi::Result<napi::Error> {
+            let mut error = env.create_error(napi::Error::from_reason(self.message))?;
+            error.set_named_property("code", self.code)?;
+            error.set_named_property("name", "CodeModeError")?;
+            Ok(napi::Error::from(error.to_unknown()))
+        };
+        // Building fails only while the environment tears down, when nothing can receive it.
+        build().unwrap_or_else(|e| e)
+    }
+}
+
+impl From<EmbedError> for Failure {
+    fn from(e: EmbedError) -> Self {
+        Self { code: e.code.as_str(), message: e.message }
+    }
+}
+
+/// The result of a native function that can fail with a host API error: its value, or a
+/// JavaScript `Error` named `CodeModeError` with the error code's wire name as its `code` property
+/// and the bare message as its `message`, thrown by a synchronous function and rejecting an
+/// asynchronous one's promise. (napi-rs builds an `Error`'s `code` from its own status names, and
+/// a `#[napi] async fn` must fail with that status type, hence this conversion, which runs on the
+/// JavaScript thread.)
+pub struct Coded<T>(Result<T, Failure>);
+
+impl<T, E: Into<Failure>> From<Result<T, E>> for Coded<T> {
+    fn from(r: Result<T, E>) -> Self {
+        Coded(r.map_err(Into::into))
+    }
+}
+
+impl<T: ToNapiValue> ToNapiValue for Coded<T> {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        match val.0 {
+            // SAFETY: `env` is the valid environment napi-rs hands this conversion, passed on as is.
+            Ok(value) => unsafe { T::to_napi_value(env, value) },
+            Err(failure) => Err(failure.into_js(&Env::from_raw(env))),
+        }
+    }
 }
 
 /// Calls a JavaScript wrapper and reads its envelope: `{ "ok": value }` or `{ "error": { name,
@@ -176,19 +238,24 @@ pub struct NativeRuntime {
 
 /// Builds a runtime, blocking the calling thread while upstream MCP servers connect and the engine
 /// loads (a few milliseconds without servers).
-#[napi]
-pub fn start(options: NativeOptions) -> napi::Result<NativeRuntime> {
-    let options = embed_options(options).map_err(js_error)?;
-    let embedded = runtime()?.block_on(Embedded::start(options)).map_err(js_error)?;
-    Ok(NativeRuntime { inner: Arc::new(embedded) })
+#[napi(ts_return_type = "NativeRuntime")]
+pub fn start(options: NativeOptions) -> Coded<NativeRuntime> {
+    let start = || -> Result<NativeRuntime, Failure> {
+        let options = embed_options(options)?;
+        let embedded = runtime()?.block_on(Embedded::start(options))?;
+        Ok(NativeRuntime { inner: Arc::new(embedded) })
+    };
+    start().into()
 }
 
 /// [`start`] without blocking (for configurations with slow upstream servers).
-#[napi]
-pub async fn start_async(options: NativeOptions) -> napi::Result<NativeRuntime> {
-    let options = embed_options(options).map_err(js_error)?;
-    let embedded = Embedded::start(options).await.map_err(js_error)?;
-    Ok(NativeRuntime { inner: Arc::new(embedded) })
+#[napi(ts_return_type = "Promise<NativeRuntime>")]
+pub async fn start_async(options: NativeOptions) -> Coded<NativeRuntime> {
+    let started = match embed_options(options) {
+        Ok(options) => Embedded::start(options).await,
+        Err(e) => Err(e),
+    };
+    started.map(|embedded| NativeRuntime { inner: Arc::new(embedded) }).into()
 }
 
 /// An `exec` / `wait` in progress.
@@ -216,8 +283,8 @@ fn deliver(done: JsDone) -> impl FnOnce(Value) + Send + 'static {
     }
 }
 
-fn parse_args(args_json: &str) -> napi::Result<Value> {
-    serde_json::from_str(args_json).map_err(|e| napi::Error::from_reason(format!("invalid_input: {e}")))
+fn parse_args(args_json: &str) -> Result<Value, Failure> {
+    serde_json::from_str(args_json).map_err(|e| Failure::invalid(e.to_string()))
 }
 
 impl NativeRuntime {
@@ -226,7 +293,7 @@ impl NativeRuntime {
         &self,
         on_done: JsDone,
         start: impl FnOnce(&Embedded, Box<dyn FnOnce(Value) + Send>) -> CallHandle,
-    ) -> napi::Result<NativeCall> {
+    ) -> Result<NativeCall, Failure> {
         let _entered = runtime()?.enter();
         Ok(NativeCall { handle: start(&self.inner, Box::new(deliver(on_done))) })
     }
@@ -255,63 +322,65 @@ impl From<JsCaller> for Caller {
 #[napi]
 impl NativeRuntime {
     /// Runs a cell; `on_done` receives the result as JSON text.
-    #[napi]
+    #[napi(ts_return_type = "NativeCall")]
     pub fn exec(
         &self,
         code: String,
         language: Option<String>,
         caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
-    ) -> napi::Result<NativeCall> {
+    ) -> Coded<NativeCall> {
         let caller = Caller::from(caller);
-        self.call(on_done, |rt, done| rt.exec_then(&code, language.as_deref(), &caller, done))
+        self.call(on_done, |rt, done| rt.exec_then(&code, language.as_deref(), &caller, done)).into()
     }
 
     /// Resumes a waiting run; `on_done` receives the result as JSON text.
-    #[napi]
+    #[napi(ts_return_type = "NativeCall")]
     pub fn wait(
         &self,
         run_id: String,
         caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
-    ) -> napi::Result<NativeCall> {
+    ) -> Coded<NativeCall> {
         let caller = Caller::from(caller);
-        self.call(on_done, |rt, done| rt.wait_then(&run_id, &caller, done))
+        self.call(on_done, |rt, done| rt.wait_then(&run_id, &caller, done)).into()
     }
 
     /// `exec` from a model's raw tool arguments (JSON text).
-    #[napi]
+    #[napi(ts_return_type = "NativeCall")]
     pub fn exec_json(
         &self,
         args_json: String,
         caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
-    ) -> napi::Result<NativeCall> {
-        let args = parse_args(&args_json)?;
+    ) -> Coded<NativeCall> {
         let caller = Caller::from(caller);
-        self.call(on_done, |rt, done| rt.exec_json_then(&args, &caller, done))
+        parse_args(&args_json)
+            .and_then(|args| self.call(on_done, |rt, done| rt.exec_json_then(&args, &caller, done)))
+            .into()
     }
 
     /// `wait` from a model's raw tool arguments (JSON text).
-    #[napi]
+    #[napi(ts_return_type = "NativeCall")]
     pub fn wait_json(
         &self,
         args_json: String,
         caller: JsCaller,
         #[napi(ts_arg_type = "(resultJson: string) => void")] on_done: JsDone,
-    ) -> napi::Result<NativeCall> {
-        let args = parse_args(&args_json)?;
+    ) -> Coded<NativeCall> {
         let caller = Caller::from(caller);
-        self.call(on_done, |rt, done| rt.wait_json_then(&args, &caller, done))
+        parse_args(&args_json)
+            .and_then(|args| self.call(on_done, |rt, done| rt.wait_json_then(&args, &caller, done)))
+            .into()
     }
 
     /// Records a decision on a parked call (`deny`: the reason of a denial).
-    #[napi]
-    pub async fn approve(&self, run_id: String, request_id: f64, deny: Option<String>) -> napi::Result<()> {
+    #[napi(ts_return_type = "Promise<void>")]
+    pub async fn approve(&self, run_id: String, request_id: f64, deny: Option<String>) -> Coded<()> {
         if !(request_id.is_finite() && request_id >= 0.0 && request_id.fract() == 0.0) {
-            return Err(napi::Error::from_reason("invalid_input: requestId must be a non-negative integer"));
+            return Coded(Err(Failure::invalid("requestId must be a non-negative integer")));
         }
-        self.inner.approve(&run_id, request_id as u64, deny).await.map_err(js_error)
+        self.inner.approve(&run_id, request_id as u64, deny).await.into()
     }
 
     /// Aborts a run; whether there was one.
@@ -321,15 +390,15 @@ impl NativeRuntime {
     }
 
     /// Takes a waiting run out as bytes.
-    #[napi]
-    pub async fn export_run(&self, run_id: String, caller: JsCaller) -> napi::Result<Buffer> {
-        self.inner.export_run(&run_id, &Caller::from(caller)).await.map(Buffer::from).map_err(js_error)
+    #[napi(ts_return_type = "Promise<Buffer>")]
+    pub async fn export_run(&self, run_id: String, caller: JsCaller) -> Coded<Buffer> {
+        self.inner.export_run(&run_id, &Caller::from(caller)).await.map(Buffer::from).into()
     }
 
     /// Puts exported bytes into this runtime's store; the run id.
-    #[napi]
-    pub async fn import_run(&self, data: Buffer) -> napi::Result<String> {
-        self.inner.import_run(data.to_vec()).await.map_err(js_error)
+    #[napi(ts_return_type = "Promise<string>")]
+    pub async fn import_run(&self, data: Buffer) -> Coded<String> {
+        self.inner.import_run(data.to_vec()).await.into()
     }
 
     /// Closes the upstream MCP servers' connections.
@@ -358,9 +427,9 @@ impl NativeRuntime {
 }
 
 /// The document of a configuration file's text (JSON5), as JSON text.
-#[napi]
-pub fn parse_config(text: String) -> napi::Result<String> {
-    codemode_embed::parse_config_text(&text).map(|v| v.to_string()).map_err(js_error)
+#[napi(ts_return_type = "string")]
+pub fn parse_config(text: String) -> Coded<String> {
+    codemode_embed::parse_config_text(&text).map(|v| v.to_string()).into()
 }
 
 /// The package version (the crate's).

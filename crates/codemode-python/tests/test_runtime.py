@@ -186,11 +186,13 @@ def test_hostile_cells_fail_with_their_codes_and_the_interpreter_keeps_serving()
 
 
 def test_a_tool_that_never_returns_is_bounded_by_the_run_and_abort_stops_it() -> None:
-    started = threading.Event()
+    # The tool is held by an event the test sets only at the end (not a sleep): it cannot return
+    # before the run's deadline, however slow the machine.
+    started, release = threading.Event(), threading.Event()
 
     def hangs() -> str:
         started.set()
-        time.sleep(4)
+        release.wait(60)
         return "late"
 
     async def main() -> None:
@@ -202,10 +204,13 @@ def test_a_tool_that_never_returns_is_bounded_by_the_run_and_abort_stops_it() ->
         assert await cm.abort(r.run_id or "") is True
         gone = await cm.wait(r.run_id or "")
         assert gone.status == "failed" and gone.error and gone.error.code == "invalid_input"
-        # Python keeps serving while the abandoned call sleeps out on its thread.
+        # Python keeps serving while the abandoned call is still held on its thread.
         assert (await cm.exec("return 1")).value == 1
 
-    run(main())
+    try:
+        run(main())
+    finally:
+        release.set()
 
 
 def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
