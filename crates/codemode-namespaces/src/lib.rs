@@ -62,4 +62,4 @@ pub mod registry;
 pub mod scope;
 
 pub use registry::{NamespaceRegistration, Namespaces, RegisterError, ScopeFactory};
-pub use scope::{InputMapper, NamespaceTool, ScopeValue, namespace_tool, namespace_tool_with};
+pub use scope::{InputMapper, NamespaceTool, Refusal, ScopeValue, namespace_tool, namespace_tool_with};

@@ -1,7 +1,7 @@
 //! The process-local namespace registry (contract §10 L1–L8), keyed by namespace id.
 
 use crate::names::check_global_name;
-use crate::scope::{NamespaceTool, ScopeValue, serialize_scope};
+use crate::scope::{NamespaceTool, Refusal, ScopeValue, serialize_scope};
 use codemode_core::catalog::catalog_id;
 use codemode_core::namespace::{
     CallableTools, GuestNamespace, NamespaceCall, NamespaceCallError, NamespaceContext, NamespaceError, NamespaceInfo,
@@ -23,7 +23,7 @@ pub const MAX_REQUIRED_TOOLS: usize = 256;
 
 /// Creates a namespace's scope for one run (contract L4). An `Err` fails the run's `exec` with
 /// `invalid_config` before guest code runs; so does a panic.
-pub type ScopeFactory = Arc<dyn Fn(&NamespaceContext<'_>) -> Result<ScopeValue, String> + Send + Sync>;
+pub type ScopeFactory = Arc<dyn Fn(&NamespaceContext<'_>) -> Result<ScopeValue, Refusal> + Send + Sync>;
 
 /// One namespace, as the plugin that owns its backing tools registers it.
 #[derive(Clone)]
@@ -76,7 +76,7 @@ impl NamespaceRegistration {
     /// Sets the scope factory, called once per run that sees the namespace.
     pub fn scope(
         mut self,
-        factory: impl Fn(&NamespaceContext<'_>) -> Result<ScopeValue, String> + Send + Sync + 'static,
+        factory: impl Fn(&NamespaceContext<'_>) -> Result<ScopeValue, Refusal> + Send + Sync + 'static,
     ) -> Self {
         self.scope = Arc::new(factory);
         self

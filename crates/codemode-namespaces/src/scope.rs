@@ -31,9 +31,27 @@ pub const MAX_SCOPE_BYTES: usize = 256 * 1024;
 /// Most callable members of one namespace.
 pub const MAX_CALLS: usize = 256;
 
+/// What a namespace's own code (an input mapper, a scope factory) says when it refuses: a message
+/// for the guest's call or for the run. `"text".into()` and `format!(…).into()` make one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal(message)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Self {
+        Refusal(message.to_string())
+    }
+}
+
 /// Builds a backing tool's input from the guest's arguments; an `Err` is the message the guest's
 /// call fails with (a catchable `nested_tool_failed`).
-pub type InputMapper = Arc<dyn Fn(&[Value]) -> Result<Value, String> + Send + Sync>;
+pub type InputMapper = Arc<dyn Fn(&[Value]) -> Result<Value, Refusal> + Send + Sync>;
 
 /// A callable scope member: calls the catalog tool `tool` (a name of the namespace's
 /// `required_tools`, owned by the namespace's owner) with an input built from the guest's
@@ -80,7 +98,7 @@ impl NamespaceTool {
 
     /// The backing tool's input for `args` (contract §10): the mapper's result, or without a mapper the
     /// first argument (`{}` when it is omitted or `null`). A panicking mapper fails the call only.
-    pub fn input(&self, args: &[Value]) -> Result<Value, String> {
+    pub fn input(&self, args: &[Value]) -> Result<Value, Refusal> {
         match &self.mapper {
             None => Ok(match args.first() {
                 None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
@@ -88,7 +106,7 @@ impl NamespaceTool {
             }),
             Some(m) => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m(args))) {
                 Ok(r) => r,
-                Err(_) => Err(format!("the input mapper of `{}` panicked", self.tool)),
+                Err(_) => Err(format!("the input mapper of `{}` panicked", self.tool).into()),
             },
         }
     }
@@ -107,7 +125,7 @@ pub fn namespace_tool(tool: impl Into<String>) -> NamespaceTool {
 /// mapper is equal only to itself (see [`NamespaceTool`]'s equality).
 pub fn namespace_tool_with<M>(tool: impl Into<String>, mapper: M) -> NamespaceTool
 where
-    M: Fn(&[Value]) -> Result<Value, String> + Send + Sync + 'static,
+    M: Fn(&[Value]) -> Result<Value, Refusal> + Send + Sync + 'static,
 {
     let stateless = (std::mem::size_of::<M>() == 0).then(std::any::TypeId::of::<M>);
     NamespaceTool { tool: tool.into(), mapper: Some(Arc::new(mapper)), stateless }
@@ -427,6 +445,6 @@ mod tests {
         let refusing = namespace_tool_with("t", |_| Err("bad arguments".into()));
         assert_eq!(refusing.input(&[]), Err("bad arguments".into()));
         let panicking = namespace_tool_with("t", |_| panic!("boom"));
-        assert!(panicking.input(&[]).unwrap_err().contains("panicked"));
+        assert!(panicking.input(&[]).unwrap_err().0.contains("panicked"));
     }
 }
