@@ -79,7 +79,7 @@ fmt:
 
 ## Fuzzing (nightly + cargo-fuzz, installed on first use): every target for FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= adapter guest_json host_primitive host_primitive_answering config differential portable_run portable_damaged js_scanners
+FUZZ_TARGETS ?= adapter guest_json host_primitive host_primitive_answering config differential portable_run portable_damaged js_scanners wasi_snapshot_page_table wasi_snapshot_header
 fuzz: setup
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install --locked cargo-fuzz
 	cd fuzz && for t in $(FUZZ_TARGETS); do \

@@ -34,6 +34,8 @@ mod snapshot;
 mod written;
 
 pub use snapshot::SnapshotError;
+/// The snapshot decoder's entry points for fuzzers (untrusted bytes through the restore path's checks).
+pub use snapshot::fuzzing as snapshot_fuzzing;
 
 pub use module::{ModuleError, cache_dir};
 

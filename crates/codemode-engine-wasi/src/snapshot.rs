@@ -417,6 +417,65 @@ pub(crate) fn check<'a>(bytes: &'a [u8], engine: &str, build: &str) -> Result<(H
     Ok((header, body))
 }
 
+/// The decoder's entry points for fuzzers (`codemode-fuzzing`): untrusted bytes go through the
+/// same [`check`] and [`decode`] a restore uses. [`seal_raw`](fuzzing::seal_raw) frames any header
+/// and page-table bytes with a correct digest, so a fuzzer reaches the header and page-table
+/// checks behind the digest instead of stopping at it.
+pub mod fuzzing {
+    use super::{Header, MAGIC, PAGE, SnapshotError, compress, decode, encode};
+    use sha2::{Digest, Sha256};
+
+    /// The engine name the fuzzing entry points decode for.
+    pub const ENGINE: &str = "quickjs-wasi";
+    /// The build id the fuzzing entry points decode for.
+    pub const BUILD: &str = "fuzz";
+    /// The format's page size.
+    pub const PAGE_SIZE: usize = PAGE;
+
+    /// A valid header (as JSON) for a memory of `memory_bytes`.
+    pub fn header_json(memory_bytes: u64) -> Vec<u8> {
+        let header = Header {
+            format: super::FORMAT,
+            engine: ENGINE.into(),
+            build: BUILD.into(),
+            memory_bytes,
+            page_size: PAGE as u32,
+            globals: Vec::new(),
+            bridge: Default::default(),
+        };
+        serde_json::to_vec(&header).unwrap_or_default()
+    }
+
+    /// Frames `header` (any bytes, meant as the JSON header) and `body` (any bytes, meant as the
+    /// uncompressed page table) as a snapshot with a correct digest.
+    pub fn seal_raw(header: &[u8], body: &[u8]) -> Vec<u8> {
+        let body = compress(body).unwrap_or_default();
+        let mut out = Vec::with_capacity(16 + header.len() + body.len() + 32);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        out.extend_from_slice(header);
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
+        let digest = Sha256::digest(&out);
+        out.extend_from_slice(&digest);
+        out
+    }
+
+    /// Decodes `bytes` (for [`ENGINE`] / [`BUILD`]) against the base image `base`: the memory size
+    /// its header states and every run as `(address, memory content)`.
+    pub fn decode_runs(bytes: &[u8], base: &[u8]) -> Result<(u64, Vec<(usize, Vec<u8>)>), SnapshotError> {
+        let d = decode(bytes, ENGINE, BUILD, base)?;
+        Ok((d.header.memory_bytes, d.runs().map(|(at, c)| (at, c.to_vec())).collect()))
+    }
+
+    /// Encodes `memory` (whole pages) against `base` (whole pages) with a valid header.
+    pub fn encode_memory(base: &[u8], memory: &[u8]) -> Result<Vec<u8>, SnapshotError> {
+        let header: Header =
+            serde_json::from_slice(&header_json(memory.len() as u64)).map_err(SnapshotError::Header)?;
+        encode(&header, base, memory, 0, None)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -306,3 +306,41 @@ pub fn damage(u: &mut Unstructured<'_>) -> Damage {
         _ => Damage::Extend(u.int_in_range(1..=64).unwrap_or(1)),
     }
 }
+
+/// A quickjs-wasi snapshot page table for a memory of `pages` pages: page records in mostly
+/// ascending order, each with a few runs whose offsets and lengths are mostly whole words inside the
+/// page, and now and then a record that breaks one rule (an index out of order or past the memory,
+/// no runs, a run that is not whole words, overlaps, or crosses the page's end, a record cut short).
+pub fn wasi_page_table(u: &mut Unstructured<'_>, pages: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut index = 0u32;
+    let records = u.int_in_range(0..=6).unwrap_or(0);
+    for _ in 0..records {
+        let odd = u.ratio(1, 8).unwrap_or(false);
+        index = if odd { u.arbitrary().unwrap_or(0) } else { index + u.int_in_range(0..=3).unwrap_or(0) };
+        if index >= pages && !odd {
+            break;
+        }
+        out.extend_from_slice(&index.to_le_bytes());
+        let runs: u16 = if u.ratio(1, 16).unwrap_or(false) { 0 } else { u.int_in_range(1..=4).unwrap_or(1) };
+        out.extend_from_slice(&runs.to_le_bytes());
+        let mut offset = 0u16;
+        for _ in 0..runs {
+            let (start, len): (u16, u16) = if u.ratio(1, 8).unwrap_or(false) {
+                (u.arbitrary().unwrap_or(0), u.arbitrary().unwrap_or(0))
+            } else {
+                let start = offset + 8 * u.int_in_range(0..=40).unwrap_or(0);
+                (start, 8 * u.int_in_range(1..=8).unwrap_or(1))
+            };
+            out.extend_from_slice(&start.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+            let content_len = if u.ratio(1, 16).unwrap_or(false) { usize::from(len) / 2 } else { usize::from(len) };
+            for _ in 0..content_len {
+                out.push(u.arbitrary().unwrap_or(0));
+            }
+            offset = start.saturating_add(len).saturating_add(8);
+        }
+        index += 1;
+    }
+    out
+}

@@ -7,12 +7,14 @@
 //!
 //! - [`generators`]: structured inputs from raw bytes ([`arbitrary::Unstructured`]): JSON values, guest
 //!   JSON text with hostile escapes, host-primitive call sequences, configuration files, cells,
-//!   JavaScript-like source for the static scanners, damage to exported runs.
+//!   JavaScript-like source for the static scanners, damage to exported runs, quickjs-wasi snapshot
+//!   page tables.
 //! - [`oracles`]: what must hold for any input — the JSON-safe adapter round-trips and never
 //!   panics, the host primitive never panics and keeps its invariants, configuration parsing never
 //!   panics and always clamps, the two QuickJS engines agree on every cell, the exported-run
-//!   decoder never panics on untrusted bytes and refuses every damaged export, and the module
-//!   guard and nesting estimate never panic.
+//!   decoder never panics on untrusted bytes and refuses every damaged export, the quickjs-wasi
+//!   snapshot decoder (header and page table, reached behind a valid digest) never panics and
+//!   accepts only runs inside its memory, and the module guard and nesting estimate never panic.
 //!
 //! Layering: on top of the facade (with both QuickJS engines and the demo catalog); nothing
 //! depends on it.

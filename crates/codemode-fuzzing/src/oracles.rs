@@ -341,3 +341,64 @@ pub fn js_scanners(src: &str) {
     let chars = src.chars().count();
     assert!(depth <= chars + 1, "a nesting of {depth} in {chars} characters: {src:?}");
 }
+
+/// The base image of the quickjs-wasi snapshot oracles: one 64 KiB wasm page of a fixed pattern.
+fn wasi_base() -> Vec<u8> {
+    (0..65536u32).map(|i| (i.wrapping_mul(31) % 251) as u8).collect()
+}
+
+/// Checks what the quickjs-wasi snapshot decoder accepted: runs inside the memory and inside one
+/// page each, whole words, non-empty, ascending and never touching within a page; returns the
+/// memory they describe (the base image grown to `memory_bytes`, the runs written over it).
+fn wasi_memory(base: &[u8], memory_bytes: u64, runs: &[(usize, Vec<u8>)]) -> Vec<u8> {
+    use codemode_engine_wasi::snapshot_fuzzing::PAGE_SIZE;
+    let size = usize::try_from(memory_bytes).unwrap_or(usize::MAX);
+    let mut memory = base.to_vec();
+    memory.resize(size.max(base.len()), 0);
+    let mut previous: Option<usize> = None;
+    for (at, content) in runs {
+        let (at, len) = (*at, content.len());
+        assert!(at % 8 == 0 && len > 0 && len % 8 == 0, "a run of {len} bytes at {at}");
+        assert!(at + len <= size, "a run at {at} of {len} bytes outside a memory of {size}");
+        assert_eq!(at / PAGE_SIZE, (at + len - 1) / PAGE_SIZE, "a run at {at} of {len} bytes crosses a page");
+        if let Some(end) = previous {
+            let gap = if end / PAGE_SIZE == at / PAGE_SIZE && end % PAGE_SIZE != 0 { end + 8 } else { end };
+            assert!(at >= gap, "a run at {at} after one ending at {end}");
+        }
+        previous = Some(at + len);
+        memory[at..at + len].copy_from_slice(content);
+    }
+    memory
+}
+
+/// The quickjs-wasi snapshot decoder on a page table of any bytes behind a valid header and digest
+/// (so the table's own checks are reached): it never panics; what it accepts describes runs inside
+/// the memory (see [`wasi_memory`]), and the memory it describes survives encoding and decoding
+/// again unchanged. Returns whether the table was accepted (so a test can tell its generator
+/// reaches past the checks).
+pub fn wasi_snapshot_page_table(pages: u8, table: &[u8]) -> bool {
+    use codemode_engine_wasi::snapshot_fuzzing as f;
+    let memory_bytes = (u64::from(pages % 4) + 1) * 65536;
+    let base = wasi_base();
+    let bytes = f::seal_raw(&f::header_json(memory_bytes), table);
+    let Ok((size, runs)) = f::decode_runs(&bytes, &base) else { return false };
+    assert_eq!(size, memory_bytes);
+    let memory = wasi_memory(&base, size, &runs);
+    let again = f::encode_memory(&base, &memory).unwrap_or_else(|e| panic!("re-encoding an accepted memory: {e}"));
+    let (size2, runs2) =
+        f::decode_runs(&again, &base).unwrap_or_else(|e| panic!("a snapshot just encoded is refused: {e}"));
+    assert_eq!(wasi_memory(&base, size2, &runs2), memory, "the memory changed through encoding");
+    true
+}
+
+/// The quickjs-wasi snapshot decoder on any header bytes (behind a valid digest) with any page
+/// table: it never panics, and what it accepts states a memory of whole 64 KiB pages, of the
+/// engine and build it was asked for, whose runs stay inside it.
+pub fn wasi_snapshot_header(header: &[u8], table: &[u8]) {
+    use codemode_engine_wasi::snapshot_fuzzing as f;
+    let base = wasi_base();
+    let bytes = f::seal_raw(header, table);
+    let Ok((size, runs)) = f::decode_runs(&bytes, &base) else { return };
+    assert!(size % 65536 == 0, "a memory of {size} bytes");
+    let _ = wasi_memory(&base, size, &runs);
+}

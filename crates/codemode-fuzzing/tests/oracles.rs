@@ -97,3 +97,55 @@ fn regressions() {
     ];
     oracles::guest_json(&g::guest_json_text(&mut Unstructured::new(&slow_unit)));
 }
+
+#[test]
+fn wasi_snapshot_page_tables_are_checked() {
+    let (mut accepted, mut runs) = (0, 0);
+    each(600, 1024, |u| {
+        let pages: u8 = u.arbitrary().unwrap_or(0);
+        let table = g::wasi_page_table(u, u32::from(pages % 4) + 1);
+        if oracles::wasi_snapshot_page_table(pages, &table) {
+            accepted += 1;
+            runs += usize::from(!table.is_empty());
+        }
+    });
+    // The generator reaches both sides of the checks: tables refused and tables (with runs) accepted.
+    assert!((60..540).contains(&accepted), "{accepted} of 600 tables accepted");
+    assert!(runs >= 30, "{runs} accepted tables had runs");
+    // Raw bytes as a table, too.
+    each(200, 256, |u| {
+        let table: Vec<u8> = u.arbitrary().unwrap_or_default();
+        let _ = oracles::wasi_snapshot_page_table(0, &table);
+    });
+}
+
+#[test]
+fn wasi_snapshot_headers_are_checked() {
+    use codemode_engine_wasi::snapshot_fuzzing as f;
+    let valid = f::header_json(65536);
+    // One byte of a valid header changed, anywhere.
+    each(600, 64, |u| {
+        let mut header = valid.clone();
+        let at: usize = u.arbitrary().unwrap_or(0);
+        let to: u8 = u.arbitrary().unwrap_or(0);
+        let n = header.len();
+        header[at % n] = to;
+        oracles::wasi_snapshot_header(&header, &[]);
+    });
+    // Headers that parse but describe what the engine could not have are refused.
+    let text = String::from_utf8(valid).unwrap();
+    for (from, to) in [
+        ("\"memoryBytes\":65536", "\"memoryBytes\":1099511627776"),
+        ("\"memoryBytes\":65536", "\"memoryBytes\":65537"),
+        ("\"pageSize\":4096", "\"pageSize\":8192"),
+        ("\"format\":2", "\"format\":3"),
+        ("\"build\":\"fuzz\"", "\"build\":\"other\""),
+        ("\"engine\":\"quickjs-wasi\"", "\"engine\":\"quickjs\""),
+    ] {
+        assert!(text.contains(from), "{text} has {from}");
+        let bytes = f::seal_raw(text.replace(from, to).as_bytes(), &[]);
+        assert!(f::decode_runs(&bytes, &[0; 65536]).is_err(), "accepted a header with {to}");
+    }
+    // And the intact header with an empty table is accepted (the oracle reaches the decoder).
+    assert!(f::decode_runs(&f::seal_raw(text.as_bytes(), &[]), &[0; 65536]).is_ok());
+}
