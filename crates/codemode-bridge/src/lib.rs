@@ -10,22 +10,18 @@
 //! - [`host`]: [`BridgeHost`], the host half of the primitive (request ids, limits, output buffer).
 //! - [`driver`]: the drive step every engine runs ([`drive`] over the [`GuestVm`] primitives).
 //! - [`modules`]: the static guard that rejects `import` / `require` before a cell runs (contract X6);
-//! - [`workers`]: the big-stack threads all guest code runs on.
-//! - [`ahead`]: the one instance an engine builds ahead of a process's first run.
 //!
 //! Layering (docs/src/layout.md): depends on `codemode-core` only; engines depend on it. It never names an
 //! engine, a tool source, MCP or policy.
 #![forbid(unsafe_code)]
 
 pub mod adapter;
-pub mod ahead;
 pub mod driver;
 pub mod host;
 pub mod modules;
 pub mod nesting;
 pub mod shell;
 pub(crate) mod tokens;
-pub mod workers;
 
 pub use driver::{GuestVm, VmFault, drive};
 pub use host::{BridgeHost, BridgeState, HostCallResult, Outstanding};

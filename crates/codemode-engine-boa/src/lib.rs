@@ -297,7 +297,7 @@ fn vm_thread(boa: BoaLimits, inbox: mpsc::Receiver<Command>) {
         Ok(built) => built,
         Err(panic) => Err(EngineError::Unavailable(format!(
             "boa panicked while starting: {}",
-            codemode_bridge::workers::panic_message(panic)
+            codemode_workers::panic_message(panic)
         ))),
     };
     let mut unstarted: Option<String>;
@@ -344,7 +344,7 @@ fn vm_thread(boa: BoaLimits, inbox: mpsc::Receiver<Command>) {
             }
             Err(panic) => {
                 // The VM may be half-way through an operation: it is not used again.
-                let message = codemode_bridge::workers::panic_message(panic);
+                let message = codemode_workers::panic_message(panic);
                 tracing::error!(target: "codemode::engine::boa", %message, "boa panicked; the run's VM is discarded");
                 let _ = reply.send(Err(EngineError::Internal(format!("the boa engine panicked: {message}"))));
                 return;

@@ -43,10 +43,10 @@ mod prelude_compile;
 mod vm;
 
 use codemode_bridge::driver::drive;
-use codemode_bridge::workers;
 use codemode_core::engine::{
     DriveInput, DriveReport, EngineError, GuestEngine, GuestInstance, GuestLimits, GuestProgram, Snapshot, SnapshotBody,
 };
+use codemode_workers as workers;
 use pool::*;
 pub use pool::{reused_vms, vms_taken_ahead};
 use std::sync::atomic::Ordering;

@@ -3,8 +3,8 @@
 //! ahead of its first run (`GuestEngine::prepare_instance`).
 
 use crate::vm::Vm;
-use codemode_bridge::workers;
 use codemode_core::engine::{EngineError, GuestLimits};
+use codemode_workers as workers;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -87,7 +87,7 @@ pub(crate) fn refill_warm(limits: GuestLimits) {
 }
 
 /// The VM built ahead of a first run ([`GuestEngine::prepare_instance`]).
-pub(crate) static AHEAD: codemode_bridge::ahead::Ahead<Box<Vm>> = codemode_bridge::ahead::Ahead::new();
+pub(crate) static AHEAD: codemode_workers::ahead::Ahead<Box<Vm>> = codemode_workers::ahead::Ahead::new();
 
 /// How many runs so far started on a VM built ahead of them ([`GuestEngine::prepare_instance`]), in
 /// this process. Tests use it to check that the run took the VM built for it.

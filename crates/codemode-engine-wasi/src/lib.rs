@@ -58,7 +58,7 @@ fn loaded() -> Result<Arc<Loaded>, EngineError> {
 }
 
 /// The instance built ahead of a first run ([`GuestEngine::prepare_instance`]).
-static AHEAD: codemode_bridge::ahead::Ahead<Vm> = codemode_bridge::ahead::Ahead::new();
+static AHEAD: codemode_workers::ahead::Ahead<Vm> = codemode_workers::ahead::Ahead::new();
 
 /// How many runs so far started on an instance built ahead of them
 /// ([`GuestEngine::prepare_instance`]), in this process. Tests use it to check that the run took

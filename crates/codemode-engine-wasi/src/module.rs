@@ -18,9 +18,9 @@ const GUEST_WASM_SHA256: &str = env!("CODEMODE_GUEST_WASM_SHA256");
 const BUILD_FORMAT: u32 = 1;
 
 /// Native stack wasm code may use (wasmtime's `max_wasm_stack`). Guest code runs on
-/// [`codemode_bridge::workers`] threads, whose stack is twice this; deep JS recursion hits QuickJS's own
+/// [`codemode_workers`] threads, whose stack is twice this; deep JS recursion hits QuickJS's own
 /// (much smaller) limit long before this one.
-pub(crate) const MAX_WASM_STACK: usize = codemode_bridge::workers::WORKER_STACK / 2;
+pub(crate) const MAX_WASM_STACK: usize = codemode_workers::WORKER_STACK / 2;
 
 /// Instances alive at once (active `exec` / `wait` calls; suspended runs hold none).
 const MAX_INSTANCES: u32 = 256;

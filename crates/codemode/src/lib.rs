@@ -40,7 +40,6 @@ mod then;
 pub mod tools;
 pub mod typescript;
 
-pub use codemode_bridge::workers::THREAD_NAME as GUEST_THREAD_NAME;
 pub use codemode_catalog::Catalog;
 pub use codemode_catalog::approval::ApprovalPolicy;
 pub use codemode_catalog::loops::{LoopConfig, LoopPolicy};
@@ -68,6 +67,7 @@ pub use codemode_namespaces::{
     namespace_tool, namespace_tool_with,
 };
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
+pub use codemode_workers::THREAD_NAME as GUEST_THREAD_NAME;
 pub use tools::{FnTool, LocalTools, Tool, ToolHook};
 
 /// The idempotency key of a nested call: `<runId>/<requestId>`. It is the same when the call is
@@ -91,13 +91,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 pub use then::CallHandle;
 
-/// A worker job's answer. While a core is idle (see [`codemode_bridge::workers::answer_spin`]) the
+/// A worker job's answer. While a core is idle (see [`codemode_workers::answer_spin`]) the
 /// caller looks for it between yields to its executor for up to
-/// [`ANSWER_SPIN`](codemode_bridge::workers::ANSWER_SPIN) — never blocking the thread: other tasks
+/// [`ANSWER_SPIN`](codemode_workers::ANSWER_SPIN) — never blocking the thread: other tasks
 /// run between looks — instead of sleeping until the worker wakes it; then it waits as usual.
 async fn answer<T>(mut rx: tokio::sync::oneshot::Receiver<T>) -> Result<T, tokio::sync::oneshot::error::RecvError> {
     use tokio::sync::oneshot::error::TryRecvError;
-    if let Some(mut spin) = codemode_bridge::workers::answer_spin() {
+    if let Some(mut spin) = codemode_workers::answer_spin() {
         loop {
             match rx.try_recv() {
                 Ok(v) => return Ok(v),
@@ -422,9 +422,9 @@ impl CodeMode {
         let cancel = Arc::new(AtomicBool::new(false));
         let mut guard = CancelOnDrop { flag: cancel.clone(), armed: true };
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let spawned = codemode_bridge::workers::spawn(move || {
+        let spawned = codemode_workers::spawn(move || {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&inner, &rt, cancel)));
-            let _ = tx.send(result.map_err(codemode_bridge::workers::panic_message));
+            let _ = tx.send(result.map_err(codemode_workers::panic_message));
         });
         if let Err(e) = spawned {
             return internal(format!("cannot start a guest worker thread: {e}"));

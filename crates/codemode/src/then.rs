@@ -138,14 +138,14 @@ impl CodeMode {
         type Done = Box<dyn FnOnce(CodeModeResult) + Send>;
         let done: Arc<std::sync::Mutex<Option<Done>>> = Arc::new(std::sync::Mutex::new(Some(Box::new(done))));
         let answer = done.clone();
-        let spawned = codemode_bridge::workers::spawn(move || {
+        let spawned = codemode_workers::spawn(move || {
             let span = start.span.clone();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let _entered = span.enter();
                 f(&this.inner, &rt, runtime::CallHandles { cancel, observer: None })
             }))
             .unwrap_or_else(|p| {
-                let msg = codemode_bridge::workers::panic_message(p);
+                let msg = codemode_workers::panic_message(p);
                 CodeModeResult::failed(
                     CodeModeError::new(CodeModeErrorCode::InternalError, format!("code mode worker panicked: {msg}")),
                     Vec::new(),

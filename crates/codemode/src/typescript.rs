@@ -73,7 +73,7 @@ fn start_transformer() -> Result<std::sync::mpsc::Sender<Job>, String> {
                             .unwrap_or_else(|panic| {
                                 Err(failed(format!(
                                     "the TypeScript transform failed: {}",
-                                    codemode_bridge::workers::panic_message(panic)
+                                    codemode_workers::panic_message(panic)
                                 )))
                             });
                     let _ = reply.send(result);

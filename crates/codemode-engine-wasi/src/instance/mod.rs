@@ -438,7 +438,7 @@ impl GuestVm for Vm {
 }
 
 /// A [`GuestInstance`] of the `quickjs-wasi` engine. Guest code always runs on a worker thread
-/// ([`codemode_bridge::workers`]), inline when the caller already is one.
+/// ([`codemode_workers`]), inline when the caller already is one.
 pub(crate) struct WasiInstance {
     vm: Option<Box<Vm>>,
     unstarted: Option<String>,
@@ -459,7 +459,7 @@ impl GuestInstance for WasiInstance {
     fn drive(&mut self, input: DriveInput) -> Result<DriveReport, EngineError> {
         let mut vm = self.vm.take().ok_or_else(|| internal("the guest instance is gone after an earlier failure"))?;
         let mut unstarted = self.unstarted.take();
-        let (vm, unstarted, report) = codemode_bridge::workers::run(move || {
+        let (vm, unstarted, report) = codemode_workers::run(move || {
             let report = drive(&mut *vm, &mut unstarted, input);
             (vm, unstarted, report)
         })

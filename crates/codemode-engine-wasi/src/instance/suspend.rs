@@ -19,7 +19,7 @@ impl Vm {
     /// (off a worker, on one): whoever waits for the snapshot does not wait for the reset.
     pub(crate) fn snapshot(mut self) -> Result<Vec<u8>, EngineError> {
         let bytes = self.encode();
-        if let Err(e) = codemode_bridge::workers::after_job(move || drop(self)) {
+        if let Err(e) = codemode_workers::after_job(move || drop(self)) {
             // The work, and with it the instance, is dropped here instead.
             tracing::debug!(error = %e, "tearing a snapshotted instance down inline");
         }

@@ -82,7 +82,7 @@ impl NestedCalls {
         let mut fut = Box::pin(fut);
         let _in_runtime = rt.enter();
         // Only a guest worker waits (never a runtime thread); the default (no wait) asks nothing.
-        if inline_wait.is_zero() || std::thread::current().name() != Some(codemode_bridge::workers::THREAD_NAME) {
+        if inline_wait.is_zero() || std::thread::current().name() != Some(codemode_workers::THREAD_NAME) {
             let mut cx = Context::from_waker(std::task::Waker::noop());
             if let Poll::Ready(end) = fut.as_mut().poll(&mut cx) {
                 return Some(finished(id, end));
@@ -195,9 +195,8 @@ impl NestedCalls {
             return Some(done);
         }
         let rx = &self.rx;
-        let (id, end) = codemode_bridge::workers::blocking(|| {
-            rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()
-        })?;
+        let (id, end) =
+            codemode_workers::blocking(|| rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok())?;
         self.running.remove(&id);
         Some(finished(id, end))
     }

@@ -10,7 +10,7 @@
 //!   snapshotted and stored, the nested calls keep running, and `wait` collects them.
 //!
 //! Threads: a whole `exec` / `wait` call runs on one guest worker thread
-//! ([`codemode_bridge::workers`]), never on the async executor. Engines run guest code inline there,
+//! ([`codemode_workers`]), never on the async executor. Engines run guest code inline there,
 //! and a nested call's future is polled once inline: a tool that answers at once costs no thread
 //! switch. Only calls that really wait are spawned on the tokio runtime; their results come back
 //! through a channel.
@@ -145,7 +145,7 @@ pub(crate) fn guest_limits(config: &CodeModeConfig) -> GuestLimits {
 /// Drops a finished instance once the worker has answered the call: tearing a VM down (resetting its
 /// memory for the next instance) is work no caller needs to wait for.
 fn dispose(instance: Box<dyn GuestInstance>) {
-    if let Err(e) = codemode_bridge::workers::after_job(move || drop(instance)) {
+    if let Err(e) = codemode_workers::after_job(move || drop(instance)) {
         tracing::debug!(error = %e, "disposing an instance inline");
     }
 }

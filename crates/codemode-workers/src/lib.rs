@@ -1,4 +1,13 @@
-//! Worker threads on which guest code runs.
+//! # codemode-workers
+//!
+//! The threads guest code runs on: the worker pool every engine and the runtime hand their guest
+//! work to (this crate's root), and the build-ahead slot ([`ahead`]) where an engine builds its first
+//! instance before a process's first run.
+//!
+//! Layering (docs/src/layout.md): depends on `codemode-core` only; the engines and the runtime
+//! depend on it. It knows nothing of the guest protocol (`codemode-bridge`), tools or stores.
+//!
+//! # Why a pool of its own
 //!
 //! Guest code must never run on an async executor's threads (contract B1: a busy guest must not stall
 //! the gateway), and it needs a known, large native stack: QuickJS's stack limit and wasmtime's
@@ -27,6 +36,9 @@
 //!   tool callback that blocks). Workers beyond [`target`] exit after a short idle time.
 //!
 //! So a queued job waits at most about [`STALL`] for a worker, however many runs are busy.
+#![forbid(unsafe_code)]
+
+pub mod ahead;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

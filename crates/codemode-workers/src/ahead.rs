@@ -77,7 +77,7 @@ impl<T: Send + 'static> Ahead<T> {
             drop(Finish(self, limits, None));
             return Err(EngineError::Unavailable(format!("cannot start the engine-loading thread: {e}")));
         }
-        if let Err(e) = crate::workers::start_one() {
+        if let Err(e) = crate::start_one() {
             tracing::debug!(error = %e, "cannot start a guest worker ahead of the first run");
         }
         Ok(())
@@ -89,7 +89,7 @@ impl<T: Send + 'static> Ahead<T> {
     pub fn take(&self, limits: &GuestLimits) -> Option<T> {
         let mut slot = self.lock();
         if matches!(&*slot, Slot::Building(l) if l == limits) {
-            slot = crate::workers::blocking(move || {
+            slot = crate::blocking(move || {
                 self.done
                     .wait_while(slot, |s| matches!(s, Slot::Building(l) if l == limits))
                     .unwrap_or_else(|p| p.into_inner())
