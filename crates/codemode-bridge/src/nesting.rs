@@ -89,7 +89,8 @@ pub fn nesting_estimate(src: &str) -> usize {
     let mut stack: Vec<Group> = vec![Group::default()];
     // The previous token is a value (identifier, literal, closing bracket): a group after it is a
     // call, index or body, a template after it is tagged, and a line break after it may end the
-    // segment. Operator words and statement headers are not values.
+    // segment. Operator words and statement headers are not values. This is counting only: where a
+    // `/` divides and where a regular expression starts is the token stream's decision.
     let mut value = false;
     let mut deepest = 0usize;
 
@@ -234,11 +235,25 @@ mod tests {
         }
     }
 
+    /// The token stream names only its known words; any other word would never match here.
+    #[test]
+    fn the_words_counted_are_words_the_stream_tells_apart() {
+        for w in OP_WORDS.iter().chain(&CONTINUATION_WORDS) {
+            assert!(crate::tokens::KNOWN_WORDS.contains(w), "{w}");
+        }
+    }
+
     #[test]
     fn hostile_lexical_tricks_do_not_hide_nesting() {
         // A fake regex or string cannot close groups early: they are skipped as a whole.
         let src = format!("const r = /)/; const s = ')'; return {}1{}", "(".repeat(1500), ")".repeat(1500));
         assert!(nesting_estimate(&src) > MAX_NESTING);
+        // A real division after an object literal or a function expression is not taken for a
+        // regex that would hide the brackets after it.
+        for head in ["x = {}", "x = function () {}", "x = class {}", "x = `${ {} }`"] {
+            let src = format!("{head} / {}1{} / 2", "(".repeat(1500), ")".repeat(1500));
+            assert!(nesting_estimate(&src) > MAX_NESTING, "{head}");
+        }
         // Unbalanced input is still bounded and scored.
         assert!(nesting_estimate(&"(".repeat(5000)) > MAX_NESTING);
         assert!(nesting_estimate(&")".repeat(5000)) < 10);

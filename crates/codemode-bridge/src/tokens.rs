@@ -1,5 +1,5 @@
 //! The one lexical pass over a JavaScript / TypeScript cell that both static scanners consume: the
-//! module guard ([`crate::modules`], contract X6) and the nesting estimate ([`crate::nesting`]).
+//! module guard ([`crate::modules`]) and the nesting estimate ([`crate::nesting`]).
 //! Because they read the same token stream, the guard and the bound cannot read a cell differently
 //! — in particular, they cannot disagree on where a regular expression starts.
 //!
@@ -18,20 +18,30 @@
 //!   text tokens around its substitutions, whose `${` and closing `}` are tokens of their own and
 //!   whose code (braces, further templates) is tokenized like any other;
 //! - `(` `[` `{` open and `)` `]` `}` close a bracket (each closer pops the innermost open bracket,
-//!   so every valid program pairs them exactly); `...`, `?.`, `++` and `--` are one punctuator
-//!   each, every other character is a punctuator alone.
+//!   so every valid program pairs them exactly); `...`, `?.`, `??`, `=>`, `++` and `--` are one
+//!   punctuator each, every other character is a punctuator alone.
 //!
 //! Whether a `/` starts a regular expression or divides is decided here and nowhere else, by one
 //! rule: after a value a `/` divides, anywhere else it starts a regular expression. Values are an
 //! identifier that is not one of [`REGEX_KEYWORDS`] (a property name always is one), a number,
 //! string or regular expression, a `)` that does not close an `if`/`while`/`for`/`with` header, a
-//! `]`, the end of a template literal, and a postfix `++` / `--` (one on the line of its value).
-//! A `}` that closes a block or an object literal is not a value (a block is far more common where
-//! a `/` follows), so `x = {} / 2` reads as the start of a regular expression; the engines' own
-//! run-time layer covers what a lexical reading cannot.
+//! `]`, the end of a template literal, a postfix `++` / `--` or TypeScript non-null `!` (on the
+//! line of its operand), and a `}` that closes an object literal (or object type) or the body of a
+//! function or class expression — not one that closes a block, a declaration's body or an arrow
+//! function's body. What a `{` opens is settled when it opens: the body of a function or class
+//! once its heading is over (an expression's body when the `function` / `class` keyword stood where
+//! no statement starts); after `=>` an arrow body; else a block where a statement starts (at the
+//! start, after `;`, a block's `{` or `}`, a header's `)`, `else`, `do`, a label's or `case`'s `:`,
+//! or a line break after a value) or after a value, and an object literal anywhere else.
+//!
+//! Where JavaScript itself leaves a reading open to context (a word that may be a variable or an
+//! operator), the stream reads a value: taking a division for a regular expression would hide
+//! code from both scanners (a `require(` from the guard, brackets from the nesting bound), which
+//! the opposite misreading cannot do to the bound. The engines' own run-time layer covers what a
+//! lexical reading of the guard misses.
 
 /// Words the token stream tells apart; every other identifier is `""`.
-pub(crate) const KNOWN_WORDS: [&str; 25] = [
+pub(crate) const KNOWN_WORDS: [&str; 28] = [
     "import",
     "require",
     "if",
@@ -57,28 +67,18 @@ pub(crate) const KNOWN_WORDS: [&str; 25] = [
     "keyof",
     "infer",
     "extends",
+    "function",
+    "class",
+    "async",
 ];
 
-/// Words after which an expression starts, so a `/` begins a regular expression. A cell is the
-/// body of an async function, so `await` is an operator; `yield` is one in the generators a cell
-/// may define.
-pub(crate) const REGEX_KEYWORDS: [&str; 15] = [
-    "return",
-    "typeof",
-    "instanceof",
-    "in",
-    "of",
-    "new",
-    "delete",
-    "void",
-    "throw",
-    "case",
-    "do",
-    "else",
-    "await",
-    "yield",
-    "extends",
-];
+/// Words after which an expression starts, so a `/` begins a regular expression: reserved words
+/// that are never an identifier, and `of` in a `for` header. A word that may also name a variable
+/// (`await` outside async functions, `yield` outside generators, `of`, `as`) is read as a value:
+/// taking a division for a regular expression would hide brackets from the nesting bound, while
+/// the opposite misreading (a regular expression awaited or yielded) only shows it more.
+pub(crate) const REGEX_KEYWORDS: [&str; 12] =
+    ["return", "typeof", "instanceof", "in", "new", "delete", "void", "throw", "case", "do", "else", "extends"];
 
 /// Words whose parenthesised header a statement follows: after its `)` an expression starts.
 pub(crate) const HEADER_WORDS: [&str; 4] = ["if", "while", "for", "with"];
@@ -122,8 +122,8 @@ pub(crate) enum Kind {
         /// It closes a statement header (see [`Kind::Open`]).
         header: bool,
     },
-    /// A punctuator (`/` when it divides): `...`, `?.`, `++` and `--` whole, anything else one
-    /// character.
+    /// A punctuator (`/` when it divides): `...`, `?.`, `??`, `=>`, `++` and `--` whole, anything
+    /// else one character.
     Punct {
         /// Its first character.
         first: u8,
@@ -147,12 +147,40 @@ pub(crate) struct Token {
     pub(crate) end: usize,
 }
 
-/// An open bracket on the stream's stack.
+/// An open bracket on the stream's stack (its bottom entry is the top level of the cell).
 #[derive(Clone, Copy)]
-enum Bracket {
-    Paren { header: bool },
-    Other,
+enum Open {
+    Top,
+    /// `(`: the header of an `if`/`while`/`for`/`with` (that word, else `""`), or the parameters
+    /// of a `function` (`Some(true)` in an expression).
+    Paren {
+        header: &'static str,
+        function: Option<bool>,
+    },
+    Square,
+    /// `{`: whether statements (or class members) stand inside, and whether its `}` leaves a value
+    /// (it closes an object literal, or the body of a function or class expression).
+    Brace {
+        statements: bool,
+        value: bool,
+    },
     Subst,
+}
+
+struct Level {
+    open: Open,
+    /// `?` of conditional expressions (or optional TypeScript members) still waiting for their `:`.
+    ternaries: usize,
+}
+
+/// What the previous token tells about a `{` right after it.
+#[derive(Clone, Copy)]
+enum Before {
+    Other,
+    /// `=>`: an arrow function's body.
+    Arrow,
+    /// `>`: the end of a TypeScript type argument list.
+    Angle,
 }
 
 /// What the next call to `next` reads.
@@ -168,25 +196,37 @@ enum Mode {
 /// The token stream of a cell (see the module docs).
 pub(crate) struct Tokens<'a> {
     s: Scanner<'a>,
-    brackets: Vec<Bracket>,
+    levels: Vec<Level>,
     mode: Mode,
-    /// The previous token is a value: a `/` divides.
+    /// The previous token leaves a value: a `/` divides.
     value: bool,
+    /// A statement starts at the next token.
+    statement: bool,
     /// The previous token is `.`, `?.` or `#`: a word is a property name.
     member: bool,
     /// The previous token, when it is a known word in code position (else `""`).
     word: &'static str,
+    before: Before,
+    /// A `function` keyword waiting for its parameters: (it is an expression, its stack depth).
+    function: Option<(bool, usize)>,
+    /// A function (after its parameters) or class (after its keyword) waiting for its body: (it
+    /// is an expression, its stack depth).
+    body: Option<(bool, usize)>,
 }
 
 impl<'a> Tokens<'a> {
     pub(crate) fn new(src: &'a str) -> Self {
         Tokens {
             s: Scanner { b: src.as_bytes(), i: 0, line: 1 },
-            brackets: Vec::new(),
+            levels: vec![Level { open: Open::Top, ternaries: 0 }],
             mode: Mode::Code,
             value: false,
+            statement: true,
             member: false,
             word: "",
+            before: Before::Other,
+            function: None,
+            body: None,
         }
     }
 
@@ -199,63 +239,151 @@ impl<'a> Tokens<'a> {
         tail
     }
 
-    fn code_token(&mut self) -> Kind {
+    /// Reads a token in code; returns it, whether it leaves a value (the one regex-vs-division
+    /// rule, module docs) and whether a statement starts after it.
+    fn code_token(&mut self, newline_before: bool, before: Before, member: bool) -> (Kind, bool, bool) {
+        // A semicolon is inserted at a line break after a value or `return`.
+        let at_statement = self.statement || newline_before && (self.value || self.word == "return");
+        let depth = self.levels.len();
         let s = &mut self.s;
         let c = s.peek(0);
         match c {
-            b'/' if self.value => {
-                s.bump();
-                Kind::Punct { first: c, len: 1 }
-            }
+            b'/' if self.value => (s.punct(1), false, false),
             b'/' => {
                 s.skip_regex();
-                Kind::Regex
+                (Kind::Regex, true, false)
             }
             b'\'' | b'"' => {
                 s.skip_string(c);
-                Kind::Str
+                (Kind::Str, true, false)
             }
             b'`' => {
                 s.bump();
                 let tail = self.template_text();
-                Kind::Template { head: true, tail }
+                (Kind::Template { head: true, tail }, tail, false)
             }
             b'(' | b'[' | b'{' => {
                 s.bump();
-                let header = c == b'(' && HEADER_WORDS.contains(&self.word);
-                self.brackets.push(match c {
-                    b'(' => Bracket::Paren { header },
-                    _ => Bracket::Other,
-                });
-                Kind::Open { byte: c, header }
+                let word = if c == b'(' && HEADER_WORDS.contains(&self.word) { self.word } else { "" };
+                let header = !word.is_empty();
+                let open = match c {
+                    b'(' => {
+                        let function = self.function.take_if(|&mut (_, d)| d == depth).map(|(e, _)| e);
+                        Open::Paren { header: word, function }
+                    }
+                    b'[' => Open::Square,
+                    _ => {
+                        let body = self.body.filter(|&(_, d)| d == depth).map(|(e, _)| e);
+                        let (statements, value) = match body {
+                            // The body follows the parameters or the class heading (a TypeScript
+                            // return type or type parameters may stand between: they end in a
+                            // value or `>`); a `{` before it opens an object type.
+                            Some(expression) if self.value || matches!(before, Before::Angle) => {
+                                self.body = None;
+                                (true, expression)
+                            }
+                            Some(_) => (false, true),
+                            None if matches!(before, Before::Arrow) => (true, false),
+                            None if at_statement || self.value => (true, false),
+                            None => (false, true),
+                        };
+                        Open::Brace { statements, value }
+                    }
+                };
+                self.levels.push(Level { open, ternaries: 0 });
+                (Kind::Open { byte: c, header }, false, matches!(open, Open::Brace { statements: true, .. }))
             }
             b')' | b']' | b'}' => {
                 s.bump();
-                match self.brackets.pop() {
-                    Some(Bracket::Subst) if c == b'}' => {
+                let open = if depth > 1 { self.levels.pop().map(|l| l.open) } else { None };
+                self.function = self.function.filter(|&(_, d)| d < depth);
+                self.body = self.body.filter(|&(_, d)| d < depth);
+                let close = Kind::Close { byte: c, header: false };
+                match open {
+                    Some(Open::Subst) if c == b'}' => {
                         self.mode = Mode::Text;
-                        Kind::SubstClose
+                        (Kind::SubstClose, false, false)
                     }
-                    Some(Bracket::Paren { header }) => Kind::Close { byte: c, header },
-                    _ => Kind::Close { byte: c, header: false },
+                    Some(Open::Paren { header, function }) => {
+                        if let Some(expression) = function {
+                            self.body = Some((expression, depth - 1));
+                        }
+                        let header = !header.is_empty();
+                        (Kind::Close { byte: c, header }, !header, header)
+                    }
+                    Some(Open::Brace { value, .. }) => (close, value, !value),
+                    _ => (close, c != b'}', c == b'}'),
                 }
             }
             b'0'..=b'9' => {
                 s.skip_number();
-                Kind::Number
+                (Kind::Number, true, false)
             }
             b'.' if s.peek(1).is_ascii_digit() => {
                 s.skip_number();
-                Kind::Number
+                (Kind::Number, true, false)
             }
-            b'.' if s.peek(1) == b'.' && s.peek(2) == b'.' => s.punct(3),
-            b'?' if s.peek(1) == b'.' && !s.peek(2).is_ascii_digit() => s.punct(2),
-            b'+' | b'-' if s.peek(1) == c => s.punct(2),
+            b'.' if s.peek(1) == b'.' && s.peek(2) == b'.' => (s.punct(3), false, false),
+            b'?' if s.peek(1) == b'.' && !s.peek(2).is_ascii_digit() => {
+                self.member = true;
+                (s.punct(2), false, false)
+            }
+            b'?' if s.peek(1) == b'?' => (s.punct(2), false, false),
+            b'=' if s.peek(1) == b'>' => {
+                self.before = Before::Arrow;
+                (s.punct(2), false, false)
+            }
+            // A postfix `++` / `--` (on its value's line) leaves a value; a prefix one does not.
+            b'+' | b'-' if s.peek(1) == c => (s.punct(2), self.value && !newline_before, false),
             c if c == b'_' || c == b'$' || c.is_ascii_alphabetic() || c == b'\\' || c >= 0x80 => {
                 let w = s.read_word();
-                Kind::Word(if self.member { "" } else { w })
+                let w = if member { "" } else { w };
+                match w {
+                    "function" => self.function = Some((!at_statement, depth)),
+                    "class" => self.body = Some((!at_statement, depth)),
+                    _ => {}
+                }
+                let in_for = matches!(self.levels.last(), Some(Level { open: Open::Paren { header: "for", .. }, .. }));
+                let value = !(REGEX_KEYWORDS.contains(&w) || w == "of" && in_for);
+                let statement = matches!(w, "else" | "do") || w == "async" && at_statement;
+                (Kind::Word(w), value, statement)
             }
-            _ => s.punct(1),
+            // A TypeScript non-null `!` after a value (on its line) leaves a value.
+            b'!' if self.value && !newline_before => (s.punct(1), true, false),
+            _ => {
+                let token = s.punct(1);
+                let level = self.levels.last_mut();
+                let statement = match (c, level) {
+                    (b';', level) => {
+                        if let Some(l) = level {
+                            l.ternaries = 0;
+                        }
+                        self.function = self.function.filter(|&(_, d)| d != depth);
+                        self.body = self.body.filter(|&(_, d)| d != depth);
+                        true
+                    }
+                    (b'?', Some(l)) => {
+                        l.ternaries += 1;
+                        false
+                    }
+                    (b':', Some(l)) if l.ternaries > 0 => {
+                        l.ternaries -= 1;
+                        false
+                    }
+                    // A label's or a `case`'s colon (an object literal's is not among statements).
+                    (b':', Some(l)) => matches!(l.open, Open::Top | Open::Brace { statements: true, .. }),
+                    (b'.' | b'#', _) => {
+                        self.member = true;
+                        false
+                    }
+                    (b'>', _) => {
+                        self.before = Before::Angle;
+                        false
+                    }
+                    _ => false,
+                };
+                (token, false, statement)
+            }
         }
     }
 }
@@ -264,8 +392,8 @@ impl Iterator for Tokens<'_> {
     type Item = Token;
 
     fn next(&mut self) -> Option<Token> {
-        let mut newline_before = false;
         let mode = std::mem::replace(&mut self.mode, Mode::Code);
+        let mut newline_before = false;
         if mode == Mode::Code {
             newline_before = self.s.skip_trivia();
             if self.s.at_end() {
@@ -273,30 +401,21 @@ impl Iterator for Tokens<'_> {
             }
         }
         let (start, line) = (self.s.i, self.s.line);
-        let kind = match mode {
-            Mode::Code => self.code_token(),
-            Mode::Text => Kind::Template { head: false, tail: self.template_text() },
+        let before = std::mem::replace(&mut self.before, Before::Other);
+        let member = std::mem::take(&mut self.member);
+        let (kind, value, statement) = match mode {
+            Mode::Code => self.code_token(newline_before, before, member),
+            Mode::Text => {
+                let tail = self.template_text();
+                (Kind::Template { head: false, tail }, tail, false)
+            }
             Mode::Subst => {
                 self.s.skip(2);
-                self.brackets.push(Bracket::Subst);
-                Kind::SubstOpen
+                self.levels.push(Level { open: Open::Subst, ternaries: 0 });
+                (Kind::SubstOpen, false, false)
             }
         };
-        // The one regex-vs-division rule (module docs): does this token leave a value?
-        self.value = match kind {
-            Kind::Word(w) => !REGEX_KEYWORDS.contains(&w),
-            Kind::Number | Kind::Str | Kind::Regex => true,
-            Kind::Template { tail, .. } => tail,
-            Kind::SubstOpen | Kind::SubstClose | Kind::Open { .. } => false,
-            Kind::Close { byte, header } => byte != b'}' && !header,
-            // A postfix `++` / `--` (on its value's line) leaves a value; a prefix one does not.
-            Kind::Punct { first: b'+' | b'-', len: 2 } => self.value && !newline_before,
-            Kind::Punct { .. } => false,
-        };
-        self.member = matches!(
-            kind,
-            Kind::Punct { first: b'.', len: 1 } | Kind::Punct { first: b'?', len: 2 } | Kind::Punct { first: b'#', .. }
-        );
+        (self.value, self.statement) = (value, statement);
         self.word = match kind {
             Kind::Word("await") if self.word == "for" => "for",
             Kind::Word(w) => w,
@@ -364,20 +483,25 @@ impl Scanner<'_> {
     fn skip_trivia(&mut self) -> bool {
         let mut newline = false;
         loop {
-            if self.peek(0) == b'/' && self.peek(1) == b'/' {
-                self.skip_line_comment();
-            } else if self.peek(0) == b'/' && self.peek(1) == b'*' {
-                newline |= self.skip_block_comment();
-            } else if self.peek(0) == b'\n' {
-                newline = true;
-                self.bump();
-            } else if let n @ 1.. = self.line_break_len() {
-                newline = true;
-                self.skip(n);
-            } else if let n @ 1.. = self.space_len() {
-                self.skip(n);
-            } else {
-                return newline;
+            match self.peek(0) {
+                b' ' | b'\t' | 0x0B | 0x0C => self.i += 1,
+                b'\n' | b'\r' => {
+                    newline = true;
+                    self.bump();
+                }
+                b'/' if self.peek(1) == b'/' => self.skip_line_comment(),
+                b'/' if self.peek(1) == b'*' => newline |= self.skip_block_comment(),
+                0xC2 | 0xE1..=0xE3 | 0xEF => {
+                    if let n @ 1.. = self.line_break_len() {
+                        newline = true;
+                        self.skip(n);
+                    } else if let n @ 1.. = self.space_len() {
+                        self.skip(n);
+                    } else {
+                        return newline;
+                    }
+                }
+                _ => return newline,
             }
         }
     }
@@ -392,7 +516,7 @@ impl Scanner<'_> {
     fn skip_block_comment(&mut self) -> bool {
         let mut newline = false;
         self.skip(2);
-        while !self.at_end() && !(self.peek(0) == b'*' && self.peek(1) == b'/') {
+        while !(self.at_end() || self.peek(0) == b'*' && self.peek(1) == b'/') {
             newline |= self.line_break_len() > 0;
             self.bump();
         }
@@ -426,7 +550,11 @@ impl Scanner<'_> {
             }
             len += 1;
         }
-        let word = buf.get(..len).filter(|_| ascii).unwrap_or(&[]);
+        // Known words are 2 to 10 lowercase letters: most identifiers are told apart here.
+        let word = buf.get(..len).filter(|w| ascii && w.len() >= 2 && w[0].is_ascii_lowercase()).unwrap_or(&[]);
+        if word.is_empty() {
+            return "";
+        }
         KNOWN_WORDS.into_iter().find(|k| k.as_bytes() == word).unwrap_or("")
     }
 
@@ -543,176 +671,4 @@ impl Scanner<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::modules::find_module_access;
-    use crate::nesting::nesting_estimate;
-
-    fn kinds(src: &str) -> Vec<Kind> {
-        Tokens::new(src).map(|t| t.kind).collect()
-    }
-
-    /// Code before a `/`, and whether that `/` divides (else it starts a regular expression).
-    const SPLITS: [(&str, bool); 34] = [
-        ("a", true),
-        ("a / b", true),
-        ("x = ", false),
-        ("x = /re/g", true),
-        ("x = /[/]/", true),
-        ("x = /[/]/g.source", true),
-        ("x = /a\\// +", false),
-        ("if (a) ", false),
-        ("while (f(a)) ", false),
-        ("for (;;) ", false),
-        ("for await (const x of y) ", false),
-        ("f(a) ", true),
-        ("a[0] ", true),
-        ("return ", false),
-        ("typeof ", false),
-        ("await ", false),
-        ("obj.return ", true),
-        ("obj?.typeof ", true),
-        ("this.#return ", true),
-        ("a++ ", true),
-        ("a--", true),
-        ("x = ++", false),
-        ("a\n++", false),
-        ("`t${a}`", true),
-        ("`t${ `u${ { a: b }[c] }` }`", true),
-        ("x = `${ {} }`", true),
-        ("/* /re/ */ a", true),
-        ("a /* / */", true),
-        ("// /x/\na", true),
-        ("{ } ", false),
-        ("x ? ", false),
-        ("1 ", true),
-        ("'s' ", true),
-        ("a\u{a0}in ", false),
-    ];
-
-    /// The guard and the bound read every tricky split alike, and as the token stream does: when
-    /// the `/` divides, both see the `require((((…))))` after it (the guard finds it, the bound
-    /// counts its parentheses); when it starts a regular expression, neither does.
-    #[test]
-    fn both_scanners_split_regex_and_division_alike() {
-        let parens = 30;
-        for (prefix, divides) in SPLITS {
-            let src = format!("{prefix} / require({}1{}) / 2", "(".repeat(parens), ")".repeat(parens));
-            let at = Tokens::new(&src).find(|t| t.start >= prefix.len()).map(|t| t.kind);
-            let expected = if divides { Kind::Punct { first: b'/', len: 1 } } else { Kind::Regex };
-            assert_eq!(at, Some(expected), "tokens of {src:?}");
-            assert_eq!(find_module_access(&src).is_some(), divides, "guard on {src:?}");
-            assert_eq!(nesting_estimate(&src) > parens, divides, "bound on {src:?}: {}", nesting_estimate(&src));
-        }
-    }
-
-    /// No regex decision outside this module: the consumers never look at a `/` themselves (the
-    /// scanner is private here), so they cannot drift apart again.
-    #[test]
-    fn only_the_token_stream_tells_a_regex_from_a_division() {
-        for (name, src) in [("modules.rs", include_str!("modules.rs")), ("nesting.rs", include_str!("nesting.rs"))] {
-            let code = src.split("#[cfg(test)]").next().unwrap_or("");
-            for needle in ["b'/'", "Scanner", "skip_", "REGEX_KEYWORDS", "HEADER_WORDS", "peek(0)", ".as_bytes()"] {
-                assert!(!code.contains(needle), "{name} lexes on its own: it contains {needle}");
-            }
-        }
-    }
-
-    /// `require(` after a `/` that one of the former scanners misread is now found, and the line
-    /// is right.
-    #[test]
-    fn require_after_a_once_misread_slash_is_found() {
-        for src in [
-            // The guard read the `/` after a postfix `++` as a regex and skipped to the next `/`.
-            "let a = 1;\na++ / 2; require('fs'); a = a / 3",
-            "let a = 1;\na-- / 2; require('fs'); a = a / 3",
-            // The bound read `obj.return / 2` as a regex (`return` was an operator word to it).
-            "const obj = {};\nobj.return / 2; require('fs'); 1 / 3",
-            // NBSP is white space: `in` is a keyword and `/'/` a regex, not a string start.
-            "const a = 1;\na\u{a0}in /'/; require('fs'); '/'",
-            // A line comment ends at CR, U+2028 and U+2029 as in JavaScript.
-            "// note\n// note\rrequire('fs')",
-            "// note\n// note\u{2028}require('fs')",
-            "// note\n/* x */ // note\u{2029}require('fs')",
-            // Escapes in an identifier spell the same name.
-            "const a = 1;\n\\u0072equire('fs')",
-            "const a = 1;\n\\u{72}equire('fs')",
-            // The guard read `await` as a value: `/'/` as a division and a string start.
-            "const a = 1;\nawait /'/; require('fs'); '",
-        ] {
-            let f = find_module_access(src);
-            assert_eq!(f.as_ref().map(|f| (f.what, f.line)), Some(("require()", 2)), "{src:?}");
-        }
-    }
-
-    #[test]
-    fn templates_nest_on_an_explicit_stack() {
-        use Kind::*;
-        let t = |head, tail| Template { head, tail };
-        let open = |byte| Open { byte, header: false };
-        let close = |byte| Close { byte, header: false };
-        assert_eq!(
-            kinds("`a${ {b: `c${d}e`} }f`"),
-            [
-                t(true, false),
-                SubstOpen,
-                open(b'{'),
-                Word(""),
-                Punct { first: b':', len: 1 },
-                t(true, false),
-                SubstOpen,
-                Word(""),
-                SubstClose,
-                t(false, true),
-                close(b'}'),
-                SubstClose,
-                t(false, true),
-            ]
-        );
-        // A `}` inside template text or a string closes nothing.
-        assert_eq!(kinds("`}`; '}'"), [t(true, true), Punct { first: b';', len: 1 }, Str]);
-        // 100,000 nested templates: no recursion, nothing left open by mistake.
-        let n = 100_000;
-        let deep = format!("`{}x{}` / 2", "${`".repeat(n), "`}".repeat(n));
-        let last = Tokens::new(&deep).last().map(|t| t.kind);
-        assert_eq!(last, Some(Number));
-        assert!(find_module_access(&format!("{deep}; require('x')")).is_some());
-    }
-
-    #[test]
-    fn words_lines_and_line_breaks() {
-        let toks: Vec<Token> = Tokens::new("import x\n  /* a\nb */ a.import?.require\r\n#in").collect();
-        let words: Vec<_> =
-            toks.iter().filter_map(|t| if let Kind::Word(w) = t.kind { Some(w) } else { None }).collect();
-        assert_eq!(words, ["import", "", "", "", "", ""]);
-        let lines: Vec<_> = toks.iter().map(|t| (t.line, t.newline_before)).collect();
-        assert_eq!(lines[..3], [(1, false), (1, false), (3, true)]);
-        assert_eq!(toks.iter().rev().nth(1).map(|t| (t.line, t.newline_before)), Some((4, true)));
-        // Every word the consumers look for is one the stream tells apart.
-        for w in REGEX_KEYWORDS.iter().chain(&HEADER_WORDS) {
-            assert!(KNOWN_WORDS.contains(w), "{w}");
-        }
-    }
-
-    /// No input panics or stalls: the stream always moves forward, stays in bounds and ends,
-    /// whatever it is cut at (every character boundary of a sample full of unfinished literals).
-    #[test]
-    fn any_input_tokenizes_forward_and_in_bounds() {
-        let sample = "a = `x${ {b: '\\''} }\u{2028}é${`${/[/]\\//g}`}` / 2 /* c \u{3000} */ // d\r\n\
-                      \\u{72}equire(\\u{110000} x.#y ?.5 ... a++ --b '\\\r\n' \u{feff}`";
-        let cuts = sample.char_indices().map(|(i, _)| i).chain([sample.len()]);
-        let extra = ["", "/", "`", "`${", "${", "}", "}}}", "'\\", "/[", "\\u{", "\\u", "/*", "\u{2029}", "a\u{a0}"];
-        for src in cuts.map(|i| &sample[..i]).chain(extra) {
-            let mut end = 0;
-            let mut count = 0;
-            for t in Tokens::new(src) {
-                assert!(end <= t.start && t.start <= t.end && t.end <= src.len(), "{src:?}: {t:?}");
-                end = t.end;
-                count += 1;
-            }
-            assert!(count <= 2 * src.len() + 1, "{src:?}");
-            let _ = find_module_access(src);
-            assert!(nesting_estimate(src) <= src.chars().count() + 1, "{src:?}");
-        }
-    }
-}
+mod tests;
