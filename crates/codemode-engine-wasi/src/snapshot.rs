@@ -461,9 +461,12 @@ pub mod fuzzing {
         out
     }
 
+    /// Runs of a decoded snapshot: `(address, memory content)`.
+    pub type Runs = Vec<(usize, Vec<u8>)>;
+
     /// Decodes `bytes` (for [`ENGINE`] / [`BUILD`]) against the base image `base`: the memory size
-    /// its header states and every run as `(address, memory content)`.
-    pub fn decode_runs(bytes: &[u8], base: &[u8]) -> Result<(u64, Vec<(usize, Vec<u8>)>), SnapshotError> {
+    /// its header states and every run.
+    pub fn decode_runs(bytes: &[u8], base: &[u8]) -> Result<(u64, Runs), SnapshotError> {
         let d = decode(bytes, ENGINE, BUILD, base)?;
         Ok((d.header.memory_bytes, d.runs().map(|(at, c)| (at, c.to_vec())).collect()))
     }
