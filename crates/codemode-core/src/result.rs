@@ -186,6 +186,16 @@ impl CodeModeResult {
         }
     }
 
+    /// The output items, to change (a host that resumes a run itself carries the output of the
+    /// results it did not hand back into the one it does).
+    pub fn output_mut(&mut self) -> &mut Vec<CodeModeOutput> {
+        match self {
+            CodeModeResult::Completed { output, .. }
+            | CodeModeResult::Waiting { output, .. }
+            | CodeModeResult::Failed { output, .. } => output,
+        }
+    }
+
     /// The `runId` of a waiting result.
     pub fn run_id(&self) -> Option<&str> {
         match self {

@@ -51,6 +51,20 @@ pub struct CodeModeTelemetry {
     /// Wall-clock milliseconds spent inside `exec`/`wait` calls of this run.
     #[serde(default)]
     pub duration_ms: u64,
+    /// Bytes of nested tool results the cell received over the run (each result's compact JSON, or a
+    /// failed call's error message): what the cell read without the model reading it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_result_bytes: u64,
+    /// Bytes handed back to the caller over the run: each `exec` / `wait` result's output text plus
+    /// its return value (compact JSON) or error message, summed over the run's results so far (this
+    /// one included) — what the model read. Against [`tool_result_bytes`](Self::tool_result_bytes),
+    /// what code mode kept out of the model's context.
+    #[serde(default)]
+    pub returned_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Counts of failures caused by limits (contract §17: timeout, memory, snapshot and output-limit failures).

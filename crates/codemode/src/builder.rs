@@ -40,6 +40,7 @@ pub struct CodeModeBuilder {
     loops: LoopPolicy,
     observe_results: bool,
     inline_wait: std::time::Duration,
+    auto_wait: crate::AutoWait,
 }
 
 impl CodeModeBuilder {
@@ -67,6 +68,7 @@ impl CodeModeBuilder {
             loops: LoopPolicy::default(),
             observe_results: true,
             inline_wait: std::time::Duration::ZERO,
+            auto_wait: crate::AutoWait::OFF,
         }
     }
 
@@ -84,6 +86,13 @@ impl CodeModeBuilder {
     /// `observed`, with how many results they are based on. Only shapes are kept, never values.
     pub fn observe_result_types(mut self, on: bool) -> Self {
         self.observe_results = on;
+        self
+    }
+
+    /// How far `exec` / `wait` resume a `waiting` run themselves before handing it back
+    /// (zero-token waiting; see [`crate::AutoWait`]). Off by default.
+    pub fn auto_wait(mut self, budget: crate::AutoWait) -> Self {
+        self.auto_wait = budget;
         self
     }
 
@@ -321,6 +330,7 @@ impl CodeModeBuilder {
                 inner
             }),
             extra,
+            auto_wait: self.auto_wait,
         }
     }
 }

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+mod auto_wait;
 mod builder;
 pub mod config_file;
 mod engines;
@@ -82,6 +83,7 @@ pub fn idempotency_key(call: &codemode_core::NestedToolCall) -> String {
 /// The `_meta` key of an upstream `tools/call` carrying [`idempotency_key`].
 pub const IDEMPOTENCY_META_KEY: &str = "io.codemode/idempotencyKey";
 
+pub use auto_wait::AutoWait;
 use builder::BuildInputs;
 pub use builder::CodeModeBuilder;
 pub use engines::{Engines, RegisterError};
@@ -174,6 +176,7 @@ impl ToolExecutor for Router {
 pub struct CodeMode {
     inner: Arc<Inner>,
     extra: Arc<BuildInputs>,
+    auto_wait: AutoWait,
 }
 
 impl std::fmt::Debug for CodeMode {
@@ -218,11 +221,14 @@ impl CodeMode {
         if let Some(refused) = self.outer_hooks(event).await {
             return refused;
         }
+        let started = std::time::Instant::now();
         let (ctx2, input) = (ctx.clone(), input.clone());
-        self.control_call(crate::surface::EXEC, ctx, None, observer, move |inner, rt, handles| {
-            inner.exec(rt, &ctx2, &input, handles)
-        })
-        .await
+        let r = self
+            .control_call(crate::surface::EXEC, ctx, None, observer.clone(), move |inner, rt, handles| {
+                inner.exec(rt, &ctx2, &input, handles)
+            })
+            .await;
+        self.keep_waiting(ctx, r, started, observer).await
     }
 
     /// One `exec` / `wait` call on a guest worker, inside its span, with its start and end
@@ -375,6 +381,18 @@ impl CodeMode {
 
     /// [`Self::wait`] with an observer, like [`Self::exec_observed`].
     pub async fn wait_observed(
+        &self,
+        ctx: &RunContext,
+        input: &CodeModeWaitInput,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> CodeModeResult {
+        let started = std::time::Instant::now();
+        let r = self.wait_once(ctx, input, observer.clone()).await;
+        self.keep_waiting(ctx, r, started, observer).await
+    }
+
+    /// One `wait` call, without auto-wait.
+    async fn wait_once(
         &self,
         ctx: &RunContext,
         input: &CodeModeWaitInput,

@@ -41,15 +41,17 @@ impl CodeMode {
     /// cell and returns at once; `done` receives the result on the guest worker thread that ran it
     /// (or, with [`ToolHook`]s, on a runtime thread). This saves the two thread switches of
     /// awaiting a future on the runtime and handing its result over. [`CallHandle::cancel`] aborts
-    /// the run as dropping [`Self::exec`]'s future does. Call it inside a tokio runtime context
-    /// (`Handle::enter`); without one, `done` gets an `internal_error` result.
+    /// the run as dropping [`Self::exec`]'s future does. With an auto-wait budget
+    /// ([`crate::AutoWait`]) `done` receives the result the budget ends on. Call it inside a tokio
+    /// runtime context (`Handle::enter`); without one, `done` gets an `internal_error` result.
     pub fn exec_then(
         &self,
         ctx: &RunContext,
         input: &CodeModeExecInput,
         done: impl FnOnce(CodeModeResult) + Send + 'static,
     ) -> CallHandle {
-        if !self.inner.hooks.is_empty() {
+        // Hooks and auto-wait need the async path.
+        if !self.inner.hooks.is_empty() || !self.auto_wait.is_off() {
             let (this, ctx, input) = (self.clone(), ctx.clone(), input.clone());
             return self.spawn_then(async move { this.exec(&ctx, &input).await }, done);
         }
@@ -66,7 +68,8 @@ impl CodeMode {
         input: &CodeModeWaitInput,
         done: impl FnOnce(CodeModeResult) + Send + 'static,
     ) -> CallHandle {
-        if !self.inner.hooks.is_empty() {
+        // Hooks and auto-wait need the async path.
+        if !self.inner.hooks.is_empty() || !self.auto_wait.is_off() {
             let (this, ctx, input) = (self.clone(), ctx.clone(), input.clone());
             return self.spawn_then(async move { this.wait(&ctx, &input).await }, done);
         }

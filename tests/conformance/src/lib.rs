@@ -307,6 +307,10 @@ pub fn normalize(mut v: Value) -> Value {
             let first = e.as_str().and_then(|t| t.lines().next()).unwrap_or("").to_string();
             let name = first.split_once(':').map(|(n, _)| n.trim().to_string()).unwrap_or(first);
             *e = Value::String(name);
+            // The bytes returned count the failure's message, whose wording is the engine's.
+            if let Some(b) = r.get_mut("telemetry").and_then(|t| t.get_mut("returnedBytes")) {
+                *b = json!("[with the engine's message]");
+            }
         }
     }
     match &mut v {

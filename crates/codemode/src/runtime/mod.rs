@@ -429,6 +429,7 @@ impl Inner {
         telemetry.exec_count = 1;
         let early = |err: CodeModeError, mut telemetry: CodeModeTelemetry| {
             telemetry.duration_ms = call.started.elapsed().as_millis() as u64;
+            telemetry.returned_bytes = err.message.len() as u64;
             CodeModeResult::failed(err, Vec::new(), telemetry)
         };
         if !self.config.enabled {
@@ -523,6 +524,7 @@ impl Inner {
         let lookup_failure = |err: CodeModeError| {
             let mut t = self.base_telemetry();
             t.duration_ms = call.started.elapsed().as_millis() as u64;
+            t.returned_bytes = err.message.len() as u64;
             CodeModeResult::failed(err, Vec::new(), t)
         };
         let run_id = match RunId::parse(&input.run_id) {

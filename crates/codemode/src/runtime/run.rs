@@ -10,7 +10,7 @@ use codemode_core::engine::{BootSource, Delivery, GuestError, RequestId};
 use codemode_core::executor::{RunEvent, RunObserver};
 use codemode_core::namespace::RunNamespaces;
 use codemode_core::positions::CellPositions;
-use codemode_core::result::{CodeModePendingToolCall, PendingCallKind};
+use codemode_core::result::{CodeModePendingToolCall, PendingCallKind, json_len};
 use codemode_core::scope::{RunContext, RunId};
 use codemode_core::store::PendingRequest;
 use codemode_core::telemetry::CodeModeTelemetry;
@@ -146,6 +146,11 @@ impl Run {
             if d.outcome.is_err() {
                 self.telemetry.failed_call_count += 1;
             }
+            let received = match &d.outcome {
+                Ok(v) => json_len(v),
+                Err(e) => e.message.len(),
+            };
+            self.telemetry.tool_result_bytes = self.telemetry.tool_result_bytes.saturating_add(received as u64);
             let tool_id = p.tool_id.unwrap_or_default();
             if let (Some((_, history)), Ok(v)) = (&self.loops, &d.outcome) {
                 history.lock().unwrap_or_else(|p| p.into_inner()).record_output(loop_key(&self.id, d.id), v);

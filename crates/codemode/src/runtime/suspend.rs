@@ -31,6 +31,7 @@ impl Inner {
         self.save_loop_history(rt, &run);
         self.sync_observed(rt);
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        run.telemetry.returned_bytes += call.output_used + value_len;
         CodeModeResult::Completed { value, output: std::mem::take(&mut call.output), telemetry: run.telemetry }
     }
 
@@ -59,6 +60,7 @@ impl Inner {
         }
         tracing::debug!(run = %run.id, code = ?err.code, "code mode run failed");
         run.telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        run.telemetry.returned_bytes += call.output_used + err.message.len() as u64;
         CodeModeResult::failed(err, call.output, run.telemetry)
     }
 
@@ -146,6 +148,7 @@ impl Inner {
         }
         let mut telemetry = run.telemetry.clone();
         telemetry.duration_ms += call.started.elapsed().as_millis() as u64;
+        telemetry.returned_bytes += call.output_used;
         let now = self.now_ms();
         let expires_at_ms = now.saturating_add(self.config.snapshot_ttl_seconds.saturating_mul(1000));
         let suspended = SuspendedRun {
