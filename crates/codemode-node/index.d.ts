@@ -92,9 +92,25 @@ export interface CallOptions {
   provider?: string
   /** The model the run is for; a `wait` names the same. */
   model?: string
+  /**
+   * Zero-token waiting: the call resumes a `waiting` run itself until it ends or this budget runs
+   * out (wall time from the call's start, checked between resumes; number of resumes), and only
+   * then hands `waiting` back. A run with a call parked for approval comes back at once. The
+   * output of the results not handed back is carried into the one that is. Default: none.
+   */
+  autoWait?: AutoWait
   /** Aborts the run when signalled. */
   signal?: AbortSignal
 }
+
+/** An auto-wait budget (see `CallOptions.autoWait`). */
+export interface AutoWait {
+  maxWallMs: number
+  maxResumes: number
+}
+
+/** The framework adapters' default auto-wait budget: 5 minutes, 50 resumes. */
+export const ADAPTER_AUTO_WAIT: Readonly<AutoWait>
 
 /** An output item of a cell (`console.log`, `text(...)`, `json(...)`). */
 export type Output = { type: 'text'; text: string } | { type: 'json'; value: Json }

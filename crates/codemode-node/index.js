@@ -30,6 +30,21 @@ function coded(e) {
   return e
 }
 
+/**
+ * The auto-wait budget the framework adapters use unless told otherwise: a call resumes a waiting
+ * run itself for up to 5 minutes and 50 resumes.
+ */
+const ADAPTER_AUTO_WAIT = Object.freeze({ maxWallMs: 300000, maxResumes: 50 })
+
+/** Checks an auto-wait budget `{ maxWallMs, maxResumes }` (non-negative integers). */
+function budget(b) {
+  const ok = (n) => Number.isInteger(n) && n >= 0 && n <= 0xffffffff
+  if (!ok(b.maxWallMs) || !ok(b.maxResumes)) {
+    throw new TypeError('autoWait must be { maxWallMs, maxResumes } with non-negative integers')
+  }
+  return { maxWallMs: b.maxWallMs, maxResumes: b.maxResumes }
+}
+
 /** Deepest nesting a tool result may have (a deeper one is refused, not converted). */
 const MAX_DEPTH = 256
 
@@ -239,8 +254,14 @@ class CodeMode {
   }
 
   _caller(options) {
-    const { session = this.session, agent, provider, model } = options
-    return { session, agent: agent ?? undefined, provider: provider ?? undefined, model: model ?? undefined }
+    const { session = this.session, agent, provider, model, autoWait } = options
+    return {
+      session,
+      agent: agent ?? undefined,
+      provider: provider ?? undefined,
+      model: model ?? undefined,
+      autoWait: autoWait ? budget(autoWait) : undefined,
+    }
   }
 
   exec(code, options = {}) {
@@ -293,4 +314,4 @@ class CodeMode {
   }
 }
 
-module.exports = { CodeMode, CodeModeError, tool, checkJson, version: native.version() }
+module.exports = { CodeMode, CodeModeError, tool, checkJson, ADAPTER_AUTO_WAIT, version: native.version() }

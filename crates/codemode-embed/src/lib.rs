@@ -23,7 +23,7 @@
 
 use codemode::CodeModeErrorCode;
 use codemode::config_file::ConfigFile;
-pub use codemode::{ApprovalDecision, CallHandle, GUEST_THREAD_NAME, ToolDefinition};
+pub use codemode::{ApprovalDecision, AutoWait, CallHandle, GUEST_THREAD_NAME, ToolDefinition};
 use codemode::{
     CodeMode, CodeModeError, CodeModeExecInput, CodeModeWaitInput, NestedToolCall, PolicyTarget, RunContext, RunId,
     ToolSource,
@@ -202,6 +202,9 @@ pub struct Caller {
     pub provider: Option<String>,
     /// The model.
     pub model: Option<String>,
+    /// How far this call resumes a `waiting` run itself before handing it back (the runtime's
+    /// budget — none — when `None`; see [`AutoWait`]). The framework adapters set one.
+    pub auto_wait: Option<AutoWait>,
 }
 
 impl Caller {
@@ -390,7 +393,7 @@ impl Embedded {
         done: impl FnOnce(Value) + Send + 'static,
     ) -> CallHandle {
         match input {
-            Ok(input) => self.cm.exec_then(&caller.context(), &input, move |r| done(r.to_json())),
+            Ok(input) => self.runtime_for(caller).exec_then(&caller.context(), &input, move |r| done(r.to_json())),
             Err(e) => refused(e, done),
         }
     }
@@ -402,8 +405,16 @@ impl Embedded {
         done: impl FnOnce(Value) + Send + 'static,
     ) -> CallHandle {
         match input {
-            Ok(input) => self.cm.wait_then(&caller.context(), &input, move |r| done(r.to_json())),
+            Ok(input) => self.runtime_for(caller).wait_then(&caller.context(), &input, move |r| done(r.to_json())),
             Err(e) => refused(e, done),
+        }
+    }
+
+    /// The runtime with `caller`'s auto-wait budget (the same runtime when it names none).
+    fn runtime_for(&self, caller: &Caller) -> std::borrow::Cow<'_, CodeMode> {
+        match caller.auto_wait {
+            Some(budget) => std::borrow::Cow::Owned(self.cm.with_auto_wait(budget)),
+            None => std::borrow::Cow::Borrowed(&self.cm),
         }
     }
 

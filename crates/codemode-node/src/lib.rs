@@ -311,11 +311,26 @@ pub struct JsCaller {
     pub provider: Option<String>,
     /// The model.
     pub model: Option<String>,
+    /// How far the call resumes a `waiting` run itself (none when left out).
+    pub auto_wait: Option<JsAutoWait>,
+}
+
+/// An auto-wait budget: at most `maxWallMs` from the call's start (checked between resumes) and
+/// `maxResumes` resumes.
+#[napi(object)]
+pub struct JsAutoWait {
+    /// Longest wall time, in milliseconds.
+    pub max_wall_ms: u32,
+    /// Most resumes.
+    pub max_resumes: u32,
 }
 
 impl From<JsCaller> for Caller {
     fn from(c: JsCaller) -> Caller {
-        Caller { session: c.session, agent: c.agent, provider: c.provider, model: c.model }
+        let auto_wait = c.auto_wait.map(|b| {
+            codemode_embed::AutoWait::new(std::time::Duration::from_millis(u64::from(b.max_wall_ms)), b.max_resumes)
+        });
+        Caller { session: c.session, agent: c.agent, provider: c.provider, model: c.model, auto_wait }
     }
 }
 

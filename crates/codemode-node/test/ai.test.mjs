@@ -1,6 +1,8 @@
 // Vercel AI SDK end to end, with the AI SDK's own mock model (`ai/test`, no network):
-// the model has `exec` and `wait` instead of its tools; its scripted `exec` calls two JS tools,
-// suspends on the slow one, resumes through `wait`, and the final text uses the result.
+// the model has `exec` and `wait` instead of its tools; its scripted `exec` calls two JS tools and
+// suspends on the slow one. Without auto-wait the model resumes it through `wait`; with the
+// adapter's default auto-wait it sees one tool call and one result, however many times the cell
+// suspended. The final text uses the result.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { generateText, isStepCount } from 'ai'
@@ -74,7 +76,12 @@ test('an agent runs a cell that suspends and answers from its result', async () 
       return { content: [{ type: 'text', text: `${name} owes ${total.toFixed(2)}` }], finishReason: { unified: 'stop', raw: 'stop' }, usage, warnings: [] }
     },
   })
-  const tools = codeModeTools({ tools: [findCustomer, openInvoices], config: { tools: { codeMode: { timeoutMs: 300 } } }, session: 'conversation-1' })
+  const tools = codeModeTools({
+    tools: [findCustomer, openInvoices],
+    config: { tools: { codeMode: { timeoutMs: 300 } } },
+    session: 'conversation-1',
+    autoWait: null,
+  })
   const result = await generateText({ model, tools, stopWhen: isStepCount(10), prompt: 'How much does ada@example.com owe?' })
   assert.equal(result.text, 'Ada owes 200.00')
   // The model saw exactly two tools, with the generated exec description.
@@ -86,4 +93,46 @@ test('an agent runs a cell that suspends and answers from its result', async () 
   assert.equal(statuses[0], 'waiting')
   assert.equal(statuses.at(-1), 'completed')
   assert.deepEqual(calls, ['find_customer', 'open_invoices'])
+})
+
+const THREE_SLOW = `
+const c = await tools.find_customer({ email: "ada@example.com" });
+let total = 0;
+for (let i = 0; i < 3; i++) {
+  const invoices = await tools.open_invoices({ customer_id: c.id });
+  total += invoices.reduce((s, inv) => s + inv.amount, 0);
+  console.log("round " + i);
+}
+return { name: c.name, total };
+`
+
+test('with auto-wait the model sees one call and one result for a cell that suspended three times', async () => {
+  const results = []
+  const model = new MockLanguageModelV4({
+    doGenerate: async (options) => {
+      const step = options.prompt.filter((m) => m.role === 'assistant').length
+      if (step === 0) return toolCall('call-0', 'exec', { code: THREE_SLOW })
+      const out = lastResult(options.prompt)
+      results.push(out.value)
+      if (out.value.status === 'waiting') return toolCall(`call-${step}`, 'wait', { runId: out.value.runId })
+      const { name, total } = out.value.value
+      return { content: [{ type: 'text', text: `${name} owes ${total.toFixed(2)}` }], finishReason: { unified: 'stop', raw: 'stop' }, usage, warnings: [] }
+    },
+  })
+  // Each slow call (800 ms) outlasts the run's 300 ms: the run suspends on every one of them.
+  const tools = codeModeTools({ tools: [findCustomer, openInvoices], config: { tools: { codeMode: { timeoutMs: 300 } } }, session: 'conversation-2' })
+  const result = await generateText({ model, tools, stopWhen: isStepCount(10), prompt: 'How much, three times over?' })
+  assert.equal(result.text, 'Ada owes 600.00')
+  assert.deepEqual(results.map((r) => r.status), ['completed'], 'one tool result, and it is the end')
+  assert.ok(results[0].telemetry.waitCount >= 3, JSON.stringify(results[0].telemetry))
+  assert.deepEqual(results[0].output.map((o) => o.text), ['round 0', 'round 1', 'round 2'])
+  assert.ok(results[0].telemetry.toolResultBytes > 0 && results[0].telemetry.returnedBytes > 0)
+})
+
+test('an auto-wait budget that is not two non-negative integers is refused', async () => {
+  const cm = new codemode.CodeMode({})
+  await assert.rejects(cm.exec('return 1', { autoWait: { maxWallMs: -1, maxResumes: 2 } }), TypeError)
+  const ok = await cm.exec('await yield_control(); await yield_control(); return 7', { autoWait: { maxWallMs: 60000, maxResumes: 5 } })
+  assert.equal(ok.value, 7)
+  assert.equal(ok.telemetry.waitCount, 2)
 })

@@ -137,11 +137,16 @@ impl Runtime {
     }
 }
 
+/// An auto-wait budget from Python's `(max_wall_ms, max_resumes)`.
+fn budget((max_wall_ms, max_resumes): (u64, u32)) -> codemode_embed::AutoWait {
+    codemode_embed::AutoWait::new(std::time::Duration::from_millis(max_wall_ms), max_resumes)
+}
+
 #[pymethods]
 impl Runtime {
     /// `exec`: runs a cell; the result's JSON as a dict. Cancelling the awaiting task aborts the run.
     /// `agent`, `provider`, `model`: the target the run is for (the runtime's default otherwise).
-    #[pyo3(signature = (code, language=None, session="default".to_string(), agent=None, provider=None, model=None))]
+    #[pyo3(signature = (code, language=None, session="default".to_string(), agent=None, provider=None, model=None, auto_wait=None))]
     #[allow(clippy::too_many_arguments)]
     fn exec<'py>(
         &self,
@@ -152,13 +157,15 @@ impl Runtime {
         agent: Option<String>,
         provider: Option<String>,
         model: Option<String>,
+        auto_wait: Option<(u64, u32)>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let caller = Caller { session, agent, provider, model };
+        let caller = Caller { session, agent, provider, model, auto_wait: auto_wait.map(budget) };
         self.then(py, |inner, done| inner.exec_then(&code, language.as_deref(), &caller, done))
     }
 
     /// `wait`: resumes a waiting run; the result's JSON as a dict (the same target as its `exec`).
-    #[pyo3(signature = (run_id, session="default".to_string(), agent=None, provider=None, model=None))]
+    #[pyo3(signature = (run_id, session="default".to_string(), agent=None, provider=None, model=None, auto_wait=None))]
+    #[allow(clippy::too_many_arguments)]
     fn wait<'py>(
         &self,
         py: Python<'py>,
@@ -167,13 +174,15 @@ impl Runtime {
         agent: Option<String>,
         provider: Option<String>,
         model: Option<String>,
+        auto_wait: Option<(u64, u32)>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let caller = Caller { session, agent, provider, model };
+        let caller = Caller { session, agent, provider, model, auto_wait: auto_wait.map(budget) };
         self.then(py, |inner, done| inner.wait_then(&run_id, &caller, done))
     }
 
     /// `exec` from a model's raw tool arguments (a dict); the result's JSON.
-    #[pyo3(signature = (args, session="default".to_string(), agent=None, provider=None, model=None))]
+    #[pyo3(signature = (args, session="default".to_string(), agent=None, provider=None, model=None, auto_wait=None))]
+    #[allow(clippy::too_many_arguments)]
     fn exec_json<'py>(
         &self,
         py: Python<'py>,
@@ -182,14 +191,16 @@ impl Runtime {
         agent: Option<String>,
         provider: Option<String>,
         model: Option<String>,
+        auto_wait: Option<(u64, u32)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let args = from_py(&args)?;
-        let caller = Caller { session, agent, provider, model };
+        let caller = Caller { session, agent, provider, model, auto_wait: auto_wait.map(budget) };
         self.then(py, |inner, done| inner.exec_json_then(&args, &caller, done))
     }
 
     /// `wait` from a model's raw tool arguments (a dict); the result's JSON.
-    #[pyo3(signature = (args, session="default".to_string(), agent=None, provider=None, model=None))]
+    #[pyo3(signature = (args, session="default".to_string(), agent=None, provider=None, model=None, auto_wait=None))]
+    #[allow(clippy::too_many_arguments)]
     fn wait_json<'py>(
         &self,
         py: Python<'py>,
@@ -198,9 +209,10 @@ impl Runtime {
         agent: Option<String>,
         provider: Option<String>,
         model: Option<String>,
+        auto_wait: Option<(u64, u32)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let args = from_py(&args)?;
-        let caller = Caller { session, agent, provider, model };
+        let caller = Caller { session, agent, provider, model, auto_wait: auto_wait.map(budget) };
         self.then(py, |inner, done| inner.wait_json_then(&args, &caller, done))
     }
 
@@ -235,7 +247,7 @@ impl Runtime {
         model: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        let caller = Caller { session, agent, provider, model };
+        let caller = Caller { session, agent, provider, model, auto_wait: None };
         self.spawn(py, async move { inner.export_run(&run_id, &caller).await.map(Bytes).map_err(py_error) })
     }
 

@@ -1,6 +1,8 @@
 """PydanticAI end to end, with PydanticAI's own scripted model (FunctionModel, no
 network): the agent has `exec` and `wait` instead of its tools; its `exec` code calls two Python
-tools, suspends on the slow one, resumes through `wait`, and the final answer uses the result."""
+tools and suspends on the slow one. Without auto-wait the model resumes it through `wait`; with
+the toolset's default auto-wait the model sees one tool call and one result, however many times
+the cell suspended. The final answer uses the result."""
 
 from __future__ import annotations
 
@@ -73,7 +75,8 @@ def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 def test_an_agent_runs_a_cell_that_suspends_and_answers_from_its_result() -> None:
     async def main() -> str:
         cm = CodeMode(tools=[find_customer, open_invoices], config={"tools": {"codeMode": {"timeoutMs": 300}}})
-        agent = Agent(FunctionModel(scripted), toolsets=[CodeModeToolset(cm, session="conversation-1")])
+        toolset = CodeModeToolset(cm, session="conversation-1", auto_wait=None)
+        agent = Agent(FunctionModel(scripted), toolsets=[toolset])
         result = await agent.run("How much does ada@example.com owe?")
         return result.output
 
@@ -88,3 +91,42 @@ def test_an_agent_runs_a_cell_that_suspends_and_answers_from_its_result() -> Non
     assert seen["statuses"][0] == "waiting"
     assert seen["statuses"][-1] == "completed"
     assert calls == ["find_customer", "open_invoices"]
+
+
+THREE_SLOW = """
+const c = await tools.find_customer({ email: "ada@example.com" });
+let total = 0;
+for (let i = 0; i < 3; i++) {
+  const invoices = await tools.open_invoices({ customer_id: c.id });
+  total += invoices.reduce((s, inv) => s + inv.amount, 0);
+  console.log(`round ${i}`);
+}
+return { name: c.name, total };
+"""
+
+
+def test_with_auto_wait_the_model_sees_one_call_and_one_result_for_a_cell_that_suspended_three_times() -> None:
+    results: list[dict[str, Any]] = []
+
+    def one_call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(m, ModelResponse) for m in messages):
+            return ModelResponse(parts=[ToolCallPart("exec", {"code": THREE_SLOW}, tool_call_id="call-0")])
+        result = last_return(messages)
+        results.append(result)
+        if result["status"] == "waiting":
+            return ModelResponse(parts=[ToolCallPart("wait", {"runId": result["runId"]}, tool_call_id="call-again")])
+        return ModelResponse(parts=[TextPart(f"{result['value']['name']} owes {result['value']['total']:.2f}")])
+
+    async def main() -> str:
+        # Each slow call (0.8 s) outlasts the run's 300 ms: the run suspends on every one of them.
+        cm = CodeMode(tools=[find_customer, open_invoices], config={"tools": {"codeMode": {"timeoutMs": 300}}})
+        agent = Agent(FunctionModel(one_call), toolsets=[CodeModeToolset(cm, session="conversation-2")])
+        return (await agent.run("How much does ada@example.com owe, three times over?")).output
+
+    assert run(main()) == "Ada owes 600.00"
+    assert [r["status"] for r in results] == ["completed"], "one tool result, and it is the end"
+    telemetry = results[0]["telemetry"]
+    assert telemetry["waitCount"] >= 3, telemetry
+    assert [o.get("text") for o in results[0]["output"]] == ["round 0", "round 1", "round 2"], results[0]["output"]
+    # What the cell read from its tools, against what went back to the model.
+    assert telemetry["toolResultBytes"] > 0 and telemetry["returnedBytes"] > 0, telemetry

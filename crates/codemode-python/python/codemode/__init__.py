@@ -25,13 +25,14 @@ import atexit
 import dataclasses
 import os
 import threading
-from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping
+from typing import Any, Awaitable, Callable, ClassVar, Iterable, Literal, Mapping
 
 from . import _native
 from ._native import CodeModeError
 from ._tools import Tool, as_tool, tool
 
 __all__ = [
+    "AutoWait",
     "CodeMode",
     "CodeModeError",
     "ExecError",
@@ -142,6 +143,30 @@ toolId, inputPreview, reason, context}``. Return ``True`` (run it), ``False`` or
 or ``None`` to park it: the run waits until :meth:`CodeMode.approve`. May be ``async``."""
 
 
+@dataclasses.dataclass(frozen=True)
+class AutoWait:
+    """How far one ``exec`` / ``wait`` resumes a ``waiting`` run itself before handing it back
+    (zero-token waiting): at most ``max_wall_s`` seconds from the call's start (checked between
+    resumes) and ``max_resumes`` resumes. A run with a call parked for approval is handed back at
+    once. The output of the results not handed back is carried into the one that is.
+    ``AutoWait.ADAPTER_DEFAULT`` (5 minutes, 50 resumes) is what the framework adapters use."""
+
+    max_wall_s: float = 300.0
+    max_resumes: int = 50
+
+    ADAPTER_DEFAULT: ClassVar[AutoWait]
+
+    def _native(self) -> tuple[int, int]:
+        return (max(0, int(self.max_wall_s * 1000)), max(0, int(self.max_resumes)))
+
+
+AutoWait.ADAPTER_DEFAULT = AutoWait()
+
+
+def _budget(auto_wait: AutoWait | None) -> tuple[int, int] | None:
+    return auto_wait._native() if auto_wait is not None else None
+
+
 class CodeMode:
     """A code-mode runtime in this process.
 
@@ -205,13 +230,18 @@ class CodeMode:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: AutoWait | None = None,
     ) -> Result:
         """Runs a cell (``language``: ``"javascript"``, the default, or ``"typescript"``). Cancelling
         the awaiting task aborts the run. ``agent``, ``provider`` and ``model`` name the target the
         run is for (``agents.list[].id``, ``tools.byProvider``; the runtime's default otherwise): its
-        catalog is that target's, and a ``wait`` of the run must name the same."""
+        catalog is that target's, and a ``wait`` of the run must name the same. With ``auto_wait``,
+        a ``waiting`` run is resumed here until it ends or the budget runs out (see
+        :class:`AutoWait`)."""
         return Result.from_dict(
-            await self._runtime.exec(code, language, session or self._session, agent, provider, model)
+            await self._runtime.exec(
+                code, language, session or self._session, agent, provider, model, _budget(auto_wait)
+            )
         )
 
     async def wait(
@@ -222,9 +252,13 @@ class CodeMode:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: AutoWait | None = None,
     ) -> Result:
-        """Resumes a ``waiting`` run (with the target its ``exec`` named)."""
-        return Result.from_dict(await self._runtime.wait(run_id, session or self._session, agent, provider, model))
+        """Resumes a ``waiting`` run (with the target its ``exec`` named; ``auto_wait`` as for
+        :meth:`exec`)."""
+        return Result.from_dict(
+            await self._runtime.wait(run_id, session or self._session, agent, provider, model, _budget(auto_wait))
+        )
 
     async def exec_json(
         self,
@@ -234,11 +268,14 @@ class CodeMode:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: AutoWait | None = None,
     ) -> Result:
         """``exec`` from a model's raw tool arguments (``{code, language?, restartSafe?}``); a malformed
         call is a ``failed`` result coded ``invalid_input``."""
         return Result.from_dict(
-            await self._runtime.exec_json(dict(args), session or self._session, agent, provider, model)
+            await self._runtime.exec_json(
+                dict(args), session or self._session, agent, provider, model, _budget(auto_wait)
+            )
         )
 
     async def wait_json(
@@ -249,10 +286,13 @@ class CodeMode:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: AutoWait | None = None,
     ) -> Result:
         """``wait`` from a model's raw tool arguments (``{runId}``)."""
         return Result.from_dict(
-            await self._runtime.wait_json(dict(args), session or self._session, agent, provider, model)
+            await self._runtime.wait_json(
+                dict(args), session or self._session, agent, provider, model, _budget(auto_wait)
+            )
         )
 
     async def approve(self, run_id: str, request_id: int, deny: str | None = None) -> None:
@@ -322,13 +362,23 @@ class SyncCodeMode:
     def model_tools(self) -> list[dict[str, Any]]:
         return self._cm.model_tools()
 
-    def exec(self, code: str, language: str | None = None, *, session: str | None = None, **target: str | None) -> Result:
+    def exec(
+        self,
+        code: str,
+        language: str | None = None,
+        *,
+        session: str | None = None,
+        auto_wait: AutoWait | None = None,
+        **target: str | None,
+    ) -> Result:
         """See :meth:`CodeMode.exec` (``agent``, ``provider``, ``model``: the run's target)."""
-        return self._run(self._cm.exec(code, language, session=session, **target))
+        return self._run(self._cm.exec(code, language, session=session, auto_wait=auto_wait, **target))
 
-    def wait(self, run_id: str, *, session: str | None = None, **target: str | None) -> Result:
+    def wait(
+        self, run_id: str, *, session: str | None = None, auto_wait: AutoWait | None = None, **target: str | None
+    ) -> Result:
         """See :meth:`CodeMode.wait`."""
-        return self._run(self._cm.wait(run_id, session=session, **target))
+        return self._run(self._cm.wait(run_id, session=session, auto_wait=auto_wait, **target))
 
     def approve(self, run_id: str, request_id: int, deny: str | None = None) -> None:
         self._run(self._cm.approve(run_id, request_id, deny))

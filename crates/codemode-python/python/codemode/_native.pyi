@@ -20,6 +20,7 @@ class Runtime:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: tuple[int, int] | None = None,
     ) -> Awaitable[dict[str, Any]]: ...
     def wait(
         self,
@@ -28,6 +29,7 @@ class Runtime:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: tuple[int, int] | None = None,
     ) -> Awaitable[dict[str, Any]]: ...
     def exec_json(
         self,
@@ -36,6 +38,7 @@ class Runtime:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: tuple[int, int] | None = None,
     ) -> Awaitable[dict[str, Any]]: ...
     def wait_json(
         self,
@@ -44,6 +47,7 @@ class Runtime:
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
+        auto_wait: tuple[int, int] | None = None,
     ) -> Awaitable[dict[str, Any]]: ...
     def approve(self, run_id: str, request_id: int, deny: str | None = None) -> Awaitable[None]: ...
     def abort(self, run_id: str) -> Awaitable[bool]: ...
