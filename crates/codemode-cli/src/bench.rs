@@ -34,6 +34,15 @@ async fn trivial_for(cm: &codemode::CodeMode, samples: usize, at_least: Duration
     out
 }
 
+fn cost_json(c: bench::ModelCost) -> serde_json::Value {
+    json!({
+        "turns": c.turns,
+        "resultJsonBytes": c.result_json_bytes,
+        "returnedBytes": c.returned_bytes,
+        "toolResultBytes": c.tool_result_bytes,
+    })
+}
+
 fn cold_start(engine: &str, samples: usize) -> Result<Vec<Duration>> {
     let exe = std::env::current_exe().context("cannot find the codemode executable")?;
     let mut out = Vec::with_capacity(samples);
@@ -243,6 +252,10 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             "nestedCallSpanNs": span_ns,
             "execTrivialBeforeHeavyUs": { "p50": us(bh50), "p90": us(bh90) },
             "execTrivialAfterHeavyUs": { "p50": us(ah50), "p90": us(ah90) },
+            "threeSlowCalls": {
+                "plain": cost_json(bench::three_slow_cost(engine, false).await),
+                "autoWait": cost_json(bench::three_slow_cost(engine, true).await),
+            },
         }));
     }
     if as_json {
@@ -424,6 +437,29 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         "(the span column is with export {})",
         if otel_on() { "ON (OTEL_EXPORTER_OTLP_ENDPOINT is set)" } else { "off" }
     );
+    println!(
+        "zero-token waiting — a cell of three slow calls (150 ms each, timeoutMs {}) and a filtered list, \
+         as a model drives it",
+        bench::SLOW_TIMEOUT_MS
+    );
+    println!(
+        "{:<14} {:>10} {:>8} {:>18} {:>15} {:>17}",
+        "engine", "mode", "turns", "result JSON bytes", "returnedBytes", "toolResultBytes"
+    );
+    for r in &rows {
+        for mode in ["plain", "autoWait"] {
+            let c = &r["threeSlowCalls"][mode];
+            println!(
+                "{:<14} {:>10} {:>8} {:>18} {:>15} {:>17}",
+                r["engine"].as_str().unwrap_or(""),
+                mode,
+                c["turns"].as_u64().unwrap_or(0),
+                c["resultJsonBytes"].as_u64().unwrap_or(0),
+                c["returnedBytes"].as_u64().unwrap_or(0),
+                c["toolResultBytes"].as_u64().unwrap_or(0)
+            );
+        }
+    }
     println!(
         "(first exec in this process, incl. engine load: {})",
         rows.iter()

@@ -425,3 +425,50 @@ mod tests {
         assert_eq!(split_nested(&us(&[2_000]), &[]), None);
     }
 }
+
+/// The cell of the zero-token-waiting comparison: three sequential slow calls (150 ms each, past a
+/// run timeout of [`SLOW_TIMEOUT_MS`], so the run suspends on each), then a list the cell filters
+/// down to one number.
+pub const THREE_SLOW: &str = "let slept = 0;
+    for (let i = 0; i < 3; i++) slept += (await tools.demo_sleep({ ms: 150 })).slept;
+    const rows = await tools.demo_shipping_list({});
+    return { slept, unpaid: rows.filter((r) => !r.paid).length };";
+
+/// The run timeout of the zero-token-waiting comparison.
+pub const SLOW_TIMEOUT_MS: u64 = 50;
+
+/// What one way of running [`THREE_SLOW`] costs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelCost {
+    /// Tool results the model reads (its turns spent on the cell): the `exec` result and one per
+    /// `wait` it has to send.
+    pub turns: u32,
+    /// Bytes of the result JSON the model reads over those turns.
+    pub result_json_bytes: usize,
+    /// The run's `returnedBytes` (output and values handed back).
+    pub returned_bytes: u64,
+    /// The run's `toolResultBytes` (what the cell read from its tools).
+    pub tool_result_bytes: u64,
+}
+
+/// Runs [`THREE_SLOW`] the way a model drives it: plain `exec` then `wait` while `waiting`
+/// (`auto_wait` off), or one `exec` that resumes the run itself (`auto_wait` on).
+pub async fn three_slow_cost(engine: &str, auto_wait: bool) -> ModelCost {
+    let cm = runtime(engine, SLOW_TIMEOUT_MS);
+    let cm = if auto_wait { cm.with_auto_wait(codemode::AutoWait::new(Duration::from_secs(60), 100)) } else { cm };
+    let ctx = RunContext::session("bench-three-slow");
+    let mut r = cm.exec(&ctx, &CodeModeExecInput::code(THREE_SLOW)).await;
+    let (mut turns, mut bytes) = (1u32, r.to_json().to_string().len());
+    while let Some(id) = r.run_id().map(str::to_string) {
+        r = cm.wait(&ctx, &CodeModeWaitInput::new(id)).await;
+        turns += 1;
+        bytes += r.to_json().to_string().len();
+    }
+    let t = r.telemetry();
+    ModelCost {
+        turns,
+        result_json_bytes: bytes,
+        returned_bytes: t.returned_bytes,
+        tool_result_bytes: t.tool_result_bytes,
+    }
+}
