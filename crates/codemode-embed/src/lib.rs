@@ -94,6 +94,11 @@ impl EmbedError {
         Self::new(ErrorCode::Contract(CodeModeErrorCode::InvalidInput), message)
     }
 
+    /// An `internal_error` (the host side itself failed, e.g. its runtime did not start).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Contract(CodeModeErrorCode::InternalError), message)
+    }
+
     /// A `config_error`.
     pub fn config(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::ConfigError, message)

@@ -66,10 +66,6 @@ fn runtime() -> Result<&'static tokio::runtime::Handle, Failure> {
     RUNTIME.get().ok_or_else(|| Failure::internal("the codemode runtime did not start"))
 }
 
-/// The contract's `internal_error` code, by its wire name (`codemode_embed::ErrorCode` names the
-/// contract's codes through a type this crate does not depend on).
-const INTERNAL_ERROR: &str = "internal_error";
-
 /// A host API call that could not be made, as JavaScript receives it: the wire name of its code
 /// (`invalid_input`, `config_error`, … — [`codemode_embed::ErrorCode::as_str`]) and its message,
 /// kept apart.
@@ -80,7 +76,7 @@ struct Failure {
 
 impl Failure {
     fn internal(message: impl Into<String>) -> Self {
-        Self { code: INTERNAL_ERROR, message: message.into() }
+        EmbedError::internal(message).into()
     }
 
     fn invalid(message: impl Into<String>) -> Self {

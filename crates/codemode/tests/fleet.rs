@@ -42,8 +42,16 @@ fn tools(paid: Arc<AtomicU32>, on_pay: Option<Arc<dyn Fn() + Send + Sync>>) -> L
 }
 
 async fn store(server: &RedisServer, lease_ms: u64) -> Arc<RedisSnapshotStore> {
+    store_with_clock(server, lease_ms, Arc::new(codemode::SystemClock)).await
+}
+
+async fn store_with_clock(
+    server: &RedisServer,
+    lease_ms: u64,
+    clock: Arc<dyn codemode::Clock>,
+) -> Arc<RedisSnapshotStore> {
     let config = RedisStoreConfig { lease_ms, ..RedisStoreConfig::new(server.url()) };
-    Arc::new(RedisSnapshotStore::connect(config).await.unwrap())
+    Arc::new(RedisSnapshotStore::connect_with_clock(config, clock).await.unwrap())
 }
 
 fn replica(store: Arc<RedisSnapshotStore>, timeout_ms: u64, tools: LocalTools) -> CodeMode {
@@ -116,15 +124,8 @@ async fn a_replica_that_stops_mid_run_runs_nothing_twice() {
     let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
     let paid = Arc::new(AtomicU32::new(0));
     let clock = codemode_testing::ManualClock::at(codemode::SystemClock.now_ms());
-    let clocked = |lease_ms: u64| {
-        let (url, clock) = (server.url(), clock.clone());
-        async move {
-            let config = RedisStoreConfig { lease_ms, ..RedisStoreConfig::new(url) };
-            Arc::new(RedisSnapshotStore::connect_with_clock(config, Arc::new(clock)).await.unwrap())
-        }
-    };
     let (slow, mut calls) = mock(ToolDefinition::new(ToolSource::Plugin, "t", "slow").read_only());
-    let store_a = clocked(500).await;
+    let store_a = store_with_clock(&server, 500, Arc::new(clock.clone())).await;
     let stop_a: Arc<dyn Fn() + Send + Sync> = {
         let s = store_a.clone();
         Arc::new(move || s.stop_heartbeat())
@@ -141,7 +142,7 @@ async fn a_replica_that_stops_mid_run_runs_nothing_twice() {
     let b = CodeMode::builder(CodeModeConfig { timeout_ms: 60_000, ..CodeModeConfig::enabled() })
         .engine_name("quickjs-wasi")
         .local_tools(with_slow(None))
-        .store(clocked(500).await)
+        .store(store_with_clock(&server, 500, Arc::new(clock.clone())).await)
         .hook(Arc::new(Marks(marked.clone())))
         .build();
     let ctx = RunContext::session("client-1");
