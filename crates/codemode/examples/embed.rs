@@ -86,7 +86,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     cm.prepare_engine().await?;
     let ctx = RunContext::session("example");
     let mut result = cm.exec(&ctx, &CodeModeExecInput::code(CELL)).await;
-    // A `waiting` result is handed back to the model, which calls `wait`; a host can also loop.
+    // A `waiting` result is handed back to the model, which calls `wait`; a host can also loop — or
+    // let `exec` resume the run itself (`CodeModeBuilder::auto_wait`: zero-token waiting).
     while let CodeModeResult::Waiting { run_id, .. } = &result {
         result = cm.wait(&ctx, &CodeModeWaitInput::new(run_id.clone())).await;
     }
