@@ -414,6 +414,33 @@ pub trait SnapshotStore: Send + Sync {
         Ok(())
     }
 
+    /// The record of task `task_id` (see [`crate::task`]). `None`: unknown, or past its expiry (then
+    /// it is dropped), or a record no key of this process signed. The caller checks its scope.
+    async fn task(&self, _task_id: &str) -> Result<Option<crate::task::TaskRecord>, StoreError> {
+        Err(StoreError::Unsupported(format!("the `{}` snapshot store keeps no tasks", self.name())))
+    }
+
+    /// Writes a task's record, until its `expires_at_ms`. Refused (`Ok(false)`, nothing written)
+    /// when the stored record is already terminal — a cancelled task stays cancelled, a finished one
+    /// keeps its result — or when `driver` is given and another driver holds the task's claim
+    /// ([`drive_task`](Self::drive_task)): a process that lost its claim never overwrites what the
+    /// new driver reports.
+    async fn put_task(&self, _task: &crate::task::TaskRecord, _driver: Option<&str>) -> Result<bool, StoreError> {
+        Err(StoreError::Unsupported(format!("the `{}` snapshot store keeps no tasks", self.name())))
+    }
+
+    /// Takes or renews the claim to drive task `task_id` for `lease_ms`: granted (`true`) when nobody
+    /// holds it, its holder's lease ended, or `driver` holds it already. Two processes never hold
+    /// one task's claim at once, so two replicas never drive one task.
+    async fn drive_task(&self, _task_id: &str, _driver: &str, _lease_ms: u64) -> Result<bool, StoreError> {
+        Err(StoreError::Unsupported(format!("the `{}` snapshot store keeps no tasks", self.name())))
+    }
+
+    /// Gives the claim on `task_id` up, if `driver` holds it.
+    async fn release_task(&self, _task_id: &str, _driver: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Stores a session's state of `kind` for `ttl_ms` (last writer wins). The default keeps
     /// nothing.
     async fn put_session_state(

@@ -10,7 +10,7 @@
 //! Also here: [`RedisServer`], a real `redis-server` started on a free loopback port with its own
 //! temporary directory and stopped on drop, whatever the test's outcome.
 
-use crate::clock::ManualClock;
+use crate::clock::{Clock as _, ManualClock};
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, Snapshot, SnapshotBody};
 use codemode_core::guest::GuestRequest;
@@ -19,6 +19,7 @@ use codemode_core::scope::{RunId, RunScope};
 use codemode_core::store::{
     CallIssue, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun,
 };
+use codemode_core::task::TaskRecord;
 use codemode_core::telemetry::CodeModeTelemetry;
 use serde_json::json;
 use std::future::Future;
@@ -349,6 +350,80 @@ pub async fn call_log(
     Ok(())
 }
 
+fn task_record(
+    task_id: &str,
+    scope: &str,
+    state: codemode_core::task::TaskState,
+    now: u64,
+) -> codemode_core::task::TaskRecord {
+    codemode_core::task::TaskRecord {
+        task_id: task_id.to_string(),
+        scope: RunScope::session(scope),
+        state,
+        message: Some("waiting on 1 call".into()),
+        carried: Vec::new(),
+        result: None,
+        is_error: false,
+        parked: Vec::new(),
+        created_at_ms: now,
+        updated_at_ms: now,
+        expires_at_ms: now + 10_000,
+    }
+}
+
+/// Task records (runs served as MCP tasks): written and read back by another instance; a terminal
+/// record is never overwritten (a cancelled task stays cancelled); one drive claim at a time, taken
+/// over only after its lease, and a writer that lost the claim cannot overwrite the record; records
+/// expire.
+pub async fn tasks(t: &StoreUnderTest) -> Result<(), Failure> {
+    use codemode_core::task::TaskState;
+    let (a, b) = (t.store().await, t.store().await);
+    let task = "cm_task_1";
+    eq(a.task(task).await.map_err(|e| e.to_string())?, None, "unknown task")?;
+    let working = task_record(task, "owner", TaskState::Working, t.clock.now_ms());
+    check(a.put_task(&working, None).await.map_err(|e| e.to_string())?, "first write")?;
+    eq(b.task(task).await.map_err(|e| e.to_string())?, Some(working.clone()), "read by another instance")?;
+
+    // One driver at a time; the claim moves after its lease, and the old holder's writes are refused.
+    check(a.drive_task(task, "replica-a", 1_000).await.map_err(|e| e.to_string())?, "a takes the claim")?;
+    check(!b.drive_task(task, "replica-b", 1_000).await.map_err(|e| e.to_string())?, "b is refused while a holds it")?;
+    check(a.drive_task(task, "replica-a", 1_000).await.map_err(|e| e.to_string())?, "a renews its claim")?;
+    let mut by_b = working.clone();
+    by_b.message = Some("b".into());
+    check(!b.put_task(&by_b, Some("replica-b")).await.map_err(|e| e.to_string())?, "b cannot write as a driver")?;
+    t.clock.advance_ms(1_001);
+    check(b.drive_task(task, "replica-b", 1_000).await.map_err(|e| e.to_string())?, "b takes over after the lease")?;
+    let mut by_a = working.clone();
+    by_a.message = Some("a".into());
+    check(!a.put_task(&by_a, Some("replica-a")).await.map_err(|e| e.to_string())?, "a lost the claim: refused")?;
+    check(b.put_task(&by_b, Some("replica-b")).await.map_err(|e| e.to_string())?, "b writes as the driver")?;
+    eq(a.task(task).await.map_err(|e| e.to_string())?.and_then(|t| t.message), Some("b".into()), "b's record")?;
+    b.release_task(task, "replica-a").await.map_err(|e| e.to_string())?;
+    check(!a.drive_task(task, "replica-a", 1_000).await.map_err(|e| e.to_string())?, "release by a non-holder")?;
+    b.release_task(task, "replica-b").await.map_err(|e| e.to_string())?;
+    check(a.drive_task(task, "replica-a", 1_000).await.map_err(|e| e.to_string())?, "released claim is free")?;
+
+    // Terminal records stay.
+    let cancelled = TaskRecord { state: TaskState::Cancelled, ..working.clone() };
+    check(b.put_task(&cancelled, None).await.map_err(|e| e.to_string())?, "cancel over working")?;
+    let mut done = working.clone();
+    done.state = TaskState::Completed;
+    done.result = Some(json!({ "status": "completed" }));
+    check(!a.put_task(&done, Some("replica-a")).await.map_err(|e| e.to_string())?, "completed over cancelled")?;
+    eq(a.task(task).await.map_err(|e| e.to_string())?.map(|t| t.state), Some(TaskState::Cancelled), "stays cancelled")?;
+
+    // A record under another task's id is not that task's.
+    let other = task_record("cm_task_2", "owner", TaskState::Working, t.clock.now_ms());
+    check(a.put_task(&other, None).await.map_err(|e| e.to_string())?, "second task")?;
+    eq(b.task("cm_task_2").await.map_err(|e| e.to_string())?.map(|t| t.task_id), Some("cm_task_2".into()), "ids")?;
+
+    // Expiry.
+    t.clock.advance_ms(10_000);
+    eq(a.task(task).await.map_err(|e| e.to_string())?, None, "expired record")?;
+    eq(b.task("cm_task_2").await.map_err(|e| e.to_string())?, None, "expired record elsewhere")?;
+    Ok(())
+}
+
 /// Runs every check; the error names the first that failed. `pause` stops a fleet store instance
 /// from renewing its leases (a paused or partitioned replica); other stores ignore it.
 pub async fn run_all(
@@ -364,6 +439,7 @@ pub async fn run_all(
     recorded_results(t).await.map_err(|e| format!("recorded_results: {e}"))?;
     fencing(t, pause).await.map_err(|e| format!("fencing: {e}"))?;
     call_log(t, pause).await.map_err(|e| format!("call_log: {e}"))?;
+    tasks(t).await.map_err(|e| format!("tasks: {e}"))?;
     Ok(())
 }
 

@@ -13,6 +13,10 @@
 //! ends) and records each result as `<run id>.result-<request id>`; a `wait` in another process
 //! collects the results, and issues a call again only when no live process claims it.
 //!
+//! Runs served as tasks: `<run id>.task` holds the task's record (signed like a decision file, and
+//! kept after its run ends, until the record's own expiry); `<run id>.driver` names the process
+//! driving it and when its claim ends. Both are changed under the `.admission` lock.
+//!
 //! Approval decisions on parked calls (`codemode approve`, `CodeMode::decide` in any process) are
 //! files `<run id>.decision-<request id>`, collected by the `wait` that resumes the run.
 //!
@@ -47,6 +51,7 @@ const MAGIC_V1: &[u8; 6] = b"CMRUN\x01";
 const RUN_DOMAIN: &str = "codemode directory run/2";
 const DECISION_DOMAIN: &str = "codemode directory decision/2";
 const RESULT_DOMAIN: &str = "codemode directory result/2";
+const TASK_DOMAIN: &str = "codemode directory task/1";
 /// Largest file of the directory that is read: a whole stored run is at most `maxSnapshotBytes`
 /// (at most 256 MiB), plus the file's header. Stops a corrupt, forged or sparse file from being read
 /// into memory.
@@ -327,6 +332,47 @@ impl DirectorySnapshotStore {
     }
 }
 
+impl DirectorySnapshotStore {
+    /// The task's record as stored (`None`: missing, unsigned, forged, or expired — then deleted).
+    fn read_task(&self, id: &RunId) -> Result<Option<codemode_core::task::TaskRecord>, StoreError> {
+        let path = self.path(id, "task");
+        let Some(bytes) = Self::read(&path)? else { return Ok(None) };
+        let Some(json) = self.open_side(TASK_DOMAIN, id, 0, &bytes, "a task record") else { return Ok(None) };
+        let Some(task) = crate::tasks::decode(id.as_str(), json) else { return Ok(None) };
+        if task.expired(self.clock.now_ms()) {
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(self.path(id, "driver"));
+            return Ok(None);
+        }
+        Ok(Some(task))
+    }
+
+    /// The holder of the task's drive claim and when it ends.
+    fn read_claim(&self, id: &RunId) -> Option<(String, u64)> {
+        let bytes = Self::read(&self.path(id, "driver")).ok()??;
+        let text = String::from_utf8(bytes).ok()?;
+        let (holder, until) = text.split_once('\n')?;
+        Some((holder.to_string(), until.trim().parse().ok()?))
+    }
+
+    /// Task files past their expiry (and the claims beside them), deleted.
+    fn purge_tasks(&self) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().and_then(|x| x.to_str()) != Some("task") {
+                continue;
+            }
+            let Some(id) = p.file_stem().and_then(|s| s.to_str()).and_then(|s| RunId::parse(s).ok()) else { continue };
+            // Reading an expired (or unreadable) record deletes it.
+            if !matches!(self.read_task(&id), Ok(Some(_))) {
+                let _ = std::fs::remove_file(&p);
+                let _ = std::fs::remove_file(self.path(&id, "driver"));
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl SnapshotStore for DirectorySnapshotStore {
     fn name(&self) -> &str {
@@ -423,11 +469,61 @@ impl SnapshotStore for DirectorySnapshotStore {
                 gone.push(id);
             }
         }
+        self.purge_tasks();
         gone
     }
 
     async fn count(&self) -> usize {
         self.run_files().len()
+    }
+
+    async fn task(&self, task_id: &str) -> Result<Option<codemode_core::task::TaskRecord>, StoreError> {
+        let Ok(id) = RunId::parse(task_id) else { return Ok(None) };
+        self.read_task(&id)
+    }
+
+    async fn put_task(&self, task: &codemode_core::task::TaskRecord, driver: Option<&str>) -> Result<bool, StoreError> {
+        let Ok(id) = RunId::parse(&task.task_id) else {
+            return Err(StoreError::Encode(format!("`{}` is not a task id", task.task_id)));
+        };
+        let json = crate::tasks::encode(task)?;
+        let _lock = self.admission_lock()?;
+        if self.read_task(&id)?.is_some_and(|t| t.state.is_terminal()) {
+            return Ok(false);
+        }
+        let now = self.clock.now_ms();
+        if let Some(d) = driver
+            && self.read_claim(&id).is_some_and(|(holder, until)| holder != d && until > now)
+        {
+            return Ok(false);
+        }
+        let bytes = self.keys.seal_record(TASK_DOMAIN, id.as_str(), 0, &json);
+        self.write_atomically(&self.path(&id, "task"), &bytes)?;
+        Ok(true)
+    }
+
+    async fn drive_task(&self, task_id: &str, driver: &str, lease_ms: u64) -> Result<bool, StoreError> {
+        let Ok(id) = RunId::parse(task_id) else { return Ok(false) };
+        if driver.contains('\n') {
+            return Err(StoreError::Encode("a driver name has no line breaks".into()));
+        }
+        let _lock = self.admission_lock()?;
+        let now = self.clock.now_ms();
+        if self.read_claim(&id).is_some_and(|(holder, until)| holder != driver && until > now) {
+            return Ok(false);
+        }
+        let claim = format!("{driver}\n{}", now.saturating_add(lease_ms));
+        self.write_atomically(&self.path(&id, "driver"), claim.as_bytes())?;
+        Ok(true)
+    }
+
+    async fn release_task(&self, task_id: &str, driver: &str) -> Result<(), StoreError> {
+        let Ok(id) = RunId::parse(task_id) else { return Ok(()) };
+        let _lock = self.admission_lock()?;
+        if self.read_claim(&id).is_some_and(|(holder, _)| holder == driver) {
+            let _ = std::fs::remove_file(self.path(&id, "driver"));
+        }
+        Ok(())
     }
 
     async fn record_result(&self, run_id: &RunId, delivery: &Delivery) -> Result<bool, StoreError> {

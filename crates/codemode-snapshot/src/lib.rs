@@ -34,6 +34,8 @@ mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod signing;
+mod tasks;
+pub use tasks::{MAX_TASK_RECORDS, MAX_TASK_RECORD_BYTES};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use directory::DirectorySnapshotStore;

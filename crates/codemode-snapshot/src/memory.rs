@@ -42,6 +42,8 @@ pub struct MemorySnapshotStore {
     decisions: Mutex<HashMap<RunId, BTreeMap<RequestId, ApprovalDecision>>>,
     clock: Arc<dyn Clock>,
     max_runs: usize,
+    /// Runs served as tasks (at most [`crate::MAX_TASK_RECORDS`] records).
+    tasks: crate::tasks::TaskTable,
 }
 
 impl std::fmt::Debug for MemorySnapshotStore {
@@ -69,6 +71,7 @@ impl MemorySnapshotStore {
             decisions: Mutex::new(HashMap::new()),
             clock,
             max_runs: MAX_SUSPENDED_RUNS,
+            tasks: Default::default(),
         }
     }
 
@@ -194,6 +197,23 @@ impl SnapshotStore for MemorySnapshotStore {
 
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
         Ok(self.decisions().remove(run_id).map(|m| m.into_iter().collect()).unwrap_or_default())
+    }
+
+    async fn task(&self, task_id: &str) -> Result<Option<codemode_core::task::TaskRecord>, StoreError> {
+        Ok(self.tasks.get(task_id, self.clock.now_ms()))
+    }
+
+    async fn put_task(&self, task: &codemode_core::task::TaskRecord, driver: Option<&str>) -> Result<bool, StoreError> {
+        self.tasks.put(task, driver, self.clock.now_ms())
+    }
+
+    async fn drive_task(&self, task_id: &str, driver: &str, lease_ms: u64) -> Result<bool, StoreError> {
+        Ok(self.tasks.drive(task_id, driver, lease_ms, self.clock.now_ms()))
+    }
+
+    async fn release_task(&self, task_id: &str, driver: &str) -> Result<(), StoreError> {
+        self.tasks.release(task_id, driver);
+        Ok(())
     }
 
     async fn count(&self) -> usize {

@@ -16,6 +16,8 @@
 //! | `P replica:<replicaId>` | string | present while that replica lives (set with a `PX` of the lease, renewed every third of it) |
 //! | `P secret` | string | 32 random bytes shared by the fleet (tags of MRTR approval state; the run signing key is derived from it when none is configured) |
 //! | `P session:<digest>:loops` | string | a session's loop-detection history (JSON), expiring with `snapshotTtlSeconds` |
+//! | `P task:<taskId>` | hash | a run served as an MCP task: `state` and `rec` (`<hex tag>\n<record JSON>`, signed like a decision), expiring with the record |
+//! | `P taskdriver:<taskId>` | hash | `holder` (the process driving the task) and `until` (when its claim ends, Unix ms; renewed every third of the lease) |
 //! | `P shared:observed` | string | the result types the fleet learned from observed results (JSON: tool id → shape and count) |
 //!
 //! Keys of a run expire (`PEXPIRE`) at the run's expiry plus a grace, so Redis cleans up runs no
@@ -113,6 +115,7 @@ pub use scripts::*;
 
 /// Domains of the tags of a stored run and a decision.
 const RUN_DOMAIN: &str = "codemode redis run/2";
+const TASK_DOMAIN: &str = "codemode redis task/1";
 const DECISION_DOMAIN: &str = "codemode redis decision/2";
 
 #[async_trait::async_trait]
@@ -475,6 +478,81 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn put_shared_state(&self, kind: &str, value: &str, ttl_ms: u64) -> Result<(), StoreError> {
         self.set_expiring(format!("{}shared:{kind}", self.shared.prefix), value, ttl_ms).await
+    }
+
+    async fn task(&self, task_id: &str) -> Result<Option<codemode_core::task::TaskRecord>, StoreError> {
+        let Ok(id) = RunId::parse(task_id) else { return Ok(None) };
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let rec: Option<Vec<u8>> =
+            redis::cmd("HGET").arg(s.key("task", &id)).arg("rec").query_async(&mut conn).await.map_err(unreachable)?;
+        let Some(rec) = rec else { return Ok(None) };
+        let json = match s.keys.open_record(TASK_DOMAIN, id.as_str(), 0, &rec, s.clock.now_ms()) {
+            Ok(json) => json,
+            Err(refusal) => {
+                tracing::warn!(task = %id, "ignoring {}", refusal.describe("a task record", s.keys.origin()));
+                return Ok(None);
+            }
+        };
+        Ok(crate::tasks::decode(id.as_str(), json).filter(|t| !t.expired(s.clock.now_ms())))
+    }
+
+    async fn put_task(&self, task: &codemode_core::task::TaskRecord, driver: Option<&str>) -> Result<bool, StoreError> {
+        let Ok(id) = RunId::parse(&task.task_id) else {
+            return Err(StoreError::Encode(format!("`{}` is not a task id", task.task_id)));
+        };
+        let s = &self.shared;
+        let json = crate::tasks::encode(task)?;
+        let rec = s.keys.seal_record(TASK_DOMAIN, id.as_str(), 0, &json);
+        let now = s.clock.now_ms();
+        let mut conn = s.conn.clone();
+        let n: i64 = s
+            .scripts
+            .put_task
+            .key(s.key("task", &id))
+            .key(s.key("taskdriver", &id))
+            .arg(task.state.as_str())
+            .arg(rec)
+            .arg(driver.unwrap_or(""))
+            .arg(now)
+            .arg(task.expires_at_ms.saturating_sub(now).saturating_add(KEY_GRACE_MS))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(n == 1)
+    }
+
+    async fn drive_task(&self, task_id: &str, driver: &str, lease_ms: u64) -> Result<bool, StoreError> {
+        let Ok(id) = RunId::parse(task_id) else { return Ok(false) };
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let n: i64 = s
+            .scripts
+            .drive_task
+            .key(s.key("taskdriver", &id))
+            .arg(driver)
+            .arg(s.clock.now_ms())
+            .arg(s.clock.now_ms().saturating_add(lease_ms))
+            .arg(lease_ms.saturating_add(KEY_GRACE_MS))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(n == 1)
+    }
+
+    async fn release_task(&self, task_id: &str, driver: &str) -> Result<(), StoreError> {
+        let Ok(id) = RunId::parse(task_id) else { return Ok(()) };
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let _: i64 = s
+            .scripts
+            .release_task
+            .key(s.key("taskdriver", &id))
+            .arg(driver)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(())
     }
 
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {

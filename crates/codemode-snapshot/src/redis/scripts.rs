@@ -204,6 +204,37 @@ return ids
 "#;
 
 /// The scripts, loaded once (`EVALSHA`, falling back to `EVAL` after a Redis restart).
+/// Writes a task's record unless it is terminal, or another driver holds its claim. KEYS: task,
+/// drive claim. ARGV: state, sealed record, driver (`''`: any writer), now, key lifetime (ms).
+/// Returns 1 when written.
+pub const PUT_TASK: &str = r#"
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'completed' or state == 'failed' or state == 'cancelled' then return 0 end
+if ARGV[3] ~= '' then
+  local c = redis.call('HMGET', KEYS[2], 'holder', 'until')
+  if c[1] and c[1] ~= ARGV[3] and tonumber(c[2]) > tonumber(ARGV[4]) then return 0 end
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'rec', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"#;
+
+/// Takes or renews the claim to drive a task. KEYS: drive claim. ARGV: driver, now, lease end,
+/// key lifetime (ms). Returns 1 when `driver` holds the claim afterwards.
+pub const DRIVE_TASK: &str = r#"
+local c = redis.call('HMGET', KEYS[1], 'holder', 'until')
+if c[1] and c[1] ~= ARGV[1] and tonumber(c[2]) > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'until', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+"#;
+
+/// Gives a task's drive claim up. KEYS: drive claim. ARGV: driver.
+pub const RELEASE_TASK: &str = r#"
+if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"#;
+
 pub(super) struct Scripts {
     pub(super) put: redis::Script,
     pub(super) checkout: redis::Script,
@@ -217,6 +248,9 @@ pub(super) struct Scripts {
     pub(super) record_decision: redis::Script,
     pub(super) take_decisions: redis::Script,
     pub(super) purge: redis::Script,
+    pub(super) put_task: redis::Script,
+    pub(super) drive_task: redis::Script,
+    pub(super) release_task: redis::Script,
 }
 
 impl Scripts {
@@ -234,6 +268,9 @@ impl Scripts {
             record_decision: redis::Script::new(RECORD_DECISION),
             take_decisions: redis::Script::new(TAKE_DECISIONS),
             purge: redis::Script::new(PURGE),
+            put_task: redis::Script::new(PUT_TASK),
+            drive_task: redis::Script::new(DRIVE_TASK),
+            release_task: redis::Script::new(RELEASE_TASK),
         }
     }
 }
