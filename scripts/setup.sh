@@ -57,6 +57,17 @@ else
   cp tests/e2e/requirements.txt .venv/.stamp-requirements
 fi
 
+# 3b. FastMCP's tasks extension client (drives `codemode serve`'s runs as MCP tasks in
+#     tests/e2e/tasks.py), in .venv-tasks: fastmcp-tasks pins a fastmcp-slim that conflicts with .venv's.
+if [ -x .venv-tasks/bin/python ] && cmp -s tests/e2e/requirements-tasks.txt .venv-tasks/.stamp-requirements; then
+  log "python venv present (.venv-tasks)"
+else
+  log "creating .venv-tasks with tests/e2e/requirements-tasks.txt"
+  python3 -m venv .venv-tasks
+  .venv-tasks/bin/python -m pip install --quiet --disable-pip-version-check -r tests/e2e/requirements-tasks.txt
+  cp tests/e2e/requirements-tasks.txt .venv-tasks/.stamp-requirements
+fi
+
 # 4. The Node package's build and test dependencies (napi-rs's type generator, TypeScript, the
 #    Vercel AI SDK and Zod for its tests), pinned by crates/codemode-node/package-lock.json.
 npm_install crates/codemode-node "Node package dev dependencies"

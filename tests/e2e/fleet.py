@@ -52,12 +52,13 @@ REDIS_URL = ""
 LEASE_MS = 1000
 
 
-def write_config(workdir: Path, ledger: Path) -> Path:
-    """The replicas' config: a 1 s budget, `charge` gated, the Redis store with a short lease, and
-    the ledger server upstream (its `read` tool read-only by the config, its inputs unchecked)."""
+def write_config(workdir: Path, ledger: Path, timeout_ms: int = 1000) -> Path:
+    """The replicas' config: a 1 s budget (`timeout_ms`), `charge` gated, the Redis store with a
+    short lease, and the ledger server upstream (its `read` tool read-only by the config, its inputs
+    unchecked)."""
     config = workdir / "fleet.json5"
     config.write_text(json.dumps({
-        "tools": {"codeMode": {"enabled": True, "timeoutMs": 1000}},
+        "tools": {"codeMode": {"enabled": True, "timeoutMs": timeout_ms}},
         "approvals": {"require": ["mcp:ledger:charge"], "timeoutMs": 1000},
         "snapshotStore": {"kind": "redis", "leaseMs": LEASE_MS},
         "mcpServers": {"ledger": {"command": "node", "args": [str(HERE / "ledger_server.js"), str(ledger)],
@@ -108,13 +109,13 @@ class Redis:
 
 
 class Replica:
-    def __init__(self, bin_path: str, config: Path, redis: Redis, workdir: Path, n: int):
+    def __init__(self, bin_path: str, config: Path, redis: Redis, workdir: Path, n: int, rust_log: str = "warn"):
         self.log = workdir / f"replica-{n}.log"
         self.n = n
         self.proc = subprocess.Popen(
             [bin_path, "serve", "--config", str(config), "--http", "127.0.0.1:0", "--store", redis.url],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),
-            env={**os.environ, "CODEMODE_APPROVAL_TOKEN": TOKEN, "RUST_LOG": "warn"},
+            env={**os.environ, "CODEMODE_APPROVAL_TOKEN": TOKEN, "RUST_LOG": rust_log},
         )
         self.url = None
         for _ in range(600):

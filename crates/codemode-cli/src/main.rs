@@ -251,7 +251,7 @@ impl StoreArgs {
                 bail!("--store memory cannot be shared between commands: use a directory or redis://HOST:PORT")
             }
             shared => {
-                let (store, _) = serve::open_store(Some(shared), file).await?;
+                let store = serve::open_store(Some(shared), file).await?.store;
                 store.ok_or_else(|| anyhow::anyhow!("no snapshot store"))
             }
         }

@@ -110,10 +110,9 @@ pub(crate) fn store_choice(
 pub(crate) async fn open_store(
     choice: Option<SnapshotStoreConfig>,
     file: Option<&codemode::config_file::ConfigFile>,
-) -> Result<(Option<Arc<dyn codemode::SnapshotStore>>, Option<[u8; 32]>)> {
+) -> Result<codemode_mcp::OpenedStore> {
     let signing = file.map(|f| f.run_signing.clone()).unwrap_or_default();
-    let opened = codemode_mcp::open_store(choice, &signing).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((opened.store, opened.fleet_key))
+    codemode_mcp::open_store(choice, &signing).await.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
@@ -123,7 +122,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         (None, None) => file.snapshot_store.clone(),
         (flag, dir) => Some(store_choice(flag.as_deref(), dir.as_deref(), Some(&file))?),
     };
-    let (store, fleet_key) = open_store(choice, Some(&file)).await?;
+    let codemode_mcp::OpenedStore { store, fleet_key, lease_ms } = open_store(choice, Some(&file)).await?;
     let local = if args.demo_tools { codemode_demo::demo_tools() } else { codemode::LocalTools::new() };
     // The demo plugin's namespace is registered with its tools; it is visible only when they are.
     let namespaces = if args.demo_tools { codemode_demo::demo_namespaces() } else { codemode::Namespaces::new() };
@@ -140,6 +139,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         store,
         trajectory: audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>),
         fleet_key,
+        task_lease_ms: lease_ms,
     };
     let gw = codemode_mcp::build_gateway(&file, &args.common.target(), options).await?;
     report_servers(gw.hub());

@@ -328,6 +328,56 @@ fn fleet_of_three_replicas_on_redis() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `tests/e2e/<script>` in the tasks venv (`.venv-tasks`: FastMCP 4's client with
+/// `fastmcp-tasks`, which pins its own FastMCP), with the `codemode` binary as its first argument.
+fn run_tasks_python(script: &str, args: &[&std::ffi::OsStr], ok_line: &str) {
+    let out = Command::new(peer(".venv-tasks/bin/python"))
+        .arg(root().join("tests/e2e").join(script))
+        .arg(env!("CARGO_BIN_EXE_codemode"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains(ok_line), "{stdout}");
+}
+
+/// Runs as MCP tasks (the book's "Runs as tasks") with FastMCP 4's client and `fastmcp-tasks`: three
+/// slow calls in one `tools/call` and no `wait`, a quick cell answered directly, cancel (the
+/// upstream server sees its call cancelled), a parked approval answered in-task, TTL expiry, and
+/// another client's or a made-up task id refused (`tests/e2e/tasks.py`).
+fn runs_as_tasks(transport: &str) {
+    let dir = tempdir(&format!("tasks-{transport}"));
+    run_tasks_python(
+        "tasks.py",
+        &[dir.as_os_str(), transport.as_ref()],
+        &format!("ok: runs as MCP tasks over {transport}"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn runs_as_tasks_over_stdio() {
+    runs_as_tasks("stdio");
+}
+
+#[test]
+fn runs_as_tasks_over_streamable_http() {
+    runs_as_tasks("http");
+}
+
+/// Tasks on a fleet of three replicas on one Redis: the driving replica SIGKILLed mid-run, another
+/// takes the task over after the lease and completes it, side effects once, one driver at a time;
+/// a cancel through one replica stops the driver on another (`tests/e2e/fleet_tasks.py`).
+#[test]
+fn tasks_survive_their_driver_on_a_fleet() {
+    let dir = tempdir("fleet-tasks");
+    run_tasks_python("fleet_tasks.py", &[dir.as_os_str()], "ok: fleet tasks");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Approval questions reach only the client whose request drives the run — anonymous clients of a
 /// fleet, two sessions of one credential, two credentials; on one replica and across two (see the
 /// book's security model, "approval questions").

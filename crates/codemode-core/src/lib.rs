@@ -59,5 +59,5 @@ pub use input::{CodeModeExecInput, CodeModeWaitInput, ExecRequest};
 pub use result::{CodeModeOutput, CodeModePendingToolCall, CodeModeResult, PendingCallKind, WaitReason};
 pub use scope::{RunContext, RunId, RunScope};
 pub use store::{PendingRequest, RunPolicy, SnapshotStore, StoreError, SuspendedRun};
-pub use task::{TaskRecord, TaskState};
+pub use task::{TaskQuestion, TaskRecord, TaskState};
 pub use telemetry::CodeModeTelemetry;

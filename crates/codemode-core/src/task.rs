@@ -69,15 +69,25 @@ pub struct TaskRecord {
     /// The final result is a failed run (`status: "failed"`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
-    /// The request ids of the calls parked for approval (state `input_required`).
+    /// The calls parked for approval, as the human is asked about them (state `input_required`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parked: Vec<u64>,
+    pub questions: Vec<TaskQuestion>,
     /// The task's first record (Unix milliseconds).
     pub created_at_ms: u64,
     /// The latest change (Unix milliseconds).
     pub updated_at_ms: u64,
     /// When the record is dropped (Unix milliseconds).
     pub expires_at_ms: u64,
+}
+
+/// A call parked for approval, as a task's client is asked about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskQuestion {
+    /// The parked call's request id (what the answer decides).
+    pub request_id: u64,
+    /// What the human is told: the tool, its input, why it is gated, the cell line.
+    pub message: String,
 }
 
 impl TaskRecord {

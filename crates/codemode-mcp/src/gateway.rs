@@ -37,6 +37,8 @@ pub struct Gateway {
     pub(crate) fleet: bool,
     /// The configured clients: which client's runs are for which agent (`clients`, set once).
     pub(crate) clients: std::sync::OnceLock<crate::clients::Clients>,
+    /// The runs this process serves as MCP tasks (see [`crate::tasks`]).
+    pub(crate) tasks: crate::tasks::Tasks,
     /// The clients that asked for log messages (`logging/setLevel`), by session, with their level.
     #[allow(deprecated)]
     pub(crate) log_clients:
@@ -148,6 +150,7 @@ impl Gateway {
             state_key: fleet_key.unwrap_or_else(codemode_snapshot::signing::random_key),
             fleet: fleet_key.is_some(),
             clients: Default::default(),
+            tasks: Default::default(),
             log_clients: Default::default(),
         });
         // Upstream servers' log messages reach the clients that asked for them, at their level.

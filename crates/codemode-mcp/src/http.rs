@@ -3,6 +3,7 @@
 //! (bearer token, the same Host/Origin checks).
 
 use crate::server::{ExecWaitServer, Gateway, ServeError};
+use axum::response::IntoResponse as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -62,7 +63,8 @@ pub async fn serve_http(
         Arc::new(sessions),
         config,
     );
-    let mut app = axum::Router::new().nest_service("/mcp", service);
+    let mcp = axum::Router::new().fallback_service(service).layer(axum::middleware::from_fn(name_task_requests));
+    let mut app = axum::Router::new().nest_service("/mcp", mcp);
     if let Some(token) = approval_token {
         if token.chars().count() < MIN_APPROVAL_TOKEN_LEN {
             return Err(ServeError::WeakToken);
@@ -92,6 +94,36 @@ pub async fn serve_http(
         })
         .await
         .map_err(ServeError::Http)
+}
+
+/// Largest body [`name_task_requests`] reads (rmcp's own limit of a POST body).
+const MAX_TASK_REQUEST_BYTES: usize = 4 << 20;
+
+/// Gives a `tasks/get`, `tasks/update` or `tasks/cancel` request that lacks the `Mcp-Name` header
+/// the one its body says (`params.taskId`), as FastMCP's server does: the tasks extension asks
+/// clients to send it, and FastMCP's `fastmcp-tasks` 4.1 client does not, so without this its polls
+/// would all be refused. Only a plain task id (`cm_` and hex, the only ids this server issues) is
+/// copied; a request with the header keeps it, and rmcp still checks it against the body.
+async fn name_task_requests(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+    let headers = request.headers();
+    let is_task = headers.get("mcp-method").and_then(|v| v.to_str().ok()).is_some_and(|m| TASK_METHODS.contains(&m));
+    if !is_task || headers.contains_key("mcp-name") || request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_TASK_REQUEST_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return (axum::http::StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n").into_response(),
+    };
+    let task_id = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("params")?.get("taskId")?.as_str().map(str::to_string))
+        .filter(|id| id.len() <= 64 && codemode::RunId::parse(id).is_ok());
+    if let Some(value) = task_id.and_then(|id| axum::http::HeaderValue::from_str(&id).ok()) {
+        parts.headers.insert("mcp-name", value);
+    }
+    next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
 /// State of the approval endpoint.

@@ -26,6 +26,7 @@ pub mod http;
 pub mod hub;
 pub mod replay;
 pub mod server;
+pub mod tasks;
 
 pub use hub::{McpHub, ServerStatus};
 
@@ -71,6 +72,8 @@ pub struct OpenedStore {
     pub store: Option<Arc<dyn SnapshotStore>>,
     /// The fleet's shared secret when the store is shared by replicas (Redis).
     pub fleet_key: Option<[u8; 32]>,
+    /// The store's lease (`leaseMs` of a Redis store): also the lease of a task's drive claim.
+    pub lease_ms: Option<u64>,
 }
 
 /// Opens the store a configuration chooses (`None` and `memory`: the default in-memory store); a
@@ -90,7 +93,7 @@ pub async fn open_store(
                     ConfigError::new("snapshotStore.dir", format!("snapshot directory {}: {e}", dir.display()))
                 })?
                 .accept_unsigned_until(signing.accept_unsigned_until_ms);
-            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: None })
+            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: None, lease_ms: None })
         }
         Some(SnapshotStoreConfig::Redis { url, key_prefix, lease_ms }) => {
             let Some(url) = url.or_else(|| std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.is_empty())) else {
@@ -108,6 +111,7 @@ pub async fn open_store(
             if let Some(l) = lease_ms {
                 config.lease_ms = l;
             }
+            let lease_ms = Some(config.lease_ms);
             config.keys = signing.keys()?;
             config.accept_unsigned_until_ms = signing.accept_unsigned_until_ms;
             let unreachable = |e: codemode_core::store::StoreError| {
@@ -120,7 +124,7 @@ pub async fn open_store(
                 prefix = store.key_prefix(),
                 "snapshot store: redis (fleet mode)"
             );
-            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: Some(key) })
+            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: Some(key), lease_ms })
         }
     }
 }
@@ -139,6 +143,9 @@ pub struct GatewayOptions {
     /// The fleet's shared secret when `store` is shared by several replicas (see
     /// [`server::Gateway::fleet_replica`]); `None`: a lone gateway.
     pub fleet_key: Option<[u8; 32]>,
+    /// The lease of a task's drive claim (the store's `leaseMs`; `None`:
+    /// [`tasks::DEFAULT_LEASE_MS`]).
+    pub task_lease_ms: Option<u64>,
 }
 
 /// The runtime of a config file over its upstream servers, not yet built: the file's semantics
@@ -181,7 +188,7 @@ pub async fn build_gateway(
     target: &PolicyTarget,
     options: GatewayOptions,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
-    let GatewayOptions { local, namespaces, store, trajectory, fleet_key } = options;
+    let GatewayOptions { local, namespaces, store, trajectory, fleet_key, task_lease_ms } = options;
     // Before any server starts: a bad `clients` section fails the start.
     let clients = clients::Clients::from_config(file)?;
     let (builder, hub) = runtime_builder(file, target, local, namespaces, store, trajectory).await?;
@@ -192,5 +199,8 @@ pub async fn build_gateway(
         None => server::Gateway::with_approver(builder.build(), hub, approver),
     };
     gateway.set_clients(clients);
+    if let Some(lease) = task_lease_ms {
+        gateway.set_task_lease(lease);
+    }
     Ok(gateway)
 }

@@ -17,7 +17,7 @@ pub use crate::http::{MIN_APPROVAL_TOKEN_LEN, allowed_hosts_and_origins, serve_h
 use codemode::surface::{EXEC, ModelTool, WAIT};
 use codemode::{CodeModeResult, RunContext, RunEvent, RunObserver};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
@@ -41,8 +41,7 @@ pub struct ExecWaitServer {
 /// The run scope of the sessionless requests of clients that present no credentials.
 pub const SESSIONLESS_SCOPE: &str = "mcp-sessionless";
 
-/// Prefix of the request keys of MRTR approval questions (`approval:<requestId>`).
-const APPROVAL_KEY: &str = "approval:";
+use crate::tasks::APPROVAL_KEY;
 
 /// The run scope of an HTTP request made without a session (MCP 2026-07-28, where every request
 /// stands alone and rmcp gives each one a handler of its own): the client's, not the transport's.
@@ -97,7 +96,7 @@ impl ApprovalState {
 }
 
 /// A decision from the human's answer to an MRTR approval question.
-fn decision_of(answer: &Value) -> codemode::ApprovalDecision {
+pub(crate) fn decision_of(answer: &Value) -> codemode::ApprovalDecision {
     match answer.get("action").and_then(Value::as_str) {
         Some("accept") => codemode::ApprovalDecision::Approve,
         Some("decline") => codemode::ApprovalDecision::deny("declined by the user"),
@@ -218,6 +217,36 @@ impl ExecWaitServer {
     pub fn session(&self) -> &str {
         &self.session
     }
+
+    /// Who owns the runs (and tasks) of a request: its run scope's session part and the client's
+    /// policy target.
+    fn run_owner(
+        &self,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<(String, Option<codemode::PolicyTarget>), ErrorData> {
+        // Runs belong to the client: on a sessionless HTTP request (MCP 2026-07-28) the
+        // handler lives for this one request, so the run scope is the client's, not the handler's.
+        // So do a fleet's runs on every HTTP request: the client's next request may reach another
+        // replica, in another MCP session or none.
+        let session: String = if self.http && (modern(cx) || self.gateway.fleet) {
+            sessionless_scope(cx)
+        } else {
+            self.session.to_string()
+        };
+        // Which agent this client's runs are for: its configured token decides (never what the
+        // client says about itself); an unlisted client gets the gateway's default, or is refused.
+        let target = self
+            .gateway
+            .client_target(authorization(cx).as_deref(), self.http)
+            .map_err(|e| ErrorData::invalid_request(e.to_string(), None))?;
+        Ok((session, target))
+    }
+
+    /// The run scope of a request's client (what its tasks are checked against).
+    fn task_scope(&self, cx: &RequestContext<RoleServer>) -> Result<codemode::RunScope, ErrorData> {
+        let (session, target) = self.run_owner(cx)?;
+        Ok(crate::gateway::target_context(RunContext::session(session), target.as_ref()).scope)
+    }
 }
 
 /// The contract §4 payload guard on the tool list a `tools/list` answer carries: exactly `exec` and
@@ -240,7 +269,12 @@ impl ServerHandler for ExecWaitServer {
     #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
-            ServerCapabilities::builder().enable_logging().enable_tools().enable_tool_list_changed().build(),
+            ServerCapabilities::builder()
+                .enable_logging()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_tasks()
+                .build(),
         )
         .with_server_info(Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
         .with_instructions(
@@ -291,19 +325,8 @@ impl ServerHandler for ExecWaitServer {
         if self.gateway.debug.transport {
             tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, method = "tools/call", tool = %request.name, "request received");
         }
-        // Runs belong to the client: on a sessionless HTTP request (MCP 2026-07-28) the
-        // handler lives for this one request, so the run scope is the client's, not the handler's.
         let modern = modern(&cx);
-        // So do a fleet's runs on every HTTP request: the client's next request may reach another
-        // replica, in another MCP session or none.
-        let session: String =
-            if self.http && (modern || self.gateway.fleet) { sessionless_scope(&cx) } else { self.session.to_string() };
-        // Which agent this client's runs are for: its configured token decides (never what the
-        // client says about itself); an unlisted client gets the gateway's default, or is refused.
-        let target = self
-            .gateway
-            .client_target(authorization(&cx).as_deref(), self.http)
-            .map_err(|e| ErrorData::invalid_request(e.to_string(), None))?;
+        let (session, target) = self.run_owner(&cx)?;
         if let Some(t) = &target {
             self.agents.lock().unwrap_or_else(|p| p.into_inner()).insert(t.agent.clone());
         }
@@ -396,6 +419,19 @@ impl ServerHandler for ExecWaitServer {
         if self.gateway.debug.transport {
             tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, status = result.status(), ms = started.elapsed().as_millis() as u64, "response sent");
         }
+        // A client that declared the tasks extension gets a task instead of `waiting`, and the
+        // gateway drives the run to its end (book: "Runs as tasks").
+        let result = if matches!(result, CodeModeResult::Waiting { .. })
+            && cx.client_capabilities().is_some_and(|c| c.supports_tasks())
+        {
+            let ctx = crate::gateway::target_context(RunContext::session(session.clone()), target.as_ref());
+            match self.gateway.start_task(&ctx, result).await {
+                Ok(task) => return Ok(CallToolResponse::Task(task)),
+                Err(result) => result,
+            }
+        } else {
+            result
+        };
         // A modern client that can answer form elicitations is asked about parked calls in the
         // result itself (MRTR); its retry brings the answers and resumes the run.
         let elicits = cx.client_capabilities().and_then(|c| c.elicitation).is_some();
@@ -405,12 +441,37 @@ impl ServerHandler for ExecWaitServer {
         {
             return Ok(questions.into());
         }
-        let json = result.to_json();
-        let out = match result {
-            CodeModeResult::Failed { .. } => CallToolResult::structured_error(json),
-            _ => CallToolResult::structured(json),
-        };
-        Ok(out.into())
+        Ok(crate::tasks::call_result(&result).into())
+    }
+
+    /// `tasks/get`: a task of this client (see [`crate::tasks`]).
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        let scope = self.task_scope(&cx)?;
+        self.gateway.task_get(&request.task_id, &scope).await
+    }
+
+    /// `tasks/update`: answers to a task's approval questions.
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let scope = self.task_scope(&cx)?;
+        self.gateway.task_update(&request.task_id, &scope, &request.input_responses).await
+    }
+
+    /// `tasks/cancel`: cancels a task and aborts its run.
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let scope = self.task_scope(&cx)?;
+        self.gateway.task_cancel(&request.task_id, &scope).await
     }
 }
 

@@ -364,7 +364,7 @@ fn task_record(
         carried: Vec::new(),
         result: None,
         is_error: false,
-        parked: Vec::new(),
+        questions: Vec::new(),
         created_at_ms: now,
         updated_at_ms: now,
         expires_at_ms: now + 10_000,

@@ -35,7 +35,7 @@ mod record;
 pub mod redis;
 pub mod signing;
 mod tasks;
-pub use tasks::{MAX_TASK_RECORDS, MAX_TASK_RECORD_BYTES};
+pub use tasks::{MAX_TASK_RECORD_BYTES, MAX_TASK_RECORDS};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use directory::DirectorySnapshotStore;

@@ -595,6 +595,11 @@ impl CodeMode {
         self.inner.sweep().await;
     }
 
+    /// Now, in Unix milliseconds, on the runtime's clock (the one its runs expire by).
+    pub fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
     /// The effective configuration.
     pub fn config(&self) -> &CodeModeConfig {
         &self.inner.config

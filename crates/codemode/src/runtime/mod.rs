@@ -336,7 +336,7 @@ impl Inner {
         }
     }
 
-    fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
 
