@@ -1,7 +1,7 @@
 //! `codemode bench`: the runtime's benchmark scenarios (see `codemode_demo::bench`) on every compiled
 //! engine, side by side, plus the snapshot size and the cold start of a whole `codemode run` process.
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use codemode_demo::bench;
 use serde_json::json;
 use std::io::Write as _;
@@ -41,6 +41,56 @@ fn cost_json(c: bench::ModelCost) -> serde_json::Value {
         "returnedBytes": c.returned_bytes,
         "toolResultBytes": c.tool_result_bytes,
     })
+}
+
+/// Runs [`bench::THREE_SLOW`] through `codemode serve`'s handler for a client that declared the MCP
+/// tasks extension (rmcp's client, in memory): the model's one `exec` is answered with a task the
+/// gateway drives; the client polls `tasks/get` (no model turn) and the model reads the final result.
+async fn three_slow_as_task(engine: &str) -> Result<bench::ModelCost> {
+    use rmcp::ServiceExt as _;
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, GetTaskParams};
+    let cm = bench::runtime(engine, bench::SLOW_TIMEOUT_MS);
+    let gateway = codemode_mcp::server::Gateway::new(cm, codemode_mcp::McpHub::connect(Vec::new()).await);
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let server = codemode_mcp::server::ExecWaitServer::new(gateway);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let caps = ClientCapabilities::builder().enable_tasks().build();
+    let client = ClientConfig::new(caps, rmcp::model::Implementation::new("bench", "0")).serve(client_io).await?;
+    let args = json!({ "code": bench::THREE_SLOW });
+    let exec = CallToolRequestParams::new("exec").with_arguments(args.as_object().cloned().unwrap_or_default());
+    let CallToolResponse::Task(created) = client.peer().call_tool_once(exec).await? else {
+        bail!("the three-slow cell was not answered with a task");
+    };
+    let id = created.task.task_id;
+    loop {
+        let task = client.peer().get_task(GetTaskParams::new(id.clone())).await?.task;
+        match task.payload {
+            rmcp::model::TaskPayload::Working => {
+                let ms = task.task.poll_interval_ms.unwrap_or(100);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            rmcp::model::TaskPayload::Completed { result } => {
+                let json = result.get("structuredContent").cloned().unwrap_or_default();
+                if json["status"] != "completed" {
+                    // A resume whose result came at the end of its `timeoutMs` leaves the guest no
+                    // time (the driver resumes back to back): reported, not counted.
+                    bail!("the run ended `{}`: {}", json["status"], json["error"]);
+                }
+                let t = &json["telemetry"];
+                return Ok(bench::ModelCost {
+                    turns: 1,
+                    result_json_bytes: json.to_string().len(),
+                    returned_bytes: t["returnedBytes"].as_u64().unwrap_or(0),
+                    tool_result_bytes: t["toolResultBytes"].as_u64().unwrap_or(0),
+                });
+            }
+            other => bail!("the three-slow task ended {:?}", other.status()),
+        }
+    }
 }
 
 fn cold_start(engine: &str, samples: usize) -> Result<Vec<Duration>> {
@@ -255,6 +305,10 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
             "threeSlowCalls": {
                 "plain": cost_json(bench::three_slow_cost(engine, false).await),
                 "autoWait": cost_json(bench::three_slow_cost(engine, true).await),
+                "task": match three_slow_as_task(engine).await {
+                    Ok(c) => cost_json(c),
+                    Err(e) => json!({ "error": e.to_string() }),
+                },
             },
         }));
     }
@@ -447,8 +501,12 @@ pub(crate) async fn run(engines: Vec<String>, samples: usize, as_json: bool, opt
         "engine", "mode", "turns", "result JSON bytes", "returnedBytes", "toolResultBytes"
     );
     for r in &rows {
-        for mode in ["plain", "autoWait"] {
+        for mode in ["plain", "task", "autoWait"] {
             let c = &r["threeSlowCalls"][mode];
+            if let Some(e) = c["error"].as_str() {
+                println!("{:<14} {:>10}   failed: {e}", r["engine"].as_str().unwrap_or(""), mode);
+                continue;
+            }
             println!(
                 "{:<14} {:>10} {:>8} {:>18} {:>15} {:>17}",
                 r["engine"].as_str().unwrap_or(""),

@@ -378,6 +378,18 @@ fn tasks_survive_their_driver_on_a_fleet() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Upstream tasks as suspend points (the book's "Upstream tasks"): a FastMCP server with
+/// `fastmcp-tasks` over HTTP answers a nested call with a task; the run suspends on it; the replica
+/// polling it is SIGKILLed and another continues the same task (the tool runs once); aborting the run
+/// on any replica cancels the task upstream; `tasks: false` makes plain calls
+/// (`tests/e2e/upstream_tasks.py`, on a real Redis).
+#[test]
+fn upstream_tasks_are_suspend_points_that_survive_their_replica() {
+    let dir = tempdir("upstream-tasks");
+    run_python("upstream_tasks.py", &[dir.as_os_str()], "ok: upstream tasks");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Approval questions reach only the client whose request drives the run — anonymous clients of a
 /// fleet, two sessions of one credential, two credentials; on one replica and across two (see the
 /// book's security model, "approval questions").

@@ -27,6 +27,65 @@ pub struct NestedToolCall {
     /// Where the tool may report progress while it runs (contract P8; an upstream MCP server's own
     /// progress notifications go here). `None` when nobody watches the run.
     pub progress: Option<ProgressSink>,
+    /// Where the executor notes that the call became a long-running task on its server (an opaque
+    /// note, such as an upstream MCP task's id): a fleet's call log keeps it, so the replica that
+    /// resumes the run after this one died continues that task instead of starting the call again
+    /// (book: "Upstream tasks"). `None` when the store keeps no call log (one process).
+    pub task_note: Option<TaskNoteSink>,
+    /// The note of a task an earlier process started for this call (see `task_note`): the
+    /// executor continues that task instead of running the call again. Read from the store, so an
+    /// executor only accepts a note naming the call's own server.
+    pub resume: Option<String>,
+}
+
+/// Asks the store who owns a logged call now (see [`TaskNoteSink::with_owner`]).
+type OwnerProbe =
+    Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::store::CallOwner> + Send>> + Send + Sync>;
+
+/// Receives the note of a call that became a task (see [`NestedToolCall::task_note`]), and tells
+/// the executor whether the call is still this process's to wait on.
+#[derive(Clone)]
+pub struct TaskNoteSink {
+    note: Arc<dyn Fn(String) + Send + Sync>,
+    owner: Option<OwnerProbe>,
+}
+
+impl TaskNoteSink {
+    /// A sink calling `f` with the note (it must not block: it runs on the tool's task).
+    pub fn new(f: impl Fn(String) + Send + Sync + 'static) -> Self {
+        TaskNoteSink { note: Arc::new(f), owner: None }
+    }
+
+    /// The sink with a probe of the call's owner: a call whose run was aborted elsewhere is
+    /// [`Gone`](crate::store::CallOwner::Gone) (its task is cancelled), one another replica took
+    /// over is [`Moved`](crate::store::CallOwner::Moved) (its task is left to that replica).
+    pub fn with_owner<F, Fut>(mut self, probe: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = crate::store::CallOwner> + Send + 'static,
+    {
+        self.owner = Some(Arc::new(move || Box::pin(probe())));
+        self
+    }
+
+    /// Records the note.
+    pub fn note(&self, note: impl Into<String>) {
+        (self.note)(note.into());
+    }
+
+    /// Who owns the call now ([`Mine`](crate::store::CallOwner::Mine) without a probe).
+    pub async fn owner(&self) -> crate::store::CallOwner {
+        match &self.owner {
+            Some(probe) => probe().await,
+            None => crate::store::CallOwner::Mine,
+        }
+    }
+}
+
+impl std::fmt::Debug for TaskNoteSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TaskNoteSink")
+    }
 }
 
 /// Receives a running tool's progress messages (see [`NestedToolCall::progress`]).

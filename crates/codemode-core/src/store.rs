@@ -387,6 +387,27 @@ pub trait SnapshotStore: Send + Sync {
         Ok(false)
     }
 
+    /// Notes that a logged call of `run_id` became a long-running task on its server (`note`: what
+    /// the executor needs to continue it, see `NestedToolCall::task_note`), for a replica that
+    /// resumes the run after this one died. `Ok(false)`: not noted (no call log, the call finished,
+    /// or another replica owns it now). The default notes nothing.
+    async fn note_call(&self, _run_id: &RunId, _request_id: RequestId, _note: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Who owns logged call `request_id` of `run_id` now (see [`CallOwner`]). The default: this
+    /// process (stores without a call log never hand a call over).
+    async fn call_owner(&self, _run_id: &RunId, _request_id: RequestId) -> Result<CallOwner, StoreError> {
+        Ok(CallOwner::Mine)
+    }
+
+    /// The notes of `run_id`'s logged calls that have not finished (see
+    /// [`note_call`](Self::note_call)): a call lost with its replica but noted is continued, not
+    /// failed. The default: none.
+    async fn call_notes(&self, _run_id: &RunId) -> Result<Vec<(RequestId, String)>, StoreError> {
+        Ok(Vec::new())
+    }
+
     /// Commits the end of a run that settled (completed or failed) in this process: its state
     /// leaves the store. A fleet store refuses with [`StoreError::TakenOver`] when another replica
     /// took the run over meanwhile, and the runtime then reports that instead of the run's result
@@ -492,6 +513,22 @@ pub enum CallStart {
     /// tool or input), and the tool has side effects: it must not run again; the guest gets this
     /// failure. The log now records it as failed, so no replica runs it.
     Lost(String),
+    /// Logged by a replica that stopped before it finished, with the note of the task the call
+    /// became on its server ([`SnapshotStore::note_call`]): this process now owns the call and
+    /// continues that task (the tool is not run again).
+    Resume(String),
+}
+
+/// Who owns a logged nested call now (see [`SnapshotStore::call_owner`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOwner {
+    /// This process: it goes on waiting for the call.
+    Mine,
+    /// Another replica took the call over (it resumed the run after this one lost it): this
+    /// process stops waiting and leaves the call's task to that replica.
+    Moved,
+    /// The call's run is gone (aborted, expired, settled): nobody waits for the call any more.
+    Gone,
 }
 
 /// A claim on a suspended run's nested calls (see [`SnapshotStore::claim_calls`]); released on drop.

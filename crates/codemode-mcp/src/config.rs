@@ -93,12 +93,18 @@ pub struct ServerConfig {
     /// Tool-name patterns the configuration declares side-effecting (`sideEffects`), whatever the
     /// server says; wins over [`read_only`](Self::read_only).
     pub side_effects: Vec<String>,
+    /// Declare the MCP tasks extension to the server (`tasks`; default: on for a streamable-HTTP
+    /// server, off for a stdio one): the connection then speaks the 2026-07-28 protocol where the
+    /// server offers it (falling back to the handshake where it does not), and the server may answer
+    /// a long call with a task, which the call waits on without holding anything but a poll (and
+    /// which a fleet's replica that takes the run over continues).
+    pub tasks: bool,
 }
 
 /// The keys of a server entry codemode reads (their values are checked strictly). `type` is the
 /// transport as Claude Code and others write it (`stdio`, `http`, `streamable-http`; `sse` is the
 /// deprecated HTTP+SSE transport, which is not supported).
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 17] = [
     "command",
     "args",
     "env",
@@ -115,6 +121,7 @@ pub const KEYS: [&str; 16] = [
     "trustAnnotations",
     "readOnly",
     "sideEffects",
+    "tasks",
 ];
 
 /// Paths of the keys of server entries that codemode does not read: other clients' settings
@@ -282,6 +289,7 @@ pub fn parse_servers_with(
                 }
             }
         };
+        let http = matches!(transport, Transport::Http { .. });
         out.push(ServerConfig {
             name: name.clone(),
             transport,
@@ -313,6 +321,12 @@ pub fn parse_servers_with(
                         .unwrap_or_default()
                 }
                 _ => Vec::new(),
+            },
+            tasks: match spec.get("tasks") {
+                // A stdio server's tasks die with the replica that started it, and the protocol
+                // probe costs a server that ignores unknown requests its start-up wait.
+                None => http,
+                Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("tasks"), "expected a boolean"))?,
             },
             trust_annotations: match spec.get("trustAnnotations") {
                 None => false,

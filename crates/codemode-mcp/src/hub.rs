@@ -10,6 +10,7 @@
 //! (stdin closed, then SIGTERM, then killed) by [`McpHub::shutdown`], and killed if dropped.
 
 mod notifications;
+mod tasks;
 mod tools;
 
 use crate::config::{ServerConfig, Transport};
@@ -306,7 +307,7 @@ pub enum ConnectError {
 }
 
 async fn connect(config: &ServerConfig, senders: Senders) -> Result<Live, ConnectError> {
-    let handler = Handler { server: config.name.clone(), senders };
+    let handler = Handler { server: config.name.clone(), senders, tasks: config.tasks };
     let startup = Duration::from_millis(config.startup_timeout_ms);
     let service = match &config.transport {
         Transport::Stdio { command, args, env, cwd } => {
@@ -329,7 +330,7 @@ async fn connect(config: &ServerConfig, senders: Senders) -> Result<Live, Connec
                     }
                 });
             }
-            tokio::time::timeout(startup, handler.serve(transport)).await
+            tokio::time::timeout(startup, serve_upstream(handler, transport, config.tasks)).await
         }
         Transport::Http { url, headers } => {
             let mut map = std::collections::HashMap::new();
@@ -344,7 +345,7 @@ async fn connect(config: &ServerConfig, senders: Senders) -> Result<Live, Connec
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.clone())
                     .custom_headers(map);
             let transport = rmcp::transport::StreamableHttpClientTransport::from_config(cfg);
-            tokio::time::timeout(startup, handler.serve(transport)).await
+            tokio::time::timeout(startup, serve_upstream(handler, transport, config.tasks)).await
         }
     };
     let service = match service {
@@ -354,6 +355,30 @@ async fn connect(config: &ServerConfig, senders: Senders) -> Result<Live, Connec
     };
     let peer = service.peer().clone();
     Ok(Live { service, peer })
+}
+
+/// Connects `handler` over `transport`: with `tasks`, on the 2026-07-28 protocol where the server
+/// speaks it (`server/discover`; the tasks extension exists only there), else — and for a server
+/// that does not — with the `initialize` handshake.
+async fn serve_upstream<T, E, A>(
+    handler: Handler,
+    transport: T,
+    tasks: bool,
+) -> Result<RunningService<RoleClient, Handler>, rmcp::service::ClientInitializeError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    if !tasks {
+        return handler.serve(transport).await;
+    }
+    let lifecycle = ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    };
+    handler.serve_with_lifecycle(transport, lifecycle).await
 }
 
 async fn list(
@@ -566,6 +591,8 @@ impl McpHub {
         while joins.join_next().await.is_some() {}
     }
 
+    /// One upstream request; a `tools/call` answered with a task is polled to its end (see
+    /// `hub::tasks`), and one whose `task` names a task an earlier process started continues it.
     async fn call_upstream(
         &self,
         server: &Arc<Server>,
@@ -573,6 +600,7 @@ impl McpHub {
         input: Value,
         progress: Option<ProgressSink>,
         idempotency_key: Option<String>,
+        task: UpstreamTask,
     ) -> Result<ToolResult, ToolError> {
         let name = &server.config.name;
         let peer = lock(&server.peer).clone().ok_or_else(|| {
@@ -613,6 +641,12 @@ impl McpHub {
                 }
                 as_json(tokio::time::timeout(limit, peer.get_prompt(params)).await.map_err(|_| timed_out())?)
             }
+            _ if task.resume.is_some() => {
+                let note = task.resume.as_deref().unwrap_or_default();
+                let task_id = tasks::task_of_note(name, note)?;
+                tracing::info!(server = %name, task = %task_id, "continuing an upstream task another replica started");
+                tasks::poll(&peer, task_id, tasks::MIN_POLL_MS, limit, progress.as_ref(), task.note.as_ref()).await
+            }
             _ => {
                 let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
                 let request = rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
@@ -628,7 +662,7 @@ impl McpHub {
                     let handle = peer.send_request_with_option(request, options).await?;
                     // The request carries rmcp's progress token: progress the server reports for it
                     // goes to whoever watches the run.
-                    let _route = progress.map(|sink| {
+                    let _route = progress.clone().map(|sink| {
                         let key = route_key(&handle.progress_token);
                         lock(progress_routes()).insert(key.clone(), sink);
                         ProgressRoute(key)
@@ -637,11 +671,28 @@ impl McpHub {
                     let response = handle.await_response().await;
                     abandoned.id = None;
                     match response? {
-                        rmcp::model::ServerResult::CallToolResult(r) => Ok(r),
+                        rmcp::model::ServerResult::CallToolResult(r) => Ok(Answer::Result(r)),
+                        // The server runs the call as a task (tasks extension): poll it below.
+                        rmcp::model::ServerResult::CreateTaskResult(t) => Ok(Answer::Task(t.task)),
                         _ => Err(ServiceError::UnexpectedResponse),
                     }
                 };
-                as_json(tokio::time::timeout(limit, call).await.map_err(|_| timed_out())?)
+                match tokio::time::timeout(limit, call).await.map_err(|_| timed_out())? {
+                    Ok(Answer::Result(r)) => as_json(Ok(r)),
+                    Ok(Answer::Task(t)) => {
+                        tracing::debug!(server = %name, task = %t.task_id, "the nested call runs as an upstream task");
+                        match (&task.note, tasks::note_of(name, &t.task_id)) {
+                            (Some(sink), Some(note)) => sink.note(note),
+                            (Some(_), None) => {
+                                tracing::warn!(server = %name, "an upstream task id too long to note: a replica that takes the run over cannot continue it")
+                            }
+                            _ => {}
+                        }
+                        let first = t.poll_interval_ms.unwrap_or(tasks::DEFAULT_POLL_MS);
+                        tasks::poll(&peer, t.task_id, first, limit, progress.as_ref(), task.note.as_ref()).await
+                    }
+                    Err(e) => Err(e),
+                }
             }
         };
         match result {
@@ -658,6 +709,22 @@ impl McpHub {
             Err(e) => Err(unavailable(format!("MCP server `{name}`: {e}"))),
         }
     }
+}
+
+/// How an upstream `tools/call` was answered.
+enum Answer {
+    /// With its result.
+    Result(rmcp::model::CallToolResult),
+    /// With a task that runs the call (tasks extension).
+    Task(rmcp::model::Task),
+}
+
+/// A nested call's side of upstream tasks: where to note a task it starts, and the note of one an
+/// earlier process started (see `NestedToolCall::task_note` / `resume`).
+#[derive(Default)]
+struct UpstreamTask {
+    note: Option<codemode_core::executor::TaskNoteSink>,
+    resume: Option<String>,
 }
 
 /// An upstream answer as JSON.
@@ -683,6 +750,7 @@ impl ToolExecutor for McpHub {
             .find(|s| s.config.name == call.tool.owner)
             .ok_or_else(|| unavailable(format!("no MCP server `{}`", call.tool.owner)))?;
         let key = codemode::idempotency_key(&call);
-        self.call_upstream(server, &call.tool.name, call.input, call.progress, Some(key)).await
+        let task = UpstreamTask { note: call.task_note, resume: call.resume };
+        self.call_upstream(server, &call.tool.name, call.input, call.progress, Some(key), task).await
     }
 }

@@ -554,13 +554,14 @@ mod tests {
     fn iso8601_of_known_instants() {
         assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso8601(951_782_400_123), "2000-02-29T00:00:00.123Z");
-        assert_eq!(iso8601(1_796_601_600_000), "2026-12-05T00:00:00.000Z");
+        assert_eq!(iso8601(1_796_428_800_000), "2026-12-05T00:00:00.000Z");
+        assert_eq!(iso8601(1_796_601_599_999), "2026-12-06T23:59:59.999Z");
     }
 
     #[test]
     fn status_names_pending_calls_and_is_bounded() {
-        let pending: Vec<codemode::CodeModePendingToolCall> = (0..100)
-            .map(|i| codemode::CodeModePendingToolCall {
+        let pending: Vec<codemode_core::result::CodeModePendingToolCall> = (0..100)
+            .map(|i| codemode_core::result::CodeModePendingToolCall {
                 request_id: i,
                 kind: PendingCallKind::Call,
                 tool_id: "plugin:demo:demo_sleep".into(),
@@ -569,7 +570,7 @@ mod tests {
             .collect();
         let r = CodeModeResult::Waiting {
             run_id: "cm_x".into(),
-            reason: codemode::WaitReason::PendingTools,
+            reason: codemode_core::result::WaitReason::PendingTools,
             pending_tool_calls: pending[..1].to_vec(),
             output: Vec::new(),
             rerunnable: false,
@@ -581,7 +582,7 @@ mod tests {
         );
         let many = CodeModeResult::Waiting {
             run_id: "cm_x".into(),
-            reason: codemode::WaitReason::PendingTools,
+            reason: codemode_core::result::WaitReason::PendingTools,
             pending_tool_calls: pending,
             output: Vec::new(),
             rerunnable: false,

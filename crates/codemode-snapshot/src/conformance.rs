@@ -17,7 +17,7 @@ use codemode_core::guest::GuestRequest;
 use codemode_core::result::WaitReason;
 use codemode_core::scope::{RunId, RunScope};
 use codemode_core::store::{
-    CallIssue, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun,
+    CallIssue, CallOwner, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun,
 };
 use codemode_core::task::TaskRecord;
 use codemode_core::telemetry::CodeModeTelemetry;
@@ -318,8 +318,16 @@ pub async fn call_log(
     let _held = a.checkout(&run, &scope).await.map_err(|e| e.to_string())?;
     let pay = CallIssue { request_id: 1, tool_id: "plugin:t:pay".into(), input_digest: "p".into(), read_only: false };
     let read = CallIssue { request_id: 2, tool_id: "plugin:t:get".into(), input_digest: "g".into(), read_only: true };
+    let job = CallIssue { request_id: 3, tool_id: "mcp:s:job".into(), input_digest: "j".into(), read_only: false };
     eq(a.begin_call(&run, &pay).await.map_err(|e| e.to_string())?, CallStart::Fresh, "pay")?;
     eq(a.begin_call(&run, &read).await.map_err(|e| e.to_string())?, CallStart::Fresh, "read")?;
+    eq(a.begin_call(&run, &job).await.map_err(|e| e.to_string())?, CallStart::Fresh, "job")?;
+    // The side-effecting `job` became a task on its server: noted, only by its issuer.
+    check(!b.note_call(&run, 3, "task-9").await.map_err(|e| e.to_string())?, "b cannot note a's call")?;
+    check(a.note_call(&run, 3, "task-9").await.map_err(|e| e.to_string())?, "a notes its call's task")?;
+    check(!a.note_call(&run, 99, "x").await.map_err(|e| e.to_string())?, "an unlogged call is not noted")?;
+    eq(a.call_notes(&run).await.map_err(|e| e.to_string())?, vec![(3, "task-9".to_string())], "notes")?;
+    eq(a.call_owner(&run, 3).await.map_err(|e| e.to_string())?, CallOwner::Mine, "a owns its call")?;
     let paid = Delivery { id: 1, outcome: Ok(json!({ "receipt": 7 })) };
     check(
         a.finish_call(&run, &paid, Some(r#"{"Ok":{"details":{"receipt":7}}}"#)).await.map_err(|e| e.to_string())?,
@@ -338,6 +346,18 @@ pub async fn call_log(
         "replayed pay gets its recorded result, and what the tool returned",
     )?;
     eq(b.begin_call(&run, &read).await.map_err(|e| e.to_string())?, CallStart::Reissued, "lost read-only call")?;
+    // The noted call passes to b, which continues its task: once (a second begin is b's own).
+    eq(
+        b.begin_call(&run, &job).await.map_err(|e| e.to_string())?,
+        CallStart::Resume("task-9".into()),
+        "lost noted call",
+    )?;
+    eq(b.begin_call(&run, &job).await.map_err(|e| e.to_string())?, CallStart::Fresh, "b owns the call now")?;
+    check(!a.note_call(&run, 3, "task-10").await.map_err(|e| e.to_string())?, "a no longer owns it")?;
+    eq(a.call_owner(&run, 3).await.map_err(|e| e.to_string())?, CallOwner::Moved, "a's call moved to b")?;
+    let done = Delivery { id: 3, outcome: Ok(json!("worked")) };
+    check(b.finish_call(&run, &done, None).await.map_err(|e| e.to_string())?, "b records the job's result")?;
+    eq(b.call_notes(&run).await.map_err(|e| e.to_string())?, Vec::new(), "a finished call's note is spent")?;
     let other = CallIssue { request_id: 1, tool_id: "plugin:t:refund".into(), ..pay.clone() };
     let diverged = b.begin_call(&run, &other).await.map_err(|e| e.to_string())?;
     check(matches!(diverged, CallStart::Lost(_)), &format!("a different call under a logged id: {diverged:?}"))?;
@@ -347,6 +367,7 @@ pub async fn call_log(
     };
     check(failed.is_err(), "logged as failed")?;
     b.settle(&run).await.map_err(|e| e.to_string())?;
+    eq(a.call_owner(&run, 3).await.map_err(|e| e.to_string())?, CallOwner::Gone, "the run is gone")?;
     Ok(())
 }
 

@@ -118,6 +118,8 @@ mod tests {
                 input: Value::Null,
                 context: Arc::new(RunContext::session("mock")),
                 progress: None,
+                task_note: None,
+                resume: None,
             };
             tool.call(input, &call).await
         })

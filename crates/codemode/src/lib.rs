@@ -48,7 +48,8 @@ pub use codemode_catalog::policy::{PolicyContext, PolicyTarget, ToolPolicy};
 pub use codemode_catalog::sandbox::SandboxPolicy;
 pub use codemode_core::approval::{ApprovalDecision, ApprovalRequest, Approver};
 pub use codemode_core::executor::{
-    CODE_MODE_TOOL_KIND, CodeModeCallEvent, NestedToolCall, RunEvent, RunObserver, ToolError, ToolErrorKind, ToolResult,
+    CODE_MODE_TOOL_KIND, CodeModeCallEvent, NestedToolCall, RunEvent, RunObserver, TaskNoteSink, ToolError,
+    ToolErrorKind, ToolResult,
 };
 pub use codemode_core::namespace::{NamespaceInfo, NamespaceOwner, NamespaceRegistry};
 pub use codemode_core::result::PendingCallKind;

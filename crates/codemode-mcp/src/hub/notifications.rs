@@ -8,6 +8,8 @@ use super::*;
 pub(super) struct Handler {
     pub(super) server: String,
     pub(super) senders: Senders,
+    /// Declare the tasks extension to this server (`tasks`, default on).
+    pub(super) tasks: bool,
 }
 
 /// Where every connection reports: tool-list changes (by server name) and log messages.
@@ -106,7 +108,14 @@ impl ClientHandler for Handler {
         sink.report(text);
     }
 
+    /// The client's capabilities: the tasks extension (SEP-2663) unless the server's `tasks` setting
+    /// is off, so a server may answer a long call with a task the hub polls (see `hub::tasks`).
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
+        let caps = if self.tasks {
+            ClientCapabilities::builder().enable_tasks().build()
+        } else {
+            ClientCapabilities::default()
+        };
+        ClientConfig::new(caps, Implementation::new("codemode", env!("CARGO_PKG_VERSION")))
     }
 }

@@ -9,7 +9,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P run:<runId>` | hash | `meta` (JSON: scope, engine, reason, pending and undelivered results, telemetry, positions, expiry), `snap` (the engine's serialized snapshot, whose header names the engine build), `parked` (JSON array of request ids parked for approval), `tag` (HMAC-SHA-256 of run id, `meta` and `snap`: a run whose tag no key verifies is refused on checkout), `fence` (checkouts so far), `holder` (replica id of the current checkout, `""` when suspended), `lease` (when that checkout's lease ends, Unix ms), `expires`, `scope` (the key of its scope set) |
-//! | `P calls:<runId>` | hash | the call log: request id → JSON `{issuer, tool, digest, result?, raw?}`; `result` is the call's delivery JSON, written the moment the call finishes, `raw` what the tool returned before the after-call stages (a replaying replica runs its own) |
+//! | `P calls:<runId>` | hash | the call log: request id → JSON `{issuer, tool, digest, result?, raw?, note?}` (`note`: the task the call became on its server, continued by the replica that resumes the run); `result` is the call's delivery JSON, written the moment the call finishes, `raw` what the tool returned before the after-call stages (a replaying replica runs its own) |
 //! | `P decisions:<runId>` | hash | request id → `<hex tag>\n<decision JSON>`, until the resuming `wait` takes it |
 //! | `P scope:<digest>` | sorted set | run ids of one scope (SHA-256 of the scope), scored by expiry: the 64-run cap per scope, counted across the fleet |
 //! | `P expiry` | sorted set | every run id, scored by expiry (sweeps) |
@@ -86,6 +86,9 @@ pub const MIN_LEASE_MS: u64 = 300;
 /// How long a run's keys outlive its expiry in Redis (a `wait` in progress at the expiry still
 /// finds them; a sweep deletes them before).
 const KEY_GRACE_MS: u64 = 120_000;
+/// Largest task note of a logged call (an upstream server and task id). Prevents: an executor's
+/// note growing every replay's call log read.
+const MAX_CALL_NOTE_BYTES: usize = 1_024;
 
 /// Longest a call log of a run never stored lives (a run that completes without suspending never
 /// writes `run:`; its log is deleted when it settles, this bounds it if the replica dies first).
@@ -393,6 +396,7 @@ impl SnapshotStore for RedisSnapshotStore {
                 Ok(CallStart::Recorded { outcome: d.outcome, raw: (!raw.is_empty()).then_some(raw) })
             }
             "LOST" => Ok(CallStart::Lost(lost_text)),
+            "RESUME" => Ok(CallStart::Resume(detail)),
             "DIVERGED" => Ok(CallStart::Lost(format!(
                 "a replay of this run made request {} a call of `{}` with this input, but the call log has another \
                  call under that id (the cell is not deterministic); it is not run",
@@ -418,6 +422,74 @@ impl SnapshotStore for RedisSnapshotStore {
             .await
             .map_err(unreachable)?;
         Ok(n == 1)
+    }
+
+    async fn note_call(&self, run_id: &RunId, request_id: RequestId, note: &str) -> Result<bool, StoreError> {
+        if note.len() > MAX_CALL_NOTE_BYTES {
+            return Err(StoreError::Encode(format!("a call's task note is over {MAX_CALL_NOTE_BYTES} bytes")));
+        }
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let n: i64 = s
+            .scripts
+            .note_call
+            .key(s.key("calls", run_id))
+            .arg(request_id)
+            .arg(&s.replica)
+            .arg(note)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(n == 1)
+    }
+
+    async fn call_owner(
+        &self,
+        run_id: &RunId,
+        request_id: RequestId,
+    ) -> Result<codemode_core::store::CallOwner, StoreError> {
+        use codemode_core::store::CallOwner;
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            issuer: String,
+        }
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let entry: Option<String> = redis::cmd("HGET")
+            .arg(s.key("calls", run_id))
+            .arg(request_id)
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(match entry.and_then(|e| serde_json::from_str::<Entry>(&e).ok()) {
+            None => CallOwner::Gone,
+            Some(e) if e.issuer == s.replica => CallOwner::Mine,
+            Some(_) => CallOwner::Moved,
+        })
+    }
+
+    async fn call_notes(&self, run_id: &RunId) -> Result<Vec<(RequestId, String)>, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            #[serde(default)]
+            note: Option<String>,
+            #[serde(default)]
+            result: Option<serde_json::Value>,
+        }
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let all: HashMap<String, String> =
+            redis::cmd("HGETALL").arg(s.key("calls", run_id)).query_async(&mut conn).await.map_err(unreachable)?;
+        let mut notes: Vec<(RequestId, String)> = all
+            .into_iter()
+            .filter_map(|(id, json)| {
+                let entry: Entry = serde_json::from_str(&json).ok()?;
+                let note = entry.note.filter(|_| entry.result.is_none())?;
+                Some((id.parse().ok()?, note))
+            })
+            .collect();
+        notes.sort();
+        Ok(notes)
     }
 
     async fn record_decision(

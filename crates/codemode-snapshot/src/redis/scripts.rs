@@ -105,7 +105,8 @@ end
 return lost
 "#;
 
-/// Logs a nested call right before its tool runs. KEYS: run, calls. ARGV: request id, replica,
+/// Logs a nested call right before its tool runs (a call another replica logged, left unfinished
+/// and noted as a task on its server, passes to this replica: `RESUME` with the note). KEYS: run, calls. ARGV: request id, replica,
 /// token, tool, input digest, read-only (1/0), delivery JSON of the failure to record for a lost
 /// call, log lifetime (ms, for a run never stored). Returns `{status, result, raw}`. The caller holds the
 /// run's lease, so whoever logged an unfinished call under the same id lost it (died, or was paused
@@ -131,6 +132,11 @@ local r = cjson.decode(rec)
 local same = r.tool == ARGV[4] and r.digest == ARGV[5]
 if same and r.result then return {'RECORDED', r.result, r.raw or ''} end
 if same and r.issuer == ARGV[2] then return {'FRESH', '', ''} end
+if same and r.note then
+  r.issuer = ARGV[2]
+  redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(r))
+  return {'RESUME', r.note, ''}
+end
 if ARGV[6] == '1' then
   redis.call('HSET', KEYS[2], ARGV[1], fresh)
   return {'REISSUED', '', ''}
@@ -139,6 +145,18 @@ redis.call('HSET', KEYS[2], ARGV[1],
   cjson.encode({issuer = ARGV[2], tool = ARGV[4], digest = ARGV[5], result = ARGV[7]}))
 if same then return {'LOST', r.issuer, ''} end
 return {'DIVERGED', r.tool, ''}
+"#;
+
+/// Notes that a logged, unfinished call became a task on its server. KEYS: calls. ARGV: request id,
+/// replica, note. Returns 1 when noted (the log names this replica and has no result yet).
+pub const NOTE_CALL: &str = r#"
+local rec = redis.call('HGET', KEYS[1], ARGV[1])
+if not rec then return 0 end
+local r = cjson.decode(rec)
+if r.issuer ~= ARGV[2] or r.result then return 0 end
+r.note = ARGV[3]
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
+return 1
 "#;
 
 /// Records a logged call's result. KEYS: calls. ARGV: request id, replica, delivery JSON, raw
@@ -249,6 +267,7 @@ pub(super) struct Scripts {
     pub(super) take_decisions: redis::Script,
     pub(super) purge: redis::Script,
     pub(super) put_task: redis::Script,
+    pub(super) note_call: redis::Script,
     pub(super) drive_task: redis::Script,
     pub(super) release_task: redis::Script,
 }
@@ -269,6 +288,7 @@ impl Scripts {
             take_decisions: redis::Script::new(TAKE_DECISIONS),
             purge: redis::Script::new(PURGE),
             put_task: redis::Script::new(PUT_TASK),
+            note_call: redis::Script::new(NOTE_CALL),
             drive_task: redis::Script::new(DRIVE_TASK),
             release_task: redis::Script::new(RELEASE_TASK),
         }

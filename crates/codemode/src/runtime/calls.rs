@@ -358,10 +358,13 @@ impl Inner {
     pub(super) fn reissue_lost_calls(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
         let lost: Vec<PendingRequest> =
             run.pending.values().filter(|p| p.kind().is_tool_call() && !p.awaiting_approval).cloned().collect();
+        // A lost call that had become a task on its server (noted in the call log) is continued,
+        // whatever the tool: its server still runs it, once.
+        let noted = if lost.is_empty() { Vec::new() } else { self.noted_calls(rt, run) };
         let mut again = Vec::with_capacity(lost.len());
         for p in lost {
             match resolve_tool(&run.catalog, &p.request) {
-                Ok((tool, mode)) if tool.def.read_only => again.push((p, tool, mode)),
+                Ok((tool, mode)) if tool.def.read_only || noted.contains(&p.id) => again.push((p, tool, mode)),
                 _ => {
                     return Err(CodeModeError::new(
                         CodeModeErrorCode::NestedToolFailed,
@@ -382,6 +385,18 @@ impl Inner {
             )?;
         }
         Ok(())
+    }
+
+    /// The run's calls that became tasks on their servers (noted in a fleet's call log): lost with
+    /// the replica that ran them, they are continued (see `CallStart::Resume`), not failed.
+    fn noted_calls(&self, rt: &Handle, run: &Run) -> Vec<RequestId> {
+        match rt.block_on(self.store.call_notes(&run.id)) {
+            Ok(notes) => notes.into_iter().map(|(id, _)| id).collect(),
+            Err(e) => {
+                tracing::warn!(run = %run.id, error = %e, "cannot read the call log's task notes");
+                Vec::new()
+            }
+        }
     }
 
     /// Starts a nested call of a catalog tool on the host's executor, through the gates (`gates.rs`):
@@ -426,6 +441,30 @@ impl Inner {
                 })
             })
         });
+        // On a fleet, a call that becomes a task on its server is noted in the call log, so the
+        // replica that resumes the run after this one died continues that task.
+        let task_note = self.store.fleet().then(|| {
+            let (store, run_id, handle) = (self.store.clone(), run.id.clone(), rt.clone());
+            let (probe_store, probe_run) = (store.clone(), run_id.clone());
+            codemode_core::executor::TaskNoteSink::new(move |note| {
+                let (store, run_id) = (store.clone(), run_id.clone());
+                handle.spawn(async move {
+                    match store.note_call(&run_id, id, &note).await {
+                        Ok(true) => {}
+                        Ok(false) => tracing::warn!(run = %run_id, request = id, "the call's task could not be noted"),
+                        Err(e) => {
+                            tracing::warn!(run = %run_id, request = id, error = %e, "cannot note the call's task")
+                        }
+                    }
+                });
+            })
+            // A fleet's suspended run lets its calls run on detached: whether the call is still
+            // wanted (its run not aborted elsewhere, not taken over) is asked of the call log.
+            .with_owner(move || {
+                let (store, run_id) = (probe_store.clone(), probe_run.clone());
+                async move { store.call_owner(&run_id, id).await.unwrap_or(codemode_core::store::CallOwner::Mine) }
+            })
+        });
         let nested = NestedToolCall {
             run_id: run.id.clone(),
             request_id: id,
@@ -434,6 +473,8 @@ impl Inner {
             input,
             context: run.context.clone(),
             progress,
+            task_note,
+            resume: None,
         };
         let approval = Approval {
             policy_reason: self.approvals.reason(&tool.def),
@@ -544,10 +585,15 @@ impl Inner {
     /// [`CallEnd::Reissue`]): a call of a tool whose current definition is read-only is issued
     /// again (through every gate); any other fails in the guest, saying it was lost.
     pub(super) fn start_reissues(&self, rt: &Handle, run: &mut Run) -> Result<(), CodeModeError> {
-        for id in std::mem::take(&mut run.reissue) {
+        let lost = std::mem::take(&mut run.reissue);
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let noted = self.noted_calls(rt, run);
+        for id in lost {
             let Some(p) = run.pending.get(&id).cloned() else { continue };
             match resolve_tool(&run.catalog, &p.request) {
-                Ok((tool, mode)) if tool.def.read_only => self.start_call(
+                Ok((tool, mode)) if tool.def.read_only || noted.contains(&id) => self.start_call(
                     rt,
                     run,
                     CallSpec { id, request: p.request, tool, mode, origin: CallOrigin::Reissued },

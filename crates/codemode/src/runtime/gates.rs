@@ -347,6 +347,9 @@ enum Logged {
     Deliver(Result<Value, GuestError>),
     /// The tool already ran and returned this: it goes through the after-call stages here.
     Ran(Result<ToolResult, ToolError>),
+    /// The call became a task on its server, started by a replica that died: the executor
+    /// continues it from this note instead of running the tool again.
+    Resume(String),
 }
 
 impl CallLog {
@@ -366,6 +369,10 @@ impl CallLog {
                 }
             }
             Ok(CallStart::Lost(why)) => deliver(Err(tool_failure(&self.issue.tool_id, &why))),
+            Ok(CallStart::Resume(note)) => {
+                tracing::info!(run = %self.run_id, tool = %self.issue.tool_id, request = self.issue.request_id, "continuing the task another replica started for this call");
+                Some(Logged::Resume(note))
+            }
             Err(StoreError::Unreachable(e)) if self.stored && !self.issue.read_only => deliver(Err(tool_failure(
                 &self.issue.tool_id,
                 &format!(
@@ -468,6 +475,7 @@ async fn through_the_stages(
             None => {}
             Some(Logged::Deliver(answer)) => return InFlight::Logged(answer),
             Some(Logged::Ran(outcome)) => ran = Some(outcome),
+            Some(Logged::Resume(note)) => call.resume = Some(note),
         }
     }
     let run_tool = |call: NestedToolCall| async move {
