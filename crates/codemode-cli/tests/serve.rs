@@ -344,7 +344,7 @@ fn run_tasks_python(script: &str, args: &[&std::ffi::OsStr], ok_line: &str) {
     assert!(stdout.contains(ok_line), "{stdout}");
 }
 
-/// Runs as MCP tasks (the book's "Runs as tasks") with FastMCP 4's client and `fastmcp-tasks`: three
+/// Runs as MCP tasks (the book's "Runs as MCP tasks") with FastMCP 4's client and `fastmcp-tasks`: three
 /// slow calls in one `tools/call` and no `wait`, a quick cell answered directly, cancel (the
 /// upstream server sees its call cancelled), a parked approval answered in-task, TTL expiry, and
 /// another client's or a made-up task id refused (`tests/e2e/tasks.py`).
@@ -378,7 +378,7 @@ fn tasks_survive_their_driver_on_a_fleet() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Upstream tasks as suspend points (the book's "Upstream tasks"): a FastMCP server with
+/// Upstream tasks as suspend points (the book's "Runs as MCP tasks", upstream tasks): a FastMCP server with
 /// `fastmcp-tasks` over HTTP answers a nested call with a task; the run suspends on it; the replica
 /// polling it is SIGKILLed and another continues the same task (the tool runs once); aborting the run
 /// on any replica cancels the task upstream; `tasks: false` makes plain calls

@@ -30,7 +30,7 @@ pub struct NestedToolCall {
     /// Where the executor notes that the call became a long-running task on its server (an opaque
     /// note, such as an upstream MCP task's id): a fleet's call log keeps it, so the replica that
     /// resumes the run after this one died continues that task instead of starting the call again
-    /// (book: "Upstream tasks"). `None` when the store keeps no call log (one process).
+    /// (book: "Runs as MCP tasks", upstream tasks). `None` when the store keeps no call log (one process).
     pub task_note: Option<TaskNoteSink>,
     /// The note of a task an earlier process started for this call (see `task_note`): the
     /// executor continues that task instead of running the call again. Read from the store, so an

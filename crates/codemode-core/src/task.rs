@@ -1,4 +1,4 @@
-//! Runs served as MCP tasks (book: "Runs as tasks"): the record a store keeps for each, so that any
+//! Runs served as MCP tasks (book: "Runs as MCP tasks"): the record a store keeps for each, so that any
 //! replica of a fleet can answer `tasks/get`, `tasks/update` and `tasks/cancel` for it.
 //!
 //! A task is a run that a gateway drives itself instead of handing `waiting` back to the model. Its

@@ -14,6 +14,7 @@ pub use crate::gateway::Gateway;
 use crate::gateway::authorization;
 use crate::http::same_secret;
 pub use crate::http::{MIN_APPROVAL_TOKEN_LEN, allowed_hosts_and_origins, serve_http};
+use crate::tasks::APPROVAL_KEY;
 use codemode::surface::{EXEC, ModelTool, WAIT};
 use codemode::{CodeModeResult, RunContext, RunEvent, RunObserver};
 use rmcp::model::{
@@ -40,8 +41,6 @@ pub struct ExecWaitServer {
 
 /// The run scope of the sessionless requests of clients that present no credentials.
 pub const SESSIONLESS_SCOPE: &str = "mcp-sessionless";
-
-use crate::tasks::APPROVAL_KEY;
 
 /// The run scope of an HTTP request made without a session (MCP 2026-07-28, where every request
 /// stands alone and rmcp gives each one a handler of its own): the client's, not the transport's.
@@ -420,8 +419,10 @@ impl ServerHandler for ExecWaitServer {
             tracing::info!(target: "codemode::debug", session = %self.session, id = %cx.id, status = result.status(), ms = started.elapsed().as_millis() as u64, "response sent");
         }
         // A client that declared the tasks extension gets a task instead of `waiting`, and the
-        // gateway drives the run to its end (book: "Runs as tasks").
-        let result = if matches!(result, CodeModeResult::Waiting { .. })
+        // gateway drives the run to its end (book: "Runs as MCP tasks").
+        // (The extension exists only on the 2026-07-28 protocol: `tasks/get` is refused on others.)
+        let result = if modern
+            && matches!(result, CodeModeResult::Waiting { .. })
             && cx.client_capabilities().is_some_and(|c| c.supports_tasks())
         {
             let ctx = crate::gateway::target_context(RunContext::session(session.clone()), target.as_ref());

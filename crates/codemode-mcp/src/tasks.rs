@@ -1,4 +1,4 @@
-//! Runs served as MCP tasks (the tasks extension, `io.modelcontextprotocol/tasks`; book: "Runs as
+//! Runs served as MCP tasks (the tasks extension, `io.modelcontextprotocol/tasks`; book: "Runs as MCP
 //! tasks").
 //!
 //! When a client that declared the extension calls `exec` (or `wait`) and the run would come back

@@ -1,4 +1,4 @@
-//! Runs served as MCP tasks (the book's "Runs as tasks"), driven by rmcp's own client declaring the
+//! Runs served as MCP tasks (the book's "Runs as MCP tasks"), driven by rmcp's own client declaring the
 //! tasks extension, over an in-memory transport: the gateway answers a `waiting` `exec` with a task
 //! and drives the run with no `wait` from the client; `tasks/get` reports the pending calls;
 //! `tasks/update` answers a parked approval; `tasks/cancel` aborts the run and its nested calls and

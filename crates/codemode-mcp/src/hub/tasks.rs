@@ -1,4 +1,4 @@
-//! Upstream tasks as suspend points (book: "Upstream tasks"): a server that answers a nested
+//! Upstream tasks as suspend points (book: "Runs as MCP tasks", upstream tasks): a server that answers a nested
 //! `tools/call` with a task (the tasks extension, which the hub declares to every server whose
 //! `tasks` setting is on) is polled with `tasks/get` at its poll interval until the task ends; the
 //! run that made the call suspends meanwhile like for any slow call. The task is noted in a fleet's
