@@ -420,9 +420,7 @@ impl ServerHandler for ExecWaitServer {
         }
         // A client that declared the tasks extension gets a task instead of `waiting`, and the
         // gateway drives the run to its end (book: "Runs as MCP tasks").
-        // (The extension exists only on the 2026-07-28 protocol: `tasks/get` is refused on others.)
-        let result = if modern
-            && matches!(result, CodeModeResult::Waiting { .. })
+        let result = if matches!(result, CodeModeResult::Waiting { .. })
             && cx.client_capabilities().is_some_and(|c| c.supports_tasks())
         {
             let ctx = crate::gateway::target_context(RunContext::session(session.clone()), target.as_ref());
