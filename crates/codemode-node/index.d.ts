@@ -121,6 +121,9 @@ export interface PendingToolCall {
   kind: 'call' | 'approval'
   toolId: string
   elapsedMs: number
+  /** For a call parked on a question its tool asked (an upstream MCP task's `input_required`):
+   * the question; approving answers yes, denying answers no. */
+  question?: string
 }
 
 interface ResultBase {

@@ -36,6 +36,9 @@ pub struct NestedToolCall {
     /// executor continues that task instead of running the call again. Read from the store, so an
     /// executor only accepts a note naming the call's own server.
     pub resume: Option<String>,
+    /// The human's answer to the question the call parked on (`true`: accept, `false`: decline),
+    /// given with the `resume` of a call that asked (see [`ToolErrorKind::InputRequired`]).
+    pub answer: Option<bool>,
 }
 
 /// Asks the store who owns a logged call now (see [`TaskNoteSink::with_owner`]).
@@ -240,6 +243,10 @@ pub enum ToolErrorKind {
     OutputContract,
     /// The host could not run the tool (upstream down, crashed, timed out).
     Unavailable,
+    /// The tool is waiting for a human's answer to a question it asked (an upstream MCP task in
+    /// `input_required`): the call parks like one gated for approval, and the human's decision is
+    /// its answer ([`NestedToolCall::answer`]); [`ToolError::resume`] is what continues it.
+    InputRequired,
 }
 
 /// A nested call's failure, delivered to the guest as a plain `Error`.
@@ -248,19 +255,28 @@ pub enum ToolErrorKind {
 pub struct ToolError {
     /// What kind of failure.
     pub kind: ToolErrorKind,
-    /// A message for the guest (and the model).
+    /// A message for the guest (and the model); for [`ToolErrorKind::InputRequired`], the question.
     pub message: String,
+    /// For [`ToolErrorKind::InputRequired`]: the note that continues the call once answered (see
+    /// [`NestedToolCall::resume`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
 }
 
 impl ToolError {
     /// A tool-reported failure.
     pub fn failed(message: impl Into<String>) -> Self {
-        Self { kind: ToolErrorKind::Failed, message: message.into() }
+        Self { kind: ToolErrorKind::Failed, message: message.into(), resume: None }
     }
 
     /// A failure of the given kind.
     pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+        Self { kind, message: message.into(), resume: None }
+    }
+
+    /// A call waiting for a human's answer to `question`, continued later from `resume`.
+    pub fn input_required(question: impl Into<String>, resume: String) -> Self {
+        Self { kind: ToolErrorKind::InputRequired, message: question.into(), resume: Some(resume) }
     }
 }
 

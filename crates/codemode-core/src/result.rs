@@ -101,6 +101,10 @@ pub struct CodeModePendingToolCall {
     pub tool_id: String,
     /// Milliseconds since the call was issued, when the result was produced.
     pub elapsed_ms: u64,
+    /// For a call parked on a question its tool asked (`kind: "approval"`): the question. Accepting
+    /// it (approve) or declining it (deny) is the answer the tool gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 /// The result of `exec` and `wait` (contract §5.2).
@@ -242,6 +246,7 @@ mod tests {
                 kind: PendingCallKind::Call,
                 tool_id: "plugin:demo:demo_sleep".into(),
                 elapsed_ms: 12,
+                question: None,
             }],
             output: vec![CodeModeOutput::Text { text: "hi".into() }],
             rerunnable: false,

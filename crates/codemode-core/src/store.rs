@@ -38,6 +38,20 @@ pub struct PendingRequest {
     /// The call is gated and parked until a human decides (it has not run).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub awaiting_approval: bool,
+    /// The call ran and asked a question (an upstream task's `input_required`); it is parked until
+    /// a human answers, and continued from this (see `ToolErrorKind::InputRequired`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<AskedCall>,
+}
+
+/// A call that parked on a question its tool asked (see [`PendingRequest::asked`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AskedCall {
+    /// The question, as the tool put it.
+    pub question: String,
+    /// What continues the call with the answer (the executor's note).
+    pub resume: String,
 }
 
 impl PendingRequest {

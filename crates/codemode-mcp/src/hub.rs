@@ -642,10 +642,26 @@ impl McpHub {
                 as_json(tokio::time::timeout(limit, peer.get_prompt(params)).await.map_err(|_| timed_out())?)
             }
             _ if task.resume.is_some() => {
-                let note = task.resume.as_deref().unwrap_or_default();
-                let task_id = tasks::task_of_note(name, note)?;
-                tracing::info!(server = %name, task = %task_id, "continuing an upstream task another replica started");
-                tasks::poll(&peer, task_id, tasks::MIN_POLL_MS, limit, progress.as_ref(), task.note.as_ref()).await
+                let note = tasks::task_of_note(name, task.resume.as_deref().unwrap_or_default())?;
+                if let Some(accept) = task.answer {
+                    // The human answered the question the task asked: the answer goes to it.
+                    tracing::info!(server = %name, task = %note.task_id, accept, "answering an upstream task's input request");
+                    if let Err(e) = tasks::answer(&peer, &note.task_id, &note.keys, accept, limit).await {
+                        return Err(ToolError::failed(format!("MCP server `{name}`: cannot answer its task: {e}")));
+                    }
+                } else {
+                    tracing::info!(server = %name, task = %note.task_id, "continuing an upstream task another replica started");
+                }
+                let polled = tasks::poll(
+                    &peer,
+                    note.task_id.clone(),
+                    tasks::MIN_POLL_MS,
+                    limit,
+                    progress.as_ref(),
+                    task.note.as_ref(),
+                )
+                .await;
+                asked(name, &note.task_id, polled)?
             }
             _ => {
                 let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
@@ -681,7 +697,7 @@ impl McpHub {
                     Ok(Answer::Result(r)) => as_json(Ok(r)),
                     Ok(Answer::Task(t)) => {
                         tracing::debug!(server = %name, task = %t.task_id, "the nested call runs as an upstream task");
-                        match (&task.note, tasks::note_of(name, &t.task_id)) {
+                        match (&task.note, tasks::note_of(name, &t.task_id, Vec::new())) {
                             (Some(sink), Some(note)) => sink.note(note),
                             (Some(_), None) => {
                                 tracing::warn!(server = %name, "an upstream task id too long to note: a replica that takes the run over cannot continue it")
@@ -689,7 +705,10 @@ impl McpHub {
                             _ => {}
                         }
                         let first = t.poll_interval_ms.unwrap_or(tasks::DEFAULT_POLL_MS);
-                        tasks::poll(&peer, t.task_id, first, limit, progress.as_ref(), task.note.as_ref()).await
+                        let polled =
+                            tasks::poll(&peer, t.task_id.clone(), first, limit, progress.as_ref(), task.note.as_ref())
+                                .await;
+                        asked(name, &t.task_id, polled)?
                     }
                     Err(e) => Err(e),
                 }
@@ -711,6 +730,25 @@ impl McpHub {
     }
 }
 
+/// A polled task's end as the call's result: a failure stays a server error; a task asking for
+/// input becomes the call's question (`ToolErrorKind::InputRequired`), continued from its note.
+fn asked(
+    server: &str,
+    task_id: &str,
+    polled: Result<Value, tasks::Polled>,
+) -> Result<Result<Value, ServiceError>, ToolError> {
+    match polled {
+        Ok(v) => Ok(Ok(v)),
+        Err(tasks::Polled::Failed(e)) => Ok(Err(e)),
+        Err(tasks::Polled::Ask { question, keys }) => match tasks::note_of(server, task_id, keys) {
+            Some(note) => Err(ToolError::input_required(format!("MCP server `{server}` asks: {question}"), note)),
+            None => Err(ToolError::failed(format!(
+                "MCP server `{server}`: its task asks for input under an id too long to keep"
+            ))),
+        },
+    }
+}
+
 /// How an upstream `tools/call` was answered.
 enum Answer {
     /// With its result.
@@ -725,6 +763,7 @@ enum Answer {
 struct UpstreamTask {
     note: Option<codemode_core::executor::TaskNoteSink>,
     resume: Option<String>,
+    answer: Option<bool>,
 }
 
 /// An upstream answer as JSON.
@@ -750,7 +789,7 @@ impl ToolExecutor for McpHub {
             .find(|s| s.config.name == call.tool.owner)
             .ok_or_else(|| unavailable(format!("no MCP server `{}`", call.tool.owner)))?;
         let key = codemode::idempotency_key(&call);
-        let task = UpstreamTask { note: call.task_note, resume: call.resume };
+        let task = UpstreamTask { note: call.task_note, resume: call.resume, answer: call.answer };
         self.call_upstream(server, &call.tool.name, call.input, call.progress, Some(key), task).await
     }
 }

@@ -9,7 +9,6 @@
 //! upstream MCP servers, and (later) namespace prompts; when an upstream server's tool list changes,
 //! the catalog is rebuilt and clients are told with `notifications/tools/list_changed`.
 
-use crate::approval::ElicitingApprover;
 pub use crate::gateway::Gateway;
 use crate::gateway::authorization;
 use crate::http::same_secret;
@@ -122,24 +121,11 @@ fn approval_questions(
         serde_json::from_value(serde_json::json!({ "type": "object", "properties": {} })).ok()?;
     let mut questions = std::collections::BTreeMap::new();
     for p in parked {
-        // What the approver was told when the call parked (input, reason, cell line), if it still
-        // knows; else what the result says.
-        let known = gateway.approver.as_ref().and_then(|a| a.unasked(run_id, p.request_id));
-        let request = match known {
-            Some(r) => r,
-            None => codemode::ApprovalRequest {
-                run_id: codemode::RunId::parse(run_id).ok()?,
-                request_id: p.request_id,
-                tool_id: p.tool_id.clone(),
-                input_preview: "(not shown)".into(),
-                reason: "the approval policy or a hook gates this tool".into(),
-                cell_line: None,
-                context: RunContext::default(),
-            },
-        };
+        // The question the call's tool asked, or what the approver was told when the call parked
+        // (input, reason, cell line), if it still knows; else what the result says.
         let params = ElicitRequestParams::FormElicitationParams {
             meta: None,
-            message: ElicitingApprover::message(&request),
+            message: gateway.question_for(run_id, p),
             requested_schema: schema.clone(),
         };
         questions

@@ -169,18 +169,36 @@ impl Gateway {
         pending_tool_calls
             .iter()
             .filter(|p| p.kind == PendingCallKind::Approval)
-            .map(|p| {
-                let known = self.approver.as_ref().and_then(|a| a.unasked(run_id, p.request_id));
-                let message = match known {
-                    Some(request) => crate::approval::ElicitingApprover::message(&request),
-                    None => format!(
-                        "Code mode wants to call `{}` (request {}); the approval policy or a hook gates this tool. Approve?",
-                        p.tool_id, p.request_id
-                    ),
-                };
-                TaskQuestion { request_id: p.request_id, message }
-            })
+            .map(|p| TaskQuestion { request_id: p.request_id, message: self.question_for(run_id, p) })
             .collect()
+    }
+
+    /// What the human is asked about a parked call of `run_id`: the question its tool asked, or what
+    /// the approver was told when the call was gated (if it still knows), or a plain question.
+    pub(crate) fn question_for(&self, run_id: &str, p: &codemode_core::result::CodeModePendingToolCall) -> String {
+        if let Some(q) = &p.question {
+            return format!(
+                "{q}\n(code mode run {run_id}, request {}, tool `{}`: accept to answer yes)",
+                p.request_id, p.tool_id
+            );
+        }
+        let known = self.approver.as_ref().and_then(|a| a.unasked(run_id, p.request_id));
+        let request = match (known, RunId::parse(run_id)) {
+            (Some(r), _) => r,
+            (None, Ok(run_id)) => codemode::ApprovalRequest {
+                run_id,
+                request_id: p.request_id,
+                tool_id: p.tool_id.clone(),
+                input_preview: "(not shown)".into(),
+                reason: "the approval policy or a hook gates this tool".into(),
+                cell_line: None,
+                context: RunContext::default(),
+            },
+            (None, Err(_)) => {
+                return format!("Code mode wants to call `{}` (request {}). Approve?", p.tool_id, p.request_id);
+            }
+        };
+        crate::approval::ElicitingApprover::message(&request)
     }
 
     /// The record's state after a non-final `result`.
@@ -566,6 +584,7 @@ mod tests {
                 kind: PendingCallKind::Call,
                 tool_id: "plugin:demo:demo_sleep".into(),
                 elapsed_ms: 5,
+                question: None,
             })
             .collect();
         let r = CodeModeResult::Waiting {

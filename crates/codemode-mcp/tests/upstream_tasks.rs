@@ -32,6 +32,8 @@ enum Seen {
 #[derive(Clone)]
 struct Hostile {
     seen: mpsc::UnboundedSender<Seen>,
+    /// The answers `tasks/update` brought, by task id.
+    answers: Arc<std::sync::Mutex<std::collections::HashMap<String, Value>>>,
 }
 
 fn now() -> String {
@@ -80,8 +82,33 @@ impl ServerHandler for Hostile {
     ) -> Result<GetTaskResult, ErrorData> {
         let _ = self.seen.send(Seen::Get(request.task_id.clone(), Instant::now()));
         let task = Task::new(request.task_id.clone(), TaskStatus::Working, now(), now()).with_poll_interval_ms(0);
+        let answer = self.answers.lock().unwrap().get(&request.task_id).cloned();
         let payload = match request.task_id.as_str() {
             "t-error" => return Err(ErrorData::invalid_params("no such task", None)),
+            // Asks until answered; then completes with the answer, or fails when declined.
+            id if id.starts_with("t-ask") => match answer {
+                None => {
+                    let params = rmcp::model::ElicitRequestParams::FormElicitationParams {
+                        meta: None,
+                        message: "Deploy build 7 to prod?".into(),
+                        requested_schema: serde_json::from_value(json!({ "type": "object", "properties": {} }))
+                            .unwrap(),
+                    };
+                    let ask = rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(params));
+                    TaskPayload::InputRequired { input_requests: [("deploy".to_string(), ask)].into_iter().collect() }
+                }
+                Some(a) if a["action"] == "accept" => {
+                    let result = CallToolResult::structured(json!({ "deployed": 7 }));
+                    let Value::Object(result) = serde_json::to_value(result).unwrap() else { panic!() };
+                    TaskPayload::Completed { result }
+                }
+                Some(_) => {
+                    let mut error = serde_json::Map::new();
+                    error.insert("code".into(), json!(-32603));
+                    error.insert("message".into(), json!("the deploy was declined"));
+                    TaskPayload::Failed { error }
+                }
+            },
             "t-input" => TaskPayload::InputRequired { input_requests: Default::default() },
             "t-failed" => {
                 let mut error = serde_json::Map::new();
@@ -92,6 +119,17 @@ impl ServerHandler for Hostile {
             _ => TaskPayload::Working,
         };
         Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if let Some(answer) = request.input_responses.get("deploy") {
+            self.answers.lock().unwrap().insert(request.task_id, answer.clone());
+        }
+        Ok(())
     }
 
     async fn cancel_task(&self, request: CancelTaskParams, _cx: RequestContext<RoleServer>) -> Result<(), ErrorData> {
@@ -108,7 +146,7 @@ async fn hostile_server() -> (String, mpsc::UnboundedReceiver<Seen>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let handler = Hostile { seen: tx };
+    let handler = Hostile { seen: tx, answers: Arc::default() };
     let service: StreamableHttpService<Hostile, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(handler.clone()),
         Arc::default(),
@@ -188,4 +226,106 @@ async fn hostile_upstream_tasks_end_cleanly_and_are_never_polled_in_a_tight_loop
     // The server is still up and answers plain calls.
     let v = support::run(&gw, "s", "return (await MCP.h.ping({})).structuredContent.pong").await;
     assert_eq!(support::completed(&v), &json!(true));
+}
+
+/// Runs `code` until it is parked on a question, and returns the run id, the parked call and its
+/// question.
+async fn parked_question(gw: &codemode_mcp::server::Gateway, code: &str) -> (String, u64, String) {
+    let ctx = RunContext::session("ask");
+    let mut r = gw.code_mode().exec_json(&ctx, &json!({ "code": code })).await;
+    for _ in 0..200 {
+        let codemode::CodeModeResult::Waiting { run_id, pending_tool_calls, .. } = &r else { panic!("{r:?}") };
+        if let Some(p) = pending_tool_calls.iter().find(|p| p.kind == codemode::PendingCallKind::Approval) {
+            return (run_id.clone(), p.request_id, p.question.clone().unwrap_or_default());
+        }
+        let id = run_id.clone();
+        r = gw.code_mode().wait_json(&ctx, &json!({ "runId": id })).await;
+    }
+    panic!("the call never parked on its question");
+}
+
+/// Resumes `run_id` until it ends.
+async fn finish(gw: &codemode_mcp::server::Gateway, run_id: String) -> Value {
+    let ctx = RunContext::session("ask");
+    let mut r = gw.code_mode().wait_json(&ctx, &json!({ "runId": run_id })).await;
+    for _ in 0..200 {
+        let codemode::CodeModeResult::Waiting { run_id, .. } = &r else { break };
+        let id = run_id.clone();
+        r = gw.code_mode().wait_json(&ctx, &json!({ "runId": id })).await;
+    }
+    r.to_json()
+}
+
+/// An upstream task that asks for input parks its call like an approval: the question reaches the
+/// human (here `decide`, what `tasks/update`, the approval endpoint and `codemode approve` call), and
+/// the answer goes to the task (`tasks/update`), which then ends as it decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_task_asking_for_input_parks_its_call_until_a_human_answers() {
+    let (url, _seen) = hostile_server().await;
+    let gw = gateway(&url).await;
+    let cell = |kind: &str| {
+        format!(
+            "try {{ return (await MCP.h.job({{ kind: '{kind}' }})).structuredContent }} catch (e) {{ return e.code + ': ' + e.message }}"
+        )
+    };
+    let (run, request, question) = parked_question(&gw, &cell("ask1")).await;
+    assert!(question.contains("MCP server `h` asks: Deploy build 7 to prod?"), "{question}");
+    let id = codemode::RunId::parse(&run).unwrap();
+    gw.code_mode().decide(&id, request, codemode::ApprovalDecision::Approve).await.unwrap();
+    let v = finish(&gw, run).await;
+    assert_eq!(support::completed(&v), &json!({ "deployed": 7 }));
+
+    let (run, request, _) = parked_question(&gw, &cell("ask2")).await;
+    let id = codemode::RunId::parse(&run).unwrap();
+    gw.code_mode().decide(&id, request, codemode::ApprovalDecision::deny("not today")).await.unwrap();
+    let v = finish(&gw, run).await;
+    let text = support::completed(&v).as_str().unwrap_or_default().to_string();
+    assert!(text.starts_with("nested_tool_failed") && text.contains("the deploy was declined"), "{text}");
+}
+
+/// The same question through `codemode serve` to a client that declared the tasks extension: its
+/// `exec` is a task that goes `input_required` with the upstream server's question, and its answer
+/// (`tasks/update`) reaches the upstream task, which completes the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_question_reaches_a_task_client_and_its_answer_goes_upstream() {
+    use rmcp::ServiceExt as _;
+    use rmcp::model::{ClientCapabilities, ClientConfig, UpdateTaskParams};
+    let (url, _seen) = hostile_server().await;
+    let gw = gateway(&url).await;
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let server = codemode_mcp::server::ExecWaitServer::new(gw.clone());
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let caps = ClientCapabilities::builder().enable_tasks().build();
+    let client = ClientConfig::new(caps, Implementation::new("t", "0")).serve(client_io).await.unwrap();
+    let code = "return (await MCP.h.job({ kind: 'ask3' })).structuredContent.deployed";
+    let exec = CallToolRequestParams::new("exec").with_arguments(json!({ "code": code }).as_object().unwrap().clone());
+    let CallToolResponse::Task(created) = client.peer().call_tool_once(exec).await.unwrap() else { panic!() };
+    let id = created.task.task_id;
+    // The gateway drives the run until the upstream question parks it.
+    let key = loop {
+        let t = client.peer().get_task(GetTaskParams::new(id.clone())).await.unwrap().task;
+        if let TaskPayload::InputRequired { input_requests } = &t.payload {
+            let (key, ask) = input_requests.iter().next().unwrap();
+            let text = serde_json::to_value(ask).unwrap().to_string();
+            assert!(text.contains("MCP server `h` asks: Deploy build 7 to prod?"), "{text}");
+            break key.clone();
+        }
+        assert_eq!(t.status(), TaskStatus::Working, "{t:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let answer = [(key, json!({ "action": "accept" }))].into_iter().collect();
+    client.peer().update_task(UpdateTaskParams::new(id.clone(), answer)).await.unwrap();
+    let done = loop {
+        let t = client.peer().get_task(GetTaskParams::new(id.clone())).await.unwrap().task;
+        if t.status() != TaskStatus::Working {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
+    assert_eq!(result["structuredContent"]["value"], 7, "{result:?}");
 }

@@ -68,6 +68,7 @@ pub fn suspended(id: &str, session: &str, expires_at_ms: u64, body: Vec<u8>, pen
                 read_only: false,
                 issued_at_ms: T0,
                 awaiting_approval: parked,
+                asked: None,
             })
             .collect(),
         ready: vec![Delivery { id: 99, outcome: Ok(json!({ "x": 1 })) }],

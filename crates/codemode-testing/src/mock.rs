@@ -120,6 +120,7 @@ mod tests {
                 progress: None,
                 task_note: None,
                 resume: None,
+                answer: None,
             };
             tool.call(input, &call).await
         })

@@ -29,7 +29,7 @@ struct DenyMarked;
 impl ToolHook for DenyMarked {
     async fn before_tool_call(&self, call: &mut NestedToolCall) -> Result<(), ToolError> {
         if call.input.get("deny") == Some(&json!(true)) {
-            return Err(ToolError { kind: ToolErrorKind::Denied, message: "marked for refusal".into() });
+            return Err(ToolError::new(ToolErrorKind::Denied, "marked for refusal"));
         }
         Ok(())
     }

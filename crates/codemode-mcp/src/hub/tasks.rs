@@ -23,27 +23,37 @@ const MAX_TASK_ID_BYTES: usize = 512;
 /// Longest status message of an upstream task relayed as progress.
 const MAX_STATUS_CHARS: usize = 500;
 
-/// What a call's note says: which server runs which task.
+/// Most input requests of one `input_required` answered (each gets the human's one answer).
+const MAX_INPUT_KEYS: usize = 16;
+/// Longest key of an input request kept.
+const MAX_INPUT_KEY_BYTES: usize = 128;
+/// Longest question put to the human.
+const MAX_QUESTION_CHARS: usize = 1_000;
+
+/// What a call's note says: which server runs which task (and, for a task that asked for input,
+/// the keys of the input requests the answer goes to).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Note {
+pub(super) struct Note {
     server: String,
-    task_id: String,
+    pub(super) task_id: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) keys: Vec<String>,
 }
 
-/// The note of `task_id` on `server`.
-pub(super) fn note_of(server: &str, task_id: &str) -> Option<String> {
+/// The note of `task_id` on `server` (with the `keys` of the input it asks for).
+pub(super) fn note_of(server: &str, task_id: &str, keys: Vec<String>) -> Option<String> {
     if task_id.len() > MAX_TASK_ID_BYTES {
         return None;
     }
-    serde_json::to_string(&Note { server: server.to_string(), task_id: task_id.to_string() }).ok()
+    serde_json::to_string(&Note { server: server.to_string(), task_id: task_id.to_string(), keys }).ok()
 }
 
-/// The task id a stored note names for `server`; `Err` when the note is unreadable or names another
+/// The note a stored text gives for `server`; `Err` when it is unreadable or names another
 /// server (a stored byte cannot make this call poll another server's task).
-pub(super) fn task_of_note(server: &str, note: &str) -> Result<String, ToolError> {
+pub(super) fn task_of_note(server: &str, note: &str) -> Result<Note, ToolError> {
     match serde_json::from_str::<Note>(note) {
-        Ok(n) if n.server == server && n.task_id.len() <= MAX_TASK_ID_BYTES => Ok(n.task_id),
+        Ok(n) if n.server == server && n.task_id.len() <= MAX_TASK_ID_BYTES && n.keys.len() <= MAX_INPUT_KEYS => Ok(n),
         Ok(_) => Err(ToolError::failed(format!(
             "the call log names a task of another server for this call of `{server}`; it is not continued"
         ))),
@@ -71,8 +81,55 @@ impl Drop for CancelTaskOnDrop {
 }
 
 /// A semantic failure of an upstream task, as the hub reports any server error.
-fn failed(message: String) -> ServiceError {
-    ServiceError::McpError(rmcp::model::ErrorData::internal_error(message, None))
+fn failed(message: String) -> Polled {
+    Polled::Failed(ServiceError::McpError(rmcp::model::ErrorData::internal_error(message, None)))
+}
+
+/// How polling an upstream task ended without a result.
+pub(super) enum Polled {
+    /// The task (or the server) failed.
+    Failed(ServiceError),
+    /// The task asks for input: `question` goes to the human, whose answer goes to `keys`.
+    Ask {
+        /// What the task asks, for the human.
+        question: String,
+        /// The keys of the input requests the answer goes to.
+        keys: Vec<String>,
+    },
+}
+
+impl From<ServiceError> for Polled {
+    fn from(e: ServiceError) -> Self {
+        Polled::Failed(e)
+    }
+}
+
+/// Sends a human's answer to the input requests `keys` of task `task_id` (`tasks/update`): accept
+/// (with empty content: codemode relays confirmations, not form fields) or decline.
+pub(super) async fn answer(
+    peer: &Peer<RoleClient>,
+    task_id: &str,
+    keys: &[String],
+    accept: bool,
+    limit: Duration,
+) -> Result<(), ServiceError> {
+    let action = if accept { json!({ "action": "accept", "content": {} }) } else { json!({ "action": "decline" }) };
+    let responses: rmcp::model::InputResponses = keys.iter().map(|k| (k.clone(), action.clone())).collect();
+    let params = rmcp::model::UpdateTaskParams::new(task_id.to_string(), responses);
+    tokio::time::timeout(limit, peer.update_task(params)).await.map_err(|_| {
+        ServiceError::McpError(rmcp::model::ErrorData::internal_error("tasks/update did not answer in time", None))
+    })?
+}
+
+/// The question an `input_required` task puts to the human: the messages of its input requests.
+fn question_of(requests: &rmcp::model::InputRequests) -> String {
+    let messages: Vec<String> = requests
+        .values()
+        .filter_map(|r| serde_json::to_value(r).ok()?.pointer("/params/message")?.as_str().map(str::to_string))
+        .collect();
+    let text = if messages.is_empty() { "(the task gave no message)".to_string() } else { messages.join(" / ") };
+    let text: String = text.chars().take(MAX_QUESTION_CHARS).collect();
+    codemode_core::text::for_display(&text).into_owned()
 }
 
 /// Polls `task_id` on `peer` until it ends: its result (the `CallToolResult` it inlines), or the
@@ -92,7 +149,7 @@ pub(super) async fn poll(
     limit: Duration,
     progress: Option<&ProgressSink>,
     fleet: Option<&TaskNoteSink>,
-) -> Result<Value, ServiceError> {
+) -> Result<Value, Polled> {
     let armed = fleet.is_none().then(|| task_id.clone());
     let mut guard = CancelTaskOnDrop { peer: peer.clone(), task_id: armed };
     let mut last_status: Option<String> = None;
@@ -139,14 +196,15 @@ pub(super) async fn poll(
                 guard.task_id = None;
                 return Err(failed("its task was cancelled by the server".into()));
             }
-            // Input a task asks for is not relayed to the human yet: the task is cancelled (by
-            // the guard) and the call fails with the reason.
-            TaskPayload::InputRequired { .. } => {
-                return Err(failed(
-                    "its task asks for input (tasks `input_required`), which codemode does not relay to the human yet; \
-                     the task was cancelled"
-                        .into(),
-                ));
+            // The task asks for input: the call parks on the question (the task stays), and is
+            // continued with the human's answer.
+            TaskPayload::InputRequired { input_requests } => {
+                let keys: Vec<String> = input_requests.keys().take(MAX_INPUT_KEYS).cloned().collect();
+                if keys.is_empty() || keys.iter().any(|k| k.len() > MAX_INPUT_KEY_BYTES) {
+                    return Err(failed("its task asks for input it does not name; the task was cancelled".into()));
+                }
+                guard.task_id = None;
+                return Err(Polled::Ask { question: question_of(&input_requests), keys });
             }
             _ => return Err(failed("its task reported a status this client does not know".into())),
         }
@@ -159,10 +217,13 @@ mod tests {
 
     #[test]
     fn notes_name_their_server() {
-        let note = note_of("jobs", "t-1").unwrap();
-        assert_eq!(task_of_note("jobs", &note).unwrap(), "t-1");
+        let note = note_of("jobs", "t-1", vec!["k".into()]).unwrap();
+        let read = task_of_note("jobs", &note).unwrap();
+        assert_eq!((read.task_id.as_str(), read.keys.as_slice()), ("t-1", &["k".to_string()][..]));
         assert!(task_of_note("other", &note).is_err(), "a note never moves a call to another server");
         assert!(task_of_note("jobs", "{not json").is_err());
-        assert!(note_of("jobs", &"x".repeat(MAX_TASK_ID_BYTES + 1)).is_none());
+        assert!(note_of("jobs", &"x".repeat(MAX_TASK_ID_BYTES + 1), Vec::new()).is_none());
+        let many = note_of("jobs", "t", (0..=MAX_INPUT_KEYS).map(|i| i.to_string()).collect()).unwrap();
+        assert!(task_of_note("jobs", &many).is_err(), "a stored note cannot name more keys than are answered");
     }
 }

@@ -76,6 +76,9 @@ class PendingToolCall:
     kind: str
     tool_id: str
     elapsed_ms: int
+    #: For a call parked on a question its tool asked (an upstream MCP task's ``input_required``):
+    #: the question; approving answers yes, denying answers no.
+    question: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +115,7 @@ class Result:
                     kind=str(p.get("kind", "call")),
                     tool_id=str(p.get("toolId", "")),
                     elapsed_ms=int(p.get("elapsedMs", 0)),
+                    question=p.get("question"),
                 )
                 for p in raw.get("pendingToolCalls") or ()
             ),

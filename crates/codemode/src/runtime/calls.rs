@@ -8,10 +8,10 @@ use codemode_catalog::CatalogTool;
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, RequestId};
 use codemode_core::error::{CodeModeError, CodeModeErrorCode};
-use codemode_core::executor::{NestedToolCall, RunEvent, ToolErrorKind};
+use codemode_core::executor::{NestedToolCall, RunEvent, ToolError, ToolErrorKind};
 use codemode_core::guest::{CallMode, GuestRequest};
 use codemode_core::scope::RunId;
-use codemode_core::store::{CallIssue, PendingRequest, SnapshotStore};
+use codemode_core::store::{AskedCall, CallIssue, PendingRequest, SnapshotStore};
 use codemode_core::trajectory::CallOutcome;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -34,6 +34,9 @@ pub(super) enum CallEnd {
     /// Another process ran it and died before recording its result, and the tool is read-only:
     /// it is to be issued again (by whoever drives the run).
     Reissue,
+    /// Its tool asked a question (`ToolErrorKind::InputRequired`): parked until a human answers,
+    /// then continued with the answer.
+    Asked(AskedCall),
 }
 
 /// A call that stopped running.
@@ -46,6 +49,8 @@ pub(super) enum Finished {
     Parked(RequestId),
     /// It is to be issued again (see [`CallEnd::Reissue`]).
     Reissue(RequestId),
+    /// Its tool asked a question (see [`CallEnd::Asked`]).
+    Asked(RequestId, AskedCall),
 }
 
 /// The nested calls of one run that are still executing on the host.
@@ -224,6 +229,7 @@ fn finished(id: RequestId, end: CallEnd) -> Finished {
         CallEnd::Denied(e) => Finished::Denied(Delivery { id, outcome: Err(e) }),
         CallEnd::Parked => Finished::Parked(id),
         CallEnd::Reissue => Finished::Reissue(id),
+        CallEnd::Asked(asked) => Finished::Asked(id, asked),
     }
 }
 
@@ -272,6 +278,9 @@ pub(super) enum CallOrigin {
     /// A resuming process issues it again: the process running it was lost (tools read-only by
     /// their current definition only).
     Reissued,
+    /// A human answered the question the call's tool asked (`true`: accept): the call is continued
+    /// with the answer (the approval gate lets it through: the human just decided).
+    Answered(bool),
 }
 
 impl Inner {
@@ -324,7 +333,7 @@ impl Inner {
                     // The approver gave no answer in time, and this process is ending: the call
                     // cannot be parked in a run that is already stored. It fails; the cell may
                     // make it again.
-                    Some(Finished::Parked(request)) => Delivery {
+                    Some(Finished::Parked(request) | Finished::Asked(request, _)) => Delivery {
                         id: request,
                         outcome: Err(guest_error(CodeModeErrorCode::NestedToolFailed, MSG_PARKED_TOO_LATE)),
                     },
@@ -408,7 +417,12 @@ impl Inner {
         if !gates::pass_before_start(self, run, &AtGate { id, tool: &tool, input: &input })? {
             return Ok(());
         }
-        let approved = origin == CallOrigin::Approved;
+        let approved = matches!(origin, CallOrigin::Approved | CallOrigin::Answered(_));
+        // A call continued with a human's answer: what continues it (its tool's note).
+        let asked = match origin {
+            CallOrigin::Answered(_) => run.pending.get(&id).and_then(|p| p.asked.clone()),
+            _ => None,
+        };
         let raw = mode == CallMode::Raw;
         // The guest reports engine lines of the wrapped (or transpiled) cell: map to the model's own.
         let cell_line = request.call_line().map(|l| run.positions.map(l, None).0);
@@ -419,12 +433,13 @@ impl Inner {
             read_only: tool.def.read_only,
             issued_at_ms: self.now_ms(),
             awaiting_approval: false,
+            asked: None,
         });
         run.emit(|| RunEvent::CallStarted { run_id: run.id.to_string(), request_id: id, tool_id: tool.id.to_string() });
         if run.traced() {
             let outcome = match origin {
                 CallOrigin::New => CallOutcome::Issued,
-                CallOrigin::Approved => CallOutcome::Approved,
+                CallOrigin::Approved | CallOrigin::Answered(_) => CallOutcome::Approved,
                 CallOrigin::Reissued => CallOutcome::Reissued,
             };
             let issued = run.pending.get(&id).map(|p| p.issued_at_ms);
@@ -474,7 +489,11 @@ impl Inner {
             context: run.context.clone(),
             progress,
             task_note,
-            resume: None,
+            resume: asked.map(|a| a.resume),
+            answer: match origin {
+                CallOrigin::Answered(a) => Some(a),
+                _ => None,
+            },
         };
         let approval = Approval {
             policy_reason: self.approvals.reason(&tool.def),
@@ -551,6 +570,12 @@ impl Inner {
                 },
                 Ok(r) => CallEnd::Settled(Ok(r.details)),
                 Err(e) if e.kind == ToolErrorKind::Denied => CallEnd::Denied(tool_failure(&contract.id, &e.message)),
+                Err(ToolError { kind: ToolErrorKind::InputRequired, message, resume: Some(resume) }) => {
+                    CallEnd::Asked(AskedCall {
+                        question: codemode_core::text::for_display(&message).into_owned(),
+                        resume,
+                    })
+                }
                 Err(e) => CallEnd::Settled(Err(tool_failure(&contract.id, &e.message))),
             };
             if let Some(log) = &log {
@@ -559,7 +584,7 @@ impl Inner {
                     // call's future larger.
                     CallEnd::Settled(outcome) => Box::pin(log.finish(outcome)).await,
                     CallEnd::Denied(e) => Box::pin(log.finish(&Err(e.clone()))).await,
-                    CallEnd::Parked | CallEnd::Reissue => {}
+                    CallEnd::Parked | CallEnd::Reissue | CallEnd::Asked(_) => {}
                 }
             }
             if !call_span.is_disabled() {
@@ -626,6 +651,23 @@ impl Inner {
             };
             let tool_id = p.tool_id.clone().unwrap_or_default();
             tracing::info!(target: "codemode::approval", run = %run.id, request = id, tool = %tool_id, ?decision, "approval decision applied");
+            // A call whose tool asked a question is continued with the answer either way: its tool
+            // decides what a declined question means.
+            if p.asked.is_some() {
+                let answer = matches!(decision, ApprovalDecision::Approve);
+                match resolve_tool(&run.catalog, &p.request) {
+                    Ok((tool, mode)) => self.start_call(
+                        rt,
+                        run,
+                        CallSpec { id, request: p.request, tool, mode, origin: CallOrigin::Answered(answer) },
+                    )?,
+                    Err((_, err)) => {
+                        run.pending.remove(&id);
+                        run.ready.push(Delivery { id, outcome: Err(err) });
+                    }
+                }
+                continue;
+            }
             match decision {
                 ApprovalDecision::Approve => match resolve_tool(&run.catalog, &p.request) {
                     Ok((tool, mode)) => self.start_call(

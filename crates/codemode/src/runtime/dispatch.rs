@@ -106,6 +106,7 @@ impl Inner {
                     read_only: true,
                     issued_at_ms: self.now_ms(),
                     awaiting_approval: false,
+                    asked: None,
                 });
                 return Ok(true);
             }

@@ -475,7 +475,10 @@ async fn through_the_stages(
             None => {}
             Some(Logged::Deliver(answer)) => return InFlight::Logged(answer),
             Some(Logged::Ran(outcome)) => ran = Some(outcome),
-            Some(Logged::Resume(note)) => call.resume = Some(note),
+            // A call continued with a human's answer keeps its own note (it names the questions the
+            // answer goes to).
+            Some(Logged::Resume(note)) if call.resume.is_none() => call.resume = Some(note),
+            Some(Logged::Resume(_)) => {}
         }
     }
     let run_tool = |call: NestedToolCall| async move {

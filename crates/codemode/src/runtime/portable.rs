@@ -51,6 +51,12 @@ impl Inner {
                             p.awaiting_approval = true;
                         }
                     }
+                    Some(Finished::Asked(id, asked)) => {
+                        if let Some(p) = run.pending.iter_mut().find(|p| p.id == id) {
+                            p.awaiting_approval = true;
+                            p.asked = Some(asked);
+                        }
+                    }
                     Some(Finished::Reissue(_)) => {}
                     // The run expired with calls still running: they are dropped (aborted) below.
                     None => break,

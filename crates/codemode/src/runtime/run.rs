@@ -113,6 +113,27 @@ impl FromIterator<PendingRequest> for PendingTable {
 }
 
 impl Run {
+    /// Parks call `id` until a human decides: gated before it ran, or (`asked`) its tool asked a
+    /// question.
+    fn park(&mut self, id: RequestId, asked: Option<codemode_core::store::AskedCall>) {
+        let traced = self.traced();
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.awaiting_approval = true;
+            p.asked = asked;
+            let tool_id = p.tool_id.clone().unwrap_or_default();
+            // The input is copied only when a record is made (not on the plain path).
+            let record = traced.then(|| (p.issued_at_ms, p.request.tool_input().cloned()));
+            if let Some((issued, input)) = record {
+                self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
+            }
+            self.emit(|| RunEvent::CallParked {
+                run_id: self.id.to_string(),
+                request_id: id,
+                tool_id: tool_id.to_string(),
+            });
+        }
+    }
+
     pub(super) fn accept(&mut self, f: Finished) {
         let (d, denied) = match f {
             Finished::Settled(d) => (d, false),
@@ -122,21 +143,11 @@ impl Run {
                 return;
             }
             Finished::Parked(id) => {
-                let traced = self.traced();
-                if let Some(p) = self.pending.get_mut(&id) {
-                    p.awaiting_approval = true;
-                    let tool_id = p.tool_id.clone().unwrap_or_default();
-                    // The input is copied only when a record is made (not on the plain path).
-                    let record = traced.then(|| (p.issued_at_ms, p.request.tool_input().cloned()));
-                    if let Some((issued, input)) = record {
-                        self.entry(id, &tool_id, CallOutcome::Parked, Some(issued), input.as_ref(), None, None);
-                    }
-                    self.emit(|| RunEvent::CallParked {
-                        run_id: self.id.to_string(),
-                        request_id: id,
-                        tool_id: tool_id.to_string(),
-                    });
-                }
+                self.park(id, None);
+                return;
+            }
+            Finished::Asked(id, asked) => {
+                self.park(id, Some(asked));
                 return;
             }
         };
@@ -266,6 +277,7 @@ impl Run {
                 kind: if p.awaiting_approval { PendingCallKind::Approval } else { PendingCallKind::running(p.kind()) },
                 tool_id: p.tool_id.as_deref().unwrap_or_default().to_string(),
                 elapsed_ms: now.saturating_sub(p.issued_at_ms),
+                question: p.asked.as_ref().map(|a| a.question.clone()),
             })
             .collect()
     }
