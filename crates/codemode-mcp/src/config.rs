@@ -93,11 +93,11 @@ pub struct ServerConfig {
     /// Tool-name patterns the configuration declares side-effecting (`sideEffects`), whatever the
     /// server says; wins over [`read_only`](Self::read_only).
     pub side_effects: Vec<String>,
-    /// Declare the MCP tasks extension to the server (`tasks`; default: on for a streamable-HTTP
-    /// server, off for a stdio one): the connection then speaks the 2026-07-28 protocol where the
-    /// server offers it (falling back to the handshake where it does not), and the server may answer
-    /// a long call with a task, which the call waits on without holding anything but a poll (and
-    /// which a fleet's replica that takes the run over continues).
+    /// Declare the MCP tasks extension to the server (`tasks`, default `true`): the connection then
+    /// speaks the 2026-07-28 protocol where the server offers it (falling back to the handshake where
+    /// it does not), and the server may answer a long call with a task, which the call waits on
+    /// without holding anything but a poll (and which a fleet's replica that takes the run over
+    /// continues — where the server outlives the replica).
     pub tasks: bool,
 }
 
@@ -289,7 +289,6 @@ pub fn parse_servers_with(
                 }
             }
         };
-        let http = matches!(transport, Transport::Http { .. });
         out.push(ServerConfig {
             name: name.clone(),
             transport,
@@ -323,9 +322,7 @@ pub fn parse_servers_with(
                 _ => Vec::new(),
             },
             tasks: match spec.get("tasks") {
-                // A stdio server's tasks die with the replica that started it, and the protocol
-                // probe costs a server that ignores unknown requests its start-up wait.
-                None => http,
+                None => true,
                 Some(v) => v.as_bool().ok_or_else(|| ConfigError::new(at("tasks"), "expected a boolean"))?,
             },
             trust_annotations: match spec.get("trustAnnotations") {
