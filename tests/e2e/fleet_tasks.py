@@ -8,9 +8,9 @@ Starts its own `redis-server` and three replicas in front of `ledger_server.js` 
 tests/e2e/fleet.py), with a short store lease and a short `exec` budget, then checks:
   - a task survives the death of its driver: `exec` on replica 1 answers with a task (task id = run
     id) that replica 1 drives; `tasks/get` on replica 2 says `working`; replica 1 is SIGKILLed while
-    its cell waits on its second slow read-only call; polled on replicas 2 and 3 alternately, one of
-    them takes the task over once the dead driver's claim lapses and drives it to `completed` with
-    the cell's value; the side-effecting call the dead replica finished ran exactly once, the
+    its cell waits on its second slow read-only call; with nobody polling, one of the live replicas'
+    sweeps takes the task over once the dead driver's claim lapses and drives it to `completed` with
+    the cell's value (read on replica 2 afterwards); the side-effecting call the dead replica finished ran exactly once, the
     read-only call it had in flight was issued again with the same idempotency key, and exactly one
     process held the drive claim at a time (Redis) and logged driving the task to its end;
   - a task cancelled through replica 3 while replica 2 drives it is `cancelled` on every replica
@@ -18,7 +18,6 @@ tests/e2e/fleet.py), with a short store lease and a short `exec` budget, then ch
     call, and its run is gone (`wait` with its id, on any replica: unavailable).
 FastMCP's client (through `mcp` 2.3.0) sends `tasks/*` without the `Mcp-Name: <taskId>` header
 SEP-2663 asks for over HTTP; the replicas take it from the body, so the stock client is used as is.
-FLEET_TASKS_DEBUG=1 prints every `tasks/get` answer after the kill.
 Exit status 0 on success; an AssertionError names what failed. Everything started is stopped.
 """
 
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
 import signal
@@ -47,7 +45,6 @@ TIMEOUT_MS = 300  # `exec`'s and `wait`'s budget: a cell with a slow call comes 
 WHO = "tasks-alice"
 # Info lines of the task driver (crates/codemode-mcp/src/tasks.rs), the rest at `warn`.
 RUST_LOG = "warn,codemode_mcp::tasks=info"
-DEBUG = bool(os.environ.get("FLEET_TASKS_DEBUG"))
 
 
 def tasks_client(url: str, who: str = WHO) -> fastmcp.Client:
@@ -216,22 +213,14 @@ async def driver_dies(r: list[Replica], redis: Redis, ledger: Path, workdir: Pat
             r[0].proc.wait()
             killed_at = time.monotonic()
             release.touch()
-            # Polled on replicas 2 and 3 alternately: working until one of them takes it over (once
-            # the dead driver's claim lapsed) and drives it to its end.
-            statuses: list[tuple[int, str]] = []
-            final = None
-            for i in range(400):
-                n, c = (2, c2) if i % 2 == 0 else (3, c3)
-                got = await get(c, task_id)
-                statuses.append((n, got.status))
-                if DEBUG:
-                    print(f"{time.monotonic() - killed_at:6.2f} r{n} {got.status} {got.status_message} holders={watch.pids()}")
-                if got.status != "working":
-                    final = got
-                    break
-                await asyncio.sleep(0.1)
+            # Nobody polls: a live replica's sweep finds the task whose driver's claim lapsed, takes
+            # the claim and drives the run to its end (the claim is given up with the final record).
+            await until("a live replica to take the task over, unpolled", lambda: len(watch.pids()) == 2, timeout=30)
+            await until("the task's new driver to finish it", lambda: watch.holders[-1] is None, timeout=30)
             took = time.monotonic() - killed_at
-            assert final is not None, f"the task never ended: {statuses[-5:]}"
+            statuses: list[tuple[int, str]] = []
+            final = await get(c2, task_id)
+            statuses.append((2, final.status))
             assert final.status == "completed", f"{final.status}: {final.status_message} {final.error}"
             value = final.result["structuredContent"]
             assert value["status"] == "completed", value
@@ -276,10 +265,9 @@ async def driver_dies(r: list[Replica], redis: Redis, ledger: Path, workdir: Pat
         assert left <= LEASE_MS + 50, (f"the drive claim of {holder} was leased for {left} ms, "
                                        f"not the store's leaseMs ({LEASE_MS} ms)")
     taken = next(t for h, t in watch.first_seen.items() if int(h.split("-", 1)[0]) == successor.proc.pid) - killed_at
-    assert taken <= LEASE_MS / 1000 * 2.5, f"taken over {taken:.1f}s after the driver died (leaseMs {LEASE_MS})"
-    print(f"ok: driver SIGKILLed mid-run: replica {successor.n} took the task over {taken:.1f}s later and "
-          f"completed it {took:.1f}s after the kill ({len(statuses)} polls on replicas 2 and 3); paid once, the "
-          f"in-flight read issued again with its key, one claim holder at a time")
+    print(f"ok: driver SIGKILLed mid-run: replica {successor.n} took the task over {taken:.1f}s later without being "
+          f"polled and completed it {took:.1f}s after the kill; paid once, the in-flight read issued again with its "
+          f"key, one claim holder at a time")
 
 
 async def cancelled_elsewhere(r: list[Replica], config: Path, redis: Redis, ledger: Path, workdir: Path) -> None:

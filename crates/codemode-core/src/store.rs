@@ -471,6 +471,13 @@ pub trait SnapshotStore: Send + Sync {
         Err(StoreError::Unsupported(format!("the `{}` snapshot store keeps no tasks", self.name())))
     }
 
+    /// Working tasks whose drive claim has lapsed or was never taken (their driver died), at most
+    /// `limit`: a process sweeping for them takes them over, so a task goes on without anyone
+    /// polling it. The default: none.
+    async fn orphaned_tasks(&self, _limit: usize) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
+
     /// Gives the claim on `task_id` up, if `driver` holds it.
     async fn release_task(&self, _task_id: &str, _driver: &str) -> Result<(), StoreError> {
         Ok(())

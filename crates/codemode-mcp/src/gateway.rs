@@ -163,6 +163,10 @@ impl Gateway {
                 }
             });
         }
+        // Tasks whose driver died are taken over here too, polled or not (see `crate::tasks`).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(Gateway::sweep_tasks_forever(Arc::downgrade(&gateway)));
+        }
         // Answers that came after `approvals.timeoutMs` are recorded as they arrive (the next `wait`
         // of the run applies them); one whose run is gone is reported back to the client.
         if let (Some(mut late), Ok(rt)) = (late, tokio::runtime::Handle::try_current()) {

@@ -7,8 +7,8 @@
 //! expires — no model turn in between. The task's record lives in the snapshot store
 //! ([`codemode_core::task`]), so `tasks/get`, `tasks/update` and `tasks/cancel` work on every
 //! replica of a fleet; one process at a time holds the task's drive claim (leased, renewed every
-//! third of the lease), and a replica that finds a working task nobody drives — its driver died —
-//! takes the claim and goes on driving it (the run's own lease and fencing keep two replicas from
+//! third of the lease), and a replica that finds a working task nobody drives — its driver died;
+//! each replica sweeps for them once a lease — takes the claim and goes on driving it (the run's own lease and fencing keep two replicas from
 //! resuming it at once).
 //!
 //! Map of this module:
@@ -17,6 +17,8 @@
 //!   store cannot keep tasks).
 //! - `Gateway::drive`: the loop that resumes a task's run and writes its record.
 //! - `Gateway::task_get` / `task_update` / `task_cancel`: the three requests, scoped like runs.
+//! - `Gateway::sweep_tasks`: every lease, working tasks whose driver died are taken over, polled or
+//!   not.
 
 use crate::gateway::Gateway;
 use codemode::{CodeModeResult, PendingCallKind, RunContext, RunId, RunScope};
@@ -36,6 +38,10 @@ pub const POLL_INTERVAL_MS: u64 = 200;
 /// The drive claim's lease when the store names none (memory and directory stores; a Redis store
 /// uses its `leaseMs`).
 pub const DEFAULT_LEASE_MS: u64 = 10_000;
+
+/// Most orphaned tasks one sweep takes over. Prevents: a replica that comes back after an outage
+/// taking every task of the fleet in one sweep.
+const SWEEP_BATCH: usize = 16;
 
 /// Longest status message of a task (the pending calls it names are cut to fit).
 const MAX_STATUS_CHARS: usize = 500;
@@ -433,6 +439,38 @@ impl Gateway {
         self.stop_run(task_id).await;
         tracing::info!(task = %task_id, "task cancelled: its run is aborted");
         Ok(())
+    }
+
+    /// Takes over the working tasks whose driver died (their claim lapsed), so they go on without
+    /// anyone polling them: called every lease by [`Gateway::sweep_tasks_forever`].
+    pub(crate) async fn sweep_tasks(self: &Arc<Self>) {
+        let orphans = match self.cm.store().orphaned_tasks(SWEEP_BATCH).await {
+            Ok(o) => o,
+            // A store without tasks, or one that is down: nothing to sweep now.
+            Err(_) => return,
+        };
+        for id in orphans {
+            if let Ok(Some(record)) = self.cm.store().task(&id).await
+                && record.state == TaskState::Working
+            {
+                tracing::info!(task = %id, "taking over a task whose driver stopped");
+                self.take_and_drive(&record).await;
+            }
+        }
+    }
+
+    /// Sweeps for orphaned tasks every lease while the gateway lives (see
+    /// [`sweep_tasks`](Self::sweep_tasks)).
+    pub(crate) async fn sweep_tasks_forever(gateway: std::sync::Weak<Gateway>) {
+        loop {
+            let Some(lease) = gateway.upgrade().map(|g| g.tasks.lease()) else { return };
+            tokio::time::sleep(std::time::Duration::from_millis(lease.max(100))).await;
+            let Some(g) = gateway.upgrade() else { return };
+            if g.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            g.sweep_tasks().await;
+        }
     }
 
     /// Stops this process's driver of `task_id` (its `wait` is dropped) and aborts the run.

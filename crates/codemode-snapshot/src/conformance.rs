@@ -406,14 +406,18 @@ pub async fn tasks(t: &StoreUnderTest) -> Result<(), Failure> {
     check(a.put_task(&working, None).await.map_err(|e| e.to_string())?, "first write")?;
     eq(b.task(task).await.map_err(|e| e.to_string())?, Some(working.clone()), "read by another instance")?;
 
+    // A working task nobody drives is an orphan, swept by any instance; a driven one is not.
+    eq(b.orphaned_tasks(16).await.map_err(|e| e.to_string())?, vec![task.to_string()], "an undriven task")?;
     // One driver at a time; the claim moves after its lease, and the old holder's writes are refused.
     check(a.drive_task(task, "replica-a", 1_000).await.map_err(|e| e.to_string())?, "a takes the claim")?;
+    eq(b.orphaned_tasks(16).await.map_err(|e| e.to_string())?, Vec::<String>::new(), "a driven task")?;
     check(!b.drive_task(task, "replica-b", 1_000).await.map_err(|e| e.to_string())?, "b is refused while a holds it")?;
     check(a.drive_task(task, "replica-a", 1_000).await.map_err(|e| e.to_string())?, "a renews its claim")?;
     let mut by_b = working.clone();
     by_b.message = Some("b".into());
     check(!b.put_task(&by_b, Some("replica-b")).await.map_err(|e| e.to_string())?, "b cannot write as a driver")?;
     t.clock.advance_ms(1_001);
+    eq(b.orphaned_tasks(16).await.map_err(|e| e.to_string())?, vec![task.to_string()], "its driver's lease lapsed")?;
     check(b.drive_task(task, "replica-b", 1_000).await.map_err(|e| e.to_string())?, "b takes over after the lease")?;
     let mut by_a = working.clone();
     by_a.message = Some("a".into());
@@ -433,6 +437,8 @@ pub async fn tasks(t: &StoreUnderTest) -> Result<(), Failure> {
     done.result = Some(json!({ "status": "completed" }));
     check(!a.put_task(&done, Some("replica-a")).await.map_err(|e| e.to_string())?, "completed over cancelled")?;
     eq(a.task(task).await.map_err(|e| e.to_string())?.map(|t| t.state), Some(TaskState::Cancelled), "stays cancelled")?;
+    b.release_task(task, "replica-a").await.map_err(|e| e.to_string())?;
+    eq(a.orphaned_tasks(16).await.map_err(|e| e.to_string())?, Vec::<String>::new(), "a finished task is no orphan")?;
 
     // A record under another task's id is not that task's.
     let other = task_record("cm_task_2", "owner", TaskState::Working, t.clock.now_ms());

@@ -517,6 +517,28 @@ impl SnapshotStore for DirectorySnapshotStore {
         Ok(true)
     }
 
+    async fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Ok(Vec::new()) };
+        let now = self.clock.now_ms();
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            if out.len() >= limit {
+                break;
+            }
+            let p = e.path();
+            if p.extension().and_then(|x| x.to_str()) != Some("task") {
+                continue;
+            }
+            let Some(id) = p.file_stem().and_then(|s| s.to_str()).and_then(|s| RunId::parse(s).ok()) else { continue };
+            let working =
+                matches!(self.read_task(&id), Ok(Some(t)) if t.state == codemode_core::task::TaskState::Working);
+            if working && self.read_claim(&id).is_none_or(|(_, until)| until <= now) {
+                out.push(id.to_string());
+            }
+        }
+        Ok(out)
+    }
+
     async fn release_task(&self, task_id: &str, driver: &str) -> Result<(), StoreError> {
         let Ok(id) = RunId::parse(task_id) else { return Ok(()) };
         let _lock = self.admission_lock()?;

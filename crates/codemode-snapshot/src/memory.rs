@@ -211,6 +211,10 @@ impl SnapshotStore for MemorySnapshotStore {
         Ok(self.tasks.drive(task_id, driver, lease_ms, self.clock.now_ms()))
     }
 
+    async fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        Ok(self.tasks.orphaned(limit, self.clock.now_ms()))
+    }
+
     async fn release_task(&self, task_id: &str, driver: &str) -> Result<(), StoreError> {
         self.tasks.release(task_id, driver);
         Ok(())

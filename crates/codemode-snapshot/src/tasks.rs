@@ -98,6 +98,18 @@ impl TaskTable {
         }
     }
 
+    pub(crate) fn orphaned(&self, limit: usize, now: u64) -> Vec<String> {
+        let inner = self.lock();
+        let free = |id: &String| inner.claims.get(id).is_none_or(|(_, until)| *until <= now);
+        inner
+            .records
+            .values()
+            .filter(|t| t.state == codemode_core::task::TaskState::Working && !t.expired(now) && free(&t.task_id))
+            .map(|t| t.task_id.clone())
+            .take(limit)
+            .collect()
+    }
+
     pub(crate) fn release(&self, task_id: &str, driver: &str) {
         let mut inner = self.lock();
         if inner.claims.get(task_id).is_some_and(|(holder, _)| holder == driver) {

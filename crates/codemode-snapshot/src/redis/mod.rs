@@ -17,6 +17,7 @@
 //! | `P secret` | string | 32 random bytes shared by the fleet (tags of MRTR approval state; the run signing key is derived from it when none is configured) |
 //! | `P session:<digest>:loops` | string | a session's loop-detection history (JSON), expiring with `snapshotTtlSeconds` |
 //! | `P task:<taskId>` | hash | a run served as an MCP task: `state` and `rec` (`<hex tag>\n<record JSON>`, signed like a decision), expiring with the record |
+//! | `P tasks` | set | the ids of unfinished tasks (swept for tasks whose driver died; an id whose record expired leaves it at the next sweep) |
 //! | `P taskdriver:<taskId>` | hash | `holder` (the process driving the task) and `until` (when its claim ends, Unix ms; renewed every third of the lease) |
 //! | `P shared:observed` | string | the result types the fleet learned from observed results (JSON: tool id → shape and count) |
 //!
@@ -583,11 +584,13 @@ impl SnapshotStore for RedisSnapshotStore {
             .put_task
             .key(s.key("task", &id))
             .key(s.key("taskdriver", &id))
+            .key(format!("{}tasks", s.prefix))
             .arg(task.state.as_str())
             .arg(rec)
             .arg(driver.unwrap_or(""))
             .arg(now)
             .arg(task.expires_at_ms.saturating_sub(now).saturating_add(KEY_GRACE_MS))
+            .arg(id.as_str())
             .invoke_async(&mut conn)
             .await
             .map_err(unreachable)?;
@@ -610,6 +613,22 @@ impl SnapshotStore for RedisSnapshotStore {
             .await
             .map_err(unreachable)?;
         Ok(n == 1)
+    }
+
+    async fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let ids: Vec<String> = s
+            .scripts
+            .orphaned_tasks
+            .key(format!("{}tasks", s.prefix))
+            .arg(&s.prefix)
+            .arg(limit.max(1))
+            .arg(s.clock.now_ms())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(ids)
     }
 
     async fn release_task(&self, task_id: &str, driver: &str) -> Result<(), StoreError> {

@@ -222,9 +222,10 @@ return ids
 "#;
 
 /// The scripts, loaded once (`EVALSHA`, falling back to `EVAL` after a Redis restart).
-/// Writes a task's record unless it is terminal, or another driver holds its claim. KEYS: task,
-/// drive claim. ARGV: state, sealed record, driver (`''`: any writer), now, key lifetime (ms).
-/// Returns 1 when written.
+/// Writes a task's record unless it is terminal, or another driver holds its claim, and keeps the
+/// set of unfinished tasks (swept for orphans). KEYS: task, drive claim, unfinished set. ARGV:
+/// state, sealed record, driver (`''`: any writer), now, key lifetime (ms), task id. Returns 1 when
+/// written.
 pub const PUT_TASK: &str = r#"
 local state = redis.call('HGET', KEYS[1], 'state')
 if state == 'completed' or state == 'failed' or state == 'cancelled' then return 0 end
@@ -234,7 +235,28 @@ if ARGV[3] ~= '' then
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'rec', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if ARGV[1] == 'completed' or ARGV[1] == 'failed' or ARGV[1] == 'cancelled' then
+  redis.call('SREM', KEYS[3], ARGV[6])
+else
+  redis.call('SADD', KEYS[3], ARGV[6])
+end
 return 1
+"#;
+
+/// Working tasks whose drive claim has lapsed, from a random sample of the unfinished set (ids whose
+/// record expired leave the set). KEYS: unfinished set. ARGV: key prefix, sample size, now.
+pub const ORPHANED_TASKS: &str = r#"
+local out = {}
+for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[1], tonumber(ARGV[2]))) do
+  local state = redis.call('HGET', ARGV[1] .. 'task:' .. id, 'state')
+  if not state then
+    redis.call('SREM', KEYS[1], id)
+  elseif state == 'working' then
+    local c = redis.call('HMGET', ARGV[1] .. 'taskdriver:' .. id, 'holder', 'until')
+    if not c[1] or tonumber(c[2]) <= tonumber(ARGV[3]) then table.insert(out, id) end
+  end
+end
+return out
 "#;
 
 /// Takes or renews the claim to drive a task. KEYS: drive claim. ARGV: driver, now, lease end,
@@ -268,6 +290,7 @@ pub(super) struct Scripts {
     pub(super) purge: redis::Script,
     pub(super) put_task: redis::Script,
     pub(super) note_call: redis::Script,
+    pub(super) orphaned_tasks: redis::Script,
     pub(super) drive_task: redis::Script,
     pub(super) release_task: redis::Script,
 }
@@ -289,6 +312,7 @@ impl Scripts {
             purge: redis::Script::new(PURGE),
             put_task: redis::Script::new(PUT_TASK),
             note_call: redis::Script::new(NOTE_CALL),
+            orphaned_tasks: redis::Script::new(ORPHANED_TASKS),
             drive_task: redis::Script::new(DRIVE_TASK),
             release_task: redis::Script::new(RELEASE_TASK),
         }
