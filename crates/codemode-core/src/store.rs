@@ -357,6 +357,12 @@ pub trait SnapshotStore: Send + Sync {
         Err(StoreError::Unsupported(format!("the `{}` snapshot store cannot record approval decisions", self.name())))
     }
 
+    /// Whether decisions were recorded for `run_id` that no resume collected yet: a task waiting for
+    /// an answer goes on once one came, by whichever path it came. The default: none.
+    async fn has_decisions(&self, _run_id: &RunId) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     /// Takes (and removes) the decisions recorded for a run, by request id.
     async fn take_decisions(
         &self,

@@ -371,7 +371,21 @@ impl Gateway {
         task_id: &str,
         scope: &RunScope,
     ) -> Result<GetTaskResult, ErrorData> {
-        let record = self.scoped_record(task_id, scope).await?;
+        let mut record = self.scoped_record(task_id, scope).await?;
+        // A question answered by another path than `tasks/update` (the approval endpoint,
+        // `codemode approve`, an MRTR retry): the task goes on.
+        if record.state == TaskState::InputRequired
+            && let Ok(run_id) = RunId::parse(task_id)
+            && self.cm.store().has_decisions(&run_id).await.unwrap_or(false)
+        {
+            record.state = TaskState::Working;
+            record.questions.clear();
+            record.message = Some("answers received; resuming".into());
+            record.updated_at_ms = self.cm.now_ms();
+            if !self.cm.store().put_task(&record, None).await.map_err(store_failed)? {
+                record = self.scoped_record(task_id, scope).await?;
+            }
+        }
         if record.state == TaskState::Working {
             self.take_and_drive(&record).await;
         }

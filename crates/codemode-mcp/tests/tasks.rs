@@ -196,6 +196,27 @@ async fn a_parked_approval_is_input_required_and_answered_through_tasks_update()
     assert_eq!(completed_json(&done)["value"], 5);
 }
 
+/// An approval decided by another path than `tasks/update` (the approval endpoint and `codemode
+/// approve` call `decide`): the next `tasks/get` sees the answer and the task goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_answered_elsewhere_resumes_the_task_at_its_next_poll() {
+    let (gw, _slow) = gateway(Arc::new(ManualClock::at(1_000_000))).await;
+    let c = client(&gw, true).await;
+    let cell = "try { return (await tools.pay({ amount: 8 })).paid } catch (e) { return e.code }";
+    let CallToolResponse::Task(created) = c.peer().call_tool_once(exec(cell)).await.unwrap() else { panic!() };
+    assert_eq!(created.task.status, TaskStatus::InputRequired);
+    let id = created.task.task_id;
+    let request = match &c.peer().get_task(GetTaskParams::new(&id)).await.unwrap().task.payload {
+        TaskPayload::InputRequired { input_requests } => {
+            input_requests.keys().next().unwrap().trim_start_matches("approval:").parse::<u64>().unwrap()
+        }
+        other => panic!("{other:?}"),
+    };
+    let run = codemode::RunId::parse(&id).unwrap();
+    gw.code_mode().decide(&run, request, codemode::ApprovalDecision::Approve).await.unwrap();
+    assert_eq!(completed_json(&settled(&c, &id).await)["value"], 8);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_declined_approval_fails_the_call_in_the_cell() {
     let (gw, _slow) = gateway(Arc::new(ManualClock::at(1_000_000))).await;

@@ -206,7 +206,9 @@ pub async fn decisions(t: &StoreUnderTest) -> Result<(), Failure> {
         .await
         .map_err(|e| e.to_string())?;
     let other = t.store().await;
+    check(!s.has_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, "no decision yet")?;
     other.record_decision(&id("cm_dec"), 2, &ApprovalDecision::Approve).await.map_err(|e| format!("record: {e}"))?;
+    check(s.has_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, "a decision is waiting")?;
     let not_parked = other.record_decision(&id("cm_dec"), 1, &ApprovalDecision::Approve).await;
     eq(not_parked.err(), Some(StoreError::NotParked { request_id: 1, parked: vec![2] }), "not parked")?;
     let unknown = other.record_decision(&id("cm_nodec"), 1, &ApprovalDecision::Approve).await;
@@ -217,6 +219,7 @@ pub async fn decisions(t: &StoreUnderTest) -> Result<(), Failure> {
         "taken",
     )?;
     eq(s.take_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, vec![], "taken once")?;
+    check(!other.has_decisions(&id("cm_dec")).await.map_err(|e| e.to_string())?, "none left once taken")?;
     s.remove(&id("cm_dec")).await;
     Ok(())
 }

@@ -615,6 +615,10 @@ impl SnapshotStore for DirectorySnapshotStore {
         self.write_atomically(&self.dir.join(format!("{run_id}.decision-{request_id}")), &bytes)
     }
 
+    async fn has_decisions(&self, run_id: &RunId) -> Result<bool, StoreError> {
+        Ok(!self.side_files(run_id, "decision").is_empty())
+    }
+
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
         let mut out = Vec::new();
         for (suffix, path) in self.side_files(run_id, "decision") {

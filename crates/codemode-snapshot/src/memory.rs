@@ -195,6 +195,10 @@ impl SnapshotStore for MemorySnapshotStore {
         Ok(())
     }
 
+    async fn has_decisions(&self, run_id: &RunId) -> Result<bool, StoreError> {
+        Ok(self.decisions().get(run_id).is_some_and(|m| !m.is_empty()))
+    }
+
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
         Ok(self.decisions().remove(run_id).map(|m| m.into_iter().collect()).unwrap_or_default())
     }

@@ -646,6 +646,14 @@ impl SnapshotStore for RedisSnapshotStore {
         Ok(())
     }
 
+    async fn has_decisions(&self, run_id: &RunId) -> Result<bool, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let n: i64 =
+            redis::cmd("EXISTS").arg(s.key("decisions", run_id)).query_async(&mut conn).await.map_err(unreachable)?;
+        Ok(n > 0)
+    }
+
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
         let s = &self.shared;
         let mut conn = s.conn.clone();
