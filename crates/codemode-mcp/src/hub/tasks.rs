@@ -1,10 +1,12 @@
-//! Upstream tasks as suspend points (book: "Runs as MCP tasks", upstream tasks): a server that answers a nested
-//! `tools/call` with a task (the tasks extension, which the hub declares to every server whose
-//! `tasks` setting is on) is polled with `tasks/get` at its poll interval until the task ends; the
-//! run that made the call suspends meanwhile like for any slow call. The task is noted in a fleet's
-//! call log ([`NestedToolCall::task_note`]), so the replica that resumes the run after this one died
-//! continues polling the same task ([`NestedToolCall::resume`]) instead of running the tool again;
-//! a call given up (its run aborted or expired) cancels the task upstream with `tasks/cancel`.
+//! Upstream tasks as suspend points (book: "Runs as MCP tasks", upstream tasks): a server that
+//! answers a nested `tools/call` with a task (the tasks extension, which the hub declares to every
+//! server whose `tasks` setting is on) is polled with `tasks/get` at its poll interval until the task
+//! ends; the run that made the call suspends meanwhile like for any slow call. The task is noted in a
+//! fleet's call log ([`NestedToolCall::task_note`]), so the replica that resumes the run after this
+//! one died continues polling the same task ([`NestedToolCall::resume`]) instead of running the tool
+//! again. A call whose run was aborted or expired cancels the task upstream with `tasks/cancel` (see
+//! [`poll`] for who sends it). A task that asks for input (`input_required`) parks its call on the
+//! question ([`Polled::Ask`]); the human's answer goes to the task with `tasks/update` ([`answer`]).
 
 use super::*;
 use codemode_core::executor::TaskNoteSink;
