@@ -107,6 +107,31 @@ class Redis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
+    def command(self, *args: str):
+        """One Redis command (RESP2) on a connection of its own: its reply as str, int, None or a
+        list of them (for tests that read the fleet's keys)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
+            s.sendall(f"*{len(args)}\r\n".encode() + b"".join(
+                f"${len(a.encode())}\r\n".encode() + a.encode() + b"\r\n" for a in args))
+            f = s.makefile("rb")
+
+            def reply():
+                line = f.readline().decode().rstrip("\r\n")
+                kind, rest = line[0], line[1:]
+                if kind == "+":
+                    return rest
+                if kind == "-":
+                    raise AssertionError(f"redis: {rest}")
+                if kind == ":":
+                    return int(rest)
+                if kind == "$":
+                    return None if rest == "-1" else f.read(int(rest) + 2)[:-2].decode()
+                if kind == "*":
+                    return None if rest == "-1" else [reply() for _ in range(int(rest))]
+                raise AssertionError(f"redis: unexpected reply {line!r}")
+
+            return reply()
+
 
 class Replica:
     def __init__(self, bin_path: str, config: Path, redis: Redis, workdir: Path, n: int, rust_log: str = "warn"):

@@ -88,30 +88,6 @@ async def until(what: str, check, timeout: float = 20.0, every: float = 0.02):
         await asyncio.sleep(every)
 
 
-async def resp(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *args: str):
-    """One Redis command (RESP2): its reply as str, int, None or a list of them."""
-    writer.write(f"*{len(args)}\r\n".encode() + b"".join(
-        f"${len(a.encode())}\r\n".encode() + a.encode() + b"\r\n" for a in args))
-    await writer.drain()
-
-    async def reply():
-        line = (await reader.readline()).decode().rstrip("\r\n")
-        kind, rest = line[0], line[1:]
-        if kind == "+":
-            return rest
-        if kind == "-":
-            raise AssertionError(f"redis: {rest}")
-        if kind == ":":
-            return int(rest)
-        if kind == "$":
-            return None if rest == "-1" else (await reader.readexactly(int(rest) + 2))[:-2].decode()
-        if kind == "*":
-            return None if rest == "-1" else [await reply() for _ in range(int(rest))]
-        raise AssertionError(f"redis: unexpected reply {line!r}")
-
-    return await reply()
-
-
 class ClaimWatch:
     """Samples a task's drive claim in Redis (`<prefix>taskdriver:<task id>`, a hash: `holder` is
     `<pid>-<uuid>` of the driving process, `until` the end of its lease in Unix ms) every 30 ms:
@@ -130,24 +106,20 @@ class ClaimWatch:
         self.key: str | None = None
 
     async def _run(self) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.redis.port)
-        try:
-            while True:
-                if self.key is None:
-                    keys = await resp(reader, writer, "KEYS", f"*taskdriver:{self.task_id}")
-                    self.key = keys[0] if keys else None
-                holder = None
-                if self.key:
-                    h, until_ms, now_ms = await resp(reader, writer, "EVAL", self.SAMPLE, "1", self.key)
-                    if h:
-                        holder = h
-                        self.first_seen.setdefault(h, time.monotonic())
-                        self.longest_left[h] = max(self.longest_left.get(h, 0), int(until_ms) - int(now_ms))
-                if not self.holders or self.holders[-1] != holder:
-                    self.holders.append(holder)
-                await asyncio.sleep(0.03)
-        finally:
-            writer.close()
+        while True:
+            if self.key is None:
+                keys = await asyncio.to_thread(self.redis.command, "KEYS", f"*taskdriver:{self.task_id}")
+                self.key = keys[0] if keys else None
+            holder = None
+            if self.key:
+                h, until_ms, now_ms = await asyncio.to_thread(self.redis.command, "EVAL", self.SAMPLE, "1", self.key)
+                if h:
+                    holder = h
+                    self.first_seen.setdefault(h, time.monotonic())
+                    self.longest_left[h] = max(self.longest_left.get(h, 0), int(until_ms) - int(now_ms))
+            if not self.holders or self.holders[-1] != holder:
+                self.holders.append(holder)
+            await asyncio.sleep(0.03)
 
     def start(self) -> "ClaimWatch":
         self._task = asyncio.create_task(self._run())

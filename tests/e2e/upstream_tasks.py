@@ -37,7 +37,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -119,34 +118,9 @@ def write_config(workdir: Path, name: str, servers: list[TaskServer], tasks: boo
     return config
 
 
-def redis_command(redis: Redis, *args: str):
-    """One Redis command (RESP2) on a connection of its own: its reply as str, int, None or a list."""
-    with socket.create_connection(("127.0.0.1", redis.port), timeout=10) as s:
-        s.sendall(f"*{len(args)}\r\n".encode() + b"".join(
-            f"${len(a.encode())}\r\n".encode() + a.encode() + b"\r\n" for a in args))
-        f = s.makefile("rb")
-
-        def reply():
-            line = f.readline().decode().rstrip("\r\n")
-            kind, rest = line[0], line[1:]
-            if kind == "+":
-                return rest
-            if kind == "-":
-                raise AssertionError(f"redis: {rest}")
-            if kind == ":":
-                return int(rest)
-            if kind == "$":
-                return None if rest == "-1" else f.read(int(rest) + 2)[:-2].decode()
-            if kind == "*":
-                return None if rest == "-1" else [reply() for _ in range(int(rest))]
-            raise AssertionError(f"redis: unexpected reply {line!r}")
-
-        return reply()
-
-
 def call_log(redis: Redis, run_id: str) -> dict[str, dict]:
     """The run's call log in Redis: request id -> `{issuer, tool, digest, result?, raw?, note?}`."""
-    flat = redis_command(redis, "HGETALL", f"codemode:calls:{run_id}") or []
+    flat = redis.command("HGETALL", f"codemode:calls:{run_id}") or []
     return {flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
@@ -243,12 +217,16 @@ async def killed_replica(victim: Replica, resumer: Replica, redis: Redis, tasks:
     assert mode[0] == "task", f"not run as a task: {tasks.lines()}"
     note = await noted(redis, first["runId"], mode[1])
     assert f"done {tag}" not in tasks.lines(), "the task ended before the replica could be killed (slow machine?)"
+    # The replica the call log names as the call's issuer: the victim's id in the fleet.
+    issuer = next(e["issuer"] for e in call_log(redis, first["runId"]).values() if e.get("note") == note)
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait()
     assert f"done {tag}" not in tasks.lines(), "the task ended before the replica was killed (slow machine?)"
     if after_lease:
-        # Past the dead replica's lease (and its liveness): the run is taken as it was left.
-        await asyncio.sleep(LEASE_MS / 1000 * 2.5)
+        # Past the dead replica's lease: its liveness key (`replica:<id>`, set with the lease) expired
+        # in Redis; the run is taken as it was left.
+        await until("the dead replica's liveness key to expire",
+                    lambda: redis.command("EXISTS", f"codemode:replica:{issuer}") == 0, timeout=30)
         assert f"done {tag}" not in tasks.lines(), "the task ended before the run was resumed (slow machine?)"
     done = await settle(resumer.url, first)
     assert done["status"] == "completed" and structured(done.get("value")) == {"result": f"worked {tag}"}, \

@@ -31,7 +31,12 @@ fn run_python(script: &str, args: &[&std::ffi::OsStr], ok_line: &str) {
 }
 
 fn run_python_with(script: &str, args: &[&std::ffi::OsStr], ok_line: &str, env: &[(&str, &std::ffi::OsStr)]) {
-    let out = Command::new(peer(".venv/bin/python"))
+    run_in_venv(".venv", script, args, ok_line, env);
+}
+
+/// [`run_python_with`] with the Python of `venv` (a venv `scripts/setup.sh` made).
+fn run_in_venv(venv: &str, script: &str, args: &[&std::ffi::OsStr], ok_line: &str, env: &[(&str, &std::ffi::OsStr)]) {
+    let out = Command::new(peer(&format!("{venv}/bin/python")))
         .arg(root().join("tests/e2e").join(script))
         .arg(env!("CARGO_BIN_EXE_codemode"))
         .args(args)
@@ -331,17 +336,7 @@ fn fleet_of_three_replicas_on_redis() {
 /// Runs `tests/e2e/<script>` in the tasks venv (`.venv-tasks`: FastMCP 4's client with
 /// `fastmcp-tasks`, which pins its own FastMCP), with the `codemode` binary as its first argument.
 fn run_tasks_python(script: &str, args: &[&std::ffi::OsStr], ok_line: &str) {
-    let out = Command::new(peer(".venv-tasks/bin/python"))
-        .arg(root().join("tests/e2e").join(script))
-        .arg(env!("CARGO_BIN_EXE_codemode"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{script} {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains(ok_line), "{stdout}");
+    run_in_venv(".venv-tasks", script, args, ok_line, &[]);
 }
 
 /// Runs as MCP tasks (the book's "Runs as MCP tasks") with FastMCP 4's client and `fastmcp-tasks`: three
