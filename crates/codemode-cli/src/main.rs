@@ -23,6 +23,7 @@ mod bench;
 mod catalog;
 mod commands;
 mod demo;
+mod eval;
 mod serve;
 
 use anyhow::{Result, bail};
@@ -145,6 +146,9 @@ enum Command {
     /// Serve `exec` and `wait` over MCP (stdio, or streamable HTTP with --http) in front of the
     /// config's `mcpServers`.
     Serve(serve::ServeArgs),
+    /// Run a suite of tasks with the upstream tools given directly and through code mode, on the
+    /// real MCP servers, and report tokens, turns, bytes, time and success per task and arm.
+    Eval(eval::EvalArgs),
     /// Show the effective catalog: ids, safe names, hints, what the policy removed, the quick index.
     Catalog(catalog::CatalogArgs),
     /// Measure latency, snapshot size and cold start of every compiled engine (or those named).
@@ -333,6 +337,12 @@ fn init_tracing() -> TracingGuard {
 /// that does not enable it is an error), else the defaults with code mode enabled. Keys another
 /// program wrote are ignored with one warning.
 pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
+    load_config_as(common, false)
+}
+
+/// [`load_config`], except that with `allow_disabled` a file that disables code mode is returned
+/// as it is (`codemode serve` then serves the upstream tools unchanged, contract V1).
+pub(crate) fn load_config_as(common: &CommonArgs, allow_disabled: bool) -> Result<ConfigFile> {
     let mut file = match &common.config {
         None => ConfigFile { code_mode: CodeModeConfig::enabled(), ..ConfigFile::default() },
         Some(path) => {
@@ -354,7 +364,7 @@ pub(crate) fn load_config(common: &CommonArgs) -> Result<ConfigFile> {
                     ignored.join(", ")
                 );
             }
-            if !file.code_mode.enabled {
+            if !file.code_mode.enabled && !allow_disabled {
                 bail!(
                     "code mode is disabled in {}: set `tools.codeMode.enabled: true` (or `tools.codeMode: true`)",
                     path.display()
@@ -501,7 +511,7 @@ fn common_args(command: &Command) -> Option<&CommonArgs> {
         | Command::Wait { common, .. }
         | Command::Demo { common, .. } => Some(common),
         Command::Serve(args) => Some(&args.common),
-        Command::Approve { .. } | Command::Bench { .. } | Command::Catalog(_) => None,
+        Command::Approve { .. } | Command::Bench { .. } | Command::Catalog(_) | Command::Eval(_) => None,
     }
 }
 
@@ -522,7 +532,7 @@ fn engine_before_config(command: &Command) -> Option<String> {
 /// worker is a thread to start and stop in a process that lives a few milliseconds.
 fn runtime_workers(command: &Command) -> usize {
     match command {
-        Command::Serve(_) | Command::Bench { .. } => 2,
+        Command::Serve(_) | Command::Bench { .. } | Command::Eval(_) => 2,
         Command::Run { .. }
         | Command::Exec { .. }
         | Command::Wait { .. }
@@ -609,6 +619,7 @@ fn main() -> ExitCode {
             },
             Command::Catalog(args) => catalog::run(args).await,
             Command::Serve(args) => serve::run(args).await,
+            Command::Eval(args) => eval::run(args).await,
         }
     });
     drop(runtime);

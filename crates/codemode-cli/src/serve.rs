@@ -1,6 +1,6 @@
 //! `codemode serve`: an MCP server exposing `exec` and `wait` in front of the configured MCP servers.
 
-use crate::{CommonArgs, load_config, report_servers};
+use crate::{CommonArgs, load_config_as, report_servers};
 use anyhow::{Context as _, Result, bail};
 use codemode::config_file::SnapshotStoreConfig;
 use std::net::SocketAddr;
@@ -116,7 +116,10 @@ pub(crate) async fn open_store(
 }
 
 pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
-    let file = load_config(&args.common)?;
+    let file = load_config_as(&args.common, true)?;
+    if !file.code_mode.enabled {
+        return serve_passthrough(&args, &file).await;
+    }
     crate::start_engine_load(&file.code_mode.runtime, Some(&file.code_mode));
     let choice = match (&args.store, &args.snapshot_dir) {
         (None, None) => file.snapshot_store.clone(),
@@ -180,6 +183,38 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     if let Some(a) = audit {
         a.close();
     }
+    served.map_err(|e| anyhow::anyhow!(e))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `codemode serve` with code mode disabled (contract V1): the config's upstream servers' tools,
+/// served unchanged over stdio or HTTP; no runs, so no store, approvals or demo tools.
+async fn serve_passthrough(args: &ServeArgs, file: &codemode::config_file::ConfigFile) -> Result<ExitCode> {
+    if args.demo_tools {
+        bail!("--demo-tools needs code mode: the demo tools exist only inside `exec` (this config disables code mode)");
+    }
+    if args.store.is_some() || args.snapshot_dir.is_some() || args.audit.is_some() {
+        tracing::warn!("code mode is disabled: --store, --snapshot-dir and --audit have no runs to keep or record");
+    }
+    let hub = codemode_mcp::connect_servers(file).await?;
+    report_servers(&hub);
+    let tools: usize = hub.listed_tools().iter().map(|(_, t)| t.len()).sum();
+    tracing::info!(tools, "code mode is disabled: serving the upstream servers' tools unchanged");
+    let served = match args.http {
+        None => {
+            tokio::select! {
+                r = codemode_mcp::passthrough::serve_stdio_passthrough(hub.clone()) => r,
+                () = shutdown_signal() => Ok(()),
+            }
+        }
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            eprintln!("codemode: serving the upstream tools unchanged at http://{}/mcp", listener.local_addr()?);
+            codemode_mcp::passthrough::serve_http_passthrough(hub.clone(), listener, shutdown_signal()).await
+        }
+    };
+    hub.shutdown().await;
     served.map_err(|e| anyhow::anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
 }

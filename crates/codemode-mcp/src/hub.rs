@@ -108,6 +108,8 @@ struct Server {
     live: tokio::sync::Mutex<Option<Live>>,
     peer: Mutex<Option<Peer<RoleClient>>>,
     tools: Mutex<Vec<ToolDefinition>>,
+    /// The server's tools as it listed them (after its allow/deny), for the passthrough surface.
+    listed: Mutex<Vec<rmcp::model::Tool>>,
     status: Mutex<ServerStatus>,
     restart: Mutex<Restart>,
 }
@@ -202,7 +204,9 @@ impl Server {
     fn set_tools(&self, tools: Vec<rmcp::model::Tool>, resources: bool, prompts: bool) {
         let name = &self.config.name;
         let mut defs: Vec<ToolDefinition> = Vec::with_capacity(tools.len());
+        let mut listed = Vec::with_capacity(tools.len());
         for t in tools {
+            let raw = t.clone();
             match tool_name_refusal(&t.name) {
                 None => {
                     let def = tool_definition(&self.config, t);
@@ -217,6 +221,7 @@ impl Server {
                     let checked = self.config.validate_inputs
                         && codemode_catalog::policy::matching_pattern(&self.config.unchecked_tools, &def).is_none();
                     defs.push(if checked { def } else { def.without_input_check() });
+                    listed.push(raw);
                 }
                 Some(why) => tracing::warn!(
                     server = %codemode::text::for_display(name),
@@ -260,6 +265,8 @@ impl Server {
         st.error = None;
         st.tools = outcome.kept.len();
         st.filtered = outcome.removed.len();
+        listed.retain(|t| outcome.kept.iter().any(|d| d.name == t.name.as_ref()));
+        *lock(&self.listed) = listed;
         *lock(&self.tools) = outcome.kept;
     }
 }
@@ -424,6 +431,7 @@ impl McpHub {
                     live: tokio::sync::Mutex::new(None),
                     peer: Mutex::new(None),
                     tools: Mutex::new(Vec::new()),
+                    listed: Mutex::new(Vec::new()),
                     status: Mutex::new(status),
                     restart: Mutex::new(Restart::default()),
                 })
@@ -564,6 +572,31 @@ impl McpHub {
     /// The catalog definitions of every connected server's tools (after each server's allow/deny).
     pub fn tool_definitions(&self) -> Vec<ToolDefinition> {
         self.servers.iter().flat_map(|s| lock(&s.tools).clone()).collect()
+    }
+
+    /// Every server's tools exactly as the server listed them (after its allow/deny), by server, in
+    /// the config's order: what the passthrough surface serves (see [`crate::passthrough`]).
+    pub fn listed_tools(&self) -> Vec<(String, Vec<rmcp::model::Tool>)> {
+        self.servers.iter().map(|s| (s.config.name.clone(), lock(&s.listed).clone())).collect()
+    }
+
+    /// Calls `tool` of `server` as a plain MCP client would, with the server's time limit, and
+    /// returns the server's `CallToolResult` unchanged (`_meta` dropped). Used by the passthrough
+    /// surface; a down server, a time-out or a protocol error is a [`ToolError`].
+    pub async fn call_passthrough(
+        &self,
+        server: &str,
+        tool: &str,
+        input: serde_json::Map<String, Value>,
+    ) -> Result<Value, ToolError> {
+        let s = self
+            .servers
+            .iter()
+            .find(|s| s.config.name == server)
+            .ok_or_else(|| unavailable(format!("no MCP server `{server}`")))?;
+        let result =
+            self.call_upstream(s, tool, Value::Object(input), None, None, UpstreamTask::default()).await?;
+        Ok(result.details)
     }
 
     /// Names of the connected servers.

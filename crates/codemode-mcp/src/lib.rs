@@ -14,6 +14,8 @@
 //!   gated nested calls are put to the session's human through elicitation ([`approval`]) or, over
 //!   HTTP, a token-protected approval endpoint.
 //!
+//! - **Passthrough** ([`passthrough`]): with code mode disabled, the upstream tools served unchanged.
+//!
 //! Layering (docs/src/layout.md): above the `codemode` facade; below the CLI.
 #![forbid(unsafe_code)]
 
@@ -23,6 +25,7 @@ pub mod config;
 pub mod debug;
 mod gateway;
 pub mod http;
+pub mod passthrough;
 pub mod hub;
 pub mod replay;
 pub mod server;
