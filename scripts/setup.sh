@@ -27,8 +27,9 @@ npm_install() {
 # 1. Debian packages: clang-16 + lld-16 + wasi-libc + the wasm32 compiler runtime build the QuickJS-ng guest
 #    module of the default engine (crates/codemode-engine-wasi); redis-server backs the fleet's
 #    snapshot store and haproxy balances the fleet's replicas (tests and `make fleet-demo` start
-#    their own instances on loopback ports; the packages' system services are not used).
-debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 redis-server haproxy)
+#    their own instances on loopback ports; the packages' system services are not used); git
+#    makes the repositories of the eval suite's git tasks (mcp-server-git needs it too).
+debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 redis-server haproxy git)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -67,6 +68,22 @@ else
   .venv-tasks/bin/python -m pip install --quiet --disable-pip-version-check -r tests/e2e/requirements-tasks.txt
   cp tests/e2e/requirements-tasks.txt .venv-tasks/.stamp-requirements
 fi
+
+# 3c. The Python MCP servers of `codemode eval`'s bundled suite (eval/servers.json5), each in a venv
+#     of its own under .venv-eval/ (each pins its own `mcp`, which conflicts with .venv's and with
+#     each other's), pinned by eval/requirements/<server>.txt.
+for server in git time sqlite; do
+  venv=.venv-eval/$server req=eval/requirements/$server.txt
+  if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/.stamp-requirements"; then
+    log "python venv present ($venv)"
+  else
+    log "creating $venv with $req"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/.stamp-requirements"
+  fi
+done
 
 # 4. The Node package's build and test dependencies (napi-rs's type generator, TypeScript, the
 #    Vercel AI SDK and Zod for its tests), pinned by crates/codemode-node/package-lock.json.

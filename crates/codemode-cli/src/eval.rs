@@ -26,7 +26,8 @@ pub(crate) struct EvalArgs {
     /// Where the report goes: report.md, report.json, report.svg.
     #[arg(long, value_name = "DIR", default_value = "eval-report")]
     out: PathBuf,
-    /// Keep every episode's work directory (their paths are logged).
+    /// Keep every episode's work directory (their paths are logged) and put its transcript in
+    /// report.json.
     #[arg(long)]
     keep_work: bool,
 }

@@ -58,9 +58,12 @@ pub struct EpisodeResult {
     pub wall_ms: u64,
     /// Milliseconds to make the work directory, start the servers and connect.
     pub startup_ms: u64,
+    /// The whole conversation (recorded with `keep_work`, for looking into a failure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<Vec<Message>>,
 }
 
-/// Runs one episode. Failures of the model, the surface or the setup end the episode as failed,
+/// Runs one episode (`keep_work`: keep its work directory and record its transcript). Failures of the model, the surface or the setup end the episode as failed,
 /// with the reason; they never end the evaluation.
 pub async fn run(suite: &Suite, task: &Task, arm: Arm, model: &dyn Model, keep_work: bool) -> EpisodeResult {
     let started = Instant::now();
@@ -82,6 +85,7 @@ pub async fn run(suite: &Suite, task: &Task, arm: Arm, model: &dyn Model, keep_w
         task_polls: 0,
         wall_ms: 0,
         startup_ms: 0,
+        transcript: None,
     };
     let work = match tempfile::Builder::new().prefix("codemode-eval-").tempdir() {
         Ok(w) => w,
@@ -109,7 +113,7 @@ pub async fn run(suite: &Suite, task: &Task, arm: Arm, model: &dyn Model, keep_w
         let why: Vec<String> = surface.down.iter().map(|(s, e)| format!("{s}: {e}")).collect();
         r.error = Some(format!("MCP servers down: {}", why.join("; ")));
     } else {
-        let answer = agent_loop(suite, task, arm, model, &surface, &path, &work_str, &mut r).await;
+        let answer = agent_loop(suite, task, arm, model, &surface, &path, &work_str, keep_work, &mut r).await;
         if let Some(answer) = answer {
             r.answer = answer;
             r.checks = verify(&task.verify, &r.answer, &path).await;
@@ -133,6 +137,7 @@ async fn agent_loop(
     surface: &Surface,
     work: &std::path::Path,
     work_str: &str,
+    record: bool,
     r: &mut EpisodeResult,
 ) -> Option<String> {
     let system =
@@ -183,5 +188,8 @@ async fn agent_loop(
         r.error = Some(format!("no answer within {max_turns} turns"));
     }
     r.wall_ms = started.elapsed().as_millis() as u64;
+    if record {
+        r.transcript = Some(request.messages);
+    }
     answer
 }

@@ -18,7 +18,7 @@
 
 pub mod anthropic;
 pub mod episode;
-mod http;
+pub mod http;
 pub mod js;
 pub mod model;
 pub mod openai;

@@ -109,7 +109,21 @@ impl Oracle {
                 _ => None,
             })
             .sum::<usize>();
-        let Some(cell) = oracle.cells.get(execs) else { return self.answer(&oracle.answer, results).await };
+        // A model that has not seen the servers' tools looks them up first, in one cell, by the
+        // cheapest documented way (`MCP.<server>.$api()`: every tool's header, smaller than the
+        // `.d.ts` file); the direct arm has the schemas in its tool list instead.
+        if oracle.discover && execs == 0 {
+            {
+                let servers = serde_json::to_string(&ep.task.servers).unwrap_or_default();
+                let code = format!(
+                    "const servers = {servers};\nconst d = {{}};\nfor (const s of servers) d[s] = await MCP[s].$api();\nreturn d;"
+                );
+                let call = ToolCall { id: format!("call_{k}_0"), name: "exec".into(), arguments: json!({ "code": code }) };
+                return Ok(Reply { text: String::new(), calls: vec![call], usage: None });
+            }
+        }
+        let cell_index = execs - usize::from(oracle.discover);
+        let Some(cell) = oracle.cells.get(cell_index) else { return self.answer(&oracle.answer, results).await };
         let code = substitute(cell, ep.work, ep.suite_dir);
         let call = ToolCall { id: format!("call_{k}_0"), name: "exec".into(), arguments: json!({ "code": code }) };
         Ok(Reply { text: String::new(), calls: vec![call], usage: None })

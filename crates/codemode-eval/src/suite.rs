@@ -237,8 +237,16 @@ pub struct CellOracle {
     /// The cells, one `exec` each (a `waiting` result is followed by `wait` until it ends).
     pub cells: Vec<String>,
     /// `(results) => answer`, as for [`DirectOracle::answer`] (the results are the `exec`/`wait`
-    /// results: `{status, value, …}`).
+    /// results: `{status, value, …}`, the discovery cell's first).
     pub answer: String,
+    /// Look the task's servers' tools up (`MCP.<server>.$api()`) in a first cell, as a model that
+    /// has not seen them must (default true; false when the prompt gives the calls).
+    #[serde(default = "yes")]
+    pub discover: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The oracle's recorded trajectories.
@@ -322,6 +330,8 @@ impl Suite {
     /// Loads `dir/servers.json5` and every `dir/tasks/*.json5`, checking that ids are unique, that
     /// every server a task names exists, and that every regular expression compiles.
     pub fn load(dir: &Path) -> Result<Suite, SuiteError> {
+        // Absolute: servers start in the episode's work directory, so `${SUITE}` must not be relative.
+        let dir = &dir.canonicalize().map_err(|e| err(dir, e.to_string()))?;
         let servers_path = dir.join("servers.json5");
         let servers: BTreeMap<String, ServerSpec> = parse(&servers_path)?;
         let tasks_dir = dir.join("tasks");
