@@ -1,10 +1,15 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz python node bench-python bench-node
+.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz python node bench-python bench-node
 
 setup:
 	./scripts/setup.sh
+
+## `codemode eval` on the bundled suite (eval/) with the oracle model: every task in every arm,
+## offline; the report goes to eval-report/. (Dev profile: the tests' build.)
+eval: setup
+	$(CARGO) run --locked -p codemode-cli --bin codemode -- eval --suite eval --out eval-report
 
 ## Build and run the showcase on the built-in demo catalog.
 demo: setup

@@ -210,7 +210,10 @@ async fn serve_passthrough(args: &ServeArgs, file: &codemode::config_file::Confi
         Some(addr) => {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-            eprintln!("codemode: serving the upstream tools unchanged at http://{}/mcp", listener.local_addr()?);
+            eprintln!(
+                "codemode: serving MCP at http://{}/mcp (the upstream tools unchanged: code mode is disabled)",
+                listener.local_addr()?
+            );
             codemode_mcp::passthrough::serve_http_passthrough(hub.clone(), listener, shutdown_signal()).await
         }
     };

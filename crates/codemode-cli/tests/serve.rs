@@ -404,3 +404,31 @@ fn clients_mapped_to_agents_see_their_own_tools_and_runs() {
     run_python("client_agents.py", &[dir.as_os_str()], "ok: clients are agents");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Code mode disabled (contract V1, E1–E3): `codemode serve` lists the upstream server's tools
+/// exactly as the server does and answers calls with the server's own results, for Python's
+/// official `mcp` client, over stdio and HTTP.
+fn passthrough(transport: &str) {
+    let everything = peer("tests/e2e/node_modules/.bin/mcp-server-everything");
+    let dir = tempdir(&format!("passthrough-{transport}"));
+    let config = dir.join("codemode.json5");
+    std::fs::write(
+        &config,
+        format!(
+            "{{ tools: {{ codeMode: {{ enabled: false }} }}, mcpServers: {{ everything: {{ command: {:?}, args: ['stdio'] }} }} }}\n",
+            everything.to_string_lossy()
+        ),
+    )
+    .unwrap();
+    run_python("passthrough.py", &[everything.as_os_str(), config.as_os_str(), transport.as_ref()], &format!("ok: passthrough {transport}"));
+}
+
+#[test]
+fn code_mode_disabled_serves_the_upstream_tools_over_stdio() {
+    passthrough("stdio");
+}
+
+#[test]
+fn code_mode_disabled_serves_the_upstream_tools_over_streamable_http() {
+    passthrough("http");
+}
