@@ -40,7 +40,8 @@ impl Anthropic {
     /// The client the environment describes.
     pub fn from_env() -> Result<Anthropic, ModelError> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
-        let model = var("ANTHROPIC_MODEL").ok_or_else(|| ModelError::Config("set ANTHROPIC_MODEL and ANTHROPIC_API_KEY".into()))?;
+        let model = var("ANTHROPIC_MODEL")
+            .ok_or_else(|| ModelError::Config("set ANTHROPIC_MODEL and ANTHROPIC_API_KEY".into()))?;
         let key = var("ANTHROPIC_API_KEY").ok_or_else(|| ModelError::Config("set ANTHROPIC_API_KEY".into()))?;
         Ok(Anthropic::new(var("ANTHROPIC_BASE_URL").unwrap_or_else(|| "https://api.anthropic.com".into()), key, model))
     }
@@ -102,8 +103,13 @@ pub fn parse_reply(v: &Value) -> Result<Reply, ModelError> {
                     .get("name")
                     .and_then(Value::as_str)
                     .ok_or_else(|| ModelError::Protocol(format!("content[{i}]: tool_use without a name")))?;
-                let id = block.get("id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| format!("toolu_{i}"));
-                calls.push(ToolCall { id, name: name.to_string(), arguments: block.get("input").cloned().unwrap_or(json!({})) });
+                let id =
+                    block.get("id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| format!("toolu_{i}"));
+                calls.push(ToolCall {
+                    id,
+                    name: name.to_string(),
+                    arguments: block.get("input").cloned().unwrap_or(json!({})),
+                });
             }
             // Thinking and other blocks do not enter the transcript here.
             _ => {}

@@ -140,8 +140,11 @@ async fn agent_loop(
     record: bool,
     r: &mut EpisodeResult,
 ) -> Option<String> {
-    let system =
-        if surface.instructions.is_empty() { SYSTEM.to_string() } else { format!("{SYSTEM}\n\n{}", surface.instructions) };
+    let system = if surface.instructions.is_empty() {
+        SYSTEM.to_string()
+    } else {
+        format!("{SYSTEM}\n\n{}", surface.instructions)
+    };
     let tools: Vec<ToolSpec> = surface.tools.clone();
     r.tool_list_tokens = tokens::count(&serde_json::to_string(&tools).unwrap_or_default());
     let prompt = crate::suite::substitute(&task.prompt, work, &suite.dir);

@@ -30,6 +30,27 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Largest answer read from a model endpoint. Prevents: a broken or hostile endpoint streaming an
+/// endless body into memory (a turn's answer is kilobytes).
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// Reads a body up to [`MAX_RESPONSE_BYTES`].
+async fn body_text(mut resp: reqwest::Response) -> Result<String, String> {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    return Err(format!("the answer is larger than {MAX_RESPONSE_BYTES} bytes"));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(String::from_utf8_lossy(&buf).into_owned()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// Statuses worth retrying: rate limited, and the server's own failures (529: Anthropic's
 /// "overloaded").
 fn retryable(status: u16) -> bool {
@@ -73,15 +94,26 @@ pub(crate) async fn post_json(
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 let wait = retry_after(resp.headers()).map(|d| d.min(policy.max_delay)).unwrap_or(backoff);
-                let text = resp.text().await.unwrap_or_default();
+                let text = match body_text(resp).await {
+                    Ok(t) => t,
+                    Err(e) => return Err(ModelError::Protocol(format!("{url}: HTTP {status}: {e}"))),
+                };
                 if (200..300).contains(&status) {
-                    return serde_json::from_str(&text)
-                        .map_err(|e| ModelError::Protocol(format!("{url}: the answer is not JSON ({e}): {}", excerpt(&text))));
+                    return serde_json::from_str(&text).map_err(|e| {
+                        ModelError::Protocol(format!("{url}: the answer is not JSON ({e}): {}", excerpt(&text)))
+                    });
                 }
                 if !retryable(status) {
                     return Err(ModelError::Protocol(format!("{url}: HTTP {status}: {}", excerpt(&text))));
                 }
-                (wait, ModelError::Transport(format!("{url}: HTTP {status} after {} attempt(s): {}", attempt + 1, excerpt(&text))))
+                (
+                    wait,
+                    ModelError::Transport(format!(
+                        "{url}: HTTP {status} after {} attempt(s): {}",
+                        attempt + 1,
+                        excerpt(&text)
+                    )),
+                )
             }
         };
         if attempt >= policy.max_retries {

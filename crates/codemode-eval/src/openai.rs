@@ -38,7 +38,11 @@ impl OpenAi {
             .filter(|m| !m.is_empty())
             .ok_or_else(|| ModelError::Config("set OPENAI_MODEL (and OPENAI_BASE_URL, OPENAI_API_KEY)".into()))?;
         let base = std::env::var("OPENAI_BASE_URL").ok().filter(|b| !b.is_empty());
-        Ok(OpenAi::new(base.unwrap_or_else(|| "https://api.openai.com/v1".into()), std::env::var("OPENAI_API_KEY").ok(), model))
+        Ok(OpenAi::new(
+            base.unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            std::env::var("OPENAI_API_KEY").ok(),
+            model,
+        ))
     }
 
     /// The request body of one turn.

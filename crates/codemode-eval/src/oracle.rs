@@ -74,7 +74,8 @@ impl Oracle {
                     .call(js, &Value::Array(results), false)
                     .await
                     .map_err(|e| ModelError::Oracle(format!("turn {k}: {e}")))?;
-                serde_json::from_value(v).map_err(|e| ModelError::Oracle(format!("turn {k}: not [{{tool, args}}]: {e}")))?
+                serde_json::from_value(v)
+                    .map_err(|e| ModelError::Oracle(format!("turn {k}: not [{{tool, args}}]: {e}")))?
             }
         };
         let calls = recorded
@@ -98,7 +99,8 @@ impl Oracle {
             && last.get("status").and_then(Value::as_str) == Some("waiting")
         {
             let run_id = last.get("runId").cloned().unwrap_or(Value::Null);
-            let call = ToolCall { id: format!("call_{k}_0"), name: "wait".into(), arguments: json!({ "runId": run_id }) };
+            let call =
+                ToolCall { id: format!("call_{k}_0"), name: "wait".into(), arguments: json!({ "runId": run_id }) };
             return Ok(Reply { text: String::new(), calls: vec![call], usage: None });
         }
         let execs = request
@@ -118,7 +120,8 @@ impl Oracle {
                 let code = format!(
                     "const servers = {servers};\nconst d = {{}};\nfor (const s of servers) d[s] = await MCP[s].$api();\nreturn d;"
                 );
-                let call = ToolCall { id: format!("call_{k}_0"), name: "exec".into(), arguments: json!({ "code": code }) };
+                let call =
+                    ToolCall { id: format!("call_{k}_0"), name: "exec".into(), arguments: json!({ "code": code }) };
                 return Ok(Reply { text: String::new(), calls: vec![call], usage: None });
             }
         }

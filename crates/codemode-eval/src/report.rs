@@ -110,7 +110,10 @@ impl Report {
         let _ = writeln!(md, "- Tokens: {}", self.tokenizer);
         let _ = writeln!(md, "- codemode {}\n", self.codemode_version);
         let _ = writeln!(md, "## Totals\n");
-        let _ = writeln!(md, "| arm | passed | input tokens | output tokens | turns | tool calls | result bytes | wall ms |");
+        let _ = writeln!(
+            md,
+            "| arm | passed | input tokens | output tokens | turns | tool calls | result bytes | wall ms |"
+        );
         let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
         for (arm, t) in &self.totals {
             let _ = writeln!(
@@ -128,7 +131,10 @@ impl Report {
             );
         }
         let _ = writeln!(md, "\n## Per task\n");
-        let _ = writeln!(md, "| task | kind | arm | pass | input tokens | output tokens | turns | calls | result bytes | wall ms |");
+        let _ = writeln!(
+            md,
+            "| task | kind | arm | pass | input tokens | output tokens | turns | calls | result bytes | wall ms |"
+        );
         let _ = writeln!(md, "|---|---|---|:-:|---:|---:|---:|---:|---:|---:|");
         for e in &self.episodes {
             let _ = writeln!(
@@ -190,11 +196,15 @@ impl Report {
                 arm.name()
             );
         }
-        let panels: [(&str, &dyn Fn(&EpisodeResult) -> f64); 2] =
+        let panels: [(&str, &Metric); 2] =
             [("input tokens", &|e| e.input_tokens as f64), ("model turns", &|e| f64::from(e.turns))];
         for (p, (label, f)) in panels.iter().enumerate() {
             let y0 = top + p as f64 * (panel_h + gap);
-            let max = tasks.iter().flat_map(|t| arms.iter().map(move |a| (t, a))).map(|(t, a)| value(t, *a, *f)).fold(1.0, f64::max);
+            let max = tasks
+                .iter()
+                .flat_map(|t| arms.iter().map(move |a| (t, a)))
+                .map(|(t, a)| value(t, *a, *f))
+                .fold(1.0, f64::max);
             let _ = write!(
                 svg,
                 r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><text x="4" y="{:.1}">{label}</text><text x="4" y="{:.1}">{max:.0}</text>"##,
@@ -233,6 +243,9 @@ impl Report {
         svg
     }
 }
+
+/// One plotted number of an episode.
+type Metric = dyn Fn(&EpisodeResult) -> f64;
 
 /// Text made safe for SVG/XML (task ids and model names come from files and the environment).
 fn escape(s: &str) -> String {

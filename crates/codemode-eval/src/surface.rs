@@ -197,7 +197,8 @@ impl Surface {
     /// The host's side of the tasks extension: polls `tasks/get` until the task ends, and returns
     /// its result as the call's.
     async fn drive(&self, id: String, interval_ms: Option<u64>) -> ToolOutcome {
-        let interval = interval_ms.map(Duration::from_millis).unwrap_or(TASK_POLL).clamp(TASK_POLL, Duration::from_secs(1));
+        let interval =
+            interval_ms.map(Duration::from_millis).unwrap_or(TASK_POLL).clamp(TASK_POLL, Duration::from_secs(1));
         let started = tokio::time::Instant::now();
         let mut polls = 0u32;
         loop {

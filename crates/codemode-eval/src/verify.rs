@@ -30,11 +30,7 @@ pub async fn verify(checks: &[Check], answer: &str, work: &Path) -> Vec<CheckOut
     let mut out = Vec::with_capacity(checks.len());
     for c in checks {
         let result = check(c, answer, work).await;
-        out.push(CheckOutcome {
-            check: describe(c),
-            passed: result.is_ok(),
-            why: result.err().unwrap_or_default(),
-        });
+        out.push(CheckOutcome { check: describe(c), passed: result.is_ok(), why: result.err().unwrap_or_default() });
     }
     out
 }

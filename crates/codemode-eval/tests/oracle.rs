@@ -57,7 +57,8 @@ async fn subset_passes_in_every_arm_with_the_same_counts_every_run() {
     assert!(slow(Arm::CodeModeTasks).task_polls > 0);
     // Many records: the cell keeps them out of the context.
     let agg = |arm| first.episodes.iter().find(|e| e.task == "fs-orders-paid-total" && e.arm == arm).unwrap();
-    assert!(agg(Arm::CodeMode).result_bytes * 10 < agg(Arm::Direct).result_bytes);
+    assert!(agg(Arm::CodeMode).result_bytes * 2 < agg(Arm::Direct).result_bytes, "{:?}", first.episodes);
+    assert!(agg(Arm::CodeMode).input_tokens < agg(Arm::Direct).input_tokens);
     let second = run(&suite).await;
     assert!(second.all_passed(), "failures: {:#?}", second.failures());
     assert_eq!(counts(&first), counts(&second), "the oracle's counts differ between two runs");

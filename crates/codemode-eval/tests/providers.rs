@@ -54,7 +54,12 @@ async fn start(answers: Vec<Scripted>) -> (String, Arc<Mock>) {
 }
 
 fn quick() -> RetryPolicy {
-    RetryPolicy { max_retries: 3, base_delay: Duration::ZERO, max_delay: Duration::from_millis(50), timeout: Duration::from_secs(30) }
+    RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::ZERO,
+        max_delay: Duration::from_millis(50),
+        timeout: Duration::from_secs(30),
+    }
 }
 
 /// The bundled suite's servers with one task: add 17 and 25 with `get-sum`.
@@ -169,7 +174,11 @@ async fn anthropic_episode_per_arm_with_retries() {
         let (url, mock) = start(vec![
             (529, vec![], r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into()),
             (200, vec![], anthropic_call(name, args)),
-            (429, vec![("retry-after", "0")], r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#.into()),
+            (
+                429,
+                vec![("retry-after", "0")],
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#.into(),
+            ),
             (200, vec![], anthropic_text("42")),
         ])
         .await;
@@ -222,6 +231,14 @@ async fn refusals_and_garbage_end_the_episode_with_the_reason() {
     let r = codemode_eval::episode::run(&suite, task, Arm::CodeMode, &model, false).await;
     assert!(r.error.unwrap().contains("not JSON"));
 
+    // An endless answer is cut at the cap, not buffered.
+    let huge = format!("{{\"pad\":\"{}\"}}", "x".repeat(codemode_eval::http::MAX_RESPONSE_BYTES + 1));
+    let (url, _) = start(vec![(200, vec![], huge)]).await;
+    let mut model = OpenAi::new(url, None, "gpt-test");
+    model.retry = quick();
+    let r = codemode_eval::episode::run(&suite, task, Arm::Direct, &model, false).await;
+    assert!(r.error.unwrap().contains("larger than"));
+
     // Rate limited past the retries: the episode fails saying so.
     let limited: Vec<Scripted> = (0..4).map(|_| (429, vec![("retry-after", "0")], "{}".to_string())).collect();
     let (url, mock) = start(limited).await;
@@ -233,7 +250,11 @@ async fn refusals_and_garbage_end_the_episode_with_the_reason() {
 
     // A call whose arguments are not JSON reaches the surface as a refused input, which the model
     // sees as an error result; its next answer ends the episode (wrongly, so the check fails).
-    let (url, mock) = start(vec![(200, vec![], openai_call("get-sum", "{not json")), (200, vec![], openai_text("I could not add them"))]).await;
+    let (url, mock) = start(vec![
+        (200, vec![], openai_call("get-sum", "{not json")),
+        (200, vec![], openai_text("I could not add them")),
+    ])
+    .await;
     let mut model = OpenAi::new(url, None, "gpt-test");
     model.retry = quick();
     let r = codemode_eval::episode::run(&suite, task, Arm::Direct, &model, false).await;
