@@ -4,8 +4,10 @@
 //!
 //! A turn's input is its whole request — system text, every tool definition, every message —
 //! serialized as JSON, so what is counted is what a provider receives, whatever its framing adds
-//! on top (a few tokens per message). The episode's work directory is counted as `/work`: its
-//! real path differs run to run, the counts must not.
+//! on top (a few tokens per message). What differs run to run is counted as a fixed value, so the
+//! counts do not: the episode's work directory (as `/work`), the timing fields of code-mode results
+//! (`durationMs`, `elapsedMs`, as `0`) and run ids (`cm_…`, as zeros of the same length) — a few
+//! tokens a turn.
 
 use crate::model::{Reply, Request};
 use std::sync::OnceLock;
@@ -43,11 +45,33 @@ pub fn reply_tokens(reply: &Reply, work: &str) -> u64 {
 }
 
 fn normalize(text: &str, work: &str) -> String {
-    if work.is_empty() { text.to_string() } else { text.replace(work, "/work") }
+    static TIMING: OnceLock<Option<regex::Regex>> = OnceLock::new();
+    let text = if work.is_empty() { text.to_string() } else { text.replace(work, "/work") };
+    // Inside a tool result the JSON is itself a string, so its quotes arrive escaped.
+    let timing = TIMING.get_or_init(|| regex::Regex::new(r#"(\\?"(?:durationMs|elapsedMs)\\?":)\d+"#).ok());
+    let text = match timing {
+        Some(re) => re.replace_all(&text, "${1}0").into_owned(),
+        None => text,
+    };
+    static RUN_ID: OnceLock<Option<regex::Regex>> = OnceLock::new();
+    match RUN_ID.get_or_init(|| regex::Regex::new(r"cm_[0-9a-f]{8,}").ok()) {
+        Some(re) => re.replace_all(&text, |c: &regex::Captures<'_>| format!("cm_{}", "0".repeat(c[0].len() - 3))).into_owned(),
+        None => text,
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn timings_and_the_work_directory_are_counted_as_fixed_values() {
+        let a = super::normalize(r#"{"content":"{\"durationMs\":17,\"elapsedMs\":3} at /tmp/x1/f"}"#, "/tmp/x1");
+        let b = super::normalize(r#"{"content":"{\"durationMs\":1234,\"elapsedMs\":99} at /tmp/y2/f"}"#, "/tmp/y2");
+        assert_eq!(a, b);
+        assert!(a.contains(r#"\"durationMs\":0"#) && a.contains("/work/f"), "{a}");
+        assert_eq!(super::normalize(r#"{"durationMs":5}"#, ""), r#"{"durationMs":0}"#);
+        assert_eq!(super::normalize("wait cm_3fa9c0d1e2b4a5f6", ""), "wait cm_0000000000000000");
+    }
+
     #[test]
     fn known_counts() {
         // o200k_base: "hello world" is two tokens; the empty string none.
