@@ -3,7 +3,7 @@
 //! It names the model that produced it; the oracle's numbers are labelled floors.
 
 use crate::episode::EpisodeResult;
-use crate::suite::Arm;
+use crate::suite::{Arm, Kind};
 use crate::tokens::TOKENIZER;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -31,6 +31,32 @@ pub struct ArmTotals {
     pub wall_ms: u64,
 }
 
+/// Sums of one kind of task in one arm.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KindTotals {
+    /// The kind.
+    pub kind: Kind,
+    /// The arm.
+    pub arm: Arm,
+    /// The sums.
+    #[serde(flatten)]
+    pub totals: ArmTotals,
+}
+
+impl ArmTotals {
+    fn add(&mut self, e: &EpisodeResult) {
+        self.episodes += 1;
+        self.passed += u32::from(e.passed);
+        self.input_tokens += e.input_tokens;
+        self.output_tokens += e.output_tokens;
+        self.turns += u64::from(e.turns);
+        self.tool_calls += u64::from(e.tool_calls);
+        self.result_bytes += e.result_bytes;
+        self.wall_ms += e.wall_ms;
+    }
+}
+
 /// A whole evaluation.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -47,6 +73,8 @@ pub struct Report {
     pub arms: Vec<Arm>,
     /// Sums per arm.
     pub totals: BTreeMap<Arm, ArmTotals>,
+    /// Sums per kind of task and arm.
+    pub by_kind: Vec<KindTotals>,
     /// Every episode.
     pub episodes: Vec<EpisodeResult>,
 }
@@ -55,21 +83,25 @@ impl Report {
     /// A report of `episodes`.
     pub fn new(model: String, oracle: bool, arms: Vec<Arm>, episodes: Vec<EpisodeResult>) -> Report {
         let mut totals: BTreeMap<Arm, ArmTotals> = arms.iter().map(|a| (*a, ArmTotals::default())).collect();
+        let mut kinds: BTreeMap<(Kind, Arm), ArmTotals> = BTreeMap::new();
         for e in &episodes {
-            let t = totals.entry(e.arm).or_default();
-            t.episodes += 1;
-            t.passed += u32::from(e.passed);
-            t.input_tokens += e.input_tokens;
-            t.output_tokens += e.output_tokens;
-            t.turns += u64::from(e.turns);
-            t.tool_calls += u64::from(e.tool_calls);
-            t.result_bytes += e.result_bytes;
-            t.wall_ms += e.wall_ms;
+            totals.entry(e.arm).or_default().add(e);
+            kinds.entry((e.kind, e.arm)).or_default().add(e);
         }
+        let by_kind = kinds.into_iter().map(|((kind, arm), totals)| KindTotals { kind, arm, totals }).collect();
         let tokenizer = format!(
             "{TOKENIZER} (tiktoken; exact for OpenAI's GPT-4o family, an approximation for models whose tokenizer is not public); every turn's whole request is counted"
         );
-        Report { model, oracle, tokenizer, codemode_version: env!("CARGO_PKG_VERSION").into(), arms, totals, episodes }
+        Report {
+            model,
+            oracle,
+            tokenizer,
+            codemode_version: env!("CARGO_PKG_VERSION").into(),
+            arms,
+            totals,
+            by_kind,
+            episodes,
+        }
     }
 
     /// Every episode passed.
@@ -130,6 +162,26 @@ impl Report {
                 t.wall_ms
             );
         }
+        let _ = writeln!(md, "\n## By kind of task\n");
+        let _ = writeln!(md, "| kind | arm | passed | input tokens | output tokens | turns | tool calls | result bytes | wall ms |");
+        let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        for k in &self.by_kind {
+            let t = &k.totals;
+            let _ = writeln!(
+                md,
+                "| {:?} | {} | {}/{} | {} | {} | {} | {} | {} | {} |",
+                k.kind,
+                k.arm.name(),
+                t.passed,
+                t.episodes,
+                t.input_tokens,
+                t.output_tokens,
+                t.turns,
+                t.tool_calls,
+                t.result_bytes,
+                t.wall_ms
+            );
+        }
         let _ = writeln!(md, "\n## Per task\n");
         let _ = writeln!(
             md,
@@ -176,8 +228,8 @@ impl Report {
         let arms = &self.arms;
         let colors = ["#4e79a7", "#f28e2b", "#59a14f"];
         let group = 14.0 * arms.len().max(1) as f64 + 8.0;
-        let (left, top, panel_h, gap, label_h) = (70.0, 40.0, 220.0, 60.0, 150.0);
-        let width = left + group * tasks.len().max(1) as f64 + 20.0;
+        let (left, top, panel_h, gap, label_h) = (70.0, 40.0, 220.0, 60.0, 200.0);
+        let width = left + group * tasks.len().max(1) as f64 + 120.0;
         let height = top + 2.0 * panel_h + gap + label_h;
         let mut svg = String::new();
         let _ = write!(
@@ -209,7 +261,7 @@ impl Report {
                 svg,
                 r##"<line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><text x="4" y="{:.1}">{label}</text><text x="4" y="{:.1}">{max:.0}</text>"##,
                 y0 + panel_h,
-                width - 20.0,
+                width - 120.0,
                 y0 + panel_h,
                 y0 + panel_h / 2.0,
                 y0 + 10.0
