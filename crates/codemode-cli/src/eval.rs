@@ -33,7 +33,8 @@ pub(crate) struct EvalArgs {
 }
 
 pub(crate) async fn run(args: EvalArgs) -> Result<ExitCode> {
-    let mut suite = Suite::load(&args.suite).with_context(|| format!("cannot load the suite in {}", args.suite.display()))?;
+    let mut suite =
+        Suite::load(&args.suite).with_context(|| format!("cannot load the suite in {}", args.suite.display()))?;
     suite.select(&args.tasks)?;
     let mut arms = Vec::new();
     for a in &args.arms {
@@ -53,12 +54,7 @@ pub(crate) async fn run(args: EvalArgs) -> Result<ExitCode> {
     };
     use std::io::IsTerminal as _;
     let options = EvalOptions { arms, keep_work: args.keep_work, progress: std::io::stderr().is_terminal() };
-    eprintln!(
-        "codemode eval: {} task(s) × {} arm(s) with {}",
-        suite.tasks.len(),
-        options.arms.len(),
-        model.describe()
-    );
+    eprintln!("codemode eval: {} task(s) × {} arm(s) with {}", suite.tasks.len(), options.arms.len(), model.describe());
     let report = codemode_eval::run_suite(&suite, model.as_ref(), &options).await;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let write = |name: &str, text: String| -> Result<()> {

@@ -420,7 +420,11 @@ fn passthrough(transport: &str) {
         ),
     )
     .unwrap();
-    run_python("passthrough.py", &[everything.as_os_str(), config.as_os_str(), transport.as_ref()], &format!("ok: passthrough {transport}"));
+    run_python(
+        "passthrough.py",
+        &[everything.as_os_str(), config.as_os_str(), transport.as_ref()],
+        &format!("ok: passthrough {transport}"),
+    );
 }
 
 #[test]

@@ -163,7 +163,10 @@ impl Report {
             );
         }
         let _ = writeln!(md, "\n## By kind of task\n");
-        let _ = writeln!(md, "| kind | arm | passed | input tokens | output tokens | turns | tool calls | result bytes | wall ms |");
+        let _ = writeln!(
+            md,
+            "| kind | arm | passed | input tokens | output tokens | turns | tool calls | result bytes | wall ms |"
+        );
         let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for k in &self.by_kind {
             let t = &k.totals;

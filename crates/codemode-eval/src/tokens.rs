@@ -55,7 +55,9 @@ fn normalize(text: &str, work: &str) -> String {
     };
     static RUN_ID: OnceLock<Option<regex::Regex>> = OnceLock::new();
     match RUN_ID.get_or_init(|| regex::Regex::new(r"cm_[0-9a-f]{8,}").ok()) {
-        Some(re) => re.replace_all(&text, |c: &regex::Captures<'_>| format!("cm_{}", "0".repeat(c[0].len() - 3))).into_owned(),
+        Some(re) => {
+            re.replace_all(&text, |c: &regex::Captures<'_>| format!("cm_{}", "0".repeat(c[0].len() - 3))).into_owned()
+        }
         None => text,
     }
 }

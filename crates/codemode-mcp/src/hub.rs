@@ -594,8 +594,7 @@ impl McpHub {
             .iter()
             .find(|s| s.config.name == server)
             .ok_or_else(|| unavailable(format!("no MCP server `{server}`")))?;
-        let result =
-            self.call_upstream(s, tool, Value::Object(input), None, None, UpstreamTask::default()).await?;
+        let result = self.call_upstream(s, tool, Value::Object(input), None, None, UpstreamTask::default()).await?;
         Ok(result.details)
     }
 

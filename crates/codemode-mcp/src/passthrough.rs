@@ -121,7 +121,10 @@ impl ServerHandler for PassthroughServer {
         };
         let result = match answered {
             Ok(value) => serde_json::from_value::<CallToolResult>(value).unwrap_or_else(|e| {
-                error_result(format!("MCP server `{}` answered with a result that is not a CallToolResult: {e}", route.server))
+                error_result(format!(
+                    "MCP server `{}` answered with a result that is not a CallToolResult: {e}",
+                    route.server
+                ))
             }),
             Err(e) => error_result(e.message),
         };

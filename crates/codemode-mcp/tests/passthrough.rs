@@ -54,7 +54,8 @@ fn call(name: &str, args: Value) -> CallToolRequestParams {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tools_are_served_unchanged() {
     let everything = e2e_bin("mcp-server-everything");
-    let (client, hub) = passthrough(json!({ "everything": { "command": everything.to_string_lossy(), "args": ["stdio"] } })).await;
+    let (client, hub) =
+        passthrough(json!({ "everything": { "command": everything.to_string_lossy(), "args": ["stdio"] } })).await;
     // The same server, connected directly.
     let direct: Client = ClientConfig::new(Default::default(), Implementation::new("direct", "0"))
         .serve(TokioChildProcess::new(tokio::process::Command::new(&everything).tap_arg("stdio")).unwrap())
@@ -97,7 +98,8 @@ async fn shared_names_are_prefixed_and_a_crashed_server_is_an_error_result() {
         "crashy": { "command": "node", "args": [crash_server().to_string_lossy()] },
     }))
     .await;
-    let names: Vec<String> = client.peer().list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect();
+    let names: Vec<String> =
+        client.peer().list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect();
     assert!(names.contains(&"a_get-sum".to_string()) && names.contains(&"b_get-sum".to_string()), "{names:?}");
     assert!(!names.contains(&"get-sum".to_string()));
     let r = client.peer().call_tool(call("b_get-sum", json!({ "a": 1, "b": 2 }))).await.unwrap();
