@@ -2,7 +2,8 @@
 //! [V1](../../docs/src/contract/checklist.md#v1)) serves the upstream servers' tools as they are,
 //! the way a client configured with those servers would see them: same names, descriptions, input
 //! and output schemas and annotations, and each call answered with the server's own
-//! `CallToolResult`. No `exec`, no `wait`, no sandbox: a team switches one gateway between the two
+//! `CallToolResult`. (`execution`, the tasks extension's `taskSupport`, is not forwarded: rmcp's
+//! `Tool` does not model it, and this surface makes plain calls.) No `exec`, no `wait`, no sandbox: a team switches one gateway between the two
 //! surfaces (`tools.codeMode.enabled`) and compares them (`codemode eval`'s `direct` arm).
 //!
 //! A name listed by two servers is served as `<server>_<name>` for each of them (the one change a
