@@ -83,6 +83,43 @@ def test_schemas_and_descriptions_come_from_the_signature_and_docstring() -> Non
     run(main())
 
 
+def test_kwargs_tools_receive_the_inputs_keys() -> None:
+    def find(**filters: str) -> dict:
+        """Finds records matching every filter."""
+        return {"filters": filters}
+
+    def search(query: str, limit: int = 5, **options: Any) -> dict:
+        return {"query": query, "limit": limit, "options": options}
+
+    find_tool, search_tool = tool(find), tool(search)
+    assert find_tool.spec()["inputSchema"]["additionalProperties"] == {"type": "string"}
+    assert search_tool.spec()["inputSchema"]["additionalProperties"] is True
+    assert "additionalProperties" not in get_weather.spec()["inputSchema"]
+
+    async def main() -> None:
+        cm = CodeMode(tools=[find_tool, search_tool])
+        r = await cm.exec(
+            "return [await tools.find({status: 'open', owner: 'ana'}),"
+            " await tools.search({query: 'x', deep: true, lang: 'en'})]"
+        )
+        assert r.status == "completed", r.to_dict()
+        assert r.value == [
+            {"filters": {"status": "open", "owner": "ana"}},
+            {"query": "x", "limit": 5, "options": {"deep": True, "lang": "en"}},
+        ]
+        # The annotation types the open keys: another type is refused before the call.
+        r = await cm.exec("try { await tools.find({status: 5}) } catch (e) { return e.code }")
+        assert r.value == "invalid_input", r.to_dict()
+
+    run(main())
+
+    def positional(a: int, /) -> int:
+        return a
+
+    with pytest.raises(TypeError, match="positional-only"):
+        tool(positional)
+
+
 def test_exceptions_become_tool_errors_with_type_and_message() -> None:
     def fails(reason: str) -> None:
         raise ValueError(f"no such city: {reason}")

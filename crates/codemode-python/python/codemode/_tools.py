@@ -117,7 +117,8 @@ class Tool:
         kwargs = input if isinstance(input, dict) else {}
         if self._validator is not None:
             model = self._validator.model_validate(kwargs)
-            kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+            extra = model.model_extra or {}
+            kwargs = {**{name: getattr(model, name) for name in type(model).model_fields}, **extra}
         if CALL_INFO in inspect.signature(self.function).parameters:
             kwargs = {**kwargs, CALL_INFO: info}
         if self.is_async:
@@ -136,11 +137,21 @@ def _from_signature(fn: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
         hints = typing.get_type_hints(fn)
     except Exception:  # unresolvable forward references: fall back to the raw annotations
         hints = {n: p.annotation for n, p in sig.parameters.items() if p.annotation is not p.empty}
+    positional = [p.name for p in sig.parameters.values() if p.kind is p.POSITIONAL_ONLY]
+    if positional:
+        raise TypeError(
+            f"tool {getattr(fn, '__name__', 'tool')}: positional-only parameters ({', '.join(positional)}) cannot "
+            "receive the input's keys; make them keyword parameters"
+        )
     params = [
         p
         for p in sig.parameters.values()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != CALL_INFO
     ]
+    # `**kwargs`: the input is an open object, every key not named by a parameter goes there (typed
+    # by its annotation, checked by the runtime before the call).
+    var_kw = next((p for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    extra_type = hints.get(var_kw.name, Any) if var_kw is not None else None
     try:
         import pydantic
     except ImportError:
@@ -150,19 +161,29 @@ def _from_signature(fn: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
         for p in params:
             annotation = hints.get(p.name, Any)
             fields[p.name] = (annotation, ... if p.default is p.empty else p.default)
-        model = pydantic.create_model(f"{getattr(fn, '__name__', 'tool')}_input", **fields)  # type: ignore[call-overload]
+        extra = "allow" if var_kw is not None else "ignore"
+        model = pydantic.create_model(  # type: ignore[call-overload]
+            f"{getattr(fn, '__name__', 'tool')}_input", __config__=pydantic.ConfigDict(extra=extra), **fields
+        )
         schema = model.model_json_schema()
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
             if isinstance(prop, dict):
                 prop.pop("title", None)
         schema.setdefault("properties", {})
+        if var_kw is not None:
+            extra_schema = pydantic.TypeAdapter(extra_type).json_schema() if extra_type is not Any else True
+            if isinstance(extra_schema, dict):
+                extra_schema.pop("title", None)
+            schema["additionalProperties"] = extra_schema if extra_schema != {} else True
         return schema, model
     properties = {p.name: _basic_schema(hints.get(p.name, Any)) for p in params}
     required = [p.name for p in params if p.default is p.empty]
-    schema = {"type": "object", "properties": properties}
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
+    if var_kw is not None:
+        schema["additionalProperties"] = _basic_schema(extra_type) or True
     return schema, None
 
 
@@ -182,7 +203,9 @@ def tool(
     - ``name``: the guest's ``tools.<name>`` (default: the function's name);
     - ``description``: default: the first paragraph of the docstring;
     - ``input_schema``: a JSON Schema of the input object (default: from the signature's type hints,
-      through Pydantic when installed);
+      through Pydantic when installed). A ``**kwargs`` parameter makes it an open object: the keys
+      no parameter names go there (``additionalProperties`` typed by its annotation). Positional-only
+      parameters are refused (``TypeError``): an input's keys can only be passed by name;
     - ``output_schema``: a JSON Schema of the result (shown to the model in the tool's type);
     - ``read_only``: the tool has no side effects, so a resuming process may repeat a lost call and
       ``restartSafe`` cells may call it;
