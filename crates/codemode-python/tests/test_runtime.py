@@ -88,19 +88,19 @@ def test_kwargs_tools_receive_the_inputs_keys() -> None:
         """Finds records matching every filter."""
         return {"filters": filters}
 
-    def search(query: str, limit: int = 5, **options: Any) -> dict:
+    def lookup(query: str, limit: int = 5, **options: Any) -> dict:
         return {"query": query, "limit": limit, "options": options}
 
-    find_tool, search_tool = tool(find), tool(search)
+    find_tool, lookup_tool = tool(find), tool(lookup)
     assert find_tool.spec()["inputSchema"]["additionalProperties"] == {"type": "string"}
-    assert search_tool.spec()["inputSchema"]["additionalProperties"] is True
+    assert lookup_tool.spec()["inputSchema"]["additionalProperties"] is True
     assert "additionalProperties" not in get_weather.spec()["inputSchema"]
 
     async def main() -> None:
-        cm = CodeMode(tools=[find_tool, search_tool])
+        cm = CodeMode(tools=[find_tool, lookup_tool])
         r = await cm.exec(
             "return [await tools.find({status: 'open', owner: 'ana'}),"
-            " await tools.search({query: 'x', deep: true, lang: 'en'})]"
+            " await tools.lookup({query: 'x', deep: true, lang: 'en'})]"
         )
         assert r.status == "completed", r.to_dict()
         assert r.value == [
