@@ -13,7 +13,10 @@ test('the tarball installs into a fresh npm project and runs a cell', () => {
   try {
     const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', dir], { cwd: pkgDir, encoding: 'utf8' }))
     const files = packed[0].files.map((f) => f.path).sort()
-    assert.deepEqual(files, ['README.md', 'ai.d.ts', 'ai.js', 'codemode.linux-x64-gnu.node', 'index.d.ts', 'index.js', 'native.d.ts', 'native.js', 'package.json'])
+    assert.deepEqual(files, [
+      'README.md', 'adapter.d.ts', 'adapter.js', 'ai.d.ts', 'ai.js', 'codemode.linux-x64-gnu.node', 'index.d.ts', 'index.js',
+      'langchain.d.ts', 'langchain.js', 'native.d.ts', 'native.js', 'openai-agents.d.ts', 'openai-agents.js', 'package.json',
+    ])
     const app = path.join(dir, 'app')
     mkdirSync(app)
     writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'app', private: true }))

@@ -2,6 +2,8 @@
 // and the generated native.d.ts) describe the API as the README uses it.
 import { CodeMode, CodeModeError, tool, type Result } from 'codemode'
 import { codeModeTools } from 'codemode/ai'
+import { codeModeTools as langchainTools } from 'codemode/langchain'
+import { codeModeTools as agentsTools } from 'codemode/openai-agents'
 import type { NativeRuntime } from '../native'
 import { z } from 'zod'
 
@@ -24,6 +26,12 @@ async function main(): Promise<number> {
   await cm.approve(id, 1, { deny: 'no' }).catch(() => undefined)
   const names: string[] = cm.modelTools().map((t) => t.name)
   const { exec, wait } = codeModeTools({ tools: [weather] })
+  const lcTools = langchainTools({ codeMode: cm, session: 'conversation-1', agent: 'support', autoWait: null })
+  const lcNames: string[] = lcTools.map((t) => t.name)
+  const agentTools = agentsTools(cm)
+  const agentNames: string[] = agentTools.map((t) => t.name)
+  void lcNames
+  void agentNames
   void exec
   void wait
   const native: NativeRuntime | undefined = undefined
