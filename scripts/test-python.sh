@@ -15,3 +15,8 @@ python3 -m venv "$venv"
   -r crates/codemode-python/requirements-test.txt
 cd crates/codemode-python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# Typing, against the installed wheel: the package and a usage file under mypy --strict, and the
+# native module's stub against the module itself (stubtest).
+"$venv/bin/python" -m mypy --strict --no-incremental --cache-dir=/dev/null -p codemode
+"$venv/bin/python" -m mypy --strict --no-incremental --cache-dir=/dev/null typing_usage.py
+"$venv/bin/python" -m mypy.stubtest codemode._native

@@ -25,11 +25,13 @@ import atexit
 import dataclasses
 import os
 import threading
-from typing import Any, Awaitable, Callable, ClassVar, Iterable, Literal, Mapping
+from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Iterable, Literal, Mapping, TypeVar
 
 from . import _native
 from ._native import CodeModeError
 from ._tools import Tool, as_tool, tool
+
+_T = TypeVar("_T")
 
 __all__ = [
     "AutoWait",
@@ -51,9 +53,9 @@ __version__: str = _native.version()
 atexit.register(_native.shutdown)
 
 # `CodeModeError(text, code, message)`: the code and message as attributes, the text as str().
-CodeModeError.code = property(lambda self: self.args[1] if len(self.args) > 1 else None)  # type: ignore[attr-defined]
-CodeModeError.message = property(lambda self: self.args[2] if len(self.args) > 2 else str(self.args[0]))  # type: ignore[attr-defined]
-CodeModeError.__str__ = lambda self: str(self.args[0]) if self.args else ""  # type: ignore[method-assign]
+setattr(CodeModeError, "code", property(lambda self: self.args[1] if len(self.args) > 1 else None))
+setattr(CodeModeError, "message", property(lambda self: self.args[2] if len(self.args) > 2 else str(self.args[0])))
+setattr(CodeModeError, "__str__", lambda self: str(self.args[0]) if self.args else "")
 
 Status = Literal["completed", "waiting", "failed"]
 
@@ -136,12 +138,12 @@ class Result:
         return "\n".join(str(o.get("text", "")) for o in self.output if o.get("type") == "text")
 
 
-Hook = Callable[[dict], Any]
+Hook = Callable[[dict[str, Any]], Any]
 """``hook(call)`` before every nested call, ``call`` = ``{runId, requestId, toolId, session, input}``.
 Return ``None``/``True`` to let it run, ``False`` or a reason (str) to refuse it, ``{"input": …}`` to
 rewrite its input. May be ``async``. An exception refuses the call."""
 
-Approver = Callable[[dict], Any]
+Approver = Callable[[dict[str, Any]], Any]
 """``approver(request)`` for a call the ``approvals`` policy gates, ``request`` = ``{runId, requestId,
 toolId, inputPreview, reason, context}``. Return ``True`` (run it), ``False`` or a reason (deny it),
 or ``None`` to park it: the run waits until :meth:`CodeMode.approve`. May be ``async``."""
@@ -353,8 +355,8 @@ class SyncCodeMode:
         self._thread.start()
         self._cm = CodeMode(*args, **kwargs)
 
-    def _run(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     @property
     def engine(self) -> str:

@@ -1,14 +1,19 @@
 """Type stubs of the native module (``crates/codemode-python/src/lib.rs``)."""
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, final
+
+__all__ = ["CodeModeError", "Runtime", "shutdown", "start", "parse_config", "version"]
 
 class CodeModeError(Exception):
     """A host API call that could not be made."""
 
-    code: str
-    """``invalid_input``, ``config_error``, ``snapshot_expired``, ``snapshot_limit_exceeded``, …"""
-    message: str
+    @property
+    def code(self) -> str:
+        """``invalid_input``, ``config_error``, ``snapshot_expired``, ``snapshot_limit_exceeded``, …"""
+    @property
+    def message(self) -> str: ...
 
+@final
 class Runtime:
     @property
     def engine(self) -> str: ...
@@ -16,7 +21,7 @@ class Runtime:
         self,
         code: str,
         language: str | None = None,
-        session: str = "default",
+        session: str = ...,
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
@@ -25,7 +30,7 @@ class Runtime:
     def wait(
         self,
         run_id: str,
-        session: str = "default",
+        session: str = ...,
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
@@ -34,7 +39,7 @@ class Runtime:
     def exec_json(
         self,
         args: dict[str, Any],
-        session: str = "default",
+        session: str = ...,
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
@@ -43,7 +48,7 @@ class Runtime:
     def wait_json(
         self,
         args: dict[str, Any],
-        session: str = "default",
+        session: str = ...,
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,
@@ -54,7 +59,7 @@ class Runtime:
     def export_run(
         self,
         run_id: str,
-        session: str = "default",
+        session: str = ...,
         agent: str | None = None,
         provider: str | None = None,
         model: str | None = None,

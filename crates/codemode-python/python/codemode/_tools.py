@@ -161,10 +161,8 @@ def _from_signature(fn: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
         for p in params:
             annotation = hints.get(p.name, Any)
             fields[p.name] = (annotation, ... if p.default is p.empty else p.default)
-        extra = "allow" if var_kw is not None else "ignore"
-        model = pydantic.create_model(  # type: ignore[call-overload]
-            f"{getattr(fn, '__name__', 'tool')}_input", __config__=pydantic.ConfigDict(extra=extra), **fields
-        )
+        config = pydantic.ConfigDict(extra="allow" if var_kw is not None else "ignore")
+        model = pydantic.create_model(f"{getattr(fn, '__name__', 'tool')}_input", __config__=config, **fields)
         schema = model.model_json_schema()
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
@@ -179,12 +177,40 @@ def _from_signature(fn: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
         return schema, model
     properties = {p.name: _basic_schema(hints.get(p.name, Any)) for p in params}
     required = [p.name for p in params if p.default is p.empty]
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    basic: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
-        schema["required"] = required
+        basic["required"] = required
     if var_kw is not None:
-        schema["additionalProperties"] = _basic_schema(extra_type) or True
-    return schema, None
+        basic["additionalProperties"] = _basic_schema(extra_type) or True
+    return basic, None
+
+
+@typing.overload
+def tool(
+    function: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    read_only: bool = False,
+    owner: str | None = None,
+    inline: bool = False,
+) -> Tool: ...
+
+
+@typing.overload
+def tool(
+    function: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    read_only: bool = False,
+    owner: str | None = None,
+    inline: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(
@@ -197,7 +223,7 @@ def tool(
     read_only: bool = False,
     owner: str | None = None,
     inline: bool = False,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declares a function as a tool (usable bare, ``@tool``, or with options, ``@tool(read_only=True)``).
 
     - ``name``: the guest's ``tools.<name>`` (default: the function's name);
@@ -226,7 +252,7 @@ def tool(
         schema, validator = (input_schema, None) if input_schema is not None else _from_signature(fn)
         return Tool(
             function=fn,
-            name=name or getattr(fn, "__name__", "tool"),
+            name=name or str(getattr(fn, "__name__", "tool")),
             description=description if description is not None else _first_paragraph(inspect.getdoc(fn)),
             input_schema=schema,
             output_schema=output_schema,
@@ -246,5 +272,6 @@ def as_tool(item: Any) -> Tool:
     if isinstance(item, Tool):
         return item
     if callable(item):
-        return tool(item)
+        function: Callable[..., Any] = item
+        return tool(function)
     raise TypeError(f"tools must be functions or codemode.Tool objects, got {type(item).__name__}")
