@@ -12,6 +12,8 @@ export INSTA_WORKSPACE_ROOT="$PWD"
 echo "[test] links of the README and the book" >&2
 python3 scripts/check-links.py
 python3 scripts/check-ids.py
+echo "[test] one version everywhere" >&2
+python3 scripts/check-versions.py --self-test
 echo "[test] cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "[test] cargo clippy" >&2
