@@ -1,10 +1,11 @@
-//! The passthrough surface: `codemode serve` with code mode disabled (contract
-//! [V1](../../docs/src/contract/checklist.md#v1)) serves the upstream servers' tools as they are,
-//! the way a client configured with those servers would see them: same names, descriptions, input
-//! and output schemas and annotations, and each call answered with the server's own
-//! `CallToolResult`. (`execution`, the tasks extension's `taskSupport`, is not forwarded: rmcp's
-//! `Tool` does not model it, and this surface makes plain calls.) No `exec`, no `wait`, no sandbox: a team switches one gateway between the two
-//! surfaces (`tools.codeMode.enabled`) and compares them (`codemode eval`'s `direct` arm).
+//! The passthrough surface: `codemode serve` with code mode disabled (contract V1, the book's
+//! "The contract: checklist") serves the upstream servers' tools as they are, the way a client
+//! configured with those servers would see them: same names, descriptions, input and output
+//! schemas and annotations, and each call answered with the server's own `CallToolResult`.
+//! (`execution`, the tasks extension's `taskSupport`, is not forwarded: rmcp's `Tool` does not
+//! model it, and this surface makes plain calls.) No `exec`, no `wait`, no sandbox: a team switches
+//! one gateway between the two surfaces (`tools.codeMode.enabled`) and compares them
+//! (`codemode eval`'s `direct` arm).
 //!
 //! A name listed by two servers is served as `<server>_<name>` for each of them (the one change a
 //! merged list forces), with a warning. A down server's tools stay listed and a call to one is
