@@ -151,7 +151,7 @@ def _from_signature(fn: Callable[..., Any]) -> tuple[dict[str, Any], Any]:
     # `**kwargs`: the input is an open object, every key not named by a parameter goes there (typed
     # by its annotation, checked by the runtime before the call).
     var_kw = next((p for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
-    extra_type = hints.get(var_kw.name, Any) if var_kw is not None else None
+    extra_type: Any = hints.get(var_kw.name, Any) if var_kw is not None else Any
     try:
         import pydantic
     except ImportError:
