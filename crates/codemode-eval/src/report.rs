@@ -90,7 +90,7 @@ impl Report {
         }
         let by_kind = kinds.into_iter().map(|((kind, arm), totals)| KindTotals { kind, arm, totals }).collect();
         let tokenizer = format!(
-            "{TOKENIZER} (tiktoken; exact for OpenAI's GPT-4o family, an approximation for models whose tokenizer is not public); every turn's whole request is counted"
+            "{TOKENIZER} (tiktoken, the GPT-4o family's tokenizer) over every turn's whole request as JSON: an approximation of what a provider bills, a looser one for models whose tokenizer is not public"
         );
         Report {
             model,
