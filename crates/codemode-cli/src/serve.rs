@@ -208,6 +208,9 @@ async fn serve_passthrough(args: &ServeArgs, file: &codemode::config_file::Confi
             }
         }
         Some(addr) => {
+            if !addr.ip().is_loopback() {
+                tracing::warn!(%addr, "serving on a non-loopback address: anyone who can reach it can call the upstream tools");
+            }
             let listener =
                 tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
             eprintln!(
