@@ -20,3 +20,7 @@ cd crates/codemode-python/tests
 "$venv/bin/python" -m mypy --strict --no-incremental --cache-dir=/dev/null -p codemode
 "$venv/bin/python" -m mypy --strict --no-incremental --cache-dir=/dev/null typing_usage.py
 "$venv/bin/python" -m mypy.stubtest codemode._native
+# The package page's example (crates/codemode-python/README.md), run as a user would after
+# `pip install`: it must print what the page says it prints.
+out=$("$venv/bin/python" -c "import re, pathlib; code = re.search(r'\`\`\`python\n(.*?)\`\`\`', pathlib.Path('../README.md').read_text(), re.S).group(1); exec(compile(code, 'README.md', 'exec'))")
+[ "$out" = "completed 21" ] || { echo "the package page's example printed: $out" >&2; exit 1; }
