@@ -63,8 +63,9 @@ pub struct EpisodeResult {
     pub transcript: Option<Vec<Message>>,
 }
 
-/// Runs one episode (`keep_work`: keep its work directory and record its transcript). Failures of the model, the surface or the setup end the episode as failed,
-/// with the reason; they never end the evaluation.
+/// Runs one episode (`keep_work`: keep its work directory and record its transcript). Failures
+/// of the model, the surface or the setup end the episode as failed, with the reason; they never
+/// end the evaluation.
 pub async fn run(suite: &Suite, task: &Task, arm: Arm, model: &dyn Model, keep_work: bool) -> EpisodeResult {
     let started = Instant::now();
     let mut r = EpisodeResult {
@@ -95,8 +96,7 @@ pub async fn run(suite: &Suite, task: &Task, arm: Arm, model: &dyn Model, keep_w
         }
     };
     let path = work.path().to_path_buf();
-    let sandbox = crate::js::Sandbox::new();
-    if let Err(e) = crate::setup::materialize(&task.setup, &path, &sandbox).await {
+    if let Err(e) = crate::setup::materialize(&task.setup, &path, &crate::js::Sandbox::shared()).await {
         r.error = Some(e.to_string());
         return r;
     }
@@ -108,12 +108,11 @@ pub async fn run(suite: &Suite, task: &Task, arm: Arm, model: &dyn Model, keep_w
         }
     };
     r.startup_ms = started.elapsed().as_millis() as u64;
-    let work_str = path.display().to_string();
     if !surface.down.is_empty() {
         let why: Vec<String> = surface.down.iter().map(|(s, e)| format!("{s}: {e}")).collect();
         r.error = Some(format!("MCP servers down: {}", why.join("; ")));
     } else {
-        let answer = agent_loop(suite, task, arm, model, &surface, &path, &work_str, keep_work, &mut r).await;
+        let answer = agent_loop(suite, task, arm, model, &surface, &path, keep_work, &mut r).await;
         if let Some(answer) = answer {
             r.answer = answer;
             r.checks = verify(&task.verify, &r.answer, &path).await;
@@ -136,10 +135,10 @@ async fn agent_loop(
     model: &dyn Model,
     surface: &Surface,
     work: &std::path::Path,
-    work_str: &str,
     record: bool,
     r: &mut EpisodeResult,
 ) -> Option<String> {
+    let work_str = &work.display().to_string();
     let system = if surface.instructions.is_empty() {
         SYSTEM.to_string()
     } else {

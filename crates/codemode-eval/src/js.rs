@@ -36,6 +36,13 @@ impl Sandbox {
         Sandbox { cm: Arc::new(CodeMode::builder(config).build()) }
     }
 
+    /// The process's sandbox for suite functions, made on first use (one runtime for every
+    /// episode's fixtures and the oracle's functions, instead of one each).
+    pub fn shared() -> Sandbox {
+        static SHARED: std::sync::OnceLock<Sandbox> = std::sync::OnceLock::new();
+        SHARED.get_or_init(Sandbox::new).clone()
+    }
+
     /// Calls the function whose source is `function` (`(x) => …`, or a function body when
     /// `body`) with `input`, and returns its value.
     pub async fn call(&self, function: &str, input: &Value, body: bool) -> Result<Value, String> {

@@ -20,9 +20,9 @@ pub struct Oracle {
 }
 
 impl Oracle {
-    /// The oracle, with its own sandbox for the suite's functions.
+    /// The oracle, running the suite's functions in the process's shared sandbox.
     pub fn new() -> Oracle {
-        Oracle { sandbox: Sandbox::new() }
+        Oracle { sandbox: Sandbox::shared() }
     }
 }
 

@@ -45,6 +45,21 @@ pub struct KindTotals {
 }
 
 impl ArmTotals {
+    /// The Markdown cells `passed | input tokens | … | wall ms` of a totals row.
+    fn cells(&self) -> String {
+        format!(
+            "{}/{} | {} | {} | {} | {} | {} | {}",
+            self.passed,
+            self.episodes,
+            self.input_tokens,
+            self.output_tokens,
+            self.turns,
+            self.tool_calls,
+            self.result_bytes,
+            self.wall_ms
+        )
+    }
+
     fn add(&mut self, e: &EpisodeResult) {
         self.episodes += 1;
         self.passed += u32::from(e.passed);
@@ -148,19 +163,7 @@ impl Report {
         );
         let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
         for (arm, t) in &self.totals {
-            let _ = writeln!(
-                md,
-                "| {} | {}/{} | {} | {} | {} | {} | {} | {} |",
-                arm.name(),
-                t.passed,
-                t.episodes,
-                t.input_tokens,
-                t.output_tokens,
-                t.turns,
-                t.tool_calls,
-                t.result_bytes,
-                t.wall_ms
-            );
+            let _ = writeln!(md, "| {} | {} |", arm.name(), t.cells());
         }
         let _ = writeln!(md, "\n## By kind of task\n");
         let _ = writeln!(
@@ -169,21 +172,7 @@ impl Report {
         );
         let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for k in &self.by_kind {
-            let t = &k.totals;
-            let _ = writeln!(
-                md,
-                "| {:?} | {} | {}/{} | {} | {} | {} | {} | {} | {} |",
-                k.kind,
-                k.arm.name(),
-                t.passed,
-                t.episodes,
-                t.input_tokens,
-                t.output_tokens,
-                t.turns,
-                t.tool_calls,
-                t.result_bytes,
-                t.wall_ms
-            );
+            let _ = writeln!(md, "| {:?} | {} | {} |", k.kind, k.arm.name(), k.totals.cells());
         }
         let _ = writeln!(md, "\n## Per task\n");
         let _ = writeln!(

@@ -97,6 +97,25 @@ fn spec(t: rmcp::model::Tool) -> ToolSpec {
     }
 }
 
+/// Serves one MCP session of `server` on `io` until the client closes it.
+fn serve_in_background<S: rmcp::ServerHandler>(server: S, io: tokio::io::DuplexStream) {
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(io).await {
+            let _ = running.waiting().await;
+        }
+    });
+}
+
+impl ToolOutcome {
+    fn error(content: String, task_polls: u32) -> ToolOutcome {
+        ToolOutcome { content, is_error: true, task_polls }
+    }
+
+    fn of(r: &CallToolResult, task_polls: u32) -> ToolOutcome {
+        ToolOutcome { content: result_text(r), is_error: r.is_error.unwrap_or(false), task_polls }
+    }
+}
+
 /// The text a result puts in the model's context.
 pub fn result_text(r: &CallToolResult) -> String {
     let texts: Vec<&str> = r.content.iter().filter_map(|c| c.as_text().map(|t| t.text.as_str())).collect();
@@ -117,12 +136,7 @@ impl Surface {
         let backend = match arm {
             Arm::Direct => {
                 let hub = codemode_mcp::connect_servers(&file).await.map_err(|e| SurfaceError(e.to_string()))?;
-                let server = PassthroughServer::new(hub.clone());
-                tokio::spawn(async move {
-                    if let Ok(running) = server.serve(server_io).await {
-                        let _ = running.waiting().await;
-                    }
-                });
+                serve_in_background(PassthroughServer::new(hub.clone()), server_io);
                 Backend::Passthrough(hub)
             }
             Arm::CodeMode | Arm::CodeModeTasks => {
@@ -134,12 +148,7 @@ impl Surface {
                 .await
                 .map_err(|e| SurfaceError(e.to_string()))?;
                 gw.code_mode().prepare_engine().await.map_err(|e| SurfaceError(e.message))?;
-                let server = ExecWaitServer::new(gw.clone());
-                tokio::spawn(async move {
-                    if let Ok(running) = server.serve(server_io).await {
-                        let _ = running.waiting().await;
-                    }
-                });
+                serve_in_background(ExecWaitServer::new(gw.clone()), server_io);
                 Backend::Gateway(gw)
             }
         };
@@ -166,31 +175,16 @@ impl Surface {
         let arguments = match &call.arguments {
             Value::Object(m) => m.clone(),
             Value::Null => serde_json::Map::new(),
-            other => {
-                return ToolOutcome {
-                    content: format!("tool input must be an object, got {other}"),
-                    is_error: true,
-                    task_polls: 0,
-                };
-            }
+            other => return ToolOutcome::error(format!("tool input must be an object, got {other}"), 0),
         };
         let params = CallToolRequestParams::new(call.name.clone()).with_arguments(arguments);
-        let response = match self.client.peer().call_tool_once(params).await {
-            Ok(r) => r,
-            Err(e) => return ToolOutcome { content: format!("MCP error: {e}"), is_error: true, task_polls: 0 },
-        };
-        match response {
-            CallToolResponse::Complete(r) => {
-                ToolOutcome { content: result_text(&r), is_error: r.is_error.unwrap_or(false), task_polls: 0 }
-            }
-            CallToolResponse::Task(created) if self.arm == Arm::CodeModeTasks => {
+        match self.client.peer().call_tool_once(params).await {
+            Err(e) => ToolOutcome::error(format!("MCP error: {e}"), 0),
+            Ok(CallToolResponse::Complete(r)) => ToolOutcome::of(&r, 0),
+            Ok(CallToolResponse::Task(created)) if self.arm == Arm::CodeModeTasks => {
                 self.drive(created.task.task_id.to_string(), created.task.poll_interval_ms).await
             }
-            other => ToolOutcome {
-                content: format!("unexpected answer to tools/call: {other:?}"),
-                is_error: true,
-                task_polls: 0,
-            },
+            Ok(other) => ToolOutcome::error(format!("unexpected answer to tools/call: {other:?}"), 0),
         }
     }
 
@@ -205,40 +199,22 @@ impl Surface {
             polls += 1;
             let task = match self.client.peer().get_task(GetTaskParams::new(id.clone())).await {
                 Ok(t) => t.task,
-                Err(e) => {
-                    return ToolOutcome { content: format!("tasks/get: {e}"), is_error: true, task_polls: polls };
-                }
+                Err(e) => return ToolOutcome::error(format!("tasks/get: {e}"), polls),
             };
             match task.payload {
                 TaskPayload::Completed { result } => {
                     return match serde_json::from_value::<CallToolResult>(Value::Object(result)) {
-                        Ok(r) => ToolOutcome {
-                            content: result_text(&r),
-                            is_error: r.is_error.unwrap_or(false),
-                            task_polls: polls,
-                        },
-                        Err(e) => ToolOutcome {
-                            content: format!("a completed task's result is not a CallToolResult: {e}"),
-                            is_error: true,
-                            task_polls: polls,
-                        },
+                        Ok(r) => ToolOutcome::of(&r, polls),
+                        Err(e) => {
+                            ToolOutcome::error(format!("a completed task's result is not a CallToolResult: {e}"), polls)
+                        }
                     };
                 }
                 TaskPayload::Working => {}
-                other => {
-                    return ToolOutcome {
-                        content: format!("task ended: {other:?}"),
-                        is_error: true,
-                        task_polls: polls,
-                    };
-                }
+                other => return ToolOutcome::error(format!("task ended: {other:?}"), polls),
             }
             if started.elapsed() > MAX_TASK_WAIT {
-                return ToolOutcome {
-                    content: format!("task {id} still working after {MAX_TASK_WAIT:?}"),
-                    is_error: true,
-                    task_polls: polls,
-                };
+                return ToolOutcome::error(format!("task {id} still working after {MAX_TASK_WAIT:?}"), polls);
             }
             tokio::time::sleep(interval).await;
         }

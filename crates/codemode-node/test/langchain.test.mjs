@@ -5,35 +5,16 @@
 // and a malformed call is refused.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { codemode, require, sleep } from './helpers.mjs'
+import { billing, codemode, require } from './helpers.mjs'
 
-const { CodeMode, tool } = codemode
+const { CodeMode } = codemode
 const { createAgent } = require('langchain')
 const { BaseChatModel } = require('@langchain/core/language_models/chat_models')
 const { AIMessage, HumanMessage, ToolMessage } = require('@langchain/core/messages')
 const { convertToOpenAITool } = require('@langchain/core/utils/function_calling')
 const { codeModeTools } = require('../langchain.js')
 
-const findCustomer = tool({
-  name: 'find_customer',
-  readOnly: true,
-  inputSchema: { type: 'object', properties: { email: { type: 'string' } }, required: ['email'] },
-  handler: ({ email }) => ({ id: 'c-42', name: 'Ada', email }),
-})
-const openInvoices = tool({
-  name: 'open_invoices',
-  inputSchema: { type: 'object', properties: { customer_id: { type: 'string' } }, required: ['customer_id'] },
-  handler: async () => {
-    await sleep(800)
-    return [{ id: 'inv-1', amount: 120.5 }, { id: 'inv-2', amount: 79.5 }]
-  },
-})
-const CELL = `
-const c = await tools.find_customer({ email: "ada@example.com" });
-const invoices = await tools.open_invoices({ customer_id: c.id });
-return { name: c.name, owed: invoices.reduce((s, i) => s + i.amount, 0) };
-`
-const SLOW = { tools: { codeMode: { timeoutMs: 300 } } }
+const { findCustomer, openInvoices, CELL, SLOW } = billing
 
 /** A chat model whose reply is a function of the conversation; it records the tools bound. */
 class ScriptedChatModel extends BaseChatModel {

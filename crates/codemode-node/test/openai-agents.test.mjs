@@ -4,34 +4,15 @@
 // `wait`, with the adapter's default it sees one call. A hostile cell stays in the sandbox.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { codemode, require, sleep } from './helpers.mjs'
+import { billing, codemode, require } from './helpers.mjs'
 
-const { CodeMode, tool } = codemode
+const { CodeMode } = codemode
 const { Agent, run, Usage, setTracingDisabled } = require('@openai/agents')
 const { codeModeTools } = require('../openai-agents.js')
 
 setTracingDisabled(true)
 
-const findCustomer = tool({
-  name: 'find_customer',
-  readOnly: true,
-  inputSchema: { type: 'object', properties: { email: { type: 'string' } }, required: ['email'] },
-  handler: ({ email }) => ({ id: 'c-42', name: 'Ada', email }),
-})
-const openInvoices = tool({
-  name: 'open_invoices',
-  inputSchema: { type: 'object', properties: { customer_id: { type: 'string' } }, required: ['customer_id'] },
-  handler: async () => {
-    await sleep(800)
-    return [{ id: 'inv-1', amount: 120.5 }, { id: 'inv-2', amount: 79.5 }]
-  },
-})
-const CELL = `
-const c = await tools.find_customer({ email: "ada@example.com" });
-const invoices = await tools.open_invoices({ customer_id: c.id });
-return { name: c.name, owed: invoices.reduce((s, i) => s + i.amount, 0) };
-`
-const SLOW = { tools: { codeMode: { timeoutMs: 300 } } }
+const { findCustomer, openInvoices, CELL, SLOW } = billing
 
 const text = (t) => ({ type: 'message', id: 'msg', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: t }] })
 const call = (name, args, n) => ({ type: 'function_call', id: `fc_${n}`, callId: `call_${n}`, name, arguments: args, status: 'completed' })

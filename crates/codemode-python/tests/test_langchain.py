@@ -8,7 +8,6 @@ adapter's session."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,30 +21,10 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from codemode import CodeMode, tool
+from billing import CELL, SLOW, find_customer, open_invoices
+from codemode import CodeMode
 from codemode.langchain import code_mode_tools
 from conftest import run
-
-SLOW = {"tools": {"codeMode": {"timeoutMs": 300}}}
-
-
-@tool(read_only=True)
-def find_customer(email: str) -> dict:
-    """Looks a customer up by email."""
-    return {"id": "c-42", "name": "Ada", "email": email}
-
-
-async def open_invoices(customer_id: str) -> list:
-    """Open invoices of a customer (slow: a billing system)."""
-    await asyncio.sleep(0.8)
-    return [{"id": "inv-1", "amount": 120.5}, {"id": "inv-2", "amount": 79.5}]
-
-
-CELL = """
-const c = await tools.find_customer({ email: "ada@example.com" });
-const invoices = await tools.open_invoices({ customer_id: c.id });
-return { name: c.name, owed: invoices.reduce((s, i) => s + i.amount, 0) };
-"""
 
 
 class ScriptedChatModel(BaseChatModel):

@@ -6,7 +6,6 @@ hostile cell stays in the sandbox."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -15,32 +14,13 @@ from agents import Agent, ModelResponse, RunConfig, Runner, Usage, set_tracing_d
 from agents.models.interface import Model
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from codemode import CodeMode, tool
+from billing import CELL, SLOW, find_customer, open_invoices
+from codemode import CodeMode
 from codemode.openai_agents import code_mode_tools
 from conftest import run
 
 set_tracing_disabled(True)
 NO_TRACING = RunConfig(tracing_disabled=True)
-SLOW = {"tools": {"codeMode": {"timeoutMs": 300}}}
-
-
-@tool(read_only=True)
-def find_customer(email: str) -> dict:
-    """Looks a customer up by email."""
-    return {"id": "c-42", "name": "Ada", "email": email}
-
-
-async def open_invoices(customer_id: str) -> list:
-    """Open invoices of a customer (slow: a billing system)."""
-    await asyncio.sleep(0.8)
-    return [{"id": "inv-1", "amount": 120.5}, {"id": "inv-2", "amount": 79.5}]
-
-
-CELL = """
-const c = await tools.find_customer({ email: "ada@example.com" });
-const invoices = await tools.open_invoices({ customer_id: c.id });
-return { name: c.name, owed: invoices.reduce((s, i) => s + i.amount, 0) };
-"""
 
 
 def text(content: str) -> ResponseOutputMessage:
