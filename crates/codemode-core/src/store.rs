@@ -489,6 +489,44 @@ pub trait SnapshotStore: Send + Sync {
         Ok(())
     }
 
+    /// One page of the suspended runs, of `scope` or of every scope, in the order of their expiry
+    /// (then run id): at most `limit` (capped at [`MAX_LIST_PAGE`]) runs after `cursor` (a page's
+    /// [`RunPage::next`]; `None`: the first page). What an operator's console lists; it never
+    /// checks a run out, so listing does not disturb a `wait`. The default lists nothing.
+    async fn list_runs(
+        &self,
+        _scope: Option<&RunScope>,
+        _cursor: Option<&str>,
+        _limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        Ok(RunPage::default())
+    }
+
+    /// Keeps a console record (a run's journal, a replica's report) of `kind` under `key` for
+    /// `ttl_ms`, replacing the previous one (last writer wins). A store keeps at most
+    /// [`ConsoleKind::max_records`] records of a kind (the oldest updated go first) and refuses a
+    /// record over [`MAX_CONSOLE_RECORD_BYTES`]. Display data only: nothing read back from here
+    /// decides anything about a run. The default keeps nothing.
+    async fn put_console_record(
+        &self,
+        _kind: ConsoleKind,
+        _key: &str,
+        _value: &str,
+        _ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// The console record of `kind` under `key`, if it is kept and not expired.
+    async fn console_record(&self, _kind: ConsoleKind, _key: &str) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+
+    /// The console records of `kind` not expired, most recently updated first, at most `limit`.
+    async fn console_records(&self, _kind: ConsoleKind, _limit: usize) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
+
     /// Stores a session's state of `kind` for `ttl_ms` (last writer wins). The default keeps
     /// nothing.
     async fn put_session_state(
@@ -500,6 +538,229 @@ pub trait SnapshotStore: Send + Sync {
     ) -> Result<(), StoreError> {
         Ok(())
     }
+}
+
+/// Most runs one [`SnapshotStore::list_runs`] page holds. Prevents: one listing request reading a
+/// whole fleet's runs at once.
+pub const MAX_LIST_PAGE: usize = 200;
+
+/// Longest input of a listed call kept in a [`ListedCall`] (as compact JSON); a longer one is cut.
+/// Prevents: a listing of runs whose calls carry megabyte inputs growing to the size of the store.
+pub const MAX_LISTED_INPUT_CHARS: usize = 4_096;
+
+/// A page of suspended runs (see [`SnapshotStore::list_runs`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPage {
+    /// The runs, in the order of their expiry, then run id.
+    pub runs: Vec<RunListing>,
+    /// The cursor of the next page, or `None` when this was the last.
+    pub next: Option<String>,
+}
+
+/// A suspended run as a listing shows it: who owns it, why it waits and on what, without the
+/// snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunListing {
+    /// The run.
+    pub run_id: RunId,
+    /// Its scope (who may resume it).
+    pub scope: RunScope,
+    /// Why it suspended (`None` while a `wait` holds it and the store keeps nothing else).
+    pub reason: Option<WaitReason>,
+    /// When it was first suspended (Unix milliseconds; 0 when not known while checked out).
+    pub created_at_ms: u64,
+    /// When it stops being resumable (Unix milliseconds).
+    pub expires_at_ms: u64,
+    /// Bytes the stored run takes (see [`SuspendedRun::stored_bytes`]; 0 while checked out).
+    pub stored_bytes: u64,
+    /// A `wait` holds it now (on a fleet: the replica that holds it, when the store knows).
+    pub checked_out: bool,
+    /// The replica holding it (fleet stores), when checked out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// Its outstanding calls (parked ones included).
+    pub calls: Vec<ListedCall>,
+}
+
+/// An outstanding call of a listed run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedCall {
+    /// The request id.
+    pub request_id: RequestId,
+    /// The catalog id of the tool, for tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_id: Option<String>,
+    /// The input as compact JSON, cut to [`MAX_LISTED_INPUT_CHARS`].
+    pub input: String,
+    /// When it was issued (Unix milliseconds).
+    pub issued_at_ms: u64,
+    /// Parked until a human decides.
+    pub awaiting_approval: bool,
+    /// The line of the model's cell that made it, when the guest reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell_line: Option<u32>,
+}
+
+impl RunListing {
+    /// The listing of a stored run.
+    pub fn of(run: &SuspendedRun) -> Self {
+        Self::from_parts(
+            &run.run_id,
+            &run.scope,
+            run.reason,
+            &run.pending,
+            &run.positions,
+            (run.created_at_ms, run.expires_at_ms),
+            run.stored_bytes(),
+        )
+    }
+
+    /// The listing of a stored run's parts (stores that keep the metadata apart from the snapshot).
+    pub fn from_parts(
+        run_id: &RunId,
+        scope: &RunScope,
+        reason: WaitReason,
+        pending: &[PendingRequest],
+        positions: &crate::positions::CellPositions,
+        (created_at_ms, expires_at_ms): (u64, u64),
+        stored_bytes: u64,
+    ) -> Self {
+        let calls = pending
+            .iter()
+            .map(|p| {
+                let input = p.request.tool_input().map(|v| v.to_string()).unwrap_or_default();
+                let input = if input.chars().count() > MAX_LISTED_INPUT_CHARS {
+                    input.chars().take(MAX_LISTED_INPUT_CHARS).chain(std::iter::once('…')).collect()
+                } else {
+                    input
+                };
+                ListedCall {
+                    request_id: p.id,
+                    tool_id: p.tool_id.as_ref().map(|t| t.to_string()),
+                    input,
+                    issued_at_ms: p.issued_at_ms,
+                    awaiting_approval: p.awaiting_approval,
+                    cell_line: p.request.call_line().map(|l| positions.map(l, None).0),
+                }
+            })
+            .collect();
+        RunListing {
+            run_id: run_id.clone(),
+            scope: scope.clone(),
+            reason: Some(reason),
+            created_at_ms,
+            expires_at_ms,
+            stored_bytes,
+            checked_out: false,
+            holder: None,
+            calls,
+        }
+    }
+
+    /// The listing of a run a `wait` holds, of which the store keeps only its scope and expiry.
+    pub fn checked_out(run_id: &RunId, scope: &RunScope, expires_at_ms: u64) -> Self {
+        RunListing {
+            run_id: run_id.clone(),
+            scope: scope.clone(),
+            reason: None,
+            created_at_ms: 0,
+            expires_at_ms,
+            stored_bytes: 0,
+            checked_out: true,
+            holder: None,
+            calls: Vec::new(),
+        }
+    }
+
+    /// The cursor after this run (see [`SnapshotStore::list_runs`]).
+    pub fn cursor(&self) -> String {
+        format!("{}-{}", self.expires_at_ms, self.run_id)
+    }
+}
+
+impl RunPage {
+    /// This page, with a `next` cursor after its last run when `more` (the caller knows more runs
+    /// follow than it paged).
+    pub fn with_more(mut self, more: bool) -> Self {
+        if more && self.next.is_none() {
+            self.next = self.runs.last().map(RunListing::cursor);
+        }
+        self
+    }
+}
+
+/// Reads a [`RunListing::cursor`]: (expiry, run id). `None` for anything else.
+pub fn parse_run_cursor(cursor: &str) -> Option<(u64, String)> {
+    let (at, id) = cursor.split_once('-')?;
+    Some((at.parse().ok()?, id.to_string()))
+}
+
+/// Pages `runs` (every run of the store, in any order) the way [`SnapshotStore::list_runs`] does:
+/// sorted by (expiry, run id), those after `cursor`, at most `limit` (1 ..= [`MAX_LIST_PAGE`]).
+pub fn page_runs(mut runs: Vec<RunListing>, cursor: Option<&str>, limit: usize) -> RunPage {
+    let limit = limit.clamp(1, MAX_LIST_PAGE);
+    runs.sort_by(|a, b| (a.expires_at_ms, a.run_id.as_str()).cmp(&(b.expires_at_ms, b.run_id.as_str())));
+    let after = cursor.and_then(parse_run_cursor);
+    let start = match &after {
+        Some((at, id)) => runs.partition_point(|r| (r.expires_at_ms, r.run_id.as_str()) <= (*at, id.as_str())),
+        None => 0,
+    };
+    let mut page: Vec<RunListing> = runs.into_iter().skip(start).take(limit + 1).collect();
+    let next = if page.len() > limit {
+        page.truncate(limit);
+        page.last().map(RunListing::cursor)
+    } else {
+        None
+    };
+    RunPage { runs: page, next }
+}
+
+/// What a console record is (see [`SnapshotStore::put_console_record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsoleKind {
+    /// A run's journal: its status, source, bounded trajectory and result, kept for the run's TTL
+    /// so that any replica's console shows it.
+    Run,
+    /// A replica's report: its counters, upstream servers and the runs it holds, renewed every
+    /// second while it lives.
+    Replica,
+}
+
+impl ConsoleKind {
+    /// The record kind's name in keys and file names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsoleKind::Run => "run",
+            ConsoleKind::Replica => "replica",
+        }
+    }
+
+    /// Most records of this kind a store keeps. Prevents: a flood of short runs (or of replicas
+    /// started and killed) growing the store without bound before their TTL passes.
+    pub fn max_records(self) -> usize {
+        match self {
+            ConsoleKind::Run => 2_000,
+            ConsoleKind::Replica => 256,
+        }
+    }
+}
+
+/// Largest console record a store keeps. Prevents: a run whose trajectory carries huge inputs and
+/// results filling the store (the console bounds its journals below this).
+pub const MAX_CONSOLE_RECORD_BYTES: usize = 512 * 1024;
+
+/// Whether `key` may name a console record: 1–128 characters of ASCII letters, digits, `_`, `-`,
+/// `.` and `:` (run ids and replica ids are). Prevents: a key that walks out of a directory store's
+/// folder or into another key's namespace.
+pub fn console_key_ok(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+        && !key.starts_with('.')
 }
 
 /// A nested call about to run, as a fleet store's call log records it (see

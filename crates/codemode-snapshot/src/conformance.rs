@@ -455,6 +455,102 @@ pub async fn tasks(t: &StoreUnderTest) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `list_runs`: every suspended run once, paged in expiry order, of one scope or of all; a run a
+/// `wait` holds is listed as checked out; parked calls show their input; expired runs are not
+/// listed; a cursor that is not one starts at the beginning.
+pub async fn listing(t: &StoreUnderTest) -> Result<(), Failure> {
+    let s = t.store().await;
+    let other = t.store().await;
+    let now = t.clock.now_ms();
+    s.put(suspended("cm_list_a", "s1", now + 10_000, vec![1], &[(1, true), (2, false)]))
+        .await
+        .map_err(|e| e.to_string())?;
+    s.put(suspended("cm_list_b", "s2", now + 20_000, vec![2], &[])).await.map_err(|e| e.to_string())?;
+    s.put(suspended("cm_list_c", "s1", now + 30_000, vec![3], &[])).await.map_err(|e| e.to_string())?;
+    s.put(suspended("cm_list_old", "s1", now + 500, vec![4], &[])).await.map_err(|e| e.to_string())?;
+    t.clock.advance_ms(1_000);
+    let first = other.list_runs(None, None, 2).await.map_err(|e| format!("list: {e}"))?;
+    let names = |p: &codemode_core::store::RunPage| p.runs.iter().map(|r| r.run_id.to_string()).collect::<Vec<_>>();
+    eq(names(&first), vec!["cm_list_a".to_string(), "cm_list_b".to_string()], "first page")?;
+    let next = first.next.clone().ok_or_else(|| Failure("a first page of 2 of 3 runs has a next cursor".into()))?;
+    let second = other.list_runs(None, Some(&next), 2).await.map_err(|e| format!("second page: {e}"))?;
+    eq(names(&second), vec!["cm_list_c".to_string()], "second page")?;
+    eq(second.next, None, "last page's cursor")?;
+    let a = &first.runs[0];
+    eq(a.scope.clone(), RunScope::session("s1"), "scope")?;
+    eq(a.calls.len(), 2, "listed calls")?;
+    eq(a.calls[0].awaiting_approval, true, "parked call")?;
+    eq(a.calls[0].input.clone(), r#"{"n":1}"#.to_string(), "parked call's input")?;
+    eq(a.calls[0].tool_id.clone(), Some("plugin:t:pay".to_string()), "parked call's tool")?;
+    check(a.stored_bytes > 0, "stored bytes")?;
+    let scoped = other.list_runs(Some(&RunScope::session("s1")), None, 10).await.map_err(|e| e.to_string())?;
+    eq(names(&scoped), vec!["cm_list_a".to_string(), "cm_list_c".to_string()], "one scope's runs")?;
+    let nobody = other.list_runs(Some(&RunScope::session("nobody")), None, 10).await.map_err(|e| e.to_string())?;
+    eq(nobody.runs.len(), 0, "a scope without runs")?;
+    let _held = s.checkout(&id("cm_list_b"), &RunScope::session("s2")).await.map_err(|e| format!("checkout: {e}"))?;
+    let all = other.list_runs(None, Some("not a cursor"), 10).await.map_err(|e| e.to_string())?;
+    eq(names(&all).len(), 3, "a bad cursor starts at the beginning")?;
+    let b = all.runs.iter().find(|r| r.run_id.as_str() == "cm_list_b");
+    check(b.is_some_and(|b| b.checked_out), "a checked-out run is listed as such")?;
+    for run in ["cm_list_a", "cm_list_b", "cm_list_c", "cm_list_old"] {
+        s.remove(&id(run)).await;
+    }
+    eq(other.list_runs(None, None, 10).await.map_err(|e| e.to_string())?.runs.len(), 0, "after remove")?;
+    Ok(())
+}
+
+/// Console records: last writer wins, read by another instance, newest first, gone at their
+/// TTL, at most `max_records` of a kind (the least recently updated go); bad keys and oversized
+/// records are refused.
+pub async fn console_records(t: &StoreUnderTest) -> Result<(), Failure> {
+    use codemode_core::store::{ConsoleKind, MAX_CONSOLE_RECORD_BYTES};
+    let s = t.store().await;
+    let other = t.store().await;
+    s.put_console_record(ConsoleKind::Run, "cm_journal_1", "one", 5_000).await.map_err(|e| format!("put: {e}"))?;
+    t.clock.advance_ms(1);
+    s.put_console_record(ConsoleKind::Run, "cm_journal_2", "two", 60_000).await.map_err(|e| e.to_string())?;
+    t.clock.advance_ms(1);
+    s.put_console_record(ConsoleKind::Run, "cm_journal_1", "one again", 5_000).await.map_err(|e| e.to_string())?;
+    eq(
+        other.console_record(ConsoleKind::Run, "cm_journal_1").await.map_err(|e| e.to_string())?,
+        Some("one again".to_string()),
+        "last writer wins",
+    )?;
+    eq(
+        other.console_records(ConsoleKind::Run, 10).await.map_err(|e| e.to_string())?,
+        vec!["one again".to_string(), "two".to_string()],
+        "newest first",
+    )?;
+    eq(other.console_records(ConsoleKind::Replica, 10).await.map_err(|e| e.to_string())?.len(), 0, "kinds apart")?;
+    t.clock.advance_ms(10_000);
+    eq(other.console_record(ConsoleKind::Run, "cm_journal_1").await.map_err(|e| e.to_string())?, None, "expired")?;
+    eq(
+        other.console_records(ConsoleKind::Run, 10).await.map_err(|e| e.to_string())?,
+        vec!["two".to_string()],
+        "expired records are not listed",
+    )?;
+    for bad in ["", "../escape", "a/b", ".hidden", "x y"] {
+        check(
+            s.put_console_record(ConsoleKind::Run, bad, "v", 1_000).await.is_err(),
+            &format!("key {bad:?} is refused"),
+        )?;
+    }
+    let huge = "x".repeat(MAX_CONSOLE_RECORD_BYTES + 1);
+    check(s.put_console_record(ConsoleKind::Run, "cm_huge", &huge, 1_000).await.is_err(), "oversized record")?;
+    let max = ConsoleKind::Replica.max_records();
+    for i in 0..max + 2 {
+        t.clock.advance_ms(1);
+        s.put_console_record(ConsoleKind::Replica, &format!("r{i}"), &format!("replica {i}"), 60_000)
+            .await
+            .map_err(|e| format!("put replica {i}: {e}"))?;
+    }
+    let kept = other.console_records(ConsoleKind::Replica, max + 10).await.map_err(|e| e.to_string())?;
+    eq(kept.len(), max, "at most max_records")?;
+    eq(kept.first().cloned(), Some(format!("replica {}", max + 1)), "the newest is kept")?;
+    check(!kept.contains(&"replica 0".to_string()), "the oldest went")?;
+    Ok(())
+}
+
 /// Runs every check; the error names the first that failed. `pause` stops a fleet store instance
 /// from renewing its leases (a paused or partitioned replica); other stores ignore it.
 pub async fn run_all(
@@ -471,6 +567,8 @@ pub async fn run_all(
     fencing(t, pause).await.map_err(|e| format!("fencing: {e}"))?;
     call_log(t, pause).await.map_err(|e| format!("call_log: {e}"))?;
     tasks(t).await.map_err(|e| format!("tasks: {e}"))?;
+    listing(t).await.map_err(|e| format!("listing: {e}"))?;
+    console_records(t).await.map_err(|e| format!("console_records: {e}"))?;
     Ok(())
 }
 

@@ -39,7 +39,10 @@ use crate::signing::{RunKeys, TAG_BYTES};
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, RequestId};
 use codemode_core::scope::{RunId, RunScope};
-use codemode_core::store::{CallsClaim, MAX_SUSPENDED_RUNS, SnapshotStore, StoreError, SuspendedRun, parked_ids};
+use codemode_core::store::{
+    CallsClaim, ConsoleKind, MAX_SUSPENDED_RUNS, RunListing, RunPage, SnapshotStore, StoreError, SuspendedRun,
+    page_runs, parked_ids,
+};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -332,6 +335,44 @@ impl DirectorySnapshotStore {
     }
 }
 
+/// A console record's file (`console/<kind>/<key>.json`).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConsoleFile {
+    updated_ms: u64,
+    expires_ms: u64,
+    value: String,
+}
+
+impl DirectorySnapshotStore {
+    fn console_dir(&self, kind: ConsoleKind) -> PathBuf {
+        self.dir.join("console").join(kind.as_str())
+    }
+
+    /// The console records of `kind` not expired (expired ones are deleted), with their paths.
+    fn read_console(&self, kind: ConsoleKind) -> Vec<(PathBuf, ConsoleFile)> {
+        let now = self.clock.now_ms();
+        let Ok(rd) = std::fs::read_dir(self.console_dir(kind)) else { return Vec::new() };
+        rd.flatten()
+            .filter_map(|e| {
+                let path = e.path();
+                if path.extension().and_then(|x| x.to_str()) != Some("json") {
+                    return None;
+                }
+                let record =
+                    Self::read(&path).ok().flatten().and_then(|b| serde_json::from_slice::<ConsoleFile>(&b).ok());
+                match record {
+                    Some(r) if r.expires_ms > now => Some((path, r)),
+                    _ => {
+                        let _ = std::fs::remove_file(&path);
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
 impl DirectorySnapshotStore {
     /// The task's record as stored (`None`: missing, unsigned, forged, or expired — then deleted).
     fn read_task(&self, id: &RunId) -> Result<Option<codemode_core::task::TaskRecord>, StoreError> {
@@ -475,6 +516,80 @@ impl SnapshotStore for DirectorySnapshotStore {
 
     async fn count(&self) -> usize {
         self.run_files().len()
+    }
+
+    async fn list_runs(
+        &self,
+        scope: Option<&RunScope>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let now = self.clock.now_ms();
+        let mut runs = Vec::new();
+        for (id, path, locked) in self.run_files() {
+            // A file that cannot be read or decoded is not listed (a sweep deletes it).
+            let Ok(Some(bytes)) = Self::read(&path) else { continue };
+            let Ok(RunFile { meta, .. }) = Self::decode(&bytes) else { continue };
+            if meta.run_id != id || now >= meta.expires_at_ms || scope.is_some_and(|s| *s != meta.scope) {
+                continue;
+            }
+            let mut listing = RunListing::from_parts(
+                &meta.run_id,
+                &meta.scope,
+                meta.reason,
+                &meta.pending,
+                &meta.positions,
+                (meta.created_at_ms, meta.expires_at_ms),
+                bytes.len() as u64,
+            );
+            listing.checked_out = locked;
+            runs.push(listing);
+        }
+        Ok(page_runs(runs, cursor, limit))
+    }
+
+    async fn put_console_record(
+        &self,
+        kind: ConsoleKind,
+        key: &str,
+        value: &str,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        crate::console::check_record(key, value)?;
+        let dir = self.console_dir(kind);
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let now = self.clock.now_ms();
+        let record = ConsoleFile { updated_ms: now, expires_ms: now.saturating_add(ttl_ms), value: value.to_string() };
+        let bytes = serde_json::to_vec(&record).map_err(|e| StoreError::Encode(e.to_string()))?;
+        self.write_atomically(&dir.join(format!("{key}.json")), &bytes)?;
+        // Past the cap: the expired records, then the least recently updated, go.
+        let mut records = self.read_console(kind);
+        if records.len() > kind.max_records() {
+            records.sort_by(|a, b| a.1.updated_ms.cmp(&b.1.updated_ms));
+            let excess = records.len() - kind.max_records();
+            for (path, _) in records.into_iter().take(excess) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        Ok(())
+    }
+
+    async fn console_record(&self, kind: ConsoleKind, key: &str) -> Result<Option<String>, StoreError> {
+        if !codemode_core::store::console_key_ok(key) {
+            return Ok(None);
+        }
+        let path = self.console_dir(kind).join(format!("{key}.json"));
+        let Some(bytes) = Self::read(&path).ok().flatten() else { return Ok(None) };
+        Ok(serde_json::from_slice::<ConsoleFile>(&bytes)
+            .ok()
+            .filter(|r| r.expires_ms > self.clock.now_ms())
+            .map(|r| r.value))
+    }
+
+    async fn console_records(&self, kind: ConsoleKind, limit: usize) -> Result<Vec<String>, StoreError> {
+        let mut records = self.read_console(kind);
+        records.sort_by(|a, b| b.1.updated_ms.cmp(&a.1.updated_ms));
+        Ok(records.into_iter().take(limit).map(|(_, r)| r.value).collect())
     }
 
     async fn task(&self, task_id: &str) -> Result<Option<codemode_core::task::TaskRecord>, StoreError> {

@@ -27,6 +27,7 @@
 mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod console;
 mod directory;
 mod memory;
 pub mod portable;

@@ -4,7 +4,9 @@ use crate::clock::{Clock, SystemClock};
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::RequestId;
 use codemode_core::scope::{RunId, RunScope};
-use codemode_core::store::{MAX_SUSPENDED_RUNS, SnapshotStore, StoreError, SuspendedRun};
+use codemode_core::store::{
+    ConsoleKind, MAX_SUSPENDED_RUNS, RunListing, RunPage, SnapshotStore, StoreError, SuspendedRun, page_runs,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -44,6 +46,8 @@ pub struct MemorySnapshotStore {
     max_runs: usize,
     /// Runs served as tasks (at most [`crate::MAX_TASK_RECORDS`] records).
     tasks: crate::tasks::TaskTable,
+    /// The operator console's records (journals, replica reports).
+    console: crate::console::ConsoleTable,
 }
 
 impl std::fmt::Debug for MemorySnapshotStore {
@@ -72,6 +76,7 @@ impl MemorySnapshotStore {
             clock,
             max_runs: MAX_SUSPENDED_RUNS,
             tasks: Default::default(),
+            console: Default::default(),
         }
     }
 
@@ -226,6 +231,46 @@ impl SnapshotStore for MemorySnapshotStore {
 
     async fn count(&self) -> usize {
         self.lock().len()
+    }
+
+    async fn list_runs(
+        &self,
+        scope: Option<&RunScope>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let now = self.clock.now_ms();
+        let runs: Vec<RunListing> = self
+            .lock()
+            .iter()
+            .filter(|(_, slot)| !slot.expired(now))
+            .filter_map(|(id, slot)| {
+                let listing = match slot {
+                    Slot::Suspended(run) => RunListing::of(run),
+                    Slot::CheckedOut { scope, expires_at_ms, .. } => RunListing::checked_out(id, scope, *expires_at_ms),
+                };
+                scope.is_none_or(|s| *s == listing.scope).then_some(listing)
+            })
+            .collect();
+        Ok(page_runs(runs, cursor, limit))
+    }
+
+    async fn put_console_record(
+        &self,
+        kind: ConsoleKind,
+        key: &str,
+        value: &str,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.console.put(kind, key, value, ttl_ms, self.clock.now_ms())
+    }
+
+    async fn console_record(&self, kind: ConsoleKind, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.console.get(kind, key, self.clock.now_ms()))
+    }
+
+    async fn console_records(&self, kind: ConsoleKind, limit: usize) -> Result<Vec<String>, StoreError> {
+        Ok(self.console.list(kind, limit, self.clock.now_ms()))
     }
 }
 

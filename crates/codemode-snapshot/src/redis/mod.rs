@@ -19,6 +19,8 @@
 //! | `P task:<taskId>` | hash | a run served as an MCP task: `state` and `rec` (`<hex tag>\n<record JSON>`, signed like a decision), expiring with the record |
 //! | `P tasks` | set | the ids of unfinished tasks (swept for tasks whose driver died; an id whose record expired leaves it at the next sweep) |
 //! | `P taskdriver:<taskId>` | hash | `holder` (the process driving the task) and `until` (when its claim ends, Unix ms; renewed every third of the lease) |
+//! | `P console:run:<runId>`, `P console:replica:<replicaId>` | string | the operator console's records (a run's journal, a replica's report): `<expiry ms>\n<JSON>`, expiring by themselves (`PX`) |
+//! | `P console:run`, `P console:replica` | sorted set | the console records' keys scored by when they were last written, at most 2,000 runs and 256 replicas (the oldest go) |
 //! | `P shared:observed` | string | the result types the fleet learned from observed results (JSON: tool id → shape and count) |
 //!
 //! Keys of a run expire (`PEXPIRE`) at the run's expiry plus a grace, so Redis cleans up runs no
@@ -66,7 +68,8 @@ use codemode_core::engine::{Delivery, GuestError, RequestId};
 use codemode_core::error::CodeModeErrorCode;
 use codemode_core::scope::{RunId, RunScope};
 use codemode_core::store::{
-    CallIssue, CallStart, MAX_SUSPENDED_RUNS, SnapshotStore, StoreError, SuspendedRun, parked_ids,
+    CallIssue, CallStart, ConsoleKind, MAX_LIST_PAGE, MAX_SUSPENDED_RUNS, RunListing, RunPage, SnapshotStore,
+    StoreError, SuspendedRun, page_runs, parked_ids, parse_run_cursor,
 };
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
@@ -100,6 +103,13 @@ const LOST: i64 = -1;
 
 /// How long one operation may take before Redis counts as unreachable.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A console record's value as kept (`<expiry ms>\n<value>`: Redis expires the key by its own
+/// clock, the store answers by its clock), if not expired at `now`.
+fn unexpired_console_value(stored: String, now: u64) -> Option<String> {
+    let (at, value) = stored.split_once('\n')?;
+    (at.parse::<u64>().ok()? > now).then(|| value.to_string())
+}
 
 /// One entry of the call log.
 #[derive(Serialize, Deserialize)]
@@ -310,6 +320,155 @@ impl SnapshotStore for RedisSnapshotStore {
         let s = &self.shared;
         let mut conn = s.conn.clone();
         redis::cmd("ZCARD").arg(format!("{}expiry", s.prefix)).query_async::<usize>(&mut conn).await.unwrap_or(0)
+    }
+
+    /// Pages the scope's sorted set (or the fleet's `expiry` set), both scored by expiry, then reads
+    /// each run's `meta`, `holder` and snapshot length in one pipeline. Runs of one scope number
+    /// at most 64; the `expiry` set is paged by score, skipping the ids at the cursor's score that
+    /// came before it (a page whose runs all share one millisecond of expiry with more than
+    /// [`MAX_LIST_PAGE`] others may repeat some).
+    async fn list_runs(
+        &self,
+        scope: Option<&RunScope>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let limit = limit.clamp(1, MAX_LIST_PAGE);
+        let index = match scope {
+            Some(scope) => s.scope_key(scope),
+            None => format!("{}expiry", s.prefix),
+        };
+        let now = s.clock.now_ms();
+        let after = cursor.and_then(parse_run_cursor);
+        let min = after.as_ref().map_or(now, |(at, _)| (*at).max(now));
+        let fetched: Vec<(String, u64)> = redis::cmd("ZRANGE")
+            .arg(&index)
+            .arg(min)
+            .arg("+inf")
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit + 1 + MAX_LIST_PAGE)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        let ids: Vec<RunId> = fetched
+            .into_iter()
+            .filter(|(id, at)| after.as_ref().is_none_or(|(a, i)| (*at, id.as_str()) > (*a, i.as_str())))
+            .filter_map(|(id, _)| RunId::parse(&id).ok())
+            .take(limit + 1)
+            .collect();
+        if ids.is_empty() {
+            return Ok(RunPage::default());
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HMGET").arg(s.key("run", id)).arg("meta").arg("holder");
+            pipe.cmd("HSTRLEN").arg(s.key("run", id)).arg("snap");
+        }
+        let answers: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(unreachable)?;
+        let mut runs = Vec::new();
+        for (id, pair) in ids.iter().zip(answers.chunks(2)) {
+            let [fields, snap] = pair else { continue };
+            let Ok((Some(meta), holder)) = redis::from_redis_value::<(Option<Vec<u8>>, Option<String>)>(fields.clone())
+            else {
+                continue;
+            };
+            let Ok(meta) = crate::record::RunMeta::parse(&meta) else { continue };
+            if meta.run_id != *id || scope.is_some_and(|sc| *sc != meta.scope) {
+                continue;
+            }
+            let snap_len: u64 = redis::from_redis_value(snap.clone()).unwrap_or(0);
+            let mut listing = RunListing::from_parts(
+                &meta.run_id,
+                &meta.scope,
+                meta.reason,
+                &meta.pending,
+                &meta.positions,
+                (meta.created_at_ms, meta.expires_at_ms),
+                snap_len + serde_json::to_vec(&meta).map(|m| m.len() as u64).unwrap_or(0),
+            );
+            if let Some(h) = holder.filter(|h| !h.is_empty()) {
+                listing.checked_out = true;
+                listing.holder = Some(h);
+            }
+            runs.push(listing);
+        }
+        Ok(page_runs(runs, None, limit).with_more(ids.len() > limit))
+    }
+
+    async fn put_console_record(
+        &self,
+        kind: ConsoleKind,
+        key: &str,
+        value: &str,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        crate::console::check_record(key, value)?;
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let records = format!("{}console:{}:", s.prefix, kind.as_str());
+        s.scripts
+            .put_console
+            .key(format!("{records}{key}"))
+            .key(format!("{}console:{}", s.prefix, kind.as_str()))
+            .arg(key)
+            .arg(format!("{}\n{value}", s.clock.now_ms().saturating_add(ttl_ms)))
+            .arg(ttl_ms.max(1))
+            .arg(s.clock.now_ms())
+            .arg(kind.max_records())
+            .arg(records)
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(())
+    }
+
+    async fn console_record(&self, kind: ConsoleKind, key: &str) -> Result<Option<String>, StoreError> {
+        if !codemode_core::store::console_key_ok(key) {
+            return Ok(None);
+        }
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let value: Option<String> = redis::cmd("GET")
+            .arg(format!("{}console:{}:{key}", s.prefix, kind.as_str()))
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        Ok(value.and_then(|v| unexpired_console_value(v, s.clock.now_ms())))
+    }
+
+    async fn console_records(&self, kind: ConsoleKind, limit: usize) -> Result<Vec<String>, StoreError> {
+        let s = &self.shared;
+        let mut conn = s.conn.clone();
+        let index = format!("{}console:{}", s.prefix, kind.as_str());
+        let limit = limit.min(kind.max_records());
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = redis::cmd("ZREVRANGE")
+            .arg(&index)
+            .arg(0)
+            .arg(limit.saturating_sub(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(unreachable)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let full: Vec<String> = keys.iter().map(|k| format!("{}console:{}:{k}", s.prefix, kind.as_str())).collect();
+        let values: Vec<Option<String>> =
+            redis::cmd("MGET").arg(&full).query_async(&mut conn).await.map_err(unreachable)?;
+        // Records that expired leave the index here.
+        let gone: Vec<&String> = keys.iter().zip(&values).filter(|(_, v)| v.is_none()).map(|(k, _)| k).collect();
+        if !gone.is_empty() {
+            let _: Result<i64, _> = redis::cmd("ZREM").arg(&index).arg(gone).query_async(&mut conn).await;
+        }
+        let now = s.clock.now_ms();
+        Ok(values.into_iter().flatten().filter_map(|v| unexpired_console_value(v, now)).collect())
     }
 
     /// Every call of a fleet store records its own result the moment it finishes

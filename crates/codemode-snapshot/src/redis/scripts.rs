@@ -275,6 +275,21 @@ if redis.call('HGET', KEYS[1], 'holder') == ARGV[1] then redis.call('DEL', KEYS[
 return 0
 "#;
 
+/// Keeps a console record and indexes it, keeping at most `max` of its kind (the least recently
+/// updated go). KEYS: record, index. ARGV: record key, value, ttl (ms), now, max, prefix of the
+/// kind's record keys.
+pub const PUT_CONSOLE: &str = r"
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+local n = redis.call('ZCARD', KEYS[2])
+local max = tonumber(ARGV[5])
+if n > max then
+  for _, k in ipairs(redis.call('ZRANGE', KEYS[2], 0, n - max - 1)) do redis.call('DEL', ARGV[6] .. k) end
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - max - 1)
+end
+return n
+";
+
 pub(super) struct Scripts {
     pub(super) put: redis::Script,
     pub(super) checkout: redis::Script,
@@ -293,6 +308,7 @@ pub(super) struct Scripts {
     pub(super) orphaned_tasks: redis::Script,
     pub(super) drive_task: redis::Script,
     pub(super) release_task: redis::Script,
+    pub(super) put_console: redis::Script,
 }
 
 impl Scripts {
@@ -315,6 +331,7 @@ impl Scripts {
             orphaned_tasks: redis::Script::new(ORPHANED_TASKS),
             drive_task: redis::Script::new(DRIVE_TASK),
             release_task: redis::Script::new(RELEASE_TASK),
+            put_console: redis::Script::new(PUT_CONSOLE),
         }
     }
 }
