@@ -31,11 +31,20 @@ pub struct ApprovalPolicy {
     /// How long an [`Approver`](codemode_core::approval::Approver) may take before the call is
     /// parked (clamped to `0..=`[`MAX_APPROVAL_TIMEOUT_MS`]).
     pub timeout_ms: u64,
+    /// Every nested call carries the line of the cell that made it, not only gated ones (an
+    /// operator's console marks each call's line in the cell's source). Gates nothing; costs a
+    /// stack walk in the guest per call.
+    pub lines_for_every_call: bool,
 }
 
 impl Default for ApprovalPolicy {
     fn default() -> Self {
-        ApprovalPolicy { require: Vec::new(), require_unless_read_only: false, timeout_ms: DEFAULT_APPROVAL_TIMEOUT_MS }
+        ApprovalPolicy {
+            require: Vec::new(),
+            require_unless_read_only: false,
+            timeout_ms: DEFAULT_APPROVAL_TIMEOUT_MS,
+            lines_for_every_call: false,
+        }
     }
 }
 

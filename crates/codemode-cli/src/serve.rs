@@ -34,6 +34,12 @@ pub(crate) struct ServeArgs {
     /// logged and never fails a run.
     #[arg(long, value_name = "FILE")]
     audit: Option<PathBuf>,
+    /// Also serve the operator console at `http://ADDR/console` (needs `--http`): runs, approvals,
+    /// upstream servers and the fleet in a browser. Operators log in with the tokens of the config
+    /// file's `console.operators`; on a loopback address without any, one operator `local` gets a
+    /// random token printed at start. Refused on a non-loopback address without operators.
+    #[arg(long, requires = "http")]
+    console: bool,
 }
 
 /// Environment variable holding the bearer token of the HTTP approval endpoint (`--http` only;
@@ -125,7 +131,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         (None, None) => file.snapshot_store.clone(),
         (flag, dir) => Some(store_choice(flag.as_deref(), dir.as_deref(), Some(&file))?),
     };
-    let codemode_mcp::OpenedStore { store, fleet_key, lease_ms } = open_store(choice, Some(&file)).await?;
+    let codemode_mcp::OpenedStore { store, fleet_key, lease_ms, replica } = open_store(choice, Some(&file)).await?;
     let local = if args.demo_tools { codemode_demo::demo_tools() } else { codemode::LocalTools::new() };
     // The demo plugin's namespace is registered with its tools; it is visible only when they are.
     let namespaces = if args.demo_tools { codemode_demo::demo_namespaces() } else { codemode::Namespaces::new() };
@@ -136,13 +142,22 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         )),
         None => None,
     };
+    let console = match (args.console, args.http) {
+        (true, Some(addr)) => Some(console_setup(&file, addr, replica)?),
+        _ => None,
+    };
+    let audit_sink = audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>);
     let options = codemode_mcp::GatewayOptions {
         local,
         namespaces,
         store,
-        trajectory: audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>),
+        trajectory: audit_sink.clone(),
         fleet_key,
         task_lease_ms: lease_ms,
+        console: console.as_ref().map(|(setup, _)| {
+            setup.ledger.set_audit(audit_sink);
+            setup.ledger.clone()
+        }),
     };
     let gw = codemode_mcp::build_gateway(&file, &args.common.target(), options).await?;
     report_servers(gw.hub());
@@ -175,7 +190,16 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
                     listener.local_addr()?
                 );
             }
-            codemode_mcp::server::serve_http(gw.clone(), listener, shutdown_signal(), token).await
+            let console = console.map(|(setup, local)| {
+                let at = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                match local {
+                    Some(token) => eprintln!("codemode: console at http://{at}/console (operator \"local\", token {token})"),
+                    None => eprintln!("codemode: console at http://{at}/console"),
+                }
+                setup
+            });
+            let options = codemode_mcp::server::HttpOptions { approval_token: token, console };
+            codemode_mcp::server::serve_http_with(gw.clone(), listener, shutdown_signal(), options).await
         }
     };
     gw.shutdown().await;
@@ -185,6 +209,31 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
     }
     served.map_err(|e| anyhow::anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The console's operators and ledger (`--console`): the config's `console.operators`, or on a
+/// loopback address without any, one operator `local` with a random token (returned, to print).
+fn console_setup(
+    file: &codemode::config_file::ConfigFile,
+    addr: SocketAddr,
+    store_replica: Option<String>,
+) -> Result<(codemode_mcp::console::ConsoleSetup, Option<String>)> {
+    use codemode_mcp::console::auth::{ConsoleConfig, Operator, random_token};
+    let mut config = ConsoleConfig::from_config(file.console.as_ref())?;
+    let mut local = None;
+    if config.operators.is_empty() {
+        if !addr.ip().is_loopback() {
+            bail!(
+                "--console on the non-loopback address {addr} needs operators with tokens (console.operators in the config file): anyone who reaches it could approve calls and abort runs"
+            );
+        }
+        let token = random_token();
+        config.operators.push(Operator::new("local", token.clone()));
+        local = Some(token);
+    }
+    let ttl_ms = file.code_mode.snapshot_ttl_seconds.saturating_mul(1_000);
+    let ledger = codemode_mcp::console::ledger::Ledger::new(store_replica, ttl_ms, None);
+    Ok((codemode_mcp::console::ConsoleSetup { config, ledger }, local))
 }
 
 /// `codemode serve` with code mode disabled (contract V1): the config's upstream servers' tools,

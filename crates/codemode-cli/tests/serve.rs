@@ -436,3 +436,34 @@ fn code_mode_disabled_serves_the_upstream_tools_over_stdio() {
 fn code_mode_disabled_serves_the_upstream_tools_over_streamable_http() {
     passthrough("http");
 }
+
+/// The operator console (`serve --console`) in a real browser (`tests/e2e/console.mjs`): headless
+/// Chromium (Debian's `chromium`, driven by `playwright-core`) logs two operators in (one token from
+/// the config, one from the environment), approves, denies and aborts runs that the official MCP
+/// TypeScript client started, watches an upstream server of the official SDK
+/// (`tests/e2e/console_server.js`) get killed, show `failed` and come back, and checks that hostile
+/// strings (markup, `javascript:` URLs, bidi and control characters, a tool named like markup) are
+/// shown as text only; over plain HTTP, the console's headers (CSP), cookie flags, CSRF, `Host` and
+/// `Origin` checks and login rate limit. It writes the documentation's screenshots to
+/// `docs/src/console`.
+#[test]
+fn operator_console_in_a_real_browser() {
+    let node = which("node");
+    let script = peer("tests/e2e/console.mjs");
+    peer("tests/e2e/node_modules/playwright-core/package.json");
+    peer("tests/e2e/node_modules/@modelcontextprotocol/sdk/package.json");
+    let dir = tempdir("console");
+    let out = Command::new(node)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_codemode"))
+        .arg(&dir)
+        .arg(root().join("docs/src/console"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "console.mjs failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(stdout.lines().last(), Some("ok: console in a real browser"), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

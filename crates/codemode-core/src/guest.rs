@@ -470,7 +470,8 @@ pub struct BootData {
     /// MCP servers for the `MCP` namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp: Vec<McpServerView>,
-    /// Catalog ids the approval policy gates: calls to them carry the cell line that made them.
+    /// Catalog ids whose calls carry the cell line that made them: the tools the approval policy
+    /// gates (every tool when the host asks for every call's line, as an operator's console does).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gated: Vec<String>,
     /// The run's visible namespaces (contract §10), serialized. Per run (scopes may depend on the run),

@@ -722,9 +722,12 @@ pub fn page_runs(mut runs: Vec<RunListing>, cursor: Option<&str>, limit: usize) 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConsoleKind {
-    /// A run's journal: its status, source, bounded trajectory and result, kept for the run's TTL
-    /// so that any replica's console shows it.
+    /// A run's summary: its status, scope, tools and times (what a list of runs shows), kept for
+    /// the run's TTL so that any replica's console lists it.
     Run,
+    /// A run's journal: its source, bounded trajectory and result (what one run's page shows),
+    /// kept beside its summary.
+    Journal,
     /// A replica's report: its counters, upstream servers and the runs it holds, renewed every
     /// second while it lives.
     Replica,
@@ -735,6 +738,7 @@ impl ConsoleKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ConsoleKind::Run => "run",
+            ConsoleKind::Journal => "journal",
             ConsoleKind::Replica => "replica",
         }
     }
@@ -743,7 +747,7 @@ impl ConsoleKind {
     /// started and killed) growing the store without bound before their TTL passes.
     pub fn max_records(self) -> usize {
         match self {
-            ConsoleKind::Run => 2_000,
+            ConsoleKind::Run | ConsoleKind::Journal => 2_000,
             ConsoleKind::Replica => 256,
         }
     }

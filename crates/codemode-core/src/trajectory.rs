@@ -64,6 +64,10 @@ pub struct TranscriptEntry {
     /// The error message (redacted), on `failed` / `denied` / `cancelled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The line of the model's cell that made the call, when the guest reported it (calls to
+    /// gated tools, and every call when the host asked for call lines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
 }
 
 /// One model-visible control call (`exec` / `wait`), at its start and at its end.
@@ -102,6 +106,26 @@ pub struct LifecycleRecord {
     pub at_ms: u64,
 }
 
+/// A human's decision on a parked call, as the host that took it records it (who decided, and
+/// how). The runtime's own `approved` / `denied` entries follow when the run applies it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    /// The run.
+    pub run_id: String,
+    /// The parked call.
+    pub request_id: u64,
+    /// `approve` or `deny`.
+    pub decision: String,
+    /// The reason given with a denial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who decided (an operator's name, or where the decision came from).
+    pub by: String,
+    /// Unix milliseconds.
+    pub at_ms: u64,
+}
+
 /// A trajectory record: a control call, a nested call event, or a run's lifecycle event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -112,6 +136,8 @@ pub enum TraceRecord {
     Nested(TranscriptEntry),
     /// A suspended run expired or was aborted out of band.
     Lifecycle(LifecycleRecord),
+    /// A human decided a parked call (recorded by the host that took the decision).
+    Decision(DecisionRecord),
 }
 
 impl TraceRecord {
@@ -182,7 +208,7 @@ impl Transcript {
                         call.end = Some(c.clone());
                     }
                 }
-                TraceRecord::Lifecycle(_) => {}
+                TraceRecord::Lifecycle(_) | TraceRecord::Decision(_) => {}
                 TraceRecord::Nested(e) => {
                     if let Some(call) = out.iter_mut().rev().find(|call| {
                         call.end.is_none()

@@ -39,6 +39,8 @@ pub struct Gateway {
     pub(crate) clients: std::sync::OnceLock<crate::clients::Clients>,
     /// The runs this process serves as MCP tasks (see [`crate::tasks`]).
     pub(crate) tasks: crate::tasks::Tasks,
+    /// The operator console's ledger, when `serve --console` is on (see [`Self::set_console`]).
+    pub(crate) console: std::sync::OnceLock<Arc<crate::console::ledger::Ledger>>,
     /// The clients that asked for log messages (`logging/setLevel`), by session, with their level.
     #[allow(deprecated)]
     pub(crate) log_clients:
@@ -151,6 +153,7 @@ impl Gateway {
             fleet: fleet_key.is_some(),
             clients: Default::default(),
             tasks: Default::default(),
+            console: std::sync::OnceLock::new(),
             log_clients: Default::default(),
         });
         // Upstream servers' log messages reach the clients that asked for them, at their level.
@@ -303,11 +306,36 @@ impl Gateway {
         self.sync();
         let ctx = RunContext { tool_call_id: call_id, trace_parent, ..RunContext::session(session) };
         let ctx = target_context(ctx, target);
-        match tool {
-            EXEC => Some(self.cm.exec_json_observed(&ctx, args, observer).await),
-            WAIT => Some(self.cm.wait_json_observed(&ctx, args, observer).await),
-            _ => None,
+        let Some(ledger) = self.console.get() else {
+            return match tool {
+                EXEC => Some(self.cm.exec_json_observed(&ctx, args, observer).await),
+                WAIT => Some(self.cm.wait_json_observed(&ctx, args, observer).await),
+                _ => None,
+            };
+        };
+        if tool != EXEC && tool != WAIT {
+            return None;
         }
+        ledger.begin(&ctx, tool, args).await;
+        let started = std::time::Instant::now();
+        let result = if tool == EXEC {
+            self.cm.exec_json_observed(&ctx, args, observer).await
+        } else {
+            self.cm.wait_json_observed(&ctx, args, observer).await
+        };
+        ledger.end(&ctx, tool, &result, started.elapsed());
+        Some(result)
+    }
+
+    /// Reports every `exec`/`wait` to the operator console's `ledger` (its runtime must have it as
+    /// trajectory sink, see [`crate::GatewayOptions::console`]); only the first call counts.
+    pub fn set_console(&self, ledger: Arc<crate::console::ledger::Ledger>) -> bool {
+        self.console.set(ledger).is_ok()
+    }
+
+    /// The operator console's ledger, when the console is on.
+    pub fn console(&self) -> Option<&Arc<crate::console::ledger::Ledger>> {
+        self.console.get()
     }
 
     /// [`Self::call`] continuing the client's W3C trace context (`traceparent` from the request's

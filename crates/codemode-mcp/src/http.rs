@@ -44,6 +44,27 @@ pub async fn serve_http(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     approval_token: Option<String>,
 ) -> Result<(), ServeError> {
+    serve_http_with(gateway, listener, shutdown, HttpOptions { approval_token, console: None }).await
+}
+
+/// What [`serve_http_with`] serves besides `/mcp`.
+#[derive(Default)]
+pub struct HttpOptions {
+    /// The approval endpoint's bearer token (see [`serve_http`]).
+    pub approval_token: Option<String>,
+    /// The operator console at `/console` (see [`crate::console`]); its ledger must be the
+    /// gateway's (see [`crate::GatewayOptions::console`]).
+    pub console: Option<crate::console::ConsoleSetup>,
+}
+
+/// [`serve_http`] with the approval endpoint and the operator console as `options` say.
+pub async fn serve_http_with(
+    gateway: Arc<Gateway>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    options: HttpOptions,
+) -> Result<(), ServeError> {
+    let HttpOptions { approval_token, console } = options;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     };
@@ -78,6 +99,12 @@ pub async fn serve_http(
         app = app.route("/approvals/{run}/{request}", axum::routing::post(approve_over_http).with_state(endpoint));
         tracing::info!(%addr, "approval endpoint at /approvals/{{runId}}/{{requestId}} (bearer token)");
     }
+    if let Some(setup) = console {
+        let console = crate::console::Console::new(gateway.clone(), setup, addr);
+        app = app.merge(console.router());
+        tokio::spawn(console.run_background(ct.child_token()));
+        tracing::info!(%addr, "operator console at /console");
+    }
     tracing::info!(%addr, "serving MCP (streamable HTTP) at /mcp");
     // TCP_NODELAY: a result is written as small SSE frames; with Nagle's algorithm a client that keeps
     // its connection alive waits for its own delayed ACK (~40 ms) before the last frame arrives.
@@ -86,7 +113,7 @@ pub async fn serve_http(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
         }
     });
-    axum::serve(listener, app)
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async move {
             shutdown.await;
             gateway.begin_shutdown();
@@ -149,7 +176,7 @@ pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
 /// Whether a request to the approval endpoint comes through an accepted `Host` and (when the
 /// browser sent one) `Origin`: the same DNS-rebinding protection as `/mcp`. Prevents: a web page
 /// the operator visits posting decisions to a loopback gateway through a rebound name.
-fn approval_request_allowed(headers: &axum::http::HeaderMap, hosts: &[String], origins: &[String]) -> bool {
+pub(crate) fn approval_request_allowed(headers: &axum::http::HeaderMap, hosts: &[String], origins: &[String]) -> bool {
     let header = |name| headers.get(name).map(|v: &axum::http::HeaderValue| v.to_str().unwrap_or("\u{0}"));
     let host_ok = header(axum::http::header::HOST).is_some_and(|h| hosts.iter().any(|a| a.eq_ignore_ascii_case(h)));
     let origin_ok =

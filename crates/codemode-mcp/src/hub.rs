@@ -96,6 +96,39 @@ pub struct ServerStatus {
     pub filtered: usize,
     /// Restart attempts since it last failed (0 while it is connected).
     pub restarts: u32,
+    /// Its last failures and recoveries, oldest first (at most [`MAX_SERVER_HISTORY`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<ServerEvent>,
+}
+
+/// Most events a server's [`ServerStatus::history`] keeps. Prevents: a server that crashes in a
+/// loop growing its status without bound.
+pub const MAX_SERVER_HISTORY: usize = 16;
+
+/// A server went down or came back (see [`ServerStatus::history`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerEvent {
+    /// Unix milliseconds.
+    pub at_ms: u64,
+    /// `failed` or `connected` (after a failure: a restart that worked).
+    pub event: &'static str,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl ServerStatus {
+    fn note(&mut self, event: &'static str, reason: Option<String>) {
+        if self.history.len() >= MAX_SERVER_HISTORY {
+            self.history.remove(0);
+        }
+        self.history.push(ServerEvent { at_ms: now_ms(), event, reason });
+    }
 }
 
 struct Live {
@@ -166,6 +199,7 @@ impl Server {
         };
         let mut st = lock(&self.status);
         st.state = ServerState::Failed;
+        st.note("failed", Some(error.clone()));
         st.error = Some(error);
         st.restarts = attempts;
     }
@@ -176,7 +210,12 @@ impl Server {
         // The previous connection, if any, is dropped here (its child process is killed).
         *self.live.lock().await = Some(live);
         *lock(&self.restart) = Restart::default();
-        lock(&self.status).restarts = 0;
+        let mut st = lock(&self.status);
+        st.restarts = 0;
+        if st.history.last().is_some_and(|e| e.event == "failed") {
+            st.note("connected", None);
+        }
+        drop(st);
         self.set_tools(tools, resources, prompts);
     }
 
@@ -425,6 +464,7 @@ impl McpHub {
                     tools: 0,
                     filtered: 0,
                     restarts: 0,
+                    history: Vec::new(),
                 };
                 Arc::new(Server {
                     config,

@@ -22,6 +22,7 @@
 pub mod approval;
 pub mod clients;
 pub mod config;
+pub mod console;
 pub mod debug;
 mod gateway;
 pub mod http;
@@ -77,6 +78,8 @@ pub struct OpenedStore {
     pub fleet_key: Option<[u8; 32]>,
     /// The store's lease (`leaseMs` of a Redis store): also the lease of a task's drive claim.
     pub lease_ms: Option<u64>,
+    /// The store's id of this replica (Redis: what it names as a run's holder).
+    pub replica: Option<String>,
 }
 
 /// Opens the store a configuration chooses (`None` and `memory`: the default in-memory store); a
@@ -96,7 +99,7 @@ pub async fn open_store(
                     ConfigError::new("snapshotStore.dir", format!("snapshot directory {}: {e}", dir.display()))
                 })?
                 .accept_unsigned_until(signing.accept_unsigned_until_ms);
-            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: None, lease_ms: None })
+            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: None, lease_ms: None, replica: None })
         }
         Some(SnapshotStoreConfig::Redis { url, key_prefix, lease_ms }) => {
             let Some(url) = url.or_else(|| std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.is_empty())) else {
@@ -127,7 +130,8 @@ pub async fn open_store(
                 prefix = store.key_prefix(),
                 "snapshot store: redis (fleet mode)"
             );
-            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: Some(key), lease_ms })
+            let replica = Some(store.replica_id().to_string());
+            Ok(OpenedStore { store: Some(Arc::new(store)), fleet_key: Some(key), lease_ms, replica })
         }
     }
 }
@@ -149,6 +153,10 @@ pub struct GatewayOptions {
     /// The lease of a task's drive claim (the store's `leaseMs`; `None`:
     /// [`tasks::DEFAULT_LEASE_MS`]).
     pub task_lease_ms: Option<u64>,
+    /// The operator console's ledger (`serve --console`): it becomes the runtime's trajectory sink
+    /// (passing every record on to `trajectory`), every nested call carries its cell line, and the
+    /// gateway reports each `exec`/`wait` to it.
+    pub console: Option<Arc<console::ledger::Ledger>>,
 }
 
 /// The runtime of a config file over its upstream servers, not yet built: the file's semantics
@@ -191,17 +199,25 @@ pub async fn build_gateway(
     target: &PolicyTarget,
     options: GatewayOptions,
 ) -> Result<Arc<server::Gateway>, ConfigError> {
-    let GatewayOptions { local, namespaces, store, trajectory, fleet_key, task_lease_ms } = options;
+    let GatewayOptions { local, namespaces, store, trajectory, fleet_key, task_lease_ms, console } = options;
+    let trajectory = match &console {
+        Some(ledger) => Some(ledger.clone() as Arc<dyn codemode::RunObserver>),
+        None => trajectory,
+    };
     // Before any server starts: a bad `clients` section fails the start.
     let clients = clients::Clients::from_config(file)?;
     let (builder, hub) = runtime_builder(file, target, local, namespaces, store, trajectory).await?;
     let approver = Arc::new(approval::ElicitingApprover::default());
-    let builder = builder.approver(approver.clone());
+    let builder = builder.approver(approver.clone()).call_lines(console.is_some());
     let gateway = match fleet_key {
         Some(key) => server::Gateway::fleet_replica(builder.build(), hub, approver, key),
         None => server::Gateway::with_approver(builder.build(), hub, approver),
     };
     gateway.set_clients(clients);
+    if let Some(ledger) = console {
+        ledger.attach(gateway.code_mode().store().clone());
+        gateway.set_console(ledger);
+    }
     if let Some(lease) = task_lease_ms {
         gateway.set_task_lease(lease);
     }

@@ -12,7 +12,7 @@
 pub use crate::gateway::Gateway;
 use crate::gateway::authorization;
 use crate::http::same_secret;
-pub use crate::http::{MIN_APPROVAL_TOKEN_LEN, allowed_hosts_and_origins, serve_http};
+pub use crate::http::{HttpOptions, MIN_APPROVAL_TOKEN_LEN, allowed_hosts_and_origins, serve_http, serve_http_with};
 use crate::tasks::APPROVAL_KEY;
 use codemode::surface::{EXEC, ModelTool, WAIT};
 use codemode::{CodeModeResult, RunContext, RunEvent, RunObserver};

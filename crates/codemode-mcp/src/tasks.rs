@@ -568,11 +568,19 @@ impl Gateway {
             if lost.is_cancelled() || cancel.is_cancelled() {
                 break;
             }
+            let ledger = self.console.get();
+            if let Some(l) = ledger {
+                l.begin(&ctx, "wait", &args).await;
+            }
+            let started = std::time::Instant::now();
             let mut result = tokio::select! {
                 r = self.cm.wait_json_observed(&ctx, &args, None) => r,
                 // Dropping the `wait` aborts the run and its nested calls.
                 () = cancel.cancelled() => break,
             };
+            if let Some(l) = ledger {
+                l.end(&ctx, "wait", &result, started.elapsed());
+            }
             if busy(&result) {
                 // A dead driver's checkout: its lease ends, then the run is free.
                 tokio::select! {

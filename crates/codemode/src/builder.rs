@@ -189,6 +189,15 @@ impl CodeModeBuilder {
         self
     }
 
+    /// Makes every nested call carry the line of the cell that made it, not only gated ones (see
+    /// `ApprovalPolicy::lines_for_every_call`): what an operator's console marks in a run's source.
+    /// Call after [`approvals`](Self::approvals) and [`config_file`](Self::config_file), which set
+    /// the policy whole.
+    pub fn call_lines(mut self, every_call: bool) -> Self {
+        self.approvals.lines_for_every_call = every_call;
+        self
+    }
+
     /// Asks `approver` about every gated call (from the [`approvals`](Self::approvals) policy or a
     /// hook's [`ToolHook::requires_approval`]); when it has no answer (`None`, or none within
     /// `approvals.timeoutMs`) the call parks.

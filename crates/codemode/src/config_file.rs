@@ -38,7 +38,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Keys accepted at the top level.
-pub const TOP_LEVEL_KEYS: [&str; 9] = [
+pub const TOP_LEVEL_KEYS: [&str; 10] = [
     "tools",
     "agents",
     "mcpServers",
@@ -48,6 +48,7 @@ pub const TOP_LEVEL_KEYS: [&str; 9] = [
     "observeResultTypes",
     "clients",
     "runSigning",
+    "console",
 ];
 /// Keys accepted under `runSigning`.
 pub const RUN_SIGNING_KEYS: [&str; 3] = ["keyEnv", "previousKeysEnv", "acceptUnsignedUntil"];
@@ -269,6 +270,9 @@ pub struct ConfigFile {
     /// `clients`, unparsed (an object; `codemode-mcp` reads it: which MCP client's runs are for
     /// which agent).
     pub clients: Option<Value>,
+    /// `console`, unparsed (an object; `codemode-mcp` reads it: the operators of the console that
+    /// `codemode serve --console` serves).
+    pub console: Option<Value>,
     /// Top-level keys that belong to another program (ignored), in file order.
     pub ignored_keys: Vec<String>,
     /// `snapshotStore`: where suspended runs are kept (`None`: the command's default).
@@ -363,6 +367,10 @@ impl ConfigFile {
         if let Some(clients) = root.get("clients") {
             expect_object(clients, "clients")?;
             out.clients = Some(clients.clone());
+        }
+        if let Some(console) = root.get("console").filter(|v| !v.is_null()) {
+            expect_object(console, "console")?;
+            out.console = Some(console.clone());
         }
         if let Some(ns) = root.get("namespaces") {
             codemode_namespaces::declarative::from_config(ns, "namespaces")?;

@@ -546,6 +546,12 @@ impl CodeMode {
         Ok(())
     }
 
+    /// The result types learned so far from tools without an output schema (see
+    /// `observeResultTypes`), by catalog id, rendered as TypeScript.
+    pub fn learned_result_types(&self) -> std::collections::BTreeMap<String, String> {
+        self.inner.observed_types()
+    }
+
     /// Aborts a run (contract §6 `aborted`): its snapshot is deleted and its nested calls stop. Returns
     /// whether there was anything to abort.
     pub async fn abort(&self, run_id: &RunId) -> bool {

@@ -214,7 +214,7 @@ fn every_nested_outcome_is_an_entry() {
     assert!(seen.iter().all(|r| match r {
         TraceRecord::Control(c) => c.tool_call_id.as_deref() == Some("c1"),
         TraceRecord::Nested(e) => e.parent_tool_call_id.as_deref() == Some("c1"),
-        TraceRecord::Lifecycle(_) => false,
+        TraceRecord::Lifecycle(_) | TraceRecord::Decision(_) => false,
     }));
     assert_eq!(nested(&seen).len(), 6);
 

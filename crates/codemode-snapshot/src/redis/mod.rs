@@ -19,8 +19,8 @@
 //! | `P task:<taskId>` | hash | a run served as an MCP task: `state` and `rec` (`<hex tag>\n<record JSON>`, signed like a decision), expiring with the record |
 //! | `P tasks` | set | the ids of unfinished tasks (swept for tasks whose driver died; an id whose record expired leaves it at the next sweep) |
 //! | `P taskdriver:<taskId>` | hash | `holder` (the process driving the task) and `until` (when its claim ends, Unix ms; renewed every third of the lease) |
-//! | `P console:run:<runId>`, `P console:replica:<replicaId>` | string | the operator console's records (a run's journal, a replica's report): `<expiry ms>\n<JSON>`, expiring by themselves (`PX`) |
-//! | `P console:run`, `P console:replica` | sorted set | the console records' keys scored by when they were last written, at most 2,000 runs and 256 replicas (the oldest go) |
+//! | `P console:run:<runId>`, `P console:journal:<runId>`, `P console:replica:<replicaId>` | string | the operator console's records (a run's summary and journal, a replica's report): `<expiry ms>\n<JSON>`, expiring by themselves (`PX`) |
+//! | `P console:run`, `P console:journal`, `P console:replica` | sorted set | the console records' keys scored by when they were last written, at most 2,000 runs and 256 replicas (the oldest go) |
 //! | `P shared:observed` | string | the result types the fleet learned from observed results (JSON: tool id → shape and count) |
 //!
 //! Keys of a run expire (`PEXPIRE`) at the run's expiry plus a grace, so Redis cleans up runs no

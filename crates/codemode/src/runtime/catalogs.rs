@@ -33,7 +33,9 @@ impl RunCatalog {
             None => (Default::default(), 0),
         };
         let mut boot = codemode_catalog::mcp_api::boot_data_with(&catalog, limits.max_json_depth, &docs);
-        if !approvals.is_off() {
+        if approvals.lines_for_every_call {
+            boot.gated = catalog.tools().iter().map(|t| t.id.to_string()).collect();
+        } else if !approvals.is_off() {
             boot.gated = catalog
                 .tools()
                 .iter()

@@ -224,6 +224,11 @@ impl Run {
             input: input.map(|v| t.redaction.value(v)),
             result: result.map(|v| t.redaction.value(v)),
             error: error.map(|e| t.redaction.message(e)),
+            line: self
+                .pending
+                .get(&request_id)
+                .and_then(|p| p.request.call_line())
+                .map(|l| self.positions.map(l, None).0),
         });
         if let Some(sink) = &t.sink {
             sink.on_event(RunEvent::Trace(Box::new(record.clone())));
