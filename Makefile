@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-instructions fmt fuzz python node bench-python bench-node
+.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-console bench-instructions fmt fuzz python node bench-python bench-node
 
 setup:
 	./scripts/setup.sh
@@ -74,6 +74,12 @@ bench-peers: setup
 bench-serve: setup
 	$(CARGO) build --locked --release -p codemode-cli --bin codemode
 	.venv/bin/python tests/e2e/load.py $${CARGO_TARGET_DIR:-target}/release/codemode
+
+## The operator console's cost on serving: each row with the console off, then on with one
+## live-update (SSE) client reading every tick (release build).
+bench-console: setup
+	$(CARGO) build --locked --release -p codemode-cli --bin codemode
+	.venv/bin/python tests/e2e/load.py $${CARGO_TARGET_DIR:-target}/release/codemode --sessions 1,8 --seconds 10 --console both
 
 ## Instructions per nested call under callgrind (needs valgrind): comparable across runs where times are not.
 bench-instructions: setup

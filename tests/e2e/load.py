@@ -1,7 +1,8 @@
 """Load test of `codemode serve --http`: N concurrent MCP sessions running trivial cells (issue "speed").
 
-Usage: load.py CODEMODE_BIN [--sessions 1,2,8,64] [--seconds 5] [--procs P] [--json]
-       (run by `make bench-serve`, after scripts/setup.sh; numbers are printed, never asserted)
+Usage: load.py CODEMODE_BIN [--sessions 1,2,8,64] [--seconds 5] [--procs P] [--console off|on|both] [--json]
+       (run by `make bench-serve` and `make bench-console`, after scripts/setup.sh; numbers are
+       printed, never asserted)
 
 For each N of --sessions:
   1. start one `codemode serve --http 127.0.0.1:0 --demo-tools` (a fresh process per N: the demo
@@ -13,6 +14,11 @@ Reported per N: completed cells per second (all sessions together), p50 and p99 
 `exec` call in ms (as the client sees it, HTTP included), errors (an exception, `isError`, a status
 other than `completed` or a value other than 2), and the server's CPU use over the window (100% = one
 core). The clients share the machine with the server: read the numbers as the whole system's.
+
+--console on: the server also serves the operator console (`--console`); the load logs in as the
+`local` operator (its token is read from stderr) and keeps one live-update client connected to
+`/console/api/events` for the whole window, reading every tick. `both` measures each N with the
+console off, then on, and prints the ratio (the console's cost on serving).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import subprocess
 import sys
 import threading
 import time
+import re
+import urllib.request
 from contextlib import AsyncExitStack
 
 from mcp import ClientSession
@@ -45,9 +53,9 @@ CALL_TIMEOUT_S = 30.0
 class Server:
     """`codemode serve --http 127.0.0.1:0 --demo-tools`; its stderr is drained so logging never blocks it."""
 
-    def __init__(self, bin_path: str):
+    def __init__(self, bin_path: str, console: bool = False):
         self.proc = subprocess.Popen(
-            [bin_path, "serve", "--demo-tools", "--http", "127.0.0.1:0"],
+            [bin_path, "serve", "--demo-tools", "--http", "127.0.0.1:0", *(["--console"] if console else [])],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -58,7 +66,42 @@ class Server:
         if not self.url:
             self.proc.kill()
             raise SystemExit("codemode serve --http did not report its address")
+        self.ticks = 0
+        if console:
+            token = None
+            for line in self.proc.stderr:
+                m = re.search(r'operator "local", token (\w+)', line)
+                if m:
+                    token = m.group(1)
+                    break
+            if not token:
+                self.proc.kill()
+                raise SystemExit("codemode serve --console did not print the local operator's token")
+            self.listen(token)
         threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+
+    def listen(self, token: str) -> None:
+        """Logs in as `local` and keeps one live-update (SSE) client reading ticks in a thread."""
+        base = self.url.rsplit("/mcp", 1)[0]
+        login = urllib.request.Request(
+            base + "/console/api/login",
+            data=json.dumps({"name": "local", "token": token}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(login, timeout=10) as r:
+            cookie = r.headers["Set-Cookie"].split(";", 1)[0]
+        events = urllib.request.Request(base + "/console/api/events", headers={"Cookie": cookie})
+        stream = urllib.request.urlopen(events, timeout=60)
+
+        def read() -> None:
+            try:
+                for line in stream:
+                    if line.startswith(b"event: tick"):
+                        self.ticks += 1
+            except OSError:
+                pass
+
+        threading.Thread(target=read, daemon=True).start()
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time of the server so far (Linux /proc), or None."""
@@ -135,8 +178,8 @@ def percentile(sorted_ms: list[float], q: float) -> float | None:
     return sorted_ms[round((len(sorted_ms) - 1) * q)]
 
 
-def measure(bin_path: str, n: int, seconds: float, procs: int) -> dict:
-    server = Server(bin_path)
+def measure(bin_path: str, n: int, seconds: float, procs: int, console: bool = False) -> dict:
+    server = Server(bin_path, console)
     ctx = mp.get_context("spawn")
     ready, go, results = ctx.Queue(), ctx.Event(), ctx.Queue()
     shares = [n // procs + (1 if i < n % procs else 0) for i in range(min(n, procs))]
@@ -163,6 +206,8 @@ def measure(bin_path: str, n: int, seconds: float, procs: int) -> dict:
     cpu = None if cpu0 is None or cpu1 is None else round(100 * (cpu1 - cpu0) / (wall1 - wall0), 1)
     rnd = lambda x: None if x is None else round(x, 2)  # noqa: E731
     return {
+        "console": console,
+        "ticks": server.ticks,
         "sessions": n,
         "client_procs": len(workers),
         "seconds": round(elapsed, 3),
@@ -183,26 +228,38 @@ def main() -> None:
     ap.add_argument("--sessions", default="1,2,8,64", help="comma-separated session counts (default 1,2,8,64)")
     ap.add_argument("--seconds", type=float, default=5.0, help="measured window per N (default 5)")
     ap.add_argument("--procs", type=int, default=os.cpu_count() or 1, help="client worker processes (default: CPUs)")
+    ap.add_argument("--console", choices=("off", "on", "both"), default="off",
+                    help="serve the operator console with one live-update client (default off)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
     counts = [int(x) for x in args.sessions.split(",") if x.strip()]
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.console]
 
     rows = []
     for n in counts:
-        print(f"[load] {n} session(s), {args.seconds:g} s", file=sys.stderr)
-        rows.append(measure(args.bin, n, args.seconds, max(1, args.procs)))
+        for console in modes:
+            label = " (console on, 1 live client)" if console else ""
+            print(f"[load] {n} session(s), {args.seconds:g} s{label}", file=sys.stderr)
+            rows.append(measure(args.bin, n, args.seconds, max(1, args.procs), console))
 
     if args.json:
         print(json.dumps({"cell": CELL["code"], "cpus": os.cpu_count(), "rows": rows}, indent=2))
         return
     print(f"codemode serve --http — `{CELL['code']}` back to back per session, {args.seconds:g} s per row, "
           f"{os.cpu_count()} CPUs shared by server and clients")
-    head = ("sessions", "cells/s", "p50 (ms)", "p99 (ms)", "errors", "server CPU %", "cells")
+    head = ("sessions", "console", "cells/s", "p50 (ms)", "p99 (ms)", "errors", "server CPU %", "cells", "ticks")
     print("".join(f"{h:>14}" for h in head))
     show = lambda x: "-" if x is None else x  # noqa: E731
     for r in rows:
-        cols = (r["sessions"], r["cells_per_s"], r["p50_ms"], r["p99_ms"], r["errors"], r["server_cpu_pct"], r["cells"])
+        cols = (r["sessions"], "on" if r["console"] else "off", r["cells_per_s"], r["p50_ms"], r["p99_ms"],
+                r["errors"], r["server_cpu_pct"], r["cells"], r["ticks"] if r["console"] else "-")
         print("".join(f"{show(c):>14}" for c in cols))
+    if len(modes) == 2:
+        for off, on in zip(rows[0::2], rows[1::2]):
+            if off["cells_per_s"]:
+                cost = 100 * (1 - on["cells_per_s"] / off["cells_per_s"])
+                print(f"console cost at {off['sessions']} session(s): {cost:+.1f}% cells/s "
+                      f"(p50 {off['p50_ms']} -> {on['p50_ms']} ms)")
     print("(server CPU far below 100% x CPUs means the clients, not the server, set the pace)")
     for r in rows:
         if r["first_error"]:

@@ -193,7 +193,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
             let console = console.map(|(setup, local)| {
                 let at = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
                 match local {
-                    Some(token) => eprintln!("codemode: console at http://{at}/console (operator \"local\", token {token})"),
+                    Some(token) => {
+                        eprintln!("codemode: console at http://{at}/console (operator \"local\", token {token})")
+                    }
                     None => eprintln!("codemode: console at http://{at}/console"),
                 }
                 setup

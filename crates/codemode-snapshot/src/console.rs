@@ -3,7 +3,7 @@
 //! a table in process memory (the memory store) and the checks every store applies.
 
 use codemode_core::store::{ConsoleKind, MAX_CONSOLE_RECORD_BYTES, StoreError, console_key_ok};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 /// Refuses a key or value no store keeps (see [`console_key_ok`], [`MAX_CONSOLE_RECORD_BYTES`]).
@@ -23,13 +23,44 @@ pub(crate) fn check_record(key: &str, value: &str) -> Result<(), StoreError> {
 struct Entry {
     value: String,
     updated_ms: u64,
+    seq: u64,
     expires_ms: u64,
+}
+
+/// The records of one kind, with an index by age (so the oldest goes in O(log n) at the cap).
+#[derive(Default)]
+struct Records {
+    entries: HashMap<String, Entry>,
+    by_age: BTreeSet<(u64, u64, String)>,
+    next_sweep_ms: u64,
+}
+
+impl Records {
+    fn remove(&mut self, key: &str) {
+        if let Some(e) = self.entries.remove(key) {
+            self.by_age.remove(&(e.updated_ms, e.seq, key.to_string()));
+        }
+    }
+
+    /// Drops expired records, at most once a second.
+    fn sweep(&mut self, now: u64) {
+        if now < self.next_sweep_ms {
+            return;
+        }
+        self.next_sweep_ms = now.saturating_add(1_000);
+        let expired: Vec<String> =
+            self.entries.iter().filter(|(_, e)| e.expires_ms <= now).map(|(k, _)| k.clone()).collect();
+        for k in expired {
+            self.remove(&k);
+        }
+    }
 }
 
 /// Console records in process memory, at most [`ConsoleKind::max_records`] of each kind.
 #[derive(Default)]
 pub(crate) struct ConsoleTable {
-    entries: Mutex<HashMap<(ConsoleKind, String), Entry>>,
+    kinds: Mutex<HashMap<ConsoleKind, Records>>,
+    seq: std::sync::atomic::AtomicU64,
 }
 
 impl ConsoleTable {
@@ -42,36 +73,37 @@ impl ConsoleTable {
         now: u64,
     ) -> Result<(), StoreError> {
         check_record(key, value)?;
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.retain(|_, e| e.expires_ms > now);
-        let entry = Entry { value: value.to_string(), updated_ms: now, expires_ms: now.saturating_add(ttl_ms) };
-        entries.insert((kind, key.to_string()), entry);
-        let of_kind = entries.keys().filter(|(k, _)| *k == kind).count();
-        if of_kind > kind.max_records() {
-            // The least recently updated records of the kind go first.
-            let mut keys: Vec<(u64, String)> = entries
-                .iter()
-                .filter(|((k, _), _)| *k == kind)
-                .map(|((_, key), e)| (e.updated_ms, key.clone()))
-                .collect();
-            keys.sort();
-            for (_, key) in keys.into_iter().take(of_kind - kind.max_records()) {
-                entries.remove(&(kind, key));
-            }
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        let records = kinds.entry(kind).or_default();
+        records.sweep(now);
+        records.remove(key);
+        let entry = Entry { value: value.to_string(), updated_ms: now, seq, expires_ms: now.saturating_add(ttl_ms) };
+        records.entries.insert(key.to_string(), entry);
+        records.by_age.insert((now, seq, key.to_string()));
+        // Past the cap, the least recently updated records of the kind go first.
+        while records.entries.len() > kind.max_records() {
+            let Some((_, _, oldest)) = records.by_age.pop_first() else { break };
+            records.entries.remove(&oldest);
         }
         Ok(())
     }
 
     pub(crate) fn get(&self, kind: ConsoleKind, key: &str, now: u64) -> Option<String> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.get(&(kind, key.to_string())).filter(|e| e.expires_ms > now).map(|e| e.value.clone())
+        let kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        kinds.get(&kind)?.entries.get(key).filter(|e| e.expires_ms > now).map(|e| e.value.clone())
     }
 
     pub(crate) fn list(&self, kind: ConsoleKind, limit: usize, now: u64) -> Vec<String> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let mut live: Vec<(&(ConsoleKind, String), &Entry)> =
-            entries.iter().filter(|((k, _), e)| *k == kind && e.expires_ms > now).collect();
-        live.sort_by(|a, b| b.1.updated_ms.cmp(&a.1.updated_ms).then_with(|| a.0.1.cmp(&b.0.1)));
-        live.into_iter().take(limit).map(|(_, e)| e.value.clone()).collect()
+        let kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(records) = kinds.get(&kind) else { return Vec::new() };
+        records
+            .by_age
+            .iter()
+            .rev()
+            .filter_map(|(_, _, k)| records.entries.get(k).filter(|e| e.expires_ms > now))
+            .take(limit)
+            .map(|e| e.value.clone())
+            .collect()
     }
 }

@@ -110,14 +110,19 @@ impl ConsoleConfig {
         if let Some(ttl) = obj.get("sessionTtlSeconds") {
             let (lo, hi) = SESSION_TTL_SECONDS;
             let secs = ttl.as_u64().filter(|s| (lo..=hi).contains(s)).ok_or_else(|| {
-                ConfigError::new("console.sessionTtlSeconds", format!("expected a whole number of seconds, {lo}..={hi}"))
+                ConfigError::new(
+                    "console.sessionTtlSeconds",
+                    format!("expected a whole number of seconds, {lo}..={hi}"),
+                )
             })?;
             out.session_ttl_ms = secs * 1_000;
         }
         let list = match obj.get("operators") {
             None | Some(Value::Null) => return Ok(out),
             Some(Value::Array(list)) => list,
-            Some(_) => return Err(ConfigError::new("console.operators", "expected a list of {name, token | tokenEnv}")),
+            Some(_) => {
+                return Err(ConfigError::new("console.operators", "expected a list of {name, token | tokenEnv}"));
+            }
         };
         for (i, op) in list.iter().enumerate() {
             let path = format!("console.operators[{i}]");
@@ -144,7 +149,10 @@ impl ConsoleConfig {
                         .as_str()
                         .ok_or_else(|| ConfigError::new(format!("{path}.tokenEnv"), "expected a variable name"))?;
                     env(var).filter(|t| !t.is_empty()).ok_or_else(|| {
-                        ConfigError::new(format!("{path}.tokenEnv"), format!("the environment variable {var} is not set"))
+                        ConfigError::new(
+                            format!("{path}.tokenEnv"),
+                            format!("the environment variable {var} is not set"),
+                        )
                     })?
                 }
                 _ => return Err(ConfigError::new(&path, "give exactly one of `token` and `tokenEnv`")),
@@ -206,7 +214,8 @@ impl Limiter {
         self.all.retain(|&t| t > cut);
         let mine = self.by_client.entry(client).or_default();
         mine.retain(|&t| t > cut);
-        let wait = |oldest: Option<&u64>| oldest.map(|t| (t + LOGIN_WINDOW_MS).saturating_sub(now).div_ceil(1_000).max(1));
+        let wait =
+            |oldest: Option<&u64>| oldest.map(|t| (t + LOGIN_WINDOW_MS).saturating_sub(now).div_ceil(1_000).max(1));
         if mine.len() >= MAX_FAILED_LOGINS_PER_CLIENT {
             return wait(mine.first());
         }
@@ -396,17 +405,27 @@ mod tests {
     fn config_errors_name_the_path() {
         let err = |v: Value| ConsoleConfig::from_config_with(Some(&v), &|_| None).unwrap_err().path;
         assert_eq!(err(json!({ "operators": [{ "name": "a", "token": "short" }] })), "console.operators[0].token");
-        assert_eq!(err(json!({ "operators": [{ "name": "<b>", "token": "0123456789abcdef" }] })), "console.operators[0].name");
+        assert_eq!(
+            err(json!({ "operators": [{ "name": "<b>", "token": "0123456789abcdef" }] })),
+            "console.operators[0].name"
+        );
         assert_eq!(err(json!({ "operators": [{ "name": "a", "tokenEnv": "NOPE" }] })), "console.operators[0].tokenEnv");
         assert_eq!(
-            err(json!({ "operators": [{ "name": "a", "token": "0123456789abcdef" }, { "name": "a", "token": "fedcba9876543210" }] })),
+            err(
+                json!({ "operators": [{ "name": "a", "token": "0123456789abcdef" }, { "name": "a", "token": "fedcba9876543210" }] })
+            ),
             "console.operators[1].name"
         );
         assert_eq!(
-            err(json!({ "operators": [{ "name": "a", "token": "0123456789abcdef" }, { "name": "b", "token": "0123456789abcdef" }] })),
+            err(
+                json!({ "operators": [{ "name": "a", "token": "0123456789abcdef" }, { "name": "b", "token": "0123456789abcdef" }] })
+            ),
             "console.operators[1].token"
         );
-        assert_eq!(err(json!({ "operators": [{ "name": "a", "token": "0123456789abcdef", "tokenEnv": "X" }] })), "console.operators[0]");
+        assert_eq!(
+            err(json!({ "operators": [{ "name": "a", "token": "0123456789abcdef", "tokenEnv": "X" }] })),
+            "console.operators[0]"
+        );
         assert_eq!(err(json!({ "sessionTtlSeconds": 5 })), "console.sessionTtlSeconds");
         assert_eq!(err(json!({ "operator": [] })), "console.operator");
     }

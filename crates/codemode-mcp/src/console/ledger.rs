@@ -202,7 +202,8 @@ impl Journal {
         }
         self.records.push(record);
         self.record_bytes += size;
-        while self.records.len() > MAX_JOURNAL_RECORDS || (self.record_bytes > MAX_JOURNAL_BYTES && self.records.len() > 1)
+        while self.records.len() > MAX_JOURNAL_RECORDS
+            || (self.record_bytes > MAX_JOURNAL_BYTES && self.records.len() > 1)
         {
             let old = self.records.remove(0);
             self.record_bytes =
@@ -293,7 +294,9 @@ pub fn quantile(buckets: &[u64], q: f64) -> Option<f64> {
     for (i, n) in buckets.iter().enumerate() {
         seen += n;
         if seen >= want {
-            return Some(LATENCY_BUCKETS_MS.get(i).copied().unwrap_or(LATENCY_BUCKETS_MS[LATENCY_BUCKETS_MS.len() - 1]));
+            return Some(
+                LATENCY_BUCKETS_MS.get(i).copied().unwrap_or(LATENCY_BUCKETS_MS[LATENCY_BUCKETS_MS.len() - 1]),
+            );
         }
     }
     None
@@ -340,6 +343,8 @@ pub struct Ledger {
     wake: tokio::sync::Notify,
     /// Last store write latency, in microseconds.
     store_latency_us: AtomicU64,
+    /// Journal ids given so far to cells that never showed a run id (see [`Ledger::end`]).
+    own_ids: AtomicU64,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -363,6 +368,7 @@ impl Ledger {
             audit: audit.map(OnceLock::from).unwrap_or_default(),
             wake: tokio::sync::Notify::new(),
             store_latency_us: AtomicU64::new(0),
+            own_ids: AtomicU64::new(0),
         })
     }
 
@@ -440,6 +446,7 @@ impl Ledger {
         }
         if let Some(id) = &run_id
             && let Some(j) = st.journals.get_mut(id)
+            && !settled(&j.summary.status)
         {
             j.summary.status = "running".into();
             j.summary.replica = self.replica.clone();
@@ -474,11 +481,27 @@ impl Ledger {
             CodeModeResult::Waiting { run_id, .. } => Some(run_id.clone()),
             _ => note.run_id.clone(),
         };
-        let Some(run_id) = run_id else { return };
-        let journal = st
-            .journals
-            .entry(run_id.clone())
-            .or_insert_with(|| Journal::new(&run_id, note.scope.clone(), &self.replica, &note.code, &note.language, now_ms()));
+        // A cell that settled within its `exec` without a nested call never showed its run id to
+        // anyone (no record or result carries it): its journal gets an id of its own.
+        let run_id = match run_id {
+            Some(id) => id,
+            None if tool == "exec" => {
+                let n = self.own_ids.fetch_add(1, Ordering::Relaxed);
+                format!("cm_{}{n:024x}", &self.replica[2..])
+            }
+            None => return,
+        };
+        // A `wait` on a run that already settled (completed, failed, aborted, expired) is refused
+        // by the runtime: that refusal is the caller's, not the run's.
+        if tool == "wait" && st.journals.get(&run_id).is_some_and(|j| settled(&j.summary.status)) {
+            return;
+        }
+        if !st.journals.contains_key(&run_id) {
+            evict(&mut st);
+        }
+        let journal = st.journals.entry(run_id.clone()).or_insert_with(|| {
+            Journal::new(&run_id, note.scope.clone(), &self.replica, &note.code, &note.language, now_ms())
+        });
         let now = now_ms();
         journal.summary.updated_at_ms = now;
         match result {
@@ -653,19 +676,31 @@ impl Ledger {
     }
 }
 
-/// Makes room for one more journal: settled runs go first, then the least recently updated.
+/// Whether a status is final.
+fn settled(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "aborted" | "expired")
+}
+
+/// Makes room for more journals when the table is full: an eighth of it goes at once (settled
+/// runs first, then the least recently updated), so a stream of runs pays one sort per
+/// [`MAX_LIVE_JOURNALS`]` / 8` of them. Journals changed since the last flush go last (one that
+/// goes anyway keeps, in the store, what its last flush wrote).
 fn evict(st: &mut State) {
     if st.journals.len() < MAX_LIVE_JOURNALS {
         return;
     }
-    let victim = st
+    let mut order: Vec<(bool, bool, u64, String)> = st
         .journals
         .values()
-        .min_by_key(|j| (j.summary.status == "running", j.summary.updated_at_ms))
-        .map(|j| j.summary.run_id.clone());
-    if let Some(v) = victim {
-        st.journals.remove(&v);
-        st.dirty.remove(&v);
+        .map(|j| {
+            let id = &j.summary.run_id;
+            (j.summary.status == "running", st.dirty.contains(id), j.summary.updated_at_ms, id.clone())
+        })
+        .collect();
+    order.sort();
+    for (_, _, _, id) in order.into_iter().take(MAX_LIVE_JOURNALS / 8) {
+        st.journals.remove(&id);
+        st.dirty.remove(&id);
     }
 }
 

@@ -196,7 +196,9 @@ impl Console {
     async fn summaries(&self) -> Vec<RunSummary> {
         let mut by_id: HashMap<String, RunSummary> = HashMap::new();
         if let Some(store) = self.ledger.store() {
-            for text in store.console_records(ConsoleKind::Run, ConsoleKind::Run.max_records()).await.unwrap_or_default() {
+            for text in
+                store.console_records(ConsoleKind::Run, ConsoleKind::Run.max_records()).await.unwrap_or_default()
+            {
                 if let Ok(s) = serde_json::from_str::<RunSummary>(&text) {
                     by_id.insert(s.run_id.clone(), s);
                 }
@@ -733,6 +735,20 @@ async fn approvals(State(console): State<Arc<Console>>, headers: HeaderMap) -> R
     let now = now_ms();
     let mut queue = Vec::new();
     for run in console.suspended().await {
+        if !run.calls.iter().any(|c| c.awaiting_approval) {
+            continue;
+        }
+        // Decisions recorded and not applied yet (the run's next `wait` applies them).
+        let mut decided: HashMap<u64, String> = HashMap::new();
+        if let Some(j) = console.ledger.journal(run.run_id.as_str()).await {
+            for r in &j.records {
+                if let TraceRecord::Decision(d) = r
+                    && d.decision != "abort"
+                {
+                    decided.insert(d.request_id, format!("{} ({})", d.by, d.decision));
+                }
+            }
+        }
         for c in run.calls.iter().filter(|c| c.awaiting_approval) {
             let asked = console.gateway.approver.as_ref().and_then(|a| a.unasked(run.run_id.as_str(), c.request_id));
             queue.push(json!({
@@ -746,6 +762,7 @@ async fn approvals(State(console): State<Arc<Console>>, headers: HeaderMap) -> R
                 "scope": scope_label(&run.scope),
                 "parkedAtMs": c.issued_at_ms,
                 "waitingMs": now.saturating_sub(c.issued_at_ms),
+                "decidedBy": decided.get(&c.request_id),
             }));
         }
     }

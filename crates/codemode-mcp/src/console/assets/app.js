@@ -847,6 +847,11 @@
         card.appendChild(el('p', 'error', 'malformed run or request id: this call cannot be decided here'));
         return card;
       }
+      // Decided, not applied yet: the run's next `wait` runs or refuses the call.
+      if (a.decidedBy !== undefined && a.decidedBy !== null) {
+        card.appendChild(el('p', 'decided-by', 'decided: ' + str(a.decidedBy) + ' — applied at the run\'s next wait'));
+        return card;
+      }
       const reason = el('input', 'deny-reason');
       reason.type = 'text';
       reason.placeholder = 'reason (sent with a denial)';
