@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-console bench-instructions fmt fuzz python node bench-python bench-node
+.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-console console-screenshots bench-instructions fmt fuzz python node bench-python bench-node
 
 setup:
 	./scripts/setup.sh
@@ -74,6 +74,10 @@ bench-peers: setup
 bench-serve: setup
 	$(CARGO) build --locked --release -p codemode-cli --bin codemode
 	.venv/bin/python tests/e2e/load.py $${CARGO_TARGET_DIR:-target}/release/codemode
+
+## The book's screenshots of the operator console, taken by its browser test (docs/src/console/).
+console-screenshots: setup
+	CODEMODE_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/src/console $(CARGO) test --locked --workspace --test serve -- operator_console_in_a_real_browser
 
 ## The operator console's cost on serving: each row with the console off, then on with one
 ## live-update (SSE) client reading every tick (release build).

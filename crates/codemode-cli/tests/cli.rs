@@ -93,6 +93,42 @@ fn usage_and_config_errors_exit_2() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `serve --console` refuses what would expose it (the book's "The operator console"): a
+/// non-loopback address without operators, no `--http`, a bad `console` section (named by path).
+#[test]
+fn the_console_refuses_to_start_unprotected() {
+    let dir = tempdir("console-refusals");
+    let plain = write(&dir, "plain.json5", "{ tools: { codeMode: true } }");
+    let out = bin().args(["serve", "--console", "--http", "0.0.0.0:0", "--config"]).arg(&plain).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("non-loopback") && err.contains("console.operators"), "{err}");
+    let out = bin().args(["serve", "--console", "--config"]).arg(&plain).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "--console needs --http");
+    let short = write(
+        &dir,
+        "short.json5",
+        "{ tools: { codeMode: true }, console: { operators: [{ name: 'ana', token: 'short' }] } }",
+    );
+    let out = bin().args(["serve", "--console", "--http", "127.0.0.1:0", "--config"]).arg(&short).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("console.operators[0].token"), "{err}");
+    let unset = write(
+        &dir,
+        "unset.json5",
+        "{ tools: { codeMode: true }, console: { operators: [{ name: 'bo', tokenEnv: 'CODEMODE_TEST_UNSET_OPERATOR' }] } }",
+    );
+    let out = bin()
+        .args(["serve", "--console", "--http", "127.0.0.1:0", "--config"])
+        .arg(&unset)
+        .env_remove("CODEMODE_TEST_UNSET_OPERATOR")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CODEMODE_TEST_UNSET_OPERATOR"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn exec_then_wait(dir: &Path, config: &Path, code: &str) -> (Value, Value) {
     let snaps = dir.join("runs");
     let out = run_stdin(

@@ -444,8 +444,8 @@ fn code_mode_disabled_serves_the_upstream_tools_over_streamable_http() {
 /// (`tests/e2e/console_server.js`) get killed, show `failed` and come back, and checks that hostile
 /// strings (markup, `javascript:` URLs, bidi and control characters, a tool named like markup) are
 /// shown as text only; over plain HTTP, the console's headers (CSP), cookie flags, CSRF, `Host` and
-/// `Origin` checks and login rate limit. It writes the documentation's screenshots to
-/// `docs/src/console`.
+/// `Origin` checks and login rate limit. Its screenshots go to a temporary directory, or with
+/// `CODEMODE_CONSOLE_SCREENSHOTS=DIR` to DIR (`make console-screenshots` renews the book's).
 #[test]
 fn operator_console_in_a_real_browser() {
     let node = which("node");
@@ -453,11 +453,13 @@ fn operator_console_in_a_real_browser() {
     peer("tests/e2e/node_modules/playwright-core/package.json");
     peer("tests/e2e/node_modules/@modelcontextprotocol/sdk/package.json");
     let dir = tempdir("console");
+    let shots =
+        std::env::var_os("CODEMODE_CONSOLE_SCREENSHOTS").map(PathBuf::from).unwrap_or_else(|| dir.join("shots"));
     let out = Command::new(node)
         .arg(script)
         .arg(env!("CARGO_BIN_EXE_codemode"))
         .arg(&dir)
-        .arg(root().join("docs/src/console"))
+        .arg(&shots)
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();

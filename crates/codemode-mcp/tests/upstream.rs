@@ -267,6 +267,11 @@ async fn upstream_servers_are_restarted_with_backoff() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(gw.hub().statuses()[0].state, codemode_mcp::hub::ServerState::Connected, "{:?}", gw.hub().statuses());
+    // Its history says what happened, in order: the failed start, the recovery, the crash, the
+    // recovery (what the operator console shows as restarts with their reasons).
+    let events: Vec<&str> = gw.hub().statuses()[0].history.iter().map(|e| e.event).collect();
+    assert_eq!(events, ["failed", "connected", "failed", "connected"], "{:?}", gw.hub().statuses());
+    assert!(gw.hub().statuses()[0].history.iter().all(|e| e.event == "connected" || e.reason.is_some()));
     gw.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -110,6 +110,9 @@ pub struct RunSummary {
     pub parked: u32,
     /// The first line of its source (at most 120 characters).
     pub source_preview: String,
+    /// It is served as an MCP task (the gateway resumes it; see the book's "Runs as MCP tasks").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub task: bool,
 }
 
 /// A run's failure, as the journal keeps it.
@@ -176,6 +179,7 @@ impl Journal {
                 calls: 0,
                 parked: 0,
                 source_preview: preview,
+                task: false,
             },
             language: language.to_string(),
             source,
@@ -189,7 +193,7 @@ impl Journal {
     }
 
     fn push(&mut self, record: TraceRecord) {
-        let size = serde_json::to_string(&record).map(|s| s.len()).unwrap_or(0);
+        let size = record_size(&record);
         if let TraceRecord::Nested(e) = &record {
             if !self.summary.tools.iter().any(|t| *t == e.tool_id) && self.summary.tools.len() < 64 {
                 self.summary.tools.push(e.tool_id.clone());
@@ -206,8 +210,7 @@ impl Journal {
             || (self.record_bytes > MAX_JOURNAL_BYTES && self.records.len() > 1)
         {
             let old = self.records.remove(0);
-            self.record_bytes =
-                self.record_bytes.saturating_sub(serde_json::to_string(&old).map(|s| s.len()).unwrap_or(0));
+            self.record_bytes = self.record_bytes.saturating_sub(record_size(&old));
             self.truncated = true;
         }
         self.summary.parked = self.parked_now().len() as u32;
@@ -222,6 +225,18 @@ impl Journal {
             }
         }
         last.into_iter().filter(|(_, o)| *o == CallOutcome::Parked).map(|(id, _)| id).collect()
+    }
+}
+
+/// Bytes a record counts for against [`MAX_JOURNAL_BYTES`]: a nested entry's JSON (it carries
+/// inputs and results, up to 2 KiB each after redaction); every other record, whose fields are ids,
+/// times and short words, a fixed 256 (not serialized on the guest thread to be measured).
+fn record_size(record: &TraceRecord) -> usize {
+    match record {
+        TraceRecord::Nested(e) if e.input.is_some() || e.result.is_some() || e.error.is_some() => {
+            serde_json::to_string(record).map_or(256, |s| s.len())
+        }
+        _ => 256,
     }
 }
 
@@ -345,6 +360,8 @@ pub struct Ledger {
     store_latency_us: AtomicU64,
     /// Journal ids given so far to cells that never showed a run id (see [`Ledger::end`]).
     own_ids: AtomicU64,
+    /// How results and errors are redacted in journals (the trajectory's default policy).
+    redaction: codemode::trajectory::Redaction,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -369,6 +386,7 @@ impl Ledger {
             wake: tokio::sync::Notify::new(),
             store_latency_us: AtomicU64::new(0),
             own_ids: AtomicU64::new(0),
+            redaction: codemode::trajectory::Redaction::default(),
         })
     }
 
@@ -433,10 +451,8 @@ impl Ledger {
         let run_id = args.get("runId").and_then(Value::as_str).map(str::to_string);
         if tool == "wait"
             && let Some(id) = &run_id
-            && !self.state().journals.contains_key(id)
-            && let Some(journal) = self.journal(id).await
         {
-            self.keep(journal);
+            self.refresh(id).await;
         }
         let code = args.get("code").or_else(|| args.get("command")).and_then(Value::as_str).unwrap_or("");
         let language = args.get("language").and_then(Value::as_str).unwrap_or("javascript");
@@ -451,6 +467,7 @@ impl Ledger {
             j.summary.status = "running".into();
             j.summary.replica = self.replica.clone();
             j.summary.updated_at_ms = now_ms();
+            j.summary.task |= call.starts_with("task:");
         }
         let note = CallNote {
             scope: ctx.scope.clone(),
@@ -507,7 +524,9 @@ impl Ledger {
         match result {
             CodeModeResult::Completed { value, output, .. } => {
                 journal.summary.status = "completed".into();
-                journal.result = Some(json!({ "value": value, "output": output }));
+                // Under the trajectory's redaction: secret-looking keys and environment values
+                // masked, each value cut to 2 KiB (the journal stays within a console record).
+                journal.result = Some(self.redaction.value(&json!({ "value": value, "output": output })));
             }
             CodeModeResult::Waiting { pending_tool_calls, .. } => {
                 let parked = pending_tool_calls.iter().any(|p| p.kind == codemode::PendingCallKind::Approval);
@@ -515,7 +534,8 @@ impl Ledger {
             }
             CodeModeResult::Failed { error, code, .. } => {
                 journal.summary.status = "failed".into();
-                journal.error = Some(RunError { code: code.map(|c| c.as_str().to_string()), message: error.clone() });
+                let message = self.redaction.message(error);
+                journal.error = Some(RunError { code: code.map(|c| c.as_str().to_string()), message });
             }
             _ => {}
         }
@@ -545,23 +565,59 @@ impl Ledger {
         self.wake.notify_one();
     }
 
-    /// Takes a run's journal: this process's copy when it has one (the freshest), else the store's.
+    /// A run's journal as it is now: the more recently updated of this process's copy and the
+    /// store's, with the records only the other has (two replicas may both have written to it: one
+    /// drove the run while an operator decided on the other). When this process keeps a copy, the
+    /// merge replaces it, and is written back if the store lacked some of it (so journals converge).
     pub async fn journal(&self, run_id: &str) -> Option<Journal> {
-        if let Some(j) = self.state().journals.get(run_id) {
-            return Some(j.clone());
-        }
-        let text = self.store()?.console_record(ConsoleKind::Journal, run_id).await.ok()??;
-        serde_json::from_str::<Journal>(&text).ok().filter(|j| j.summary.run_id == run_id)
+        self.merge(run_id, false).await
     }
 
-    /// Keeps `journal` (read from the store) in this process, unless it has one for that run.
-    pub(crate) fn keep(&self, mut journal: Journal) {
-        journal.record_bytes = journal.records.iter().map(|r| serde_json::to_string(r).map_or(0, |s| s.len())).sum();
+    /// [`Self::journal`], keeping the result in this process (a `wait`, a decision or an abort here
+    /// continues the journal another replica wrote).
+    pub async fn refresh(&self, run_id: &str) {
+        self.merge(run_id, true).await;
+    }
+
+    async fn merge(&self, run_id: &str, keep: bool) -> Option<Journal> {
+        let stored = match self.store() {
+            Some(store) => match store.console_record(ConsoleKind::Journal, run_id).await {
+                Ok(Some(text)) => serde_json::from_str::<Journal>(&text).ok().filter(|j| j.summary.run_id == run_id),
+                _ => None,
+            },
+            None => None,
+        };
         let mut st = self.state();
-        if !st.journals.contains_key(&journal.summary.run_id) {
-            evict(&mut st);
-            st.journals.insert(journal.summary.run_id.clone(), journal);
+        let local = st.journals.get(run_id);
+        let (merged, store_lacks) = match (local, stored) {
+            (None, None) => return None,
+            (None, Some(mut s)) => {
+                if !keep {
+                    return Some(s);
+                }
+                s.record_bytes = s.records.iter().map(record_size).sum();
+                evict(&mut st);
+                (s, false)
+            }
+            (Some(l), None) => return Some(l.clone()),
+            (Some(l), Some(s)) if s.summary.updated_at_ms > l.summary.updated_at_ms => {
+                let store_lacks = l.records.iter().any(|r| !s.records.contains(r));
+                (merged(s, l).0, store_lacks)
+            }
+            (Some(l), Some(s)) => {
+                let store_lacks = l.summary != s.summary || l.records.iter().any(|r| !s.records.contains(r));
+                (merged(l.clone(), &s).0, store_lacks)
+            }
+        };
+        st.journals.insert(run_id.to_string(), merged.clone());
+        if store_lacks {
+            st.dirty.insert(run_id.to_string());
         }
+        drop(st);
+        if store_lacks {
+            self.wake.notify_one();
+        }
+        Some(merged)
     }
 
     /// The runs this process is driving now.
@@ -673,6 +729,35 @@ impl Ledger {
         }
         j.push(record);
         st.dirty.insert(run_id);
+    }
+}
+
+/// `newer` with the records only `older` has, in time order (counts and parked calls recomputed);
+/// whether it gained any.
+fn merged(mut newer: Journal, older: &Journal) -> (Journal, bool) {
+    let extra: Vec<TraceRecord> = older.records.iter().filter(|r| !newer.records.contains(r)).cloned().collect();
+    if extra.is_empty() {
+        newer.record_bytes = newer.records.iter().map(record_size).sum();
+        return (newer, false);
+    }
+    let mut records = std::mem::take(&mut newer.records);
+    records.extend(extra);
+    records.sort_by_key(record_at);
+    newer.record_bytes = 0;
+    newer.summary.calls = 0;
+    for r in records {
+        newer.push(r);
+    }
+    (newer, true)
+}
+
+/// When a record happened (Unix milliseconds).
+fn record_at(record: &TraceRecord) -> u64 {
+    match record {
+        TraceRecord::Control(c) => c.at_ms,
+        TraceRecord::Nested(e) => e.at_ms,
+        TraceRecord::Lifecycle(l) => l.at_ms,
+        TraceRecord::Decision(d) => d.at_ms,
     }
 }
 

@@ -526,6 +526,7 @@ fn summary_of_listing(r: &RunListing) -> RunSummary {
         calls: r.calls.len() as u32,
         parked,
         source_preview: String::new(),
+        task: false,
     }
 }
 
@@ -712,7 +713,7 @@ async fn abort(
         return r;
     }
     let Some(run_id) = run_id_of(&run) else { return error(StatusCode::NOT_FOUND, "no such run") };
-    console.ledger.adopt(run_id.as_str()).await;
+    console.ledger.refresh(run_id.as_str()).await;
     if !console.gateway.code_mode().abort(&run_id).await {
         return error(StatusCode::NOT_FOUND, "code mode run is unavailable or expired.");
     }
@@ -795,7 +796,7 @@ async fn decide(
     let (Some(run_id), Ok(request_id)) = (run_id_of(&run), request.parse::<u64>()) else {
         return error(StatusCode::NOT_FOUND, "no such run or request");
     };
-    console.ledger.adopt(run_id.as_str()).await;
+    console.ledger.refresh(run_id.as_str()).await;
     match console.gateway.code_mode().decide(&run_id, request_id, decision.clone()).await {
         Ok(()) => {
             let (word, reason) = match &decision {
@@ -904,14 +905,4 @@ async fn events(State(console): State<Arc<Console>>, headers: HeaderMap) -> Resp
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
-}
-
-impl Ledger {
-    /// Loads a run's journal from the store into this process (a decision or an abort taken here
-    /// for a run another replica journaled is recorded in that journal).
-    pub async fn adopt(&self, run_id: &str) {
-        if let Some(j) = self.journal(run_id).await {
-            self.keep(j);
-        }
-    }
 }

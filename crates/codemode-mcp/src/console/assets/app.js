@@ -638,7 +638,7 @@
     if (typeof r.runId === 'string') tr.setAttribute('data-run-id', r.runId);
     const calls = fmtNum(r.calls) + ' calls' + (num(r.parked) ? ' · ' + r.parked + ' parked' : '');
     append(tr, [
-      td('status', 'Status', pill(r.status)),
+      td('status', 'Status', pill(r.status), r.task === true ? el('span', 'tag', 'task') : null),
       td('run', 'Run', runLink(r.runId)),
       td('scope', 'Scope', str(r.scope)),
       td('tools', 'Tools', toolList(r.tools)),
