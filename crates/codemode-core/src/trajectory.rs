@@ -422,6 +422,7 @@ mod tests {
                 input: None,
                 result: None,
                 error: None,
+                line: None,
             })
         };
         let records = vec![

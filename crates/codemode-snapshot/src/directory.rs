@@ -565,7 +565,7 @@ impl SnapshotStore for DirectorySnapshotStore {
         // Past the cap: the expired records, then the least recently updated, go.
         let mut records = self.read_console(kind);
         if records.len() > kind.max_records() {
-            records.sort_by(|a, b| a.1.updated_ms.cmp(&b.1.updated_ms));
+            records.sort_by_key(|r| r.1.updated_ms);
             let excess = records.len() - kind.max_records();
             for (path, _) in records.into_iter().take(excess) {
                 let _ = std::fs::remove_file(path);
@@ -588,7 +588,7 @@ impl SnapshotStore for DirectorySnapshotStore {
 
     async fn console_records(&self, kind: ConsoleKind, limit: usize) -> Result<Vec<String>, StoreError> {
         let mut records = self.read_console(kind);
-        records.sort_by(|a, b| b.1.updated_ms.cmp(&a.1.updated_ms));
+        records.sort_by_key(|r| std::cmp::Reverse(r.1.updated_ms));
         Ok(records.into_iter().take(limit).map(|(_, r)| r.value).collect())
     }
 

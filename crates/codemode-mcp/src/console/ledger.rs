@@ -195,7 +195,7 @@ impl Journal {
     fn push(&mut self, record: TraceRecord) {
         let size = record_size(&record);
         if let TraceRecord::Nested(e) = &record {
-            if !self.summary.tools.iter().any(|t| *t == e.tool_id) && self.summary.tools.len() < 64 {
+            if !self.summary.tools.contains(&e.tool_id) && self.summary.tools.len() < 64 {
                 self.summary.tools.push(e.tool_id.clone());
             }
             if matches!(e.outcome, CallOutcome::Issued | CallOutcome::Parked)

@@ -174,20 +174,20 @@ impl Console {
     }
 
     /// The session of a read request, or 401.
-    fn reader(&self, headers: &HeaderMap) -> Result<Session, Response> {
-        self.session_of(headers).ok_or_else(|| error(StatusCode::UNAUTHORIZED, "not logged in"))
+    fn reader(&self, headers: &HeaderMap) -> Result<Session, Box<Response>> {
+        self.session_of(headers).ok_or_else(|| Box::new(error(StatusCode::UNAUTHORIZED, "not logged in")))
     }
 
     /// The session of a state-changing request: logged in, a JSON body, the session's CSRF token.
-    fn writer(&self, headers: &HeaderMap) -> Result<Session, Response> {
+    fn writer(&self, headers: &HeaderMap) -> Result<Session, Box<Response>> {
         let session = self.reader(headers)?;
         if !is_json(headers) {
-            return Err(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected Content-Type: application/json"));
+            return Err(Box::new(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected Content-Type: application/json")));
         }
         let presented = headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).unwrap_or("");
         if !self.auth.csrf_ok(&session, presented) {
             tracing::warn!(operator = %session.operator, "console: a request without the session's CSRF token was refused");
-            return Err(error(StatusCode::FORBIDDEN, "missing or wrong CSRF token"));
+            return Err(Box::new(error(StatusCode::FORBIDDEN, "missing or wrong CSRF token")));
         }
         Ok(session)
     }
@@ -448,7 +448,7 @@ async fn login(
 async fn logout(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     let session = match console.writer(&headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     console.auth.logout(&session, now_ms());
     let mut r = StatusCode::NO_CONTENT.into_response();
@@ -462,13 +462,13 @@ async fn logout(State(console): State<Arc<Console>>, headers: HeaderMap) -> Resp
 async fn session(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     match console.reader(&headers) {
         Ok(s) => json_response(StatusCode::OK, &session_json(&console, &s)),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
 async fn overview(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     if let Err(r) = console.reader(&headers) {
-        return r;
+        return *r;
     }
     let summaries = console.summaries().await;
     let suspended = console.suspended().await;
@@ -532,7 +532,7 @@ fn summary_of_listing(r: &RunListing) -> RunSummary {
 
 async fn runs(State(console): State<Arc<Console>>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
     if let Err(r) = console.reader(&headers) {
-        return r;
+        return *r;
     }
     let q = query(&uri);
     let mut all = console.summaries().await;
@@ -631,7 +631,7 @@ fn run_id_of(text: &str) -> Option<codemode::RunId> {
 
 async fn run(State(console): State<Arc<Console>>, headers: HeaderMap, Path(run): Path<String>) -> Response {
     if let Err(r) = console.reader(&headers) {
-        return r;
+        return *r;
     }
     let Some(run_id) = run_id_of(&run) else { return error(StatusCode::NOT_FOUND, "no such run") };
     let journal = console.ledger.journal(run_id.as_str()).await;
@@ -692,11 +692,12 @@ impl RunListingPage {
     }
 }
 
-fn read_body(body: &Bytes) -> Result<Value, Response> {
+fn read_body(body: &Bytes) -> Result<Value, Box<Response>> {
     if body.len() > MAX_BODY_BYTES {
-        return Err(error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"));
+        return Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")));
     }
-    serde_json::from_slice(body).map_err(|e| error(StatusCode::BAD_REQUEST, &format!("expected a JSON body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, &format!("expected a JSON body: {e}"))))
 }
 
 async fn abort(
@@ -707,10 +708,10 @@ async fn abort(
 ) -> Response {
     let session = match console.writer(&headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if let Err(r) = read_body(&body) {
-        return r;
+        return *r;
     }
     let Some(run_id) = run_id_of(&run) else { return error(StatusCode::NOT_FOUND, "no such run") };
     console.ledger.refresh(run_id.as_str()).await;
@@ -731,7 +732,7 @@ async fn abort(
 
 async fn approvals(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     if let Err(r) = console.reader(&headers) {
-        return r;
+        return *r;
     }
     let now = now_ms();
     let mut queue = Vec::new();
@@ -778,11 +779,11 @@ async fn decide(
 ) -> Response {
     let session = match console.writer(&headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let value = match read_body(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let decision: codemode::ApprovalDecision = match serde_json::from_value(value) {
         Ok(d) => d,
@@ -823,7 +824,7 @@ async fn decide(
 
 async fn servers(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     if let Err(r) = console.reader(&headers) {
-        return r;
+        return *r;
     }
     let mut list = Vec::new();
     for (r, alive) in console.replicas().await {
@@ -842,7 +843,7 @@ async fn servers(State(console): State<Arc<Console>>, headers: HeaderMap) -> Res
 
 async fn fleet(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     if let Err(r) = console.reader(&headers) {
-        return r;
+        return *r;
     }
     let replicas = console.replicas().await;
     let (totals, buckets) = totals_of(&replicas);
@@ -887,7 +888,7 @@ async fn fleet(State(console): State<Arc<Console>>, headers: HeaderMap) -> Respo
 async fn events(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     let session = match console.reader(&headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     use axum::response::sse::{Event, KeepAlive, Sse};
     let rx = console.ticks.subscribe();
