@@ -633,3 +633,154 @@ pub(crate) async fn stores(samples: usize, as_json: bool, redis_url: &str) -> Re
     println!("bytes per parked run in Redis: {parked_bytes} (runs per GiB: {})", (1u64 << 30) / parked_bytes.max(1));
     Ok(ExitCode::SUCCESS)
 }
+
+/// A gateway over the demo catalog served on a loopback port, with the operator console or
+/// without, and its listener's address.
+async fn served_gateway(
+    console: bool,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<(std::sync::Arc<codemode_mcp::server::Gateway>, std::net::SocketAddr)> {
+    use codemode_mcp::console::{ConsoleSetup, auth, ledger};
+    let file = codemode::config_file::ConfigFile::parse("{ tools: { codeMode: { enabled: true } } }")?;
+    let ledger = console.then(|| ledger::Ledger::new(None, 900_000, None));
+    let options = codemode_mcp::GatewayOptions {
+        local: codemode_demo::demo_tools(),
+        namespaces: codemode_demo::demo_namespaces(),
+        console: ledger.clone(),
+        ..Default::default()
+    };
+    let gw = codemode_mcp::build_gateway(&file, &codemode::PolicyTarget::default(), options).await?;
+    crate::commands::prepare_engine(gw.code_mode()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let console = ledger.map(|ledger| ConsoleSetup {
+        config: auth::ConsoleConfig {
+            operators: vec![auth::Operator::new("bench", "bench-token-0123456789")],
+            ..Default::default()
+        },
+        ledger,
+    });
+    let options = codemode_mcp::server::HttpOptions { approval_token: None, console };
+    let served = gw.clone();
+    tokio::spawn(async move {
+        let _ = codemode_mcp::server::serve_http_with(served, listener, stop.cancelled_owned(), options).await;
+    });
+    Ok((gw, addr))
+}
+
+/// Logs in to the console at `addr` and reads its live event stream until the connection ends;
+/// counts the ticks it read.
+async fn console_listener(
+    addr: std::net::SocketAddr,
+    ticks: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Result<()> {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+    let body = r#"{"name":"bench","token":"bench-token-0123456789"}"#;
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!(
+        "POST /console/api/login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).await?;
+    let cookie = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .ok_or_else(|| anyhow::anyhow!("console login failed: {answer}"))?
+        .to_string();
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!("GET /console/api/events HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut lines = tokio::io::BufReader::new(s).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.starts_with("event: tick") {
+            ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// `codemode bench --console`: what the operator console adds to an `exec`, in process. Two gateways
+/// over the demo catalog, each served on a loopback port — one with the console and one live-update
+/// client reading its event stream, one without — run trivial cells through the gateway's own
+/// `exec` path (the one `codemode serve` takes for every request), in interleaved batches so noise
+/// hits both alike. The difference per cell is the console's work (journal, trajectory records,
+/// store writes, live ticks), to compare with what serving one cell costs over HTTP
+/// (`make bench-serve`).
+pub(crate) async fn console(samples: usize, as_json: bool) -> Result<ExitCode> {
+    use std::sync::Arc;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (off, _) = served_gateway(false, stop.clone()).await?;
+    let (on, addr) = served_gateway(true, stop.clone()).await?;
+    let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let listener = tokio::spawn(console_listener(addr, ticks.clone()));
+    let batch = 100usize;
+    let batches = samples.max(5);
+    let args = serde_json::json!({ "code": "return 1+1" });
+    let mut n = 0u64;
+    let mut cell = |gw: Arc<codemode_mcp::server::Gateway>| {
+        n += 1;
+        let args = args.clone();
+        let id = format!("bench/{n}");
+        async move {
+            let r = gw.call_for("bench", None, Some(id), None, "exec", &args, None).await;
+            anyhow::ensure!(r.as_ref().is_some_and(|r| r.status() == "completed"), "{:?}", r.map(|r| r.to_json()));
+            Ok::<(), anyhow::Error>(())
+        }
+    };
+    // Warm-up: engines loaded, first journals written, the listener connected.
+    for _ in 0..batch {
+        cell(off.clone()).await?;
+        cell(on.clone()).await?;
+    }
+    // At least `batches` batches and 5 s, so the live-update client reads several ticks (the tick
+    // reads every journal summary and replica report from the store once a second).
+    let started = Instant::now();
+    let (mut per_off, mut per_on) = (Vec::with_capacity(batches), Vec::with_capacity(batches));
+    while per_off.len() < batches || started.elapsed() < Duration::from_secs(5) {
+        for (gw, out) in [(&off, &mut per_off), (&on, &mut per_on)] {
+            let t = Instant::now();
+            for _ in 0..batch {
+                cell(gw.clone()).await?;
+            }
+            out.push(t.elapsed() / batch as u32);
+        }
+    }
+    let window = started.elapsed();
+    stop.cancel();
+    listener.abort();
+    let (off_p50, _) = stats(per_off.clone());
+    let (on_p50, _) = stats(per_on.clone());
+    let mean = |v: &[Duration]| v.iter().sum::<Duration>() / v.len().max(1) as u32;
+    let (off_mean, on_mean) = (mean(&per_off), mean(&per_on));
+    let ticks = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    let delta = us(on_p50) - us(off_p50);
+    if as_json {
+        let v = serde_json::json!({
+            "cells": per_off.len() * batch * 2,
+            "batch": batch,
+            "off_us": { "p50": us(off_p50), "mean": us(off_mean) },
+            "on_us": { "p50": us(on_p50), "mean": us(on_mean) },
+            "console_us_per_cell": delta,
+            "ticks_read": ticks,
+            "seconds": window.as_secs_f64(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "the operator console's cost per `exec` (trivial cells through the gateway, {} batches of {batch} each way, interleaved, {:.1} s; one live-update client read {ticks} ticks)",
+            per_off.len(),
+            window.as_secs_f64()
+        );
+        println!("{:>22} {:>14} {:>14}", "", "p50 µs/cell", "mean µs/cell");
+        println!("{:>22} {:>14.1} {:>14.1}", "console off", us(off_p50), us(off_mean));
+        println!("{:>22} {:>14.1} {:>14.1}", "console on", us(on_p50), us(on_mean));
+        println!(
+            "console: {delta:+.1} µs per cell ({:+.1}% of an in-process cell); compare with the server's CPU per cell over HTTP in `make bench-serve`",
+            100.0 * delta / us(off_p50).max(f64::MIN_POSITIVE)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -173,6 +173,11 @@ enum Command {
         /// the bytes a parked run takes in Redis.
         #[arg(long, value_name = "URL")]
         stores_redis: Option<String>,
+        /// Instead of the engine rows: what the operator console adds to an `exec` (trivial
+        /// cells through a gateway with the console and one live-update client, and one
+        /// without, interleaved; `--samples` batches of 100 each way).
+        #[arg(long, conflicts_with = "stores_redis")]
+        console: bool,
     },
     /// Approve (or, with --deny, refuse) a nested call parked for approval: a `pendingToolCalls`
     /// entry with `kind: "approval"`. The decision is recorded in the snapshot directory; the run's
@@ -610,13 +615,16 @@ fn main() -> ExitCode {
             Command::Approve { config, store, run_id, request_id, deny } => {
                 commands::approve(config, store, run_id, request_id, deny).await
             }
-            Command::Bench { engines, samples, json, concurrency, seconds, stores_redis } => match stores_redis {
-                Some(url) => bench::stores(samples, json, &url).await,
-                None => {
-                    let concurrency = concurrency.into_iter().map(usize::from).collect();
-                    bench::run(engines, samples, json, bench::Options { concurrency, seconds }).await
+            Command::Bench { engines, samples, json, concurrency, seconds, stores_redis, console } => {
+                match stores_redis {
+                    Some(url) => bench::stores(samples, json, &url).await,
+                    None if console => bench::console(samples, json).await,
+                    None => {
+                        let concurrency = concurrency.into_iter().map(usize::from).collect();
+                        bench::run(engines, samples, json, bench::Options { concurrency, seconds }).await
+                    }
                 }
-            },
+            }
             Command::Catalog(args) => catalog::run(args).await,
             Command::Serve(args) => serve::run(args).await,
             Command::Eval(args) => eval::run(args).await,

@@ -316,14 +316,14 @@ impl Gateway {
         if tool != EXEC && tool != WAIT {
             return None;
         }
-        ledger.begin(&ctx, tool, args).await;
+        let tracked = ledger.begin(&ctx, tool, args).await;
         let started = std::time::Instant::now();
         let result = if tool == EXEC {
             self.cm.exec_json_observed(&ctx, args, observer).await
         } else {
             self.cm.wait_json_observed(&ctx, args, observer).await
         };
-        ledger.end(&ctx, tool, &result, started.elapsed());
+        ledger.end(tracked, tool, &result, started.elapsed());
         Some(result)
     }
 

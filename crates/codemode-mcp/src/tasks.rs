@@ -569,17 +569,18 @@ impl Gateway {
                 break;
             }
             let ledger = self.console.get();
-            if let Some(l) = ledger {
-                l.begin(&ctx, "wait", &args).await;
-            }
+            let tracked = match ledger {
+                Some(l) => Some(l.begin(&ctx, "wait", &args).await),
+                None => None,
+            };
             let started = std::time::Instant::now();
             let mut result = tokio::select! {
                 r = self.cm.wait_json_observed(&ctx, &args, None) => r,
                 // Dropping the `wait` aborts the run and its nested calls.
                 () = cancel.cancelled() => break,
             };
-            if let Some(l) = ledger {
-                l.end(&ctx, "wait", &result, started.elapsed());
+            if let (Some(l), Some(t)) = (ledger, tracked) {
+                l.end(t, "wait", &result, started.elapsed());
             }
             if busy(&result) {
                 // A dead driver's checkout: its lease ends, then the run is free.

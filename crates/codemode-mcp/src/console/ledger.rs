@@ -240,6 +240,21 @@ fn record_size(record: &TraceRecord) -> usize {
     }
 }
 
+/// An `exec`/`wait` the ledger tracks (see [`Ledger::begin`]).
+#[must_use = "give it to Ledger::end when the call ends"]
+pub struct Tracked<'a> {
+    ledger: &'a Ledger,
+    call: Option<String>,
+}
+
+impl Drop for Tracked<'_> {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.ledger.state().calls.remove(&call);
+        }
+    }
+}
+
 /// What the gateway said about an `exec`/`wait` in progress.
 struct CallNote {
     scope: RunScope,
@@ -446,7 +461,16 @@ impl Ledger {
     /// An `exec` or `wait` starts (before the runtime sees it): the call's scope and, for `exec`,
     /// its source. For a `wait` on a run whose journal another replica wrote, the journal is read
     /// from the store first, so this replica's records continue it.
-    pub async fn begin(&self, ctx: &RunContext, tool: &str, args: &Value) {
+    ///
+    /// The returned guard forgets the call if it is dropped before [`Self::end`] took it (the
+    /// caller's future was dropped: a cancelled request), so abandoned calls never fill the table.
+    pub async fn begin<'a>(&'a self, ctx: &RunContext, tool: &str, args: &Value) -> Tracked<'a> {
+        let tracked = Tracked { ledger: self, call: ctx.tool_call_id.clone() };
+        self.note(ctx, tool, args).await;
+        tracked
+    }
+
+    async fn note(&self, ctx: &RunContext, tool: &str, args: &Value) {
         let Some(call) = ctx.tool_call_id.clone() else { return };
         let run_id = args.get("runId").and_then(Value::as_str).map(str::to_string);
         if tool == "wait"
@@ -480,7 +504,8 @@ impl Ledger {
 
     /// An `exec` or `wait` ended with `result` after `elapsed`: counters, the latency histogram,
     /// and the run's status and result.
-    pub fn end(&self, ctx: &RunContext, tool: &str, result: &CodeModeResult, elapsed: std::time::Duration) {
+    pub fn end(&self, mut tracked: Tracked<'_>, tool: &str, result: &CodeModeResult, elapsed: std::time::Duration) {
+        let call = tracked.call.take();
         let c = &self.counters;
         if tool == "exec" {
             c.cells.fetch_add(1, Ordering::Relaxed);
@@ -491,7 +516,7 @@ impl Ledger {
             c.cells_failed.fetch_add(1, Ordering::Relaxed);
         }
         c.latency[bucket(elapsed.as_secs_f64() * 1_000.0)].fetch_add(1, Ordering::Relaxed);
-        let Some(call) = &ctx.tool_call_id else { return };
+        let Some(call) = &call else { return };
         let mut st = self.state();
         let Some(note) = st.calls.remove(call) else { return };
         let run_id = match result {
@@ -844,6 +869,36 @@ mod tests {
         let huge = "y".repeat(MAX_SOURCE_BYTES + 10);
         let j = Journal::new("cm_2", RunScope::default(), "r", &huge, "javascript", 0);
         assert!(j.source_truncated && j.source.len() == MAX_SOURCE_BYTES);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_call_is_forgotten_and_a_settled_run_keeps_its_status() {
+        let ledger = Ledger::new(None, 60_000, None);
+        let ctx = RunContext { tool_call_id: Some("s/1".into()), ..RunContext::session("s") };
+        // A request dropped mid-call (its future dropped): nothing stays behind.
+        drop(ledger.begin(&ctx, "exec", &json!({ "code": "return 1" })).await);
+        assert_eq!(ledger.state().calls.len(), 0);
+        // A cell that completes within its exec gets a journal of its own.
+        let t = ledger.begin(&ctx, "exec", &json!({ "code": "return 1" })).await;
+        let done = CodeModeResult::Completed { value: json!(1), output: vec![], telemetry: Default::default() };
+        ledger.end(t, "exec", &done, std::time::Duration::from_millis(3));
+        let summaries = ledger.local_summaries();
+        assert_eq!(summaries.len(), 1);
+        assert_eq!(summaries[0].status, "completed");
+        let id = summaries[0].run_id.clone();
+        assert!(codemode::RunId::parse(&id).is_ok(), "{id}");
+        // A `wait` on it afterwards is refused by the runtime; the journal still says completed.
+        let ctx2 = RunContext { tool_call_id: Some("s/2".into()), ..RunContext::session("s") };
+        let t = ledger.begin(&ctx2, "wait", &json!({ "runId": id })).await;
+        let refused = CodeModeResult::failed(
+            codemode::CodeModeError::new(codemode::CodeModeErrorCode::InvalidInput, "unavailable"),
+            vec![],
+            Default::default(),
+        );
+        ledger.end(t, "wait", &refused, std::time::Duration::from_millis(1));
+        assert_eq!(ledger.local_summaries()[0].status, "completed");
+        let c = ledger.counters();
+        assert_eq!((c.cells, c.waits, c.cells_failed), (1, 1, 1), "the abandoned call never ended");
     }
 
     #[test]
