@@ -1055,7 +1055,8 @@
       const p50 = t.map((x) => num(x.latency && x.latency.p50Ms));
       const p99 = t.map((x) => num(x.latency && x.latency.p99Ms));
       const a = p50.length ? p50[p50.length - 1] : null, b = p99.length ? p99[p99.length - 1] : null;
-      const label = a === null && b === null ? 'no data yet'
+      const seen = p50.some((v) => v !== null) || p99.some((v) => v !== null);
+      const label = a === null && b === null ? (seen ? 'no calls in the last second' : 'no data yet')
         : 'p50 ' + (a === null ? '—' : round(a)) + ' ms · p99 ' + (b === null ? '—' : round(b)) + ' ms';
       drawChart(lat, [{ values: p50, cls: 'series-a' }, { values: p99, cls: 'series-b' }], label, 'ms');
     }
