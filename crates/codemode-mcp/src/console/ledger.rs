@@ -12,7 +12,9 @@
 //! The [`Ledger`] is the runtime's trajectory sink while the console is on (it sees every record on
 //! the guest worker threads and only appends to memory there) and the gateway tells it where each
 //! `exec`/`wait` starts and ends ([`Ledger::begin`], [`Ledger::end`]). A background task writes
-//! what changed at most every [`FLUSH_MS`]. With the console off there is no ledger and the
+//! what changed: every change wakes it, and what changes while it writes goes in its next pass
+//! (under load one pass carries many runs); the replica's report goes every [`FLUSH_MS`]. With
+//! the console off there is no ledger and the
 //! gateway's hooks cost one empty `OnceLock` read per call.
 
 use codemode::trajectory::{CallOutcome, DecisionRecord, TraceRecord};
@@ -45,7 +47,8 @@ pub const MAX_LIVE_JOURNALS: usize = 512;
 /// growing the call table (a call over the limit is not journaled; it still runs).
 pub const MAX_TRACKED_CALLS: usize = 4_096;
 
-/// How often changed journals and this replica's report are written.
+/// How often this replica's report (and the live tick) is written; the longest a changed journal
+/// waits when no change wakes the writer.
 pub const FLUSH_MS: u64 = 1_000;
 
 /// How long a replica's report lives unless renewed: a replica not heard from for this long is

@@ -637,11 +637,13 @@ async fn run(State(console): State<Arc<Console>>, headers: HeaderMap, Path(run):
     let journal = console.ledger.journal(run_id.as_str()).await;
     let store = console.gateway.code_mode().store();
     let scope = journal.as_ref().map(|j| j.summary.scope.clone());
+    // The run's own scope holds at most 64 suspended runs: one page.
     let listing = match &scope {
-        Some(scope) => store.list_runs(Some(scope), None, MAX_SUSPENDED_RUNS).await.ok(),
-        None => Some(RunListingPage(console.suspended().await).into_page()),
+        Some(scope) => store.list_runs(Some(scope), None, MAX_SUSPENDED_RUNS).await.map(|p| p.runs).unwrap_or_default(),
+        None => console.suspended().await,
     }
-    .and_then(|p| p.runs.into_iter().find(|r| r.run_id == run_id));
+    .into_iter()
+    .find(|r| r.run_id == run_id);
     let (summary, body) = match (journal, &listing) {
         (Some(j), _) => {
             let calls = calls_of(&j);
@@ -681,15 +683,6 @@ async fn run(State(console): State<Arc<Console>>, headers: HeaderMap, Path(run):
         o.insert("heldBy".into(), json!(listing.as_ref().and_then(|l| l.holder.clone())));
     }
     json_response(StatusCode::OK, &v)
-}
-
-/// A listing of every suspended run as one page.
-struct RunListingPage(Vec<RunListing>);
-
-impl RunListingPage {
-    fn into_page(self) -> codemode_core::store::RunPage {
-        codemode_core::store::RunPage { runs: self.0, next: None }
-    }
 }
 
 fn read_body(body: &Bytes) -> Result<Value, Box<Response>> {
