@@ -518,6 +518,8 @@ impl SnapshotStore for DirectorySnapshotStore {
         self.run_files().len()
     }
 
+    /// Reads every run file of the directory (at most 64, the directory's cap) for its metadata;
+    /// a file that cannot be read or decoded is left out (a sweep deletes it).
     async fn list_runs(
         &self,
         scope: Option<&RunScope>,
@@ -527,7 +529,6 @@ impl SnapshotStore for DirectorySnapshotStore {
         let now = self.clock.now_ms();
         let mut runs = Vec::new();
         for (id, path, locked) in self.run_files() {
-            // A file that cannot be read or decoded is not listed (a sweep deletes it).
             let Ok(Some(bytes)) = Self::read(&path) else { continue };
             let Ok(RunFile { meta, .. }) = Self::decode(&bytes) else { continue };
             if meta.run_id != id || now >= meta.expires_at_ms || scope.is_some_and(|s| *s != meta.scope) {
