@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-console console-screenshots bench-instructions fmt fuzz python node bench-python bench-node
+.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-console console-screenshots dist bench-instructions fmt fuzz python node bench-python bench-node
 
 setup:
 	./scripts/setup.sh
@@ -74,6 +74,11 @@ bench-peers: setup
 bench-serve: setup
 	$(CARGO) build --locked --release -p codemode-cli --bin codemode
 	.venv/bin/python tests/e2e/load.py $${CARGO_TARGET_DIR:-target}/release/codemode
+
+## Release artifacts into dist/ (a release build, outside CI): so far the binary tarball with
+## SHA256SUMS and its glibc floor, each installed and run the way a user would (scripts/check-dist.sh).
+dist: setup
+	./scripts/dist.sh
 
 ## The book's screenshots of the operator console, taken by its browser test (docs/src/console/).
 console-screenshots: setup
