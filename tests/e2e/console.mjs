@@ -759,6 +759,8 @@ async function flowServers(page) {
   await waitText(page, `${row} td.restarts`, (t) => t.trim() !== "" && t.trim() !== "0");
   const after = upstreamPid();
   assert(after && after !== before && alive(after), "codemode should have started the server again", { before, after });
+  // The header's count of servers down clears at the next live tick.
+  await page.locator("#servers-down").waitFor({ state: "hidden", timeout: 30_000 });
   await auditDom(page, "the servers view");
   await screenshot(page, "servers.png");
   const echo = await mcpExec("return await MCP.tricky.echo.value({ back: true })");

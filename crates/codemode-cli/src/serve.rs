@@ -146,18 +146,14 @@ pub(crate) async fn run(args: ServeArgs) -> Result<ExitCode> {
         (true, Some(addr)) => Some(console_setup(&file, addr, replica)?),
         _ => None,
     };
-    let audit_sink = audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>);
     let options = codemode_mcp::GatewayOptions {
         local,
         namespaces,
         store,
-        trajectory: audit_sink.clone(),
+        trajectory: audit.clone().map(|a| a as Arc<dyn codemode::RunObserver>),
         fleet_key,
         task_lease_ms: lease_ms,
-        console: console.as_ref().map(|(setup, _)| {
-            setup.ledger.set_audit(audit_sink);
-            setup.ledger.clone()
-        }),
+        console: console.as_ref().map(|(setup, _)| setup.ledger.clone()),
     };
     let gw = codemode_mcp::build_gateway(&file, &args.common.target(), options).await?;
     report_servers(gw.hub());

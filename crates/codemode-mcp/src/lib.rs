@@ -201,7 +201,10 @@ pub async fn build_gateway(
 ) -> Result<Arc<server::Gateway>, ConfigError> {
     let GatewayOptions { local, namespaces, store, trajectory, fleet_key, task_lease_ms, console } = options;
     let trajectory = match &console {
-        Some(ledger) => Some(ledger.clone() as Arc<dyn codemode::RunObserver>),
+        Some(ledger) => {
+            ledger.set_audit(trajectory);
+            Some(ledger.clone() as Arc<dyn codemode::RunObserver>)
+        }
         None => trajectory,
     };
     // Before any server starts: a bad `clients` section fails the start.

@@ -56,13 +56,15 @@ async fn replica(redis: &str) -> Replica {
     };
     let opened = codemode_mcp::open_store(Some(choice), &file.run_signing).await.unwrap();
     let audit = Arc::new(Audit::default());
-    let ledger = Ledger::new(opened.replica.clone(), 60_000, Some(audit.clone() as Arc<dyn codemode::RunObserver>));
+    let ledger = Ledger::new(opened.replica.clone(), 60_000, None);
     let options = codemode_mcp::GatewayOptions {
         local,
         store: opened.store,
         fleet_key: opened.fleet_key,
         task_lease_ms: opened.lease_ms,
         console: Some(ledger.clone()),
+        // The audit sink (`serve --audit`) still gets every record, through the ledger.
+        trajectory: Some(audit.clone() as Arc<dyn codemode::RunObserver>),
         ..Default::default()
     };
     let gateway = codemode_mcp::build_gateway(&file, &PolicyTarget::default(), options).await.unwrap();
