@@ -23,7 +23,7 @@ use codemode_core::scope::RunScope;
 use codemode_core::store::{ConsoleKind, SnapshotStore};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -142,7 +142,7 @@ pub struct Journal {
     #[serde(default)]
     pub source_truncated: bool,
     /// Trajectory records, oldest first (bounded).
-    pub records: Vec<TraceRecord>,
+    pub records: VecDeque<TraceRecord>,
     /// Older records were dropped.
     #[serde(default)]
     pub truncated: bool,
@@ -155,7 +155,17 @@ pub struct Journal {
     /// Bytes of `records` as JSON (kept to bound them without re-serializing).
     #[serde(skip)]
     record_bytes: usize,
+    /// Request ids of the calls counted in `summary.calls` (at most [`MAX_COUNTED_CALLS`]).
+    #[serde(skip)]
+    seen: HashSet<u64>,
+    /// Request ids whose last event is `parked`.
+    #[serde(skip)]
+    parked: BTreeSet<u64>,
 }
+
+/// Most calls of one run a journal counts. Prevents: a cell making millions of calls growing the
+/// set of counted ids (its count stops there; its records are bounded anyway).
+pub const MAX_COUNTED_CALLS: usize = 100_000;
 
 impl Journal {
     fn new(run_id: &str, scope: RunScope, replica: &str, code: &str, language: &str, now: u64) -> Self {
@@ -187,47 +197,70 @@ impl Journal {
             language: language.to_string(),
             source,
             source_truncated: cut,
-            records: Vec::new(),
+            records: VecDeque::new(),
             truncated: false,
             result: None,
             error: None,
             record_bytes: 0,
+            seen: HashSet::new(),
+            parked: BTreeSet::new(),
         }
     }
 
+    /// Appends a record: O(1) apart from measuring a nested entry that carries an input or a
+    /// result (the counts and parked calls are kept as records come, not recomputed).
     fn push(&mut self, record: TraceRecord) {
         let size = record_size(&record);
         if let TraceRecord::Nested(e) = &record {
             if !self.summary.tools.contains(&e.tool_id) && self.summary.tools.len() < 64 {
                 self.summary.tools.push(e.tool_id.clone());
             }
-            if matches!(e.outcome, CallOutcome::Issued | CallOutcome::Parked)
-                && !self.records.iter().any(|r| matches!(r, TraceRecord::Nested(p) if p.request_id == e.request_id))
-            {
-                self.summary.calls += 1;
-            }
+            self.index(e);
         }
-        self.records.push(record);
+        self.records.push_back(record);
         self.record_bytes += size;
         while self.records.len() > MAX_JOURNAL_RECORDS
             || (self.record_bytes > MAX_JOURNAL_BYTES && self.records.len() > 1)
         {
-            let old = self.records.remove(0);
+            let Some(old) = self.records.pop_front() else { break };
             self.record_bytes = self.record_bytes.saturating_sub(record_size(&old));
             self.truncated = true;
         }
-        self.summary.parked = self.parked_now().len() as u32;
+        self.summary.parked = self.parked.len() as u32;
     }
 
-    /// Request ids whose last event is `parked`.
-    fn parked_now(&self) -> BTreeSet<u64> {
-        let mut last: HashMap<u64, CallOutcome> = HashMap::new();
-        for r in &self.records {
-            if let TraceRecord::Nested(e) = r {
-                last.insert(e.request_id, e.outcome);
-            }
+    /// Counts a call the first time it is issued or parked, and tracks whether it is parked now.
+    fn index(&mut self, e: &codemode::trajectory::TranscriptEntry) {
+        if matches!(e.outcome, CallOutcome::Issued | CallOutcome::Parked)
+            && self.seen.len() < MAX_COUNTED_CALLS
+            && self.seen.insert(e.request_id)
+        {
+            self.summary.calls += 1;
         }
-        last.into_iter().filter(|(_, o)| *o == CallOutcome::Parked).map(|(id, _)| id).collect()
+        if e.outcome == CallOutcome::Parked {
+            self.parked.insert(e.request_id);
+        } else {
+            self.parked.remove(&e.request_id);
+        }
+    }
+
+    /// Rebuilds what is kept beside the records (a journal read from the store): their size, the
+    /// calls seen and the parked ones. `summary.calls` is the store's count, kept as it is.
+    fn reindex(&mut self) {
+        self.record_bytes = self.records.iter().map(record_size).sum();
+        let calls = self.summary.calls;
+        self.seen.clear();
+        self.parked.clear();
+        let entries: Vec<codemode::trajectory::TranscriptEntry> = self
+            .records
+            .iter()
+            .filter_map(|r| if let TraceRecord::Nested(e) = r { Some(e.clone()) } else { None })
+            .collect();
+        for e in &entries {
+            self.index(e);
+        }
+        self.summary.calls = calls;
+        self.summary.parked = self.parked.len() as u32;
     }
 }
 
@@ -623,7 +656,7 @@ impl Ledger {
                 if !keep {
                     return Some(s);
                 }
-                s.record_bytes = s.records.iter().map(record_size).sum();
+                s.reindex();
                 evict(&mut st);
                 (s, false)
             }
@@ -765,14 +798,16 @@ impl Ledger {
 fn merged(mut newer: Journal, older: &Journal) -> (Journal, bool) {
     let extra: Vec<TraceRecord> = older.records.iter().filter(|r| !newer.records.contains(r)).cloned().collect();
     if extra.is_empty() {
-        newer.record_bytes = newer.records.iter().map(record_size).sum();
+        newer.reindex();
         return (newer, false);
     }
     let mut records = std::mem::take(&mut newer.records);
     records.extend(extra);
-    records.sort_by_key(record_at);
+    records.make_contiguous().sort_by_key(record_at);
     newer.record_bytes = 0;
     newer.summary.calls = 0;
+    newer.seen.clear();
+    newer.parked.clear();
     for r in records {
         newer.push(r);
     }
