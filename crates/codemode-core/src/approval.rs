@@ -62,13 +62,7 @@ pub struct ApprovalRequest {
 impl ApprovalRequest {
     /// Renders `input` for [`input_preview`](Self::input_preview).
     pub fn preview(input: &serde_json::Value) -> String {
-        let text = input.to_string();
-        if text.chars().count() <= MAX_APPROVAL_PREVIEW_CHARS {
-            return text;
-        }
-        let mut cut: String = text.chars().take(MAX_APPROVAL_PREVIEW_CHARS).collect();
-        cut.push('…');
-        cut
+        crate::text::cut_chars(input.to_string(), MAX_APPROVAL_PREVIEW_CHARS)
     }
 }
 

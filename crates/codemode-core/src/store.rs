@@ -632,11 +632,7 @@ impl RunListing {
             .iter()
             .map(|p| {
                 let input = p.request.tool_input().map(|v| v.to_string()).unwrap_or_default();
-                let input = if input.chars().count() > MAX_LISTED_INPUT_CHARS {
-                    input.chars().take(MAX_LISTED_INPUT_CHARS).chain(std::iter::once('…')).collect()
-                } else {
-                    input
-                };
+                let input = crate::text::cut_chars(input, MAX_LISTED_INPUT_CHARS);
                 ListedCall {
                     request_id: p.id,
                     tool_id: p.tool_id.as_ref().map(|t| t.to_string()),

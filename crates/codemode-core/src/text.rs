@@ -47,6 +47,16 @@ pub fn json_line_safe(json: String) -> String {
     }
 }
 
+/// `text` cut to its first `max` characters with `…` after them, or as it is when no longer.
+pub fn cut_chars(text: String, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text;
+    }
+    let mut cut: String = text.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
+
 /// `s` with each character `unsafe_char` selects replaced by `escaped(c)`; borrowed when there is none.
 fn escape(s: &str, unsafe_char: fn(char) -> bool, escaped: impl Fn(char) -> String) -> Cow<'_, str> {
     if !s.chars().any(unsafe_char) {

@@ -14,6 +14,7 @@ mod tasks;
 mod tools;
 
 use crate::config::{ServerConfig, Transport};
+use crate::now_ms;
 use codemode_catalog::mcp_api::{PROMPTS_GET, RESOURCES_READ};
 use codemode_catalog::policy::{PolicyContext, ToolPolicy};
 use codemode_core::catalog::{ToolDefinition, ToolSource};
@@ -116,10 +117,6 @@ pub struct ServerEvent {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl ServerStatus {

@@ -69,6 +69,12 @@ pub async fn connect_servers(file: &ConfigFile) -> Result<Arc<McpHub>, ConfigErr
 /// Environment variable holding the Redis URL of a fleet's store when the configuration names none.
 pub const REDIS_URL_ENV: &str = "CODEMODE_REDIS_URL";
 
+/// Unix milliseconds by the system clock (what the stores and the runtime read by default).
+pub(crate) fn now_ms() -> u64 {
+    use codemode::Clock as _;
+    codemode::SystemClock.now_ms()
+}
+
 /// A snapshot store opened from a configuration's `snapshotStore`.
 #[derive(Default)]
 pub struct OpenedStore {

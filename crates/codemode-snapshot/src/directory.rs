@@ -40,8 +40,8 @@ use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, RequestId};
 use codemode_core::scope::{RunId, RunScope};
 use codemode_core::store::{
-    CallsClaim, ConsoleKind, MAX_SUSPENDED_RUNS, RunListing, RunPage, SnapshotStore, StoreError, SuspendedRun,
-    page_runs, parked_ids,
+    CallsClaim, ConsoleKind, MAX_SUSPENDED_RUNS, RunPage, SnapshotStore, StoreError, SuspendedRun, page_runs,
+    parked_ids,
 };
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -534,15 +534,7 @@ impl SnapshotStore for DirectorySnapshotStore {
             if meta.run_id != id || now >= meta.expires_at_ms || scope.is_some_and(|s| *s != meta.scope) {
                 continue;
             }
-            let mut listing = RunListing::from_parts(
-                &meta.run_id,
-                &meta.scope,
-                meta.reason,
-                &meta.pending,
-                &meta.positions,
-                (meta.created_at_ms, meta.expires_at_ms),
-                bytes.len() as u64,
-            );
+            let mut listing = meta.listing(bytes.len() as u64);
             listing.checked_out = locked;
             runs.push(listing);
         }

@@ -71,6 +71,19 @@ impl RunMeta {
         }
     }
 
+    /// The run's listing (see `SnapshotStore::list_runs`), whose stored run takes `stored_bytes`.
+    pub(crate) fn listing(&self, stored_bytes: u64) -> codemode_core::store::RunListing {
+        codemode_core::store::RunListing::from_parts(
+            &self.run_id,
+            &self.scope,
+            self.reason,
+            &self.pending,
+            &self.positions,
+            (self.created_at_ms, self.expires_at_ms),
+            stored_bytes,
+        )
+    }
+
     /// Parses metadata JSON; a store's unreadable record is [`StoreError::Corrupt`].
     pub(crate) fn parse(bytes: &[u8]) -> Result<RunMeta, StoreError> {
         serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))

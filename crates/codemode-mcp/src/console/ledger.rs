@@ -17,6 +17,7 @@
 //! the console off there is no ledger and the
 //! gateway's hooks cost one empty `OnceLock` read per call.
 
+use crate::now_ms;
 use codemode::trajectory::{CallOutcome, DecisionRecord, TraceRecord};
 use codemode::{CodeModeResult, RunContext, RunEvent, RunObserver};
 use codemode_core::scope::RunScope;
@@ -58,10 +59,6 @@ pub const REPLICA_TTL_MS: u64 = 5_000;
 /// Upper bounds (ms) of the latency histogram's buckets; the last bucket is everything slower.
 pub const LATENCY_BUCKETS_MS: [f64; 16] =
     [0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0, 60_000.0];
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 /// A short label of a scope for people: `agent:…`, `session:…`, `key:<digest>` (a session key is a
 /// credential's digest; only 12 hex digits of its SHA-256 are shown), `run:…`.
@@ -453,16 +450,6 @@ impl Ledger {
         &self.replica
     }
 
-    /// The store's id of this replica, on a fleet.
-    pub fn store_replica(&self) -> Option<&str> {
-        self.store_replica.as_deref()
-    }
-
-    /// When this replica started.
-    pub fn started_at_ms(&self) -> u64 {
-        self.started_at_ms
-    }
-
     /// The store the journals go to (set once the runtime is built).
     pub fn attach(&self, store: Arc<dyn SnapshotStore>) {
         let _ = self.store.set(store);
@@ -729,7 +716,17 @@ impl Ledger {
     /// Writes this replica's report.
     pub async fn report(&self, addr: &str, servers: Vec<Value>) {
         let Some(store) = self.store().cloned() else { return };
-        let report = ReplicaReport {
+        let Ok(text) = serde_json::to_string(&self.own_report(addr, servers)) else { return };
+        let started = std::time::Instant::now();
+        if let Err(e) = store.put_console_record(ConsoleKind::Replica, &self.replica, &text, REPLICA_TTL_MS).await {
+            tracing::warn!(error = %e, "console: cannot write this replica's report");
+        }
+        self.store_latency_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// This replica's report as it is now (serving at `addr`, with its upstream `servers`).
+    pub fn own_report(&self, addr: &str, servers: Vec<Value>) -> ReplicaReport {
+        ReplicaReport {
             id: self.replica.clone(),
             store_replica: self.store_replica.clone(),
             addr: addr.to_string(),
@@ -740,13 +737,7 @@ impl Ledger {
             runs_held: self.running(),
             store_latency_ms: self.store_latency_us.load(Ordering::Relaxed) as f64 / 1_000.0,
             servers,
-        };
-        let Ok(text) = serde_json::to_string(&report) else { return };
-        let started = std::time::Instant::now();
-        if let Err(e) = store.put_console_record(ConsoleKind::Replica, &self.replica, &text, REPLICA_TTL_MS).await {
-            tracing::warn!(error = %e, "console: cannot write this replica's report");
         }
-        self.store_latency_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Waits until something changed or [`FLUSH_MS`] passed.

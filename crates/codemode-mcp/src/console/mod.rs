@@ -21,6 +21,7 @@
 pub mod auth;
 pub mod ledger;
 
+use crate::now_ms;
 use crate::server::Gateway;
 use auth::{Auth, ConsoleConfig, LoginRefused, Session};
 use axum::body::Bytes;
@@ -78,10 +79,6 @@ impl std::fmt::Debug for Console {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Console").field("addr", &self.addr).finish_non_exhaustive()
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -247,19 +244,7 @@ impl Console {
                 }
             }
         }
-        let me = ReplicaReport {
-            id: self.ledger.replica().to_string(),
-            store_replica: self.ledger.store_replica().map(str::to_string),
-            addr: self.addr.clone(),
-            started_at_ms: self.ledger.started_at_ms(),
-            reported_at_ms: now,
-            counters: self.ledger.counters(),
-            latency: self.ledger.latency(),
-            runs_held: self.ledger.running(),
-            store_latency_ms: 0.0,
-            servers: servers_of(&self.gateway),
-        };
-        out.insert(0, (me, true));
+        out.insert(0, (self.ledger.own_report(&self.addr, servers_of(&self.gateway)), true));
         out
     }
 

@@ -68,8 +68,8 @@ use codemode_core::engine::{Delivery, GuestError, RequestId};
 use codemode_core::error::CodeModeErrorCode;
 use codemode_core::scope::{RunId, RunScope};
 use codemode_core::store::{
-    CallIssue, CallStart, ConsoleKind, MAX_LIST_PAGE, MAX_SUSPENDED_RUNS, RunListing, RunPage, SnapshotStore,
-    StoreError, SuspendedRun, page_runs, parked_ids, parse_run_cursor,
+    CallIssue, CallStart, ConsoleKind, MAX_LIST_PAGE, MAX_SUSPENDED_RUNS, RunPage, SnapshotStore, StoreError,
+    SuspendedRun, page_runs, parked_ids, parse_run_cursor,
 };
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
@@ -377,20 +377,13 @@ impl SnapshotStore for RedisSnapshotStore {
             else {
                 continue;
             };
+            let meta_len = meta.len() as u64;
             let Ok(meta) = crate::record::RunMeta::parse(&meta) else { continue };
             if meta.run_id != *id || scope.is_some_and(|sc| *sc != meta.scope) {
                 continue;
             }
             let snap_len: u64 = redis::from_redis_value(snap.clone()).unwrap_or(0);
-            let mut listing = RunListing::from_parts(
-                &meta.run_id,
-                &meta.scope,
-                meta.reason,
-                &meta.pending,
-                &meta.positions,
-                (meta.created_at_ms, meta.expires_at_ms),
-                snap_len + serde_json::to_vec(&meta).map(|m| m.len() as u64).unwrap_or(0),
-            );
+            let mut listing = meta.listing(snap_len + meta_len);
             if let Some(h) = holder.filter(|h| !h.is_empty()) {
                 listing.checked_out = true;
                 listing.holder = Some(h);
