@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Both install what the build needs first (idempotent).
 CARGO ?= cargo
 
-.PHONY: eval setup demo test docs fleet-demo bench bench-mcp bench-peers bench-serve bench-console console-screenshots dist bench-instructions fmt fuzz python node bench-python bench-node
+.PHONY: eval setup demo test docs fleet-demo bench bench-fleet bench-mcp bench-peers bench-serve bench-console console-screenshots dist bench-instructions fmt fuzz python node bench-python bench-node
 
 setup:
 	./scripts/setup.sh
@@ -60,6 +60,13 @@ bench: setup
 	$(CARGO) run --locked --release -p codemode-cli --bin codemode -- bench
 	$(CARGO) bench --locked -p codemode --features engine-wasi,engine-quickjs,engine-boa --bench runtime
 
+## What `codemode serve --http` carries, from a load generator in Rust (release build): trivial cells
+## at 1, 8 and 64 clients, suspend + resume on one server and across three replicas on one Redis,
+## with the CPU the servers, Redis and the load client each spend per cell.
+bench-fleet: setup
+	$(CARGO) build --locked --release -p codemode-cli --bin codemode
+	$${CARGO_TARGET_DIR:-target}/release/codemode bench --fleet --seconds 5
+
 ## MCP overhead and surface size: codemode serve vs the same upstream servers called directly.
 bench-mcp: setup
 	$(CARGO) build --locked --release -p codemode-cli --bin codemode
@@ -75,8 +82,9 @@ bench-serve: setup
 	$(CARGO) build --locked --release -p codemode-cli --bin codemode
 	.venv/bin/python tests/e2e/load.py $${CARGO_TARGET_DIR:-target}/release/codemode
 
-## Release artifacts into dist/ (a release build, outside CI): so far the binary tarball with
-## SHA256SUMS and its glibc floor, each installed and run the way a user would (scripts/check-dist.sh).
+## Release artifacts into dist/ (release builds, outside CI): the binary tarball, the manylinux_2_17
+## abi3 wheel and the sdist, the npm package and its linux-x64-gnu platform package, with SHA256SUMS
+## and each one's glibc floor; then each installed and run the way a user would (scripts/check-dist.sh).
 dist: setup
 	./scripts/dist.sh
 

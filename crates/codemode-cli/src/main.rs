@@ -24,6 +24,7 @@ mod catalog;
 mod commands;
 mod demo;
 mod eval;
+mod fleet_bench;
 mod serve;
 
 use anyhow::{Result, bail};
@@ -178,6 +179,12 @@ enum Command {
         /// without, interleaved; `--samples` batches of 100 each way).
         #[arg(long, conflicts_with = "stores_redis")]
         console: bool,
+        /// Instead of the engine rows: `codemode serve --http` measured from outside by a load
+        /// generator in this process — trivial cells on one server at each `--concurrency`, and
+        /// suspend + resume on one server (memory store) and across three replicas on one Redis
+        /// (a `redis-server` it starts), with the CPU each party spends per cell.
+        #[arg(long, conflicts_with_all = ["stores_redis", "console"])]
+        fleet: bool,
     },
     /// Approve (or, with --deny, refuse) a nested call parked for approval: a `pendingToolCalls`
     /// entry with `kind: "approval"`. The decision is recorded in the snapshot directory; the run's
@@ -615,10 +622,13 @@ fn main() -> ExitCode {
             Command::Approve { config, store, run_id, request_id, deny } => {
                 commands::approve(config, store, run_id, request_id, deny).await
             }
-            Command::Bench { engines, samples, json, concurrency, seconds, stores_redis, console } => {
+            Command::Bench { engines, samples, json, concurrency, seconds, stores_redis, console, fleet } => {
                 match stores_redis {
                     Some(url) => bench::stores(samples, json, &url).await,
                     None if console => bench::console(samples, json).await,
+                    None if fleet => {
+                        fleet_bench::run(concurrency.into_iter().map(usize::from).collect(), seconds, json).await
+                    }
                     None => {
                         let concurrency = concurrency.into_iter().map(usize::from).collect();
                         bench::run(engines, samples, json, bench::Options { concurrency, seconds }).await

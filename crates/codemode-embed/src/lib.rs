@@ -23,7 +23,9 @@
 
 use codemode::CodeModeErrorCode;
 use codemode::config_file::ConfigFile;
-pub use codemode::{ApprovalDecision, AutoWait, CallHandle, GUEST_THREAD_NAME, ToolDefinition};
+pub use codemode::{
+    AnswerSpin, ApprovalDecision, AutoWait, CallHandle, GUEST_THREAD_NAME, ToolDefinition, answer_spin,
+};
 use codemode::{
     CodeMode, CodeModeError, CodeModeExecInput, CodeModeWaitInput, NestedToolCall, PolicyTarget, RunContext, RunId,
     ToolSource,

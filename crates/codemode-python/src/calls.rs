@@ -2,8 +2,10 @@
 //! Python and the result back to JSON (refusing what is not JSON) under the GIL, and none takes
 //! the GIL on a tokio worker.
 //!
-//! - **Sync** (a plain `def`, the default): on tokio's blocking pool. The tool may block as long
-//!   as it likes; the run does not wait past its own deadline (it suspends as `waiting`).
+//! - **Sync** (a plain `def`, the default): called from a guest worker, on the lane (`crate::lane`:
+//!   one thread kept awake between calls, so a cell's calls in sequence cost no thread wake-up)
+//!   when it is idle, else on tokio's blocking pool. The tool may block as long as it likes; the
+//!   run does not wait past its own deadline (it suspends as `waiting`).
 //! - **Inline** (`@tool(inline=True)`, a plain `def`): on the guest worker thread that waits for
 //!   it — no thread switch at all, the fastest path, for quick pure functions. The price: while
 //!   the function runs, the run cannot suspend; one that overruns `timeoutMs` fails the run with
@@ -47,6 +49,20 @@ pub fn failure(py: Python<'_>, err: &PyErr) -> HostFailure {
 /// The failure of a call the exiting interpreter can no longer make.
 fn exiting() -> HostFailure {
     HostFailure::new("RuntimeError", "the Python interpreter is exiting")
+}
+
+/// How many times a call needed the event loop (an `async def` tool, or an awaitable a sync
+/// callable returned, scheduled on it): a caller looking for its answer on the loop's thread stops
+/// when this changes (see `Handoff` in lib.rs).
+static LOOP_WANTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// See [`LOOP_WANTED`].
+pub fn loop_wanted() -> usize {
+    LOOP_WANTED.load(std::sync::atomic::Ordering::Acquire)
+}
+
+fn want_loop() {
+    LOOP_WANTED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
 
 fn on_guest_thread() -> bool {
@@ -108,36 +124,53 @@ impl Callback {
         })
     }
 
-    /// The sync path: on the blocking pool; an awaitable result (a hook or approver may be
-    /// `async`) is awaited on the loop, its value converted back on the blocking pool.
+    /// Calls the callable now, on this thread (with the GIL): its value, or the awaitable it
+    /// returned (a hook or approver may be `async`) as a future on the loop.
+    fn call_now(&self, args: &[Value]) -> Called {
+        gil::attach(|py| -> Called {
+            let out = match self.invoke(py, args) {
+                Ok(out) => out,
+                Err(f) => return Called::Ready(Err(f)),
+            };
+            let awaitable = IS_AWAITABLE
+                .import(py, "inspect", "isawaitable")
+                .and_then(|f| f.call1((&out,)))
+                .and_then(|r| r.is_truthy())
+                .unwrap_or(false);
+            if !awaitable {
+                return Called::Ready(self.json(py, &out));
+            }
+            want_loop();
+            match self.locals() {
+                Ok(locals) => match pyo3_async_runtimes::into_future_with_locals(&locals, out) {
+                    Ok(fut) => Called::Later(Box::pin(fut)),
+                    Err(e) => Called::Ready(Err(failure(py, &e))),
+                },
+                Err(f) => Called::Ready(Err(f)),
+            }
+        })
+        .unwrap_or_else(|| Called::Ready(Err(exiting())))
+    }
+
+    /// The sync path: on the lane when called from an idle lane's guest worker, else on the
+    /// blocking pool; an awaitable result is awaited on the loop, its value converted back on the
+    /// blocking pool.
     async fn call_blocking(&self, args: Vec<Value>) -> Result<Value, HostFailure> {
         let this = self.clone();
-        let called = tokio::task::spawn_blocking(move || {
-            gil::attach(|py| -> Called {
-                let out = match this.invoke(py, &args) {
-                    Ok(out) => out,
-                    Err(f) => return Called::Ready(Err(f)),
-                };
-                let awaitable = IS_AWAITABLE
-                    .import(py, "inspect", "isawaitable")
-                    .and_then(|f| f.call1((&out,)))
-                    .and_then(|r| r.is_truthy())
-                    .unwrap_or(false);
-                if !awaitable {
-                    return Called::Ready(this.json(py, &out));
-                }
-                match this.locals() {
-                    Ok(locals) => match pyo3_async_runtimes::into_future_with_locals(&locals, out) {
-                        Ok(fut) => Called::Later(Box::pin(fut)),
-                        Err(e) => Called::Ready(Err(failure(py, &e))),
-                    },
-                    Err(f) => Called::Ready(Err(f)),
-                }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: crate::lane::Job = Box::new(move || {
+            let called = this.call_now(&args);
+            Box::new(move || {
+                let _ = tx.send(called);
             })
-            .unwrap_or_else(|| Called::Ready(Err(exiting())))
-        })
-        .await
-        .map_err(|e| HostFailure::new("RuntimeError", format!("{} did not run: {e}", self.what)))?;
+        });
+        let job = if on_guest_thread() { crate::lane::try_run(job).err() } else { Some(job) };
+        if let Some(job) = job {
+            // The pool's handle is not needed: the job answers through `tx` (dropped unsent if
+            // it panics, which `rx` reports).
+            drop(tokio::task::spawn_blocking(move || job()()));
+        }
+        let called = rx.await.map_err(|_| HostFailure::new("RuntimeError", format!("{} did not run", self.what)))?;
         match called {
             Called::Ready(r) => r,
             Called::Later(fut) => {
@@ -185,6 +218,7 @@ impl Callback {
         tx: tokio::sync::oneshot::Sender<Result<Value, HostFailure>>,
     ) -> Result<Py<PyAny>, HostFailure> {
         let locals = self.locals()?;
+        want_loop();
         let coro = self.invoke(py, args)?;
         let start = || -> PyResult<Bound<'_, PyAny>> {
             let run = RUN_THREADSAFE.import(py, "asyncio", "run_coroutine_threadsafe")?;

@@ -9,7 +9,8 @@
 //! leave, at most [`EXIT_GRACE`]. Python tools still running past that are abandoned; one that
 //! later returns finds entry refused and its result is dropped.
 //!
-//! A guest worker thread keeps its Python thread state between entries ([`keep_thread_state`]):
+//! A guest worker thread, and the lane (`crate::lane`), keeps its Python thread state between
+//! entries ([`keep_thread_state`]):
 //! CPython creates a thread state, and maps and unmaps its frame stack, each time a thread without
 //! one takes the GIL — about a third of an inline tool call's cost before. The state is given back
 //! when the worker thread ends (or by the interpreter at exit).
@@ -53,13 +54,15 @@ thread_local! {
     static KEPT: std::cell::RefCell<Option<KeptState>> = const { std::cell::RefCell::new(None) };
 }
 
-/// On a guest worker thread, the first entry creates a thread state this thread keeps (the GIL
+/// On a guest worker thread or the lane, the first entry creates a thread state this thread keeps (the GIL
 /// released, the state registered as the thread's): later entries only take the GIL. Other
 /// threads (tokio's blocking pool, which comes and goes) get a fresh state per entry as before.
 /// Called with [`INSIDE`] counted and the interpreter not exiting.
 #[allow(unsafe_code)]
 fn keep_thread_state() {
-    if std::thread::current().name() != Some(codemode_embed::GUEST_THREAD_NAME) {
+    let name =
+        std::thread::current().name().map(|n| n == codemode_embed::GUEST_THREAD_NAME || n == crate::lane::THREAD_NAME);
+    if name != Some(true) {
         return;
     }
     let _ = KEPT.try_with(|kept| {

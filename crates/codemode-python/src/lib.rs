@@ -7,9 +7,11 @@
 //!
 //! Threads: the guest runs on codemode's guest worker threads and tools are awaited on a tokio
 //! runtime owned by this module; neither ever holds the GIL while the guest runs. A synchronous
-//! Python tool runs on tokio's blocking pool (it may block as long as it likes: the run's own
-//! limits bound the run, not the tool), an `async def` tool on the asyncio event loop that called
-//! `exec` / `wait`. Only JSON crosses (module `convert`): no Python object ever reaches the guest.
+//! Python tool runs on the lane (module `lane`) or tokio's blocking pool (it may block as long as
+//! it likes: the run's own limits bound the run, not the tool), an `async def` tool on the asyncio
+//! event loop that called `exec` / `wait`. A quick run's answer is taken on the caller's thread
+//! without a turn of the event loop (`Handoff`). Only JSON crosses (module `convert`): no Python
+//! object ever reaches the guest.
 //!
 //! Layering (docs/src/layout.md): a language package on top of `codemode-embed`.
 // Raw Python C-API calls only in `gil.rs` (a guest worker keeping its thread state), each with
@@ -19,6 +21,7 @@
 mod calls;
 mod convert;
 mod gil;
+mod lane;
 
 use calls::{Callback, LoopSlot, Mode};
 use codemode_embed::{
@@ -129,11 +132,80 @@ impl Runtime {
             }
         })?;
         let (target, lp) = (py_fut.clone().unbind(), event_loop.clone().unbind());
-        let done: Box<dyn FnOnce(Value) + Send> = Box::new(move |v| gil::resolve(target, lp, Ok(Json(v))));
+        let handoff = Arc::new(Handoff::default());
+        let given = handoff.clone();
+        let done: Box<dyn FnOnce(Value) + Send> = Box::new(move |v| {
+            if let Err(v) = given.give(v) {
+                gil::resolve(target, lp, Ok(Json(v)));
+            }
+        });
         let _entered = pyo3_async_runtimes::tokio::get_runtime().enter();
         let h = start(&self.inner, done);
         *handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+        // A quick run's answer, looked for a moment without the GIL (see `Handoff`): the future is
+        // returned already resolved, and `await` takes its value without a turn of the loop.
+        if let Some(v) = py.detach(|| handoff.look()) {
+            py_fut.call_method1("set_result", (Json(v),))?;
+        }
         Ok(py_fut)
+    }
+}
+
+/// Where a run's answer goes: to the caller still looking for it on the event loop's thread, or,
+/// once the caller stopped looking, to the loop (`gil::resolve`: `call_soon_threadsafe`).
+///
+/// Resolving through the loop costs two turns of it and, when the loop's thread sleeps, its
+/// wake-up — most of a trivial cell's cost from Python. So `exec` / `wait` first look for the
+/// answer for a moment ([`codemode_embed::answer_spin`]: only while a core is idle, one caller at
+/// a time, at most 250 µs), with the GIL released. That holds the event loop for that moment; it
+/// stops early when a tool needs the loop (an `async def` tool or awaitable hook is scheduled:
+/// `calls::loop_wanted`), so a cell calling one never waits out the look.
+#[derive(Default)]
+struct Handoff {
+    /// Set once the answer is in `state`.
+    ready: std::sync::atomic::AtomicBool,
+    state: Mutex<Handing>,
+}
+
+#[derive(Default)]
+enum Handing {
+    /// The caller may still take the answer.
+    #[default]
+    Looking,
+    Given(Value),
+    /// The caller stopped looking: the answer goes to the loop.
+    Late,
+}
+
+impl Handoff {
+    /// The run's answer: kept for the caller if it is still looking, else given back.
+    fn give(&self, v: Value) -> Result<(), Value> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*state, Handing::Looking) {
+            *state = Handing::Given(v);
+            self.ready.store(true, std::sync::atomic::Ordering::Release);
+            Ok(())
+        } else {
+            Err(v)
+        }
+    }
+
+    /// Looks for the answer while the permit lasts; after this, a late answer goes to the loop.
+    fn look(&self) -> Option<Value> {
+        if let Some(mut spin) = codemode_embed::answer_spin() {
+            let wanted = calls::loop_wanted();
+            while !self.ready.load(std::sync::atomic::Ordering::Acquire)
+                && spin.keep_going()
+                && calls::loop_wanted() == wanted
+            {
+                std::hint::spin_loop();
+            }
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *state, Handing::Late) {
+            Handing::Given(v) => Some(v),
+            _ => None,
+        }
     }
 }
 

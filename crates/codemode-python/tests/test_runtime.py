@@ -462,6 +462,55 @@ def test_inline_tools_run_while_the_guest_waits_and_hold_the_run_while_they_do()
         tool(asyncio.sleep, inline=True)
 
 
+def test_plain_tools_run_on_the_lane_one_at_a_time_and_never_wait_behind_each_other() -> None:
+    # The lane (Python and Node page, "Threads"): a cell's calls in sequence run on one thread, off
+    # the guest worker and the asyncio loop; a call made while the lane is busy runs elsewhere at
+    # once. Events and a barrier order the steps, not sleeps.
+    threads: list[int] = []
+    held, release = threading.Event(), threading.Event()
+    both = threading.Barrier(2, timeout=30)
+
+    def where() -> int:
+        threads.append(threading.get_ident())
+        return len(threads)
+
+    def blocks() -> str:
+        held.set()
+        release.wait(60)
+        return "released"
+
+    def meet(n: int) -> int:
+        # Returns only once the other call is inside too: the two run at the same time.
+        both.wait()
+        return n
+
+    async def main() -> None:
+        cm = CodeMode(tools=[where, blocks, meet], config=FAST)
+        loop_thread = threading.get_ident()
+        r = await cm.exec("let n = 0; for (let i = 0; i < 50; i++) n = await tools.where({}); return n")
+        assert r.value == 50, r.to_dict()
+        assert loop_thread not in threads
+        lane = max(set(threads), key=threads.count)
+        assert threads.count(lane) >= 45, "a cell's sequential calls did not stay on one thread"
+        # Two calls at once: one on the lane, the other elsewhere, both running together.
+        pair = await cm.exec("return await Promise.all([tools.meet({n: 1}), tools.meet({n: 2})])")
+        assert pair.value == [1, 2], pair.to_dict()
+        # A tool holding the lane leaves its run waiting at the deadline, and another run's calls
+        # still complete meanwhile.
+        slow = await cm.exec("return await tools.blocks({})")
+        assert slow.status == "waiting" and held.is_set(), slow.to_dict()
+        threads.clear()
+        other = await cm.exec("let n = 0; for (let i = 0; i < 5; i++) n = await tools.where({}); return n")
+        assert other.value == 5, other.to_dict()
+        release.set()
+        assert (await settle(cm, slow)).value == "released"
+
+    try:
+        run(main())
+    finally:
+        release.set()
+
+
 def test_a_tool_with_a_call_info_parameter_receives_who_calls_it_with_the_idempotency_key() -> None:
     seen: list[dict] = []
 

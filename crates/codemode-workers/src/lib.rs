@@ -421,6 +421,13 @@ pub struct AnswerSpin {
 /// that must not end the poll.
 const FULL_GRACE: Duration = Duration::from_micros(20);
 
+/// Whether a core is idle by the pool's count: fewer workers busy or spinning than [`target`] (the
+/// asking worker counts as busy). A guest worker waiting a moment for a host call's answer spins
+/// only while this holds (`codemode`'s inline wait), so it never takes a core another worker wants.
+pub fn core_idle() -> bool {
+    pool().occupied.load(Ordering::Relaxed) < target()
+}
+
 /// The [`AnswerSpin`] permit, if a core is idle and no other caller holds it.
 pub fn answer_spin() -> Option<AnswerSpin> {
     let p = pool();

@@ -98,7 +98,9 @@ impl CodeModeBuilder {
 
     /// How long a guest worker waits itself for a nested call that did not finish at once, before
     /// handing it to the async runtime (default zero: handed over at once). A call whose result
-    /// arrives within this time wakes the guest worker directly — one thread switch fewer per call.
+    /// arrives within this time wakes the guest worker directly — one thread switch fewer per call;
+    /// for its first 100 µs the worker spins rather than parks while a core is idle, so an answer
+    /// that quick costs no wake-up at all.
     /// For hosts whose tools run on another thread and answer in microseconds (the Python and Node
     /// packages' tools, 300 µs there). The price: a cell issuing calls that take longer pays up to
     /// this much per call before the next one starts (a `Promise.all` of slow calls starts them

@@ -53,6 +53,13 @@ pub(super) enum Finished {
     Asked(RequestId, AskedCall),
 }
 
+/// How long a guest worker waiting for a call's answer (an inline wait, see
+/// [`crate::CodeModeBuilder::inline_wait`]) spins before it parks. On a virtual machine the wake-up
+/// of a parked thread is an inter-processor interrupt through the hypervisor (~25 µs here), more
+/// than a quick host function's whole round trip; spinning costs at most this much of a core that
+/// is idle ([`codemode_workers::core_idle`]) per call that answers later.
+const INLINE_SPIN: Duration = Duration::from_micros(100);
+
 /// The nested calls of one run that are still executing on the host.
 pub(super) struct NestedCalls {
     tx: mpsc::Sender<(RequestId, CallEnd)>,
@@ -101,7 +108,10 @@ impl NestedCalls {
                 if let Poll::Ready(end) = fut.as_mut().poll(&mut cx) {
                     return Some(finished(id, end));
                 }
-                // Parked until the call's future is woken (or spuriously), at most to the deadline.
+                // Parked until the call's future is woken (or spuriously), at most to the deadline;
+                // first spinning up to `INLINE_SPIN` while a core is idle: an answer that comes
+                // within it needs no wake-up of this thread.
+                let spin_until = (Instant::now() + INLINE_SPIN).min(deadline);
                 loop {
                     if woken.woken.swap(false, Ordering::AcqRel) {
                         break;
@@ -109,6 +119,10 @@ impl NestedCalls {
                     let now = Instant::now();
                     if now >= deadline {
                         break;
+                    }
+                    if now < spin_until && codemode_workers::core_idle() {
+                        std::hint::spin_loop();
+                        continue;
                     }
                     std::thread::park_timeout(deadline - now);
                 }
