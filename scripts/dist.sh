@@ -3,7 +3,7 @@
 # dev profile), then each installed the way a user would (scripts/check-dist.sh):
 # - `codemode-<v>-x86_64-linux-gnu.tar.gz`: the `codemode` binary (stripped), the README and the
 #   licence texts;
-# - `codemode-<v>-cp310-abi3-manylinux_2_17_x86_64.whl`: the Python package, one wheel for every
+# - `codemode-<v>-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl`: the Python package, one wheel for every
 #   CPython >= 3.10, linked by zig against glibc 2.17's symbols (maturin --zig; zig and auditwheel
 #   come from PyPI into .venv-dist, scripts/requirements-dist.txt), and `codemode-<v>.tar.gz`, its
 #   sdist (building it needs what scripts/setup.sh installs: Rust, and clang-16, lld-16, wasi-libc
