@@ -48,7 +48,8 @@ out=$(cd "$home" && "$home/venv/bin/python" -c "$example")
 log "$(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB): manylinux_2_17 per auditwheel; pip install took ${took} ms; README example: $out"
 
 # The sdist.
-sdist=$(echo "$dir"/codemode-[0-9]*.tar.gz)
+# (the sdist is `codemode-<v>.tar.gz`; the binary tarball, also `codemode-<v>-….tar.gz`, is not it)
+sdist=$(ls "$dir"/codemode-[0-9]*.tar.gz | grep -v -- '-linux-gnu\.tar\.gz$')
 listing=$(tar -tzf "$sdist")
 for need in Cargo.lock crates/codemode-python/pyproject.toml crates/codemode-engine-wasi/guest/shim.c \
   crates/codemode-bridge/src/js/prelude/ LICENSE-MIT; do
