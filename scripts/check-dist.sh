@@ -35,8 +35,10 @@ done
 
 # The wheel.
 wheel=$(echo "$dir"/codemode-*-abi3-*.whl)
+unzip -l "$wheel" | grep -q 'dist-info/licenses/LICENSE-APACHE' || { log "$(basename "$wheel") carries no licence text"; exit 1; }
 audit=$("$root/.venv-dist/bin/auditwheel" show "$wheel" 2>&1)
-echo "$audit" | grep -q 'consistent with the following platform tag: "manylinux_2_17_x86_64"' \
+# (auditwheel wraps its lines: read them as one)
+echo "$audit" | tr -s ' \n' '  ' | grep -q 'consistent with the following platform tag: "manylinux_2_17_x86_64"' \
   || { echo "$audit" >&2; log "$(basename "$wheel") is not manylinux_2_17 compliant"; exit 1; }
 python3 -m venv "$home/venv"
 start=$(date +%s%N)
@@ -51,11 +53,11 @@ log "$(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB): manylinux_2_17 per 
 # (the sdist is `codemode-<v>.tar.gz`; the binary tarball, also `codemode-<v>-….tar.gz`, is not it)
 sdist=$(ls "$dir"/codemode-[0-9]*.tar.gz | grep -v -- '-linux-gnu\.tar\.gz$')
 listing=$(tar -tzf "$sdist")
-for need in Cargo.lock crates/codemode-python/pyproject.toml crates/codemode-engine-wasi/guest/shim.c \
-  crates/codemode-bridge/src/js/prelude/ LICENSE-MIT; do
+for need in Cargo.lock pyproject.toml crates/codemode-engine-wasi/guest/shim.c \
+  crates/codemode-bridge/src/js/prelude/ LICENSE-MIT LICENSE-APACHE; do
   echo "$listing" | grep -q "^codemode-[^/]*/$need" || { log "$(basename "$sdist") lacks $need"; exit 1; }
 done
-log "$(basename "$sdist") ($(du -k "$sdist" | cut -f1) KiB): carries the lock file, the guest's sources and the prelude"
+log "$(basename "$sdist") ($(du -k "$sdist" | cut -f1) KiB): carries the lock file, the guest's sources, the prelude and the licence texts"
 
 # The npm packages.
 app="$home/app"

@@ -66,7 +66,7 @@ echo "codemode-linux-x64-gnu-$version.tgz: $(glibc_floor crates/codemode-node/co
 log "building the Python wheel (maturin --zig, manylinux_2_17) and sdist"
 PATH="$PWD/$venv/bin:$PATH" maturin build --quiet --locked --release --strip --zig --compatibility manylinux_2_17 \
   -m crates/codemode-python/Cargo.toml --out "$out" >&2
-PATH="$PWD/$venv/bin:$PATH" maturin sdist --quiet -m crates/codemode-python/Cargo.toml --out "$out" >&2
+PATH="$PWD/$venv/bin:$PATH" maturin sdist -m crates/codemode-python/Cargo.toml --out "$out" >&2
 wheel=$(echo "$out"/codemode-"$version"-*.whl)
 unzip -q -o "$wheel" 'codemode/_native*.so' -d "$stage/wheel"
 echo "$(basename "$wheel"): $(glibc_floor "$stage"/wheel/codemode/_native*.so)" >> "$out/GLIBC-FLOORS"

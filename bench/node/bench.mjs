@@ -91,6 +91,49 @@ await quickjsRow('quickjs-emscripten (asyncify)', await newQuickJSAsyncWASMModul
   rows['node:vm (not a sandbox)'] = { trivial_cell_us: trivial, nested_call_us: (hundred - trivial) / CALLS }
 }
 
+// The floor of any design that keeps the guest off Node's main thread: another thread asks the
+// main thread (idle in its event loop, as it is while `await cm.exec(...)` is pending) to run a JS
+// function and spins on a shared word for the answer, so only the main thread is woken (the way
+// codemode's guest worker waits for a tool's answer). No sandbox, no JSON: the wake-up and
+// Node's message dispatch alone.
+{
+  const { Worker } = await import('node:worker_threads')
+  const word = new Int32Array(new SharedArrayBuffer(4))
+  const add = (a, b) => a + b
+  const worker = new Worker(
+    `const { parentPort, workerData } = require('node:worker_threads')
+     const word = workerData
+     let asked = 0
+     parentPort.on('message', (n) => {
+       const t = process.hrtime.bigint()
+       for (let i = 0; i < n; i++) {
+         asked++
+         parentPort.postMessage(asked)
+         while (Atomics.load(word, 0) !== asked) {}
+       }
+       parentPort.postMessage({ us: Number(process.hrtime.bigint() - t) / 1e3 / n })
+     })`,
+    { eval: true, workerData: word },
+  )
+  let s = 0
+  let done
+  worker.on('message', (m) => {
+    if (typeof m === 'number') {
+      s = add(s, 1)
+      Atomics.store(word, 0, m)
+    } else done(m.us)
+  })
+  const batch = () => new Promise((resolve) => {
+    done = resolve
+    worker.postMessage(CALLS)
+  })
+  for (let i = 0; i < 5; i++) await batch()
+  const perCall = []
+  for (let i = 0; i < Math.max(10, samples / 10); i++) perCall.push(await batch())
+  await worker.terminate()
+  rows['floor: a call to the main thread'] = { nested_call_us: median(perCall) }
+}
+
 if (json) {
   console.log(JSON.stringify(rows, null, 2))
 } else {
