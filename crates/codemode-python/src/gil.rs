@@ -15,6 +15,12 @@
 //! one takes the GIL — about a third of an inline tool call's cost before. The state is given back
 //! when the worker thread ends (or by the interpreter at exit).
 //!
+//! A caller of `exec` / `wait` that looked for a quick answer without the GIL re-takes it
+//! ([`Reacquiring`]): meanwhile a runtime thread about to enter Python waits for it. Without that,
+//! a cell making quick calls into Python (inline tools, or the lane's) re-takes the GIL a few µs
+//! after each release, long before the woken caller runs, and CPython lets the caller wait its
+//! whole switch interval (5 ms) before it forces the hand-over: 50 µs per call over a cell of 100.
+//!
 //! [`spawn`] runs a Rust future on the runtime and gives Python an `asyncio.Future` resolved
 //! through [`attach`]; cancelling the Python future aborts the Rust one (dropping it: an `exec`
 //! or `wait` dropped this way aborts its run).
@@ -31,15 +37,66 @@ static INSIDE: AtomicUsize = AtomicUsize::new(0);
 /// Longest wait at exit for runtime threads inside Python (a Python tool finishing).
 pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 
+/// Callers re-taking the GIL after a look without it (see [`Reacquiring`]).
+static REACQUIRING: AtomicUsize = AtomicUsize::new(0);
+
+/// Held by a caller of `exec` / `wait` from the end of its look for the answer (still without the
+/// GIL) until it holds the GIL again: a guest worker or the lane entering Python meanwhile waits
+/// for it to have re-taken the GIL (see the module docs). Dropped with the GIL held.
+pub struct Reacquiring(());
+
+impl Reacquiring {
+    /// Marks this caller as about to re-take the GIL.
+    pub fn begin() -> Self {
+        REACQUIRING.fetch_add(1, Ordering::SeqCst);
+        Reacquiring(())
+    }
+}
+
+impl Drop for Reacquiring {
+    fn drop(&mut self) {
+        REACQUIRING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+thread_local! {
+    /// How deep this thread is in [`attach`]: a nested entry holds the GIL already and must not
+    /// wait for anyone.
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this is one of the runtime's long-lived threads that enter Python: a guest worker or
+/// the lane.
+fn runtime_thread() -> bool {
+    std::thread::current()
+        .name()
+        .is_some_and(|n| n == codemode_embed::GUEST_THREAD_NAME || n == crate::lane::THREAD_NAME)
+}
+
 /// Runs `f` with the GIL from a runtime thread; `None` once the interpreter is exiting.
 pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
     INSIDE.fetch_add(1, Ordering::SeqCst);
+    let depth = DEPTH.with(|d| d.replace(d.get() + 1));
+    if depth == 0 && REACQUIRING.load(Ordering::SeqCst) > 0 && runtime_thread() {
+        // A caller is re-taking the GIL: let it have it first. It holds no lock of ours and is
+        // only waiting to be scheduled, so this wait is short; it spins briefly, then yields.
+        let mut spins = 0u32;
+        while REACQUIRING.load(Ordering::SeqCst) > 0 {
+            if spins < 200 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
     let out = if SHUTTING_DOWN.load(Ordering::SeqCst) {
         None
     } else {
         keep_thread_state();
         Some(Python::attach(f))
     };
+    DEPTH.with(|d| d.set(depth));
     INSIDE.fetch_sub(1, Ordering::SeqCst);
     out
 }
@@ -60,9 +117,7 @@ thread_local! {
 /// Called with [`INSIDE`] counted and the interpreter not exiting.
 #[allow(unsafe_code)]
 fn keep_thread_state() {
-    let name =
-        std::thread::current().name().map(|n| n == codemode_embed::GUEST_THREAD_NAME || n == crate::lane::THREAD_NAME);
-    if name != Some(true) {
+    if !runtime_thread() {
         return;
     }
     let _ = KEPT.try_with(|kept| {

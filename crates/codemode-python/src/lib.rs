@@ -144,7 +144,11 @@ impl Runtime {
         *handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
         // A quick run's answer, looked for a moment without the GIL (see `Handoff`): the future is
         // returned already resolved, and `await` takes its value without a turn of the loop.
-        if let Some(v) = py.detach(|| handoff.look()) {
+        // (`Reacquiring`: the runtime's threads let this caller re-take the GIL before they enter
+        // Python again, see the `gil` module.)
+        let (answer, reacquiring) = py.detach(|| (handoff.look(), gil::Reacquiring::begin()));
+        drop(reacquiring);
+        if let Some(v) = answer {
             py_fut.call_method1("set_result", (Json(v),))?;
         }
         Ok(py_fut)
