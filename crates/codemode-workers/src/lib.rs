@@ -430,11 +430,11 @@ pub fn core_idle() -> bool {
 
 /// The [`AnswerSpin`] permit, if a core is idle and no other caller holds it.
 pub fn answer_spin() -> Option<AnswerSpin> {
-    let p = pool();
-    if p.occupied.load(Ordering::Relaxed) >= target() {
+    if !core_idle() {
         return None;
     }
-    p.caller_spinning
+    pool()
+        .caller_spinning
         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
         .ok()
         .map(|_| AnswerSpin { until: Instant::now() + ANSWER_SPIN, full_since: None })
@@ -448,7 +448,7 @@ impl AnswerSpin {
         if now >= self.until {
             return false;
         }
-        if pool().occupied.load(Ordering::Relaxed) < target() {
+        if core_idle() {
             self.full_since = None;
             return true;
         }
