@@ -8,7 +8,8 @@
 //! Threads: the guest never runs on Node's main thread — it runs on codemode's guest worker
 //! threads, and nested calls are awaited on a tokio runtime owned by this addon. A JavaScript
 //! tool runs on the main thread (where JavaScript lives), reached through a Node-API threadsafe
-//! function; its `Promise` is awaited without blocking either side. An `exec` / `wait` result is
+//! function; it answers with its envelope at once (a plain return value) or with a `Promise` of
+//! it (an async handler, a validator), awaited without blocking either side. An `exec` / `wait` result is
 //! handed from the guest worker to the main thread directly.
 //!
 //! Only JSON crosses, as text: the JavaScript side checks and serializes every value (refusing
@@ -25,16 +26,18 @@ use codemode_embed::{
     CallHandle, Caller, EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction,
     HostHook, ToolDefinition,
 };
-use napi::bindgen_prelude::{Buffer, JsObjectValue, JsValue, Promise, ToNapiValue, Unknown};
+use napi::bindgen_prelude::{Buffer, Either, JsObjectValue, JsValue, Promise, ToNapiValue, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status, sys};
 use napi_derive::napi;
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
 
-/// A JavaScript function the runtime calls: `(argsJson) => Promise<envelopeJson>` (the package's
-/// wrapper around a tool, hook or approver). Weak: it does not keep Node's event loop alive.
-type JsCall = ThreadsafeFunction<String, Promise<String>, String, Status, false, true>;
+/// A JavaScript function the runtime calls: `(argsJson) => envelopeJson | Promise<envelopeJson>`
+/// (the package's wrapper around a tool, hook or approver). An envelope answered at once costs one
+/// turn of Node's event loop; a promise costs a second one (its settlement). Weak: it does not keep
+/// Node's event loop alive.
+type JsCall = ThreadsafeFunction<String, Either<String, Promise<String>>, String, Status, false, true>;
 
 /// The callback receiving an `exec` / `wait` result (JSON text). Strong: a pending call keeps the
 /// event loop alive until its result arrives.
@@ -132,11 +135,16 @@ impl<T: ToNapiValue> ToNapiValue for Coded<T> {
 /// Calls a JavaScript wrapper and reads its envelope: `{ "ok": value }` or `{ "error": { name,
 /// message } }`.
 async fn call_js(f: &JsCall, what: &str, args: Value) -> Result<Value, HostFailure> {
-    let promise = f
+    let answer = f
         .call_async_catch(args.to_string())
         .await
         .map_err(|e| HostFailure::new("Error", format!("{what} could not be called: {}", e.reason)))?;
-    let text = promise.await.map_err(|e| HostFailure::new("Error", format!("{what} failed: {}", e.reason)))?;
+    let text = match answer {
+        Either::A(text) => text,
+        Either::B(promise) => {
+            promise.await.map_err(|e| HostFailure::new("Error", format!("{what} failed: {}", e.reason)))?
+        }
+    };
     let envelope: Value = serde_json::from_str(&text)
         .map_err(|e| HostFailure::new("TypeError", format!("{what} answered with unreadable JSON: {e}")))?;
     match envelope {
@@ -186,7 +194,7 @@ pub struct NativeTool {
     /// The spec (`{ name, description, inputSchema, outputSchema, readOnly, owner }`) as JSON text.
     pub spec: String,
     /// The package's wrapper of the function.
-    #[napi(ts_type = "(argsJson: string) => Promise<string>")]
+    #[napi(ts_type = "(argsJson: string) => string | Promise<string>")]
     pub call: JsCall,
 }
 
@@ -198,10 +206,10 @@ pub struct NativeOptions {
     /// The JavaScript tools.
     pub tools: Vec<NativeTool>,
     /// The before-call hook's wrapper.
-    #[napi(ts_type = "(argsJson: string) => Promise<string>")]
+    #[napi(ts_type = "(argsJson: string) => string | Promise<string>")]
     pub hook: Option<JsCall>,
     /// The approver's wrapper.
-    #[napi(ts_type = "(argsJson: string) => Promise<string>")]
+    #[napi(ts_type = "(argsJson: string) => string | Promise<string>")]
     pub approver: Option<JsCall>,
 }
 

@@ -105,6 +105,35 @@ test('non-JSON results are coded errors and the process keeps serving', async ()
   assert.equal((await cm.exec('return 6 * 7')).value, 42)
 })
 
+test('a plain value is answered at once, a promise or thenable when it settles: same checks either way', async () => {
+  const later = (v) => ({ then: (ok) => setTimeout(() => ok(v), 1) })
+  const exploding = { get boom() { throw new Error('getter exploded') } }
+  const handlers = {
+    plain: () => ({ n: 1 }),
+    thenable: () => later({ n: 2 }),
+    promise_of_thenable: async () => later({ n: 3 }),
+    thenable_of_non_json: () => later(10n),
+    throwing_getter: () => exploding,
+    rejected_promise: () => Promise.reject(new RangeError('refused later')),
+    throwing_then: () => ({ get then() { throw new TypeError('then exploded') } }),
+  }
+  const cm = new CodeMode({ tools: Object.entries(handlers).map(([name, handler]) => tool({ name, handler })) })
+  const out = {}
+  for (const name of Object.keys(handlers)) {
+    const r = await cm.exec(`try { return ['ok', await tools.${name}({})] } catch (e) { return [e.code, e.message] }`)
+    assert.equal(r.status, 'completed', `${name}: ${JSON.stringify(r)}`)
+    out[name] = r.value
+  }
+  assert.deepEqual(out.plain, ['ok', { n: 1 }])
+  assert.deepEqual(out.thenable, ['ok', { n: 2 }])
+  assert.deepEqual(out.promise_of_thenable, ['ok', { n: 3 }])
+  assert.equal(out.thenable_of_non_json[0], 'nested_tool_failed')
+  assert.match(out.thenable_of_non_json[1], /returned a value that is not JSON: \$: a BigInt/)
+  assert.deepEqual(out.throwing_getter, ['nested_tool_failed', 'plugin:node:throwing_getter: Error: getter exploded'])
+  assert.deepEqual(out.rejected_promise, ['nested_tool_failed', 'plugin:node:rejected_promise: RangeError: refused later'])
+  assert.deepEqual(out.throwing_then, ['nested_tool_failed', 'plugin:node:throwing_then: TypeError: then exploded'])
+})
+
 test('a tool that never returns is bounded by the run, and abort stops the run', async () => {
   let started = false
   const cm = new CodeMode({ tools: [tool({ name: 'hangs', handler: () => { started = true; return new Promise(() => {}) } })], config: FAST })
