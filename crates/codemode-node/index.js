@@ -7,6 +7,7 @@
 // only through a JSON bridge. See index.d.ts for the API and README.md ("Node") for a tour.
 
 const native = require('./native.js')
+const { wake, awakeWhenSettled } = require('./awake.js')
 
 /** A host API call that could not be made: `code` is `invalid_input`, `config_error`, … */
 class CodeModeError extends Error {
@@ -216,7 +217,7 @@ function call(start, signal) {
   })
 }
 
-function nativeOptions(options) {
+function nativeOptions(options, box) {
   const { tools = [], config, hook, approver } = options || {}
   if (!Array.isArray(tools)) throw new TypeError('tools must be an array')
   const declared = tools.map((t) => (t && Object.isFrozen(t) && 'validate' in t ? t : tool(t)))
@@ -225,12 +226,22 @@ function nativeOptions(options) {
     const text = require('node:fs').readFileSync(config, 'utf8')
     doc = JSON.parse(native.parseConfig(text))
   }
+  box.wrappers = declared.map(toolWrapper)
   return {
     config: doc == null ? undefined : JSON.stringify(doc),
-    tools: declared.map((t) => {
+    tools: declared.map((t, i) => {
       const spec = { name: t.name, description: t.description, inputSchema: t.inputSchema, outputSchema: t.outputSchema, readOnly: t.readOnly, owner: t.owner, label: t.label }
       for (const k of Object.keys(spec)) if (spec[k] === undefined) delete spec[k]
-      return { spec: JSON.stringify(spec), call: toolWrapper(t) }
+      const wrapper = box.wrappers[i]
+      return {
+        spec: JSON.stringify(spec),
+        call: (argsJson) => {
+          const answer = wrapper(argsJson)
+          if (typeof answer === 'string') wake(box)
+          else awakeWhenSettled(box, answer)
+          return answer
+        },
+      }
     }),
     hook: hook ? callbackWrapper(hook, 'the before-call hook') : undefined,
     approver: approver ? callbackWrapper(approver, 'the approver') : undefined,
@@ -246,7 +257,9 @@ class CodeMode {
       return
     }
     try {
-      this._rt = native.start(nativeOptions(options))
+      const box = {}
+      this._rt = native.start(nativeOptions(options, box))
+      box.rt = this._rt
     } catch (e) {
       throw coded(e)
     }
@@ -255,7 +268,10 @@ class CodeMode {
   /** Like the constructor, without blocking while upstream MCP servers connect. */
   static async create(options = {}) {
     try {
-      return new CodeMode(options, await native.startAsync(nativeOptions(options)))
+      const box = {}
+      const rt = await native.startAsync(nativeOptions(options, box))
+      box.rt = rt
+      return new CodeMode(options, rt)
     } catch (e) {
       throw coded(e)
     }

@@ -24,7 +24,7 @@
 use codemode::CodeModeErrorCode;
 use codemode::config_file::ConfigFile;
 pub use codemode::{
-    AnswerSpin, ApprovalDecision, AutoWait, CallHandle, GUEST_THREAD_NAME, ToolDefinition, answer_spin,
+    AnswerSpin, ApprovalDecision, AutoWait, CallHandle, GUEST_THREAD_NAME, ToolDefinition, answer_spin, core_idle,
 };
 use codemode::{
     CodeMode, CodeModeError, CodeModeExecInput, CodeModeWaitInput, NestedToolCall, PolicyTarget, RunContext, RunId,

@@ -9,7 +9,8 @@
 //! threads, and nested calls are awaited on a tokio runtime owned by this addon. A JavaScript
 //! tool runs on the main thread (where JavaScript lives), reached through a Node-API threadsafe
 //! function; it answers with its envelope at once (a plain return value) or with a `Promise` of
-//! it (an async handler, a validator), awaited without blocking either side. An `exec` / `wait` result is
+//! it (an async handler, a validator), awaited without blocking either side. Between a cell's
+//! quick calls the main thread stays awake a moment and takes them directly (`awake`). An `exec` / `wait` result is
 //! handed from the guest worker to the main thread directly.
 //!
 //! Only JSON crosses, as text: the JavaScript side checks and serializes every value (refusing
@@ -21,6 +22,8 @@
 // has one: the conversion of a [`Coded`] result (napi-rs's `ToNapiValue` is an `unsafe` trait
 // method), which only forwards napi-rs's own arguments.
 #![allow(unsafe_code)]
+
+mod awake;
 
 use codemode_embed::{
     CallHandle, Caller, EmbedError, EmbedOptions, Embedded, HookVerdict, HostApprover, HostFailure, HostFunction,
@@ -132,13 +135,18 @@ impl<T: ToNapiValue> ToNapiValue for Coded<T> {
     }
 }
 
-/// Calls a JavaScript wrapper and reads its envelope: `{ "ok": value }` or `{ "error": { name,
-/// message } }`.
-async fn call_js(f: &JsCall, what: &str, args: Value) -> Result<Value, HostFailure> {
+/// Calls a JavaScript wrapper through its threadsafe function (waking Node's main thread).
+async fn call_js(f: &JsCall, what: &str, args: String) -> Result<Value, HostFailure> {
     let answer = f
-        .call_async_catch(args.to_string())
+        .call_async_catch(args)
         .await
         .map_err(|e| HostFailure::new("Error", format!("{what} could not be called: {}", e.reason)))?;
+    read_answer(what, answer).await
+}
+
+/// Reads a wrapper's envelope, once it settles: `{ "ok": value }` or `{ "error": { name,
+/// message } }`.
+async fn read_answer(what: &str, answer: awake::Answer) -> Result<Value, HostFailure> {
     let text = match answer {
         Either::A(text) => text,
         Either::B(promise) => {
@@ -161,12 +169,29 @@ async fn call_js(f: &JsCall, what: &str, args: Value) -> Result<Value, HostFailu
 struct JsTool {
     call: JsCall,
     what: String,
+    /// Its index in the package's list of tools (what the main thread's loop calls it by).
+    index: u32,
+    mailbox: Arc<awake::Mailbox>,
 }
 
 #[async_trait::async_trait]
 impl HostFunction for JsTool {
     async fn call(&self, input: Value, info: Value) -> Result<Value, HostFailure> {
-        call_js(&self.call, &self.what, json!([input, info])).await
+        let args = json!([input, info]).to_string();
+        // Straight to the main thread while it is awake in its loop (see `awake`), otherwise
+        // through the threadsafe function, which wakes it.
+        match self.mailbox.offer(self.index, args) {
+            Ok(reply) => {
+                let answer = reply.await.map_err(|_| {
+                    HostFailure::new(
+                        "Error",
+                        format!("{} could not be called: Node's main thread dropped the call", self.what),
+                    )
+                })?;
+                read_answer(&self.what, answer).await
+            }
+            Err(args) => call_js(&self.call, &self.what, args).await,
+        }
     }
 }
 
@@ -175,7 +200,7 @@ struct JsHook(JsCall);
 #[async_trait::async_trait]
 impl HostHook for JsHook {
     async fn before_call(&self, call: Value) -> Result<HookVerdict, HostFailure> {
-        HookVerdict::from_json(call_js(&self.0, "the before-call hook", json!([call])).await?)
+        HookVerdict::from_json(call_js(&self.0, "the before-call hook", json!([call]).to_string()).await?)
     }
 }
 
@@ -184,7 +209,7 @@ struct JsApprover(JsCall);
 #[async_trait::async_trait]
 impl HostApprover for JsApprover {
     async fn decide(&self, request: Value) -> Result<Option<codemode_embed::ApprovalDecision>, HostFailure> {
-        codemode_embed::decision_from_json(call_js(&self.0, "the approver", json!([request])).await?)
+        codemode_embed::decision_from_json(call_js(&self.0, "the approver", json!([request]).to_string()).await?)
     }
 }
 
@@ -213,18 +238,18 @@ pub struct NativeOptions {
     pub approver: Option<JsCall>,
 }
 
-fn embed_options(options: NativeOptions) -> Result<EmbedOptions, EmbedError> {
+fn embed_options(options: NativeOptions, mailbox: &Arc<awake::Mailbox>) -> Result<EmbedOptions, EmbedError> {
     let config = match options.config {
         Some(text) => Some(serde_json::from_str(&text).map_err(|e| EmbedError::config(format!("(root): {e}")))?),
         None => None,
     };
     let mut tools: Vec<(ToolDefinition, Arc<dyn HostFunction>)> = Vec::new();
-    for t in options.tools {
+    for (index, t) in (0u32..).zip(options.tools) {
         let spec: Value =
             serde_json::from_str(&t.spec).map_err(|e| EmbedError::invalid(format!("unreadable tool spec: {e}")))?;
         let def = codemode_embed::tool_definition(&spec, "node")?;
         let what = format!("tool `{}`", def.name);
-        tools.push((def, Arc::new(JsTool { call: t.call, what })));
+        tools.push((def, Arc::new(JsTool { call: t.call, what, index, mailbox: mailbox.clone() })));
     }
     Ok(EmbedOptions {
         config,
@@ -238,6 +263,8 @@ fn embed_options(options: NativeOptions) -> Result<EmbedOptions, EmbedError> {
 #[napi]
 pub struct NativeRuntime {
     inner: Arc<Embedded>,
+    /// Where its tools' calls reach the main thread while it stays awake (see `awake`).
+    mailbox: Arc<awake::Mailbox>,
 }
 
 /// Builds a runtime, blocking the calling thread while upstream MCP servers connect and the engine
@@ -245,9 +272,10 @@ pub struct NativeRuntime {
 #[napi(ts_return_type = "NativeRuntime")]
 pub fn start(options: NativeOptions) -> Coded<NativeRuntime> {
     let start = || -> Result<NativeRuntime, Failure> {
-        let options = embed_options(options)?;
+        let mailbox = Arc::default();
+        let options = embed_options(options, &mailbox)?;
         let embedded = runtime()?.block_on(Embedded::start(options))?;
-        Ok(NativeRuntime { inner: Arc::new(embedded) })
+        Ok(NativeRuntime { inner: Arc::new(embedded), mailbox })
     };
     start().into()
 }
@@ -255,11 +283,12 @@ pub fn start(options: NativeOptions) -> Coded<NativeRuntime> {
 /// [`start`] without blocking (for configurations with slow upstream servers).
 #[napi(ts_return_type = "Promise<NativeRuntime>")]
 pub async fn start_async(options: NativeOptions) -> Coded<NativeRuntime> {
-    let started = match embed_options(options) {
+    let mailbox = Arc::default();
+    let started = match embed_options(options, &mailbox) {
         Ok(options) => Embedded::start(options).await,
         Err(e) => Err(e),
     };
-    started.map(|embedded| NativeRuntime { inner: Arc::new(embedded) }).into()
+    started.map(|embedded| NativeRuntime { inner: Arc::new(embedded), mailbox }).into()
 }
 
 /// An `exec` / `wait` in progress.
@@ -340,6 +369,28 @@ impl From<JsCaller> for Caller {
 
 #[napi]
 impl NativeRuntime {
+    /// The next tool call for the main thread's loop (see `awake`): `[toolIndex, argsJson]`,
+    /// waiting for one a moment while `stay` holds and a core is idle; `null` when none came (the
+    /// loop ends).
+    #[napi(ts_return_type = "[number, string] | null")]
+    pub fn take_job(&self, stay: bool) -> Option<(u32, String)> {
+        self.mailbox.take(stay)
+    }
+
+    /// Answers the call [`Self::take_job`] returned last with the tool wrapper's envelope (or a
+    /// promise of it).
+    #[napi]
+    pub fn answer_job(&self, #[napi(ts_arg_type = "string | Promise<string>")] answer: awake::Answer) {
+        self.mailbox.answer(answer);
+    }
+
+    /// Ends the main thread's loop: calls still handed to it fail (only after a loop ended
+    /// abnormally are there any).
+    #[napi]
+    pub fn rest_jobs(&self) {
+        self.mailbox.rest();
+    }
+
     /// Runs a cell; `on_done` receives the result as JSON text.
     #[napi(ts_return_type = "NativeCall")]
     pub fn exec(

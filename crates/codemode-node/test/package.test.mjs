@@ -16,7 +16,7 @@ test('the tarballs install into a fresh npm project and run a cell', () => {
     const packed = pack(dir)
     assert.deepEqual(packed.platform.files, ['LICENSE-APACHE', 'LICENSE-MIT', 'README.md', ADDON, 'package.json'])
     assert.deepEqual(packed.main.files, [
-      'LICENSE-APACHE', 'LICENSE-MIT', 'README.md', 'adapter.d.ts', 'adapter.js', 'ai.d.ts', 'ai.js', 'ai.mjs', 'index.d.ts',
+      'LICENSE-APACHE', 'LICENSE-MIT', 'README.md', 'adapter.d.ts', 'adapter.js', 'ai.d.ts', 'ai.js', 'ai.mjs', 'awake.js', 'index.d.ts',
       'index.js', 'index.mjs', 'langchain.d.ts', 'langchain.js', 'langchain.mjs', 'native.d.ts', 'native.js',
       'openai-agents.d.ts', 'openai-agents.js', 'openai-agents.mjs', 'package.json',
     ])

@@ -134,6 +134,55 @@ test('a plain value is answered at once, a promise or thenable when it settles: 
   assert.deepEqual(out.throwing_then, ['nested_tool_failed', 'plugin:node:throwing_then: TypeError: then exploded'])
 })
 
+// The main thread stays awake between a cell's quick calls (the addon's `awake` module): what it
+// must not cost is correctness, other runtimes' calls, or the event loop's turns.
+test("a cell calling tools back to back cannot starve Node's event loop", async () => {
+  let turned = false
+  let calls = 0
+  const cm = new CodeMode({
+    tools: [tool({ name: 'turned', handler: () => { calls++; return turned } })],
+    config: { tools: { codeMode: { timeoutMs: 20_000 } } },
+  })
+  // The cell loops until a callback only the event loop runs has run: were the loop never to
+  // yield, the cell would spin to its deadline and fail.
+  const running = cm.exec('let n = 0; while (!(await tools.turned({}))) n++; return n')
+  setImmediate(() => { turned = true })
+  const r = await running
+  assert.equal(r.status, 'completed', JSON.stringify(r))
+  assert.equal(r.value, calls - 1)
+  // A timer, too, while another cell hammers.
+  turned = false
+  const again = cm.exec('let n = 0; while (!(await tools.turned({}))) n++; return n')
+  setTimeout(() => { turned = true }, 0)
+  assert.equal((await again).status, 'completed')
+})
+
+test('fan-outs, mixed sync and async tools, two runtimes and re-entrant cells all get their own answers', async () => {
+  const double = tool({ name: 'double', handler: ({ n }) => n * 2 })
+  const later = tool({ name: 'later', handler: async ({ n }) => { await new Promise((r) => setImmediate(r)); return n + 1000 } })
+  const failing = tool({ name: 'failing', handler: ({ n }) => { throw new RangeError(`bad ${n}`) } })
+  const a = new CodeMode({ tools: [double, later, failing] })
+  const b = new CodeMode({
+    tools: [
+      tool({ name: 'triple', handler: ({ n }) => n * 3 }),
+      // Re-entrant: a tool that runs a cell of the other runtime while its own cell waits.
+      tool({ name: 'nested_cell', handler: async ({ n }) => (await a.exec(`return await tools.double({n: ${n}})`)).value }),
+    ],
+  })
+  const fan = "const xs = await Promise.all(Array.from({length: 12}, (_, n) => n % 3 === 0 ? tools.later({n}) : tools.double({n}))); let s = 0; for (let i = 0; i < 200; i++) s += await tools.double({n: i}); let bad = 0; for (let i = 0; i < 20; i++) { try { await tools.failing({n: i}) } catch (e) { if (e.message.endsWith(`bad ${i}`)) bad++ } } return [xs, s, bad]"
+  const chain = 'let s = 0; for (let i = 0; i < 300; i++) s += await tools.triple({n: i}); const viaA = []; for (let i = 0; i < 5; i++) viaA.push(await tools.nested_cell({n: i})); return [s, viaA]'
+  const [ra1, ra2, rb1, rb2] = await Promise.all([a.exec(fan), a.exec(fan), b.exec(chain), b.exec(chain)])
+  const xs = Array.from({ length: 12 }, (_, n) => (n % 3 === 0 ? n + 1000 : n * 2))
+  for (const r of [ra1, ra2]) {
+    assert.equal(r.status, 'completed', JSON.stringify(r))
+    assert.deepEqual(r.value, [xs, 2 * (199 * 200) / 2, 20])
+  }
+  for (const r of [rb1, rb2]) {
+    assert.equal(r.status, 'completed', JSON.stringify(r))
+    assert.deepEqual(r.value, [3 * (299 * 300) / 2, [0, 2, 4, 6, 8]])
+  }
+})
+
 test('a tool that never returns is bounded by the run, and abort stops the run', async () => {
   let started = false
   const cm = new CodeMode({ tools: [tool({ name: 'hangs', handler: () => { started = true; return new Promise(() => {}) } })], config: FAST })

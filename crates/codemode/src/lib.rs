@@ -71,9 +71,9 @@ pub use codemode_namespaces::{
 pub use codemode_snapshot::{Clock, DirectorySnapshotStore, ManualClock, MemorySnapshotStore, SystemClock};
 pub use codemode_workers::THREAD_NAME as GUEST_THREAD_NAME;
 /// The permit a host's caller takes to look for a run's answer a moment instead of sleeping until
-/// woken (see [`codemode_workers::answer_spin`]); for language packages whose caller is an event
-/// loop's thread.
-pub use codemode_workers::{AnswerSpin, answer_spin};
+/// woken (see [`codemode_workers::answer_spin`]), and the test of an idle core it and other short
+/// spins rest on; for language packages whose caller is an event loop's thread.
+pub use codemode_workers::{AnswerSpin, answer_spin, core_idle};
 pub use tools::{FnTool, LocalTools, Tool, ToolHook};
 
 /// The idempotency key of a nested call: `<runId>/<requestId>`. It is the same when the call is
