@@ -15,7 +15,7 @@ use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, Snapshot, SnapshotBody};
 use codemode_core::guest::GuestRequest;
 use codemode_core::result::WaitReason;
-use codemode_core::scope::{RunId, RunScope};
+use codemode_core::scope::{RunId, RunScope, ScopeMismatch};
 use codemode_core::store::{
     CallIssue, CallOwner, CallStart, MAX_SUSPENDED_RUNS, PendingRequest, SnapshotStore, StoreError, SuspendedRun,
 };
@@ -138,6 +138,40 @@ pub async fn lookup_failures(t: &StoreUnderTest) -> Result<(), Failure> {
         .await
         .map_err(|e| format!("owner after intruder: {e}"))?;
     s.remove(&id("cm_scoped")).await;
+    // The scope's rules (`RunScope::check`): agent, session id and session key exactly (absent
+    // matches only absent), the agent run only when both sides name one.
+    let owner = RunScope {
+        agent_id: Some("ops".into()),
+        session_key: Some("k".into()),
+        agent_run_id: Some("run-1".into()),
+        ..RunScope::session("owner")
+    };
+    let mut run = suspended("cm_scope_rules", "owner", T0 + 60_000, vec![8], &[]);
+    run.scope = owner.clone();
+    s.put(run).await.map_err(|e| e.to_string())?;
+    let refusals = [
+        (RunScope { agent_run_id: Some("run-2".into()), ..owner.clone() }, ScopeMismatch::AgentRun),
+        (RunScope { agent_id: None, ..owner.clone() }, ScopeMismatch::Session),
+        (RunScope { agent_id: Some("=ops".into()), ..owner.clone() }, ScopeMismatch::Session),
+        (RunScope { session_key: None, ..owner.clone() }, ScopeMismatch::Session),
+        (RunScope { session_key: Some("-".into()), ..owner.clone() }, ScopeMismatch::Session),
+        (RunScope { agent_id: None, session_key: None, agent_run_id: None, ..owner.clone() }, ScopeMismatch::Session),
+    ];
+    for (caller, why) in refusals {
+        eq(
+            s.checkout(&id("cm_scope_rules"), &caller).await.err(),
+            Some(StoreError::WrongScope(why)),
+            &format!("{caller:?}"),
+        )?;
+    }
+    // Without an agent run the caller matches any; each refusal above left the run resumable.
+    let back = s
+        .checkout(&id("cm_scope_rules"), &RunScope { agent_run_id: None, ..owner.clone() })
+        .await
+        .map_err(|e| format!("owner without an agent run: {e}"))?;
+    s.put(back).await.map_err(|e| e.to_string())?;
+    s.checkout(&id("cm_scope_rules"), &owner).await.map_err(|e| format!("owner: {e}"))?;
+    s.remove(&id("cm_scope_rules")).await;
     Ok(())
 }
 

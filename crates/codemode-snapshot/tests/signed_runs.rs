@@ -236,3 +236,83 @@ async fn replicas_without_a_configured_key_share_one_derived_from_the_fleet_secr
     let c = redis_store(&server, Some(as_secret)).await;
     refused(c.checkout(&RunId::parse("cm_fleet2").unwrap(), &RunScope::session("s1")).await);
 }
+
+/// The scope fields a Redis run keeps for its one-round-trip checkout (`CHECKOUT` in the store's
+/// scripts) are not signed: whoever rewrites them in Redis still cannot take another scope's run
+/// (the signed meta's scope is checked again, and the lease given back), and a run stored without
+/// them (written by an older replica) is checked from its meta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_scope_fields_are_a_shortcut_never_the_authority() {
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let store = redis_store(&server, Some(keys(K1))).await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let id = RunId::parse("cm_owner").unwrap();
+    let key = format!("{}run:cm_owner", store.key_prefix());
+    store.put(suspended("cm_owner", "s1", FAR, vec![1], &[])).await.unwrap();
+    let fields: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg(&key)
+        .arg("oagent")
+        .arg("osession")
+        .arg("okey")
+        .arg("orun")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(fields, vec![Some("-".into()), Some("=s1".into()), Some("-".into()), Some("-".into())]);
+    // Someone with access to Redis hands the run to the intruder's session: the script lets the
+    // intruder through, the signed meta does not, and the lease goes back at once.
+    let () = redis::cmd("HSET").arg(&key).arg("osession").arg("=intruder").query_async(&mut conn).await.unwrap();
+    assert!(matches!(
+        store.checkout(&id, &RunScope::session("intruder")).await,
+        Err(StoreError::WrongScope(codemode_core::scope::ScopeMismatch::Session))
+    ));
+    let holder: String = redis::cmd("HGET").arg(&key).arg("holder").query_async(&mut conn).await.unwrap();
+    assert_eq!(holder, "", "the intruder's lease was given back");
+    // The owner is refused by the rewritten fields (never let in by them) until they are restored.
+    assert!(matches!(store.checkout(&id, &RunScope::session("s1")).await, Err(StoreError::WrongScope(_))));
+    let () = redis::cmd("HSET").arg(&key).arg("osession").arg("=s1").query_async(&mut conn).await.unwrap();
+    let run = store.checkout(&id, &RunScope::session("s1")).await.unwrap();
+    store.put(run).await.unwrap();
+    // Written by an older replica: no scope fields. Checked from the meta, in a second round trip.
+    let () = redis::cmd("HDEL")
+        .arg(&key)
+        .arg("oagent")
+        .arg("osession")
+        .arg("okey")
+        .arg("orun")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(store.checkout(&id, &RunScope::session("intruder")).await, Err(StoreError::WrongScope(_))));
+    let holder: String = redis::cmd("HGET").arg(&key).arg("holder").query_async(&mut conn).await.unwrap();
+    assert_eq!(holder, "", "a refused caller never took the lease");
+    let run = store.checkout(&id, &RunScope::session("s1")).await.unwrap();
+    assert_eq!(run.run_id, id);
+    // The checkout is idempotent by its nonce (what makes resending it after a broken connection
+    // safe): the same nonce again gets the same fence, another nonce finds the run busy.
+    store.put(run).await.unwrap();
+    let checkout = redis::Script::new(codemode_snapshot::redis::CHECKOUT);
+    let mut take = async |replica: &str, nonce: &str| -> (String, i64) {
+        let (status, fence, _, _, _): (String, i64, String, Vec<u8>, Vec<u8>) = checkout
+            .key(&key)
+            .arg(T0)
+            .arg(replica)
+            .arg(1_000)
+            .arg("0")
+            .arg("-")
+            .arg("=s1")
+            .arg("-")
+            .arg("-")
+            .arg(nonce)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        (status, fence)
+    };
+    let (first, fence) = take("r-test", "n1").await;
+    assert_eq!(first, "OK");
+    assert_eq!(take("r-test", "n1").await, ("OK".to_string(), fence), "resent: the same checkout");
+    assert_eq!(take("r-test", "n2").await.0, "BUSY", "another checkout of the same replica");
+    assert_eq!(take("r-other", "n1").await.0, "BUSY", "another replica with the same nonce");
+}

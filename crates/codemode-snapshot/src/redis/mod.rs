@@ -8,7 +8,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P run:<runId>` | hash | `meta` (JSON: scope, engine, reason, pending and undelivered results, telemetry, positions, expiry), `snap` (the engine's serialized snapshot, whose header names the engine build), `parked` (JSON array of request ids parked for approval), `tag` (HMAC-SHA-256 of run id, `meta` and `snap`: a run whose tag no key verifies is refused on checkout), `fence` (checkouts so far), `holder` (replica id of the current checkout, `""` when suspended), `lease` (when that checkout's lease ends, Unix ms), `expires`, `scope` (the key of its scope set) |
+//! | `P run:<runId>` | hash | `meta` (JSON: scope, engine, reason, pending and undelivered results, telemetry, positions, expiry), `snap` (the engine's serialized snapshot, whose header names the engine build), `parked` (JSON array of request ids parked for approval), `tag` (HMAC-SHA-256 of run id, `meta` and `snap`: a run whose tag no key verifies is refused on checkout), `fence` (checkouts so far), `holder` (replica id of the current checkout, `""` when suspended), `lease` (when that checkout's lease ends, Unix ms), `expires`, `scope` (the key of its scope set), `oagent` `osession` `okey` `orun` (its scope's fields as [`CHECKOUT`] compares them: a shortcut, not signed — the signed `meta` decides), `nonce` (the current checkout's, which makes resending it safe) |
 //! | `P calls:<runId>` | hash | the call log: request id → JSON `{issuer, tool, digest, result?, raw?, note?}` (`note`: the task the call became on its server, continued by the replica that resumes the run); `result` is the call's delivery JSON, written the moment the call finishes, `raw` what the tool returned before the after-call stages (a replaying replica runs its own) |
 //! | `P decisions:<runId>` | hash | request id → `<hex tag>\n<decision JSON>`, until the resuming `wait` takes it |
 //! | `P scope:<digest>` | sorted set | run ids of one scope (SHA-256 of the scope), scored by expiry: the 64-run cap per scope, counted across the fleet |
@@ -28,9 +28,10 @@
 //!
 //! # Leases and fencing
 //!
-//! `checkout` runs [`CHECKOUT`]: a run held by a replica whose lease has not ended is busy;
-//! otherwise the fence counter goes up by one and the caller becomes the holder with a lease of
-//! `leaseMs`. The holder's heartbeat renews the lease (and its `replica:` key) every third of it.
+//! `checkout` runs [`CHECKOUT`], one round trip: a caller of another scope is refused before
+//! anything changes; a run held by a replica whose lease has not ended is busy; otherwise the fence
+//! counter goes up by one and the caller becomes the holder with a lease of `leaseMs`. The scope is
+//! checked again on the signed meta the script returns (a refused checkout gives its lease back). The holder's heartbeat renews the lease (and its `replica:` key) every third of it.
 //! Every later write for the run carries the holder's id and fence token and is refused
 //! ([`StoreError::TakenOver`]) once another replica took the run over — so a replica that was paused
 //! (SIGSTOP) or partitioned past its lease can never store, settle, log or run anything for that run
@@ -66,7 +67,7 @@ use crate::signing::RunKeys;
 use codemode_core::approval::ApprovalDecision;
 use codemode_core::engine::{Delivery, GuestError, RequestId};
 use codemode_core::error::CodeModeErrorCode;
-use codemode_core::scope::{RunId, RunScope};
+use codemode_core::scope::{RunId, RunScope, ScopeMismatch};
 use codemode_core::store::{
     CallIssue, CallStart, ConsoleKind, MAX_LIST_PAGE, MAX_SUSPENDED_RUNS, RunPage, SnapshotStore, StoreError,
     SuspendedRun, page_runs, parked_ids, parse_run_cursor,
@@ -132,6 +133,22 @@ const RUN_DOMAIN: &str = "codemode redis run/2";
 const TASK_DOMAIN: &str = "codemode redis task/1";
 const DECISION_DOMAIN: &str = "codemode redis decision/2";
 
+/// A scope as the Redis scripts compare it ([`CHECKOUT`]): agent, session id, session key and
+/// agent run, each `=value`, or `-` when absent (so that no value reads as an absent one).
+fn owner_fields(scope: &RunScope) -> [String; 4] {
+    let field = |v: &Option<String>| v.as_ref().map_or_else(|| "-".to_string(), |v| format!("={v}"));
+    [field(&scope.agent_id), field(&scope.session_id), field(&scope.session_key), field(&scope.agent_run_id)]
+}
+
+/// The scope a stored meta names, once it is known to be the meta of `run_id`.
+fn owner_of(run_id: &RunId, meta: &[u8]) -> Result<RunScope, StoreError> {
+    let parsed = RunMeta::parse(meta)?;
+    if parsed.run_id != *run_id {
+        return Err(StoreError::Corrupt("stored run names another run".into()));
+    }
+    Ok(parsed.scope)
+}
+
 #[async_trait::async_trait]
 impl SnapshotStore for RedisSnapshotStore {
     fn name(&self) -> &str {
@@ -157,6 +174,7 @@ impl SnapshotStore for RedisSnapshotStore {
         let (scope_key, expires_at_ms) = (s.scope_key(&meta.scope), meta.expires_at_ms);
         let meta_json = serde_json::to_string(&meta).map_err(encode_err)?;
         let tag = s.keys.sign(RUN_DOMAIN, &[id.as_str().as_bytes(), meta_json.as_bytes(), &bytes]);
+        let owner = owner_fields(&meta.scope);
         let mut conn = s.conn.clone();
         let status: String = s
             .scripts
@@ -178,6 +196,10 @@ impl SnapshotStore for RedisSnapshotStore {
             .arg(parked)
             .arg(expires_at_ms.saturating_sub(s.clock.now_ms()).saturating_add(KEY_GRACE_MS))
             .arg(&tag[..])
+            .arg(&owner[0])
+            .arg(&owner[1])
+            .arg(&owner[2])
+            .arg(&owner[3])
             .invoke_async(&mut conn)
             .await
             .map_err(unreachable)?;
@@ -198,52 +220,84 @@ impl SnapshotStore for RedisSnapshotStore {
         let s = &self.shared;
         let mut conn = s.conn.clone();
         let key = s.key("run", run_id);
-        // The scope is checked before anything changes: a caller of another scope never takes the
-        // lease (nor learns more than that the run is not theirs).
-        // A read: sent again once if the connection was found broken (the first command after a
-        // Redis restart meets the dead connection).
-        let read = redis::cmd("HGET").arg(&key).arg("meta").to_owned();
-        let meta: Option<String> = match read.query_async(&mut conn).await {
-            Err(e) if reconnecting(&e) => read.query_async(&mut conn).await.map_err(unreachable)?,
-            other => other.map_err(unreachable)?,
-        };
-        let Some(meta) = meta else { return Err(StoreError::Unavailable) };
-        let parsed = RunMeta::parse(meta.as_bytes())?;
-        if parsed.run_id != *run_id {
-            return Err(StoreError::Corrupt("stored run names another run".into()));
-        }
-        parsed.scope.check(scope).map_err(StoreError::WrongScope)?;
-        let (status, fence, meta, snap, tag): (String, i64, String, Vec<u8>, Vec<u8>) = s
-            .scripts
-            .checkout
-            .key(&key)
-            .arg(s.clock.now_ms())
-            .arg(&s.replica)
-            .arg(s.lease_ms)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unreachable)?;
-        match status.as_str() {
-            "OK" => {}
-            "BUSY" => return Err(StoreError::Busy),
-            "EXPIRED" => {
-                self.remove(run_id).await;
-                return Err(StoreError::Unavailable);
+        // One round trip: the script compares the scope before anything changes, so a caller of
+        // another scope never takes the lease (nor learns more than that the run is not theirs).
+        let owner = owner_fields(scope);
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let mut checked = false;
+        let mut resent = false;
+        let (fence, meta, snap, tag) = loop {
+            let reply: Result<(String, i64, String, Vec<u8>, Vec<u8>), _> = s
+                .scripts
+                .checkout
+                .key(&key)
+                .arg(s.clock.now_ms())
+                .arg(&s.replica)
+                .arg(s.lease_ms)
+                .arg(if checked { "1" } else { "0" })
+                .arg(&owner[0])
+                .arg(&owner[1])
+                .arg(&owner[2])
+                .arg(&owner[3])
+                .arg(&nonce)
+                .invoke_async(&mut conn)
+                .await;
+            let (status, fence, meta, snap, tag) = match reply {
+                // Sent again once if the connection was found broken (the first command after a
+                // Redis restart meets the dead connection); the nonce makes that safe even if the
+                // first one ran.
+                Err(e) if reconnecting(&e) && !resent => {
+                    resent = true;
+                    continue;
+                }
+                other => other.map_err(unreachable)?,
+            };
+            match status.as_str() {
+                "OK" => break (fence, meta, snap, tag),
+                "BUSY" => return Err(StoreError::Busy),
+                "EXPIRED" => {
+                    self.remove(run_id).await;
+                    return Err(StoreError::Unavailable);
+                }
+                "SCOPE_SESSION" => return Err(StoreError::WrongScope(ScopeMismatch::Session)),
+                "SCOPE_AGENT_RUN" => return Err(StoreError::WrongScope(ScopeMismatch::AgentRun)),
+                // A run stored without its scope's fields: checked here from its meta.
+                "CHECK" if !checked => {
+                    owner_of(run_id, meta.as_bytes())?.check(scope).map_err(StoreError::WrongScope)?;
+                    checked = true;
+                }
+                _ => return Err(StoreError::Unavailable),
             }
-            _ => return Err(StoreError::Unavailable),
-        }
+        };
         let tag = (!tag.is_empty()).then_some(tag.as_slice());
         let parts: [&[u8]; 3] = [run_id.as_str().as_bytes(), meta.as_bytes(), &snap];
-        if let Err(refusal) = s.keys.verify_optional(RUN_DOMAIN, &parts, tag, s.clock.now_ms()) {
-            // Given back at once: a replica holding the right key may still resume it.
-            let released: Result<i64, _> =
-                s.scripts.release.key(&key).arg(&s.replica).arg(fence).invoke_async(&mut conn).await;
-            if let Err(e) = released {
-                tracing::warn!(run = %run_id, error = %e, "cannot give back a refused run's lease");
+        let verified = s
+            .keys
+            .verify_optional(RUN_DOMAIN, &parts, tag, s.clock.now_ms())
+            .map_err(|refusal| StoreError::Unauthenticated(refusal.describe("the stored run", s.keys.origin())))
+            // The signed meta is the authority: its scope is checked again (the fields the script
+            // compared are not signed).
+            .and_then(|()| {
+                let parsed = RunMeta::parse(meta.as_bytes())?;
+                if parsed.run_id != *run_id {
+                    return Err(StoreError::Corrupt("stored run names another run".into()));
+                }
+                parsed.scope.check(scope).map_err(StoreError::WrongScope)?;
+                Ok(parsed)
+            });
+        let meta = match verified {
+            Ok(meta) => meta,
+            Err(refused) => {
+                // Given back at once: a replica holding the right key (or the right caller) may
+                // still resume it.
+                let released: Result<i64, _> =
+                    s.scripts.release.key(&key).arg(&s.replica).arg(fence).invoke_async(&mut conn).await;
+                if let Err(e) = released {
+                    tracing::warn!(run = %run_id, error = %e, "cannot give back a refused run's lease");
+                }
+                return Err(refused);
             }
-            return Err(StoreError::Unauthenticated(refusal.describe("the stored run", s.keys.origin())));
-        }
-        let meta = RunMeta::parse(meta.as_bytes())?;
+        };
         s.held.lock().unwrap_or_else(|p| p.into_inner()).insert(run_id.clone(), fence);
         Ok(meta.into_run(snap))
     }

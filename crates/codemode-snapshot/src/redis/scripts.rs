@@ -5,7 +5,8 @@
 /// Stores a suspended run. KEYS: run, calls, decisions, scope set, expiry set. ARGV: run id, now,
 /// replica, fence token (0: a new run), meta, snapshot, expires, max runs per scope, JSON object of
 /// the pending request ids (their log entries stay), parked ids JSON, key lifetime (ms from now),
-/// tag (the run's signature over its id, meta and snapshot).
+/// tag (the run's signature over its id, meta and snapshot), then the scope's four fields as
+/// [`CHECKOUT`] compares them (agent, session id, session key, agent run; see `owner_fields`).
 pub const PUT: &str = r#"
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 local token = tonumber(ARGV[4])
@@ -20,7 +21,8 @@ else
   redis.call('HSET', KEYS[1], 'fence', '0')
 end
 redis.call('HSET', KEYS[1], 'meta', ARGV[5], 'snap', ARGV[6], 'holder', '', 'lease', '0', 'expires', ARGV[7],
-  'scope', KEYS[4], 'parked', ARGV[10], 'tag', ARGV[12])
+  'scope', KEYS[4], 'parked', ARGV[10], 'tag', ARGV[12],
+  'oagent', ARGV[13], 'osession', ARGV[14], 'okey', ARGV[15], 'orun', ARGV[16])
 redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
 local keep = cjson.decode(ARGV[9])
@@ -32,16 +34,36 @@ if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[11]) then redis.call('PEXPIRE', K
 return 'OK'
 "#;
 
-/// Takes a run out for a `wait`. KEYS: run. ARGV: now, replica, lease (ms). Returns `{status,
-/// fence, meta, snap, tag}` (`tag` is `''` for a run written before runs were signed).
+/// Takes a run out for a `wait`, in one round trip. KEYS: run. ARGV: now, replica, lease (ms),
+/// `1` when the caller checked the scope itself (else `0`), the caller's scope as four fields
+/// (agent, session id, session key, agent run: `=value`, or `-` when absent), and a nonce unique
+/// to this checkout. Returns `{status, fence, meta, snap, tag}` (`tag` is `''` for a run written
+/// before runs were signed).
+///
+/// The scope is compared first, from the fields [`PUT`] stored with the run, as
+/// `RunScope::check` does: agent, session id and session key exactly, the agent run only when
+/// both sides have one. A caller of another scope gets `SCOPE_SESSION` or `SCOPE_AGENT_RUN` and
+/// never takes the lease. A run stored without these fields answers `CHECK` with its meta (the
+/// caller checks the scope and asks again with `1`). The nonce makes the checkout idempotent: sent
+/// again after the connection broke, it answers `OK` with the same fence if the first one took
+/// the lease.
 pub const CHECKOUT: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'UNAVAILABLE', 0, '', '', ''} end
 local now = tonumber(ARGV[1])
-local f = redis.call('HMGET', KEYS[1], 'expires', 'holder', 'lease', 'fence', 'meta', 'snap', 'tag')
+local f = redis.call('HMGET', KEYS[1], 'expires', 'holder', 'lease', 'fence', 'meta', 'snap', 'tag',
+  'oagent', 'osession', 'okey', 'orun', 'nonce')
+if ARGV[4] ~= '1' then
+  if not f[9] then return {'CHECK', 0, f[5] or '', '', ''} end
+  if f[8] ~= ARGV[5] or f[9] ~= ARGV[6] or f[10] ~= ARGV[7] then return {'SCOPE_SESSION', 0, '', '', ''} end
+  if f[11] ~= '-' and ARGV[8] ~= '-' and f[11] ~= ARGV[8] then return {'SCOPE_AGENT_RUN', 0, '', '', ''} end
+end
 if tonumber(f[1]) <= now then return {'EXPIRED', 0, '', '', ''} end
-if f[2] ~= '' and f[2] ~= false and tonumber(f[3]) > now then return {'BUSY', 0, '', '', ''} end
+if f[2] ~= '' and f[2] ~= false and tonumber(f[3]) > now then
+  if f[2] == ARGV[2] and f[12] == ARGV[9] then return {'OK', tonumber(f[4]), f[5], f[6], f[7] or ''} end
+  return {'BUSY', 0, '', '', ''}
+end
 local fence = tonumber(f[4] or '0') + 1
-redis.call('HSET', KEYS[1], 'fence', fence, 'holder', ARGV[2], 'lease', now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'fence', fence, 'holder', ARGV[2], 'lease', now + tonumber(ARGV[3]), 'nonce', ARGV[9])
 return {'OK', fence, f[5], f[6], f[7] or ''}
 "#;
 
