@@ -157,3 +157,69 @@ fn redis_cli(server: &RedisServer) -> impl Fn(&[&str]) {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// Who talks to Redis how (the store's `Link`): a thread blocking on a store operation (a guest
+/// worker inside `Handle::block_on`) uses a blocking connection of the store's own, kept for the
+/// next operation; a tokio task uses the shared multiplexed connection. A blocking connection
+/// Redis dropped is replaced, and a checkout sent on it is sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_threads_use_blocking_connections_and_tasks_the_shared_one() {
+    use codemode_core::scope::{RunId, RunScope};
+    let server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("CLIENT").arg("SETNAME").arg("admin").query_async(&mut admin).await.unwrap();
+    let clients = async |admin: &mut redis::aio::MultiplexedConnection| -> usize {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query_async(admin).await.unwrap();
+        list.lines().filter(|l| !l.contains("name=admin")).count()
+    };
+    // Connected from a task (the test's body is not one: it runs in `block_on`).
+    let url = server.url();
+    let store = Arc::new(
+        tokio::spawn(async move { RedisSnapshotStore::connect(RedisStoreConfig::new(url)).await.unwrap() })
+            .await
+            .unwrap(),
+    );
+    let shared_only = clients(&mut admin).await;
+    assert_eq!(shared_only, 1, "the multiplexed connection alone");
+    let now = codemode_snapshot::Clock::now_ms(&codemode_snapshot::SystemClock);
+    // Tasks: no connection of their own.
+    for i in 0..5 {
+        let s = store.clone();
+        let run = codemode_snapshot::conformance::suspended(&format!("cm_task{i}"), "s1", now + 600_000, vec![1], &[]);
+        tokio::spawn(async move { s.put(run).await.unwrap() }).await.unwrap();
+    }
+    assert_eq!(clients(&mut admin).await, shared_only, "tasks share the multiplexed connection");
+    // A blocked thread: one blocking connection, reused from one operation to the next.
+    let blocked = |ids: Vec<String>| {
+        let (s, rt) = (store.clone(), tokio::runtime::Handle::current());
+        std::thread::spawn(move || {
+            for id in ids {
+                let id = RunId::parse(&id).unwrap();
+                let run = rt.block_on(s.checkout(&id, &RunScope::session("s1"))).unwrap();
+                rt.block_on(s.put(run)).unwrap();
+            }
+        })
+    };
+    let ids: Vec<String> = (0..5).map(|i| format!("cm_task{i}")).collect();
+    tokio::task::spawn_blocking({
+        let t = blocked(ids.clone());
+        move || t.join().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(clients(&mut admin).await, shared_only + 1, "one blocking connection, kept");
+    // Redis drops every connection but the admin's: the shared one reconnects by itself, the
+    // blocking one is replaced — the checkout on the dead one is sent again and succeeds.
+    let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut admin).await.unwrap();
+    for line in list.lines().filter(|l| !l.contains("name=admin")) {
+        let id = line.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap();
+        let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query_async(&mut admin).await.unwrap();
+    }
+    tokio::task::spawn_blocking({
+        let t = blocked(ids);
+        move || t.join().unwrap()
+    })
+    .await
+    .unwrap();
+}

@@ -175,7 +175,7 @@ impl SnapshotStore for RedisSnapshotStore {
         let meta_json = serde_json::to_string(&meta).map_err(encode_err)?;
         let tag = s.keys.sign(RUN_DOMAIN, &[id.as_str().as_bytes(), meta_json.as_bytes(), &bytes]);
         let owner = owner_fields(&meta.scope);
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let status: String = s
             .scripts
             .put
@@ -218,7 +218,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn checkout(&self, run_id: &RunId, scope: &RunScope) -> Result<SuspendedRun, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let key = s.key("run", run_id);
         // One round trip: the script compares the scope before anything changes, so a caller of
         // another scope never takes the lease (nor learns more than that the run is not theirs).
@@ -305,7 +305,7 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn remove(&self, run_id: &RunId) -> bool {
         let s = &self.shared;
         s.release(run_id);
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let removed: Result<i64, _> = s
             .scripts
             .remove
@@ -328,7 +328,7 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn settle(&self, run_id: &RunId) -> Result<bool, StoreError> {
         let s = &self.shared;
         let token = s.fenced_token(run_id)?;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let status: String = s
             .scripts
             .settle
@@ -352,7 +352,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn purge_expired(&self) -> Vec<RunId> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let ids: Result<Vec<String>, _> = s
             .scripts
             .purge
@@ -372,7 +372,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn count(&self) -> usize {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         redis::cmd("ZCARD").arg(format!("{}expiry", s.prefix)).query_async::<usize>(&mut conn).await.unwrap_or(0)
     }
 
@@ -388,7 +388,7 @@ impl SnapshotStore for RedisSnapshotStore {
         limit: usize,
     ) -> Result<RunPage, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let limit = limit.clamp(1, MAX_LIST_PAGE);
         let index = match scope {
             Some(scope) => s.scope_key(scope),
@@ -456,7 +456,7 @@ impl SnapshotStore for RedisSnapshotStore {
     ) -> Result<(), StoreError> {
         crate::console::check_record(key, value)?;
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let records = format!("{}console:{}:", s.prefix, kind.as_str());
         s.scripts
             .put_console
@@ -479,7 +479,7 @@ impl SnapshotStore for RedisSnapshotStore {
             return Ok(None);
         }
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let value: Option<String> = redis::cmd("GET")
             .arg(format!("{}console:{}:{key}", s.prefix, kind.as_str()))
             .query_async(&mut conn)
@@ -490,7 +490,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn console_records(&self, kind: ConsoleKind, limit: usize) -> Result<Vec<String>, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let index = format!("{}console:{}", s.prefix, kind.as_str());
         let limit = limit.min(kind.max_records());
         if limit == 0 {
@@ -526,7 +526,7 @@ impl SnapshotStore for RedisSnapshotStore {
             return Ok(true);
         }
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let n: u64 = redis::cmd("EXISTS")
             .arg(s.key("run", run_id))
             .arg(s.key("calls", run_id))
@@ -538,7 +538,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn take_results(&self, run_id: &RunId) -> Result<Vec<Delivery>, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let all: HashMap<String, String> =
             redis::cmd("HGETALL").arg(s.key("calls", run_id)).query_async(&mut conn).await.map_err(unreachable)?;
         let mut out: Vec<Delivery> = all
@@ -552,7 +552,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn calls_claimed(&self, run_id: &RunId) -> bool {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         s.scripts
             .calls_claimed
             .key(s.key("calls", run_id))
@@ -578,7 +578,7 @@ impl SnapshotStore for RedisSnapshotStore {
             .to_string();
         let lost_json = serde_json::to_string(&lost(lost_text.clone())).map_err(encode_err)?;
         let token = s.fenced_token(run_id)?;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let (status, detail, raw): (String, String, String) = s
             .scripts
             .begin_call
@@ -616,7 +616,7 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn finish_call(&self, run_id: &RunId, delivery: &Delivery, raw: Option<&str>) -> Result<bool, StoreError> {
         let s = &self.shared;
         let json = serde_json::to_string(delivery).map_err(encode_err)?;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let n: i64 = s
             .scripts
             .finish_call
@@ -636,7 +636,7 @@ impl SnapshotStore for RedisSnapshotStore {
             return Err(StoreError::Encode(format!("a call's task note is over {MAX_CALL_NOTE_BYTES} bytes")));
         }
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let n: i64 = s
             .scripts
             .note_call
@@ -661,7 +661,7 @@ impl SnapshotStore for RedisSnapshotStore {
             issuer: String,
         }
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let entry: Option<String> = redis::cmd("HGET")
             .arg(s.key("calls", run_id))
             .arg(request_id)
@@ -684,7 +684,7 @@ impl SnapshotStore for RedisSnapshotStore {
             result: Option<serde_json::Value>,
         }
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let all: HashMap<String, String> =
             redis::cmd("HGETALL").arg(s.key("calls", run_id)).query_async(&mut conn).await.map_err(unreachable)?;
         let mut notes: Vec<(RequestId, String)> = all
@@ -708,7 +708,7 @@ impl SnapshotStore for RedisSnapshotStore {
         let s = &self.shared;
         let json = serde_json::to_string(decision).map_err(encode_err)?;
         let record = s.keys.seal_record(DECISION_DOMAIN, run_id.as_str(), request_id, json.as_bytes());
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let (status, parked): (String, String) = s
             .scripts
             .record_decision
@@ -735,7 +735,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn session_state(&self, scope: &RunScope, kind: &str) -> Result<Option<String>, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         redis::cmd("GET").arg(s.session_key(scope, kind)).query_async(&mut conn).await.map_err(unreachable)
     }
 
@@ -751,7 +751,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn shared_state(&self, kind: &str) -> Result<Option<String>, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         redis::cmd("GET").arg(format!("{}shared:{kind}", s.prefix)).query_async(&mut conn).await.map_err(unreachable)
     }
 
@@ -762,7 +762,7 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn task(&self, task_id: &str) -> Result<Option<codemode_core::task::TaskRecord>, StoreError> {
         let Ok(id) = RunId::parse(task_id) else { return Ok(None) };
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let rec: Option<Vec<u8>> =
             redis::cmd("HGET").arg(s.key("task", &id)).arg("rec").query_async(&mut conn).await.map_err(unreachable)?;
         let Some(rec) = rec else { return Ok(None) };
@@ -784,7 +784,7 @@ impl SnapshotStore for RedisSnapshotStore {
         let json = crate::tasks::encode(task)?;
         let rec = s.keys.seal_record(TASK_DOMAIN, id.as_str(), 0, &json);
         let now = s.clock.now_ms();
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let n: i64 = s
             .scripts
             .put_task
@@ -806,7 +806,7 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn drive_task(&self, task_id: &str, driver: &str, lease_ms: u64) -> Result<bool, StoreError> {
         let Ok(id) = RunId::parse(task_id) else { return Ok(false) };
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let n: i64 = s
             .scripts
             .drive_task
@@ -823,7 +823,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn orphaned_tasks(&self, limit: usize) -> Result<Vec<String>, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let ids: Vec<String> = s
             .scripts
             .orphaned_tasks
@@ -840,7 +840,7 @@ impl SnapshotStore for RedisSnapshotStore {
     async fn release_task(&self, task_id: &str, driver: &str) -> Result<(), StoreError> {
         let Ok(id) = RunId::parse(task_id) else { return Ok(()) };
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let _: i64 = s
             .scripts
             .release_task
@@ -854,7 +854,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn has_decisions(&self, run_id: &RunId) -> Result<bool, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let n: i64 =
             redis::cmd("EXISTS").arg(s.key("decisions", run_id)).query_async(&mut conn).await.map_err(unreachable)?;
         Ok(n > 0)
@@ -862,7 +862,7 @@ impl SnapshotStore for RedisSnapshotStore {
 
     async fn take_decisions(&self, run_id: &RunId) -> Result<Vec<(RequestId, ApprovalDecision)>, StoreError> {
         let s = &self.shared;
-        let mut conn = s.conn.clone();
+        let mut conn = s.link();
         let all: HashMap<String, Vec<u8>> = s
             .scripts
             .take_decisions
