@@ -17,10 +17,17 @@ const AWAKE_BUDGET_MS = 1
  * the event loop turns before the next call wakes it again. An answer that is a promise settles
  * in a microtask, after the loop: the loop stops asking to stay, and starts again once the
  * promise settles (the cell's next call is likely a moment away then). `box` holds the runtime
- * and the tools' wrappers by the index the addon names them with.
+ * (a WeakRef: the tools' threadsafe functions hold their wrappers, which hold `box`, and a strong
+ * reference would keep a dropped runtime alive) and the tools' wrappers by the index the addon
+ * names them with.
  */
 function keepAwake(box) {
-  const { rt, wrappers } = box
+  const rt = box.rt && box.rt.deref()
+  const { wrappers } = box
+  if (!rt) {
+    box.awake = false
+    return
+  }
   const start = performance.now()
   let pending = null
   try {

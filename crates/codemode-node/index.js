@@ -259,7 +259,7 @@ class CodeMode {
     try {
       const box = {}
       this._rt = native.start(nativeOptions(options, box))
-      box.rt = this._rt
+      box.rt = new WeakRef(this._rt)
     } catch (e) {
       throw coded(e)
     }
@@ -270,7 +270,7 @@ class CodeMode {
     try {
       const box = {}
       const rt = await native.startAsync(nativeOptions(options, box))
-      box.rt = rt
+      box.rt = new WeakRef(rt)
       return new CodeMode(options, rt)
     } catch (e) {
       throw coded(e)

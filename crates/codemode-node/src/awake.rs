@@ -6,14 +6,14 @@
 //! wakes that thread from its event loop's `epoll_wait`: a kernel round trip and, on a virtual
 //! machine, an inter-processor interrupt through the hypervisor — more than the tool's own work
 //! when it is quick. So after the main thread answers a call that way, the package's JavaScript
-//! (`keepAwake` in `index.js`) asks [`Mailbox::take`] for the next one, in a loop: while it does,
+//! (`keepAwake` in `awake.js`) asks [`Mailbox::take`] for the next one, in a loop: while it does,
 //! [`Mailbox::offer`] hands calls to it directly, and it answers each with [`Mailbox::answer`].
 //!
 //! What bounds it (the main thread is the user's, and its event loop must keep turning):
 //! - `take` waits for a call at most [`KEEP_AWAKE`], and only while a core is idle
 //!   ([`codemode_embed::core_idle`]): a cell that calls its tools back to back keeps the thread,
 //!   one that computes between calls, or a busy machine, does not;
-//! - the JavaScript loop stops asking to stay awake after `AWAKE_BUDGET_MS` (index.js) and lets
+//! - the JavaScript loop stops asking to stay awake after `AWAKE_BUDGET_MS` (awake.js) and lets
 //!   the event loop turn (timers, I/O, other callbacks) before the next call wakes it again;
 //! - a call offered while the thread is not in the loop goes the usual way (the threadsafe
 //!   function); [`Mailbox::rest`] fails whatever is left when the loop ends, so no call is lost

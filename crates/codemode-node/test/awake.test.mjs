@@ -41,7 +41,7 @@ test('the loop stops asking to stay after its budget, drains what is queued, and
   })
   // The stand-in has another call whenever the loop asks to stay: only the budget (the clock)
   // can end the loop. Each call takes a fifth of the budget.
-  const box = { rt, wrappers: [(args) => { busy(AWAKE_BUDGET_MS / 5); return `answer ${args}` }], awake: true }
+  const box = { rt: new WeakRef(rt), wrappers: [(args) => { busy(AWAKE_BUDGET_MS / 5); return `answer ${args}` }], awake: true }
   const start = performance.now()
   keepAwake(box)
   assert.ok(performance.now() - start >= AWAKE_BUDGET_MS, 'it stayed for its budget')
@@ -64,7 +64,7 @@ test('a promise answer ends the stay, and the loop wakes again once it settles',
     if (round === 0) return null
     return s.stays.length === 3 ? [0, '[sync]'] : null
   })
-  const box = { rt, wrappers: [() => 'sync answer', () => promise], awake: true }
+  const box = { rt: new WeakRef(rt), wrappers: [() => 'sync answer', () => promise], awake: true }
   keepAwake(box)
   assert.deepEqual(seen.stays, [true, false], 'after a promise the loop only drains')
   assert.deepEqual(seen.answers, [promise])
@@ -84,7 +84,7 @@ test('a loop that breaks fails its calls (restJobs) and does not throw out of it
   rt.answerJob = () => {
     throw new Error('the addon refused the answer')
   }
-  const box = { rt, wrappers: [() => 'x'], awake: true }
+  const box = { rt: new WeakRef(rt), wrappers: [() => 'x'], awake: true }
   assert.doesNotThrow(() => keepAwake(box))
   assert.equal(seen.rests, 1)
   assert.equal(box.awake, false)
@@ -92,7 +92,7 @@ test('a loop that breaks fails its calls (restJobs) and does not throw out of it
   const idle = { rt: null, awake: false }
   wake(idle)
   assert.equal(idle.awake, false)
-  const running = { rt, wrappers: [], awake: true }
+  const running = { rt: new WeakRef(rt), wrappers: [], awake: true }
   wake(running)
   assert.equal(seen.stays.length, 1, 'no second loop started')
 })

@@ -157,6 +157,28 @@ test("a cell calling tools back to back cannot starve Node's event loop", async 
   assert.equal((await again).status, 'completed')
 })
 
+test('a dropped runtime is garbage collected, its tools and their main-thread loop with it', async () => {
+  const v8 = await import('node:v8')
+  const vm = await import('node:vm')
+  v8.setFlagsFromString('--expose-gc')
+  const gc = vm.runInNewContext('gc')
+  let collected = 0
+  const registry = new FinalizationRegistry(() => { collected++ })
+  for (let i = 0; i < 8; i++) {
+    const cm = new CodeMode({ tools: [tool({ name: 'add', handler: ({ a, b }) => a + b })] })
+    // Calls through the threadsafe function and through the main thread's loop.
+    assert.equal((await cm.exec('let s = 0; for (let i = 0; i < 20; i++) s = await tools.add({a: s, b: 1}); return s')).value, 20)
+    registry.register(cm._rt, i)
+  }
+  for (let turn = 0; turn < 100 && collected < 6; turn++) {
+    gc()
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  // All but the last few: a reference held anywhere (the tools' wrappers hold the runtime only
+  // weakly) would keep every one of them.
+  assert.ok(collected >= 6, `collected ${collected} of 8`)
+})
+
 test('fan-outs, mixed sync and async tools, two runtimes and re-entrant cells all get their own answers', async () => {
   const double = tool({ name: 'double', handler: ({ n }) => n * 2 })
   const later = tool({ name: 'later', handler: async ({ n }) => { await new Promise((r) => setImmediate(r)); return n + 1000 } })
