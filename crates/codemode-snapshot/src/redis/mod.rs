@@ -31,8 +31,9 @@
 //! `checkout` runs [`CHECKOUT`], one round trip: a caller of another scope is refused before
 //! anything changes; a run held by a replica whose lease has not ended is busy; otherwise the fence
 //! counter goes up by one and the caller becomes the holder with a lease of `leaseMs`. The scope is
-//! checked again on the signed meta the script returns (a refused checkout gives its lease back). The holder's heartbeat renews the lease (and its `replica:` key) every third of it.
-//! Every later write for the run carries the holder's id and fence token and is refused
+//! checked again on the signed meta the script returns (a refused checkout gives its lease back).
+//! The holder's heartbeat renews the lease (and its `replica:` key) every third of it. Every later
+//! write for the run carries the holder's id and fence token and is refused
 //! ([`StoreError::TakenOver`]) once another replica took the run over — so a replica that was paused
 //! (SIGSTOP) or partitioned past its lease can never store, settle, log or run anything for that run
 //! again.
