@@ -209,8 +209,19 @@ async fn blocked_threads_use_blocking_connections_and_tasks_the_shared_one() {
     .await
     .unwrap();
     assert_eq!(clients(&mut admin).await, shared_only + 1, "one blocking connection, kept");
+    // Two threads at once: two blocking connections, both kept idle afterwards.
+    let (a, b) = (blocked(ids[..2].to_vec()), blocked(ids[2..].to_vec()));
+    tokio::task::spawn_blocking(move || {
+        a.join().unwrap();
+        b.join().unwrap();
+    })
+    .await
+    .unwrap();
+    let idle = clients(&mut admin).await;
+    assert!(idle == shared_only + 1 || idle == shared_only + 2, "{idle} connections");
     // Redis drops every connection but the admin's: the shared one reconnects by itself, the
-    // blocking one is replaced — the checkout on the dead one is sent again and succeeds.
+    // blocking ones are replaced — the checkout that met a dead one is sent again and succeeds
+    // (on a new connection: the other idle ones were dropped with the broken one).
     let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut admin).await.unwrap();
     for line in list.lines().filter(|l| !l.contains("name=admin")) {
         let id = line.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap();

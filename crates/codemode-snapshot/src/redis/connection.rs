@@ -101,10 +101,14 @@ impl redis::aio::ConnectionLike for Link<'_> {
         if tokio::task::try_id().is_none() {
             let reply = self.shared.blocking().and_then(|mut conn| {
                 let reply = redis::ConnectionLike::req_command(&mut conn, cmd);
-                // A connection that failed is dropped (it may be broken, or hold a late reply);
-                // one Redis answered, even with an error, is kept.
-                if !matches!(&reply, Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_))) {
-                    self.shared.give_back(conn);
+                match &reply {
+                    // One Redis answered, even with an error, is kept.
+                    Ok(_) => self.shared.give_back(conn),
+                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => self.shared.give_back(conn),
+                    // One that failed is dropped (it may be broken, or hold a late reply), and so
+                    // are the idle ones: what broke one (Redis restarted, a network fault) broke
+                    // them all, and the next operation (or a resent checkout) must not meet them.
+                    Err(_) => self.shared.idle.lock().unwrap_or_else(|p| p.into_inner()).clear(),
                 }
                 reply
             });
