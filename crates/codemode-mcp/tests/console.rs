@@ -248,6 +248,18 @@ async fn every_replica_shows_the_fleet_and_decides_for_it() {
     let parked =
         a.gateway.call_for("client-1", None, Some("s1/3".into()), None, "exec", &json!({ "code": code }), None).await;
     let CodeModeResult::Waiting { run_id: second, .. } = parked.unwrap() else { panic!("parked") };
+    // Once A's journal of it reached the store (A writes journals in the background; an abort on
+    // B before that is not recorded in the journal — the book's console page, "Where the
+    // console's data lives", says so).
+    eventually("A's journal of the second run on B", || {
+        let (cookie, second) = (cookie.clone(), second.clone());
+        async move {
+            let (status, _, body) =
+                http(b.addr, "GET", &format!("/console/api/runs/{second}"), &[("Cookie", &cookie)], None).await;
+            (status == 200 && body.contains("\"parked\"")).then_some(())
+        }
+    })
+    .await;
     let (status, _, _) =
         http(b.addr, "POST", &format!("/console/api/runs/{second}/abort"), &headers, Some(&json!({}))).await;
     assert_eq!(status, 204);
