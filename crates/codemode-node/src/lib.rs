@@ -10,8 +10,8 @@
 //! tool runs on the main thread (where JavaScript lives), reached through a Node-API threadsafe
 //! function; it answers with its envelope at once (a plain return value) or with a `Promise` of
 //! it (an async handler, a validator), awaited without blocking either side. Between a cell's
-//! quick calls the main thread stays awake a moment and takes them directly (`awake`). An `exec` / `wait` result is
-//! handed from the guest worker to the main thread directly.
+//! quick calls the main thread stays awake a moment and takes them directly (`awake`). An
+//! `exec` / `wait` result is handed from the guest worker to the main thread directly.
 //!
 //! Only JSON crosses, as text: the JavaScript side checks and serializes every value (refusing
 //! `undefined`, functions, BigInts, cycles, non-finite numbers with a coded error) and this side

@@ -250,15 +250,10 @@ async fn redis_scope_fields_are_a_shortcut_never_the_authority() {
     let id = RunId::parse("cm_owner").unwrap();
     let key = format!("{}run:cm_owner", store.key_prefix());
     store.put(suspended("cm_owner", "s1", FAR, vec![1], &[])).await.unwrap();
-    let fields: Vec<Option<String>> = redis::cmd("HMGET")
-        .arg(&key)
-        .arg("oagent")
-        .arg("osession")
-        .arg("okey")
-        .arg("orun")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    // The scope's fields as the store's scripts name them.
+    const OWNER: [&str; 4] = ["oagent", "osession", "okey", "orun"];
+    let fields: Vec<Option<String>> =
+        redis::cmd("HMGET").arg(&key).arg(&OWNER[..]).query_async(&mut conn).await.unwrap();
     assert_eq!(fields, vec![Some("-".into()), Some("=s1".into()), Some("-".into()), Some("-".into())]);
     // Someone with access to Redis hands the run to the intruder's session: the script lets the
     // intruder through, the signed meta does not, and the lease goes back at once.
@@ -275,15 +270,7 @@ async fn redis_scope_fields_are_a_shortcut_never_the_authority() {
     let run = store.checkout(&id, &RunScope::session("s1")).await.unwrap();
     store.put(run).await.unwrap();
     // Written by an older replica: no scope fields. Checked from the meta, in a second round trip.
-    let () = redis::cmd("HDEL")
-        .arg(&key)
-        .arg("oagent")
-        .arg("osession")
-        .arg("okey")
-        .arg("orun")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let () = redis::cmd("HDEL").arg(&key).arg(&OWNER[..]).query_async(&mut conn).await.unwrap();
     assert!(matches!(store.checkout(&id, &RunScope::session("intruder")).await, Err(StoreError::WrongScope(_))));
     let holder: String = redis::cmd("HGET").arg(&key).arg("holder").query_async(&mut conn).await.unwrap();
     assert_eq!(holder, "", "a refused caller never took the lease");

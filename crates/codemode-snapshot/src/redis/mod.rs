@@ -141,13 +141,13 @@ fn owner_fields(scope: &RunScope) -> [String; 4] {
     [field(&scope.agent_id), field(&scope.session_id), field(&scope.session_key), field(&scope.agent_run_id)]
 }
 
-/// The scope a stored meta names, once it is known to be the meta of `run_id`.
-fn owner_of(run_id: &RunId, meta: &[u8]) -> Result<RunScope, StoreError> {
+/// A stored meta, once it is known to be the meta of `run_id`.
+fn meta_of(run_id: &RunId, meta: &[u8]) -> Result<RunMeta, StoreError> {
     let parsed = RunMeta::parse(meta)?;
     if parsed.run_id != *run_id {
         return Err(StoreError::Corrupt("stored run names another run".into()));
     }
-    Ok(parsed.scope)
+    Ok(parsed)
 }
 
 #[async_trait::async_trait]
@@ -264,7 +264,7 @@ impl SnapshotStore for RedisSnapshotStore {
                 "SCOPE_AGENT_RUN" => return Err(StoreError::WrongScope(ScopeMismatch::AgentRun)),
                 // A run stored without its scope's fields: checked here from its meta.
                 "CHECK" if !checked => {
-                    owner_of(run_id, meta.as_bytes())?.check(scope).map_err(StoreError::WrongScope)?;
+                    meta_of(run_id, meta.as_bytes())?.scope.check(scope).map_err(StoreError::WrongScope)?;
                     checked = true;
                 }
                 _ => return Err(StoreError::Unavailable),
@@ -279,10 +279,7 @@ impl SnapshotStore for RedisSnapshotStore {
             // The signed meta is the authority: its scope is checked again (the fields the script
             // compared are not signed).
             .and_then(|()| {
-                let parsed = RunMeta::parse(meta.as_bytes())?;
-                if parsed.run_id != *run_id {
-                    return Err(StoreError::Corrupt("stored run names another run".into()));
-                }
+                let parsed = meta_of(run_id, meta.as_bytes())?;
                 parsed.scope.check(scope).map_err(StoreError::WrongScope)?;
                 Ok(parsed)
             });
