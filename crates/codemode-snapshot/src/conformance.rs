@@ -626,9 +626,14 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> bool {
+        self.spawn_with(&[])
+    }
+
+    fn spawn_with(&mut self, extra: &[&str]) -> bool {
         let child = std::process::Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"])
             .args(["--appendfsync", "always", "--protected-mode", "yes"])
+            .args(extra)
             .arg("--dir")
             .arg(&self.dir)
             .stdout(std::process::Stdio::null())
@@ -667,6 +672,42 @@ impl RedisServer {
     pub fn restart(&mut self) -> bool {
         self.stop();
         self.spawn()
+    }
+
+    /// Adds 16 keys of 4 KiB (`filler:*`, outside any store's prefix), compacts the AOF into its
+    /// snapshot base (`BGREWRITEAOF`, uncompressed, waited for), then restarts with every key's reload delayed
+    /// by `per_key` (`key-load-delay`) and clients served every KiB loaded: for about
+    /// `per_key × keys` after it accepts connections Redis answers `LOADING` at once, as a Redis
+    /// reloading a large dataset does. `false` when the rewrite or the start failed.
+    pub fn restart_loading_slowly(&mut self, per_key: std::time::Duration) -> bool {
+        let cli = |args: &[&str]| {
+            std::process::Command::new("redis-cli")
+                .arg("-p")
+                .arg(self.port.to_string())
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        };
+        let filler = "f".repeat(4096);
+        let written = cli(&["CONFIG", "SET", "rdbcompression", "no"]).is_some()
+            && (0..16).all(|i| cli(&["SET", &format!("filler:{i}"), &filler]).is_some());
+        if !written || cli(&["BGREWRITEAOF"]).is_none() {
+            return false;
+        }
+        let mut rewritten = false;
+        for _ in 0..400 {
+            let info = cli(&["INFO", "persistence"]).unwrap_or_default();
+            if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
+                rewritten = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        self.stop();
+        let delay = per_key.as_micros().to_string();
+        rewritten && self.spawn_with(&["--key-load-delay", &delay, "--loading-process-events-interval-bytes", "1024"])
     }
 }
 

@@ -121,6 +121,45 @@ async fn redis_restart_keeps_runs_and_outage_is_reported() {
     assert!(store.settle(&id).await.unwrap());
 }
 
+/// A Redis reloading its data after a restart answers `LOADING` for a while after it accepts
+/// connections: that is an unreachable store (retry later), never a corrupt run, on the blocking
+/// connections of guest workers and on the shared one of tasks alike; the run is served once
+/// Redis has loaded it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_reloading_is_unreachable_not_corrupt() {
+    use codemode_core::scope::{RunId, RunScope};
+    use codemode_core::store::StoreError;
+    let mut server = RedisServer::start().expect("redis-server (installed by scripts/setup.sh)");
+    let store = Arc::new(RedisSnapshotStore::connect(RedisStoreConfig::new(server.url())).await.unwrap());
+    let now = codemode_snapshot::Clock::now_ms(&codemode_snapshot::SystemClock);
+    let run = codemode_snapshot::conformance::suspended("cm_load", "s1", now + 600_000, vec![7], &[(1, false)]);
+    store.put(run).await.unwrap();
+    // Every key takes 100 ms to load: seconds of `LOADING`.
+    assert!(server.restart_loading_slowly(std::time::Duration::from_millis(100)));
+    let id = RunId::parse("cm_load").unwrap();
+    // A guest worker's blocking connection (this body is not a task).
+    let blocked = store.checkout(&id, &RunScope::session("s1")).await;
+    assert!(matches!(&blocked, Err(StoreError::Unreachable(m)) if m.contains("loading")), "{blocked:?}");
+    // A task, through the shared connection.
+    let (s, i) = (store.clone(), id.clone());
+    let tasked = tokio::spawn(async move { s.checkout(&i, &RunScope::session("s1")).await }).await.unwrap();
+    assert!(matches!(&tasked, Err(StoreError::Unreachable(_))), "{tasked:?}");
+    let mut back = None;
+    for _ in 0..200 {
+        match store.checkout(&id, &RunScope::session("s1")).await {
+            Ok(r) => {
+                back = Some(r);
+                break;
+            }
+            Err(StoreError::Unreachable(_)) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let back = back.expect("served once loaded");
+    assert!(matches!(&back.snapshot.body, codemode_core::engine::SnapshotBody::Serialized(b) if b == &vec![7]));
+    assert!(store.settle(&id).await.unwrap());
+}
+
 /// Hostile or damaged data in Redis (someone else writing under the prefix): a garbled run or call
 /// log entry is a `Corrupt` error for that run — never a panic, never another run's data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

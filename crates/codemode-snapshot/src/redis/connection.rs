@@ -175,11 +175,18 @@ pub(super) fn reconnecting(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error()
 }
 
-/// A Redis failure as a store error: the connection's failures are [`StoreError::Unreachable`];
-/// an error Redis answered (a script that met data it cannot read, a wrong type under a key) is
-/// [`StoreError::Corrupt`].
+/// A Redis failure as a store error: the connection's failures, and the answers of a Redis that
+/// cannot serve for now (`LOADING` while it reloads its data after a restart, `READONLY`,
+/// `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN` during a failover), are [`StoreError::Unreachable`];
+/// any other error Redis answered (a script that met data it cannot read, a wrong type under a
+/// key) is [`StoreError::Corrupt`].
 pub(super) fn unreachable(e: redis::RedisError) -> StoreError {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    let not_now = matches!(
+        e.kind(),
+        ErrorKind::Server(S::BusyLoading | S::ReadOnly | S::MasterDown | S::TryAgain | S::ClusterDown)
+    );
+    if not_now || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
         StoreError::Unreachable(e.to_string())
     } else {
         StoreError::Corrupt(format!("redis: {e}"))
