@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
 # Runs bench/python/bench.py in a scratch venv with the release wheel, the Rust API's numbers from
 # the same release build (`codemode bench`), and the peers when the registry has them:
-# smolagents' LocalPythonExecutor and Pydantic's Monty. Usage: bench-python.sh WHEEL_DIR CODEMODE_BIN
+# smolagents' LocalPythonExecutor and Pydantic's Monty. Under the machine's `python3`, and again
+# under the newest CPython 3.12 or later it has (on PATH, or pyenv's), where `async def` tools'
+# tasks start eagerly (docs/src/packages.md, "Tool calls on the event loop").
+# Usage: bench-python.sh WHEEL_DIR CODEMODE_BIN [bench.py options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels=$1 bin=$2
-venv="$(mktemp -d)/venv"
-trap 'rm -rf "$(dirname "$venv")"' EXIT
-python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "$wheels"/codemode-*.whl
-"$venv/bin/pip" install --quiet --disable-pip-version-check smolagents || echo "(smolagents not installable here)" >&2
-"$venv/bin/pip" install --quiet --disable-pip-version-check pydantic-monty || echo "(pydantic-monty not installable here)" >&2
-"$venv/bin/python" bench/python/bench.py --codemode-bin "$bin" "${@:3}"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+newer=""
+for py in python3.14 python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
+  if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+    newer=$py
+    break
+  fi
+done
+n=0
+for py in python3 $newer; do
+  n=$((n + 1))
+  venv="$scratch/venv$n"
+  "$py" -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$wheels"/codemode-*.whl
+  "$venv/bin/pip" install --quiet --disable-pip-version-check smolagents || echo "(smolagents not installable here)" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check pydantic-monty || echo "(pydantic-monty not installable here)" >&2
+  echo "CPython $("$venv/bin/python" -c 'import platform; print(platform.python_version())')"
+  "$venv/bin/python" bench/python/bench.py --codemode-bin "$bin" "${@:3}"
+done

@@ -15,6 +15,24 @@ python3 -m venv "$venv"
   -r crates/codemode-python/requirements-test.txt
 cd crates/codemode-python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# `async def` tools start their tasks eagerly on CPython 3.12 and later (docs/src/packages.md, "Tool
+# calls on the event loop"): the event loop's and the runtime's tests run again under the newest
+# such interpreter this machine has (on PATH, or pyenv's), with only pytest beside the wheel.
+newer=""
+for py in python3.14 python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
+  if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+    newer=$py
+    break
+  fi
+done
+if [ -n "$newer" ]; then
+  "$newer" -m venv "$(dirname "$venv")/newer"
+  "$(dirname "$venv")/newer/bin/python" -m pip install --quiet --disable-pip-version-check "$wheels"/codemode-*.whl \
+    "$(grep '^pytest==' ../requirements-test.txt)"
+  "$(dirname "$venv")/newer/bin/python" -m pytest -q -p no:cacheprovider test_event_loop.py test_runtime.py
+else
+  echo "(no CPython 3.12 or later here: async tools' eager start is not tested in this run)" >&2
+fi
 # Typing, against the installed wheel: the package and a usage file under mypy --strict, and the
 # native module's stub against the module itself (stubtest).
 "$venv/bin/python" -m mypy --strict --no-incremental --cache-dir=/dev/null -p codemode

@@ -1,6 +1,8 @@
 """Per-cell and per-nested-call cost of the `codemode` Python package, next to the Rust API (the
 `codemode bench` binary of the same build) and, when installed, smolagents' LocalPythonExecutor and
-Pydantic's Monty on the same small tasks: a trivial cell, and 100 nested calls to a Python function.
+Pydantic's Monty on the same small tasks: a trivial cell, and a cell of CALLS nested calls to a
+Python function (a nested call's cost is that cell's time over the trivial cell's, per call: long
+enough that a cell's first call, which may wake sleeping threads, is not what is measured).
 
     python bench/python/bench.py [--codemode-bin PATH] [--samples N] [--json]
 
@@ -49,9 +51,11 @@ async def add_async(a: int, b: int) -> int:
     return a + b
 
 
-HUNDRED = "let s = 0; for (let i = 0; i < 100; i++) s = await tools.add({a: s, b: 1}); return s"
-HUNDRED_INLINE = "let s = 0; for (let i = 0; i < 100; i++) s = await tools.add_inline({a: s, b: 1}); return s"
-HUNDRED_ASYNC = "let s = 0; for (let i = 0; i < 100; i++) s = await tools.add_async({a: s, b: 1}); return s"
+# The calls of the nested-call cells (Monty allows 1,000 suspensions per session).
+CALLS = 500
+HUNDRED = f"let s = 0; for (let i = 0; i < {CALLS}; i++) s = await tools.add({{a: s, b: 1}}); return s"
+HUNDRED_INLINE = f"let s = 0; for (let i = 0; i < {CALLS}; i++) s = await tools.add_inline({{a: s, b: 1}}); return s"
+HUNDRED_ASYNC = f"let s = 0; for (let i = 0; i < {CALLS}; i++) s = await tools.add_async({{a: s, b: 1}}); return s"
 
 
 async def codemode_rows(samples: int) -> dict[str, float]:
@@ -65,8 +69,8 @@ async def codemode_rows(samples: int) -> dict[str, float]:
         ],
         config={"tools": {"codeMode": {"timeoutMs": 30000}}},
     )
-    assert (await cm.exec(HUNDRED)).value == 100
-    assert (await cm.exec(HUNDRED_ASYNC)).value == 100
+    assert (await cm.exec(HUNDRED)).value == CALLS
+    assert (await cm.exec(HUNDRED_ASYNC)).value == CALLS
     trivial = median_us(await timed_async(lambda: cm.exec("return 1 + 1"), samples))
     hundred = median_us(await timed_async(lambda: cm.exec(HUNDRED), max(10, samples // 10)))
     hundred_inline = median_us(await timed_async(lambda: cm.exec(HUNDRED_INLINE), max(10, samples // 10)))
@@ -74,9 +78,9 @@ async def codemode_rows(samples: int) -> dict[str, float]:
     return {
         "trivial_cell_us": trivial,
         "hundred_calls_us": hundred,
-        "nested_call_us": (hundred - trivial) / 100,
-        "nested_inline_call_us": (hundred_inline - trivial) / 100,
-        "nested_async_call_us": (hundred_async - trivial) / 100,
+        "nested_call_us": (hundred - trivial) / CALLS,
+        "nested_inline_call_us": (hundred_inline - trivial) / CALLS,
+        "nested_async_call_us": (hundred_async - trivial) / CALLS,
     }
 
 
@@ -103,8 +107,8 @@ def smolagents_rows(samples: int) -> dict[str, float] | None:
     ex = LocalPythonExecutor(additional_authorized_imports=[])
     ex.send_tools({"add": add})
     trivial = median_us(timed(lambda: ex("1 + 1"), samples))
-    hundred = median_us(timed(lambda: ex("s = 0\nfor i in range(100):\n    s = add(a=s, b=1)\ns"), max(10, samples // 10)))
-    return {"trivial_cell_us": trivial, "hundred_calls_us": hundred, "nested_call_us": (hundred - trivial) / 100}
+    hundred = median_us(timed(lambda: ex(f"s = 0\nfor i in range({CALLS}):\n    s = add(a=s, b=1)\ns"), max(10, samples // 10)))
+    return {"trivial_cell_us": trivial, "hundred_calls_us": hundred, "nested_call_us": (hundred - trivial) / CALLS}
 
 
 def monty_rows(samples: int) -> dict[str, float] | None:
@@ -115,7 +119,7 @@ def monty_rows(samples: int) -> dict[str, float] | None:
         import pydantic_monty as monty
     except ImportError:
         return None
-    code = "s = 0\nfor i in range(100):\n    s = add(s, 1)\ns"
+    code = f"s = 0\nfor i in range({CALLS}):\n    s = add(s, 1)\ns"
     with monty.Monty() as pool:
         with pool.checkout() as session:
             assert session.feed_run("1 + 1") == 2
@@ -126,10 +130,10 @@ def monty_rows(samples: int) -> dict[str, float] | None:
         for _ in range(max(10, samples // 10)):
             with pool.checkout() as session:
                 t = time.perf_counter()
-                assert session.feed_run(code, external_lookup={"add": add}) == 100
+                assert session.feed_run(code, external_lookup={"add": add}) == CALLS
                 times.append(time.perf_counter() - t)
         hundred = median_us(times)
-    return {"trivial_cell_us": trivial, "hundred_calls_us": hundred, "nested_call_us": (hundred - trivial) / 100}
+    return {"trivial_cell_us": trivial, "hundred_calls_us": hundred, "nested_call_us": (hundred - trivial) / CALLS}
 
 
 def main() -> None:

@@ -9,6 +9,8 @@
 //!   1, 8 and 64 clients (`--concurrency`): cells/s, p50/p99 as the client sees them;
 //! - **suspend + resume, memory store**: one server; each client runs `exec` of a cell that yields
 //!   (`await yield_control()`), then `wait` on its run, back to back;
+//! - **suspend + resume, 1 replica, Redis**: one of the fleet's servers alone, one client: what the
+//!   Redis store adds to a resume in one process;
 //! - **suspend + resume, fleet**: three servers sharing one Redis; each run's `exec` goes to one
 //!   replica and its `wait` to the next, so every resume reads the snapshot another process wrote.
 //!
@@ -325,6 +327,13 @@ pub async fn run(concurrency: Vec<usize>, seconds: f64, as_json: bool) -> Result
         for _ in 0..3 {
             fleet.push(start_server(&mut procs, Some(&redis_url)).await?);
         }
+        // One of them alone, one client: what Redis adds to a resume in one process (the
+        // serialized snapshot and its signature, the store's round trips), apart from what moving
+        // each run to another, idle process adds.
+        let row =
+            drive(&fleet[..1], Some(redis_pid), 1, seconds, true).await?.json("suspend+resume, 1 replica, Redis", 1, 1);
+        print(&row);
+        rows.push(row);
         for &n in RESUME_CLIENTS {
             let row =
                 drive(&fleet, Some(redis_pid), n, seconds, true).await?.json("suspend+resume, 3 replicas, Redis", n, 3);

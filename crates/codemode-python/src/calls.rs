@@ -11,22 +11,40 @@
 //!   the function runs, the run cannot suspend; one that overruns `timeoutMs` fails the run with
 //!   `timeout` when it returns, and one that never returns holds its run (and `exec`). Called from any other thread (a resumed call on
 //!   the runtime), it takes the sync path.
-//! - **Async** (`async def`): the coroutine is created on the calling thread and scheduled on the
-//!   asyncio loop of the latest `exec` / `wait` (in that call's `contextvars` context); its result
-//!   is converted on the loop's thread and sent back. Dropping the call (run aborted) cancels the
-//!   task.
+//! - **Async** (`async def`): runs as a task on the asyncio loop of the latest `exec` / `wait` (in a
+//!   copy of that call's `contextvars` context), handed to the loop's thread directly while it
+//!   looks for the next call, else scheduled with `call_soon_threadsafe` (`crate::awake`); its
+//!   result is converted on the loop's thread and sent back. Dropping the call (run aborted)
+//!   cancels the task.
 
 use crate::convert::{from_py, to_py};
 use crate::gil;
 use codemode_embed::HostFailure;
 use pyo3::prelude::*;
-use pyo3::types::{PyCFunction, PyDict, PyTuple};
+use pyo3::types::PyTuple;
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
 /// The asyncio loop (and context) of the latest `exec` / `wait` call: where `async def` tools run.
-pub type LoopSlot = Arc<Mutex<Option<TaskLocals>>>;
+pub type LoopSlot = Arc<Mutex<Option<LoopOf>>>;
+
+/// An asyncio loop and the `contextvars` context of the call that gave it.
+#[derive(Clone)]
+pub struct LoopOf {
+    pub locals: TaskLocals,
+    /// The loop's identity (its object's address, kept alive by `locals`): known without the GIL.
+    pub id: usize,
+}
+
+impl LoopOf {
+    /// The running loop and context of the caller.
+    pub fn current(py: Python<'_>) -> PyResult<LoopOf> {
+        let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
+        let id = locals.event_loop(py).as_ptr() as usize;
+        Ok(LoopOf { locals, id })
+    }
+}
 
 /// How a callable is called (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,9 +69,10 @@ fn exiting() -> HostFailure {
     HostFailure::new("RuntimeError", "the Python interpreter is exiting")
 }
 
-/// How many times a call needed the event loop (an `async def` tool, or an awaitable a sync
-/// callable returned, scheduled on it): a caller looking for its answer on the loop's thread stops
-/// when this changes (see `Handoff` in lib.rs).
+/// How many times something needed the event loop (an `async def` tool or an awaitable a sync
+/// callable returned scheduled on it, a future resolved onto it): a caller looking for its answer
+/// on the loop's thread (`Handoff` in lib.rs), or the loop's thread looking for the next call
+/// (`crate::awake`), stops when this changes.
 static LOOP_WANTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// See [`LOOP_WANTED`].
@@ -61,7 +80,7 @@ pub fn loop_wanted() -> usize {
     LOOP_WANTED.load(std::sync::atomic::Ordering::Acquire)
 }
 
-fn want_loop() {
+pub(crate) fn want_loop() {
     LOOP_WANTED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
 
@@ -70,7 +89,6 @@ fn on_guest_thread() -> bool {
 }
 
 static IS_AWAITABLE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-static RUN_THREADSAFE: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
 
 /// A Python call's outcome: its value, or an awaitable to run on the event loop.
 enum Called {
@@ -100,7 +118,7 @@ impl Callback {
         }
     }
 
-    fn invoke<'py>(&self, py: Python<'py>, args: &[Value]) -> Result<Bound<'py, PyAny>, HostFailure> {
+    pub(crate) fn invoke<'py>(&self, py: Python<'py>, args: &[Value]) -> Result<Bound<'py, PyAny>, HostFailure> {
         let call = || -> PyResult<Bound<'py, PyAny>> {
             let positional: Vec<Bound<'py, PyAny>> = args.iter().map(|a| to_py(py, a)).collect::<PyResult<_>>()?;
             self.callable.bind(py).call1(PyTuple::new(py, positional)?)
@@ -108,14 +126,14 @@ impl Callback {
         call().map_err(|e| failure(py, &e))
     }
 
-    fn json(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> Result<Value, HostFailure> {
+    pub(crate) fn json(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> Result<Value, HostFailure> {
         from_py(obj).map_err(|e| {
             let f = failure(py, &e);
             HostFailure::new(f.kind, format!("{} returned a value that is not JSON: {}", self.what, f.message))
         })
     }
 
-    fn locals(&self) -> Result<TaskLocals, HostFailure> {
+    fn locals(&self) -> Result<LoopOf, HostFailure> {
         self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(|| {
             HostFailure::new(
                 "RuntimeError",
@@ -142,7 +160,7 @@ impl Callback {
             }
             want_loop();
             match self.locals() {
-                Ok(locals) => match pyo3_async_runtimes::into_future_with_locals(&locals, out) {
+                Ok(of) => match pyo3_async_runtimes::into_future_with_locals(&of.locals, out) {
                     Ok(fut) => Called::Later(Box::pin(fut)),
                     Err(e) => Called::Ready(Err(failure(py, &e))),
                 },
@@ -189,18 +207,24 @@ impl Callback {
         }
     }
 
-    /// The async path (see the module docs).
+    /// The async path (see the module docs): handed to the loop's thread if it is looking for a
+    /// call (`crate::awake`), otherwise scheduled on the loop.
     async fn call_async(&self, args: Vec<Value>) -> Result<Value, HostFailure> {
-        let (tx, rx) = tokio::sync::oneshot::channel::<Result<Value, HostFailure>>();
-        let this = self.clone();
-        let schedule = move || gil::attach(|py| this.schedule(py, &args, tx)).unwrap_or_else(|| Err(exiting()));
-        let task = if on_guest_thread() {
-            schedule()?
-        } else {
-            tokio::task::spawn_blocking(schedule)
-                .await
-                .map_err(|e| HostFailure::new("RuntimeError", format!("{} did not run: {e}", self.what)))??
-        };
+        let LoopOf { locals, id: loop_id } = self.locals()?;
+        let (reply, rx) = tokio::sync::oneshot::channel::<Result<Value, HostFailure>>();
+        let task = Arc::new(crate::awake::TaskCell::default());
+        let job = crate::awake::Job { callback: self.clone(), args, locals, loop_id, reply, task: task.clone() };
+        if let Err(job) = crate::awake::mailbox().offer(job) {
+            want_loop();
+            let schedule = move || gil::attach(|py| crate::awake::schedule(py, job)).unwrap_or_else(|| Err(exiting()));
+            if on_guest_thread() {
+                schedule()?;
+            } else {
+                tokio::task::spawn_blocking(schedule)
+                    .await
+                    .map_err(|e| HostFailure::new("RuntimeError", format!("{} did not run: {e}", self.what)))??;
+            }
+        }
         let mut guard = CancelTask(Some(task));
         let outcome = rx.await.unwrap_or_else(|_| {
             Err(HostFailure::new("CancelledError", format!("{} was cancelled (its event loop closed)", self.what)))
@@ -208,69 +232,22 @@ impl Callback {
         guard.0 = None;
         outcome
     }
-
-    /// Creates the coroutine and runs it on the loop (`run_coroutine_threadsafe`, entered in the
-    /// captured context); its done-callback converts the result on the loop's thread and sends it.
-    fn schedule(
-        &self,
-        py: Python<'_>,
-        args: &[Value],
-        tx: tokio::sync::oneshot::Sender<Result<Value, HostFailure>>,
-    ) -> Result<Py<PyAny>, HostFailure> {
-        let locals = self.locals()?;
-        want_loop();
-        let coro = self.invoke(py, args)?;
-        let start = || -> PyResult<Bound<'_, PyAny>> {
-            let run = RUN_THREADSAFE.import(py, "asyncio", "run_coroutine_threadsafe")?;
-            let ctx = locals.context(py);
-            if ctx.is_none() {
-                run.call1((&coro, locals.event_loop(py)))
-            } else {
-                ctx.call_method0("copy")?.call_method1("run", (run, &coro, locals.event_loop(py)))
-            }
-        };
-        let task = start().map_err(|e| failure(py, &e))?;
-        let (tx, what) = (Mutex::new(Some(tx)), self.what.clone());
-        let on_done = PyCFunction::new_closure(
-            py,
-            None,
-            None,
-            move |a: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
-                let py = a.py();
-                let done = a.get_item(0)?;
-                let outcome = if done.call_method0("cancelled")?.is_truthy()? {
-                    Err(HostFailure::new("CancelledError", format!("{what} was cancelled")))
-                } else {
-                    match done.call_method0("result") {
-                        Ok(v) => from_py(&v).map_err(|e| {
-                            let f = failure(py, &e);
-                            HostFailure::new(f.kind, format!("{what} returned a value that is not JSON: {}", f.message))
-                        }),
-                        Err(e) => Err(failure(py, &e)),
-                    }
-                };
-                if let Some(tx) = tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    let _ = tx.send(outcome);
-                }
-                Ok(())
-            },
-        )
-        .map_err(|e| failure(py, &e))?;
-        task.call_method1("add_done_callback", (on_done,)).map_err(|e| failure(py, &e))?;
-        Ok(task.unbind())
-    }
 }
 
-/// Cancels a scheduled coroutine whose call was dropped (its run aborted or expired).
-struct CancelTask(Option<Py<PyAny>>);
+/// Cancels the task of a call that was dropped (its run aborted or expired): on its loop, as
+/// asyncio tasks are not thread-safe. A call not started yet is not started (`crate::awake`).
+struct CancelTask(Option<Arc<crate::awake::TaskCell>>);
 
 impl Drop for CancelTask {
     fn drop(&mut self) {
-        if let Some(task) = self.0.take() {
+        if let Some((task, event_loop)) = self.0.take().and_then(|cell| cell.take()) {
             // Off the runtime's workers: cancelling needs the GIL.
             let cancel = move || {
                 gil::attach(|py| {
-                    let _ = task.bind(py).call_method0("cancel");
+                    if let Ok(cancel) = task.bind(py).getattr("cancel") {
+                        // A closed loop has nothing left to cancel.
+                        let _ = event_loop.bind(py).call_method1("call_soon_threadsafe", (cancel,));
+                    }
                 });
             };
             match tokio::runtime::Handle::try_current() {

@@ -204,6 +204,8 @@ pub fn resolve<T>(target: Py<PyAny>, event_loop: Py<PyAny>, outcome: PyResult<T>
 where
     T: for<'a> IntoPyObject<'a>,
 {
+    // The loop is needed: a thread looking for a call on it stops looking (`crate::awake`).
+    crate::calls::want_loop();
     attach(|py| {
         let (value, failed) = match outcome.and_then(|v| v.into_py_any(py)) {
             Ok(v) => (v, false),

@@ -18,6 +18,7 @@
 // its SAFETY reasoning.
 #![deny(unsafe_code)]
 
+mod awake;
 mod calls;
 mod convert;
 mod gil;
@@ -108,9 +109,9 @@ impl Runtime {
     where
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
-        let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
-        let event_loop = locals.event_loop(py);
-        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(locals);
+        let of = calls::LoopOf::current(py)?;
+        let event_loop = of.locals.event_loop(py);
+        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(of);
         gil::spawn(py, &event_loop, fut)
     }
 
@@ -121,9 +122,9 @@ impl Runtime {
         py: Python<'py>,
         start: impl FnOnce(&Embedded, Box<dyn FnOnce(Value) + Send>) -> codemode_embed::CallHandle,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
-        let event_loop = locals.event_loop(py);
-        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(locals);
+        let of = calls::LoopOf::current(py)?;
+        let event_loop = of.locals.event_loop(py);
+        *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(of);
         let handle: Arc<Mutex<Option<codemode_embed::CallHandle>>> = Arc::new(Mutex::new(None));
         let on_cancel = handle.clone();
         let py_fut = gil::future(py, &event_loop, move || {

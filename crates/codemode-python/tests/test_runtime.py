@@ -533,6 +533,42 @@ def test_a_tool_with_a_call_info_parameter_receives_who_calls_it_with_the_idempo
     run(main())
 
 
+def test_what_a_tool_takes_is_read_once_per_function_and_again_when_the_function_changes() -> None:
+    # The tool reads its function's shape (async, `call_info`) once, not on every call; a Tool whose
+    # `function` is replaced afterwards calls the new function the way it needs.
+    seen: list[Any] = []
+
+    def plain(n: int) -> int:
+        return n
+
+    def with_info(n: int, call_info: dict) -> int:
+        seen.append(call_info["toolId"])
+        return n * 10
+
+    async def later(n: int) -> int:
+        await asyncio.sleep(0)
+        return n * 100
+
+    t = tool(plain, name="t", input_schema={"type": "object"})
+
+    async def main() -> None:
+        cm = CodeMode(tools=[t], config=FAST)
+        assert (await cm.exec("return await tools.t({n: 1})")).value == 1
+        t.function = with_info
+        assert (await cm.exec("return await tools.t({n: 2})")).value == 20
+        assert seen == ["plugin:python:t"]
+        t.function = plain
+        assert (await cm.exec("return await tools.t({n: 3})")).value == 3
+        assert seen == ["plugin:python:t"], "the plain function again gets no call_info"
+        # A function becoming async on a tool registered as sync: its coroutine is awaited on the
+        # loop (the sync path's awaitable results), never returned as a value.
+        t.function = later
+        r = await cm.exec("return await tools.t({n: 4})")
+        assert r.status == "completed" and r.value == 400, r.to_dict()
+
+    run(main())
+
+
 def test_each_call_names_the_agent_provider_and_model_its_run_is_for() -> None:
     @tool
     def lookup(id: str) -> str:

@@ -83,6 +83,9 @@ class Tool:
     owner: str | None = None
     inline: bool = False
     _validator: Any = None
+    # (function, is async, takes ``call_info``), worked out once per function: ``inspect.signature``
+    # on every call cost more than a quick tool's whole call.
+    _shape_of: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:
         """The spec the native runtime takes."""
@@ -119,11 +122,25 @@ class Tool:
             model = self._validator.model_validate(kwargs)
             extra = model.model_extra or {}
             kwargs = {**{name: getattr(model, name) for name in type(model).model_fields}, **extra}
-        if CALL_INFO in inspect.signature(self.function).parameters:
+        is_async, wants_info = self._shape()
+        if wants_info:
             kwargs = {**kwargs, CALL_INFO: info}
-        if self.is_async:
+        if is_async:
             return self._finish(self.function(**kwargs))
         return _jsonable(self.function(**kwargs))
+
+    def _shape(self) -> tuple[bool, bool]:
+        """Whether the function is async and whether it takes ``call_info`` (see ``_shape_of``)."""
+        shape = self._shape_of
+        if shape is None or shape[0] is not self.function:
+            fn = self.function
+            try:
+                wants_info = CALL_INFO in inspect.signature(fn).parameters
+            except (TypeError, ValueError):  # no signature to read (some builtins): no call_info
+                wants_info = False
+            shape = (fn, inspect.iscoroutinefunction(fn), wants_info)
+            self._shape_of = shape
+        return shape[1], shape[2]
 
     async def _finish(self, pending: Any) -> Any:
         return _jsonable(await pending)
