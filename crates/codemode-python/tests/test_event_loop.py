@@ -23,6 +23,7 @@ SEQUENTIAL = "let s = 0; for (let i = 0; i < {n}; i++) s = await tools.{name}({{
 def test_quick_calls_in_sequence_run_as_tasks_in_the_callers_context_on_its_loop() -> None:
     who = contextvars.ContextVar("who", default="nobody")
     seen: list[tuple[Any, str, int, bool]] = []
+    loop: Any = None
 
     async def add(a: int, b: int) -> int:
         seen.append((asyncio.current_task(), who.get(), threading.get_ident(), asyncio.get_running_loop() is loop))
@@ -39,7 +40,6 @@ def test_quick_calls_in_sequence_run_as_tasks_in_the_callers_context_on_its_loop
         assert r.status == "completed" and r.value == 300, r.to_dict()
         assert who.get() == "caller"
 
-    loop: Any = None
     run(main())
     assert len(seen) == 300
     assert all(task is not None for task, _, _, _ in seen), "every call runs inside an asyncio task"
