@@ -79,8 +79,10 @@ pub struct Job {
 
 #[derive(Default)]
 struct State {
-    /// The loops whose thread is in [`Mailbox::take`].
-    looking: Vec<usize>,
+    /// The loops whose thread looks for calls ([`Mailbox::expect`], [`Mailbox::take`]), each with
+    /// [`crate::calls::loop_wanted`] as it was when the thread began looking: anything needing the
+    /// loop since then ends the look.
+    looking: Vec<(usize, usize)>,
     jobs: VecDeque<Job>,
 }
 
@@ -108,7 +110,7 @@ impl Mailbox {
     /// caller schedules it with `call_soon_threadsafe`).
     pub fn offer(&self, job: Job) -> Result<(), Job> {
         let mut state = self.state();
-        if !state.looking.contains(&job.loop_id) {
+        if !state.looking.iter().any(|(l, _)| *l == job.loop_id) {
             return Err(job);
         }
         state.jobs.push_back(job);
@@ -120,15 +122,15 @@ impl Mailbox {
     /// the next call, which may come the moment the answer is sent, is queued for it).
     pub fn expect(&self, loop_id: usize) {
         let mut state = self.state();
-        if !state.looking.contains(&loop_id) {
-            state.looking.push(loop_id);
+        if !state.looking.iter().any(|(l, _)| *l == loop_id) {
+            state.looking.push((loop_id, crate::calls::loop_wanted()));
         }
     }
 
     /// Stops looking for the loop `loop_id`; the calls queued for it meanwhile, to run otherwise.
     pub fn leave(&self, loop_id: usize) -> Vec<Job> {
         let mut state = self.state();
-        state.looking.retain(|l| *l != loop_id);
+        state.looking.retain(|(l, _)| *l != loop_id);
         self.drain(&mut state, loop_id)
     }
 
@@ -146,15 +148,19 @@ impl Mailbox {
     /// queued (a later offer is refused under the same lock).
     pub fn take(&self, loop_id: usize) -> Vec<Job> {
         let until = Instant::now() + KEEP_AWAKE;
-        let wanted = crate::calls::loop_wanted();
         let mut state = self.state();
-        if !state.looking.contains(&loop_id) {
-            state.looking.push(loop_id);
-        }
+        let wanted = match state.looking.iter().find(|(l, _)| *l == loop_id) {
+            Some((_, wanted)) => *wanted,
+            None => {
+                let wanted = crate::calls::loop_wanted();
+                state.looking.push((loop_id, wanted));
+                wanted
+            }
+        };
         loop {
             let stop = Instant::now() >= until || !codemode_embed::core_idle() || crate::calls::loop_wanted() != wanted;
             if stop || state.jobs.iter().any(|j| j.loop_id == loop_id) {
-                state.looking.retain(|l| *l != loop_id);
+                state.looking.retain(|(l, _)| *l != loop_id);
                 return self.drain(&mut state, loop_id);
             }
             drop(state);
@@ -169,7 +175,7 @@ impl Mailbox {
     }
 }
 
-/// How tasks are started on this interpreter (read once).
+/// How tasks are started on this interpreter.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Start {
     /// 3.12 and later: `asyncio.Task(coro, loop=, context=, eager_start=True)` when the loop has no
