@@ -2,7 +2,7 @@
 # Runs bench/python/bench.py in a scratch venv with the release wheel, the Rust API's numbers from
 # the same release build (`codemode bench`), and the peers when the registry has them:
 # smolagents' LocalPythonExecutor and Pydantic's Monty. Under the machine's `python3`, and again
-# under the newest CPython 3.12 or later it has (on PATH, or pyenv's), where `async def` tools'
+# under the newest CPython 3.12 or later it has (scripts/newer-python.sh), where `async def` tools'
 # tasks start eagerly (docs/src/packages.md, "Tool calls on the event loop").
 # Usage: bench-python.sh WHEEL_DIR CODEMODE_BIN [bench.py options]
 set -euo pipefail
@@ -10,13 +10,7 @@ cd "$(dirname "$0")/.."
 wheels=$1 bin=$2
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-newer=""
-for py in python3.14 python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
-  if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
-    newer=$py
-    break
-  fi
-done
+newer=$(scripts/newer-python.sh)
 n=0
 for py in python3 $newer; do
   n=$((n + 1))

@@ -4,6 +4,7 @@
 # the PydanticAI end-to-end test. Called by scripts/test.sh; runnable alone after scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 wheels="$CARGO_TARGET_DIR/wheels"
 rm -f "$wheels"/codemode-*.whl
@@ -17,14 +18,8 @@ cd crates/codemode-python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
 # `async def` tools start their tasks eagerly on CPython 3.12 and later (docs/src/packages.md, "Tool
 # calls on the event loop"): the event loop's and the runtime's tests run again under the newest
-# such interpreter this machine has (on PATH, or pyenv's), with only pytest beside the wheel.
-newer=""
-for py in python3.14 python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
-  if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
-    newer=$py
-    break
-  fi
-done
+# such interpreter this machine has (scripts/newer-python.sh), with only pytest beside the wheel.
+newer=$("$root/scripts/newer-python.sh")
 if [ -n "$newer" ]; then
   "$newer" -m venv "$(dirname "$venv")/newer"
   "$(dirname "$venv")/newer/bin/python" -m pip install --quiet --disable-pip-version-check "$wheels"/codemode-*.whl \

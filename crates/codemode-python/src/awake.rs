@@ -187,15 +187,19 @@ enum Start {
     InContext,
 }
 
+/// This interpreter's [`Start`], worked out once (pyo3 parses the version string at each ask).
 fn start_kind(py: Python<'_>) -> Start {
-    let v = py.version_info();
-    if v >= (3, 12) {
-        Start::Eager
-    } else if v >= (3, 11) {
-        Start::WithContext
-    } else {
-        Start::InContext
-    }
+    static KIND: std::sync::OnceLock<Start> = std::sync::OnceLock::new();
+    *KIND.get_or_init(|| {
+        let v = py.version_info();
+        if v >= (3, 12) {
+            Start::Eager
+        } else if v >= (3, 11) {
+            Start::WithContext
+        } else {
+            Start::InContext
+        }
+    })
 }
 
 static TASK_CLASS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();

@@ -675,10 +675,10 @@ impl RedisServer {
     }
 
     /// Adds 16 keys of 4 KiB (`filler:*`, outside any store's prefix), compacts the AOF into its
-    /// snapshot base (`BGREWRITEAOF`, uncompressed, waited for), then restarts with every key's reload delayed
-    /// by `per_key` (`key-load-delay`) and clients served every KiB loaded: for about
-    /// `per_key × keys` after it accepts connections Redis answers `LOADING` at once, as a Redis
-    /// reloading a large dataset does. `false` when the rewrite or the start failed.
+    /// snapshot base (`BGREWRITEAOF`, uncompressed, waited for), then restarts with every key's
+    /// reload delayed by `per_key` (`key-load-delay`) and clients served every KiB loaded: for
+    /// about `per_key × keys` after it accepts connections Redis answers `LOADING` at once, as a
+    /// Redis reloading a large dataset does. `false` when the rewrite or the start failed.
     pub fn restart_loading_slowly(&mut self, per_key: std::time::Duration) -> bool {
         let cli = |args: &[&str]| {
             std::process::Command::new("redis-cli")

@@ -102,18 +102,7 @@ async fn redis_restart_keeps_runs_and_outage_is_reported() {
     let down = store.checkout(&id, &RunScope::session("s1")).await;
     assert!(matches!(down, Err(StoreError::Unreachable(_))), "{down:?}");
     assert!(server.restart());
-    let mut back = None;
-    for _ in 0..40 {
-        match store.checkout(&id, &RunScope::session("s1")).await {
-            Ok(r) => {
-                back = Some(r);
-                break;
-            }
-            Err(StoreError::Unreachable(_)) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    let back = back.expect("the connection comes back by itself");
+    let back = checkout_once_back(&store, &id, "s1").await.expect("the connection comes back by itself");
     assert!(
         matches!(&back.snapshot.body, codemode_core::engine::SnapshotBody::Serialized(b) if b == &vec![9, 9]),
         "the run survived"
@@ -144,20 +133,28 @@ async fn redis_reloading_is_unreachable_not_corrupt() {
     let (s, i) = (store.clone(), id.clone());
     let tasked = tokio::spawn(async move { s.checkout(&i, &RunScope::session("s1")).await }).await.unwrap();
     assert!(matches!(&tasked, Err(StoreError::Unreachable(_))), "{tasked:?}");
-    let mut back = None;
+    let back = checkout_once_back(&store, &id, "s1").await.expect("served once loaded");
+    assert!(matches!(&back.snapshot.body, codemode_core::engine::SnapshotBody::Serialized(b) if b == &vec![7]));
+    assert!(store.settle(&id).await.unwrap());
+}
+
+/// Checks `id` out in session `session` once Redis serves again (restarted, or reloading its
+/// data): polled every 50 ms for up to 10 s, since nothing of Redis's signals it; every failure
+/// meanwhile must be `Unreachable` (anything else panics). `None` if Redis never came back.
+async fn checkout_once_back(
+    store: &RedisSnapshotStore,
+    id: &codemode_core::scope::RunId,
+    session: &str,
+) -> Option<codemode_core::store::SuspendedRun> {
+    use codemode_core::store::StoreError;
     for _ in 0..200 {
-        match store.checkout(&id, &RunScope::session("s1")).await {
-            Ok(r) => {
-                back = Some(r);
-                break;
-            }
+        match store.checkout(id, &codemode_core::scope::RunScope::session(session)).await {
+            Ok(r) => return Some(r),
             Err(StoreError::Unreachable(_)) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             Err(e) => panic!("{e}"),
         }
     }
-    let back = back.expect("served once loaded");
-    assert!(matches!(&back.snapshot.body, codemode_core::engine::SnapshotBody::Serialized(b) if b == &vec![7]));
-    assert!(store.settle(&id).await.unwrap());
+    None
 }
 
 /// Hostile or damaged data in Redis (someone else writing under the prefix): a garbled run or call

@@ -55,8 +55,8 @@
 //! fast with [`StoreError::Unreachable`] (connection and response timeouts), which the runtime
 //! turns into a coded `internal_error` for the run that needed the store. A Redis that answers but
 //! cannot serve yet (reloading its data after a restart, failing over) counts as unreachable too,
-//! never as a corrupt run. [`RedisSnapshotStore::connect`]
-//! fails when Redis cannot be reached at start.
+//! never as a corrupt run. [`RedisSnapshotStore::connect`] fails when Redis cannot be reached at
+//! start.
 
 mod connection;
 mod scripts;
