@@ -343,7 +343,13 @@ async def redis_failures(r: list[Replica], redis: Redis) -> None:
     assert first["status"] == "waiting", first
     redis.stop()
     redis.start()
-    done = await settle(r[2].url, "carol", first)
+    # While Redis reloads its data it answers LOADING: the wait fails with "snapshot store
+    # unreachable" and the run stays intact (the book's deployment page); a later wait resumes it.
+    for _ in range(100):
+        done = await settle(r[2].url, "carol", first)
+        if not (done["status"] == "failed" and "snapshot store unreachable" in done.get("error", "")):
+            break
+        await asyncio.sleep(0.1)
     assert done["status"] == "completed" and done["value"] == "survived", done
     redis.stop()
     plain = await call(r[1].url, "carol", "exec", {"code": "return 6 * 7"})
