@@ -182,19 +182,24 @@ pub fn future<'py>(
     on_cancel: impl Fn() + Send + Sync + 'static,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py_fut = event_loop.call_method0("create_future")?;
+    self::on_cancel(py, &py_fut, on_cancel)?;
+    Ok(py_fut)
+}
+
+/// Runs `f` when `py_fut` (an `asyncio.Future`) is cancelled.
+pub fn on_cancel(py: Python<'_>, py_fut: &Bound<'_, PyAny>, f: impl Fn() + Send + Sync + 'static) -> PyResult<()> {
     let on_done = PyCFunction::new_closure(
         py,
         None,
         None,
         move |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
             if args.get_item(0)?.call_method0("cancelled")?.is_truthy()? {
-                on_cancel();
+                f();
             }
             Ok(())
         },
     )?;
-    py_fut.call_method1("add_done_callback", (on_done,))?;
-    Ok(py_fut)
+    py_fut.call_method1("add_done_callback", (on_done,)).map(drop)
 }
 
 /// Resolves `target` (a future of `event_loop`) with `outcome`, from any thread but a tokio

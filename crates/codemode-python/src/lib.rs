@@ -117,6 +117,11 @@ impl Runtime {
 
     /// Starts an `exec` / `wait` whose result the guest worker hands straight to the event loop
     /// (no hop through the tokio runtime); cancelling the Python future aborts the run.
+    ///
+    /// The run starts first: the asyncio future is made while the guest runs. A quick run's
+    /// answer is taken while looking (see [`Handoff`]) and the future returned already resolved,
+    /// with no callback on it (nothing can cancel it any more). Only a run still going when the
+    /// look ends gets the cancel callback; its answer goes through the loop.
     fn then<'py>(
         &self,
         py: Python<'py>,
@@ -125,35 +130,46 @@ impl Runtime {
         let of = calls::LoopOf::current(py)?;
         let event_loop = of.locals.event_loop(py);
         *self.loop_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(of);
-        let handle: Arc<Mutex<Option<codemode_embed::CallHandle>>> = Arc::new(Mutex::new(None));
-        let on_cancel = handle.clone();
-        let py_fut = gil::future(py, &event_loop, move || {
-            if let Some(h) = on_cancel.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                h.cancel();
-            }
-        })?;
-        let (target, lp) = (py_fut.clone().unbind(), event_loop.clone().unbind());
         let handoff = Arc::new(Handoff::default());
         let given = handoff.clone();
-        let done: Box<dyn FnOnce(Value) + Send> = Box::new(move |v| {
-            if let Err(v) = given.give(v) {
-                gil::resolve(target, lp, Ok(Json(v)));
+        let done: Box<dyn FnOnce(Value) + Send> = Box::new(move |v| given.give(v));
+        let h = {
+            let _entered = pyo3_async_runtimes::tokio::get_runtime().enter();
+            start(&self.inner, done)
+        };
+        let py_fut = match event_loop.call_method0("create_future") {
+            Ok(f) => f,
+            Err(e) => {
+                // Nobody could ever take the answer: the run stops.
+                h.cancel();
+                return Err(e);
             }
-        });
-        let _entered = pyo3_async_runtimes::tokio::get_runtime().enter();
-        let h = start(&self.inner, done);
-        *handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
-        // A quick run's answer, looked for a moment without the GIL (see `Handoff`): the future is
-        // returned already resolved, and `await` takes its value without a turn of the loop.
+        };
+        let target = Target { future: py_fut.clone().unbind(), event_loop: event_loop.unbind() };
         // (`Reacquiring`: the runtime's threads let this caller re-take the GIL before they enter
         // Python again, see the `gil` module.)
-        let (answer, reacquiring) = py.detach(|| (handoff.look(), gil::Reacquiring::begin()));
+        let (looked, reacquiring) = py.detach(|| (handoff.look(target), gil::Reacquiring::begin()));
         drop(reacquiring);
-        if let Some(v) = answer {
-            py_fut.call_method1("set_result", (Json(v),))?;
+        match looked {
+            Some((v, _target)) => py_fut.call_method1("set_result", (Json(v),)).map(drop)?,
+            // The answer is resolved through the loop, which runs only after this returns: the
+            // callback is on the future before it can be done.
+            None => {
+                let on_cancel = h.clone();
+                if let Err(e) = gil::on_cancel(py, &py_fut, move || on_cancel.cancel()) {
+                    h.cancel();
+                    return Err(e);
+                }
+            }
         }
         Ok(py_fut)
     }
+}
+
+/// A future of an event loop, where a run's answer is resolved once its caller stopped looking.
+struct Target {
+    future: Py<PyAny>,
+    event_loop: Py<PyAny>,
 }
 
 /// Where a run's answer goes: to the caller still looking for it on the event loop's thread, or,
@@ -177,26 +193,36 @@ enum Handing {
     /// The caller may still take the answer.
     #[default]
     Looking,
+    /// The answer, for the caller's look.
     Given(Value),
-    /// The caller stopped looking: the answer goes to the loop.
-    Late,
+    /// The caller stopped looking: the answer goes here.
+    Deliver(Target),
+    /// The answer went.
+    Done,
 }
 
 impl Handoff {
-    /// The run's answer: kept for the caller if it is still looking, else given back.
-    fn give(&self, v: Value) -> Result<(), Value> {
+    /// The run's answer: kept for the caller while it looks, else resolved on the loop.
+    fn give(&self, v: Value) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(*state, Handing::Looking) {
-            *state = Handing::Given(v);
-            self.ready.store(true, std::sync::atomic::Ordering::Release);
-            Ok(())
-        } else {
-            Err(v)
+        match std::mem::replace(&mut *state, Handing::Done) {
+            Handing::Looking => {
+                *state = Handing::Given(v);
+                self.ready.store(true, std::sync::atomic::Ordering::Release);
+            }
+            Handing::Deliver(Target { future, event_loop }) => {
+                // Not under the lock (resolving takes the GIL).
+                drop(state);
+                gil::resolve(future, event_loop, Ok(Json(v)));
+            }
+            // A run answers once.
+            other => *state = other,
         }
     }
 
-    /// Looks for the answer while the permit lasts; after this, a late answer goes to the loop.
-    fn look(&self) -> Option<Value> {
+    /// Looks for the answer while the permit lasts: the answer (and `target` back, to be dropped
+    /// with the GIL), or `None` when it will be resolved on `target`.
+    fn look(&self, target: Target) -> Option<(Value, Target)> {
         if let Some(mut spin) = codemode_embed::answer_spin() {
             let wanted = calls::loop_wanted();
             while !self.ready.load(std::sync::atomic::Ordering::Acquire)
@@ -207,9 +233,12 @@ impl Handoff {
             }
         }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match std::mem::replace(&mut *state, Handing::Late) {
-            Handing::Given(v) => Some(v),
-            _ => None,
+        match std::mem::replace(&mut *state, Handing::Done) {
+            Handing::Given(v) => Some((v, target)),
+            _ => {
+                *state = Handing::Deliver(target);
+                None
+            }
         }
     }
 }

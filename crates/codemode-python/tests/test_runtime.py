@@ -289,6 +289,36 @@ def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
     run(main())
 
 
+def test_cancelling_a_cell_the_caller_stopped_looking_for_aborts_it_without_hooks() -> None:
+    # Without hooks the run is answered straight from the guest worker: a run still going when
+    # the caller stops looking for its answer gets the cancel callback, and cancelling reaches the
+    # run (its tool's coroutine is cancelled). A quick cell beside it still answers.
+    async def main() -> None:
+        started, given_up = asyncio.Event(), asyncio.Event()
+
+        async def waits_forever(**_: Any) -> None:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                given_up.set()
+                raise
+
+        cm = CodeMode(
+            tools=[tool(waits_forever, input_schema={"type": "object"})],
+            config={"tools": {"codeMode": {"timeoutMs": 20000}}},
+        )
+        task = asyncio.ensure_future(cm.exec("return await tools.waits_forever({})"))
+        await asyncio.wait_for(started.wait(), 20)
+        assert (await cm.exec("return 2")).value == 2
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(given_up.wait(), 20)
+
+    run(main())
+
+
 def test_the_gil_is_not_held_while_the_guest_runs() -> None:
     ticks = 0
     stop = threading.Event()
@@ -428,6 +458,50 @@ def test_results_are_typed_objects() -> None:
     assert r.status == "failed" and r.error is not None
     assert "RangeError: nope" in r.error.message
     assert r.to_dict()["status"] == "failed"
+
+
+def test_a_result_read_from_its_json_is_the_dataclass_built_field_by_field() -> None:
+    # `Result.from_dict` fills the frozen dataclass's fields at once: each status reads back as the
+    # same object its constructor builds, equal, with the same repr, and still frozen.
+    import dataclasses
+
+    from codemode import ExecError, PendingToolCall
+
+    telemetry = {"engine": "quickjs-wasi", "execCount": 1}
+    waiting = {
+        "status": "waiting",
+        "runId": "run_1",
+        "reason": "pending_tools",
+        "output": [{"type": "text", "text": "hi"}],
+        "pendingToolCalls": [
+            {"requestId": 3, "kind": "approval", "toolId": "demo.echo", "elapsedMs": 7, "question": "ok?"},
+            {"requestId": 4, "toolId": "demo.sleep"},
+        ],
+        "telemetry": telemetry,
+    }
+    failed = {"status": "failed", "code": "timeout", "error": "too slow", "rerunnable": True}
+    completed = {"status": "completed", "value": {"n": [1, 2]}, "telemetry": telemetry}
+    expected = [
+        Result(
+            status="waiting",
+            output=({"type": "text", "text": "hi"},),
+            run_id="run_1",
+            reason="pending_tools",
+            pending_tool_calls=(
+                PendingToolCall(request_id=3, kind="approval", tool_id="demo.echo", elapsed_ms=7, question="ok?"),
+                PendingToolCall(request_id=4, kind="call", tool_id="demo.sleep", elapsed_ms=0),
+            ),
+            telemetry=telemetry,
+        ),
+        Result(status="failed", error=ExecError(code="timeout", message="too slow"), rerunnable=True),
+        Result(status="completed", value={"n": [1, 2]}, telemetry=telemetry),
+    ]
+    for raw, want in zip([waiting, failed, completed], expected):
+        got = Result.from_dict(raw)
+        assert got == want and repr(got) == repr(want), (got, want)
+        assert got.to_dict() == raw
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got.status = "completed"  # type: ignore[misc]
 
 
 def test_inline_tools_run_while_the_guest_waits_and_hold_the_run_while_they_do() -> None:

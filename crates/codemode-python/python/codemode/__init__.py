@@ -102,15 +102,23 @@ class Result:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "Result":
         """A result from its JSON."""
+        get = raw.get
+        status = raw["status"]
         error = None
-        if raw.get("status") == "failed":
-            error = ExecError(code=raw.get("code"), message=str(raw.get("error", "")))
-        return cls(
-            status=raw["status"],
-            value=raw.get("value"),
-            output=tuple(raw.get("output") or ()),
-            run_id=raw.get("runId"),
-            reason=raw.get("reason"),
+        if status == "failed":
+            error = ExecError(code=get("code"), message=str(get("error", "")))
+        output = get("output")
+        pending = get("pendingToolCalls")
+        # Every field set at once in the instance's dict: the frozen dataclass's `__init__` sets
+        # each through `object.__setattr__`, which cost a trivial cell's result more than half of
+        # its conversion (the fields, and so equality and `repr`, are the same).
+        result = object.__new__(cls)
+        result.__dict__.update(
+            status=status,
+            value=get("value"),
+            output=tuple(output) if output else (),
+            run_id=get("runId"),
+            reason=get("reason"),
             pending_tool_calls=tuple(
                 PendingToolCall(
                     request_id=int(p["requestId"]),
@@ -119,13 +127,16 @@ class Result:
                     elapsed_ms=int(p.get("elapsedMs", 0)),
                     question=p.get("question"),
                 )
-                for p in raw.get("pendingToolCalls") or ()
-            ),
+                for p in pending
+            )
+            if pending
+            else (),
             error=error,
-            rerunnable=bool(raw.get("rerunnable", False)),
-            telemetry=raw.get("telemetry") or {},
+            rerunnable=bool(get("rerunnable", False)),
+            telemetry=get("telemetry") or {},
             _raw=raw,
         )
+        return result
 
     def to_dict(self) -> dict[str, Any]:
         """The result's JSON (``status``, ``value``, ``output``, ``runId``, ``pendingToolCalls``,

@@ -48,10 +48,12 @@ return 'OK'
 /// again after the connection broke, it answers `OK` with the same fence if the first one took
 /// the lease.
 pub const CHECKOUT: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'UNAVAILABLE', 0, '', '', ''} end
 local now = tonumber(ARGV[1])
 local f = redis.call('HMGET', KEYS[1], 'expires', 'holder', 'lease', 'fence', 'meta', 'snap', 'tag',
   'oagent', 'osession', 'okey', 'orun', 'nonce')
+-- No field of a run at all: no run (one HMGET, not EXISTS and then HMGET). A hash with some of
+-- them is a damaged run, refused below.
+if not (f[1] or f[2] or f[4] or f[5]) then return {'UNAVAILABLE', 0, '', '', ''} end
 if ARGV[4] ~= '1' then
   if not f[9] then return {'CHECK', 0, f[5] or '', '', ''} end
   if f[8] ~= ARGV[5] or f[9] ~= ARGV[6] or f[10] ~= ARGV[7] then return {'SCOPE_SESSION', 0, '', '', ''} end
@@ -92,17 +94,16 @@ return n
 /// replica, token. Returns `OK`, `GONE` (nothing stored and no checkout held) or `TAKEN` (another
 /// replica holds the run, or took it over and ended it).
 pub const SETTLE: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local f = redis.call('HMGET', KEYS[1], 'holder', 'fence', 'scope')
+-- Neither holder nor fence (PUT writes both): no run.
+if not (f[1] or f[2]) then
   -- Held by this replica (a fence token) yet gone: another replica took it over and ended it.
   if tonumber(ARGV[3]) ~= 0 then return 'TAKEN' end
   redis.call('DEL', KEYS[2], KEYS[3])
   return 'GONE'
 end
-local holder = redis.call('HGET', KEYS[1], 'holder')
-local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if holder ~= ARGV[2] or fence ~= tonumber(ARGV[3]) then return 'TAKEN' end
-local scope = redis.call('HGET', KEYS[1], 'scope')
-if scope then redis.call('ZREM', scope, ARGV[1]) end
+if f[1] ~= ARGV[2] or tonumber(f[2] or '0') ~= tonumber(ARGV[3]) then return 'TAKEN' end
+if f[3] then redis.call('ZREM', f[3], ARGV[1]) end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 'OK'
