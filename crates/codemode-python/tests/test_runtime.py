@@ -250,9 +250,12 @@ def test_a_tool_that_never_returns_is_bounded_by_the_run_and_abort_stops_it() ->
         release.set()
 
 
-def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
+@pytest.mark.parametrize("with_hook", [True, False], ids=["hook", "no-hook"])
+def test_cancelling_the_awaiting_task_aborts_the_run(with_hook: bool) -> None:
     # Events, not sleeps: the test goes on when the tool has started, and again when the run's
-    # abort has reached it (its coroutine is cancelled).
+    # abort has reached it (its coroutine is cancelled). Without hooks the run is answered straight
+    # from the guest worker: a run still going when its caller stops looking for the answer gets
+    # the cancel callback. A quick cell beside the held one still answers.
     seen: list[str] = []
 
     async def main() -> None:
@@ -272,41 +275,7 @@ def test_cancelling_the_awaiting_task_aborts_the_run() -> None:
         cm = CodeMode(
             tools=[tool(waits_forever, input_schema={"type": "object"})],
             config={"tools": {"codeMode": {"timeoutMs": 20000}}},
-            hook=record,
-        )
-        task = asyncio.ensure_future(cm.exec("return await tools.waits_forever({})"))
-        await asyncio.wait_for(started.wait(), 20)
-        assert seen, "the cell made its call"
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await asyncio.wait_for(given_up.wait(), 20)
-        run_id = seen[0]
-        after = await cm.wait(run_id)
-        assert after.status == "failed" and after.error and after.error.code == "invalid_input", after.to_dict()
-        assert await cm.abort(run_id) is False, "nothing left to abort"
-
-    run(main())
-
-
-def test_cancelling_a_cell_the_caller_stopped_looking_for_aborts_it_without_hooks() -> None:
-    # Without hooks the run is answered straight from the guest worker: a run still going when
-    # the caller stops looking for its answer gets the cancel callback, and cancelling reaches the
-    # run (its tool's coroutine is cancelled). A quick cell beside it still answers.
-    async def main() -> None:
-        started, given_up = asyncio.Event(), asyncio.Event()
-
-        async def waits_forever(**_: Any) -> None:
-            started.set()
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                given_up.set()
-                raise
-
-        cm = CodeMode(
-            tools=[tool(waits_forever, input_schema={"type": "object"})],
-            config={"tools": {"codeMode": {"timeoutMs": 20000}}},
+            hook=record if with_hook else None,
         )
         task = asyncio.ensure_future(cm.exec("return await tools.waits_forever({})"))
         await asyncio.wait_for(started.wait(), 20)
@@ -315,6 +284,12 @@ def test_cancelling_a_cell_the_caller_stopped_looking_for_aborts_it_without_hook
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.wait_for(given_up.wait(), 20)
+        if with_hook:
+            assert seen, "the cell made its call"
+            run_id = seen[0]
+            after = await cm.wait(run_id)
+            assert after.status == "failed" and after.error and after.error.code == "invalid_input", after.to_dict()
+            assert await cm.abort(run_id) is False, "nothing left to abort"
 
     run(main())
 
