@@ -24,6 +24,21 @@ npm_install() {
   cp "$dir/package-lock.json" "$dir/node_modules/.stamp-lock"
 }
 
+# A venv at $1 holding what $2 pins, made afresh when $2 changed. uv (scripts/uv.sh) makes and
+# fills it: from its cache, in a second or two where pip took about a minute.
+python_venv() {
+  local venv=$1 req=$2
+  if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/.stamp-requirements"; then
+    log "python venv present ($venv)"
+    return
+  fi
+  log "creating $venv with $req"
+  rm -rf "$venv"
+  ./scripts/uv.sh venv --quiet --python "$(command -v python3)" "$venv"
+  ./scripts/uv.sh pip install --quiet --python "$venv/bin/python" -r "$req"
+  cp "$req" "$venv/.stamp-requirements"
+}
+
 # 1. Debian packages: clang-16 + lld-16 + wasi-libc + the wasm32 compiler runtime build the QuickJS-ng guest
 #    module of the default engine (crates/codemode-engine-wasi); redis-server backs the fleet's
 #    snapshot store and haproxy balances the fleet's replicas (tests and `make fleet-demo` start
@@ -54,40 +69,17 @@ fi
 npm_install tests/e2e "npm peers"
 
 # 3. Python's official MCP client and PydanticAI (drive `codemode serve` in the end-to-end tests), in .venv.
-if [ -x .venv/bin/python ] && cmp -s tests/e2e/requirements.txt .venv/.stamp-requirements; then
-  log "python venv present (.venv)"
-else
-  log "creating .venv with tests/e2e/requirements.txt"
-  python3 -m venv .venv
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
-  cp tests/e2e/requirements.txt .venv/.stamp-requirements
-fi
+python_venv .venv tests/e2e/requirements.txt
 
 # 3b. FastMCP's tasks extension client (drives `codemode serve`'s runs as MCP tasks in
 #     tests/e2e/tasks.py), in .venv-tasks: fastmcp-tasks pins a fastmcp-slim that conflicts with .venv's.
-if [ -x .venv-tasks/bin/python ] && cmp -s tests/e2e/requirements-tasks.txt .venv-tasks/.stamp-requirements; then
-  log "python venv present (.venv-tasks)"
-else
-  log "creating .venv-tasks with tests/e2e/requirements-tasks.txt"
-  python3 -m venv .venv-tasks
-  .venv-tasks/bin/python -m pip install --quiet --disable-pip-version-check -r tests/e2e/requirements-tasks.txt
-  cp tests/e2e/requirements-tasks.txt .venv-tasks/.stamp-requirements
-fi
+python_venv .venv-tasks tests/e2e/requirements-tasks.txt
 
 # 3c. The Python MCP servers of `codemode eval`'s bundled suite (eval/servers.json5), each in a venv
 #     of its own under .venv-eval/ (each pins its own `mcp`, which conflicts with .venv's and with
 #     each other's), pinned by eval/requirements/<server>.txt.
 for server in git time sqlite; do
-  venv=.venv-eval/$server req=eval/requirements/$server.txt
-  if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/.stamp-requirements"; then
-    log "python venv present ($venv)"
-  else
-    log "creating $venv with $req"
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
-    cp "$req" "$venv/.stamp-requirements"
-  fi
+  python_venv .venv-eval/$server eval/requirements/$server.txt
 done
 
 # 4. The Node package's build and test dependencies (napi-rs's type generator, TypeScript, the
