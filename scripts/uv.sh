@@ -9,9 +9,14 @@ tools="${TOOLS_DIR:-$HOME/.cache/codemode-ci/tools}"
 home="$tools/uv-$version"
 if [ ! -x "$home/bin/uv" ]; then
   printf '[setup] installing uv %s into %s\n' "$version" "$home" >&2
+  # Installed beside, then moved into place: an interrupted install leaves no half of one behind.
+  part="$home.part-$$"
+  rm -rf "$part"
+  mkdir -p "$tools"
+  python3 -m venv "$part"
+  "$part/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$version"
   rm -rf "$home"
-  python3 -m venv "$home"
-  "$home/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$version"
+  mv "$part" "$home"
 fi
 # What pip is told on this machine, uv is told too: the certificate authority and the local wheels.
 if [ -z "${SSL_CERT_FILE:-}" ] && [ -n "${PIP_CERT:-}" ]; then export SSL_CERT_FILE="$PIP_CERT"; fi
