@@ -17,11 +17,18 @@ rm -f "$wheels"/codemode-*.whl
 # The venvs live at one path in the cache folder (made afresh each run, by uv from its cache: a
 # second or two) so that mypy's cache beside them stays valid run to run: checking the package
 # against the frameworks' own types took ~50 s from nothing, a few seconds from the cache.
+# fresh_venv DIR PYTHON [REQUIREMENTS…]: DIR made afresh under PYTHON, holding the wheel just built
+# (never a cached one of the same name) and the requirements given.
+fresh_venv() {
+  local dir=$1 python=$2
+  shift 2
+  rm -rf "$dir"
+  "$root/scripts/uv.sh" venv --quiet --python "$python" "$dir"
+  "$root/scripts/uv.sh" pip install --quiet --refresh-package codemode --python "$dir/bin/python" \
+    "$wheels"/codemode-*.whl "$@"
+}
 venv="$work/venv"
-rm -rf "$venv" "$work/newer"
-./scripts/uv.sh venv --quiet --python "$(command -v python3)" "$venv"
-./scripts/uv.sh pip install --quiet --refresh-package codemode --python "$venv/bin/python" "$wheels"/codemode-*.whl \
-  -r crates/codemode-python/requirements-test.txt
+fresh_venv "$venv" "$(command -v python3)" -r crates/codemode-python/requirements-test.txt
 cd crates/codemode-python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
 # `async def` tools start their tasks eagerly on CPython 3.12 and later (docs/src/packages.md, "Tool
@@ -29,9 +36,7 @@ cd crates/codemode-python/tests
 # such interpreter this machine has (scripts/newer-python.sh), with only pytest beside the wheel.
 newer=$("$root/scripts/newer-python.sh")
 if [ -n "$newer" ]; then
-  "$root/scripts/uv.sh" venv --quiet --python "$newer" "$work/newer"
-  "$root/scripts/uv.sh" pip install --quiet --refresh-package codemode --python "$work/newer/bin/python" "$wheels"/codemode-*.whl \
-    "$(grep '^pytest==' ../requirements-test.txt)"
+  fresh_venv "$work/newer" "$newer" "$(grep '^pytest==' ../requirements-test.txt)"
   "$work/newer/bin/python" -m pytest -q -p no:cacheprovider test_event_loop.py test_runtime.py
 else
   echo "(no CPython 3.12 or later here: async tools' eager start is not tested in this run)" >&2
