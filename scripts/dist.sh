@@ -76,7 +76,8 @@ echo "$(basename "$wheel"): $(glibc_floor "$stage"/wheel/codemode/_native*.so)" 
 #    skips it.
 if [ "${CODEMODE_DIST_CRATES:-1}" != 0 ]; then
   log "cargo package: every crate but the test-only and language-package ones"
-  cargo package --locked --workspace --exclude codemode-fuzzing --exclude codemode-node --exclude codemode-python >&2
+  cargo package --locked --workspace --exclude codemode-fuzzing --exclude codemode-node --exclude codemode-python \
+    --exclude codemode-workspace-hack >&2
   ls "$CARGO_TARGET_DIR"/package/*-"$version".crate >&2
 fi
 
