@@ -27,7 +27,7 @@ trap report EXIT
 step "prune the build cache" ./scripts/prune-cache.sh
 step "links of the README and the book" sh -c 'python3 scripts/check-links.py && python3 scripts/check-ids.py'
 step "one version everywhere" python3 scripts/check-versions.py --self-test
-step "the packages' builds share the workspace's" python3 scripts/check-unified-features.py
+step "the packages' builds share the workspace's features" python3 scripts/check-unified-features.py
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --locked --workspace --all-targets -- -D warnings
 step "cargo test: build" cargo test --locked --workspace --no-run
